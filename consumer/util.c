@@ -1,0 +1,182 @@
+/* Internal helpers: ids, clocks, error text, logging, crash points. */
+#include "consumer/util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+void tbx__uuid(char out[TBX_UUID_LEN + 1])
+{
+	uuid_t u;
+
+	uuid_generate_random(u);
+	uuid_unparse_lower(u, out);
+}
+
+int tbx__is_uuid(const char *s, size_t len)
+{
+	if (!s || len != TBX_UUID_LEN)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (c != '-')
+				return 0;
+		} else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+			     (c >= 'A' && c <= 'F'))) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static int64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t tbx__now_ms(void)
+{
+	return clock_ms(CLOCK_REALTIME);
+}
+
+int64_t tbx__mono_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
+}
+
+int tbx__seterr(char *buf, size_t size, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (buf && size) {
+		va_start(ap, fmt);
+		vsnprintf(buf, size, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+char *tbx__strdup(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+void *tbx__memdup(const void *p, size_t len)
+{
+	void *copy = malloc(len ? len : 1);
+
+	if (copy && len)
+		memcpy(copy, p, len);
+	return copy;
+}
+
+int tbx__strlcpy(char *dst, const char *src, size_t size)
+{
+	size_t n = strlen(src);
+
+	if (size == 0)
+		return -1;
+	if (n >= size) {
+		memcpy(dst, src, size - 1);
+		dst[size - 1] = '\0';
+		return -1;
+	}
+	memcpy(dst, src, n + 1);
+	return 0;
+}
+
+/* Logging: one line per call, written with a single write(2) so lines from
+ * several threads or processes sharing stderr do not interleave. */
+static int log_level = TBX_LOG_NOTICE;
+static char log_tag[64];
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void tbx__log_setup(int level, const char *tag)
+{
+	pthread_mutex_lock(&log_lock);
+	log_level = level;
+	tbx__strlcpy(log_tag, tag ? tag : "", sizeof(log_tag));
+	pthread_mutex_unlock(&log_lock);
+}
+
+void tbx__log(int level, const char *fmt, ...)
+{
+	static const char *names[] = {"EMERG", "ALERT",	 "CRIT", "ERROR",
+				      "WARN",  "NOTICE", "INFO", "DEBUG"};
+	char line[1024];
+	struct timespec ts;
+	struct tm tm;
+	va_list ap;
+	int n;
+
+	if (level > log_level)
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	pthread_mutex_lock(&log_lock);
+	n = snprintf(line, sizeof(line),
+		     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s%s%s[%d] ",
+		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+		     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+		     names[level & 7], log_tag[0] ? " " : "", log_tag,
+		     (int)getpid());
+	pthread_mutex_unlock(&log_lock);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		n = 0;
+	va_start(ap, fmt);
+	int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (m < 0)
+		m = 0;
+	n += m;
+	if ((size_t)n > sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+	(void)w;
+}
+
+/* Crash points.  The environment is read once; names compare cheaply. */
+static int crash_state = -1; /* -1 unread, 0 disarmed, 1 armed */
+static char crash_name[128];
+static long crash_countdown = 1;
+
+void tbx__crashpoint(const char *name)
+{
+	if (crash_state == 0)
+		return;
+	if (crash_state < 0) {
+		const char *env = getenv("TBX_CRASH_AT");
+		crash_state = 0;
+		if (env && *env) {
+			tbx__strlcpy(crash_name, env, sizeof(crash_name));
+			char *colon = strchr(crash_name, ':');
+			if (colon) {
+				*colon = '\0';
+				crash_countdown = strtol(colon + 1, NULL, 10);
+				if (crash_countdown < 1)
+					crash_countdown = 1;
+			}
+			crash_state = 1;
+		}
+		if (!crash_state)
+			return;
+	}
+	if (strcmp(name, crash_name) != 0)
+		return;
+	if (--crash_countdown > 0)
+		return;
+	tbx__log(TBX_LOG_NOTICE, "crash point %s reached: SIGKILL", name);
+	kill(getpid(), SIGKILL);
+	_exit(137);
+}

@@ -1,0 +1,70 @@
+/*
+ * Internal helpers shared by every part: ids, clocks, error text, logging,
+ * crash points.  Internal across files: tbx__ prefix.
+ */
+#ifndef TBX_CONSUMER_UTIL_H
+#define TBX_CONSUMER_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenbox/tokenbox.h"
+
+/** Text length of a UUID (without NUL). */
+#define TBX_UUID_LEN 36
+/** Longest message id: a UUID, or the id derived for untokened ingress
+ *  "u:<topic>:<partition>:<offset>" (Kafka topics are <= 249 bytes). */
+#define TBX_MSGID_MAX 300
+/** Longest consumer group id we accept. */
+#define TBX_GROUP_MAX 255
+/** Longest topic name Kafka accepts. */
+#define TBX_TOPIC_MAX 249
+
+/** Writes a fresh random (v4) UUID, lower-case text, into @p out. */
+void tbx__uuid(char out[TBX_UUID_LEN + 1]);
+/** @returns 1 if @p s (of @p len bytes, not NUL-terminated) is a UUID text. */
+int tbx__is_uuid(const char *s, size_t len);
+
+/** Wall clock in ms since the epoch (for ages shown to people only). */
+int64_t tbx__now_ms(void);
+/** Monotonic clock in ms (for timeouts and backoff). */
+int64_t tbx__mono_ms(void);
+
+/** snprintf into @p buf that tolerates buf == NULL / size == 0.
+ *  @returns @p err, so callers can `return tbx__seterr(...)`. */
+int tbx__seterr(char *buf, size_t size, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/** Copies @p s into a new allocation; NULL in, NULL out. */
+char *tbx__strdup(const char *s);
+/** Copies @p len bytes into a new allocation (len 0 -> non-NULL 1 byte). */
+void *tbx__memdup(const void *p, size_t len);
+/** Bounded copy that always terminates; @returns 0, or -1 if truncated. */
+int tbx__strlcpy(char *dst, const char *src, size_t size);
+
+/** Log levels, syslog numbering. */
+enum {
+	TBX_LOG_ERR = 3,
+	TBX_LOG_WARNING = 4,
+	TBX_LOG_NOTICE = 5,
+	TBX_LOG_INFO = 6,
+	TBX_LOG_DEBUG = 7
+};
+/** Sets the process-wide level (default TBX_LOG_NOTICE) and a tag shown in
+ *  every line (e.g. the worker id); @p tag is copied. */
+void tbx__log_setup(int level, const char *tag);
+/** Logs one line to stderr with a timestamp.  Thread-safe. */
+void tbx__log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/*
+ * Crash points (fault injection for tests and the chaos harness).
+ *
+ * TBX_CRASH_AT=<name>[:<n>] makes the n-th (default 1st) passage through the
+ * point called <name> kill the process with SIGKILL, as a power cut would.
+ * Unset: a single well-predicted branch.
+ */
+void tbx__crashpoint(const char *name);
+
+#endif

@@ -1,0 +1,337 @@
+/*
+ * tokenbox — exactly-once message handling for Kafka consumer groups.
+ *
+ * This is the one public header: what is not declared here is not API.
+ *
+ * A worker consumes Kafka topics as a member of one consumer group and runs
+ * the handler registered for each message's topic and type.  A handler writes
+ * business tables through the service database connection it is given and
+ * queues outgoing messages; both commit in one SQLite transaction together
+ * with the outbox row.  Token-based deduplication (see docs/architecture.md)
+ * makes every message take effect exactly once per consumer group, whatever
+ * the broker redelivers, upstream re-sends or the process crashes.
+ *
+ * Conventions
+ *  - Functions that can fail return an int: TBX_OK (0) or a tbx_err_t code.
+ *    Constructors return NULL on failure and write a reason into errstr.
+ *  - `_destroy(NULL)` is a no-op.
+ *  - Ownership is stated on every function.  Strings passed in are copied
+ *    unless said otherwise; pointers returned by getters are borrowed and
+ *    stay valid for the lifetime stated.
+ *  - Threads: a handle is used by one thread at a time, except
+ *    tbx_worker_stop(), which any thread or a signal handler may call.
+ */
+#ifndef TOKENBOX_TOKENBOX_H
+#define TOKENBOX_TOKENBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TBX_VERSION_MAJOR 0
+#define TBX_VERSION_MINOR 1
+#define TBX_VERSION_PATCH 0
+#define TBX_VERSION_STR	  "0.1.0"
+
+/** Version of the plugin ABI (tbx_plugin_init). Bumped on any
+ *  incompatible change to this header. */
+#define TBX_PLUGIN_ABI_VERSION 1
+
+/** @returns the library's version string, e.g. "0.1.0". */
+const char *tbx_version(void);
+
+/*
+ * Error codes.
+ *
+ * XX(NAME, retriable, "message"): retriable errors are transient (a lock held
+ * too long, a broker away); retrying the same call later may succeed.  Fatal
+ * ones need a change of input, configuration or environment.
+ */
+#define TBX_ERRNO_MAP(XX)                                                      \
+	XX(OK, 0, "success")                                                   \
+	XX(INVAL, 0, "invalid argument")                                       \
+	XX(NOMEM, 0, "out of memory")                                          \
+	XX(CONF, 0, "invalid configuration")                                   \
+	XX(STATE, 0, "call not allowed in this state")                         \
+	XX(EXIST, 0, "already exists")                                         \
+	XX(NOENT, 0, "not found")                                              \
+	XX(IO, 1, "I/O error")                                                 \
+	XX(BUSY, 1, "store locked by another process past busy_timeout")       \
+	XX(STORE, 0, "store error")                                            \
+	XX(NOTDB, 0, "not a tokenbox database")                                \
+	XX(SCHEMA, 0, "store schema is newer than this tokenbox")              \
+	XX(CORRUPT, 0, "store file is corrupt")                                \
+	XX(KAFKA, 1, "Kafka client error")                                     \
+	XX(DELIVERY, 1, "message delivery failed")                             \
+	XX(TIMEOUT, 1, "timed out")                                            \
+	XX(HEADER, 0, "malformed tbx-* header")                                \
+	XX(PLUGIN, 0, "plugin could not be loaded")                            \
+	XX(STOPPED, 0, "worker is stopping")
+
+typedef enum tbx_err {
+#define TBX__ERR_ENUM(name, retriable, msg) TBX_E##name,
+	TBX_ERRNO_MAP(TBX__ERR_ENUM)
+#undef TBX__ERR_ENUM
+	    TBX__ERR_COUNT
+} tbx_err_t;
+
+#define TBX_OK TBX_EOK
+
+/** @returns the code's name without prefix ("BUSY"), or "UNKNOWN". Static. */
+const char *tbx_err_name(int err);
+/** @returns a human description of the code. Static storage. */
+const char *tbx_strerror(int err);
+/** @returns 1 if retrying the failed call later may succeed, else 0. */
+int tbx_err_is_retriable(int err);
+
+/*
+ * Configuration.
+ *
+ * String key/value pairs validated as they are set against one property
+ * table (docs/configuration.md is generated from it).  Keys starting with
+ * "kafka." go to librdkafka with the prefix removed, for both the consumer
+ * and the producer; "kafka.consumer." and "kafka.producer." reach only one.
+ */
+typedef struct tbx_conf tbx_conf_t;
+
+/** @returns a configuration holding the defaults, or NULL when out of
+ *  memory.  The caller owns it. */
+tbx_conf_t *tbx_conf_new(void);
+/** Frees @p conf.  NULL is a no-op. */
+void tbx_conf_destroy(tbx_conf_t *conf);
+/** @returns a deep copy owned by the caller, or NULL when out of memory. */
+tbx_conf_t *tbx_conf_dup(const tbx_conf_t *conf);
+/**
+ * Sets @p name to @p value after checking the value's type and range.
+ * On failure the configuration is unchanged and @p errstr (if not NULL)
+ * names the key, the value and why it was refused.
+ * @returns TBX_OK, TBX_ECONF (bad value or unknown key) or TBX_ENOMEM.
+ */
+int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
+		 char *errstr, size_t errstr_size);
+/**
+ * @returns the current value of @p name (the default when unset), or NULL
+ * for an unknown key or an unset "kafka." key.  Borrowed: valid until the
+ * next tbx_conf_set() of that key or tbx_conf_destroy().
+ */
+const char *tbx_conf_get(const tbx_conf_t *conf, const char *name);
+
+/*
+ * Incoming messages, as a handler sees them.  Every pointer returned is
+ * borrowed and valid only during the handler call.
+ */
+typedef struct tbx_msg tbx_msg_t;
+
+const char *tbx_msg_topic(const tbx_msg_t *msg);
+int32_t tbx_msg_partition(const tbx_msg_t *msg);
+int64_t tbx_msg_offset(const tbx_msg_t *msg);
+/** Kafka key; NULL with *len = 0 when the record has none. */
+const void *tbx_msg_key(const tbx_msg_t *msg, size_t *len);
+/** Payload; NULL with *len = 0 for a null value. */
+const void *tbx_msg_payload(const tbx_msg_t *msg, size_t *len);
+/** tbx-type, or NULL when the record carries none. */
+const char *tbx_msg_type(const tbx_msg_t *msg);
+/** tbx-id (for untokened ingress: a stable id derived from the offset). */
+const char *tbx_msg_id(const tbx_msg_t *msg);
+/** tbx-cause, or NULL. */
+const char *tbx_msg_cause(const tbx_msg_t *msg);
+/** Which attempt this is for the message in this worker, from 1. */
+int tbx_msg_attempt(const tbx_msg_t *msg);
+/**
+ * Finds the last header called @p name.
+ * @returns TBX_OK with *value/*len set (value may be NULL for a null
+ * header), or TBX_ENOENT.
+ */
+int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,
+		   size_t *len);
+
+/*
+ * Handlers.
+ */
+typedef enum tbx_verdict {
+	/** Commit the handler's writes and its queued messages. */
+	TBX_VERDICT_OK = 0,
+	/** Roll back; retry this message later (backoff); its partition
+	 *  waits, other partitions go on.  After retry.max attempts the
+	 *  message is dead-lettered. */
+	TBX_VERDICT_RETRY = 1,
+	/** Roll back; send the original message to the dead-letter topic. */
+	TBX_VERDICT_REJECT = 2
+} tbx_verdict_t;
+
+typedef struct tbx_ctx tbx_ctx_t;
+
+struct sqlite3;
+/**
+ * @returns the service database connection, inside the savepoint that
+ * holds this message's effects.  Borrowed, valid during the handler call.
+ * The handler must not BEGIN, COMMIT, ROLLBACK or RELEASE on it; it may use
+ * nested SAVEPOINTs of its own and must release them before returning.
+ */
+struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx);
+
+/** A Kafka header of an outgoing message. */
+typedef struct tbx_header {
+	const char *name;
+	const void *value; /**< NULL for a null header */
+	size_t len;
+} tbx_header_t;
+
+/** An outgoing message.  Names starting with "tbx-" are reserved. */
+typedef struct tbx_out {
+	const char *topic; /**< required */
+	const char *type;  /**< tbx-type; required */
+	const void *key;   /**< NULL: keep the incoming message's key */
+	size_t key_len;
+	const void *payload; /**< may be NULL */
+	size_t payload_len;
+	const tbx_header_t *headers; /**< extra headers, may be NULL */
+	size_t header_cnt;
+} tbx_out_t;
+
+/**
+ * Queues @p out to be dispatched once the handler's transaction commits.
+ * Everything is copied.  Messages are discarded if the handler does not
+ * return TBX_VERDICT_OK.
+ * @returns TBX_OK, TBX_EINVAL (missing topic/type, reserved header name)
+ * or TBX_ENOMEM.
+ */
+int tbx_ctx_send(tbx_ctx_t *ctx, const tbx_out_t *out);
+
+/** Records why the handler rejects or retries; it travels in the
+ *  tbx-dlq-error header of a dead-lettered message.  Copied. */
+void tbx_ctx_set_error(tbx_ctx_t *ctx, const char *reason);
+
+/**
+ * A handler.  Runs on the worker's thread, inside the service store's write
+ * transaction: keep it short and do not block on other workers.
+ */
+typedef tbx_verdict_t (*tbx_handler_fn)(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+					void *opaque);
+
+/*
+ * Workers.
+ */
+typedef struct tbx_worker tbx_worker_t;
+
+/**
+ * Creates a worker.  Required keys: group.id, store.path,
+ * kafka.bootstrap.servers.  Opens (and creates or migrates) the stores;
+ * connects lazily.
+ *
+ * On success the worker owns @p conf; on failure the caller still owns it
+ * and @p errstr says why.
+ */
+tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr,
+			     size_t errstr_size);
+
+/**
+ * Routes messages of @p topic whose tbx-type is @p type to @p fn.  A NULL
+ * @p type registers the topic's catch-all.  Messages of a subscribed topic
+ * with no matching handler are dead-lettered.  Call before the first
+ * tbx_worker_poll()/tbx_worker_run().  @p opaque is passed to @p fn as is.
+ * @returns TBX_OK, TBX_EEXIST, TBX_EINVAL, TBX_ESTATE or TBX_ENOMEM.
+ */
+int tbx_worker_register(tbx_worker_t *worker, const char *topic,
+			const char *type, tbx_handler_fn fn, void *opaque);
+
+/**
+ * Polls one batch (bounded by batch.max.messages and batch.max.ms, at most
+ * @p timeout_ms of waiting for the first message) and takes it through the
+ * whole protocol.  Subscribes on the first call.
+ * @returns the number of records consumed (>= 0), or a negated error code.
+ */
+int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms);
+
+/**
+ * Polls batches until tbx_worker_stop(), then closes the worker.
+ * @returns TBX_OK on a clean stop, or the fatal error that ended the loop
+ * (tbx_worker_errstr() says more).
+ */
+int tbx_worker_run(tbx_worker_t *worker);
+
+/**
+ * Asks the worker to stop after the batch in hand.  Async-signal-safe and
+ * callable from any thread: it only sets a flag.
+ */
+void tbx_worker_stop(tbx_worker_t *worker);
+
+/**
+ * Finishes the batch in hand, commits offsets, leaves the group and
+ * closes the Kafka clients.  Idempotent; tbx_worker_destroy() calls it.
+ */
+int tbx_worker_close(tbx_worker_t *worker);
+
+/** Closes (if needed) and frees the worker and the conf it owns. */
+void tbx_worker_destroy(tbx_worker_t *worker);
+
+/** @returns the text of the last error, "" if none.  Borrowed: valid until
+ *  the next call on @p worker. */
+const char *tbx_worker_errstr(const tbx_worker_t *worker);
+
+/** Counters since tbx_worker_new().  Fields are only ever appended. */
+typedef struct tbx_stats {
+	uint64_t consumed;	     /**< records polled */
+	uint64_t processed;	     /**< handler committed OK */
+	uint64_t duplicates_dropped; /**< token gone: already done */
+	uint64_t resumed;	     /**< outbox row found: recovery */
+	uint64_t retries;	  /**< RETRY verdicts and failed dispatches */
+	uint64_t dead_lettered;	  /**< sent to the dead-letter topic */
+	uint64_t untokened;	  /**< records without a usable token */
+	uint64_t dispatched;	  /**< outgoing messages delivered */
+	uint64_t tokens_created;  /**< token rows minted */
+	uint64_t tokens_consumed; /**< own token rows deleted after work */
+	uint64_t attempts_lost;	  /**< token sets discarded: another won */
+	uint64_t orphans_swept;	  /**< registrations removed as orphans */
+	uint64_t batches;
+} tbx_stats_t;
+
+/** Copies the counters into @p stats. */
+void tbx_worker_stats(const tbx_worker_t *worker, tbx_stats_t *stats);
+
+/**
+ * Runs register-cleanup now for this worker's group, at most @p limit
+ * registrations (0: cleanup.batch.size).  @p swept (may be NULL) receives
+ * how many orphaned attempts were removed.
+ */
+int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept);
+
+/*
+ * Publishing ingress: messages from outside any handler, with tokens
+ * minted for every consumer group subscribed to their topic.
+ */
+typedef struct tbx_publisher tbx_publisher_t;
+
+/**
+ * Required keys: tokens.path (or store.path), kafka.bootstrap.servers.
+ * On success the publisher owns @p conf; on failure the caller does.
+ */
+tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
+				   size_t errstr_size);
+/** Queues @p out (copied); a NULL key means no key. */
+int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out);
+/**
+ * Mints the tokens of every queued message in one token-store transaction,
+ * produces them and waits for their delivery reports.
+ * @returns TBX_OK when all were delivered; else an error, and @p failed (may
+ * be NULL) tells how many were not.
+ */
+int tbx_publisher_flush(tbx_publisher_t *pub, int timeout_ms, size_t *failed);
+void tbx_publisher_destroy(tbx_publisher_t *pub);
+const char *tbx_publisher_errstr(const tbx_publisher_t *pub);
+
+/*
+ * Plugins: a shared object loaded by `tokenbox worker` exports
+ *
+ *   int tbx_plugin_abi_version(void);   // return TBX_PLUGIN_ABI_VERSION
+ *   int tbx_plugin_init(tbx_worker_t *worker, const char *args);
+ */
+typedef int (*tbx_plugin_init_fn)(tbx_worker_t *worker, const char *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TOKENBOX_TOKENBOX_H */

@@ -1,0 +1,168 @@
+/*
+ * The token store T: an interface (a struct of function pointers) so that a
+ * server-backed store can be added without touching the protocol, and its
+ * SQLite backend.
+ *
+ * Tables (in every tokenbox database file, see outbox/db.c):
+ *
+ *   tbx_seq(id = 1, value)                      one sequence: mint and
+ * subscribe tbx_tokens(token, grp, mint_seq, created_ms, PRIMARY KEY(token,
+ * grp)) tbx_registrations(attempt, token, send_grp, msg_id, created_ms, PRIMARY
+ * KEY(attempt, token)) tbx_subscriptions(topic, grp, since_seq, created_ms,
+ *                     PRIMARY KEY(topic, grp))
+ *
+ * A token is a row per (token id, consumer group): a group checks and
+ * deletes only its own row.  Every operation that writes is one
+ * transaction of its own (BEGIN IMMEDIATE … COMMIT).
+ */
+#ifndef TBX_TOKENS_TOKENS_H
+#define TBX_TOKENS_TOKENS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer/util.h"
+#include "outbox/db.h"
+
+typedef struct tbx_tokens tbx_tokens_t;
+
+/** One token to mint: rows for every group subscribed to @p topic. */
+typedef struct tbx__mint_item {
+	const char *token;
+	const char *topic;
+} tbx__mint_item_t;
+
+/** The tokens of one attempt of one outbox row. */
+typedef struct tbx__mint_req {
+	const char *attempt; /**< NULL: no registration (ingress publishing) */
+	const char *msg_id;  /**< the outbox row's message id */
+	const tbx__mint_item_t *items;
+	size_t item_cnt;
+} tbx__mint_req_t;
+
+/** A registration (one per attempt, whatever its token count). */
+typedef struct tbx__reg {
+	char attempt[TBX_UUID_LEN + 1];
+	char msg_id[TBX_MSGID_MAX + 1];
+	int64_t created_ms;
+} tbx__reg_t;
+
+typedef struct tbx_tokens_ops {
+	const char *name;
+	/** *exists = 1 when the row (token, grp) exists. A read. */
+	int (*exists)(tbx_tokens_t *tokens, const char *token, const char *grp,
+		      int *exists);
+	/** Registers (topic, grp) if new, taking a number from the sequence;
+	 *  *since receives the subscription's number (old or new). */
+	int (*subscribe)(tbx_tokens_t *tokens, const char *topic,
+			 const char *grp, int64_t *since);
+	/** *since of (topic, grp); TBX_ENOENT when not subscribed. A read. */
+	int (*subscription)(tbx_tokens_t *tokens, const char *topic,
+			    const char *grp, int64_t *since);
+	/**
+	 * One transaction: takes the next sequence number (*seq), writes a
+	 * registration (attempt, token, send_grp, msg_id) per item of every
+	 * request with an attempt, and a token row per item and per group
+	 * subscribed to the item's topic with since_seq < *seq.
+	 * *rows (may be NULL) receives the number of token rows created.
+	 */
+	int (*mint)(tbx_tokens_t *tokens, const char *send_grp,
+		    const tbx__mint_req_t *reqs, size_t req_cnt, int64_t *seq,
+		    uint64_t *rows);
+	/** C's confirm: deletes the registrations of @p attempts, one txn. */
+	int (*confirm)(tbx_tokens_t *tokens, const char *const *attempts,
+		       size_t cnt);
+	/** D: deletes rows (token, grp) for @p tokens, one txn. */
+	int (*consume)(tbx_tokens_t *tokens, const char *grp,
+		       const char *const *token_ids, size_t cnt,
+		       uint64_t *deleted);
+	/**
+	 * Loser or orphan: one txn that deletes the tokens (every group) named
+	 * by @p attempt's registrations and the registrations, only if they
+	 * still exist.  *dropped = 1 when it did; *deleted (may be NULL)
+	 * receives the token rows removed.
+	 */
+	int (*drop_attempt)(tbx_tokens_t *tokens, const char *attempt,
+			    int *dropped, uint64_t *deleted);
+	/** Up to @p limit registrations of @p send_grp, oldest first, into a
+	 *  malloc'ed array (*out, caller frees; NULL when *cnt is 0). */
+	int (*registrations)(tbx_tokens_t *tokens, const char *send_grp,
+			     size_t limit, tbx__reg_t **out, size_t *cnt);
+	/** Counts token rows of @p grp (NULL: all) and registrations of
+	 *  @p grp as sender (NULL: all).  Either out pointer may be NULL. */
+	int (*count)(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
+		     int64_t *registrations);
+	/** Closes and frees. */
+	void (*close)(tbx_tokens_t *tokens);
+} tbx_tokens_ops_t;
+
+/** Backends embed this first. */
+struct tbx_tokens {
+	const tbx_tokens_ops_t *ops;
+};
+
+/**
+ * Opens the SQLite backend on @p path.  When @p shared is not NULL the
+ * backend uses that connection (the service store's, when both stores are
+ * one file) and does not close it; transactions then must not overlap.
+ */
+int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
+			   sqlite3 *shared, tbx_tokens_t **out, char *errstr,
+			   size_t errstr_size);
+
+/* Thin wrappers so call sites read as verbs. */
+static inline int tbx_tokens_exists(tbx_tokens_t *t, const char *token,
+				    const char *grp, int *exists)
+{
+	return t->ops->exists(t, token, grp, exists);
+}
+static inline int tbx_tokens_subscribe(tbx_tokens_t *t, const char *topic,
+				       const char *grp, int64_t *since)
+{
+	return t->ops->subscribe(t, topic, grp, since);
+}
+static inline int tbx_tokens_subscription(tbx_tokens_t *t, const char *topic,
+					  const char *grp, int64_t *since)
+{
+	return t->ops->subscription(t, topic, grp, since);
+}
+static inline int tbx_tokens_mint(tbx_tokens_t *t, const char *send_grp,
+				  const tbx__mint_req_t *reqs, size_t cnt,
+				  int64_t *seq, uint64_t *rows)
+{
+	return t->ops->mint(t, send_grp, reqs, cnt, seq, rows);
+}
+static inline int tbx_tokens_confirm(tbx_tokens_t *t,
+				     const char *const *attempts, size_t cnt)
+{
+	return t->ops->confirm(t, attempts, cnt);
+}
+static inline int tbx_tokens_consume(tbx_tokens_t *t, const char *grp,
+				     const char *const *ids, size_t cnt,
+				     uint64_t *deleted)
+{
+	return t->ops->consume(t, grp, ids, cnt, deleted);
+}
+static inline int tbx_tokens_drop_attempt(tbx_tokens_t *t, const char *attempt,
+					  int *dropped, uint64_t *deleted)
+{
+	return t->ops->drop_attempt(t, attempt, dropped, deleted);
+}
+static inline int tbx_tokens_registrations(tbx_tokens_t *t,
+					   const char *send_grp, size_t limit,
+					   tbx__reg_t **out, size_t *cnt)
+{
+	return t->ops->registrations(t, send_grp, limit, out, cnt);
+}
+static inline int tbx_tokens_count(tbx_tokens_t *t, const char *grp,
+				   int64_t *token_rows, int64_t *registrations)
+{
+	return t->ops->count(t, grp, token_rows, registrations);
+}
+static inline void tbx_tokens_close(tbx_tokens_t *t)
+{
+	if (t)
+		t->ops->close(t);
+}
+
+#endif
