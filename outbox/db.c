@@ -1,0 +1,562 @@
+/*
+ * Opening, migrating and driving a tokenbox SQLite database.
+ *
+ * A file is recognised by PRAGMA application_id (TBX_APPLICATION_ID) and
+ * versioned by PRAGMA user_version.  A file with neither (application_id 0
+ * and user_version 0) is adopted: it is a new file, or a service database
+ * that already holds the user's business tables, which is where handlers
+ * write.  Anything else is another application's file and is left alone.
+ *
+ * Migrations only go forward.  migrations[v] takes the schema from version
+ * v to v + 1; all the steps an open needs run in one BEGIN IMMEDIATE
+ * transaction together with the new user_version and application_id, so a
+ * file is never seen half-migrated, and two processes opening a new file at
+ * once serialise on the write lock (the second re-reads the version under
+ * the lock and finds nothing left to do).
+ */
+#include "outbox/db.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "consumer/util.h"
+#include "outbox/db_int.h"
+
+/*
+ * The whole schema: outbox tables (outbox/outbox.h) and token tables
+ * (tokens/tokens.h) live in every tokenbox file.  Never edit a step once
+ * released: append a new one and bump TBX_SCHEMA_VERSION.
+ */
+static const char *const migrations[] = {
+    /* 0 -> 1 */
+    /* The service store S. */
+    "CREATE TABLE tbx_outbox ("
+    " grp TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " in_topic TEXT NOT NULL,"
+    " in_partition INTEGER NOT NULL,"
+    " in_offset INTEGER NOT NULL,"
+    " in_token TEXT,"
+    " attempt TEXT,"
+    " mint_seq INTEGER,"
+    " kind INTEGER NOT NULL DEFAULT 0 CHECK (kind IN (0, 1)),"
+    " error TEXT,"
+    " created_ms INTEGER NOT NULL,"
+    /* PROCESSED has neither, TOKENED both (see outbox/outbox.h). */
+    " CHECK ((attempt IS NULL) = (mint_seq IS NULL)),"
+    " PRIMARY KEY (grp, msg_id)"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX tbx_outbox_created ON tbx_outbox (created_ms);"
+    /* Rowid table: payloads are too large for WITHOUT ROWID rows.  The
+     * primary key's index also serves the foreign key. */
+    "CREATE TABLE tbx_outbox_msg ("
+    " grp TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " out_id TEXT NOT NULL,"
+    " topic TEXT NOT NULL,"
+    " type TEXT NOT NULL,"
+    " key BLOB,"
+    " payload BLOB,"
+    " headers BLOB,"
+    " token TEXT,"
+    " PRIMARY KEY (grp, msg_id, seq),"
+    " FOREIGN KEY (grp, msg_id) REFERENCES tbx_outbox (grp, msg_id)"
+    "  ON DELETE CASCADE"
+    ");"
+    "CREATE TABLE tbx_ingress ("
+    " grp TEXT NOT NULL,"
+    " topic TEXT NOT NULL,"
+    " \"partition\" INTEGER NOT NULL,"
+    " next_offset INTEGER NOT NULL,"
+    " PRIMARY KEY (grp, topic, \"partition\")"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE tbx_dead_letters ("
+    " id INTEGER PRIMARY KEY,"
+    " grp TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " in_topic TEXT NOT NULL,"
+    " in_partition INTEGER NOT NULL,"
+    " in_offset INTEGER NOT NULL,"
+    " dlq_topic TEXT NOT NULL,"
+    " error TEXT,"
+    " attempts INTEGER NOT NULL,"
+    " created_ms INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX tbx_dead_letters_grp ON tbx_dead_letters (grp, created_ms);"
+    /* The token store T.  One sequence for mint and subscribe. */
+    "CREATE TABLE tbx_seq ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " value INTEGER NOT NULL"
+    ");"
+    "INSERT INTO tbx_seq (id, value) VALUES (1, 0);"
+    "CREATE TABLE tbx_tokens ("
+    " token TEXT NOT NULL,"
+    " grp TEXT NOT NULL,"
+    " mint_seq INTEGER NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (token, grp)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE tbx_registrations ("
+    " attempt TEXT NOT NULL,"
+    " token TEXT NOT NULL,"
+    " send_grp TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (attempt, token)"
+    ") WITHOUT ROWID;"
+    /* The sweeper reads a group's registrations, oldest first. */
+    "CREATE INDEX tbx_registrations_send ON tbx_registrations"
+    " (send_grp, created_ms, attempt);"
+    "CREATE TABLE tbx_subscriptions ("
+    " topic TEXT NOT NULL,"
+    " grp TEXT NOT NULL,"
+    " since_seq INTEGER NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (topic, grp)"
+    ") WITHOUT ROWID;",
+};
+
+_Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,
+	       "one migration step per schema version");
+
+void tbx__db_opts_init(tbx__db_opts_t *opts)
+{
+	opts->synchronous_full = 1;
+	opts->busy_timeout_ms = 5000;
+	opts->readonly = 0;
+	opts->create = 1;
+}
+
+int tbx__db_err(int sqlite_rc)
+{
+	switch (sqlite_rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_ROW:
+	case SQLITE_DONE:
+		return TBX_OK;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+	case SQLITE_PROTOCOL:
+		return TBX_EBUSY;
+	case SQLITE_NOMEM:
+		return TBX_ENOMEM;
+	case SQLITE_IOERR:
+	case SQLITE_FULL:
+	case SQLITE_CANTOPEN:
+	case SQLITE_PERM:
+	case SQLITE_READONLY:
+		return TBX_EIO;
+	case SQLITE_CORRUPT:
+		return TBX_ECORRUPT;
+	case SQLITE_NOTADB:
+		return TBX_ENOTDB;
+	default:
+		return TBX_ESTORE;
+	}
+}
+
+/* A lock held too long is worth a warning; anything else is an error. */
+static int log_level_for(int sqlite_rc)
+{
+	return tbx__db_err(sqlite_rc) == TBX_EBUSY ? TBX_LOG_WARNING
+						   : TBX_LOG_ERR;
+}
+
+int tbx__db_fail(sqlite3 *db, const char *what)
+{
+	int rc = sqlite3_errcode(db);
+	int err = tbx__db_err(rc);
+
+	tbx__log(log_level_for(rc), "sqlite: %s: %s", what ? what : "",
+		 sqlite3_errmsg(db));
+	return err == TBX_OK ? TBX_ESTORE : err;
+}
+
+int tbx__db_exec(sqlite3 *db, const char *sql)
+{
+	char *msg = NULL;
+	int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+	int err;
+
+	if (rc == SQLITE_OK)
+		return TBX_OK;
+	tbx__log(log_level_for(rc), "sqlite: %s: %s", sql,
+		 msg ? msg : sqlite3_errstr(rc));
+	sqlite3_free(msg);
+	err = tbx__db_err(rc);
+	return err == TBX_OK ? TBX_ESTORE : err;
+}
+
+sqlite3_stmt *tbx__db_stmt(sqlite3 *db, sqlite3_stmt **slot, const char *sql)
+{
+	if (*slot) {
+		/* A statement left stepped would pin a read snapshot (and
+		 * its lock) across calls: always start from a clean state. */
+		sqlite3_reset(*slot);
+		sqlite3_clear_bindings(*slot);
+		return *slot;
+	}
+	if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot,
+			       NULL) != SQLITE_OK) {
+		tbx__log(log_level_for(sqlite3_errcode(db)),
+			 "sqlite: prepare %s: %s", sql, sqlite3_errmsg(db));
+		sqlite3_finalize(*slot);
+		*slot = NULL;
+		return NULL;
+	}
+	return *slot;
+}
+
+int tbx__db_step(sqlite3_stmt *stmt)
+{
+	int rc = sqlite3_step(stmt);
+	sqlite3 *db;
+	int err;
+
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	db = sqlite3_db_handle(stmt);
+	tbx__log(log_level_for(rc), "sqlite: %s: %s", sqlite3_sql(stmt),
+		 sqlite3_errmsg(db));
+	err = tbx__db_err(rc);
+	sqlite3_reset(stmt);
+	return -(err == TBX_OK ? TBX_ESTORE : err);
+}
+
+/* Reads a one-integer pragma.  @returns the SQLite result code. */
+static int pragma_int(sqlite3 *db, const char *sql, int64_t *val)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
+
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(stmt);
+		if (rc == SQLITE_ROW) {
+			*val = sqlite3_column_int64(stmt, 0);
+			rc = SQLITE_OK;
+		} else if (rc == SQLITE_DONE) {
+			*val = 0;
+			rc = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/* Runs a parameterless statement that may return one text value (a
+ * pragma), copying it into @p out.  @returns the SQLite result code. */
+static int pragma_text(sqlite3 *db, const char *sql, char *out, size_t size)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
+
+	if (size)
+		out[0] = '\0';
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(stmt);
+		if (rc == SQLITE_ROW) {
+			const char *text =
+			    (const char *)sqlite3_column_text(stmt, 0);
+			if (size)
+				tbx__strlcpy(out, text ? text : "", size);
+			rc = SQLITE_OK;
+		} else if (rc == SQLITE_DONE) {
+			rc = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/* @returns 1 when PRAGMA quick_check finds the file damaged. */
+static int quick_check_fails(sqlite3 *db)
+{
+	char res[128];
+	int rc = pragma_text(db, "PRAGMA quick_check(1)", res, sizeof(res));
+
+	if (rc != SQLITE_OK)
+		return (rc & 0xff) == SQLITE_CORRUPT ||
+		       (rc & 0xff) == SQLITE_NOTADB;
+	return strcmp(res, "ok") != 0;
+}
+
+/*
+ * Turns a failed SQLite call during open into a tbx error and a message
+ * naming the file.  A code that does not say what is wrong ("strange")
+ * gets a quick_check, so that a damaged file is reported as such.
+ */
+static int open_fail(sqlite3 *db, const char *path, int rc, const char *what,
+		     char *errstr, size_t errstr_size)
+{
+	char msg[256];
+	int err = tbx__db_err(rc);
+
+	tbx__strlcpy(msg, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
+		     sizeof(msg));
+	switch (rc & 0xff) {
+	case SQLITE_NOTADB:
+		err = TBX_ENOTDB;
+		tbx__seterr(errstr, errstr_size, err,
+			    "%s: not a tokenbox database (not an SQLite file: "
+			    "%s)",
+			    path, msg);
+		break;
+	case SQLITE_CORRUPT:
+		tbx__seterr(errstr, errstr_size, err,
+			    "%s: %s: file is corrupt (%s)", path, what, msg);
+		break;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+	case SQLITE_PROTOCOL:
+		tbx__seterr(errstr, errstr_size, err,
+			    "%s: %s: locked by another connection past "
+			    "busy_timeout (%s)",
+			    path, what, msg);
+		break;
+	case SQLITE_IOERR:
+	case SQLITE_FULL:
+	case SQLITE_CANTOPEN:
+	case SQLITE_PERM:
+	case SQLITE_READONLY:
+	case SQLITE_NOMEM:
+		tbx__seterr(errstr, errstr_size, err, "%s: %s: %s", path, what,
+			    msg);
+		break;
+	default:
+		if (db && quick_check_fails(db)) {
+			err = TBX_ECORRUPT;
+			tbx__seterr(errstr, errstr_size, err,
+				    "%s: %s: %s; quick_check reports the file "
+				    "is corrupt",
+				    path, what, msg);
+		} else {
+			if (err == TBX_OK)
+				err = TBX_ESTORE;
+			tbx__seterr(errstr, errstr_size, err, "%s: %s: %s",
+				    path, what, msg);
+		}
+		break;
+	}
+	/* The caller reports errstr; log only at debug level so a command
+	 * that prints it does not show it twice. */
+	tbx__log(TBX_LOG_DEBUG, "%s", errstr && errstr_size ? errstr : msg);
+	return err;
+}
+
+/*
+ * Decides from the header whether the file is ours.  @p app_id 0 with
+ * user_version 0 is a file nobody has claimed (see the top of this file).
+ */
+static int check_header(const char *path, int64_t app_id, int64_t version,
+			char *errstr, size_t errstr_size)
+{
+	if (app_id != TBX_APPLICATION_ID && app_id != 0)
+		return tbx__seterr(
+		    errstr, errstr_size, TBX_ENOTDB,
+		    "%s: not a tokenbox database (application_id "
+		    "0x%08" PRIx32 ", expected 0x%08x)",
+		    path, (uint32_t)app_id, (unsigned)TBX_APPLICATION_ID);
+	if (app_id == 0 && version != 0)
+		return tbx__seterr(errstr, errstr_size, TBX_ENOTDB,
+				   "%s: not a tokenbox database (no tokenbox "
+				   "application_id, user_version %" PRId64
+				   " set by another program)",
+				   path, version);
+	if (version > TBX_SCHEMA_VERSION)
+		return tbx__seterr(errstr, errstr_size, TBX_ESCHEMA,
+				   "%s: schema version %" PRId64
+				   " is newer than this tokenbox's (%d); use a "
+				   "newer tokenbox",
+				   path, version, TBX_SCHEMA_VERSION);
+	return TBX_OK;
+}
+
+/* Applies migrations[version ..] under the write lock.  The header is
+ * re-read under the lock: another process may have migrated meanwhile. */
+static int migrate(sqlite3 *db, const char *path, char *errstr,
+		   size_t errstr_size)
+{
+	char sql[64];
+	int64_t app_id, version;
+	int rc, err;
+
+	if ((rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL)))
+		return open_fail(db, path, rc, "cannot lock for migration",
+				 errstr, errstr_size);
+	if ((rc = pragma_int(db, "PRAGMA application_id", &app_id)) ||
+	    (rc = pragma_int(db, "PRAGMA user_version", &version))) {
+		err = open_fail(db, path, rc, "cannot read the header", errstr,
+				errstr_size);
+		goto rollback;
+	}
+	if ((err = check_header(path, app_id, version, errstr, errstr_size)))
+		goto rollback;
+	for (int64_t v = version; v < TBX_SCHEMA_VERSION; v++) {
+		char *msg = NULL;
+
+		rc = sqlite3_exec(db, migrations[v], NULL, NULL, &msg);
+		if (rc != SQLITE_OK) {
+			err = tbx__db_err(rc);
+			if (err == TBX_OK)
+				err = TBX_ESTORE;
+			tbx__seterr(errstr, errstr_size, err,
+				    "%s: migration to schema version %" PRId64
+				    " failed: %s",
+				    path, v + 1,
+				    msg ? msg : sqlite3_errstr(rc));
+			tbx__log(TBX_LOG_ERR, "%s",
+				 errstr && errstr_size ? errstr : "migration");
+			sqlite3_free(msg);
+			goto rollback;
+		}
+	}
+	/* Constants, not values: pragmas take no bound parameters. */
+	snprintf(sql, sizeof(sql), "PRAGMA application_id = %d",
+		 (int)TBX_APPLICATION_ID);
+	if ((rc = sqlite3_exec(db, sql, NULL, NULL, NULL)) == SQLITE_OK) {
+		snprintf(sql, sizeof(sql), "PRAGMA user_version = %d",
+			 TBX_SCHEMA_VERSION);
+		rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		err =
+		    open_fail(db, path, rc, "cannot record the schema version",
+			      errstr, errstr_size);
+		goto rollback;
+	}
+	if (version < TBX_SCHEMA_VERSION)
+		tbx__log(TBX_LOG_INFO,
+			 "%s: schema migrated from version %" PRId64 " to %d",
+			 path, version, TBX_SCHEMA_VERSION);
+	return TBX_OK;
+rollback:
+	if (!sqlite3_get_autocommit(db))
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	return err;
+}
+
+int tbx__db_open(const char *path, const tbx__db_opts_t *opts, sqlite3 **out,
+		 char *errstr, size_t errstr_size)
+{
+	tbx__db_opts_t defaults;
+	sqlite3 *db = NULL;
+	struct stat st;
+	char mode[32];
+	int64_t app_id, version, tables;
+	int flags, rc, err;
+
+	if (!out)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "no place for the connection");
+	*out = NULL;
+	if (!path || !*path)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "no database path given");
+	if (!opts) {
+		tbx__db_opts_init(&defaults);
+		opts = &defaults;
+	}
+	/* SQLite says CANTOPEN for a missing file; say what it is. */
+	if ((opts->readonly || !opts->create) && stat(path, &st) != 0) {
+		if (errno == ENOENT)
+			return tbx__seterr(
+			    errstr, errstr_size, TBX_ENOENT,
+			    "%s: no such database file%s", path,
+			    opts->readonly ? "" : " (and creating it is off)");
+		return tbx__seterr(errstr, errstr_size, TBX_EIO, "%s: %s", path,
+				   strerror(errno));
+	}
+	flags = SQLITE_OPEN_NOMUTEX; /* a handle is used by one thread */
+	if (opts->readonly)
+		flags |= SQLITE_OPEN_READONLY;
+	else
+		flags |= SQLITE_OPEN_READWRITE |
+			 (opts->create ? SQLITE_OPEN_CREATE : 0);
+	rc = sqlite3_open_v2(path, &db, flags, NULL);
+	if (rc != SQLITE_OK) {
+		err =
+		    open_fail(db, path, rc, "cannot open", errstr, errstr_size);
+		sqlite3_close_v2(db);
+		return err;
+	}
+	sqlite3_extended_result_codes(db, 1);
+	sqlite3_busy_timeout(
+	    db, opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms : 0);
+
+	/* The first read of the file: a non-SQLite file fails here, before
+	 * anything could be written to it. */
+	if ((rc = pragma_int(db, "PRAGMA application_id", &app_id)) ||
+	    (rc = pragma_int(db, "PRAGMA user_version", &version))) {
+		err = open_fail(db, path, rc, "cannot read the header", errstr,
+				errstr_size);
+		goto fail;
+	}
+	if ((err = check_header(path, app_id, version, errstr, errstr_size)))
+		goto fail;
+	/* Parses the schema now, so that a damaged one is reported by open
+	 * rather than by the first statement of a batch. */
+	if ((rc = pragma_int(db, "SELECT count(*) FROM sqlite_master",
+			     &tables))) {
+		err = open_fail(db, path, rc, "cannot read the schema", errstr,
+				errstr_size);
+		goto fail;
+	}
+
+	if (opts->readonly) {
+		/* Read-only never writes, so it cannot migrate either. */
+		if (version < TBX_SCHEMA_VERSION) {
+			err = tbx__seterr(
+			    errstr, errstr_size, TBX_ESCHEMA,
+			    "%s: schema version %" PRId64
+			    " is older than this tokenbox's (%d); open it "
+			    "read-write once (e.g. start a worker on it) "
+			    "to migrate it",
+			    path, version, TBX_SCHEMA_VERSION);
+			goto fail;
+		}
+	} else {
+		if ((rc = pragma_text(db, "PRAGMA journal_mode = WAL", mode,
+				      sizeof(mode)))) {
+			err = open_fail(db, path, rc, "cannot enable WAL",
+					errstr, errstr_size);
+			goto fail;
+		}
+		if (strcmp(mode, "wal") != 0)
+			tbx__log(TBX_LOG_WARNING,
+				 "%s: journal_mode is %s, not wal", path, mode);
+		rc = sqlite3_exec(db,
+				  opts->synchronous_full
+				      ? "PRAGMA synchronous = FULL"
+				      : "PRAGMA synchronous = NORMAL",
+				  NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			err = open_fail(db, path, rc, "cannot set synchronous",
+					errstr, errstr_size);
+			goto fail;
+		}
+	}
+	/* Outside any transaction, where the pragma takes effect; the outbox
+	 * relies on it to delete a row's messages with the row. */
+	if ((rc = sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL,
+			       NULL))) {
+		err = open_fail(db, path, rc, "cannot enable foreign keys",
+				errstr, errstr_size);
+		goto fail;
+	}
+	if (!opts->readonly && (app_id == 0 || version < TBX_SCHEMA_VERSION) &&
+	    (err = migrate(db, path, errstr, errstr_size)))
+		goto fail;
+	*out = db;
+	return TBX_OK;
+fail:
+	sqlite3_close_v2(db);
+	return err;
+}

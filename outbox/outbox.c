@@ -1,0 +1,785 @@
+/*
+ * The service store S (outbox/outbox.h): outbox rows and their outgoing
+ * messages, ingress offsets and dead-letter records.
+ *
+ * Every statement is prepared once per store and cached in stmts[] (see
+ * tbx__db_stmt); every value is bound.  A statement is reset as soon as its
+ * caller is done with it, so that none holds a read snapshot or a lock
+ * between calls.
+ *
+ * @locality one thread at a time per store (the worker's).
+ */
+#include "outbox/outbox.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "outbox/db_int.h"
+
+enum {
+	Q_BEGIN,
+	Q_COMMIT,
+	Q_ROLLBACK,
+	Q_SAVEPOINT,
+	Q_RELEASE,
+	Q_ROLLBACK_TO,
+	Q_LOAD_BEGIN,
+	Q_LOAD_END,
+	Q_ROW_FIND,
+	Q_ROW_INSERT,
+	Q_MSG_INSERT,
+	Q_ROW_GET,
+	Q_MSG_GET,
+	Q_SET_ATTEMPT,
+	Q_SET_TOKEN,
+	Q_UNTOKENED,
+	Q_ROW_DELETE,
+	Q_INGRESS_GET,
+	Q_INGRESS_SET,
+	Q_DEAD_LETTER,
+	Q_COUNT_ALL,
+	Q_COUNT_GRP,
+	Q__COUNT
+};
+
+static const char *const sql[Q__COUNT] = {
+    [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_COMMIT] = "COMMIT",
+    [Q_ROLLBACK] = "ROLLBACK",
+    [Q_SAVEPOINT] = "SAVEPOINT tbx_msg",
+    [Q_RELEASE] = "RELEASE tbx_msg",
+    [Q_ROLLBACK_TO] = "ROLLBACK TO tbx_msg",
+    /* A savepoint works inside the caller's transaction and, outside
+     * one, opens a read transaction: either way a load reads the row
+     * and its messages from one snapshot. */
+    [Q_LOAD_BEGIN] = "SAVEPOINT tbx_load",
+    [Q_LOAD_END] = "RELEASE tbx_load",
+    [Q_ROW_FIND] = "SELECT attempt FROM tbx_outbox WHERE grp = ?1 AND "
+		   "msg_id = ?2",
+    [Q_ROW_INSERT] = "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+		     "in_partition, in_offset, in_token, attempt, mint_seq, "
+		     "kind, error, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+		     "?7, ?8, ?9, ?10, ?11)",
+    [Q_MSG_INSERT] = "INSERT INTO tbx_outbox_msg (grp, msg_id, seq, out_id, "
+		     "topic, type, key, payload, headers, token) VALUES (?1, "
+		     "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [Q_ROW_GET] = "SELECT in_topic, in_partition, in_offset, in_token, "
+		  "attempt, mint_seq, kind, error, created_ms FROM tbx_outbox "
+		  "WHERE grp = ?1 AND msg_id = ?2",
+    [Q_MSG_GET] = "SELECT out_id, topic, type, key, payload, headers, token "
+		  "FROM tbx_outbox_msg WHERE grp = ?1 AND msg_id = ?2 ORDER "
+		  "BY seq",
+    /* B: the first persisted attempt wins, never overwritten. */
+    [Q_SET_ATTEMPT] = "UPDATE tbx_outbox SET attempt = ?1, mint_seq = ?2 "
+		      "WHERE grp = ?3 AND msg_id = ?4 AND attempt IS NULL",
+    [Q_SET_TOKEN] = "UPDATE tbx_outbox_msg SET token = ?1 WHERE grp = ?2 "
+		    "AND msg_id = ?3 AND seq = ?4 AND out_id = ?5",
+    [Q_UNTOKENED] = "SELECT count(*) FROM tbx_outbox_msg WHERE grp = ?1 AND "
+		    "msg_id = ?2 AND token IS NULL",
+    /* Messages go with the row: ON DELETE CASCADE (foreign_keys on). */
+    [Q_ROW_DELETE] = "DELETE FROM tbx_outbox WHERE grp = ?1 AND msg_id = ?2",
+    [Q_INGRESS_GET] = "SELECT next_offset FROM tbx_ingress WHERE grp = ?1 "
+		      "AND topic = ?2 AND \"partition\" = ?3",
+    [Q_INGRESS_SET] = "INSERT INTO tbx_ingress (grp, topic, \"partition\", "
+		      "next_offset) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (grp, "
+		      "topic, \"partition\") DO UPDATE SET next_offset = "
+		      "excluded.next_offset",
+    [Q_DEAD_LETTER] = "INSERT INTO tbx_dead_letters (grp, msg_id, in_topic, "
+		      "in_partition, in_offset, dlq_topic, error, attempts, "
+		      "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [Q_COUNT_ALL] = "SELECT count(*) FROM tbx_outbox",
+    [Q_COUNT_GRP] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1",
+};
+
+struct tbx_outbox {
+	sqlite3 *db;
+	sqlite3_stmt *stmts[Q__COUNT];
+};
+
+/* The cached statement @p q, reset and unbound; NULL on failure (logged). */
+static sqlite3_stmt *stmt_get(tbx_outbox_t *store, int q)
+{
+	return tbx__db_stmt(store->db, &store->stmts[q], sql[q]);
+}
+
+/* Runs a statement that returns no rows and needs no parameters. */
+static int run(tbx_outbox_t *store, int q)
+{
+	sqlite3_stmt *stmt = stmt_get(store, q);
+	int r;
+
+	if (!stmt)
+		return tbx__db_fail(store->db, sql[q]);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+/* Binds text, or NULL for an empty string (optional columns). */
+static int bind_opt_text(sqlite3_stmt *stmt, int i, const char *s)
+{
+	if (!s || !*s)
+		return sqlite3_bind_null(stmt, i);
+	return sqlite3_bind_text(stmt, i, s, -1, SQLITE_STATIC);
+}
+
+/* Binds a blob; a NULL pointer binds SQL NULL (no key, null value), a
+ * non-NULL pointer of length 0 an empty blob. */
+static int bind_blob(sqlite3_stmt *stmt, int i, const void *p, size_t len)
+{
+	if (!p)
+		return sqlite3_bind_null(stmt, i);
+	return sqlite3_bind_blob64(stmt, i, p, (sqlite3_uint64)len,
+				   SQLITE_STATIC);
+}
+
+/* A failed bind: log, map, and leave the statement clean. */
+static int bind_fail(tbx_outbox_t *store, sqlite3_stmt *stmt)
+{
+	int err = tbx__db_fail(store->db, sqlite3_sql(stmt));
+
+	sqlite3_reset(stmt);
+	return err;
+}
+
+/*
+ * Rows in memory.
+ */
+
+void tbx__row_init(tbx__row_t *row)
+{
+	memset(row, 0, sizeof(*row));
+}
+
+static void outmsg_free(tbx__outmsg_t *m)
+{
+	free(m->topic);
+	free(m->type);
+	free(m->key);
+	free(m->payload);
+	free(m->headers);
+	memset(m, 0, sizeof(*m));
+}
+
+void tbx__row_clear_msgs(tbx__row_t *row)
+{
+	for (size_t i = 0; i < row->msg_cnt; i++)
+		outmsg_free(&row->msgs[i]);
+	/* The array stays for the next batch: no allocation per message. */
+	row->msg_cnt = 0;
+}
+
+void tbx__row_clear(tbx__row_t *row)
+{
+	tbx__row_clear_msgs(row);
+	free(row->msgs);
+	free(row->error);
+	tbx__row_init(row);
+}
+
+/* Appends a zeroed message slot.  @returns NULL when out of memory. */
+static tbx__outmsg_t *row_grow(tbx__row_t *row)
+{
+	if (row->msg_cnt == row->msg_cap) {
+		size_t cap = row->msg_cap ? row->msg_cap * 2 : 4;
+		tbx__outmsg_t *msgs;
+
+		if (cap > SIZE_MAX / sizeof(*msgs))
+			return NULL;
+		if (!(msgs = realloc(row->msgs, cap * sizeof(*msgs))))
+			return NULL;
+		row->msgs = msgs;
+		row->msg_cap = cap;
+	}
+	memset(&row->msgs[row->msg_cnt], 0, sizeof(row->msgs[0]));
+	return &row->msgs[row->msg_cnt++];
+}
+
+int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
+		 const void *key, size_t key_len, const void *payload,
+		 size_t payload_len, const void *headers, size_t headers_len)
+{
+	tbx__outmsg_t *m;
+
+	if (!row || !topic || !type)
+		return TBX_EINVAL;
+	if (!(m = row_grow(row)))
+		return TBX_ENOMEM;
+	tbx__uuid(m->id);
+	m->topic = tbx__strdup(topic);
+	m->type = tbx__strdup(type);
+	if (key) {
+		m->key = tbx__memdup(key, key_len);
+		m->key_len = key_len;
+	}
+	if (payload) {
+		m->payload = tbx__memdup(payload, payload_len);
+		m->payload_len = payload_len;
+	}
+	if (headers && headers_len) {
+		m->headers = tbx__memdup(headers, headers_len);
+		m->headers_len = headers_len;
+	}
+	if (!m->topic || !m->type || (key && !m->key) ||
+	    (payload && !m->payload) ||
+	    (headers && headers_len && !m->headers)) {
+		outmsg_free(m);
+		row->msg_cnt--;
+		return TBX_ENOMEM;
+	}
+	return TBX_OK;
+}
+
+/* @returns 1 when @p s is a NUL-terminated UUID text. */
+static int is_uuid_str(const char *s)
+{
+	return tbx__is_uuid(s, strnlen(s, TBX_UUID_LEN + 1));
+}
+
+static int msg_check(const tbx__row_t *row, size_t i)
+{
+	const tbx__outmsg_t *m = &row->msgs[i];
+	tbx_header_t hdr;
+	size_t pos = 0;
+	int r;
+
+	if (!is_uuid_str(m->id) || !m->topic || !*m->topic || !m->type)
+		return 0;
+	if ((!m->key && m->key_len) || (!m->payload && m->payload_len) ||
+	    (!m->headers && m->headers_len))
+		return 0;
+	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &hdr)) ==
+	       1)
+		;
+	if (r < 0)
+		return 0;
+	/* PROCESSED: no token; TOKENED: every message has one. */
+	if (row->attempt[0])
+		return is_uuid_str(m->token);
+	return m->token[0] == '\0';
+}
+
+int tbx_outbox_row_check(const tbx__row_t *row)
+{
+	if (!row || !row->msg_id[0] || row->msg_cnt > row->msg_cap ||
+	    (row->msg_cnt && !row->msgs))
+		return 0;
+	if (row->kind != TBX_ROW_HANDLED && row->kind != TBX_ROW_DEAD_LETTER)
+		return 0;
+	if (row->attempt[0]) {
+		/* TOKENED */
+		if (!is_uuid_str(row->attempt) || row->mint_seq <= 0)
+			return 0;
+	} else if (row->mint_seq != 0) {
+		/* PROCESSED */
+		return 0;
+	}
+	for (size_t i = 0; i < row->msg_cnt; i++)
+		if (!msg_check(row, i))
+			return 0;
+	return 1;
+}
+
+/*
+ * The store.
+ */
+
+int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
+		    tbx_outbox_t **out, char *errstr, size_t errstr_size)
+{
+	tbx_outbox_t *store;
+	int err;
+
+	if (!out)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "no place for the store");
+	*out = NULL;
+	if (!(store = calloc(1, sizeof(*store))))
+		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				   "out of memory");
+	if ((err = tbx__db_open(path, opts, &store->db, errstr, errstr_size))) {
+		free(store);
+		return err;
+	}
+	*out = store;
+	return TBX_OK;
+}
+
+void tbx_outbox_close(tbx_outbox_t *store)
+{
+	if (!store)
+		return;
+	for (int q = 0; q < Q__COUNT; q++)
+		sqlite3_finalize(store->stmts[q]);
+	/* _v2: a token store sharing this connection may still hold
+	 * statements; the connection goes when they are finalized. */
+	sqlite3_close_v2(store->db);
+	free(store);
+}
+
+sqlite3 *tbx_outbox_db(tbx_outbox_t *store)
+{
+	return store ? store->db : NULL;
+}
+
+int tbx_outbox_begin(tbx_outbox_t *store)
+{
+	return run(store, Q_BEGIN);
+}
+
+int tbx_outbox_commit(tbx_outbox_t *store)
+{
+	return run(store, Q_COMMIT);
+}
+
+int tbx_outbox_rollback(tbx_outbox_t *store)
+{
+	/* Callers roll back after any failure, including a failed COMMIT
+	 * that SQLite already rolled back (SQLITE_FULL, …): nothing to do
+	 * then. */
+	if (sqlite3_get_autocommit(store->db))
+		return TBX_OK;
+	return run(store, Q_ROLLBACK);
+}
+
+int tbx_outbox_savepoint(tbx_outbox_t *store)
+{
+	return run(store, Q_SAVEPOINT);
+}
+
+int tbx_outbox_release(tbx_outbox_t *store)
+{
+	return run(store, Q_RELEASE);
+}
+
+int tbx_outbox_undo(tbx_outbox_t *store)
+{
+	int err = run(store, Q_ROLLBACK_TO);
+
+	return err ? err : run(store, Q_RELEASE);
+}
+
+int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
+			const char *msg_id, int *found,
+			char attempt[TBX_UUID_LEN + 1])
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	*found = 0;
+	if (attempt)
+		attempt[0] = '\0';
+	if (!(stmt = stmt_get(store, Q_ROW_FIND)))
+		return tbx__db_fail(store->db, sql[Q_ROW_FIND]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	if (r == 1) {
+		const char *a = (const char *)sqlite3_column_text(stmt, 0);
+		*found = 1;
+		if (attempt && a)
+			tbx__strlcpy(attempt, a, TBX_UUID_LEN + 1);
+	}
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
+static int msg_insert(tbx_outbox_t *store, const char *grp,
+		      const tbx__row_t *row, size_t i)
+{
+	const tbx__outmsg_t *m = &row->msgs[i];
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(store, Q_MSG_INSERT)))
+		return tbx__db_fail(store->db, sql[Q_MSG_INSERT]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)i) ||
+	    sqlite3_bind_text(stmt, 4, m->id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 5, m->topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 6, m->type, -1, SQLITE_STATIC) ||
+	    bind_blob(stmt, 7, m->key, m->key_len) ||
+	    bind_blob(stmt, 8, m->payload, m->payload_len) ||
+	    bind_blob(stmt, 9, m->headers, m->headers_len) ||
+	    bind_opt_text(stmt, 10, m->token))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
+			  const tbx__row_t *row)
+{
+	sqlite3_stmt *stmt;
+	int r, err;
+
+	if (!grp || !tbx_outbox_row_check(row)) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox: refusing to insert row %s: it "
+			 "breaks the row invariants",
+			 row ? row->msg_id : "(null)");
+		return TBX_EINVAL;
+	}
+	if (!(stmt = stmt_get(store, Q_ROW_INSERT)))
+		return tbx__db_fail(store->db, sql[Q_ROW_INSERT]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 3, row->in_topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 4, row->in_partition) ||
+	    sqlite3_bind_int64(stmt, 5, row->in_offset) ||
+	    bind_opt_text(stmt, 6, row->in_token) ||
+	    bind_opt_text(stmt, 7, row->attempt) ||
+	    (row->attempt[0] ? sqlite3_bind_int64(stmt, 8, row->mint_seq)
+			     : sqlite3_bind_null(stmt, 8)) ||
+	    sqlite3_bind_int(stmt, 9, row->kind) ||
+	    bind_opt_text(stmt, 10, row->error) ||
+	    sqlite3_bind_int64(
+		stmt, 11, row->created_ms ? row->created_ms : tbx__now_ms()))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	if (r < 0)
+		return -r;
+	for (size_t i = 0; i < row->msg_cnt; i++)
+		if ((err = msg_insert(store, grp, row, i)))
+			return err;
+	return TBX_OK;
+}
+
+/* Copies a text column into a fixed buffer; a value that does not fit was
+ * not written by tokenbox. */
+static int column_text(sqlite3_stmt *stmt, int col, char *dst, size_t size)
+{
+	const char *s = (const char *)sqlite3_column_text(stmt, col);
+
+	if (!s) {
+		dst[0] = '\0';
+		return TBX_OK;
+	}
+	if (tbx__strlcpy(dst, s, size) < 0) {
+		tbx__log(TBX_LOG_ERR, "outbox: %s too long in %s",
+			 sqlite3_column_name(stmt, col), sqlite3_sql(stmt));
+		return TBX_ESTORE;
+	}
+	return TBX_OK;
+}
+
+/* Copies a blob column: SQL NULL stays NULL, an empty blob becomes a
+ * non-NULL empty buffer (no key vs an empty key). */
+static int column_blob(sqlite3_stmt *stmt, int col, void **dst, size_t *len)
+{
+	int n;
+
+	*dst = NULL;
+	*len = 0;
+	if (sqlite3_column_type(stmt, col) == SQLITE_NULL)
+		return TBX_OK;
+	/* Per SQLite's advice: the pointer first, then the length. */
+	const void *p = sqlite3_column_blob(stmt, col);
+	n = sqlite3_column_bytes(stmt, col);
+	if (!(*dst = tbx__memdup(p, (size_t)n)))
+		return TBX_ENOMEM;
+	*len = (size_t)n;
+	return TBX_OK;
+}
+
+static int row_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
+		   tbx__row_t *row)
+{
+	sqlite3_stmt *stmt;
+	const char *error;
+	int r, err;
+
+	if (!(stmt = stmt_get(store, Q_ROW_GET)))
+		return tbx__db_fail(store->db, sql[Q_ROW_GET]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	if (r == 0) {
+		sqlite3_reset(stmt);
+		return TBX_ENOENT;
+	}
+	tbx__strlcpy(row->msg_id, msg_id, sizeof(row->msg_id));
+	if ((err =
+		 column_text(stmt, 0, row->in_topic, sizeof(row->in_topic))) ||
+	    (err =
+		 column_text(stmt, 3, row->in_token, sizeof(row->in_token))) ||
+	    (err = column_text(stmt, 4, row->attempt, sizeof(row->attempt))))
+		goto out;
+	row->in_partition = sqlite3_column_int(stmt, 1);
+	row->in_offset = sqlite3_column_int64(stmt, 2);
+	row->mint_seq = sqlite3_column_int64(stmt, 5);
+	row->kind = sqlite3_column_int(stmt, 6);
+	error = (const char *)sqlite3_column_text(stmt, 7);
+	if (error && !(row->error = tbx__strdup(error)))
+		err = TBX_ENOMEM;
+	row->created_ms = sqlite3_column_int64(stmt, 8);
+out:
+	sqlite3_reset(stmt);
+	return err;
+}
+
+static int msgs_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
+		    tbx__row_t *row)
+{
+	sqlite3_stmt *stmt;
+	int r = 0, err = TBX_OK;
+
+	if (!(stmt = stmt_get(store, Q_MSG_GET)))
+		return tbx__db_fail(store->db, sql[Q_MSG_GET]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	while (!err && (r = tbx__db_step(stmt)) == 1) {
+		tbx__outmsg_t *m = row_grow(row);
+		const char *topic, *type;
+
+		if (!m) {
+			err = TBX_ENOMEM;
+			break;
+		}
+		topic = (const char *)sqlite3_column_text(stmt, 1);
+		type = (const char *)sqlite3_column_text(stmt, 2);
+		if ((err = column_text(stmt, 0, m->id, sizeof(m->id))) ||
+		    (err = column_text(stmt, 6, m->token, sizeof(m->token))))
+			break;
+		if (!(m->topic = tbx__strdup(topic ? topic : "")) ||
+		    !(m->type = tbx__strdup(type ? type : ""))) {
+			err = TBX_ENOMEM;
+			break;
+		}
+		if ((err = column_blob(stmt, 3, &m->key, &m->key_len)) ||
+		    (err =
+			 column_blob(stmt, 4, &m->payload, &m->payload_len)) ||
+		    (err = column_blob(stmt, 5, &m->headers, &m->headers_len)))
+			break;
+		/* An empty headers blob is "none" in memory. */
+		if (m->headers && m->headers_len == 0) {
+			free(m->headers);
+			m->headers = NULL;
+		}
+	}
+	if (!err && r < 0)
+		return -r;
+	sqlite3_reset(stmt);
+	return err;
+}
+
+int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
+			const char *msg_id, tbx__row_t *row)
+{
+	char id[TBX_MSGID_MAX + 1];
+	int err, end;
+
+	/* @p msg_id may point into @p row (reloading a row in place). */
+	if (tbx__strlcpy(id, msg_id, sizeof(id)) < 0) {
+		tbx__row_clear(row);
+		return TBX_ENOENT;
+	}
+	tbx__row_clear(row);
+	if ((err = run(store, Q_LOAD_BEGIN)))
+		return err;
+	if (!(err = row_get(store, grp, id, row)))
+		err = msgs_get(store, grp, id, row);
+	end = run(store, Q_LOAD_END);
+	if (!err)
+		err = end;
+	if (err)
+		tbx__row_clear(row); /* never half a row */
+	return err;
+}
+
+/* @returns the count from a one-row count(*) statement already bound. */
+static int count_step(sqlite3_stmt *stmt, int64_t *n)
+{
+	int r = tbx__db_step(stmt);
+
+	if (r < 0)
+		return -r;
+	*n = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
+static int set_token(tbx_outbox_t *store, const char *grp,
+		     const tbx__row_t *row, size_t i)
+{
+	const tbx__outmsg_t *m = &row->msgs[i];
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(store, Q_SET_TOKEN)))
+		return tbx__db_fail(store->db, sql[Q_SET_TOKEN]);
+	if (sqlite3_bind_text(stmt, 1, m->token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 3, row->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 4, (sqlite3_int64)i) ||
+	    sqlite3_bind_text(stmt, 5, m->id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	if (r < 0)
+		return -r;
+	if (sqlite3_changes(store->db) != 1) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: message %zu (%s) is not in the store; "
+			 "the row in memory differs from the stored one",
+			 row->msg_id, i, m->id);
+		return TBX_ESTATE;
+	}
+	return TBX_OK;
+}
+
+int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, int *won)
+{
+	sqlite3_stmt *stmt;
+	int64_t untokened;
+	int r, err;
+
+	*won = 0;
+	/* The row in hand must be TOKENED: attempt, mint_seq, every token. */
+	if (!grp || !row || !row->attempt[0] || !tbx_outbox_row_check(row)) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: refusing to record an "
+			 "attempt that breaks the row invariants",
+			 row ? row->msg_id : "(null)");
+		return TBX_EINVAL;
+	}
+	if (!(stmt = stmt_get(store, Q_SET_ATTEMPT)))
+		return tbx__db_fail(store->db, sql[Q_SET_ATTEMPT]);
+	if (sqlite3_bind_text(stmt, 1, row->attempt, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 2, row->mint_seq) ||
+	    sqlite3_bind_text(stmt, 3, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 4, row->msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	if (r < 0)
+		return -r;
+	/* 0: another attempt was recorded first, or the row is gone; its
+	 * tokens must not be touched. */
+	if (sqlite3_changes(store->db) != 1)
+		return TBX_OK;
+	for (size_t i = 0; i < row->msg_cnt; i++)
+		if ((err = set_token(store, grp, row, i)))
+			return err;
+	/* TOKENED means every stored message has a token, not only those
+	 * this row in memory knows of. */
+	if (!(stmt = stmt_get(store, Q_UNTOKENED)))
+		return tbx__db_fail(store->db, sql[Q_UNTOKENED]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	if ((err = count_step(stmt, &untokened)))
+		return err;
+	if (untokened) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: %lld stored message(s) got no token; "
+			 "the row in memory differs from the stored one",
+			 row->msg_id, (long long)untokened);
+		return TBX_ESTATE;
+	}
+	*won = 1;
+	return TBX_OK;
+}
+
+int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
+			  const char *msg_id)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(store, Q_ROW_DELETE)))
+		return tbx__db_fail(store->db, sql[Q_ROW_DELETE]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,
+			   const char *topic, int32_t partition, int64_t *next)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	*next = -1;
+	if (!(stmt = stmt_get(store, Q_INGRESS_GET)))
+		return tbx__db_fail(store->db, sql[Q_INGRESS_GET]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 3, partition))
+		return bind_fail(store, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	if (r == 1)
+		*next = sqlite3_column_int64(stmt, 0);
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
+int tbx_outbox_ingress_set(tbx_outbox_t *store, const char *grp,
+			   const char *topic, int32_t partition, int64_t next)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(store, Q_INGRESS_SET)))
+		return tbx__db_fail(store->db, sql[Q_INGRESS_SET]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 3, partition) ||
+	    sqlite3_bind_int64(stmt, 4, next))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, const char *dlq_topic,
+			       int attempts)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!grp || !row || !dlq_topic)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(store, Q_DEAD_LETTER)))
+		return tbx__db_fail(store->db, sql[Q_DEAD_LETTER]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 3, row->in_topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 4, row->in_partition) ||
+	    sqlite3_bind_int64(stmt, 5, row->in_offset) ||
+	    sqlite3_bind_text(stmt, 6, dlq_topic, -1, SQLITE_STATIC) ||
+	    bind_opt_text(stmt, 7, row->error) ||
+	    sqlite3_bind_int(stmt, 8, attempts) ||
+	    sqlite3_bind_int64(stmt, 9, tbx__now_ms()))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows)
+{
+	int q = grp ? Q_COUNT_GRP : Q_COUNT_ALL;
+	sqlite3_stmt *stmt;
+
+	*rows = 0;
+	if (!(stmt = stmt_get(store, q)))
+		return tbx__db_fail(store->db, sql[q]);
+	if (grp && sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	return count_step(stmt, rows);
+}

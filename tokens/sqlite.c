@@ -1,0 +1,630 @@
+/*
+ * The SQLite backend of the token store T (tokens/tokens.h).
+ *
+ * Every operation that writes is one BEGIN IMMEDIATE … COMMIT of its own,
+ * rolled back on any error: the write lock is taken up front, so a
+ * transaction never fails half-way on a lock upgrade, and what it reads
+ * (the sequence, a subscription, a registration) cannot change before it
+ * commits.  Reads are single statements.  Statements are prepared once and
+ * reset right after use, so none pins a read snapshot between calls.
+ *
+ * With a shared connection (one file for both stores) the service store's
+ * transaction and ours must not overlap: a write here while the connection
+ * is inside a transaction is refused with TBX_ESTATE instead of being
+ * folded into the caller's transaction.
+ *
+ * @locality one thread at a time per store.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "outbox/db_int.h"
+#include "tokens/tokens.h"
+
+enum {
+	Q_BEGIN,
+	Q_COMMIT,
+	Q_ROLLBACK,
+	Q_SEQ_NEXT,
+	Q_SEQ_GET,
+	Q_EXISTS,
+	Q_SUB_GET,
+	Q_SUB_ADD,
+	Q_REG_ADD,
+	Q_TOKENS_ADD,
+	Q_REG_DELETE,
+	Q_TOKEN_DELETE,
+	Q_REG_EXISTS,
+	Q_REG_TOKENS_DELETE,
+	Q_REG_LIST,
+	Q_COUNT_TOKENS_ALL,
+	Q_COUNT_TOKENS_GRP,
+	Q_COUNT_REGS_ALL,
+	Q_COUNT_REGS_GRP,
+	Q__COUNT
+};
+
+static const char *const sql[Q__COUNT] = {
+    [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_COMMIT] = "COMMIT",
+    [Q_ROLLBACK] = "ROLLBACK",
+    [Q_SEQ_NEXT] = "UPDATE tbx_seq SET value = value + 1 WHERE id = 1",
+    [Q_SEQ_GET] = "SELECT value FROM tbx_seq WHERE id = 1",
+    [Q_EXISTS] = "SELECT 1 FROM tbx_tokens WHERE token = ?1 AND grp = ?2",
+    [Q_SUB_GET] = "SELECT since_seq FROM tbx_subscriptions WHERE topic = ?1 "
+		  "AND grp = ?2",
+    [Q_SUB_ADD] = "INSERT INTO tbx_subscriptions (topic, grp, since_seq, "
+		  "created_ms) VALUES (?1, ?2, ?3, ?4)",
+    [Q_REG_ADD] = "INSERT INTO tbx_registrations (attempt, token, send_grp, "
+		  "msg_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+    /* A group subscribed at since_seq gets the tokens of messages minted
+     * after it; one minted before is untokened ingress to it. */
+    [Q_TOKENS_ADD] = "INSERT INTO tbx_tokens (token, grp, mint_seq, "
+		     "created_ms) SELECT ?1, grp, ?2, ?3 FROM "
+		     "tbx_subscriptions WHERE topic = ?4 AND since_seq < ?2",
+    [Q_REG_DELETE] = "DELETE FROM tbx_registrations WHERE attempt = ?1",
+    [Q_TOKEN_DELETE] = "DELETE FROM tbx_tokens WHERE token = ?1 AND grp = ?2",
+    [Q_REG_EXISTS] = "SELECT 1 FROM tbx_registrations WHERE attempt = ?1 "
+		     "LIMIT 1",
+    [Q_REG_TOKENS_DELETE] = "DELETE FROM tbx_tokens WHERE token IN (SELECT "
+			    "token FROM tbx_registrations WHERE attempt = ?1)",
+    /* One registration per attempt; every row of an attempt names the
+     * same message. */
+    [Q_REG_LIST] = "SELECT attempt, min(msg_id), min(created_ms) AS c FROM "
+		   "tbx_registrations WHERE send_grp = ?1 GROUP BY attempt "
+		   "ORDER BY c, attempt LIMIT ?2",
+    [Q_COUNT_TOKENS_ALL] = "SELECT count(*) FROM tbx_tokens",
+    [Q_COUNT_TOKENS_GRP] = "SELECT count(*) FROM tbx_tokens WHERE grp = ?1",
+    [Q_COUNT_REGS_ALL] = "SELECT count(DISTINCT attempt) FROM "
+			 "tbx_registrations",
+    [Q_COUNT_REGS_GRP] = "SELECT count(DISTINCT attempt) FROM "
+			 "tbx_registrations WHERE send_grp = ?1",
+};
+
+typedef struct tbx_tokens_sqlite {
+	struct tbx_tokens base; /* first: the ops see a tbx_tokens_t */
+	sqlite3 *db;
+	int owned; /* 0: the service store's connection, not ours to close */
+	sqlite3_stmt *stmts[Q__COUNT];
+} tbx_tokens_sqlite_t;
+
+static tbx_tokens_sqlite_t *backend(tbx_tokens_t *tokens)
+{
+	return (tbx_tokens_sqlite_t *)tokens;
+}
+
+static sqlite3_stmt *stmt_get(tbx_tokens_sqlite_t *t, int q)
+{
+	return tbx__db_stmt(t->db, &t->stmts[q], sql[q]);
+}
+
+static int bind_fail(tbx_tokens_sqlite_t *t, sqlite3_stmt *stmt)
+{
+	int err = tbx__db_fail(t->db, sqlite3_sql(stmt));
+
+	sqlite3_reset(stmt);
+	return err;
+}
+
+/* Steps a statement that returns no rows; @returns TBX_OK or the error. */
+static int step_done(sqlite3_stmt *stmt)
+{
+	int r = tbx__db_step(stmt);
+
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+static int run(tbx_tokens_sqlite_t *t, int q)
+{
+	sqlite3_stmt *stmt = stmt_get(t, q);
+
+	if (!stmt)
+		return tbx__db_fail(t->db, sql[q]);
+	return step_done(stmt);
+}
+
+static int txn_begin(tbx_tokens_sqlite_t *t)
+{
+	if (!sqlite3_get_autocommit(t->db)) {
+		tbx__log(TBX_LOG_ERR, "token store: a write while the shared "
+				      "connection is inside a transaction");
+		return TBX_ESTATE;
+	}
+	return run(t, Q_BEGIN);
+}
+
+/* Commits when @p err is TBX_OK, else (or when COMMIT fails) rolls back.
+ * @returns the first error. */
+static int txn_end(tbx_tokens_sqlite_t *t, int err)
+{
+	if (!err)
+		err = run(t, Q_COMMIT);
+	if (err && !sqlite3_get_autocommit(t->db))
+		run(t, Q_ROLLBACK);
+	return err;
+}
+
+/* Takes the next number of the sequence, inside the caller's txn. */
+static int seq_next(tbx_tokens_sqlite_t *t, int64_t *seq)
+{
+	sqlite3_stmt *stmt;
+	int err, r;
+
+	if ((err = run(t, Q_SEQ_NEXT)))
+		return err;
+	if (sqlite3_changes(t->db) != 1) {
+		tbx__log(TBX_LOG_ERR, "token store: tbx_seq has no row 1");
+		return TBX_ESTORE;
+	}
+	if (!(stmt = stmt_get(t, Q_SEQ_GET)))
+		return tbx__db_fail(t->db, sql[Q_SEQ_GET]);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	*seq = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
+	sqlite3_reset(stmt);
+	return r == 1 ? TBX_OK : TBX_ESTORE;
+}
+
+static int op_exists(tbx_tokens_t *tokens, const char *token, const char *grp,
+		     int *exists)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int r;
+
+	*exists = 0;
+	if (!token || !grp)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(t, Q_EXISTS)))
+		return tbx__db_fail(t->db, sql[Q_EXISTS]);
+	if (sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	*exists = r == 1;
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
+/* Reads (topic, grp)'s since.  @returns TBX_OK, TBX_ENOENT or an error. */
+static int sub_get(tbx_tokens_sqlite_t *t, const char *topic, const char *grp,
+		   int64_t *since)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(t, Q_SUB_GET)))
+		return tbx__db_fail(t->db, sql[Q_SUB_GET]);
+	if (sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	if (r == 1)
+		*since = sqlite3_column_int64(stmt, 0);
+	sqlite3_reset(stmt);
+	return r == 1 ? TBX_OK : TBX_ENOENT;
+}
+
+static int op_subscription(tbx_tokens_t *tokens, const char *topic,
+			   const char *grp, int64_t *since)
+{
+	if (!topic || !grp)
+		return TBX_EINVAL;
+	return sub_get(backend(tokens), topic, grp, since);
+}
+
+static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
+			const char *grp, int64_t *since)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int64_t seq = 0;
+	int err;
+
+	if (!topic || !grp)
+		return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	/* Under the write lock: a subscription is taken once, and its
+	 * number never moves (moving it would change which tokens the
+	 * group expects). */
+	err = sub_get(t, topic, grp, &seq);
+	if (err == TBX_ENOENT && !(err = seq_next(t, &seq))) {
+		if (!(stmt = stmt_get(t, Q_SUB_ADD)))
+			err = tbx__db_fail(t->db, sql[Q_SUB_ADD]);
+		else if (sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC) ||
+			 sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
+			 sqlite3_bind_int64(stmt, 3, seq) ||
+			 sqlite3_bind_int64(stmt, 4, tbx__now_ms()))
+			err = bind_fail(t, stmt);
+		else
+			err = step_done(stmt);
+	}
+	if ((err = txn_end(t, err)))
+		return err;
+	*since = seq;
+	return TBX_OK;
+}
+
+static int mint_check(const char *send_grp, const tbx__mint_req_t *reqs,
+		      size_t req_cnt)
+{
+	if (req_cnt && !reqs)
+		return 0;
+	for (size_t i = 0; i < req_cnt; i++) {
+		const tbx__mint_req_t *req = &reqs[i];
+
+		if (req->item_cnt && !req->items)
+			return 0;
+		/* A registration names its sender and its outbox row. */
+		if (req->attempt && (!send_grp || !req->msg_id))
+			return 0;
+		for (size_t j = 0; j < req->item_cnt; j++)
+			if (!req->items[j].token || !req->items[j].topic)
+				return 0;
+	}
+	return 1;
+}
+
+static int reg_add(tbx_tokens_sqlite_t *t, const char *send_grp,
+		   const tbx__mint_req_t *req, const char *token, int64_t now)
+{
+	sqlite3_stmt *stmt;
+
+	if (!(stmt = stmt_get(t, Q_REG_ADD)))
+		return tbx__db_fail(t->db, sql[Q_REG_ADD]);
+	if (sqlite3_bind_text(stmt, 1, req->attempt, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 3, send_grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 4, req->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 5, now))
+		return bind_fail(t, stmt);
+	return step_done(stmt);
+}
+
+static int tokens_add(tbx_tokens_sqlite_t *t, const tbx__mint_item_t *item,
+		      int64_t seq, int64_t now, uint64_t *rows)
+{
+	sqlite3_stmt *stmt;
+	int err;
+
+	if (!(stmt = stmt_get(t, Q_TOKENS_ADD)))
+		return tbx__db_fail(t->db, sql[Q_TOKENS_ADD]);
+	if (sqlite3_bind_text(stmt, 1, item->token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 2, seq) ||
+	    sqlite3_bind_int64(stmt, 3, now) ||
+	    sqlite3_bind_text(stmt, 4, item->topic, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	if ((err = step_done(stmt)))
+		return err;
+	*rows += (uint64_t)sqlite3_changes(t->db);
+	return TBX_OK;
+}
+
+static int op_mint(tbx_tokens_t *tokens, const char *send_grp,
+		   const tbx__mint_req_t *reqs, size_t req_cnt, int64_t *seq,
+		   uint64_t *rows)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int64_t num = 0, now = tbx__now_ms();
+	uint64_t created = 0;
+	int err;
+
+	if (!mint_check(send_grp, reqs, req_cnt))
+		return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	/* One number for the whole call: every message minted here carries
+	 * it in tbx-seq, and a subscription taken in another transaction
+	 * is wholly before or after it. */
+	err = seq_next(t, &num);
+	for (size_t i = 0; !err && i < req_cnt; i++) {
+		const tbx__mint_req_t *req = &reqs[i];
+
+		for (size_t j = 0; !err && j < req->item_cnt; j++) {
+			/* Registered with its tokens, in one transaction:
+			 * the sweeper can always find an orphan. */
+			if (req->attempt)
+				err = reg_add(t, send_grp, req,
+					      req->items[j].token, now);
+			if (!err)
+				err = tokens_add(t, &req->items[j], num, now,
+						 &created);
+		}
+	}
+	if ((err = txn_end(t, err)))
+		return err;
+	if (seq)
+		*seq = num;
+	if (rows)
+		*rows = created;
+	return TBX_OK;
+}
+
+static int reg_delete(tbx_tokens_sqlite_t *t, const char *attempt)
+{
+	sqlite3_stmt *stmt;
+
+	if (!(stmt = stmt_get(t, Q_REG_DELETE)))
+		return tbx__db_fail(t->db, sql[Q_REG_DELETE]);
+	if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	return step_done(stmt);
+}
+
+static int op_confirm(tbx_tokens_t *tokens, const char *const *attempts,
+		      size_t cnt)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int err;
+
+	if (cnt == 0)
+		return TBX_OK;
+	if (!attempts)
+		return TBX_EINVAL;
+	for (size_t i = 0; i < cnt; i++)
+		if (!attempts[i])
+			return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	for (size_t i = 0; !err && i < cnt; i++)
+		err = reg_delete(t, attempts[i]);
+	return txn_end(t, err);
+}
+
+static int op_consume(tbx_tokens_t *tokens, const char *grp,
+		      const char *const *token_ids, size_t cnt,
+		      uint64_t *deleted)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	uint64_t n = 0;
+	int err;
+
+	if (deleted)
+		*deleted = 0;
+	if (cnt == 0)
+		return TBX_OK;
+	if (!grp || !token_ids)
+		return TBX_EINVAL;
+	for (size_t i = 0; i < cnt; i++)
+		if (!token_ids[i])
+			return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	for (size_t i = 0; !err && i < cnt; i++) {
+		sqlite3_stmt *stmt = stmt_get(t, Q_TOKEN_DELETE);
+
+		if (!stmt)
+			err = tbx__db_fail(t->db, sql[Q_TOKEN_DELETE]);
+		else if (sqlite3_bind_text(stmt, 1, token_ids[i], -1,
+					   SQLITE_STATIC) ||
+			 sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
+			err = bind_fail(t, stmt);
+		else if (!(err = step_done(stmt)))
+			n += (uint64_t)sqlite3_changes(t->db);
+	}
+	if ((err = txn_end(t, err)))
+		return err;
+	if (deleted)
+		*deleted = n;
+	return TBX_OK;
+}
+
+/* @returns 1/0 in *exists, inside the caller's transaction. */
+static int reg_exists(tbx_tokens_sqlite_t *t, const char *attempt, int *exists)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(t, Q_REG_EXISTS)))
+		return tbx__db_fail(t->db, sql[Q_REG_EXISTS]);
+	if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	*exists = r == 1;
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
+static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
+			   int *dropped, uint64_t *deleted)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	uint64_t n = 0;
+	int exists = 0, err;
+
+	*dropped = 0;
+	if (deleted)
+		*deleted = 0;
+	if (!attempt)
+		return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	/*
+	 * The registration is the licence to delete, checked under the
+	 * write lock: once the winner's confirm (C) has removed it, its
+	 * tokens are in flight and must stay, whatever the caller read in
+	 * S before.
+	 */
+	err = reg_exists(t, attempt, &exists);
+	if (!err && exists) {
+		if (!(stmt = stmt_get(t, Q_REG_TOKENS_DELETE)))
+			err = tbx__db_fail(t->db, sql[Q_REG_TOKENS_DELETE]);
+		else if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
+			err = bind_fail(t, stmt);
+		else if (!(err = step_done(stmt)))
+			n = (uint64_t)sqlite3_changes(t->db);
+		if (!err)
+			err = reg_delete(t, attempt);
+	}
+	if ((err = txn_end(t, err)))
+		return err;
+	*dropped = exists;
+	if (deleted)
+		*deleted = n;
+	return TBX_OK;
+}
+
+static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
+			    size_t limit, tbx__reg_t **out, size_t *cnt)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	tbx__reg_t *regs = NULL;
+	size_t n = 0, cap = 0;
+	sqlite3_stmt *stmt;
+	int r, err = TBX_OK;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!send_grp)
+		return TBX_EINVAL;
+	if (limit == 0)
+		return TBX_OK;
+	if (!(stmt = stmt_get(t, Q_REG_LIST)))
+		return tbx__db_fail(t->db, sql[Q_REG_LIST]);
+	if (sqlite3_bind_text(stmt, 1, send_grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 2,
+			       limit > INT64_MAX ? INT64_MAX : (int64_t)limit))
+		return bind_fail(t, stmt);
+	/* One statement, one snapshot; copied out, then reset: no statement
+	 * stays active between calls. */
+	while ((r = tbx__db_step(stmt)) == 1) {
+		const char *attempt =
+		    (const char *)sqlite3_column_text(stmt, 0);
+		const char *msg_id = (const char *)sqlite3_column_text(stmt, 1);
+
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 16;
+			tbx__reg_t *grown;
+
+			if (ncap > limit)
+				ncap = limit;
+			if (!(grown = realloc(regs, ncap * sizeof(*grown)))) {
+				err = TBX_ENOMEM;
+				break;
+			}
+			regs = grown;
+			cap = ncap;
+		}
+		if (!attempt || !msg_id ||
+		    tbx__strlcpy(regs[n].attempt, attempt,
+				 sizeof(regs[n].attempt)) < 0 ||
+		    tbx__strlcpy(regs[n].msg_id, msg_id,
+				 sizeof(regs[n].msg_id)) < 0) {
+			tbx__log(TBX_LOG_ERR, "token store: registration with "
+					      "a malformed attempt or message "
+					      "id");
+			err = TBX_ESTORE;
+			break;
+		}
+		regs[n].created_ms = sqlite3_column_int64(stmt, 2);
+		n++;
+	}
+	if (!err && r < 0)
+		err = -r;
+	sqlite3_reset(stmt);
+	if (err || n == 0) {
+		free(regs);
+		return err;
+	}
+	*out = regs;
+	*cnt = n;
+	return TBX_OK;
+}
+
+static int count_one(tbx_tokens_sqlite_t *t, int q, const char *grp, int64_t *n)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(t, q)))
+		return tbx__db_fail(t->db, sql[q]);
+	if (grp && sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	*n = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
+static int op_count(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
+		    int64_t *registrations)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int err;
+
+	if (token_rows &&
+	    (err = count_one(t, grp ? Q_COUNT_TOKENS_GRP : Q_COUNT_TOKENS_ALL,
+			     grp, token_rows)))
+		return err;
+	if (registrations &&
+	    (err = count_one(t, grp ? Q_COUNT_REGS_GRP : Q_COUNT_REGS_ALL, grp,
+			     registrations)))
+		return err;
+	return TBX_OK;
+}
+
+static void op_close(tbx_tokens_t *tokens)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+
+	if (!t)
+		return;
+	for (int q = 0; q < Q__COUNT; q++)
+		sqlite3_finalize(t->stmts[q]);
+	if (t->owned)
+		sqlite3_close_v2(t->db);
+	free(t);
+}
+
+static const tbx_tokens_ops_t sqlite_ops = {
+    .name = "sqlite",
+    .exists = op_exists,
+    .subscribe = op_subscribe,
+    .subscription = op_subscription,
+    .mint = op_mint,
+    .confirm = op_confirm,
+    .consume = op_consume,
+    .drop_attempt = op_drop_attempt,
+    .registrations = op_registrations,
+    .count = op_count,
+    .close = op_close,
+};
+
+int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
+			   sqlite3 *shared, tbx_tokens_t **out, char *errstr,
+			   size_t errstr_size)
+{
+	tbx_tokens_sqlite_t *t;
+	int err;
+
+	if (!out)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "no place for the token store");
+	*out = NULL;
+	if (!(t = calloc(1, sizeof(*t))))
+		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				   "out of memory");
+	t->base.ops = &sqlite_ops;
+	if (shared) {
+		/* Opened (and migrated) by the service store: the file
+		 * carries the token tables too. */
+		t->db = shared;
+		t->owned = 0;
+	} else {
+		if ((err = tbx__db_open(path, opts, &t->db, errstr,
+					errstr_size))) {
+			free(t);
+			return err;
+		}
+		t->owned = 1;
+	}
+	*out = &t->base;
+	return TBX_OK;
+}
