@@ -101,6 +101,23 @@ static int log_level = TBX_LOG_NOTICE;
 static char log_tag[64];
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
+int tbx__log_level(const char *name)
+{
+	static const struct {
+		const char *name;
+		int level;
+	} levels[] = {{"error", TBX_LOG_ERR},
+		      {"warning", TBX_LOG_WARNING},
+		      {"notice", TBX_LOG_NOTICE},
+		      {"info", TBX_LOG_INFO},
+		      {"debug", TBX_LOG_DEBUG}};
+
+	for (size_t i = 0; name && i < sizeof(levels) / sizeof(levels[0]); i++)
+		if (strcmp(levels[i].name, name) == 0)
+			return levels[i].level;
+	return TBX_LOG_NOTICE;
+}
+
 void tbx__log_setup(int level, const char *tag)
 {
 	pthread_mutex_lock(&log_lock);

@@ -51,6 +51,8 @@ enum {
 	TBX_LOG_INFO = 6,
 	TBX_LOG_DEBUG = 7
 };
+/** Level of a log.level value ("error" … "debug"); NOTICE if unknown. */
+int tbx__log_level(const char *name);
 /** Sets the process-wide level (default TBX_LOG_NOTICE) and a tag shown in
  *  every line (e.g. the worker id); @p tag is copied. */
 void tbx__log_setup(int level, const char *tag);

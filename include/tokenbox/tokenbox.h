@@ -142,7 +142,7 @@ const char *tbx_msg_cause(const tbx_msg_t *msg);
 int tbx_msg_attempt(const tbx_msg_t *msg);
 /**
  * Finds the last header called @p name.
- * @returns TBX_OK with *value/*len set (value may be NULL for a null
+ * @returns TBX_OK with *value and *len set (value may be NULL for a null
  * header), or TBX_ENOENT.
  */
 int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,

@@ -1,0 +1,437 @@
+/*
+ * Configuration: string key/value pairs checked against one property table
+ * as they are set, so a bad value fails where it is written, naming the key,
+ * the value and the reason.  "kafka." keys are checked by librdkafka itself
+ * on a scratch configuration.
+ */
+#include "consumer/conf.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/util.h"
+
+/* clang-format off */
+const tbx__prop_t tbx__props[] = {
+	{"group.id", TBX_PT_STR, NULL, 1, 255, NULL, "worker", 1,
+	 "Consumer group of the worker. Tokens are minted per group: a group "
+	 "checks and deletes only its own."},
+	{"store.path", TBX_PT_PATH, NULL, 1, 4096, NULL, "worker", 1,
+	 "Service store: the SQLite file that holds the outbox and the "
+	 "handlers' business tables. Created if missing."},
+	{"tokens.path", TBX_PT_PATH, "", 0, 4096, NULL, "both", 0,
+	 "Token store: the SQLite file shared by every service of a pipeline "
+	 "(a sender mints tokens for the receiving groups). Empty: the "
+	 "service store file, and then the token operations share its "
+	 "connection."},
+	{"batch.max.messages", TBX_PT_INT, "500", 1, 100000, NULL, "worker", 0,
+	 "Most records taken through the protocol as one batch. Each phase "
+	 "costs one transaction per batch, so larger batches amortise "
+	 "fsyncs and round trips."},
+	{"batch.max.ms", TBX_PT_INT, "100", 0, 60000, NULL, "worker", 0,
+	 "Longest wait for a batch to fill once its first record arrived."},
+	{"retry.max", TBX_PT_INT, "5", 0, 1000, NULL, "worker", 0,
+	 "Retries after the first attempt for a message whose handler "
+	 "returns RETRY; the message is dead-lettered when they are used up."},
+	{"retry.backoff.ms", TBX_PT_INT, "100", 1, 3600000, NULL, "worker", 0,
+	 "First retry delay; doubled per attempt, with jitter. Only the "
+	 "message's partition waits."},
+	{"retry.backoff.max.ms", TBX_PT_INT, "10000", 1, 3600000, NULL,
+	 "worker", 0, "Upper bound of the retry delay."},
+	{"dlq.suffix", TBX_PT_STR, ".dlq", 1, 64, NULL, "worker", 0,
+	 "Dead-letter topic of topic T is T followed by this suffix."},
+	{"ingress.untokened", TBX_PT_ENUM, "reject", 0, 0, "reject|offsets",
+	 "worker", 0,
+	 "Records without a usable token (no tbx-token header, or minted "
+	 "before the group subscribed): 'reject' dead-letters them; "
+	 "'offsets' handles them once per offset, tracking the next offset "
+	 "per partition in the service store."},
+	{"store.synchronous", TBX_PT_ENUM, "full", 0, 0, "full|normal", "both",
+	 0,
+	 "SQLite synchronous level of both stores. 'normal' in WAL mode may "
+	 "lose the last transactions on power loss: a lost token creation "
+	 "after dispatch turns a real message into a duplicate."},
+	{"store.busy.timeout.ms", TBX_PT_INT, "10000", 0, 3600000, NULL, "both",
+	 0, "How long to wait for another process's store lock."},
+	{"cleanup.interval.ms", TBX_PT_INT, "10000", 0, 86400000, NULL,
+	 "worker", 0,
+	 "How often the worker runs register-cleanup for its group; 0 "
+	 "disables it."},
+	{"cleanup.batch.size", TBX_PT_INT, "1000", 1, 1000000, NULL, "worker",
+	 0, "Most registrations examined per cleanup run."},
+	{"dispatch.timeout.ms", TBX_PT_INT, "30000", 1000, 3600000, NULL,
+	 "both", 0,
+	 "Delivery timeout of outgoing messages (librdkafka "
+	 "message.timeout.ms). A failed delivery leaves the outbox row; the "
+	 "partition retries it after a backoff."},
+	{"log.level", TBX_PT_ENUM, "notice", 0, 0,
+	 "error|warning|notice|info|debug", "both", 0,
+	 "Least severe level logged to stderr."},
+	{"worker.id", TBX_PT_STR, "", 0, 128, NULL, "worker", 0,
+	 "Name shown in logs; empty: <group.id>/<pid>."},
+	{NULL, 0, NULL, 0, 0, NULL, NULL, 0, NULL},
+};
+/* clang-format on */
+
+/* librdkafka keys tokenbox sets itself: overriding them would break the
+ * protocol's guarantees. */
+static const char *const managed_kafka[] = {
+    "group.id",		  "enable.auto.commit",	  "enable.auto.offset.store",
+    "enable.idempotence", "enable.partition.eof", NULL,
+};
+
+typedef struct kv {
+	char *key; /* without "kafka." */
+	char *value;
+} kv_t;
+
+struct tbx_conf {
+	char **values; /* one per property, NULL: default */
+	kv_t *kafka;
+	size_t kafka_cnt, kafka_cap;
+};
+
+static size_t prop_count(void)
+{
+	size_t n = 0;
+
+	while (tbx__props[n].name)
+		n++;
+	return n;
+}
+
+static const tbx__prop_t *prop_find(const char *name, size_t *idx)
+{
+	for (size_t i = 0; tbx__props[i].name; i++) {
+		if (strcmp(tbx__props[i].name, name) == 0) {
+			if (idx)
+				*idx = i;
+			return &tbx__props[i];
+		}
+	}
+	return NULL;
+}
+
+tbx_conf_t *tbx_conf_new(void)
+{
+	tbx_conf_t *conf = calloc(1, sizeof(*conf));
+
+	if (!conf)
+		return NULL;
+	conf->values = calloc(prop_count(), sizeof(*conf->values));
+	if (!conf->values) {
+		free(conf);
+		return NULL;
+	}
+	return conf;
+}
+
+void tbx_conf_destroy(tbx_conf_t *conf)
+{
+	if (!conf)
+		return;
+	for (size_t i = 0, n = prop_count(); i < n; i++)
+		free(conf->values[i]);
+	free(conf->values);
+	for (size_t i = 0; i < conf->kafka_cnt; i++) {
+		free(conf->kafka[i].key);
+		free(conf->kafka[i].value);
+	}
+	free(conf->kafka);
+	free(conf);
+}
+
+tbx_conf_t *tbx_conf_dup(const tbx_conf_t *conf)
+{
+	tbx_conf_t *copy = tbx_conf_new();
+
+	if (!copy)
+		return NULL;
+	for (size_t i = 0, n = prop_count(); i < n; i++) {
+		if (conf->values[i] &&
+		    !(copy->values[i] = strdup(conf->values[i])))
+			goto fail;
+	}
+	if (conf->kafka_cnt) {
+		copy->kafka = calloc(conf->kafka_cnt, sizeof(*copy->kafka));
+		if (!copy->kafka)
+			goto fail;
+		copy->kafka_cap = conf->kafka_cnt;
+		for (size_t i = 0; i < conf->kafka_cnt; i++) {
+			copy->kafka[i].key = strdup(conf->kafka[i].key);
+			copy->kafka[i].value = strdup(conf->kafka[i].value);
+			copy->kafka_cnt++;
+			if (!copy->kafka[i].key || !copy->kafka[i].value)
+				goto fail;
+		}
+	}
+	return copy;
+fail:
+	tbx_conf_destroy(copy);
+	return NULL;
+}
+
+static int enum_has(const char *enums, const char *value)
+{
+	size_t len = strlen(value);
+
+	for (const char *p = enums; *p;) {
+		const char *bar = strchr(p, '|');
+		size_t n = bar ? (size_t)(bar - p) : strlen(p);
+		if (n == len && strncmp(p, value, n) == 0)
+			return 1;
+		p += n + (bar ? 1 : 0);
+	}
+	return 0;
+}
+
+static int check_value(const tbx__prop_t *prop, const char *value, char *errstr,
+		       size_t errstr_size)
+{
+	size_t len = strlen(value);
+
+	switch (prop->type) {
+	case TBX_PT_STR:
+	case TBX_PT_PATH:
+		if ((int64_t)len < prop->min || (int64_t)len > prop->max)
+			return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+					   "%s: value '%s' must be %lld to "
+					   "%lld characters long",
+					   prop->name, value,
+					   (long long)prop->min,
+					   (long long)prop->max);
+		for (size_t i = 0; i < len; i++) {
+			unsigned char c = (unsigned char)value[i];
+			if (c < 0x20 || c == 0x7f)
+				return tbx__seterr(
+				    errstr, errstr_size, TBX_ECONF,
+				    "%s: value contains a control "
+				    "character at position %zu",
+				    prop->name, i + 1);
+		}
+		return TBX_OK;
+	case TBX_PT_INT: {
+		char *end;
+		long long v;
+
+		errno = 0;
+		v = strtoll(value, &end, 10);
+		if (len == 0 || *end != '\0' || errno == ERANGE)
+			return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+					   "%s: value '%s' is not an integer",
+					   prop->name, value);
+		if (v < prop->min || v > prop->max)
+			return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+					   "%s: value %lld is out of range "
+					   "(%lld..%lld)",
+					   prop->name, v, (long long)prop->min,
+					   (long long)prop->max);
+		return TBX_OK;
+	}
+	case TBX_PT_ENUM:
+		if (!enum_has(prop->enums, value))
+			return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+					   "%s: value '%s' is not one of %s",
+					   prop->name, value, prop->enums);
+		return TBX_OK;
+	}
+	return TBX_ECONF;
+}
+
+/* Checks a "kafka." pair with librdkafka on a scratch configuration. */
+static int check_kafka(const char *key, const char *value, char *errstr,
+		       size_t errstr_size)
+{
+	const char *bare = key;
+	char rderr[256];
+	rd_kafka_conf_t *scratch;
+	rd_kafka_conf_res_t res;
+
+	if (strncmp(bare, "consumer.", 9) == 0)
+		bare += 9;
+	else if (strncmp(bare, "producer.", 9) == 0)
+		bare += 9;
+	if (!*bare)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "kafka.%s: empty librdkafka property name",
+				   key);
+	for (size_t i = 0; managed_kafka[i]; i++) {
+		if (strcmp(bare, managed_kafka[i]) == 0)
+			return tbx__seterr(
+			    errstr, errstr_size, TBX_ECONF,
+			    "kafka.%s: set by tokenbox itself and cannot "
+			    "be overridden%s",
+			    key,
+			    strcmp(bare, "group.id") == 0 ? " (use group.id)"
+							  : "");
+	}
+	scratch = rd_kafka_conf_new();
+	if (!scratch)
+		return TBX_ENOMEM;
+	res = rd_kafka_conf_set(scratch, bare, value, rderr, sizeof(rderr));
+	rd_kafka_conf_destroy(scratch);
+	if (res != RD_KAFKA_CONF_OK)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "kafka.%s: value '%s' refused by "
+				   "librdkafka: %s",
+				   key, value, rderr);
+	return TBX_OK;
+}
+
+int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
+		 char *errstr, size_t errstr_size)
+{
+	const tbx__prop_t *prop;
+	size_t idx;
+	int err;
+
+	if (!conf || !name || !value)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "tbx_conf_set: NULL argument");
+	if (strncmp(name, "kafka.", 6) == 0) {
+		const char *key = name + 6;
+		char *k, *v;
+
+		if ((err = check_kafka(key, value, errstr, errstr_size)))
+			return err;
+		for (size_t i = 0; i < conf->kafka_cnt; i++) {
+			if (strcmp(conf->kafka[i].key, key) == 0) {
+				if (!(v = strdup(value)))
+					return TBX_ENOMEM;
+				free(conf->kafka[i].value);
+				conf->kafka[i].value = v;
+				return TBX_OK;
+			}
+		}
+		if (conf->kafka_cnt == conf->kafka_cap) {
+			size_t cap = conf->kafka_cap ? conf->kafka_cap * 2 : 8;
+			kv_t *grown =
+			    realloc(conf->kafka, cap * sizeof(*grown));
+			if (!grown)
+				return TBX_ENOMEM;
+			conf->kafka = grown;
+			conf->kafka_cap = cap;
+		}
+		k = strdup(key);
+		v = strdup(value);
+		if (!k || !v) {
+			free(k);
+			free(v);
+			return TBX_ENOMEM;
+		}
+		conf->kafka[conf->kafka_cnt].key = k;
+		conf->kafka[conf->kafka_cnt].value = v;
+		conf->kafka_cnt++;
+		return TBX_OK;
+	}
+	if (!(prop = prop_find(name, &idx)))
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "%s: unknown configuration key (librdkafka "
+				   "properties take the prefix 'kafka.')",
+				   name);
+	if ((err = check_value(prop, value, errstr, errstr_size)))
+		return err;
+	char *copy = strdup(value);
+	if (!copy)
+		return TBX_ENOMEM;
+	free(conf->values[idx]);
+	conf->values[idx] = copy;
+	return TBX_OK;
+}
+
+const char *tbx_conf_get(const tbx_conf_t *conf, const char *name)
+{
+	size_t idx;
+
+	if (!conf || !name)
+		return NULL;
+	if (strncmp(name, "kafka.", 6) == 0) {
+		for (size_t i = 0; i < conf->kafka_cnt; i++)
+			if (strcmp(conf->kafka[i].key, name + 6) == 0)
+				return conf->kafka[i].value;
+		return NULL;
+	}
+	if (!prop_find(name, &idx))
+		return NULL;
+	return conf->values[idx] ? conf->values[idx] : tbx__props[idx].def;
+}
+
+const char *tbx__conf_str(const tbx_conf_t *conf, const char *name)
+{
+	size_t idx;
+
+	if (!prop_find(name, &idx))
+		abort();
+	return conf->values[idx] ? conf->values[idx] : tbx__props[idx].def;
+}
+
+int64_t tbx__conf_int(const tbx_conf_t *conf, const char *name)
+{
+	const char *v = tbx__conf_str(conf, name);
+
+	/* Values were range-checked when set; defaults are trusted. */
+	return v ? strtoll(v, NULL, 10) : 0;
+}
+
+rd_kafka_conf_t *tbx__conf_kafka(const tbx_conf_t *conf, const char *role,
+				 char *errstr, size_t errstr_size)
+{
+	rd_kafka_conf_t *kc = rd_kafka_conf_new();
+	size_t rlen = strlen(role);
+
+	if (!kc) {
+		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
+		return NULL;
+	}
+	/* Shared keys first, then the role's own, so the latter win. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < conf->kafka_cnt; i++) {
+			const char *key = conf->kafka[i].key;
+			int own =
+			    strncmp(key, role, rlen) == 0 && key[rlen] == '.';
+			int other =
+			    !own && (strncmp(key, "consumer.", 9) == 0 ||
+				     strncmp(key, "producer.", 9) == 0);
+			char rderr[256];
+
+			if (other || (pass == 0) == own)
+				continue;
+			if (own)
+				key += rlen + 1;
+			if (rd_kafka_conf_set(kc, key, conf->kafka[i].value,
+					      rderr, sizeof(rderr)) !=
+			    RD_KAFKA_CONF_OK) {
+				tbx__seterr(errstr, errstr_size, TBX_ECONF,
+					    "kafka.%s: %s", conf->kafka[i].key,
+					    rderr);
+				rd_kafka_conf_destroy(kc);
+				return NULL;
+			}
+		}
+	}
+	return kc;
+}
+
+int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
+			     char *errstr, size_t errstr_size)
+{
+	for (size_t i = 0; tbx__props[i].name; i++) {
+		const tbx__prop_t *p = &tbx__props[i];
+		if (!p->required || conf->values[i])
+			continue;
+		if (strcmp(p->used_by, "both") && strcmp(p->used_by, used_by))
+			continue;
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "%s: required configuration key is not "
+				   "set (%s)",
+				   p->name, p->doc);
+	}
+	if (!tbx_conf_get(conf, "kafka.bootstrap.servers"))
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "kafka.bootstrap.servers: required "
+				   "configuration key is not set (the Kafka "
+				   "brokers to connect to)");
+	return TBX_OK;
+}

@@ -1,0 +1,238 @@
+/*
+ * The incoming-message view and the handler context: header parsing (all
+ * input from the network is checked here) and the calls handlers make.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "consumer/worker.h"
+
+/* Copies header @p name into @p dst if present.  @returns 1 present and
+ * usable, 0 absent, -1 present but not fitting the rules. */
+static int header_text(rd_kafka_headers_t *hdrs, const char *name, char *dst,
+		       size_t dst_size, int want_uuid)
+{
+	const void *val;
+	size_t len;
+
+	if (!hdrs || rd_kafka_header_get_last(hdrs, name, &val, &len) !=
+			 RD_KAFKA_RESP_ERR_NO_ERROR)
+		return 0;
+	if (!val || len == 0 || len >= dst_size)
+		return -1;
+	if (want_uuid && !tbx__is_uuid(val, len))
+		return -1;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = ((const unsigned char *)val)[i];
+		if (c < 0x20 || c == 0x7f)
+			return -1;
+	}
+	memcpy(dst, val, len);
+	dst[len] = '\0';
+	if (want_uuid)
+		for (size_t i = 0; i < len; i++)
+			dst[i] = (char)tolower((unsigned char)dst[i]);
+	return 1;
+}
+
+void tbx__msg_parse(struct tbx_msg *msg)
+{
+	rd_kafka_message_t *rkm = msg->rkm;
+	rd_kafka_headers_t *hdrs = NULL;
+	char seq[24];
+	int r;
+
+	msg->topic = rd_kafka_topic_name(rkm->rkt);
+	msg->id[0] = msg->token[0] = msg->cause[0] = msg->type[0] = '\0';
+	msg->has_type = 0;
+	msg->seq = 0;
+	msg->malformed = NULL;
+	msg->untokened = 0;
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		hdrs = NULL;
+
+	r = header_text(hdrs, "tbx-type", msg->type, sizeof(msg->type), 0);
+	msg->has_type = r == 1;
+	if (r < 0)
+		msg->malformed = "tbx-type is empty, too long or not text";
+
+	r = header_text(hdrs, "tbx-cause", msg->cause, sizeof(msg->cause), 1);
+	if (r < 0) {
+		msg->cause[0] = '\0'; /* tracing only: not worth a rejection */
+	}
+
+	r = header_text(hdrs, "tbx-id", msg->id, sizeof(msg->id), 1);
+	if (r < 0 && !msg->malformed)
+		msg->malformed = "tbx-id is not a UUID";
+	if (r <= 0)
+		/* A stable id for records without one: the same on every
+		 * redelivery of this record. */
+		snprintf(msg->id, sizeof(msg->id), "u:%s:%" PRId32 ":%" PRId64,
+			 msg->topic, rkm->partition, rkm->offset);
+
+	r = header_text(hdrs, "tbx-token", msg->token, sizeof(msg->token), 1);
+	if (r < 0 && !msg->malformed)
+		msg->malformed = "tbx-token is not a UUID";
+	if (r <= 0) {
+		msg->token[0] = '\0';
+		msg->untokened = 1;
+		return;
+	}
+	r = header_text(hdrs, "tbx-seq", seq, sizeof(seq), 0);
+	if (r == 1) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(seq, &end, 10);
+		if (*end || errno || v < 1 || !isdigit((unsigned char)seq[0]))
+			r = -1;
+		else
+			msg->seq = v;
+	}
+	if (r != 1) {
+		if (!msg->malformed)
+			msg->malformed = "tbx-token without a valid tbx-seq";
+		msg->token[0] = '\0';
+		msg->untokened = 1;
+	}
+}
+
+const char *tbx_msg_topic(const tbx_msg_t *msg)
+{
+	return msg->topic;
+}
+
+int32_t tbx_msg_partition(const tbx_msg_t *msg)
+{
+	return msg->rkm->partition;
+}
+
+int64_t tbx_msg_offset(const tbx_msg_t *msg)
+{
+	return msg->rkm->offset;
+}
+
+const void *tbx_msg_key(const tbx_msg_t *msg, size_t *len)
+{
+	if (len)
+		*len = msg->rkm->key ? msg->rkm->key_len : 0;
+	return msg->rkm->key;
+}
+
+const void *tbx_msg_payload(const tbx_msg_t *msg, size_t *len)
+{
+	if (len)
+		*len = msg->rkm->payload ? msg->rkm->len : 0;
+	return msg->rkm->payload;
+}
+
+const char *tbx_msg_type(const tbx_msg_t *msg)
+{
+	return msg->has_type ? msg->type : NULL;
+}
+
+const char *tbx_msg_id(const tbx_msg_t *msg)
+{
+	return msg->id;
+}
+
+const char *tbx_msg_cause(const tbx_msg_t *msg)
+{
+	return msg->cause[0] ? msg->cause : NULL;
+}
+
+int tbx_msg_attempt(const tbx_msg_t *msg)
+{
+	return msg->attempt;
+}
+
+int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,
+		   size_t *len)
+{
+	rd_kafka_headers_t *hdrs;
+
+	if (!name || rd_kafka_message_headers(msg->rkm, &hdrs) !=
+			 RD_KAFKA_RESP_ERR_NO_ERROR)
+		return TBX_ENOENT;
+	if (rd_kafka_header_get_last(hdrs, name, value, len) !=
+	    RD_KAFKA_RESP_ERR_NO_ERROR)
+		return TBX_ENOENT;
+	return TBX_OK;
+}
+
+struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx)
+{
+	return tbx_outbox_db(ctx->worker->store);
+}
+
+/* Kafka's own rule for topic names. */
+static int topic_valid(const char *topic)
+{
+	size_t len = strlen(topic);
+
+	if (len == 0 || len > TBX_TOPIC_MAX || strcmp(topic, ".") == 0 ||
+	    strcmp(topic, "..") == 0)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = topic[i];
+		if (!isalnum((unsigned char)c) && c != '.' && c != '_' &&
+		    c != '-')
+			return 0;
+	}
+	return 1;
+}
+
+int tbx_ctx_send(tbx_ctx_t *ctx, const tbx_out_t *out)
+{
+	const void *key = out ? out->key : NULL;
+	size_t key_len = out ? out->key_len : 0;
+	void *hdrs = NULL;
+	size_t hdrs_len = 0;
+	int err;
+
+	if (!ctx || !out || !out->topic || !topic_valid(out->topic) ||
+	    !out->type || !*out->type || strlen(out->type) > TBX_TYPE_MAX ||
+	    (out->header_cnt && !out->headers)) {
+		tbx__log(TBX_LOG_ERR, "tbx_ctx_send: invalid message (topic "
+				      "and type are required and must be "
+				      "valid)");
+		return TBX_EINVAL;
+	}
+	for (size_t i = 0; i < out->header_cnt; i++) {
+		if (!out->headers[i].name ||
+		    strncasecmp(out->headers[i].name, "tbx-", 4) == 0) {
+			tbx__log(TBX_LOG_ERR,
+				 "tbx_ctx_send: header name %s is reserved",
+				 out->headers[i].name ? out->headers[i].name
+						      : "(null)");
+			return TBX_EINVAL;
+		}
+	}
+	if (!key)
+		key = tbx_msg_key(ctx->msg, &key_len);
+	if ((err = tbx__hdrs_encode(out->headers, out->header_cnt, &hdrs,
+				    &hdrs_len)) == TBX_OK)
+		err = tbx__row_add(ctx->row, out->topic, out->type, key,
+				   key_len, out->payload, out->payload_len,
+				   hdrs, hdrs_len);
+	free(hdrs);
+	if (err)
+		ctx->send_failed = 1;
+	return err;
+}
+
+void tbx_ctx_set_error(tbx_ctx_t *ctx, const char *reason)
+{
+	char *copy;
+
+	if (!ctx || !reason)
+		return;
+	if (!(copy = strdup(reason)))
+		return;
+	free(ctx->error);
+	ctx->error = copy;
+}

@@ -1,0 +1,192 @@
+/*
+ * Dispatch (C): the idempotent producer and the delivery-report wait.
+ *
+ * Every produced message carries a pointer to a status slot; the wait does
+ * not return before every report arrived (librdkafka guarantees one per
+ * message within message.timeout.ms), so no report can outlive its slot.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/worker.h"
+
+enum { DR_PENDING = 0, DR_OK = 1, DR_FAILED = 2 };
+
+typedef struct dr_slot {
+	int status;
+	rd_kafka_resp_err_t err;
+} dr_slot_t;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm,
+			void *opaque)
+{
+	dr_slot_t *slot = rkm->_private;
+
+	if (!slot)
+		return;
+	slot->err = rkm->err;
+	slot->status = rkm->err ? DR_FAILED : DR_OK;
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	int fatal = err == RD_KAFKA_RESP_ERR__FATAL;
+	char buf[512];
+
+	if (fatal && rd_kafka_fatal_error(rk, buf, sizeof(buf)) !=
+			 RD_KAFKA_RESP_ERR_NO_ERROR)
+		reason = buf;
+	tbx__log(fatal ? TBX_LOG_ERR : TBX_LOG_INFO, "producer: %s: %s",
+		 rd_kafka_err2name(err), reason);
+}
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac,
+		   const char *buf)
+{
+	tbx__log(level < TBX_LOG_WARNING ? TBX_LOG_WARNING : level,
+		 "librdkafka %s: %s", fac, buf);
+}
+
+rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
+			      size_t errstr_size)
+{
+	char rderr[512], timeout[24];
+	rd_kafka_conf_t *kc =
+	    tbx__conf_kafka(conf, "producer", errstr, errstr_size);
+	rd_kafka_t *rk;
+
+	if (!kc)
+		return NULL;
+	snprintf(timeout, sizeof(timeout), "%" PRId64,
+		 tbx__conf_int(conf, "dispatch.timeout.ms"));
+	/* Idempotence keeps order and drops the producer's own retries'
+	 * duplicates; tokens cover everything else. */
+	if (rd_kafka_conf_set(kc, "enable.idempotence", "true", rderr,
+			      sizeof(rderr)) != RD_KAFKA_CONF_OK ||
+	    rd_kafka_conf_set(kc, "message.timeout.ms", timeout, rderr,
+			      sizeof(rderr)) != RD_KAFKA_CONF_OK) {
+		tbx__seterr(errstr, errstr_size, TBX_ECONF, "producer: %s",
+			    rderr);
+		rd_kafka_conf_destroy(kc);
+		return NULL;
+	}
+	if (!tbx_conf_get(conf, "kafka.linger.ms") &&
+	    !tbx_conf_get(conf, "kafka.producer.linger.ms"))
+		rd_kafka_conf_set(kc, "linger.ms", "1", NULL, 0);
+	rd_kafka_conf_set_dr_msg_cb(kc, on_delivery);
+	rd_kafka_conf_set_error_cb(kc, on_error);
+	rd_kafka_conf_set_log_cb(kc, on_log);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, rderr, sizeof(rderr));
+	if (!rk) {
+		rd_kafka_conf_destroy(kc);
+		tbx__seterr(errstr, errstr_size, TBX_EKAFKA,
+			    "cannot create the producer: %s", rderr);
+		return NULL;
+	}
+	return rk;
+}
+
+static int produce_one(rd_kafka_t *rk, const tbx__row_t *row,
+		       const tbx__outmsg_t *m, dr_slot_t *slot)
+{
+	char seq[24];
+	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
+	tbx_header_t h;
+	size_t pos = 0;
+	int r;
+	rd_kafka_resp_err_t err;
+
+	snprintf(seq, sizeof(seq), "%" PRId64, row->mint_seq);
+	rd_kafka_header_add(hdrs, "tbx-id", -1, m->id, -1);
+	if (m->token[0]) {
+		rd_kafka_header_add(hdrs, "tbx-token", -1, m->token, -1);
+		rd_kafka_header_add(hdrs, "tbx-seq", -1, seq, -1);
+	}
+	rd_kafka_header_add(hdrs, "tbx-type", -1, m->type, -1);
+	if (tbx__is_uuid(row->msg_id, strlen(row->msg_id)))
+		rd_kafka_header_add(hdrs, "tbx-cause", -1, row->msg_id, -1);
+	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &h)) == 1)
+		rd_kafka_header_add(hdrs, h.name, -1, h.value,
+				    h.value ? (ssize_t)h.len : 0);
+	if (r < 0)
+		tbx__log(TBX_LOG_WARNING,
+			 "outbox row %s: stored headers are malformed; sent "
+			 "without the rest",
+			 row->msg_id);
+	/* RD_KAFKA_MSG_F_COPY: the row may be freed before delivery.  A full
+	 * local queue is drained by serving delivery reports (MSG_F_BLOCK
+	 * would wait forever: reports are served on this thread). */
+	do {
+		err = rd_kafka_producev(
+		    rk, RD_KAFKA_V_TOPIC(m->topic),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		    RD_KAFKA_V_KEY(m->key, m->key ? m->key_len : 0),
+		    RD_KAFKA_V_VALUE(m->payload,
+				     m->payload ? m->payload_len : 0),
+		    RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(slot),
+		    RD_KAFKA_V_END);
+		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			rd_kafka_poll(rk, 100);
+	} while (err == RD_KAFKA_RESP_ERR__QUEUE_FULL);
+	if (err) {
+		rd_kafka_headers_destroy(hdrs); /* not consumed on failure */
+		slot->status = DR_FAILED;
+		slot->err = err;
+		tbx__log(TBX_LOG_WARNING, "produce to %s failed: %s", m->topic,
+			 rd_kafka_err2str(err));
+		return TBX_EKAFKA;
+	}
+	return TBX_OK;
+}
+
+int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
+		  int *delivered, char *errstr, size_t errstr_size)
+{
+	size_t total = 0, k = 0, pending;
+	dr_slot_t *slots;
+	int err = TBX_OK;
+
+	for (size_t i = 0; i < cnt; i++)
+		if (rows[i])
+			total += rows[i]->msg_cnt;
+	slots = calloc(total ? total : 1, sizeof(*slots));
+	if (!slots)
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < cnt; i++) {
+		if (!rows[i])
+			continue;
+		for (size_t j = 0; j < rows[i]->msg_cnt; j++, k++)
+			produce_one(producer, rows[i], &rows[i]->msgs[j],
+				    &slots[k]);
+	}
+	tbx__crashpoint("C.produced");
+	/* Wait for every report: bounded by message.timeout.ms. */
+	do {
+		rd_kafka_flush(producer, 100);
+		pending = 0;
+		for (k = 0; k < total; k++)
+			pending += slots[k].status == DR_PENDING;
+	} while (pending);
+
+	k = 0;
+	for (size_t i = 0; i < cnt; i++) {
+		if (!rows[i]) {
+			delivered[i] = 0;
+			continue;
+		}
+		delivered[i] = 1;
+		for (size_t j = 0; j < rows[i]->msg_cnt; j++, k++) {
+			if (slots[k].status == DR_OK)
+				continue;
+			delivered[i] = 0;
+			err = tbx__seterr(errstr, errstr_size, TBX_EDELIVERY,
+					  "delivery to %s failed: %s",
+					  rows[i]->msgs[j].topic,
+					  rd_kafka_err2str(slots[k].err));
+		}
+	}
+	free(slots);
+	return err;
+}

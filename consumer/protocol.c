@@ -1,0 +1,746 @@
+/*
+ * The exactly-once protocol over one batch (docs/architecture.md):
+ *
+ *   A  process   one S transaction, a savepoint per record
+ *   B  tokens    mint + register in one T transaction; record in one S txn
+ *   C  dispatch  confirm (drop registrations), produce, await reports
+ *   D  consume   delete the batch's incoming tokens, one T transaction
+ *   E  finish    delete finished outbox rows, one S transaction
+ *   F  commit    store and commit Kafka offsets of what is done
+ *
+ * Every phase works on the whole batch.  A phase that fails leaves what it
+ * did not finish to redelivery: F commits, per partition, only up to the
+ * first record not done and makes the partition wait and restart there.
+ * The outbox row anchors recovery, so whatever is persisted is resumed.
+ *
+ * Crash points (tbx__crashpoint) sit between every pair of persistent
+ * steps; tests kill the process at each and check the invariants.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/worker.h"
+
+void tbx__batch_reset(tbx__batch_t *batch)
+{
+	for (size_t i = 0; i < batch->cnt; i++)
+		rd_kafka_message_destroy(batch->msgs[i].rkm);
+	batch->cnt = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		tbx__row_clear(&batch->rows[i].row);
+	batch->row_cnt = 0;
+}
+
+static tbx__brow_t *brow_new(tbx__batch_t *batch, size_t *idx)
+{
+	tbx__brow_t *brow;
+
+	if (batch->row_cnt == batch->row_cap) {
+		size_t cap = batch->row_cap ? batch->row_cap * 2 : 64;
+		tbx__brow_t *grown = realloc(batch->rows, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		batch->rows = grown;
+		batch->row_cap = cap;
+	}
+	*idx = batch->row_cnt;
+	brow = &batch->rows[batch->row_cnt++];
+	memset(brow, 0, sizeof(*brow));
+	tbx__row_init(&brow->row);
+	return brow;
+}
+
+/* Forgets the most recent row (its savepoint was rolled back). */
+static void brow_pop(tbx__batch_t *batch)
+{
+	tbx__row_clear(&batch->rows[--batch->row_cnt].row);
+}
+
+static void row_fill(tbx__row_t *row, const struct tbx_msg *msg, int kind)
+{
+	tbx__strlcpy(row->msg_id, msg->id, sizeof(row->msg_id));
+	tbx__strlcpy(row->in_token, msg->token, sizeof(row->in_token));
+	tbx__strlcpy(row->in_topic, msg->topic, sizeof(row->in_topic));
+	row->in_partition = msg->rkm->partition;
+	row->in_offset = msg->rkm->offset;
+	row->kind = kind;
+	row->created_ms = tbx__now_ms();
+}
+
+static int batch_row_find(const tbx__batch_t *batch, const char *msg_id,
+			  size_t *idx)
+{
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		if (strcmp(batch->rows[i].row.msg_id, msg_id) == 0) {
+			*idx = i;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Untokened and malformed records are deduplicated by offset: the
+ * service store keeps the next offset per partition, moved in the
+ * record's own savepoint. */
+static int ingress_advance(tbx_worker_t *worker, const struct tbx_msg *msg)
+{
+	return tbx_outbox_ingress_set(worker->store, worker->group, msg->topic,
+				      msg->rkm->partition,
+				      msg->rkm->offset + 1);
+}
+
+/*
+ * Queues the original record for the dead-letter topic through a row of
+ * its own, in a savepoint.  Headers other than tbx-* are kept, and
+ * tbx-dlq-* ones say where it came from and why.
+ */
+static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
+		       struct tbx_msg *msg, const char *reason, int attempts,
+		       int by_offset)
+{
+	char dlq_topic[TBX_TOPIC_MAX + 1], num[2][24], att[12];
+	const char *type = msg->has_type ? msg->type : "tbx.dead-letter";
+	rd_kafka_headers_t *in = NULL;
+	tbx_header_t *hdrs = NULL;
+	size_t hcnt = 0, key_len, payload_len, idx, blob_len = 0;
+	const void *key, *payload;
+	void *blob = NULL;
+	tbx__brow_t *brow;
+	int err;
+
+	if (snprintf(dlq_topic, sizeof(dlq_topic), "%s%s", msg->topic,
+		     worker->dlq_suffix) >= (int)sizeof(dlq_topic))
+		/* Kafka refuses longer names; keep the suffix. */
+		snprintf(dlq_topic, sizeof(dlq_topic), "%.*s%s",
+			 (int)(TBX_TOPIC_MAX - strlen(worker->dlq_suffix)),
+			 msg->topic, worker->dlq_suffix);
+	if (rd_kafka_message_headers(msg->rkm, &in) !=
+	    RD_KAFKA_RESP_ERR_NO_ERROR)
+		in = NULL;
+	hdrs = calloc((in ? rd_kafka_header_cnt(in) : 0) + 6, sizeof(*hdrs));
+	if (!hdrs)
+		return TBX_ENOMEM;
+	for (size_t i = 0; in; i++) {
+		const char *name;
+		const void *val;
+		size_t len;
+		if (rd_kafka_header_get_all(in, i, &name, &val, &len))
+			break;
+		if (strncmp(name, "tbx-", 4) == 0)
+			continue;
+		hdrs[hcnt++] = (tbx_header_t){name, val, len};
+	}
+	snprintf(num[0], sizeof(num[0]), "%" PRId32, msg->rkm->partition);
+	snprintf(num[1], sizeof(num[1]), "%" PRId64, msg->rkm->offset);
+	snprintf(att, sizeof(att), "%d", attempts);
+	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-error", reason, strlen(reason)};
+	hdrs[hcnt++] =
+	    (tbx_header_t){"tbx-dlq-topic", msg->topic, strlen(msg->topic)};
+	hdrs[hcnt++] =
+	    (tbx_header_t){"tbx-dlq-partition", num[0], strlen(num[0])};
+	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-offset", num[1], strlen(num[1])};
+	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-attempts", att, strlen(att)};
+	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-id", msg->id, strlen(msg->id)};
+	err = tbx__hdrs_encode(hdrs, hcnt, &blob, &blob_len);
+	free(hdrs);
+	if (err)
+		return err;
+
+	if (!(brow = brow_new(batch, &idx))) {
+		free(blob);
+		return TBX_ENOMEM;
+	}
+	row_fill(&brow->row, msg, TBX_ROW_DEAD_LETTER);
+	brow->fresh = 1;
+	brow->row.error = tbx__strdup(reason);
+	key = tbx_msg_key(msg, &key_len);
+	payload = tbx_msg_payload(msg, &payload_len);
+	err = tbx__row_add(&brow->row, dlq_topic, type, key, key_len, payload,
+			   payload_len, blob, blob_len);
+	free(blob);
+	if (!err && !(err = tbx_outbox_savepoint(worker->store))) {
+		if (!(err = tbx_outbox_row_insert(worker->store, worker->group,
+						  &brow->row)) &&
+		    !(err = tbx_outbox_dead_letter_add(
+			  worker->store, worker->group, &brow->row, dlq_topic,
+			  attempts)) &&
+		    (!by_offset || !(err = ingress_advance(worker, msg))))
+			err = tbx_outbox_release(worker->store);
+		if (err)
+			tbx_outbox_undo(worker->store);
+	}
+	if (err) {
+		brow_pop(batch);
+		return err;
+	}
+	tbx__log(TBX_LOG_NOTICE,
+		 "%s [%" PRId32 "] @%" PRId64 ": dead-lettered to %s: %s",
+		 msg->topic, msg->rkm->partition, msg->rkm->offset, dlq_topic,
+		 reason);
+	msg->state = TBX_MS_ROW;
+	msg->row = idx;
+	msg->part->retry_offset = -1;
+	worker->stats.dead_lettered++;
+	return TBX_OK;
+}
+
+/* Runs the handler in a savepoint; OK inserts the outbox row with it. */
+static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
+		       struct tbx_msg *msg, int by_offset)
+{
+	const tbx__route_t *route = tbx_router_lookup(
+	    worker->router, msg->topic, msg->has_type ? msg->type : NULL);
+	sqlite3 *db = tbx_outbox_db(worker->store);
+	tbx__part_t *part = msg->part;
+	tbx_verdict_t verdict;
+	tbx__brow_t *brow;
+	tbx_ctx_t ctx;
+	size_t idx;
+	int err, attempts;
+	char reason[TBX_TYPE_MAX + TBX_TOPIC_MAX + 64];
+
+	if (!route) {
+		snprintf(reason, sizeof(reason),
+			 "no handler for type '%s' on topic %s",
+			 msg->has_type ? msg->type : "(none)", msg->topic);
+		return dead_letter(worker, batch, msg, reason, 0, by_offset);
+	}
+	if (!(brow = brow_new(batch, &idx)))
+		return TBX_ENOMEM;
+	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
+	brow->fresh = 1;
+	if ((err = tbx_outbox_savepoint(worker->store))) {
+		brow_pop(batch);
+		return err;
+	}
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.worker = worker;
+	ctx.msg = msg;
+	ctx.row = &brow->row;
+	verdict = route->fn(&ctx, msg, route->opaque);
+	tbx__crashpoint("A.handled");
+	if (sqlite3_get_autocommit(db)) {
+		/* The handler ended the batch's transaction: everything of
+		 * this batch is rolled back; refuse to go on. */
+		free(ctx.error);
+		brow_pop(batch);
+		snprintf(worker->errstr, sizeof(worker->errstr),
+			 "handler for %s ended the worker's transaction "
+			 "(COMMIT/ROLLBACK on tbx_ctx_db() is not allowed)",
+			 msg->topic);
+		tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+		return TBX_ESTATE;
+	}
+	if (verdict == TBX_VERDICT_OK && ctx.send_failed) {
+		tbx__log(TBX_LOG_WARNING,
+			 "%s @%" PRId64 ": a tbx_ctx_send() "
+			 "failed; retrying the record",
+			 msg->topic, msg->rkm->offset);
+		verdict = TBX_VERDICT_RETRY;
+	}
+	if (verdict == TBX_VERDICT_OK) {
+		if (!(err = tbx_outbox_row_insert(worker->store, worker->group,
+						  &brow->row)) &&
+		    (!by_offset || !(err = ingress_advance(worker, msg))))
+			err = tbx_outbox_release(worker->store);
+		free(ctx.error);
+		if (err) {
+			tbx_outbox_undo(worker->store);
+			brow_pop(batch);
+			return err;
+		}
+		msg->state = TBX_MS_ROW;
+		msg->row = idx;
+		part->retry_offset = -1;
+		worker->stats.processed++;
+		return TBX_OK;
+	}
+
+	/* RETRY or REJECT: undo the handler's writes and messages. */
+	brow_pop(batch);
+	if ((err = tbx_outbox_undo(worker->store))) {
+		free(ctx.error);
+		return err;
+	}
+	if (verdict == TBX_VERDICT_RETRY) {
+		attempts = msg->attempt;
+		worker->stats.retries++;
+		if (attempts <= worker->retry_max) {
+			free(ctx.error);
+			part->retry_offset = msg->rkm->offset;
+			part->retry_attempts = attempts;
+			part->batch_blocked = 1;
+			part->batch_delay_ms =
+			    tbx__backoff_ms(worker, attempts);
+			msg->state = TBX_MS_BLOCKED;
+			return TBX_OK;
+		}
+		snprintf(reason, sizeof(reason), "retries exhausted: %s",
+			 ctx.error ? ctx.error : "handler asked to retry");
+	} else {
+		attempts = msg->attempt;
+		snprintf(reason, sizeof(reason), "%s",
+			 ctx.error ? ctx.error
+				   : (verdict == TBX_VERDICT_REJECT
+					  ? "rejected by the handler"
+					  : "handler returned an invalid "
+					    "verdict"));
+	}
+	free(ctx.error);
+	return dead_letter(worker, batch, msg, reason, attempts, by_offset);
+}
+
+/* A for one record, inside the batch's S transaction. */
+static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
+		       struct tbx_msg *msg)
+{
+	char attempt[TBX_UUID_LEN + 1];
+	tbx__brow_t *brow;
+	size_t idx;
+	int found, err, exists;
+
+	/* 1. An outbox row: the work is done, resume its B–E.  A copy in the
+	 * same batch as its original joins the original's row. */
+	if (batch_row_find(batch, msg->id, &idx)) {
+		msg->state = TBX_MS_ROW;
+		msg->row = idx;
+		worker->stats.duplicates_dropped++;
+		return TBX_OK;
+	}
+	if ((err = tbx_outbox_row_find(worker->store, worker->group, msg->id,
+				       &found, attempt)))
+		return err;
+	if (found) {
+		if (!(brow = brow_new(batch, &idx)))
+			return TBX_ENOMEM;
+		if ((err = tbx_outbox_row_load(worker->store, worker->group,
+					       msg->id, &brow->row))) {
+			brow_pop(batch);
+			return err;
+		}
+		brow->recorded = brow->row.attempt[0] != '\0';
+		msg->state = TBX_MS_ROW;
+		msg->row = idx;
+		worker->stats.resumed++;
+		return TBX_OK;
+	}
+
+	/* A token minted before this group subscribed was never ours. */
+	if (!msg->untokened && msg->seq < msg->part->since)
+		msg->untokened = 1;
+
+	if (msg->malformed || msg->untokened) {
+		int64_t next;
+
+		worker->stats.untokened++;
+		if ((err = tbx_outbox_ingress_get(worker->store, worker->group,
+						  msg->topic,
+						  msg->rkm->partition, &next)))
+			return err;
+		if (next >= 0 && msg->rkm->offset < next) {
+			msg->state = TBX_MS_DROPPED;
+			worker->stats.duplicates_dropped++;
+			return TBX_OK;
+		}
+		if (msg->malformed)
+			return dead_letter(worker, batch, msg, msg->malformed,
+					   0, 1);
+		if (!worker->untokened_offsets)
+			return dead_letter(worker, batch, msg,
+					   "record without a token for this "
+					   "group (ingress.untokened=reject)",
+					   0, 1);
+		return run_handler(worker, batch, msg, 1);
+	}
+
+	/* 2. Under S's write lock: no row and no token means done. */
+	if ((err = tbx_tokens_exists(worker->tokens, msg->token, worker->group,
+				     &exists)))
+		return err;
+	if (!exists) {
+		msg->state = TBX_MS_DROPPED;
+		worker->stats.duplicates_dropped++;
+		return TBX_OK;
+	}
+	/* 3. The handler. */
+	return run_handler(worker, batch, msg, 0);
+}
+
+static void batch_undo_rows(tbx__batch_t *batch)
+{
+	for (size_t i = 0; i < batch->cnt; i++)
+		if (batch->msgs[i].state != TBX_MS_SKIPPED)
+			batch->msgs[i].state = TBX_MS_NEW;
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		tbx__row_clear(&batch->rows[i].row);
+	batch->row_cnt = 0;
+}
+
+static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	int err;
+
+	for (size_t i = 0; i < batch->cnt; i++) {
+		batch->msgs[i].part->batch_blocked = 0;
+		batch->msgs[i].part->batch_delay_ms = 0;
+	}
+	if ((err = tbx_outbox_begin(worker->store)))
+		return err;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		struct tbx_msg *msg = &batch->msgs[i];
+		if (msg->part->batch_blocked) {
+			/* Order within a partition: nothing passes a record
+			 * that waits for a retry. */
+			msg->state = TBX_MS_SKIPPED;
+			continue;
+		}
+		if ((err = process_one(worker, batch, msg)))
+			goto fail;
+	}
+	tbx__crashpoint("A.before_commit");
+	if ((err = tbx_outbox_commit(worker->store)))
+		goto fail;
+	tbx__crashpoint("A.committed");
+	return TBX_OK;
+fail:
+	tbx_outbox_rollback(worker->store);
+	batch_undo_rows(batch);
+	return err;
+}
+
+/* B: tokens for rows that have none yet. */
+static void mint_undo(tbx__batch_t *batch, const size_t *minted, size_t cnt)
+{
+	for (size_t i = 0; i < cnt; i++) {
+		tbx__row_t *row = &batch->rows[minted[i]].row;
+		batch->rows[minted[i]].recorded = 0;
+		row->attempt[0] = '\0';
+		row->mint_seq = 0;
+		for (size_t j = 0; j < row->msg_cnt; j++)
+			row->msgs[j].token[0] = '\0';
+	}
+}
+
+static int phase_tokens(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	tbx__mint_req_t *reqs = NULL;
+	tbx__mint_item_t *items = NULL;
+	size_t *minted = NULL, cnt = 0, item_cnt = 0, k = 0;
+	int *won = NULL;
+	int64_t seq = 0;
+	uint64_t created = 0;
+	int err;
+
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__brow_t *brow = &batch->rows[i];
+		if (brow->recorded || brow->row.msg_cnt == 0)
+			continue;
+		cnt++;
+		item_cnt += brow->row.msg_cnt;
+	}
+	if (cnt == 0)
+		return TBX_OK;
+	reqs = calloc(cnt, sizeof(*reqs));
+	items = calloc(item_cnt, sizeof(*items));
+	minted = calloc(cnt, sizeof(*minted));
+	won = calloc(cnt, sizeof(*won));
+	if (!reqs || !items || !minted || !won) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	cnt = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__row_t *row = &batch->rows[i].row;
+		if (batch->rows[i].recorded || row->msg_cnt == 0)
+			continue;
+		/* A fresh attempt id and fresh tokens: per attempt. */
+		tbx__uuid(row->attempt);
+		reqs[cnt].attempt = row->attempt;
+		reqs[cnt].msg_id = row->msg_id;
+		reqs[cnt].items = &items[k];
+		reqs[cnt].item_cnt = row->msg_cnt;
+		for (size_t j = 0; j < row->msg_cnt; j++, k++) {
+			tbx__uuid(row->msgs[j].token);
+			items[k].token = row->msgs[j].token;
+			items[k].topic = row->msgs[j].topic;
+		}
+		minted[cnt++] = i;
+	}
+	if ((err = tbx_tokens_mint(worker->tokens, worker->group, reqs, cnt,
+				   &seq, &created))) {
+		mint_undo(batch, minted, cnt);
+		goto out;
+	}
+	worker->stats.tokens_created += created;
+	tbx__crashpoint("B.minted");
+
+	/* First persisted attempt wins.  If this transaction fails, our
+	 * tokens are registered but not recorded: orphans for the sweeper
+	 * once a later attempt is recorded. */
+	if ((err = tbx_outbox_begin(worker->store)))
+		goto orphaned;
+	for (size_t i = 0; i < cnt; i++) {
+		tbx__row_t *row = &batch->rows[minted[i]].row;
+		row->mint_seq = seq;
+		if ((err = tbx_outbox_row_set_attempt(
+			 worker->store, worker->group, row, &won[i]))) {
+			tbx_outbox_rollback(worker->store);
+			goto orphaned;
+		}
+	}
+	if ((err = tbx_outbox_commit(worker->store))) {
+		tbx_outbox_rollback(worker->store);
+		goto orphaned;
+	}
+	tbx__crashpoint("B.recorded");
+
+	for (size_t i = 0; i < cnt; i++) {
+		tbx__brow_t *brow = &batch->rows[minted[i]];
+		char lost[TBX_UUID_LEN + 1];
+		int dropped;
+
+		if (won[i]) {
+			brow->recorded = 1;
+			continue;
+		}
+		/* Another attempt was recorded first: drop ours at once
+		 * (the sweeper would otherwise) and go on with the
+		 * winner's ids and tokens. */
+		tbx__strlcpy(lost, brow->row.attempt, sizeof(lost));
+		if (tbx_tokens_drop_attempt(worker->tokens, lost, &dropped,
+					    NULL) == TBX_OK &&
+		    dropped)
+			worker->stats.attempts_lost++;
+		err = tbx_outbox_row_load(worker->store, worker->group,
+					  brow->row.msg_id, &brow->row);
+		if (err == TBX_ENOENT) {
+			brow->gone = 1; /* another worker finished it */
+			err = TBX_OK;
+		} else if (err) {
+			brow->recorded = 0;
+			goto out;
+		} else {
+			brow->recorded = 1;
+		}
+	}
+	goto out;
+orphaned:
+	tbx__log(TBX_LOG_WARNING, "recording attempts failed: %s",
+		 tbx_strerror(err));
+	mint_undo(batch, minted, cnt);
+out:
+	free(reqs);
+	free(items);
+	free(minted);
+	free(won);
+	return err;
+}
+
+/* C: confirm, produce, await every report. */
+static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	const char **attempts = NULL;
+	tbx__row_t **rows = NULL;
+	int *delivered = NULL;
+	size_t cnt = 0;
+	int err = TBX_OK;
+	char errstr[256];
+
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__brow_t *brow = &batch->rows[i];
+		if (brow->row.msg_cnt == 0 && !brow->gone)
+			brow->delivered = 1; /* nothing to send */
+		else if (brow->recorded && !brow->gone)
+			cnt++;
+	}
+	if (cnt == 0)
+		return TBX_OK;
+	attempts = calloc(cnt, sizeof(*attempts));
+	rows = calloc(cnt, sizeof(*rows));
+	delivered = calloc(cnt, sizeof(*delivered));
+	if (!attempts || !rows || !delivered) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	cnt = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__brow_t *brow = &batch->rows[i];
+		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
+			continue;
+		attempts[cnt] = brow->row.attempt;
+		rows[cnt++] = &brow->row;
+	}
+	/* Confirm before dispatch: a finished row never leaves a
+	 * registration behind, so the sweeper may treat "no row" as an
+	 * orphan. */
+	if ((err = tbx_tokens_confirm(worker->tokens, attempts, cnt)))
+		goto out;
+	tbx__crashpoint("C.confirmed");
+	err = tbx__dispatch(worker->producer, rows, cnt, delivered, errstr,
+			    sizeof(errstr));
+	if (err)
+		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
+	tbx__crashpoint("C.delivered");
+	cnt = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__brow_t *brow = &batch->rows[i];
+		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
+			continue;
+		brow->delivered = delivered[cnt++];
+		if (brow->delivered)
+			worker->stats.dispatched += brow->row.msg_cnt;
+	}
+	err = TBX_OK; /* undelivered rows wait for redelivery */
+out:
+	free(attempts);
+	free(rows);
+	free(delivered);
+	return err;
+}
+
+/* D: consume the incoming tokens of the delivered rows. */
+static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	const char **ids;
+	size_t cnt = 0;
+	uint64_t deleted = 0;
+	int err;
+
+	if (!(ids = calloc(batch->cnt ? batch->cnt : 1, sizeof(*ids))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		struct tbx_msg *msg = &batch->msgs[i];
+		if (msg->state == TBX_MS_ROW && msg->token[0] &&
+		    !msg->untokened && batch->rows[msg->row].delivered)
+			ids[cnt++] = msg->token;
+	}
+	err = cnt ? tbx_tokens_consume(worker->tokens, worker->group, ids, cnt,
+				       &deleted)
+		  : TBX_OK;
+	free(ids);
+	if (err)
+		return err;
+	worker->stats.tokens_consumed += deleted;
+	tbx__crashpoint("D.consumed");
+	return TBX_OK;
+}
+
+/* E: delete finished rows.  Never before D (see architecture.md). */
+static int phase_finish(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	int err, any = 0;
+
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		any |= batch->rows[i].delivered;
+	if (!any)
+		return TBX_OK;
+	if ((err = tbx_outbox_begin(worker->store)))
+		return err;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		if (!batch->rows[i].delivered)
+			continue;
+		if ((err = tbx_outbox_row_delete(worker->store, worker->group,
+						 batch->rows[i].row.msg_id))) {
+			tbx_outbox_rollback(worker->store);
+			return err;
+		}
+	}
+	if ((err = tbx_outbox_commit(worker->store))) {
+		tbx_outbox_rollback(worker->store);
+		return err;
+	}
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		if (batch->rows[i].delivered)
+			batch->rows[i].finished = 1;
+	tbx__crashpoint("E.deleted");
+	return TBX_OK;
+}
+
+static int msg_done(const tbx__batch_t *batch, const struct tbx_msg *msg)
+{
+	if (msg->state == TBX_MS_DROPPED)
+		return 1;
+	if (msg->state == TBX_MS_ROW)
+		return batch->rows[msg->row].finished ||
+		       batch->rows[msg->row].gone;
+	return 0;
+}
+
+/* F: per partition, commit up to the first record not done; a partition
+ * with unfinished records waits, then restarts from there. */
+static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	rd_kafka_topic_partition_list_t *offsets =
+	    rd_kafka_topic_partition_list_new(8);
+	rd_kafka_resp_err_t rerr;
+
+	for (size_t i = 0; i < batch->cnt; i++) {
+		tbx__part_t *part = batch->msgs[i].part;
+		int64_t next = -1, first_undone = -1;
+		int seen = 0;
+
+		/* first record of this partition in the batch? */
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = batch->msgs[j].part == part;
+		if (seen)
+			continue;
+		for (size_t j = i; j < batch->cnt; j++) {
+			const struct tbx_msg *msg = &batch->msgs[j];
+			if (msg->part != part)
+				continue;
+			if (!msg_done(batch, msg)) {
+				first_undone = msg->rkm->offset;
+				break;
+			}
+			next = msg->rkm->offset + 1;
+		}
+		if (first_undone >= 0) {
+			int64_t delay =
+			    part->batch_blocked
+				? part->batch_delay_ms
+				: tbx__backoff_ms(worker, ++part->failures);
+			tbx__part_block(worker, part, first_undone, delay);
+		} else {
+			part->failures = 0;
+		}
+		if (next >= 0)
+			rd_kafka_topic_partition_list_add(offsets, part->topic,
+							  part->partition)
+			    ->offset = next;
+	}
+	if (offsets->cnt) {
+		rerr = rd_kafka_offsets_store(worker->consumer, offsets);
+		if (rerr)
+			tbx__log(TBX_LOG_INFO, "offsets store: %s",
+				 rd_kafka_err2str(rerr));
+		rerr = rd_kafka_commit(worker->consumer, offsets, 1);
+		if (rerr)
+			tbx__log(TBX_LOG_INFO, "commit: %s",
+				 rd_kafka_err2str(rerr));
+	}
+	rd_kafka_topic_partition_list_destroy(offsets);
+	tbx__crashpoint("F.committed");
+}
+
+int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	int err;
+
+	if (batch->cnt == 0)
+		return TBX_OK;
+	worker->stats.batches++;
+	if (!(err = phase_process(worker, batch)) &&
+	    !(err = phase_tokens(worker, batch)) &&
+	    !(err = phase_dispatch(worker, batch)) &&
+	    !(err = phase_consume(worker, batch)))
+		err = phase_finish(worker, batch);
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "batch of %zu left unfinished: %s (redelivery "
+			 "resumes it)",
+			 batch->cnt, tbx_strerror(err));
+	phase_commit(worker, batch);
+	return err;
+}

@@ -1,0 +1,627 @@
+/*
+ * The consumer-group loop: lifecycle, subscription, rebalances, batches
+ * and partitions that wait for a retry.
+ *
+ * Batches are built from rd_kafka_consumer_poll(): librdkafka 2.0's batch
+ * consume calls can skip or repeat offsets around pause, seek and
+ * rebalance.  A batch is processed between polls, so the rebalance
+ * callback (served inside poll) only ever sees a batch being collected; it
+ * drops the records of revoked partitions from it.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "consumer/worker.h"
+#include "tokens/sweep.h"
+
+__attribute__((format(printf, 3, 4))) static int
+fail(tbx_worker_t *worker, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(worker->errstr, sizeof(worker->errstr), fmt, ap);
+	va_end(ap);
+	tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+	return err;
+}
+
+tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
+{
+	tbx__db_opts_t opts;
+	tbx_worker_t *worker;
+	const char *store_path, *tokens_path, *id;
+	char tag[TBX_GROUP_MAX + 32];
+	int err;
+
+	if (!conf) {
+		tbx__seterr(errstr, errstr_size, TBX_EINVAL, "conf is NULL");
+		return NULL;
+	}
+	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size))
+		return NULL;
+	if (!(worker = calloc(1, sizeof(*worker)))) {
+		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
+		return NULL;
+	}
+	tbx__strlcpy(worker->group, tbx__conf_str(conf, "group.id"),
+		     sizeof(worker->group));
+	id = tbx__conf_str(conf, "worker.id");
+	if (*id)
+		tbx__strlcpy(tag, id, sizeof(tag));
+	else
+		snprintf(tag, sizeof(tag), "%s/%d", worker->group,
+			 (int)getpid());
+	tbx__log_setup(tbx__log_level(tbx__conf_str(conf, "log.level")), tag);
+
+	tbx__db_opts_init(&opts);
+	opts.synchronous_full =
+	    strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0;
+	opts.busy_timeout_ms =
+	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
+	store_path = tbx__conf_str(conf, "store.path");
+	tokens_path = tbx__conf_str(conf, "tokens.path");
+	if ((err = tbx_outbox_open(store_path, &opts, &worker->store, errstr,
+				   errstr_size)))
+		goto fail;
+	/* One file for both stores: the token operations share the
+	 * service connection (the protocol never overlaps their
+	 * transactions), so A–B and D–E cost no extra connection. */
+	if (!*tokens_path || strcmp(tokens_path, store_path) == 0)
+		err = tbx_tokens_sqlite_open(
+		    store_path, &opts, tbx_outbox_db(worker->store),
+		    &worker->tokens, errstr, errstr_size);
+	else
+		err = tbx_tokens_sqlite_open(tokens_path, &opts, NULL,
+					     &worker->tokens, errstr,
+					     errstr_size);
+	if (err)
+		goto fail;
+	if (!(worker->router = tbx_router_new())) {
+		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
+		goto fail;
+	}
+	worker->batch_max = (int)tbx__conf_int(conf, "batch.max.messages");
+	worker->batch_ms = (int)tbx__conf_int(conf, "batch.max.ms");
+	worker->retry_max = (int)tbx__conf_int(conf, "retry.max");
+	worker->backoff_ms = (int)tbx__conf_int(conf, "retry.backoff.ms");
+	worker->backoff_max_ms =
+	    (int)tbx__conf_int(conf, "retry.backoff.max.ms");
+	worker->untokened_offsets =
+	    strcmp(tbx__conf_str(conf, "ingress.untokened"), "offsets") == 0;
+	worker->dispatch_timeout_ms =
+	    (int)tbx__conf_int(conf, "dispatch.timeout.ms");
+	worker->cleanup_interval_ms =
+	    tbx__conf_int(conf, "cleanup.interval.ms");
+	worker->cleanup_batch = tbx__conf_int(conf, "cleanup.batch.size");
+	tbx__strlcpy(worker->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
+		     sizeof(worker->dlq_suffix));
+	worker->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
+	atomic_init(&worker->stop, 0);
+	worker->conf = conf;
+	return worker;
+fail:
+	tbx_tokens_close(worker->tokens);
+	tbx_outbox_close(worker->store);
+	tbx_router_destroy(worker->router);
+	free(worker);
+	return NULL;
+}
+
+int tbx_worker_register(tbx_worker_t *worker, const char *topic,
+			const char *type, tbx_handler_fn fn, void *opaque)
+{
+	if (!worker)
+		return TBX_EINVAL;
+	if (worker->started)
+		return TBX_ESTATE;
+	return tbx_router_add(worker->router, topic, type, fn, opaque);
+}
+
+tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
+			   int32_t partition, int create)
+{
+	tbx__part_t *part;
+
+	for (size_t i = 0; i < worker->part_cnt; i++) {
+		part = &worker->parts[i];
+		if (part->partition == partition &&
+		    strcmp(part->topic, topic) == 0)
+			return part;
+	}
+	if (!create)
+		return NULL;
+	if (worker->part_cnt == worker->part_cap) {
+		size_t cap = worker->part_cap ? worker->part_cap * 2 : 16;
+		tbx__part_t *grown =
+		    realloc(worker->parts, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		/* Batch records point at parts: collection never spans a
+		 * realloc because assignment happens before records of the
+		 * new partitions arrive, and revocation only shrinks. */
+		for (size_t i = 0; i < worker->batch.cnt; i++)
+			worker->batch.msgs[i].part =
+			    grown +
+			    (worker->batch.msgs[i].part - worker->parts);
+		worker->parts = grown;
+		worker->part_cap = cap;
+	}
+	part = &worker->parts[worker->part_cnt++];
+	memset(part, 0, sizeof(*part));
+	tbx__strlcpy(part->topic, topic, sizeof(part->topic));
+	part->partition = partition;
+	part->retry_offset = -1;
+	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++)
+		if (strcmp(tbx_router_topic(worker->router, i), topic) == 0)
+			part->since = worker->since[i];
+	return part;
+}
+
+static void part_remove(tbx_worker_t *worker, const char *topic,
+			int32_t partition)
+{
+	tbx__part_t *part = tbx__part_get(worker, topic, partition, 0);
+	size_t idx;
+
+	if (!part)
+		return;
+	idx = (size_t)(part - worker->parts);
+	/* The batch must not keep records of a partition being removed:
+	 * the caller dropped them first.  Records of the moved last part
+	 * are re-pointed. */
+	tbx__part_t *last = &worker->parts[worker->part_cnt - 1];
+	for (size_t i = 0; i < worker->batch.cnt; i++)
+		if (worker->batch.msgs[i].part == last)
+			worker->batch.msgs[i].part = part;
+	worker->parts[idx] = *last;
+	worker->part_cnt--;
+}
+
+int64_t tbx__backoff_ms(tbx_worker_t *worker, int attempt)
+{
+	int64_t delay = worker->backoff_ms;
+
+	for (int i = 1; i < attempt && delay < worker->backoff_max_ms; i++)
+		delay *= 2;
+	if (delay > worker->backoff_max_ms)
+		delay = worker->backoff_max_ms;
+	/* Full jitter in [delay/2, delay]: workers retrying the same
+	 * failure do not march in step. */
+	return delay / 2 + rand_r(&worker->rand_state) % (delay / 2 + 1);
+}
+
+static rd_kafka_topic_partition_list_t *one_part(const tbx__part_t *part,
+						 int64_t offset)
+{
+	rd_kafka_topic_partition_list_t *list =
+	    rd_kafka_topic_partition_list_new(1);
+
+	rd_kafka_topic_partition_list_add(list, part->topic, part->partition)
+	    ->offset = offset;
+	return list;
+}
+
+void tbx__part_block(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
+		     int64_t delay_ms)
+{
+	rd_kafka_topic_partition_list_t *list;
+
+	part->seek_offset = offset;
+	part->resume_at_ms = tbx__mono_ms() + delay_ms;
+	if (part->paused)
+		return;
+	part->paused = 1;
+	list = one_part(part, offset);
+	rd_kafka_pause_partitions(worker->consumer, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	tbx__log(TBX_LOG_INFO,
+		 "%s [%" PRId32 "] waits %" PRId64
+		 " ms, then resumes at offset %" PRId64,
+		 part->topic, part->partition, delay_ms, offset);
+}
+
+/* Resumes partitions whose wait is over: seek back to the first record
+ * not done, then resume fetching.  Records fetched before the seek are
+ * discarded by librdkafka (the seek bumps the fetch version). */
+static void resume_due(tbx_worker_t *worker)
+{
+	int64_t now = tbx__mono_ms();
+
+	for (size_t i = 0; i < worker->part_cnt; i++) {
+		tbx__part_t *part = &worker->parts[i];
+		rd_kafka_topic_partition_list_t *list;
+		rd_kafka_error_t *error;
+
+		if (!part->paused || now < part->resume_at_ms)
+			continue;
+		list = one_part(part, part->seek_offset);
+		error = rd_kafka_seek_partitions(worker->consumer, list, 5000);
+		if (error) {
+			tbx__log(TBX_LOG_WARNING,
+				 "%s [%" PRId32 "]: seek failed: %s; retrying",
+				 part->topic, part->partition,
+				 rd_kafka_error_string(error));
+			rd_kafka_error_destroy(error);
+			rd_kafka_topic_partition_list_destroy(list);
+			part->resume_at_ms = now + worker->backoff_ms;
+			continue;
+		}
+		rd_kafka_resume_partitions(worker->consumer, list);
+		rd_kafka_topic_partition_list_destroy(list);
+		part->paused = 0;
+	}
+}
+
+/* Drops batch records of partitions in @p parts (revoked). */
+static void batch_drop(tbx_worker_t *worker,
+		       const rd_kafka_topic_partition_list_t *parts)
+{
+	tbx__batch_t *batch = &worker->batch;
+	size_t kept = 0;
+
+	for (size_t i = 0; i < batch->cnt; i++) {
+		struct tbx_msg *msg = &batch->msgs[i];
+		int revoked = 0;
+		for (int j = 0; j < parts->cnt && !revoked; j++)
+			revoked =
+			    parts->elems[j].partition == msg->rkm->partition &&
+			    strcmp(parts->elems[j].topic, msg->topic) == 0;
+		if (revoked)
+			rd_kafka_message_destroy(msg->rkm);
+		else
+			batch->msgs[kept++] = *msg;
+	}
+	batch->cnt = kept;
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+			 rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+	tbx_worker_t *worker = opaque;
+	int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+	rd_kafka_error_t *error = NULL;
+
+	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		for (int i = 0; i < parts->cnt; i++)
+			tbx__part_get(worker, parts->elems[i].topic,
+				      parts->elems[i].partition, 1);
+		tbx__log(TBX_LOG_INFO, "assigned %d partition(s)", parts->cnt);
+		if (coop)
+			error = rd_kafka_incremental_assign(rk, parts);
+		else
+			rd_kafka_assign(rk, parts);
+	} else {
+		/* Revoked (or an error): what is done was stored after the
+		 * last batch; commit it now while we still own it.  Records
+		 * of these partitions in the batch being collected are
+		 * dropped unprocessed: the next owner starts from the
+		 * committed offset. */
+		if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS &&
+		    !rd_kafka_assignment_lost(rk))
+			rd_kafka_commit(rk, NULL, 0);
+		batch_drop(worker, parts);
+		for (int i = 0; i < parts->cnt; i++)
+			part_remove(worker, parts->elems[i].topic,
+				    parts->elems[i].partition);
+		tbx__log(TBX_LOG_INFO, "revoked %d partition(s)", parts->cnt);
+		if (coop)
+			error = rd_kafka_incremental_unassign(rk, parts);
+		else
+			rd_kafka_assign(rk, NULL);
+	}
+	if (error) {
+		tbx__log(TBX_LOG_ERR, "rebalance: %s",
+			 rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	}
+}
+
+static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac,
+			    const char *buf)
+{
+	tbx__log(level < TBX_LOG_WARNING ? TBX_LOG_WARNING : level,
+		 "librdkafka %s: %s", fac, buf);
+}
+
+static void on_consumer_error(rd_kafka_t *rk, int err, const char *reason,
+			      void *opaque)
+{
+	tbx__log(err == RD_KAFKA_RESP_ERR__FATAL ? TBX_LOG_ERR : TBX_LOG_INFO,
+		 "consumer: %s: %s", rd_kafka_err2name(err), reason);
+}
+
+/* Subscribes the group in the token store (so senders mint its tokens
+ * from now on), then to Kafka. */
+static int start(tbx_worker_t *worker)
+{
+	size_t n = tbx_router_topic_count(worker->router);
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_conf_t *kc;
+	char rderr[512];
+	rd_kafka_resp_err_t rerr;
+	int err;
+
+	if (n == 0)
+		return fail(worker, TBX_ESTATE, "%s",
+			    "no handler registered: nothing to consume");
+	if (!(worker->since = calloc(n, sizeof(*worker->since))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const char *topic = tbx_router_topic(worker->router, i);
+		if ((err = tbx_tokens_subscribe(worker->tokens, topic,
+						worker->group,
+						&worker->since[i])))
+			return fail(worker, err,
+				    "cannot record the subscription to %s in "
+				    "the token store",
+				    topic);
+	}
+	if (!(kc = tbx__conf_kafka(worker->conf, "consumer", worker->errstr,
+				   sizeof(worker->errstr))))
+		return TBX_ECONF;
+	if (rd_kafka_conf_set(kc, "group.id", worker->group, rderr,
+			      sizeof(rderr)) != RD_KAFKA_CONF_OK ||
+	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", rderr,
+			      sizeof(rderr)) != RD_KAFKA_CONF_OK ||
+	    rd_kafka_conf_set(kc, "enable.auto.offset.store", "false", rderr,
+			      sizeof(rderr)) != RD_KAFKA_CONF_OK) {
+		rd_kafka_conf_destroy(kc);
+		return fail(worker, TBX_ECONF, "consumer: %s", rderr);
+	}
+	if (!tbx_conf_get(worker->conf, "kafka.auto.offset.reset") &&
+	    !tbx_conf_get(worker->conf, "kafka.consumer.auto.offset.reset"))
+		rd_kafka_conf_set(kc, "auto.offset.reset", "earliest", NULL, 0);
+	rd_kafka_conf_set_rebalance_cb(kc, on_rebalance);
+	rd_kafka_conf_set_log_cb(kc, on_consumer_log);
+	rd_kafka_conf_set_error_cb(kc, on_consumer_error);
+	rd_kafka_conf_set_opaque(kc, worker);
+	worker->consumer =
+	    rd_kafka_new(RD_KAFKA_CONSUMER, kc, rderr, sizeof(rderr));
+	if (!worker->consumer) {
+		rd_kafka_conf_destroy(kc);
+		return fail(worker, TBX_EKAFKA,
+			    "cannot create the consumer: %s", rderr);
+	}
+	rd_kafka_poll_set_consumer(worker->consumer);
+	topics = rd_kafka_topic_partition_list_new((int)n);
+	for (size_t i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(
+		    topics, tbx_router_topic(worker->router, i),
+		    RD_KAFKA_PARTITION_UA);
+	rerr = rd_kafka_subscribe(worker->consumer, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+	if (rerr)
+		return fail(worker, TBX_EKAFKA, "subscribe failed: %s",
+			    rd_kafka_err2str(rerr));
+	worker->producer = tbx__producer_new(worker->conf, worker->errstr,
+					     sizeof(worker->errstr));
+	if (!worker->producer)
+		return TBX_EKAFKA;
+	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
+	worker->started = 1;
+	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
+	return TBX_OK;
+}
+
+static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
+{
+	tbx__batch_t *batch = &worker->batch;
+	tbx__part_t *part;
+	struct tbx_msg *msg;
+	const char *topic = rd_kafka_topic_name(rkm->rkt);
+
+	part = tbx__part_get(worker, topic, rkm->partition, 0);
+	if (!part || part->paused) {
+		/* Fetched before the pause (or after a revoke): it will be
+		 * fetched again from the seek offset. */
+		rd_kafka_message_destroy(rkm);
+		return 0;
+	}
+	if (batch->cnt == batch->cap) {
+		size_t cap = batch->cap ? batch->cap * 2 : 64;
+		struct tbx_msg *grown =
+		    realloc(batch->msgs, cap * sizeof(*grown));
+		if (!grown) {
+			rd_kafka_message_destroy(rkm);
+			return -1;
+		}
+		batch->msgs = grown;
+		batch->cap = cap;
+	}
+	msg = &batch->msgs[batch->cnt++];
+	memset(msg, 0, sizeof(*msg));
+	msg->rkm = rkm;
+	msg->part = part;
+	tbx__msg_parse(msg);
+	msg->attempt =
+	    part->retry_offset == rkm->offset ? part->retry_attempts + 1 : 1;
+	worker->stats.consumed++;
+	return 1;
+}
+
+/* Collects up to batch.max.messages records: waits up to @p timeout_ms for
+ * the first, then up to batch.max.ms for the batch to fill. */
+static int collect(tbx_worker_t *worker, int timeout_ms)
+{
+	int64_t first_deadline = tbx__mono_ms() + timeout_ms;
+	int64_t batch_deadline = 0;
+	int polled = 0;
+
+	while (worker->batch.cnt < (size_t)worker->batch_max &&
+	       !atomic_load(&worker->stop)) {
+		int64_t now = tbx__mono_ms(), wait;
+		rd_kafka_message_t *rkm;
+
+		if (worker->batch.cnt == 0) {
+			if (polled && now >= first_deadline)
+				break;
+			wait = first_deadline - now;
+		} else {
+			if (now >= batch_deadline)
+				break;
+			wait = batch_deadline - now;
+		}
+		if (wait < 0)
+			wait = 0;
+		if (wait > 100)
+			wait = 100; /* notice tbx_worker_stop() promptly */
+		rkm = rd_kafka_consumer_poll(worker->consumer, (int)wait);
+		polled = 1;
+		if (!rkm)
+			continue;
+		if (rkm->err) {
+			if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				tbx__log(TBX_LOG_WARNING, "consume: %s",
+					 rd_kafka_message_errstr(rkm));
+			rd_kafka_message_destroy(rkm);
+			char fatal[256];
+			if (rd_kafka_fatal_error(worker->consumer, fatal,
+						 sizeof(fatal)))
+				return fail(worker, TBX_EKAFKA,
+					    "fatal consumer error: %s", fatal);
+			continue;
+		}
+		if (batch_push(worker, rkm) < 0)
+			return TBX_ENOMEM;
+		if (worker->batch.cnt == 1)
+			batch_deadline = tbx__mono_ms() + worker->batch_ms;
+	}
+	return TBX_OK;
+}
+
+static void maybe_cleanup(tbx_worker_t *worker)
+{
+	int64_t now = tbx__mono_ms();
+
+	if (worker->cleanup_interval_ms <= 0 || now < worker->next_cleanup_ms)
+		return;
+	worker->next_cleanup_ms = now + worker->cleanup_interval_ms;
+	tbx_worker_cleanup(worker, 0, NULL);
+}
+
+int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
+{
+	int err;
+	size_t cnt;
+
+	if (!worker || timeout_ms < 0)
+		return -TBX_EINVAL;
+	if (worker->closed)
+		return -TBX_ESTATE;
+	if (!worker->started && (err = start(worker)))
+		return -err;
+	resume_due(worker);
+	maybe_cleanup(worker);
+	if ((err = collect(worker, timeout_ms))) {
+		tbx__batch_reset(&worker->batch);
+		return -err;
+	}
+	cnt = worker->batch.cnt;
+	err = tbx__process_batch(worker, &worker->batch);
+	tbx__batch_reset(&worker->batch);
+	if (err && !tbx_err_is_retriable(err) && err != TBX_EDELIVERY &&
+	    err != TBX_ESTORE)
+		return -err;
+	return (int)cnt;
+}
+
+int tbx_worker_run(tbx_worker_t *worker)
+{
+	int r;
+
+	if (!worker)
+		return TBX_EINVAL;
+	while (!atomic_load(&worker->stop)) {
+		r = tbx_worker_poll(worker, 100);
+		if (r < 0) {
+			tbx_worker_close(worker);
+			return -r;
+		}
+	}
+	return tbx_worker_close(worker);
+}
+
+void tbx_worker_stop(tbx_worker_t *worker)
+{
+	if (worker)
+		atomic_store(&worker->stop, 1);
+}
+
+int tbx_worker_close(tbx_worker_t *worker)
+{
+	if (!worker || worker->closed)
+		return TBX_OK;
+	worker->closed = 1;
+	tbx__batch_reset(&worker->batch);
+	if (worker->consumer) {
+		/* Offsets of finished batches were stored; an async commit
+		 * may still be in flight: commit them synchronously. */
+		rd_kafka_resp_err_t err =
+		    rd_kafka_commit(worker->consumer, NULL, 0);
+		if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+			tbx__log(TBX_LOG_INFO, "final commit: %s",
+				 rd_kafka_err2str(err));
+		rd_kafka_consumer_close(worker->consumer);
+		rd_kafka_destroy(worker->consumer);
+		worker->consumer = NULL;
+	}
+	if (worker->producer) {
+		rd_kafka_flush(worker->producer, worker->dispatch_timeout_ms);
+		rd_kafka_destroy(worker->producer);
+		worker->producer = NULL;
+	}
+	return TBX_OK;
+}
+
+void tbx_worker_destroy(tbx_worker_t *worker)
+{
+	if (!worker)
+		return;
+	tbx_worker_close(worker);
+	free(worker->batch.msgs);
+	free(worker->batch.rows);
+	free(worker->parts);
+	free(worker->since);
+	tbx_tokens_close(worker->tokens);
+	tbx_outbox_close(worker->store);
+	tbx_router_destroy(worker->router);
+	tbx_conf_destroy(worker->conf);
+	free(worker);
+}
+
+const char *tbx_worker_errstr(const tbx_worker_t *worker)
+{
+	return worker ? worker->errstr : "";
+}
+
+void tbx_worker_stats(const tbx_worker_t *worker, tbx_stats_t *stats)
+{
+	if (worker && stats)
+		*stats = worker->stats;
+}
+
+int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
+{
+	tbx__sweep_stats_t st;
+	int err;
+
+	if (!worker)
+		return TBX_EINVAL;
+	err = tbx_tokens_sweep(worker->tokens, worker->store, worker->group,
+			       limit ? limit : (size_t)worker->cleanup_batch,
+			       &st);
+	worker->stats.orphans_swept += st.orphans;
+	if (st.orphans)
+		tbx__log(TBX_LOG_INFO,
+			 "cleanup: %zu orphaned attempt(s), %" PRIu64
+			 " token row(s) removed",
+			 st.orphans, st.tokens_deleted);
+	if (swept)
+		*swept = st.orphans;
+	return err;
+}

@@ -1,0 +1,155 @@
+/*
+ * Worker internals: the consumer-group loop (worker.c), the protocol A–F
+ * over one batch (protocol.c), the producer that dispatches (producer.c)
+ * and the views handed to handlers (msg.c).
+ *
+ * @locality every function here runs on the worker's thread, the one that
+ * calls tbx_worker_poll()/tbx_worker_run(), except tbx_worker_stop().
+ */
+#ifndef TBX_CONSUMER_WORKER_H
+#define TBX_CONSUMER_WORKER_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
+
+#include "consumer/conf.h"
+#include "consumer/util.h"
+#include "handlers/router.h"
+#include "outbox/outbox.h"
+#include "tokens/tokens.h"
+
+#define TBX_TYPE_MAX 255
+
+/* What A decided for one record of the batch. */
+typedef enum tbx__mstate {
+	TBX_MS_NEW = 0, /**< not looked at yet */
+	TBX_MS_SKIPPED, /**< its partition blocked earlier in the batch */
+	TBX_MS_BLOCKED, /**< RETRY (or a failed phase): resume here later */
+	TBX_MS_DROPPED, /**< duplicate or below the ingress offset: done */
+	TBX_MS_ROW,	/**< has an outbox row: done when the row finishes */
+} tbx__mstate_t;
+
+/** An incoming record as handlers see it, plus its protocol state. */
+struct tbx_msg {
+	rd_kafka_message_t *rkm; /**< owned by the batch */
+	const char *topic;	 /**< borrowed from rkm */
+	struct tbx__part *part;
+	char id[TBX_MSGID_MAX + 1];
+	char token[TBX_UUID_LEN + 1]; /**< "" when absent */
+	char cause[TBX_UUID_LEN + 1]; /**< "" when absent */
+	char type[TBX_TYPE_MAX + 1];
+	int has_type;
+	int64_t seq; /**< tbx-seq, 0 when absent */
+	const char
+	    *malformed; /**< why the tbx-* headers are unusable, or NULL */
+	int untokened;	/**< no usable token for this group */
+	int attempt;	/**< for handlers: 1 + earlier RETRYs */
+	tbx__mstate_t state;
+	size_t row; /**< index in the batch's rows when TBX_MS_ROW */
+};
+
+/** Per assigned partition state that outlives a batch. */
+typedef struct tbx__part {
+	char topic[TBX_TOPIC_MAX + 1];
+	int32_t partition;
+	int paused; /**< waiting for resume_at_ms */
+	int64_t resume_at_ms;
+	int64_t seek_offset;  /**< where to restart when resuming */
+	int64_t retry_offset; /**< record whose handler asked to retry */
+	int retry_attempts;   /**< RETRY verdicts for retry_offset */
+	int64_t since;	      /**< subscription number of the topic */
+	int failures;	      /**< consecutive batches left unfinished */
+	/* per batch */
+	int batch_blocked; /**< a record of this batch asked to retry */
+	int64_t batch_delay_ms;
+} tbx__part_t;
+
+/** An outbox row in flight in this batch. */
+typedef struct tbx__brow {
+	tbx__row_t row;
+	int fresh;     /**< inserted by this batch's A */
+	int recorded;  /**< has an attempt (ours or a winner's) */
+	int gone;      /**< another worker finished it meanwhile */
+	int delivered; /**< every outgoing message acknowledged */
+	int finished;  /**< deleted in E */
+} tbx__brow_t;
+
+typedef struct tbx__batch {
+	struct tbx_msg *msgs;
+	size_t cnt, cap;
+	tbx__brow_t *rows;
+	size_t row_cnt, row_cap;
+} tbx__batch_t;
+
+struct tbx_ctx {
+	tbx_worker_t *worker;
+	const struct tbx_msg *msg;
+	tbx__row_t *row; /**< where tbx_ctx_send queues */
+	char *error;	 /**< tbx_ctx_set_error() */
+	int send_failed; /**< a tbx_ctx_send() failed: never commit */
+};
+
+struct tbx_worker {
+	tbx_conf_t *conf;
+	char group[TBX_GROUP_MAX + 1];
+	char errstr[512];
+	tbx_router_t *router;
+	tbx_outbox_t *store;
+	tbx_tokens_t *tokens;
+	rd_kafka_t *consumer;
+	rd_kafka_t *producer;
+	int started, closed;
+	atomic_int stop;
+	/* settings, read once */
+	int batch_max;
+	int batch_ms;
+	int retry_max;
+	int backoff_ms, backoff_max_ms;
+	int untokened_offsets;
+	int dispatch_timeout_ms;
+	int64_t cleanup_interval_ms, cleanup_batch;
+	int64_t next_cleanup_ms;
+	char dlq_suffix[65];
+	/* assigned partitions */
+	tbx__part_t *parts;
+	size_t part_cnt, part_cap;
+	tbx__batch_t batch;
+	/* subscribed topics and their subscription numbers */
+	int64_t *since;
+	tbx_stats_t stats;
+	unsigned rand_state;
+};
+
+/* worker.c */
+tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
+			   int32_t partition, int create);
+/** Pauses @p part and arranges to restart it at @p offset after a backoff
+ *  of @p delay_ms. */
+void tbx__part_block(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
+		     int64_t delay_ms);
+/** Retry delay for the n-th attempt (1-based), with jitter. */
+int64_t tbx__backoff_ms(tbx_worker_t *worker, int attempt);
+
+/* protocol.c */
+/** Takes the collected batch through A–F.  @returns TBX_OK or the error
+ *  that stopped a phase (what is unfinished is retried via redelivery). */
+int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch);
+void tbx__batch_reset(tbx__batch_t *batch);
+
+/* msg.c */
+/** Reads and checks the tbx-* headers of @p msg->rkm. */
+void tbx__msg_parse(struct tbx_msg *msg);
+
+/* producer.c */
+rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
+			      size_t errstr_size);
+/**
+ * Produces every outgoing message of @p rows (NULL entries skipped) with
+ * the tbx-* headers and waits for every delivery report.  delivered[i] = 1
+ * when all messages of rows[i] were acknowledged.
+ * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
+ */
+int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
+		  int *delivered, char *errstr, size_t errstr_size);
+
+#endif
