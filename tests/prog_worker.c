@@ -1,0 +1,76 @@
+/*
+ * A worker process for crash tests: hop 1 of the test pipeline ("in" ->
+ * table hop1 -> "out").  Runs until TBX_CRASH_AT kills it, or exits 0 once
+ * idle for a while (exit 3 after 60 s).
+ *
+ * usage: tbx_prog_worker BOOTSTRAPS STORE TOKENS GROUP [key=value]...
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "hop.h"
+
+int main(int argc, char **argv)
+{
+	tt_hop_t hop = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	char err[512];
+	tbx_conf_t *conf;
+	tbx_worker_t *w;
+	time_t deadline = time(NULL) + 60;
+	int idle = 0;
+
+	if (argc < 5) {
+		fprintf(stderr,
+			"usage: %s BOOTSTRAPS STORE TOKENS GROUP "
+			"[key=value]...\n",
+			argv[0]);
+		return 2;
+	}
+	conf = tbx_conf_new();
+	const char *kv[][2] = {
+	    {"kafka.bootstrap.servers", argv[1]},
+	    {"store.path", argv[2]},
+	    {"tokens.path", argv[3]},
+	    {"group.id", argv[4]},
+	    {"kafka.consumer.session.timeout.ms", "6000"},
+	    {"kafka.consumer.heartbeat.interval.ms", "500"},
+	    {"batch.max.ms", "20"},
+	    {"log.level", "warning"},
+	};
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
+		if (tbx_conf_set(conf, kv[i][0], kv[i][1], err, sizeof(err))) {
+			fprintf(stderr, "%s\n", err);
+			return 2;
+		}
+	}
+	for (int i = 5; i < argc; i++) {
+		char *eq = strchr(argv[i], '=');
+		if (!eq) {
+			fprintf(stderr, "%s: expected key=value\n", argv[i]);
+			return 2;
+		}
+		*eq = '\0';
+		if (tbx_conf_set(conf, argv[i], eq + 1, err, sizeof(err))) {
+			fprintf(stderr, "%s\n", err);
+			return 2;
+		}
+	}
+	if (!(w = tbx_worker_new(conf, err, sizeof(err)))) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop);
+	while (time(NULL) < deadline && idle < 100) {
+		int r = tbx_worker_poll(w, 50);
+		if (r < 0) {
+			fprintf(stderr, "poll: %s\n", tbx_worker_errstr(w));
+			tbx_worker_destroy(w);
+			return 1;
+		}
+		idle = r ? 0 : idle + 1;
+	}
+	tbx_worker_destroy(w);
+	return idle >= 100 ? 0 : 3;
+}

@@ -1,0 +1,584 @@
+/* Test fixtures; see support.h. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "support.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tokens/tokens.h"
+
+int tt_time_factor(void)
+{
+	const char *env = getenv("TBX_TIME_FACTOR");
+	int f = env ? atoi(env) : 1;
+
+	return f > 0 ? f : 1;
+}
+
+char *tt_tmpdir(void)
+{
+	char tmpl[] = "/tmp/tbxtest.XXXXXX";
+	char *dir = mkdtemp(tmpl);
+
+	cr_assert(dir, "mkdtemp: %s", strerror(errno));
+	return strdup(dir);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+void tt_rmrf(const char *dir)
+{
+	if (dir)
+		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *tt_path(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = malloc(n);
+
+	snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac,
+		      const char *buf)
+{
+	(void)rk;
+	if (level <= 3)
+		fprintf(stderr, "rdkafka %s: %s\n", fac, buf);
+}
+
+static rd_kafka_t *plain_client(rd_kafka_type_t type, const char *bootstraps)
+{
+	char err[256];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+
+	rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, NULL, 0);
+	rd_kafka_conf_set_log_cb(conf, quiet_log);
+	if (type == RD_KAFKA_CONSUMER) {
+		rd_kafka_conf_set(conf, "enable.partition.eof", "true", NULL,
+				  0);
+		rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", NULL,
+				  0);
+		rd_kafka_conf_set(conf, "group.id", "tt-reader", NULL, 0);
+		rd_kafka_conf_set(conf, "enable.auto.commit", "false", NULL, 0);
+	}
+	rk = rd_kafka_new(type, conf, err, sizeof(err));
+	cr_assert(rk, "rd_kafka_new: %s", err);
+	return rk;
+}
+
+tt_cluster_t *tt_cluster_new(int brokers)
+{
+	tt_cluster_t *c = calloc(1, sizeof(*c));
+	char err[256];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+	rd_kafka_conf_set_log_cb(conf, quiet_log);
+	c->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	cr_assert(c->rk, "rd_kafka_new: %s", err);
+	c->mock = rd_kafka_mock_cluster_new(c->rk, brokers);
+	cr_assert(c->mock, "mock cluster");
+	snprintf(c->bootstraps, sizeof(c->bootstraps), "%s",
+		 rd_kafka_mock_cluster_bootstraps(c->mock));
+	return c;
+}
+
+void tt_cluster_topic(tt_cluster_t *c, const char *topic, int partitions)
+{
+	cr_assert_eq(rd_kafka_mock_topic_create(c->mock, topic, partitions, 1),
+		     RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
+void tt_cluster_destroy(tt_cluster_t *c)
+{
+	if (!c)
+		return;
+	rd_kafka_mock_cluster_destroy(c->mock);
+	rd_kafka_destroy(c->rk);
+	free(c);
+}
+
+tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
+		    const char *store, const char *tokens, ...)
+{
+	tbx_conf_t *conf = tbx_conf_new();
+	char err[512];
+	va_list ap;
+	const char *k, *v;
+	const char *base[][2] = {
+	    {"kafka.bootstrap.servers", bootstraps},
+	    {"group.id", group},
+	    {"store.path", store},
+	    {"tokens.path", tokens},
+	    {"kafka.consumer.session.timeout.ms", "6000"},
+	    {"kafka.consumer.heartbeat.interval.ms", "500"},
+	    {"kafka.topic.metadata.refresh.interval.ms", "1000"},
+	    {"batch.max.ms", "20"},
+	    {"retry.backoff.ms", "20"},
+	    {"retry.backoff.max.ms", "200"},
+	    {"log.level", "warning"},
+	};
+
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
+		if (!base[i][1])
+			continue;
+		cr_assert_eq(tbx_conf_set(conf, base[i][0], base[i][1], err,
+					  sizeof(err)),
+			     TBX_OK, "%s", err);
+	}
+	va_start(ap, tokens);
+	while ((k = va_arg(ap, const char *))) {
+		v = va_arg(ap, const char *);
+		cr_assert_eq(tbx_conf_set(conf, k, v, err, sizeof(err)), TBX_OK,
+			     "%s", err);
+	}
+	va_end(ap);
+	return conf;
+}
+
+void tt_subscribe(const char *tokens, const char *topic, const char *group)
+{
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	char err[256];
+	int64_t since;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(tokens, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	cr_assert_eq(tbx_tokens_subscribe(t, topic, group, &since), TBX_OK);
+	tbx_tokens_close(t);
+}
+
+void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
+		const char *type, int cnt, int key_cnt, const char *prefix)
+{
+	char err[512], key[32], payload[64];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+	size_t failed;
+
+	tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, NULL, 0);
+	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "publisher: %s", err);
+	for (int i = 0; i < cnt; i++) {
+		snprintf(key, sizeof(key), "key-%d",
+			 i % (key_cnt ? key_cnt : 1));
+		snprintf(payload, sizeof(payload), "%s-%d", prefix, i);
+		tbx_out_t out = {.topic = topic,
+				 .type = type,
+				 .key = key,
+				 .key_len = strlen(key),
+				 .payload = payload,
+				 .payload_len = strlen(payload)};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, 30000, &failed), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	tbx_publisher_destroy(pub);
+}
+
+static char *hdr_copy(rd_kafka_headers_t *hdrs, const char *name)
+{
+	const void *val;
+	size_t len;
+	char *s;
+
+	if (!hdrs || rd_kafka_header_get_last(hdrs, name, &val, &len) || !val)
+		return NULL;
+	s = malloc(len + 1);
+	memcpy(s, val, len);
+	s[len] = '\0';
+	return s;
+}
+
+static char *buf_copy(const void *p, size_t len)
+{
+	char *s;
+
+	if (!p)
+		return NULL;
+	s = malloc(len + 1);
+	memcpy(s, p, len);
+	s[len] = '\0';
+	return s;
+}
+
+size_t tt_read_topic(const char *bootstraps, const char *topic,
+		     tt_record_t **out)
+{
+	rd_kafka_t *rk = plain_client(RD_KAFKA_CONSUMER, bootstraps);
+	const struct rd_kafka_metadata *md;
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+	rd_kafka_topic_partition_list_t *parts;
+	size_t cnt = 0, cap = 64, eofs = 0, want = 0;
+	tt_record_t *recs = calloc(cap, sizeof(*recs));
+	time_t deadline = time(NULL) + 30;
+
+	cr_assert_eq(rd_kafka_metadata(rk, 0, rkt, &md, 10000),
+		     RD_KAFKA_RESP_ERR_NO_ERROR);
+	parts = rd_kafka_topic_partition_list_new(8);
+	for (int i = 0; i < md->topic_cnt; i++) {
+		for (int j = 0; j < md->topics[i].partition_cnt; j++) {
+			int64_t lo, hi;
+			int32_t p = md->topics[i].partitions[j].id;
+			cr_assert_eq(rd_kafka_query_watermark_offsets(
+					 rk, topic, p, &lo, &hi, 10000),
+				     RD_KAFKA_RESP_ERR_NO_ERROR);
+			if (hi > lo) {
+				rd_kafka_topic_partition_list_add(parts, topic,
+								  p)
+				    ->offset = RD_KAFKA_OFFSET_BEGINNING;
+				want++;
+			}
+		}
+	}
+	rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	if (want)
+		rd_kafka_assign(rk, parts);
+	while (eofs < want && time(NULL) < deadline) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+		if (!m)
+			continue;
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+			eofs++;
+		} else if (!m->err) {
+			rd_kafka_headers_t *h = NULL;
+			if (cnt == cap)
+				recs =
+				    realloc(recs, (cap *= 2) * sizeof(*recs));
+			tt_record_t *r = &recs[cnt++];
+			memset(r, 0, sizeof(*r));
+			r->partition = m->partition;
+			r->offset = m->offset;
+			r->key = buf_copy(m->key, m->key_len);
+			r->payload = buf_copy(m->payload, m->len);
+			if (!rd_kafka_message_headers(m, &h)) {
+				r->headers = rd_kafka_headers_copy(h);
+				r->id = hdr_copy(h, "tbx-id");
+				r->token = hdr_copy(h, "tbx-token");
+				r->type = hdr_copy(h, "tbx-type");
+				r->seq = hdr_copy(h, "tbx-seq");
+				r->cause = hdr_copy(h, "tbx-cause");
+				r->dlq_error = hdr_copy(h, "tbx-dlq-error");
+			}
+		}
+		rd_kafka_message_destroy(m);
+	}
+	cr_assert_eq(eofs, want, "reading %s timed out", topic);
+	rd_kafka_topic_partition_list_destroy(parts);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	*out = recs;
+	return cnt;
+}
+
+void tt_records_free(tt_record_t *recs, size_t cnt)
+{
+	for (size_t i = 0; i < cnt; i++) {
+		free(recs[i].key);
+		free(recs[i].payload);
+		free(recs[i].id);
+		free(recs[i].token);
+		free(recs[i].type);
+		free(recs[i].seq);
+		free(recs[i].cause);
+		free(recs[i].dlq_error);
+		if (recs[i].headers)
+			rd_kafka_headers_destroy(recs[i].headers);
+	}
+	free(recs);
+}
+
+void tt_reproduce(const char *bootstraps, const char *topic,
+		  const tt_record_t *recs, size_t cnt)
+{
+	rd_kafka_t *rk = plain_client(RD_KAFKA_PRODUCER, bootstraps);
+
+	for (size_t i = 0; i < cnt; i++) {
+		const tt_record_t *r = &recs[i];
+		rd_kafka_resp_err_t err = rd_kafka_producev(
+		    rk, RD_KAFKA_V_TOPIC(topic),
+		    RD_KAFKA_V_PARTITION(r->partition),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		    RD_KAFKA_V_KEY(r->key, r->key ? strlen(r->key) : 0),
+		    RD_KAFKA_V_VALUE(r->payload,
+				     r->payload ? strlen(r->payload) : 0),
+		    RD_KAFKA_V_HEADERS(r->headers
+					   ? rd_kafka_headers_copy(r->headers)
+					   : rd_kafka_headers_new(0)),
+		    RD_KAFKA_V_END);
+		cr_assert_eq(err, RD_KAFKA_RESP_ERR_NO_ERROR);
+	}
+	cr_assert_eq(rd_kafka_flush(rk, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+	rd_kafka_destroy(rk);
+}
+
+void tt_produce_plain(const char *bootstraps, const char *topic,
+		      int32_t partition, const char *key, const char *payload,
+		      const char *type)
+{
+	rd_kafka_t *rk = plain_client(RD_KAFKA_PRODUCER, bootstraps);
+	rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+
+	if (type)
+		rd_kafka_header_add(h, "tbx-type", -1, type, -1);
+	cr_assert_eq(rd_kafka_producev(
+			 rk, RD_KAFKA_V_TOPIC(topic),
+			 RD_KAFKA_V_PARTITION(partition),
+			 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+			 RD_KAFKA_V_KEY((void *)key, key ? strlen(key) : 0),
+			 RD_KAFKA_V_VALUE((void *)payload, strlen(payload)),
+			 RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END),
+		     RD_KAFKA_RESP_ERR_NO_ERROR);
+	cr_assert_eq(rd_kafka_flush(rk, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+	rd_kafka_destroy(rk);
+}
+
+int64_t tt_count(const char *db, const char *sql)
+{
+	sqlite3 *conn;
+	sqlite3_stmt *stmt;
+	int64_t v = -1;
+
+	cr_assert_eq(sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL),
+		     SQLITE_OK, "open %s", db);
+	sqlite3_busy_timeout(conn, 10000);
+	cr_assert_eq(sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL), SQLITE_OK,
+		     "%s: %s", sql, sqlite3_errmsg(conn));
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		v = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(conn);
+	return v;
+}
+
+int tt_integrity_ok(const char *db)
+{
+	sqlite3 *conn;
+	sqlite3_stmt *stmt;
+	int ok = 0;
+
+	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+		return 0;
+	if (sqlite3_prepare_v2(conn, "PRAGMA integrity_check", -1, &stmt,
+			       NULL) == SQLITE_OK) {
+		ok = sqlite3_step(stmt) == SQLITE_ROW &&
+		     strcmp((const char *)sqlite3_column_text(stmt, 0), "ok") ==
+			 0;
+		sqlite3_finalize(stmt);
+	}
+	sqlite3_close(conn);
+	return ok;
+}
+
+int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
+	     int idle_polls, int timeout_s)
+{
+	time_t deadline = time(NULL) + (time_t)timeout_s * tt_time_factor();
+	int idle = 0;
+
+	while (time(NULL) < deadline) {
+		int busy = 0;
+		for (int i = 0; i < cnt; i++) {
+			int r = tbx_worker_poll(workers[i], 50);
+			cr_assert(r >= 0, "poll: %s (%s)", tbx_strerror(-r),
+				  tbx_worker_errstr(workers[i]));
+			busy |= r > 0;
+		}
+		idle = busy ? 0 : idle + 1;
+		if (idle >= idle_polls && (!done || done(opaque)))
+			return 1;
+	}
+	return 0;
+}
+
+pid_t tt_spawn(char *const argv[], char *const env[])
+{
+	pid_t pid = fork();
+
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		for (size_t i = 0; env && env[i]; i++)
+			putenv(env[i]);
+		execv(argv[0], argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	return pid;
+}
+
+int tt_wait(pid_t pid, int timeout_s)
+{
+	time_t deadline = time(NULL) + (time_t)timeout_s * tt_time_factor();
+	int status;
+
+	while (time(NULL) < deadline) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			return status;
+		usleep(20000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
+}
+
+typedef struct crash_expect {
+	const char *s1, *s2;
+	int n;
+} crash_expect_t;
+
+static int crash_done(void *opaque)
+{
+	crash_expect_t *e = opaque;
+
+	/* Recovery is over when every effect exists and nothing is pending:
+	 * the killed worker stays a group member until its session times
+	 * out, so "idle" alone would stop before the new one got its
+	 * partitions. */
+	return tt_count(e->s1, "SELECT COUNT(DISTINCT payload) FROM hop1") ==
+		   e->n &&
+	       tt_count(e->s2, "SELECT COUNT(DISTINCT payload) FROM hop2") ==
+		   e->n &&
+	       tt_count(e->s1, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
+	       tt_count(e->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+void tt_crash_case(const char *point, int single_file)
+{
+	enum { N = 8 };
+	char *dir = tt_tmpdir();
+	char *s1 = tt_path(dir, single_file ? "all.db" : "s1.db");
+	char *s2 = tt_path(dir, single_file ? "all.db" : "s2.db");
+	char *tokens = tt_path(dir, single_file ? "all.db" : "tokens.db");
+	tt_cluster_t *cluster = tt_cluster_new(1);
+	char prog[512], env_crash[160], tokens_arg[600];
+	const char *bin = getenv("TBX_TEST_BIN_DIR");
+	tt_record_t *recs;
+	size_t cnt;
+	int status;
+
+	tt_cluster_topic(cluster, "in", 2);
+	tt_cluster_topic(cluster, "out", 2);
+	tt_cluster_topic(cluster, "in.dlq", 1);
+	tt_subscribe(tokens, "in", "g1");
+	tt_subscribe(tokens, "out", "g2");
+	tt_hop_table(s1, "hop1");
+	tt_hop_table(s2, "hop2");
+	tt_publish(cluster->bootstraps, tokens, "in", "Ping", N, 2, "m");
+	/* Upstream re-sends every record once: same ids, same tokens. */
+	cnt = tt_read_topic(cluster->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, N);
+	tt_reproduce(cluster->bootstraps, "in", recs, cnt);
+	tt_records_free(recs, cnt);
+
+	/* The child runs hop 1 until the crash point kills it. */
+	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
+	snprintf(env_crash, sizeof(env_crash), "TBX_CRASH_AT=%s", point);
+	snprintf(tokens_arg, sizeof(tokens_arg), "%s", tokens);
+	char *argv[] = {prog, cluster->bootstraps, s1, tokens_arg, "g1", NULL};
+	char *envv[] = {env_crash, NULL};
+	status = tt_wait(tt_spawn(argv, envv), 60);
+	cr_assert(status != -1, "%s: the worker never reached the point",
+		  point);
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "%s: the worker was not killed at the point (status %d)",
+		  point, status);
+	cr_assert(tt_integrity_ok(s1), "%s: service store damaged", point);
+	cr_assert(tt_integrity_ok(tokens), "%s: token store damaged", point);
+	/* The handler ran to commit at most once per message so far. */
+	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT payload) "
+				  "FROM hop1"),
+		     0, "%s: a handler committed twice", point);
+
+	/* Recovery: hop 1 restarts; hop 2 consumes what hop 1 sends. */
+	tt_hop_t hop1 = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tt_hop_t hop2 = {.table = "hop2"};
+	tbx_worker_t *w[2];
+	char err[512];
+	w[0] =
+	    tbx_worker_new(tt_conf(cluster->bootstraps, "g1", s1, tokens, NULL),
+			   err, sizeof(err));
+	cr_assert(w[0], "%s", err);
+	w[1] =
+	    tbx_worker_new(tt_conf(cluster->bootstraps, "g2", s2, tokens, NULL),
+			   err, sizeof(err));
+	cr_assert(w[1], "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, &hop1),
+	    TBX_OK);
+	cr_assert_eq(
+	    tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2),
+	    TBX_OK);
+	crash_expect_t expect = {s1, s2, N};
+	cr_assert(tt_drive(w, 2, crash_done, &expect, 20, 90),
+		  "%s: recovery did not finish", point);
+	/* Attempts that lost or crashed leave orphans: the sweeper's job. */
+	cr_assert_eq(tbx_worker_cleanup(w[0], 0, NULL), TBX_OK);
+
+	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), N,
+		     "%s: hop 1 effects", point);
+	cr_assert_eq(tt_count(s2, "SELECT COUNT(*) FROM hop2"), N,
+		     "%s: hop 2 effects (downstream exactly once)", point);
+	if (getenv("TBX_TEST_KEEP"))
+		fprintf(stderr, "kept %s\n", dir);
+	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM tbx_outbox"), 0,
+		     "%s: outbox rows left (TBX_TEST_KEEP=1 keeps %s)", point,
+		     dir);
+	if (!single_file)
+		cr_assert_eq(tt_count(s2, "SELECT COUNT(*) FROM tbx_outbox"),
+			     0);
+	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0,
+		     "%s: tokens left", point);
+	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_registrations"),
+		     0, "%s: registrations left", point);
+	/* Every outgoing message reached Kafka with a token; copies share
+	 * their id and token. */
+	cnt = tt_read_topic(cluster->bootstraps, "out", &recs);
+	cr_assert_geq(cnt, N);
+	for (size_t i = 0; i < cnt; i++) {
+		cr_assert(recs[i].id && recs[i].token && recs[i].seq);
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(recs[i].id, recs[j].id) == 0)
+				cr_assert_str_eq(recs[i].token, recs[j].token,
+						 "%s: a re-dispatch changed "
+						 "the token",
+						 point);
+	}
+	tt_records_free(recs, cnt);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	tt_cluster_destroy(cluster);
+	if (!getenv("TBX_TEST_KEEP"))
+		tt_rmrf(dir);
+	free(dir);
+	free(s1);
+	free(s2);
+	free(tokens);
+}

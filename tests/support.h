@@ -1,0 +1,107 @@
+/*
+ * Test fixtures shared by the suite: temporary directories, an in-process
+ * librdkafka mock cluster, raw producing and reading back, counting rows in
+ * the stores, and child processes.
+ */
+#ifndef TBX_TESTS_SUPPORT_H
+#define TBX_TESTS_SUPPORT_H
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tokenbox/tokenbox.h"
+
+/* Kafka protocol ApiKeys used with rd_kafka_mock_push_request_errors. */
+enum {
+	TT_API_PRODUCE = 0,
+	TT_API_FETCH = 1,
+	TT_API_OFFSET_COMMIT = 8,
+	TT_API_JOIN_GROUP = 11,
+	TT_API_HEARTBEAT = 12,
+};
+
+/** Multiplier for waits (TBX_TIME_FACTOR, 3 under sanitizers). */
+int tt_time_factor(void);
+/** A fresh directory under /tmp; the caller frees the string. */
+char *tt_tmpdir(void);
+/** rm -rf @p dir and frees nothing. */
+void tt_rmrf(const char *dir);
+/** malloc'ed "dir/name". */
+char *tt_path(const char *dir, const char *name);
+
+typedef struct tt_cluster {
+	rd_kafka_t *rk;
+	rd_kafka_mock_cluster_t *mock;
+	char bootstraps[256];
+} tt_cluster_t;
+
+tt_cluster_t *tt_cluster_new(int brokers);
+void tt_cluster_topic(tt_cluster_t *cluster, const char *topic, int partitions);
+void tt_cluster_destroy(tt_cluster_t *cluster);
+
+/** A worker/publisher conf for tests: short session timeouts, quiet logs.
+ *  Extra "key", "value" pairs follow, NULL-terminated.  Aborts the test on
+ *  a refused key. */
+tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
+		    const char *store, const char *tokens, ...);
+
+/** Records subscriptions (topic, group) in the token store @p tokens. */
+void tt_subscribe(const char *tokens, const char *topic, const char *group);
+
+/** Publishes @p cnt records of @p type on @p topic with tokens; keys cycle
+ *  through @p key_cnt keys "key-<n>"; payloads "<prefix>-<i>". */
+void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
+		const char *type, int cnt, int key_cnt, const char *prefix);
+
+/** A record read back from a topic. */
+typedef struct tt_record {
+	int32_t partition;
+	int64_t offset;
+	char *key;     /**< NUL-terminated copy or NULL */
+	char *payload; /**< NUL-terminated copy or NULL */
+	char *id, *token, *type, *seq, *cause,
+	    *dlq_error; /**< headers or NULL */
+	rd_kafka_headers_t *headers;
+} tt_record_t;
+
+/** Reads every record of @p topic from the beginning to the high
+ *  watermark. @returns the count; *out malloc'ed (tt_records_free). */
+size_t tt_read_topic(const char *bootstraps, const char *topic,
+		     tt_record_t **out);
+void tt_records_free(tt_record_t *records, size_t cnt);
+/** Re-produces @p rec byte for byte (key, value, headers) to @p topic,
+ *  same partition. */
+void tt_reproduce(const char *bootstraps, const char *topic,
+		  const tt_record_t *records, size_t cnt);
+/** Produces a record without tokens (a foreign producer). */
+void tt_produce_plain(const char *bootstraps, const char *topic,
+		      int32_t partition, const char *key, const char *payload,
+		      const char *type);
+
+/** Runs a query returning one integer on the SQLite file @p db. */
+int64_t tt_count(const char *db, const char *sql);
+/** PRAGMA integrity_check is "ok". */
+int tt_integrity_ok(const char *db);
+
+/** Polls every worker in turn until @p done(opaque) is true and every
+ *  worker saw @p idle_polls empty polls in a row, or @p timeout_s.
+ *  @returns 1 on success. */
+int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
+	     int idle_polls, int timeout_s);
+
+/** fork+exec @p argv with extra environment "K=V" strings (NULL-ended). */
+pid_t tt_spawn(char *const argv[], char *const env[]);
+/** Waits up to @p timeout_s; @returns the wait status, or -1 on timeout
+ *  (the child is then killed). */
+int tt_wait(pid_t pid, int timeout_s);
+
+#endif
+
+#include "hop.h"
+
+/** The whole crash case of DESIGN.md's analysis for one point: publish,
+ *  run a child worker with TBX_CRASH_AT=@p point, check it died by
+ *  SIGKILL, recover in process, and check every invariant. */
+void tt_crash_case(const char *point, int single_file);

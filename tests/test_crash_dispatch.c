@@ -1,0 +1,46 @@
+/*
+ * DESIGN.md's crash analysis, phases C to F: kill, restart, check every
+ * invariant (see tt_crash_case).
+ */
+#include <criterion/criterion.h>
+
+#include "support.h"
+
+/* Registrations confirmed, nothing produced yet. */
+Test(crash, killed_after_confirm_dispatches_on_redelivery)
+{
+	tt_crash_case("C.confirmed", 0);
+}
+
+/* Produced, delivery unknown: the copy downstream is dropped. */
+Test(crash, killed_while_producing_leaves_one_effect_downstream)
+{
+	tt_crash_case("C.produced", 0);
+}
+
+Test(crash, killed_after_delivery_redispatch_is_dropped_downstream)
+{
+	tt_crash_case("C.delivered", 0);
+}
+
+/* Token consumed, row still there: the row anchors recovery. */
+Test(crash, killed_after_consuming_tokens_resumes_from_the_row)
+{
+	tt_crash_case("D.consumed", 0);
+}
+
+/* Token and row gone, offsets not committed: redelivery is skipped. */
+Test(crash, killed_after_finishing_skips_the_redelivery)
+{
+	tt_crash_case("E.deleted", 0);
+}
+
+Test(crash, killed_after_commit_loses_nothing)
+{
+	tt_crash_case("F.committed", 0);
+}
+
+Test(crash, single_file_stores_survive_a_kill_after_delivery)
+{
+	tt_crash_case("C.delivered", 1);
+}

@@ -1,0 +1,45 @@
+/*
+ * DESIGN.md's crash analysis, phases A and B: a worker process is killed
+ * with SIGKILL at each point, restarted, and every invariant is checked
+ * (tt_crash_case): each handler committed once, downstream processed each
+ * outgoing message once, no outbox row, token or registration left.
+ */
+#include <criterion/criterion.h>
+
+#include "support.h"
+
+/* Nothing persisted: the token is still there, the message is processed
+ * again. */
+Test(crash, killed_inside_the_handler_processes_again)
+{
+	tt_crash_case("A.handled", 0);
+}
+
+Test(crash, killed_before_A_commits_processes_again)
+{
+	tt_crash_case("A.before_commit", 0);
+}
+
+/* A row without tokens: recovery resumes at B and skips the handler. */
+Test(crash, killed_after_A_commits_resumes_at_B)
+{
+	tt_crash_case("A.committed", 0);
+}
+
+/* Tokens registered but not recorded: a new attempt wins, the old
+ * tokens are orphans the sweeper removes. */
+Test(crash, killed_after_minting_leaves_orphans_that_are_swept)
+{
+	tt_crash_case("B.minted", 0);
+}
+
+/* Row recorded: re-dispatch with the same ids and tokens. */
+Test(crash, killed_after_recording_redispatches_same_tokens)
+{
+	tt_crash_case("B.recorded", 0);
+}
+
+Test(crash, single_file_stores_survive_a_kill_after_A)
+{
+	tt_crash_case("A.committed", 1);
+}

@@ -1,0 +1,417 @@
+/*
+ * End to end over an in-process mock cluster: the protocol's promises seen
+ * from the business tables, the topics and the stores.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+typedef struct env {
+	char *dir, *s1, *s2, *s3, *tokens;
+	tt_cluster_t *cluster;
+} env_t;
+
+static void env_init(env_t *e)
+{
+	e->dir = tt_tmpdir();
+	e->s1 = tt_path(e->dir, "s1.db");
+	e->s2 = tt_path(e->dir, "s2.db");
+	e->s3 = tt_path(e->dir, "s3.db");
+	e->tokens = tt_path(e->dir, "tokens.db");
+	e->cluster = tt_cluster_new(1);
+	tt_cluster_topic(e->cluster, "in", 2);
+	tt_cluster_topic(e->cluster, "out", 2);
+	tt_cluster_topic(e->cluster, "in.dlq", 1);
+	tt_hop_table(e->s1, "hop1");
+	tt_hop_table(e->s2, "hop2");
+	tt_hop_table(e->s3, "hop2");
+}
+
+static void env_fini(env_t *e)
+{
+	tt_cluster_destroy(e->cluster);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->s1);
+	free(e->s2);
+	free(e->s3);
+	free(e->tokens);
+}
+
+static tbx_worker_t *worker(env_t *e, const char *group, const char *store,
+			    const char *topic, const char *type, tt_hop_t *hop,
+			    const char *k1, const char *v1)
+{
+	char err[512];
+	tbx_worker_t *w = tbx_worker_new(
+	    tt_conf(e->cluster->bootstraps, group, store, e->tokens,
+		    "cleanup.interval.ms", "100", k1, v1, NULL),
+	    err, sizeof(err));
+
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, topic, type, tt_hop_handle, hop),
+		     TBX_OK);
+	/* First poll subscribes the group in the token store. */
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	return w;
+}
+
+typedef struct want {
+	const char *db, *sql;
+	int64_t n;
+} want_t;
+
+static int reached(void *opaque)
+{
+	want_t *w = opaque;
+
+	return tt_count(w->db, w->sql) >= w->n;
+}
+
+static int64_t stat_dropped(tbx_worker_t *w)
+{
+	tbx_stats_t st;
+
+	tbx_worker_stats(w, &st);
+	return (int64_t)st.duplicates_dropped;
+}
+
+Test(e2e, duplicates_with_the_same_token_are_dropped)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1"};
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tbx_worker_t *w =
+	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 20, 4, "m");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM hop1", 20};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	/* Upstream re-sends all 20, twice, after they were processed. */
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 20);
+	tt_reproduce(e.cluster->bootstraps, "in", recs, cnt);
+	tt_reproduce(e.cluster->bootstraps, "in", recs, cnt);
+	tt_records_free(recs, cnt);
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 20, 60));
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 20);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(DISTINCT msg_id) FROM hop1"),
+		     20);
+	cr_assert_eq(stat_dropped(w), 40);
+	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* Two keys, retries and broker errors on Produce interleaved: the
+ * effects of one key keep the publish order and each happens once. */
+Test(e2e, two_keys_interleaved_with_failures_keep_order_and_happen_once)
+{
+	env_t e;
+	tt_hop_t hop1 = {.table = "hop1",
+			 .next_topic = "out",
+			 .next_type = "Pong",
+			 .retry = "m-3",
+			 .retry_times = 2};
+	tt_hop_t hop2 = {.table = "hop2", .retry = "m-4", .retry_times = 1};
+	tbx_worker_t *w[2];
+
+	env_init(&e);
+	w[0] = worker(&e, "g1", e.s1, "in", "Ping", &hop1, NULL, NULL);
+	w[1] = worker(&e, "g2", e.s2, "out", "Pong", &hop2, NULL, NULL);
+	rd_kafka_mock_push_request_errors(
+	    e.cluster->mock, TT_API_PRODUCE, 3,
+	    RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+	    RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 12, 2, "m");
+	want_t want = {e.s2, "SELECT COUNT(*) FROM hop2", 12};
+	cr_assert(tt_drive(w, 2, reached, &want, 10, 90));
+	for (int k = 0; k < 2; k++) {
+		/* per key, the payload numbers rise with the effect id */
+		char sql[256];
+		snprintf(sql, sizeof(sql),
+			 "SELECT COUNT(*) FROM hop1 a JOIN hop1 b ON "
+			 "a.key = b.key AND a.id < b.id WHERE a.key = 'key-%d' "
+			 "AND CAST(substr(a.payload, 3) AS INT) > "
+			 "CAST(substr(b.payload, 3) AS INT)",
+			 k);
+		cr_assert_eq(tt_count(e.s1, sql), 0, "key-%d out of order", k);
+	}
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 12);
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(*) FROM hop2"), 12);
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(DISTINCT payload) FROM hop2"),
+		     12);
+	/* the retried ones ran to commit on their last attempt only */
+	cr_assert_eq(tt_count(e.s1, "SELECT attempt FROM hop1 WHERE payload "
+				    "= 'm-3'"),
+		     3);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	env_fini(&e);
+}
+
+/* A record that asks to retry holds back its partition only. */
+Test(e2e, retry_blocks_only_its_partition)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1", .retry = "blocked", .retry_times = 3};
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, "g1", e.s1, "in", NULL, &hop,
+				 "ingress.untokened", "offsets");
+	/* partition 0: the blocked record, then a follower; partition 1:
+	 * five records that must not wait. */
+	tt_produce_plain(e.cluster->bootstraps, "in", 0, "a", "blocked",
+			 "Ping");
+	tt_produce_plain(e.cluster->bootstraps, "in", 0, "a", "after", "Ping");
+	for (int i = 0; i < 5; i++)
+		tt_produce_plain(e.cluster->bootstraps, "in", 1, "b", "other",
+				 "Ping");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM hop1", 7};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	int64_t blocked_id = tt_count(e.s1, "SELECT id FROM hop1 WHERE "
+					    "payload = 'blocked'");
+	cr_assert_eq(tt_count(e.s1, "SELECT attempt FROM hop1 WHERE payload "
+				    "= 'blocked'"),
+		     4);
+	/* the other partition went on meanwhile ... */
+	cr_assert_lt(tt_count(e.s1, "SELECT MAX(id) FROM hop1 WHERE payload = "
+				    "'other'"),
+		     blocked_id);
+	/* ... and nothing passed the blocked record in its partition */
+	cr_assert_gt(tt_count(e.s1, "SELECT id FROM hop1 WHERE payload = "
+				    "'after'"),
+		     blocked_id);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+static size_t read_dlq(env_t *e, tt_record_t **recs)
+{
+	return tt_read_topic(e->cluster->bootstraps, "in.dlq", recs);
+}
+
+Test(e2e, rejected_message_reaches_the_dead_letter_topic_exactly_once)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1", .reject = "m-2"};
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tbx_worker_t *w =
+	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 5, 1, "m");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	/* the rejected record is re-sent upstream: still one dead letter */
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	tt_reproduce(e.cluster->bootstraps, "in", recs, cnt);
+	tt_records_free(recs, cnt);
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 20, 60));
+	cnt = read_dlq(&e, &recs);
+	cr_assert_eq(cnt, 1);
+	cr_assert_str_eq(recs[0].payload, "m-2");
+	cr_assert_str_eq(recs[0].dlq_error, "rejected by test");
+	cr_assert_str_eq(recs[0].type, "Ping");
+	cr_assert(recs[0].token, "dead letters carry tokens too");
+	tt_records_free(recs, cnt);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 4);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM tbx_dead_letters"),
+		     1);
+	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+Test(e2e, retries_used_up_send_the_message_to_the_dead_letter_topic)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1", .retry = "m-0", .retry_times = 100};
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tbx_worker_t *w =
+	    worker(&e, "g1", e.s1, "in", "Ping", &hop, "retry.max", "2");
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 1, 1, "m");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	cnt = read_dlq(&e, &recs);
+	cr_assert_eq(cnt, 1);
+	const void *v;
+	size_t len;
+	cr_assert_eq(rd_kafka_header_get_last(recs[0].headers,
+					      "tbx-dlq-attempts", &v, &len),
+		     0);
+	cr_assert_eq(len, 1);
+	cr_assert_eq(memcmp(v, "3", 1), 0, "1 attempt + retry.max retries");
+	cr_assert(strstr(recs[0].dlq_error, "retries exhausted"));
+	tt_records_free(recs, cnt);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+Test(e2e, unknown_type_goes_to_the_dead_letter_topic)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1"};
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tbx_worker_t *w =
+	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Unknown", 2, 1, "u");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 2};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	cnt = read_dlq(&e, &recs);
+	cr_assert_eq(cnt, 2);
+	cr_assert(strstr(recs[0].dlq_error, "no handler"));
+	tt_records_free(recs, cnt);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+Test(e2e, untokened_ingress_is_rejected_by_default)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1"};
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tbx_worker_t *w =
+	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	tt_produce_plain(e.cluster->bootstraps, "in", 0, "k", "plain", "Ping");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 0);
+	cnt = read_dlq(&e, &recs);
+	cr_assert_eq(cnt, 1);
+	cr_assert(strstr(recs[0].dlq_error, "ingress.untokened=reject"));
+	tt_records_free(recs, cnt);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+typedef struct redelivered {
+	tbx_worker_t *w;
+	const char *db;
+	int64_t before;
+} redelivered_t;
+
+static int redelivered(void *opaque)
+{
+	redelivered_t *r = opaque;
+	tbx_stats_t st;
+
+	tbx_worker_stats(r->w, &st);
+	return (int64_t)st.consumed >= 6 &&
+	       tt_count(r->db, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+/* With offsets, a redelivered untokened record is skipped: a worker is
+ * killed after finishing its batch but before committing offsets, so the
+ * records come again, without token or outbox row to stop them. */
+Test(e2e, untokened_ingress_with_offsets_is_handled_once_per_offset)
+{
+	env_t e;
+	tt_hop_t hop = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	char prog[512];
+	const char *bin = getenv("TBX_TEST_BIN_DIR");
+	int status;
+
+	env_init(&e);
+	tt_subscribe(e.tokens, "in", "g1");
+	for (int i = 0; i < 6; i++)
+		tt_produce_plain(e.cluster->bootstraps, "in", i % 2, "k",
+				 "plain", "Ping");
+	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
+	char *argv[] = {prog, e.cluster->bootstraps,	   e.s1, e.tokens,
+			"g1", "ingress.untokened=offsets", NULL};
+	char *envv[] = {"TBX_CRASH_AT=E.deleted", NULL};
+	status = tt_wait(tt_spawn(argv, envv), 60);
+	cr_assert(status != -1 && WIFSIGNALED(status));
+	int64_t before = tt_count(e.s1, "SELECT COUNT(*) FROM hop1");
+	cr_assert_gt(before, 0);
+
+	tbx_worker_t *w = worker(&e, "g1", e.s1, "in", "Ping", &hop,
+				 "ingress.untokened", "offsets");
+	/* Done once the new member got the partitions and every record was
+	 * handled or skipped (the killed member holds them until its
+	 * session times out). */
+	redelivered_t want = {w, e.s1, before};
+	cr_assert(tt_drive(&w, 1, redelivered, &want, 5, 60));
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 6);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(DISTINCT part || ':' || off)"
+				    " FROM hop1"),
+		     6);
+	cr_assert_eq(tt_count(e.s1, "SELECT SUM(next_offset) FROM tbx_ingress "
+				    "WHERE grp = 'g1'"),
+		     6);
+	tbx_stats_t st;
+	tbx_worker_stats(w, &st);
+	cr_assert_geq(st.duplicates_dropped, (uint64_t)before,
+		      "the redelivered records were skipped by offset");
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* Two groups on one topic: each processes every message once; one
+ * group's consumption does not make the other drop anything. */
+Test(e2e, two_consumer_groups_on_one_topic_each_process_every_message_once)
+{
+	env_t e;
+	tt_hop_t hop1 = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tt_hop_t hop2 = {.table = "hop2"};
+	tbx_worker_t *w[3];
+
+	env_init(&e);
+	w[0] = worker(&e, "g1", e.s1, "in", "Ping", &hop1, NULL, NULL);
+	w[1] = worker(&e, "g2", e.s2, "out", "Pong", &hop2, NULL, NULL);
+	w[2] = worker(&e, "g3", e.s3, "out", "Pong", &hop2, NULL, NULL);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 30, 3, "m");
+	want_t want = {e.s3, "SELECT COUNT(*) FROM hop2", 30};
+	cr_assert(tt_drive(w, 3, reached, &want, 10, 90));
+	cr_assert(tt_drive(w, 3, NULL, NULL, 10, 60));
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(*) FROM hop2"), 30);
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(DISTINCT payload) FROM hop2"),
+		     30);
+	cr_assert_eq(tt_count(e.s3, "SELECT COUNT(*) FROM hop2"), 30);
+	cr_assert_eq(tt_count(e.s3, "SELECT COUNT(DISTINCT payload) FROM hop2"),
+		     30);
+	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(
+	    tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_registrations"), 0);
+	for (int i = 0; i < 3; i++)
+		tbx_worker_destroy(w[i]);
+	env_fini(&e);
+}
+
+/* A message minted before a group subscribed has no token for it: it is
+ * untokened ingress for that group, not a duplicate. */
+Test(e2e, message_minted_before_the_group_subscribed_is_untokened_for_it)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1"};
+
+	env_init(&e);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 3, 1, "m");
+	tbx_worker_t *w = worker(&e, "g1", e.s1, "in", "Ping", &hop,
+				 "ingress.untokened", "offsets");
+	want_t want = {e.s1, "SELECT COUNT(*) FROM hop1", 3};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	cr_assert_eq(stat_dropped(w), 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
