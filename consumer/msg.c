@@ -69,6 +69,7 @@ void tbx__msg_parse(struct tbx_msg *msg)
 	r = header_text(hdrs, "tbx-id", msg->id, sizeof(msg->id), 1);
 	if (r < 0 && !msg->malformed)
 		msg->malformed = "tbx-id is not a UUID";
+	int has_id = r == 1;
 	if (r <= 0)
 		/* A stable id for records without one: the same on every
 		 * redelivery of this record. */
@@ -83,6 +84,10 @@ void tbx__msg_parse(struct tbx_msg *msg)
 		msg->untokened = 1;
 		return;
 	}
+	if (!has_id && !msg->malformed)
+		/* Its copies would get other derived ids and each find no
+		 * outbox row while the token lives: a token needs its id. */
+		msg->malformed = "tbx-token without a valid tbx-id";
 	r = header_text(hdrs, "tbx-seq", seq, sizeof(seq), 0);
 	if (r == 1) {
 		char *end;
@@ -154,7 +159,10 @@ int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,
 		   size_t *len)
 {
 	rd_kafka_headers_t *hdrs;
+	size_t dummy;
 
+	if (!len)
+		len = &dummy;
 	if (!name || rd_kafka_message_headers(msg->rkm, &hdrs) !=
 			 RD_KAFKA_RESP_ERR_NO_ERROR)
 		return TBX_ENOENT;
@@ -186,39 +194,66 @@ static int topic_valid(const char *topic)
 	return 1;
 }
 
-int tbx_ctx_send(tbx_ctx_t *ctx, const tbx_out_t *out)
+int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
+		     size_t *hdrs_len)
 {
-	const void *key = out ? out->key : NULL;
-	size_t key_len = out ? out->key_len : 0;
-	void *hdrs = NULL;
-	size_t hdrs_len = 0;
-	int err;
-
-	if (!ctx || !out || !out->topic || !topic_valid(out->topic) ||
-	    !out->type || !*out->type || strlen(out->type) > TBX_TYPE_MAX ||
-	    (out->header_cnt && !out->headers)) {
-		tbx__log(TBX_LOG_ERR, "tbx_ctx_send: invalid message (topic "
-				      "and type are required and must be "
-				      "valid)");
+	*hdrs = NULL;
+	*hdrs_len = 0;
+	if (!out || !out->topic || !topic_valid(out->topic)) {
+		tbx__log(TBX_LOG_ERR,
+			 "%s: topic '%s' is not a valid Kafka topic "
+			 "name",
+			 caller, out && out->topic ? out->topic : "(null)");
 		return TBX_EINVAL;
 	}
+	if (!out->type || !*out->type || strlen(out->type) > TBX_TYPE_MAX) {
+		tbx__log(TBX_LOG_ERR, "%s: type must be 1 to %d bytes", caller,
+			 TBX_TYPE_MAX);
+		return TBX_EINVAL;
+	}
+	for (const char *c = out->type; *c; c++) {
+		if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+			tbx__log(TBX_LOG_ERR,
+				 "%s: type contains a control character",
+				 caller);
+			return TBX_EINVAL;
+		}
+	}
+	if (out->header_cnt && !out->headers)
+		return TBX_EINVAL;
 	for (size_t i = 0; i < out->header_cnt; i++) {
 		if (!out->headers[i].name ||
 		    strncasecmp(out->headers[i].name, "tbx-", 4) == 0) {
-			tbx__log(TBX_LOG_ERR,
-				 "tbx_ctx_send: header name %s is reserved",
+			tbx__log(TBX_LOG_ERR, "%s: header name %s is reserved",
+				 caller,
 				 out->headers[i].name ? out->headers[i].name
 						      : "(null)");
 			return TBX_EINVAL;
 		}
 	}
+	return tbx__hdrs_encode(out->headers, out->header_cnt, hdrs, hdrs_len);
+}
+
+int tbx_ctx_send(tbx_ctx_t *ctx, const tbx_out_t *out)
+{
+	const void *key;
+	size_t key_len;
+	void *hdrs;
+	size_t hdrs_len;
+	int err;
+
+	if (!ctx)
+		return TBX_EINVAL;
+	if ((err = tbx__out_prepare(out, "tbx_ctx_send", &hdrs, &hdrs_len))) {
+		ctx->send_failed = 1;
+		return err;
+	}
+	key = out->key;
+	key_len = out->key_len;
 	if (!key)
 		key = tbx_msg_key(ctx->msg, &key_len);
-	if ((err = tbx__hdrs_encode(out->headers, out->header_cnt, &hdrs,
-				    &hdrs_len)) == TBX_OK)
-		err = tbx__row_add(ctx->row, out->topic, out->type, key,
-				   key_len, out->payload, out->payload_len,
-				   hdrs, hdrs_len);
+	err = tbx__row_add(ctx->row, out->topic, out->type, key, key_len,
+			   out->payload, out->payload_len, hdrs, hdrs_len);
 	free(hdrs);
 	if (err)
 		ctx->send_failed = 1;

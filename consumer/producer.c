@@ -142,7 +142,8 @@ static int produce_one(rd_kafka_t *rk, const tbx__row_t *row,
 }
 
 int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
-		  int *delivered, char *errstr, size_t errstr_size)
+		  int *delivered, size_t *undelivered, char *errstr,
+		  size_t errstr_size)
 {
 	size_t total = 0, k = 0, pending;
 	dr_slot_t *slots;
@@ -171,6 +172,8 @@ int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
 	} while (pending);
 
 	k = 0;
+	if (undelivered)
+		*undelivered = 0;
 	for (size_t i = 0; i < cnt; i++) {
 		if (!rows[i]) {
 			delivered[i] = 0;
@@ -181,6 +184,8 @@ int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
 			if (slots[k].status == DR_OK)
 				continue;
 			delivered[i] = 0;
+			if (undelivered)
+				(*undelivered)++;
 			err = tbx__seterr(errstr, errstr_size, TBX_EDELIVERY,
 					  "delivery to %s failed: %s",
 					  rows[i]->msgs[j].topic,

@@ -222,8 +222,9 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 	verdict = route->fn(&ctx, msg, route->opaque);
 	tbx__crashpoint("A.handled");
 	if (sqlite3_get_autocommit(db)) {
-		/* The handler ended the batch's transaction: everything of
-		 * this batch is rolled back; refuse to go on. */
+		/* The handler ended the batch's transaction with COMMIT or
+		 * ROLLBACK: what it committed has no outbox row.  Refuse to
+		 * go on rather than guess. */
 		free(ctx.error);
 		brow_pop(batch);
 		snprintf(worker->errstr, sizeof(worker->errstr),
@@ -578,8 +579,8 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 	if ((err = tbx_tokens_confirm(worker->tokens, attempts, cnt)))
 		goto out;
 	tbx__crashpoint("C.confirmed");
-	err = tbx__dispatch(worker->producer, rows, cnt, delivered, errstr,
-			    sizeof(errstr));
+	err = tbx__dispatch(worker->producer, rows, cnt, delivered, NULL,
+			    errstr, sizeof(errstr));
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	tbx__crashpoint("C.delivered");

@@ -3,9 +3,10 @@
  * the topic, then the records produced with the tbx-* headers.
  *
  * The queue is an outbox row kept in memory; the publisher has no service
- * store, so its tokens carry no registration.  A crash between minting and
- * delivery leaves those tokens behind (visible with `tokenbox inspect`):
- * they are never honoured twice, since no record carries them.
+ * store, so its tokens carry no registration.  A failed flush keeps the
+ * minted batch for a retry with the same ids and tokens.  A crash between
+ * minting and delivery leaves those tokens behind: they are never honoured
+ * twice, since no record carries them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ struct tbx_publisher {
 	tbx_tokens_t *tokens;
 	rd_kafka_t *producer;
 	tbx__row_t queue;
+	int minted; /* the queue holds a minted batch not yet delivered */
 	char errstr[512];
 };
 
@@ -70,19 +72,19 @@ fail:
 
 int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out)
 {
-	void *hdrs = NULL;
-	size_t hdrs_len = 0;
+	void *hdrs;
+	size_t hdrs_len;
 	int err;
 
-	if (!pub || !out || !out->topic || !*out->topic || !out->type ||
-	    !*out->type || (out->header_cnt && !out->headers))
+	if (!pub)
 		return TBX_EINVAL;
-	for (size_t i = 0; i < out->header_cnt; i++)
-		if (!out->headers[i].name ||
-		    strncmp(out->headers[i].name, "tbx-", 4) == 0)
-			return TBX_EINVAL;
-	if ((err = tbx__hdrs_encode(out->headers, out->header_cnt, &hdrs,
-				    &hdrs_len)))
+	if (pub->minted) {
+		snprintf(pub->errstr, sizeof(pub->errstr),
+			 "a failed flush is pending: call "
+			 "tbx_publisher_flush() again to retry it");
+		return TBX_ESTATE;
+	}
+	if ((err = tbx__out_prepare(out, "tbx_publish", &hdrs, &hdrs_len)))
 		return err;
 	err = tbx__row_add(&pub->queue, out->topic, out->type, out->key,
 			   out->key ? out->key_len : 0, out->payload,
@@ -91,20 +93,15 @@ int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out)
 	return err;
 }
 
-int tbx_publisher_flush(tbx_publisher_t *pub, int timeout_ms, size_t *failed)
+/* One token-store transaction for the whole queue: one sequence number,
+ * one token per message, a token row per subscribed group. */
+static int mint(tbx_publisher_t *pub)
 {
 	tbx__row_t *queue = &pub->queue;
 	tbx__mint_item_t *items;
 	tbx__mint_req_t req;
-	tbx__row_t *rows[1] = {queue};
-	int delivered = 0, err;
-	size_t undelivered = 0;
+	int err;
 
-	(void)timeout_ms; /* bounded by dispatch.timeout.ms */
-	if (failed)
-		*failed = 0;
-	if (queue->msg_cnt == 0)
-		return TBX_OK;
 	if (!(items = calloc(queue->msg_cnt, sizeof(*items))))
 		return TBX_ENOMEM;
 	for (size_t i = 0; i < queue->msg_cnt; i++) {
@@ -120,21 +117,48 @@ int tbx_publisher_flush(tbx_publisher_t *pub, int timeout_ms, size_t *failed)
 	    tbx_tokens_mint(pub->tokens, NULL, &req, 1, &queue->mint_seq, NULL);
 	free(items);
 	if (err) {
-		if (failed)
-			*failed = queue->msg_cnt;
+		for (size_t i = 0; i < queue->msg_cnt; i++)
+			queue->msgs[i].token[0] = '\0';
 		snprintf(pub->errstr, sizeof(pub->errstr),
 			 "minting tokens failed: %s", tbx_strerror(err));
 		return err;
 	}
-	err = tbx__dispatch(pub->producer, rows, 1, &delivered, pub->errstr,
-			    sizeof(pub->errstr));
-	if (!delivered)
-		undelivered = queue->msg_cnt; /* conservative: per row */
+	pub->minted = 1;
+	return TBX_OK;
+}
+
+int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
+{
+	tbx__row_t *queue;
+	tbx__row_t *rows[1];
+	int delivered = 0, err;
+	size_t undelivered = 0;
+
+	if (failed)
+		*failed = 0;
+	if (!pub)
+		return TBX_EINVAL;
+	queue = &pub->queue;
+	rows[0] = queue;
+	if (queue->msg_cnt == 0)
+		return TBX_OK;
+	/* A retried batch keeps its tokens and ids: copies are dropped by
+	 * the receivers. */
+	if (!pub->minted && (err = mint(pub))) {
+		if (failed)
+			*failed = queue->msg_cnt;
+		return err;
+	}
+	err = tbx__dispatch(pub->producer, rows, 1, &delivered, &undelivered,
+			    pub->errstr, sizeof(pub->errstr));
 	if (failed)
 		*failed = undelivered;
+	if (err)
+		return err;
 	tbx__row_clear_msgs(queue);
 	queue->mint_seq = 0;
-	return err;
+	pub->minted = 0;
+	return TBX_OK;
 }
 
 void tbx_publisher_destroy(tbx_publisher_t *pub)

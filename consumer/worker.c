@@ -295,6 +295,9 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 			error = rd_kafka_incremental_assign(rk, parts);
 		else
 			rd_kafka_assign(rk, parts);
+		/* librdkafka may keep a pause flag of an earlier assignment;
+		 * tokenbox's own wait state was dropped with the revoke. */
+		rd_kafka_resume_partitions(rk, parts);
 	} else {
 		/* Revoked (or an error): what is done was stored after the
 		 * last batch; commit it now while we still own it.  Records
@@ -337,18 +340,18 @@ static void on_consumer_error(rd_kafka_t *rk, int err, const char *reason,
 
 /* Subscribes the group in the token store (so senders mint its tokens
  * from now on), then to Kafka. */
+static int start_clients(tbx_worker_t *worker, size_t n);
+
 static int start(tbx_worker_t *worker)
 {
 	size_t n = tbx_router_topic_count(worker->router);
-	rd_kafka_topic_partition_list_t *topics;
-	rd_kafka_conf_t *kc;
-	char rderr[512];
-	rd_kafka_resp_err_t rerr;
 	int err;
 
 	if (n == 0)
 		return fail(worker, TBX_ESTATE, "%s",
 			    "no handler registered: nothing to consume");
+	/* A failed start is retried by the next poll from scratch. */
+	free(worker->since);
 	if (!(worker->since = calloc(n, sizeof(*worker->since))))
 		return TBX_ENOMEM;
 	for (size_t i = 0; i < n; i++) {
@@ -361,6 +364,30 @@ static int start(tbx_worker_t *worker)
 				    "the token store",
 				    topic);
 	}
+	if ((err = start_clients(worker, n))) {
+		if (worker->consumer) {
+			rd_kafka_destroy(worker->consumer);
+			worker->consumer = NULL;
+		}
+		if (worker->producer) {
+			rd_kafka_destroy(worker->producer);
+			worker->producer = NULL;
+		}
+		return err;
+	}
+	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
+	worker->started = 1;
+	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
+	return TBX_OK;
+}
+
+static int start_clients(tbx_worker_t *worker, size_t n)
+{
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_conf_t *kc;
+	char rderr[512];
+	rd_kafka_resp_err_t rerr;
+
 	if (!(kc = tbx__conf_kafka(worker->conf, "consumer", worker->errstr,
 				   sizeof(worker->errstr))))
 		return TBX_ECONF;
@@ -402,9 +429,6 @@ static int start(tbx_worker_t *worker)
 					     sizeof(worker->errstr));
 	if (!worker->producer)
 		return TBX_EKAFKA;
-	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
-	worker->started = 1;
-	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
 	return TBX_OK;
 }
 

@@ -139,6 +139,11 @@ void tbx__batch_reset(tbx__batch_t *batch);
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */
 void tbx__msg_parse(struct tbx_msg *msg);
+/** Checks an outgoing message (topic name, type, reserved header names)
+ *  and encodes its headers into *hdrs (malloc'ed, NULL when none).
+ *  @returns TBX_OK, TBX_EINVAL (logged with the reason) or TBX_ENOMEM. */
+int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
+		     size_t *hdrs_len);
 
 /* producer.c */
 rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
@@ -150,6 +155,7 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
  * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
  */
 int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
-		  int *delivered, char *errstr, size_t errstr_size);
+		  int *delivered, size_t *undelivered, char *errstr,
+		  size_t errstr_size);
 
 #endif

@@ -278,7 +278,8 @@ typedef struct tbx_stats {
 	uint64_t processed;	     /**< handler committed OK */
 	uint64_t duplicates_dropped; /**< token gone: already done */
 	uint64_t resumed;	     /**< outbox row found: recovery */
-	uint64_t retries;	  /**< RETRY verdicts and failed dispatches */
+	uint64_t retries; /**< RETRY verdicts, and partitions held back
+			     because a phase or a delivery failed */
 	uint64_t dead_lettered;	  /**< sent to the dead-letter topic */
 	uint64_t untokened;	  /**< records without a usable token */
 	uint64_t dispatched;	  /**< outgoing messages delivered */
@@ -311,15 +312,27 @@ typedef struct tbx_publisher tbx_publisher_t;
  */
 tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 				   size_t errstr_size);
-/** Queues @p out (copied); a NULL key means no key. */
+/**
+ * Queues @p out (copied); a NULL key means no key.
+ * @returns TBX_OK, TBX_EINVAL (invalid topic or type, reserved header
+ * name), TBX_ENOMEM, or TBX_ESTATE while a failed flush is pending.
+ */
 int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out);
 /**
  * Mints the tokens of every queued message in one token-store transaction,
- * produces them and waits for their delivery reports.
- * @returns TBX_OK when all were delivered; else an error, and @p failed (may
- * be NULL) tells how many were not.
+ * produces them and waits for every delivery report (at most
+ * dispatch.timeout.ms).
+ *
+ * On failure the batch stays queued with its ids and tokens: call
+ * tbx_publisher_flush() again to retry it, and receivers handle each
+ * message once however many copies the retries deliver.  Until then
+ * tbx_publish() refuses new messages.
+ * @returns TBX_OK when all were delivered; else an error, and @p failed
+ * (may be NULL) tells how many were not.
  */
-int tbx_publisher_flush(tbx_publisher_t *pub, int timeout_ms, size_t *failed);
+int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed);
+/** Frees the publisher and its conf.  A batch still queued is dropped;
+ *  if it was minted, its tokens stay in the token store unused. */
 void tbx_publisher_destroy(tbx_publisher_t *pub);
 const char *tbx_publisher_errstr(const tbx_publisher_t *pub);
 
