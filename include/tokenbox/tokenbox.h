@@ -278,8 +278,8 @@ typedef struct tbx_stats {
 	uint64_t processed;	     /**< handler committed OK */
 	uint64_t duplicates_dropped; /**< token gone: already done */
 	uint64_t resumed;	     /**< outbox row found: recovery */
-	uint64_t retries; /**< RETRY verdicts, and partitions held back
-			     because a phase or a delivery failed */
+	uint64_t retries;	  /**< RETRY verdicts, and partitions held back
+				     because a phase or a delivery failed */
 	uint64_t dead_lettered;	  /**< sent to the dead-letter topic */
 	uint64_t untokened;	  /**< records without a usable token */
 	uint64_t dispatched;	  /**< outgoing messages delivered */

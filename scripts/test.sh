@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The whole check, as CI runs it: dependencies, a -Werror build and its
+# tests, an ASan+UBSan build and its tests, clang-format, and a scan for
+# banned string functions.  Every step runs (a failed build skips only its
+# own tests); the last line sums up, and the exit status is 0 only if all
+# passed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+passed=()
+failed=()
+step() {
+	local name=$1
+	shift
+	echo "=== test.sh: $name"
+	if "$@"; then
+		passed+=("$name")
+		return 0
+	fi
+	failed+=("$name")
+	echo "=== test.sh: $name FAILED" >&2
+	return 1
+}
+skip() {
+	failed+=("$1 (skipped)")
+	echo "=== test.sh: $1 skipped: its build failed" >&2
+}
+
+if ! bash scripts/install-deps.sh; then
+	echo "test.sh: FAIL: the dependencies could not be installed" >&2
+	exit 1
+fi
+
+if step build bash scripts/build.sh --dir build; then
+	step tests ctest --test-dir build --output-on-failure -j2
+else
+	skip tests
+fi
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+if step asan-build bash scripts/build.sh --sanitize --dir build-asan; then
+	step asan-tests ctest --test-dir build-asan --output-on-failure -j2
+else
+	skip asan-tests
+fi
+
+dirs=()
+for d in consumer outbox tokens handlers tools tests include examples bench; do
+	[[ -d $d ]] && dirs+=("$d")
+done
+
+check_format() {
+	find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' \) -print0 |
+		xargs -0 -r clang-format --dry-run --Werror
+}
+step format check_format
+
+check_banned() {
+	# snprintf, strncpy etc. do not match: \b needs a non-word before.
+	if grep -rnE '\b(v?sprintf|strcpy|strcat)[[:space:]]*\(' \
+		--include='*.c' --include='*.h' "${dirs[@]}"; then
+		echo "banned: use snprintf / tbx__strlcpy instead" >&2
+		return 1
+	fi
+}
+step banned-calls check_banned
+
+if ((${#failed[@]} == 0)); then
+	echo "test.sh: PASS: ${passed[*]}"
+	exit 0
+fi
+echo "test.sh: FAIL: ${failed[*]} (passed: ${passed[*]:-none})"
+exit 1
