@@ -176,11 +176,37 @@ int tbx__db_fail(sqlite3 *db, const char *what)
 	return err == TBX_OK ? TBX_ESTORE : err;
 }
 
+static long fault_countdown;
+static int fault_fired;
+
+void tbx__fault_arm(long n)
+{
+	fault_countdown = n > 0 ? n : 0;
+	fault_fired = 0;
+}
+
+int tbx__fault_fired(void)
+{
+	return fault_fired;
+}
+
+static int fault_hit(const char *what)
+{
+	if (fault_countdown <= 0 || --fault_countdown > 0)
+		return 0;
+	fault_fired = 1;
+	tbx__log(TBX_LOG_INFO, "fault injected: %s", what);
+	return 1;
+}
+
 int tbx__db_exec(sqlite3 *db, const char *sql)
 {
 	char *msg = NULL;
-	int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-	int err;
+	int rc, err;
+
+	if (strncmp(sql, "ROLLBACK", 8) != 0 && fault_hit(sql))
+		return TBX_EIO;
+	rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
 
 	if (rc == SQLITE_OK)
 		return TBX_OK;
@@ -213,9 +239,14 @@ sqlite3_stmt *tbx__db_stmt(sqlite3 *db, sqlite3_stmt **slot, const char *sql)
 
 int tbx__db_step(sqlite3_stmt *stmt)
 {
-	int rc = sqlite3_step(stmt);
 	sqlite3 *db;
-	int err;
+	int rc, err;
+
+	if (fault_hit(sqlite3_sql(stmt))) {
+		sqlite3_reset(stmt);
+		return -TBX_EIO;
+	}
+	rc = sqlite3_step(stmt);
 
 	if (rc == SQLITE_ROW)
 		return 1;

@@ -54,4 +54,15 @@ int tbx__db_exec(sqlite3 *db, const char *sql);
  */
 sqlite3_stmt *tbx__db_stmt(sqlite3 *db, sqlite3_stmt **slot, const char *sql);
 
+/*
+ * Countdown fault injection (SQLite's faultsim, curl's torture mode): the
+ * n-th store call from now (a statement step, or a BEGIN/COMMIT/SAVEPOINT/
+ * RELEASE) fails with TBX_EIO as a failing disk would; ROLLBACK never
+ * fails, as it is the way out.  0 disarms.  Process-wide, for tests on one
+ * thread.
+ */
+void tbx__fault_arm(long n);
+/** @returns 1 once the armed fault has fired (until the next arm). */
+int tbx__fault_fired(void);
+
 #endif

@@ -34,8 +34,9 @@ int main(int argc, char **argv)
 	    {"store.path", argv[2]},
 	    {"tokens.path", argv[3]},
 	    {"group.id", argv[4]},
-	    {"kafka.consumer.session.timeout.ms", "6000"},
-	    {"kafka.consumer.heartbeat.interval.ms", "500"},
+	    {"kafka.consumer.session.timeout.ms", "3000"},
+	    {"kafka.consumer.heartbeat.interval.ms", "300"},
+	    {"kafka.consumer.fetch.wait.max.ms", "10"},
 	    {"batch.max.ms", "20"},
 	    {"log.level", "warning"},
 	};

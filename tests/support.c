@@ -130,8 +130,9 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 	    {"group.id", group},
 	    {"store.path", store},
 	    {"tokens.path", tokens},
-	    {"kafka.consumer.session.timeout.ms", "6000"},
-	    {"kafka.consumer.heartbeat.interval.ms", "500"},
+	    {"kafka.consumer.session.timeout.ms", "3000"},
+	    {"kafka.consumer.heartbeat.interval.ms", "300"},
+	    {"kafka.consumer.fetch.wait.max.ms", "10"},
 	    {"kafka.topic.metadata.refresh.interval.ms", "1000"},
 	    {"batch.max.ms", "20"},
 	    {"retry.backoff.ms", "20"},
@@ -196,7 +197,7 @@ void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
 				 .payload_len = strlen(payload)};
 		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
 	}
-	cr_assert_eq(tbx_publisher_flush(pub, 30000, &failed), TBX_OK, "%s",
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
 		     tbx_publisher_errstr(pub));
 	tbx_publisher_destroy(pub);
 }

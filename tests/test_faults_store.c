@@ -1,0 +1,120 @@
+/*
+ * Countdown fault injection over a whole two-hop pipeline: for N = 1, 2,
+ * 3, … the N-th store call fails (as a failing disk would), and the
+ * pipeline must still handle every message exactly once at both hops and
+ * leave no outbox row, token or registration behind.  The loop ends with
+ * the first N that the run never reaches.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outbox/db.h"
+#include "support.h"
+
+typedef struct round {
+	const char *s1, *s2;
+	int64_t n;
+} round_t;
+
+static int round_done(void *opaque)
+{
+	round_t *r = opaque;
+
+	return tt_count(r->s1, "SELECT COUNT(*) FROM hop1") >= r->n &&
+	       tt_count(r->s2, "SELECT COUNT(*) FROM hop2") >= r->n &&
+	       tt_count(r->s1, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
+	       tt_count(r->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
+{
+	char *dir = tt_tmpdir();
+	char *s1 = tt_path(dir, "s1.db"), *s2 = tt_path(dir, "s2.db");
+	char *tokens = tt_path(dir, "tokens.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop1 = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tt_hop_t hop2 = {.table = "hop2"};
+	tbx_worker_t *w[2];
+	char err[512];
+	long n;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_cluster_topic(c, "out", 1);
+	tt_hop_table(s1, "hop1");
+	tt_hop_table(s2, "hop2");
+	w[0] = tbx_worker_new(tt_conf(c->bootstraps, "g1", s1, tokens,
+				      "cleanup.interval.ms", "0", NULL),
+			      err, sizeof(err));
+	cr_assert(w[0], "%s", err);
+	w[1] = tbx_worker_new(tt_conf(c->bootstraps, "g2", s2, tokens,
+				      "cleanup.interval.ms", "0", NULL),
+			      err, sizeof(err));
+	cr_assert(w[1], "%s", err);
+	tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, &hop1);
+	tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2);
+	tbx_conf_t *pconf = tbx_conf_new();
+	tbx_conf_set(pconf, "kafka.bootstrap.servers", c->bootstraps, NULL, 0);
+	tbx_conf_set(pconf, "tokens.path", tokens, NULL, 0);
+	tbx_publisher_t *pub = tbx_publisher_new(pconf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	/* Join both groups before the faults start. */
+	round_t r = {s1, s2, 0};
+	cr_assert(tt_drive(w, 2, NULL, NULL, 60, 30));
+
+	for (n = 1; n < 400; n++) {
+		/* Two messages on one key per round. */
+		for (int i = 0; i < 2; i++) {
+			char payload[32];
+			snprintf(payload, sizeof(payload), "r%ld-%d", n, i);
+			tbx_out_t out = {.topic = "in",
+					 .type = "Ping",
+					 .key = "k",
+					 .key_len = 1,
+					 .payload = payload,
+					 .payload_len = strlen(payload)};
+			cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+		}
+		cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+		r.n += 2;
+		tbx__fault_arm(n);
+		cr_assert(tt_drive(w, 2, round_done, &r, 2, 60),
+			  "fault at store call %ld: the pipeline did not "
+			  "recover",
+			  n);
+		int fired = tbx__fault_fired();
+		tbx__fault_arm(0);
+		/* Orphans of attempts cut short are the sweeper's. */
+		cr_assert_eq(tbx_worker_cleanup(w[0], 0, NULL), TBX_OK);
+		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
+					  "payload) FROM hop1"),
+			     0, "fault at call %ld: a handler ran twice", n);
+		cr_assert_eq(tt_count(s2, "SELECT COUNT(*) - COUNT(DISTINCT "
+					  "payload) FROM hop2"),
+			     0, "fault at call %ld: downstream ran twice", n);
+		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), r.n);
+		cr_assert_eq(tt_count(s2, "SELECT COUNT(*) FROM hop2"), r.n);
+		cr_assert_eq(
+		    tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0,
+		    "fault at call %ld: tokens left", n);
+		cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM "
+					      "tbx_registrations"),
+			     0, "fault at call %ld: registrations left", n);
+		if (!fired)
+			break; /* a whole round without reaching call n */
+	}
+	cr_log_info("faults injected at store calls 1..%ld", n - 1);
+	cr_assert_lt(n, 400, "the loop must end with a fault-free round");
+	cr_assert_gt(n, 10, "the fault loop covered too few calls");
+	tbx_publisher_destroy(pub);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s1);
+	free(s2);
+	free(tokens);
+}
