@@ -61,7 +61,10 @@ static void brow_pop(tbx__batch_t *batch)
 static void row_fill(tbx__row_t *row, const struct tbx_msg *msg, int kind)
 {
 	tbx__strlcpy(row->msg_id, msg->id, sizeof(row->msg_id));
-	tbx__strlcpy(row->in_token, msg->token, sizeof(row->in_token));
+	/* No token of ours to consume for an untokened record (one minted
+	 * before this group subscribed carries someone else's). */
+	tbx__strlcpy(row->in_token, msg->untokened ? "" : msg->token,
+		     sizeof(row->in_token));
 	tbx__strlcpy(row->in_topic, msg->topic, sizeof(row->in_topic));
 	row->in_partition = msg->rkm->partition;
 	row->in_offset = msg->rkm->offset;
@@ -601,7 +604,8 @@ out:
 	return err;
 }
 
-/* D: consume the incoming tokens of the delivered rows. */
+/* D: consume the incoming tokens of the delivered rows (a row's in_token
+ * is its record's token; copies in the batch share it). */
 static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	const char **ids;
@@ -609,13 +613,12 @@ static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
 	uint64_t deleted = 0;
 	int err;
 
-	if (!(ids = calloc(batch->cnt ? batch->cnt : 1, sizeof(*ids))))
+	if (!(ids = calloc(batch->row_cnt ? batch->row_cnt : 1, sizeof(*ids))))
 		return TBX_ENOMEM;
-	for (size_t i = 0; i < batch->cnt; i++) {
-		struct tbx_msg *msg = &batch->msgs[i];
-		if (msg->state == TBX_MS_ROW && msg->token[0] &&
-		    !msg->untokened && batch->rows[msg->row].delivered)
-			ids[cnt++] = msg->token;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__brow_t *brow = &batch->rows[i];
+		if (brow->delivered && brow->row.in_token[0])
+			ids[cnt++] = brow->row.in_token;
 	}
 	err = cnt ? tbx_tokens_consume(worker->tokens, worker->group, ids, cnt,
 				       &deleted)
@@ -743,5 +746,52 @@ int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
 			 "resumes it)",
 			 batch->cnt, tbx_strerror(err));
 	phase_commit(worker, batch);
+	return err;
+}
+
+int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
+			   size_t limit, size_t *finished)
+{
+	tbx__batch_t *batch = &worker->batch;
+	tbx__msgid_t *ids = NULL;
+	size_t cnt = 0;
+	int err;
+
+	*finished = 0;
+	if (!worker->producer &&
+	    !(worker->producer = tbx__producer_new(worker->conf, worker->errstr,
+						   sizeof(worker->errstr))))
+		return TBX_EKAFKA;
+	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
+					 created_before_ms, limit, &ids, &cnt)))
+		return err;
+	for (size_t i = 0; i < cnt && !err; i++) {
+		tbx__brow_t *brow;
+		size_t idx;
+
+		if (!(brow = brow_new(batch, &idx))) {
+			err = TBX_ENOMEM;
+			break;
+		}
+		err = tbx_outbox_row_load(worker->store, worker->group,
+					  ids[i].id, &brow->row);
+		if (err == TBX_ENOENT) { /* a worker finished it meanwhile */
+			brow_pop(batch);
+			err = TBX_OK;
+			continue;
+		}
+		brow->recorded = brow->row.attempt[0] != '\0';
+	}
+	free(ids);
+	/* The rows go through B–E exactly as a redelivery would take them:
+	 * concurrent workers are safe (B's conditional record, C's same ids
+	 * and tokens, D and E idempotent). */
+	if (!err && !(err = phase_tokens(worker, batch)) &&
+	    !(err = phase_dispatch(worker, batch)) &&
+	    !(err = phase_consume(worker, batch)))
+		err = phase_finish(worker, batch);
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		*finished += batch->rows[i].finished || batch->rows[i].gone;
+	tbx__batch_reset(batch);
 	return err;
 }

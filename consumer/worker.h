@@ -135,6 +135,14 @@ int64_t tbx__backoff_ms(tbx_worker_t *worker, int attempt);
  *  that stopped a phase (what is unfinished is retried via redelivery). */
 int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch);
 void tbx__batch_reset(tbx__batch_t *batch);
+/**
+ * Finishes this group's outbox rows created at or before
+ * @p created_before_ms (at most @p limit) whose records are no longer
+ * redelivered: B–E with the same ids and tokens, as a redelivery would.
+ * Safe while workers run.  *finished receives the rows done.
+ */
+int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
+			   size_t limit, size_t *finished);
 
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */

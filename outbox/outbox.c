@@ -39,6 +39,7 @@ enum {
 	Q_DEAD_LETTER,
 	Q_COUNT_ALL,
 	Q_COUNT_GRP,
+	Q_ROWS_OLDER,
 	Q__COUNT
 };
 
@@ -89,6 +90,8 @@ static const char *const sql[Q__COUNT] = {
 		      "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     [Q_COUNT_ALL] = "SELECT count(*) FROM tbx_outbox",
     [Q_COUNT_GRP] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1",
+    [Q_ROWS_OLDER] = "SELECT msg_id FROM tbx_outbox WHERE grp = ?1 AND "
+		     "created_ms <= ?2 ORDER BY created_ms, msg_id LIMIT ?3",
 };
 
 struct tbx_outbox {
@@ -782,4 +785,48 @@ int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows)
 	if (grp && sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC))
 		return bind_fail(store, stmt);
 	return count_step(stmt, rows);
+}
+
+int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
+			  int64_t created_before_ms, size_t limit,
+			  tbx__msgid_t **out, size_t *cnt)
+{
+	sqlite3_stmt *stmt;
+	tbx__msgid_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	int r;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!grp || limit == 0)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(store, Q_ROWS_OLDER)))
+		return tbx__db_fail(store->db, sql[Q_ROWS_OLDER]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 2, created_before_ms) ||
+	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)limit))
+		return bind_fail(store, stmt);
+	while ((r = tbx__db_step(stmt)) == 1) {
+		const char *id = (const char *)sqlite3_column_text(stmt, 0);
+		if (n == cap) {
+			size_t grown = cap ? cap * 2 : 16;
+			tbx__msgid_t *more = realloc(ids, grown * sizeof(*ids));
+			if (!more) {
+				sqlite3_reset(stmt);
+				free(ids);
+				return TBX_ENOMEM;
+			}
+			ids = more;
+			cap = grown;
+		}
+		tbx__strlcpy(ids[n++].id, id ? id : "", sizeof(ids[0].id));
+	}
+	sqlite3_reset(stmt);
+	if (r < 0) {
+		free(ids);
+		return -r;
+	}
+	*out = ids;
+	*cnt = n;
+	return TBX_OK;
 }

@@ -154,6 +154,18 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
 			       const tbx__row_t *row, const char *dlq_topic,
 			       int attempts);
 
+/** A message id, for listings. */
+typedef struct tbx__msgid {
+	char id[TBX_MSGID_MAX + 1];
+} tbx__msgid_t;
+
+/** Ids of @p grp's rows created at or before @p created_before_ms (wall
+ *  clock), oldest first, at most @p limit, into a malloc'ed array (*out,
+ *  caller frees; NULL when *cnt is 0). */
+int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
+			  int64_t created_before_ms, size_t limit,
+			  tbx__msgid_t **out, size_t *cnt);
+
 /** Counts rows pending for @p grp (NULL: all groups). */
 int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows);
 
