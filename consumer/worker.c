@@ -8,6 +8,7 @@
  * callback (served inside poll) only ever sees a batch being collected; it
  * drops the records of revoked partitions from it.
  */
+#include <cJSON.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -98,6 +99,9 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->cleanup_interval_ms =
 	    tbx__conf_int(conf, "cleanup.interval.ms");
 	worker->cleanup_batch = tbx__conf_int(conf, "cleanup.batch.size");
+	worker->shutdown_timeout_ms =
+	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
+	worker->stats_interval_ms = tbx__conf_int(conf, "stats.interval.ms");
 	tbx__strlcpy(worker->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
 		     sizeof(worker->dlq_suffix));
 	worker->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
@@ -376,6 +380,7 @@ static int start(tbx_worker_t *worker)
 		return err;
 	}
 	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
+	worker->next_stats_ms = tbx__mono_ms() + worker->stats_interval_ms;
 	worker->started = 1;
 	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
 	return TBX_OK;
@@ -499,7 +504,19 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 		if (!rkm)
 			continue;
 		if (rkm->err) {
-			if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			if (rkm->err == RD_KAFKA_RESP_ERR__MAX_POLL_EXCEEDED)
+				/* The group moved our partitions elsewhere
+				 * while a batch ran; its work stays exactly
+				 * once (tokens, outbox rows), and we rejoin. */
+				tbx__log(
+				    TBX_LOG_ERR,
+				    "a batch took longer than "
+				    "max.poll.interval.ms: the worker left "
+				    "the group and rejoins; shorten the "
+				    "handlers, lower batch.max.messages or "
+				    "raise kafka.consumer.max.poll."
+				    "interval.ms");
+			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 				tbx__log(TBX_LOG_WARNING, "consume: %s",
 					 rd_kafka_message_errstr(rkm));
 			rd_kafka_message_destroy(rkm);
@@ -516,6 +533,76 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 			batch_deadline = tbx__mono_ms() + worker->batch_ms;
 	}
 	return TBX_OK;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* One JSON line of counters to stderr, written with one write(2). */
+static void maybe_stats(tbx_worker_t *worker)
+{
+	int64_t now = tbx__mono_ms(), pending = -1;
+	float sorted[1024], p50 = 0, p99 = 0;
+	const tbx_stats_t *st = &worker->stats;
+	const struct {
+		const char *name;
+		uint64_t value;
+	} counters[] = {
+	    {"consumed", st->consumed},
+	    {"processed", st->processed},
+	    {"duplicates_dropped", st->duplicates_dropped},
+	    {"resumed", st->resumed},
+	    {"retries", st->retries},
+	    {"dead_lettered", st->dead_lettered},
+	    {"untokened", st->untokened},
+	    {"dispatched", st->dispatched},
+	    {"tokens_created", st->tokens_created},
+	    {"tokens_consumed", st->tokens_consumed},
+	    {"attempts_lost", st->attempts_lost},
+	    {"orphans_swept", st->orphans_swept},
+	    {"batches", st->batches},
+	};
+	cJSON *obj;
+	char *text;
+
+	if (worker->stats_interval_ms <= 0 || now < worker->next_stats_ms)
+		return;
+	worker->next_stats_ms = now + worker->stats_interval_ms;
+	if (worker->lat_cnt) {
+		memcpy(sorted, worker->lat, worker->lat_cnt * sizeof(float));
+		qsort(sorted, worker->lat_cnt, sizeof(float), cmp_float);
+		p50 = sorted[(worker->lat_cnt - 1) / 2];
+		p99 = sorted[(worker->lat_cnt - 1) * 99 / 100];
+	}
+	tbx_outbox_count(worker->store, worker->group, &pending);
+	if (!(obj = cJSON_CreateObject()))
+		return;
+	cJSON_AddNumberToObject(obj, "ts_ms", (double)tbx__now_ms());
+	cJSON_AddStringToObject(obj, "group", worker->group);
+	cJSON_AddNumberToObject(obj, "pid", (double)getpid());
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+		cJSON_AddNumberToObject(obj, counters[i].name,
+					(double)counters[i].value);
+	cJSON_AddNumberToObject(obj, "outbox_pending", (double)pending);
+	cJSON_AddNumberToObject(obj, "batch_ms_p50", (double)p50);
+	cJSON_AddNumberToObject(obj, "batch_ms_p99", (double)p99);
+	text = cJSON_PrintUnformatted(obj);
+	cJSON_Delete(obj);
+	if (text) {
+		size_t len = strlen(text);
+		char *line = realloc(text, len + 2);
+		if (line) {
+			line[len] = '\n';
+			ssize_t w = write(STDERR_FILENO, line, len + 1);
+			(void)w;
+			text = line;
+		}
+		free(text);
+	}
 }
 
 static void maybe_cleanup(tbx_worker_t *worker)
@@ -546,8 +633,16 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 		return -err;
 	}
 	cnt = worker->batch.cnt;
+	int64_t began = tbx__mono_ms();
 	err = tbx__process_batch(worker, &worker->batch);
 	tbx__batch_reset(&worker->batch);
+	if (cnt) {
+		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
+		worker->lat_next = (worker->lat_next + 1) % 1024;
+		if (worker->lat_cnt < 1024)
+			worker->lat_cnt++;
+	}
+	maybe_stats(worker);
 	if (err && !tbx_err_is_retriable(err) && err != TBX_EDELIVERY &&
 	    err != TBX_ESTORE)
 		return -err;
@@ -595,7 +690,11 @@ int tbx_worker_close(tbx_worker_t *worker)
 		worker->consumer = NULL;
 	}
 	if (worker->producer) {
-		rd_kafka_flush(worker->producer, worker->dispatch_timeout_ms);
+		rd_kafka_flush(worker->producer,
+			       worker->shutdown_timeout_ms <
+				       worker->dispatch_timeout_ms
+				   ? worker->shutdown_timeout_ms
+				   : worker->dispatch_timeout_ms);
 		rd_kafka_destroy(worker->producer);
 		worker->producer = NULL;
 	}

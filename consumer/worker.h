@@ -114,6 +114,11 @@ struct tbx_worker {
 	tbx__part_t *parts;
 	size_t part_cnt, part_cap;
 	tbx__batch_t batch;
+	int shutdown_timeout_ms;
+	int64_t stats_interval_ms, next_stats_ms;
+	/* durations of the last batches (ms), a ring for the percentiles */
+	float lat[1024];
+	size_t lat_cnt, lat_next;
 	/* subscribed topics and their subscription numbers */
 	int64_t *since;
 	tbx_stats_t stats;
