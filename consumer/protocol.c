@@ -1,6 +1,7 @@
 /*
  * The exactly-once protocol over one batch (docs/architecture.md):
  *
+ *   G  guard     record the offsets A is about to process (crash detection)
  *   A  process   one S transaction, a savepoint per record
  *   B  tokens    mint + register in one T transaction; record in one S txn
  *   C  dispatch  confirm (drop registrations), produce, await reports
@@ -210,6 +211,16 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 			 msg->has_type ? msg->type : "(none)", msg->topic);
 		return dead_letter(worker, batch, msg, reason, 0, by_offset);
 	}
+	if (msg->crashes) {
+		/* Its handler killed the worker every time it ran alone:
+		 * running it again would only do so again. */
+		snprintf(reason, sizeof(reason),
+			 "the worker died %d times in a row while handling "
+			 "this record alone",
+			 msg->crashes);
+		return dead_letter(worker, batch, msg, reason, msg->crashes,
+				   by_offset);
+	}
 	if (!(brow = brow_new(batch, &idx)))
 		return TBX_ENOMEM;
 	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
@@ -382,6 +393,151 @@ static void batch_undo_rows(tbx__batch_t *batch)
 	batch->row_cnt = 0;
 }
 
+/* Is @p i the first record of its partition in the batch? */
+static int first_of_part(const tbx__batch_t *batch, size_t i)
+{
+	for (size_t j = 0; j < i; j++)
+		if (batch->msgs[j].part == batch->msgs[i].part)
+			return 0;
+	return 1;
+}
+
+static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
+{
+	int64_t last = batch->msgs[i].rkm->offset;
+
+	for (size_t j = i + 1; j < batch->cnt; j++)
+		if (batch->msgs[j].part == batch->msgs[i].part)
+			last = batch->msgs[j].rkm->offset;
+	return last;
+}
+
+/*
+ * G: before any handler runs, commit per partition the offsets this A
+ * covers.  A marker still there at the next batch means that A never
+ * committed: the process died in it (or A failed).  The partition is then
+ * suspect up to the end of that range and processed one record per batch;
+ * a record whose lone attempts died retry.max times in a row (at least
+ * once) is dead-lettered without its handler.  The marker commits with
+ * synchronous=NORMAL: a process crash does not lose it (the OS has it),
+ * and a power cut only loses a count.
+ */
+static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	int limit = worker->retry_max > 0 ? worker->retry_max : 1;
+	sqlite3 *db = tbx_outbox_db(worker->store);
+	int err;
+
+	if ((err = tbx__db_exec(db, "PRAGMA synchronous=NORMAL")))
+		return err;
+	if ((err = tbx_outbox_begin(worker->store)))
+		goto out;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		struct tbx_msg *msg = &batch->msgs[i];
+		tbx__part_t *part = msg->part;
+		tbx__inflight_t f, next;
+		int64_t a = msg->rkm->offset, suspect = -1;
+		int found, crashes = 0;
+
+		if (!first_of_part(batch, i))
+			continue;
+		if ((err = tbx_outbox_inflight_get(worker->store, worker->group,
+						   part->topic, part->partition,
+						   &f, &found)))
+			break;
+		if (found) {
+			suspect = f.suspect_until;
+			if (f.first >= 0) { /* an A that never committed */
+				if (f.last > suspect)
+					suspect = f.last;
+				if (f.first == f.last && f.first == a)
+					crashes = f.crashes + 1;
+			}
+		}
+		part->suspect_until = suspect >= a ? suspect : -1;
+		part->batch_isolated = suspect >= a;
+		next.first = a;
+		next.last =
+		    part->batch_isolated ? a : last_offset_of_part(batch, i);
+		next.crashes = part->batch_isolated ? crashes : 0;
+		next.suspect_until = part->suspect_until;
+		if (part->batch_isolated && crashes >= limit)
+			msg->crashes = crashes;
+		if (part->batch_isolated)
+			tbx__log(TBX_LOG_WARNING,
+				 "%s [%" PRId32 "] @%" PRId64
+				 ": an earlier batch died before committing; "
+				 "one record at a time up to offset %" PRId64
+				 " (this one: %d earlier deaths)",
+				 part->topic, part->partition, a, suspect,
+				 crashes);
+		if ((err = tbx_outbox_inflight_put(worker->store, worker->group,
+						   part->topic, part->partition,
+						   &next)))
+			break;
+	}
+	/* A failed COMMIT may leave the transaction open: roll it back. */
+	if (err || (err = tbx_outbox_commit(worker->store)))
+		tbx_outbox_rollback(worker->store);
+out:;
+	int err2 = tbx__db_exec(db, worker->synchronous_full
+					? "PRAGMA synchronous=FULL"
+					: "PRAGMA synchronous=NORMAL");
+	return err ? err : err2;
+}
+
+/* Inside A's transaction: the A is over for these partitions. */
+static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	for (size_t i = 0; i < batch->cnt; i++) {
+		tbx__part_t *part = batch->msgs[i].part;
+		int64_t last = -1;
+		int err;
+
+		if (!first_of_part(batch, i))
+			continue;
+		for (size_t j = i; j < batch->cnt; j++)
+			if (batch->msgs[j].part == part &&
+			    batch->msgs[j].state != TBX_MS_SKIPPED)
+				last = batch->msgs[j].rkm->offset;
+		if (part->suspect_until > last) {
+			tbx__inflight_t f = {-1, -1, 0, part->suspect_until};
+			err = tbx_outbox_inflight_put(
+			    worker->store, worker->group, part->topic,
+			    part->partition, &f);
+		} else {
+			err = tbx_outbox_inflight_delete(
+			    worker->store, worker->group, part->topic,
+			    part->partition);
+		}
+		if (err)
+			return err;
+	}
+	return TBX_OK;
+}
+
+/* After a failed A the process lives on: the marker must not count as a
+ * death.  Best effort: if this fails too, a record may be counted once
+ * more than it died. */
+static void guard_release(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	if (tbx_outbox_begin(worker->store))
+		return;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		tbx__part_t *part = batch->msgs[i].part;
+		tbx__inflight_t f = {-1, -1, 0, part->suspect_until};
+
+		if (first_of_part(batch, i) &&
+		    tbx_outbox_inflight_put(worker->store, worker->group,
+					    part->topic, part->partition, &f)) {
+			tbx_outbox_rollback(worker->store);
+			return;
+		}
+	}
+	if (tbx_outbox_commit(worker->store))
+		tbx_outbox_rollback(worker->store);
+}
+
 static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	int err;
@@ -389,11 +545,19 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->cnt; i++) {
 		batch->msgs[i].part->batch_blocked = 0;
 		batch->msgs[i].part->batch_delay_ms = 0;
+		batch->msgs[i].part->batch_isolated = 0;
+		batch->msgs[i].part->suspect_until = -1;
 	}
-	if ((err = tbx_outbox_begin(worker->store)))
+	if ((err = phase_guard(worker, batch)))
 		return err;
+	if ((err = tbx_outbox_begin(worker->store)))
+		goto released;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
+		if (msg->part->batch_isolated && !first_of_part(batch, i)) {
+			msg->state = TBX_MS_SKIPPED;
+			continue;
+		}
 		if (msg->part->batch_blocked) {
 			/* Order within a partition: nothing passes a record
 			 * that waits for a retry. */
@@ -403,6 +567,8 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 		if ((err = process_one(worker, batch, msg)))
 			goto fail;
 	}
+	if ((err = guard_clear(worker, batch)))
+		goto fail;
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(worker->store)))
 		goto fail;
@@ -411,6 +577,8 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 fail:
 	tbx_outbox_rollback(worker->store);
 	batch_undo_rows(batch);
+released:
+	guard_release(worker, batch);
 	return err;
 }
 
@@ -683,6 +851,7 @@ static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->cnt; i++) {
 		tbx__part_t *part = batch->msgs[i].part;
 		int64_t next = -1, first_undone = -1;
+		tbx__mstate_t first_undone_state = TBX_MS_NEW;
 		int seen = 0;
 
 		/* first record of this partition in the batch? */
@@ -696,15 +865,25 @@ static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
 				continue;
 			if (!msg_done(batch, msg)) {
 				first_undone = msg->rkm->offset;
+				first_undone_state = msg->state;
 				break;
 			}
 			next = msg->rkm->offset + 1;
 		}
 		if (first_undone >= 0) {
-			int64_t delay =
-			    part->batch_blocked
-				? part->batch_delay_ms
-				: tbx__backoff_ms(worker, ++part->failures);
+			int64_t delay;
+
+			if (part->batch_blocked) {
+				delay = part->batch_delay_ms;
+			} else if (part->batch_isolated &&
+				   first_undone_state == TBX_MS_SKIPPED) {
+				delay = 0; /* next record of a suspect range */
+			} else {
+				/* A phase failed: retried like a RETRY */
+				delay =
+				    tbx__backoff_ms(worker, ++part->failures);
+				worker->stats.retries++;
+			}
 			tbx__part_block(worker, part, first_undone, delay);
 		} else {
 			part->failures = 0;

@@ -44,6 +44,7 @@ struct tbx_msg {
 	    *malformed; /**< why the tbx-* headers are unusable, or NULL */
 	int untokened;	/**< no usable token for this group */
 	int attempt;	/**< for handlers: 1 + earlier RETRYs */
+	int crashes;	/**< >0: killed the worker this often alone: poison */
 	tbx__mstate_t state;
 	size_t row; /**< index in the batch's rows when TBX_MS_ROW */
 };
@@ -62,6 +63,8 @@ typedef struct tbx__part {
 	/* per batch */
 	int batch_blocked; /**< a record of this batch asked to retry */
 	int64_t batch_delay_ms;
+	int batch_isolated;    /**< suspect: one record this batch */
+	int64_t suspect_until; /**< from the guard; -1: not suspect */
 } tbx__part_t;
 
 /** An outbox row in flight in this batch. */
@@ -107,6 +110,7 @@ struct tbx_worker {
 	int backoff_ms, backoff_max_ms;
 	int untokened_offsets;
 	int dispatch_timeout_ms;
+	int synchronous_full;
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
 	char dlq_suffix[65];

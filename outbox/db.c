@@ -118,6 +118,19 @@ static const char *const migrations[] = {
     " created_ms INTEGER NOT NULL,"
     " PRIMARY KEY (topic, grp)"
     ") WITHOUT ROWID;",
+    /* 1 -> 2 */
+    /* Crash detection: the offsets an A is about to process, per
+     * partition (first_offset -1: none in progress). */
+    "CREATE TABLE tbx_inflight ("
+    " grp TEXT NOT NULL,"
+    " topic TEXT NOT NULL,"
+    " \"partition\" INTEGER NOT NULL,"
+    " first_offset INTEGER NOT NULL,"
+    " last_offset INTEGER NOT NULL,"
+    " crashes INTEGER NOT NULL,"
+    " suspect_until INTEGER NOT NULL,"
+    " PRIMARY KEY (grp, topic, \"partition\")"
+    ") WITHOUT ROWID;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

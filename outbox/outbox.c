@@ -40,6 +40,9 @@ enum {
 	Q_COUNT_ALL,
 	Q_COUNT_GRP,
 	Q_ROWS_OLDER,
+	Q_INFLIGHT_GET,
+	Q_INFLIGHT_PUT,
+	Q_INFLIGHT_DEL,
 	Q__COUNT
 };
 
@@ -92,6 +95,18 @@ static const char *const sql[Q__COUNT] = {
     [Q_COUNT_GRP] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1",
     [Q_ROWS_OLDER] = "SELECT msg_id FROM tbx_outbox WHERE grp = ?1 AND "
 		     "created_ms <= ?2 ORDER BY created_ms, msg_id LIMIT ?3",
+    [Q_INFLIGHT_GET] = "SELECT first_offset, last_offset, crashes, "
+		       "suspect_until FROM tbx_inflight WHERE grp = ?1 AND "
+		       "topic = ?2 AND \"partition\" = ?3",
+    [Q_INFLIGHT_PUT] = "INSERT INTO tbx_inflight (grp, topic, \"partition\", "
+		       "first_offset, last_offset, crashes, suspect_until) "
+		       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (grp, "
+		       "topic, \"partition\") DO UPDATE SET first_offset = "
+		       "excluded.first_offset, last_offset = "
+		       "excluded.last_offset, crashes = excluded.crashes, "
+		       "suspect_until = excluded.suspect_until",
+    [Q_INFLIGHT_DEL] = "DELETE FROM tbx_inflight WHERE grp = ?1 AND topic = "
+		       "?2 AND \"partition\" = ?3",
 };
 
 struct tbx_outbox {
@@ -829,4 +844,77 @@ int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
 	*out = ids;
 	*cnt = n;
 	return TBX_OK;
+}
+
+static int inflight_bind(tbx_outbox_t *store, int q, const char *grp,
+			 const char *topic, int32_t partition,
+			 sqlite3_stmt **out)
+{
+	sqlite3_stmt *stmt;
+
+	if (!(stmt = stmt_get(store, q)))
+		return tbx__db_fail(store->db, sql[q]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 3, partition))
+		return bind_fail(store, stmt);
+	*out = stmt;
+	return TBX_OK;
+}
+
+int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
+			    const char *topic, int32_t partition,
+			    tbx__inflight_t *f, int *found)
+{
+	sqlite3_stmt *stmt;
+	int err, r;
+
+	*found = 0;
+	if ((err = inflight_bind(store, Q_INFLIGHT_GET, grp, topic, partition,
+				 &stmt)))
+		return err;
+	r = tbx__db_step(stmt);
+	if (r == 1) {
+		f->first = sqlite3_column_int64(stmt, 0);
+		f->last = sqlite3_column_int64(stmt, 1);
+		f->crashes = sqlite3_column_int(stmt, 2);
+		f->suspect_until = sqlite3_column_int64(stmt, 3);
+		*found = 1;
+	}
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
+			    const char *topic, int32_t partition,
+			    const tbx__inflight_t *f)
+{
+	sqlite3_stmt *stmt;
+	int err, r;
+
+	if ((err = inflight_bind(store, Q_INFLIGHT_PUT, grp, topic, partition,
+				 &stmt)))
+		return err;
+	if (sqlite3_bind_int64(stmt, 4, f->first) ||
+	    sqlite3_bind_int64(stmt, 5, f->last) ||
+	    sqlite3_bind_int(stmt, 6, f->crashes) ||
+	    sqlite3_bind_int64(stmt, 7, f->suspect_until))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
+			       const char *topic, int32_t partition)
+{
+	sqlite3_stmt *stmt;
+	int err, r;
+
+	if ((err = inflight_bind(store, Q_INFLIGHT_DEL, grp, topic, partition,
+				 &stmt)))
+		return err;
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
 }

@@ -154,6 +154,31 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
 			       const tbx__row_t *row, const char *dlq_topic,
 			       int attempts);
 
+/**
+ * Crash detection, per (group, topic, partition): the offsets an A is
+ * about to process, committed before its handlers run.  If it is still
+ * there at the next batch, that A never committed: the process died in it
+ * (or A failed).  See consumer/protocol.c phase_guard().
+ */
+typedef struct tbx__inflight {
+	int64_t first, last;   /**< range of the A in progress; -1: none */
+	int crashes;	       /**< uncommitted single-record As at first */
+	int64_t suspect_until; /**< process one record at a time up to here;
+				    -1: not suspect */
+} tbx__inflight_t;
+
+/** *found = 0 when the partition has no row. */
+int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
+			    const char *topic, int32_t partition,
+			    tbx__inflight_t *f, int *found);
+/** Upsert, inside the caller's transaction. */
+int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
+			    const char *topic, int32_t partition,
+			    const tbx__inflight_t *f);
+/** Delete, inside the caller's transaction. */
+int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
+			       const char *topic, int32_t partition);
+
 /** A message id, for listings. */
 typedef struct tbx__msgid {
 	char id[TBX_MSGID_MAX + 1];

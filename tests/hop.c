@@ -3,7 +3,9 @@
  * processes (prog_*.c) link it too, and must not load Criterion, whose
  * constructor would talk to the parent's test runner.
  */
+#include <signal.h>
 #include <sqlite3.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,9 @@ tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 	char sql[256];
 	int rc;
 
+	if (hop->die_on && payload && plen == strlen(hop->die_on) &&
+	    memcmp(payload, hop->die_on, plen) == 0)
+		kill(getpid(), SIGKILL); /* a handler that crashes the worker */
 	if (hop->reject && payload && plen == strlen(hop->reject) &&
 	    memcmp(payload, hop->reject, plen) == 0) {
 		tbx_ctx_set_error(ctx, "rejected by test");

@@ -15,6 +15,7 @@ typedef struct tt_hop {
 	const char *reject; /**< payload to REJECT, or NULL */
 	const char *retry;  /**< payload to RETRY, or NULL ("*": every one) */
 	int retry_times;
+	const char *die_on; /**< payload whose handler kills the process */
 } tt_hop_t;
 
 /** Creates the hop's table in the store file. */

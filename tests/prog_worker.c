@@ -6,6 +6,7 @@
  * usage: tbx_prog_worker BOOTSTRAPS STORE TOKENS GROUP [key=value]...
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -21,6 +22,8 @@ int main(int argc, char **argv)
 	time_t deadline = time(NULL) + 60;
 	int idle = 0;
 
+	/* TBX_TEST_DIE_ON=PAYLOAD: the handler kills the process there. */
+	hop.die_on = getenv("TBX_TEST_DIE_ON");
 	if (argc < 5) {
 		fprintf(stderr,
 			"usage: %s BOOTSTRAPS STORE TOKENS GROUP "

@@ -1,0 +1,47 @@
+/* Forward migrations keep what a file holds. */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include "outbox/outbox.h"
+#include "support.h"
+
+static void exec(const char *path, const char *sql)
+{
+	sqlite3 *db;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s",
+		     sqlite3_errmsg(db));
+	sqlite3_close(db);
+}
+
+Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	/* What a version 1 file looks like, with a pending row. */
+	exec(path, "DROP TABLE tbx_inflight; PRAGMA user_version = 1;"
+		   "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+		   "in_partition, in_offset, created_ms) VALUES ('g', "
+		   "'00000000-0000-4000-8000-000000000001', 't', 0, 7, 1)");
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), 1);
+
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_inflight"), 0);
+	cr_assert_eq(tt_count(path, "SELECT in_offset FROM tbx_outbox"), 7);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
