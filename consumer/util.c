@@ -122,7 +122,8 @@ void tbx__log_setup(int level, const char *tag)
 {
 	pthread_mutex_lock(&log_lock);
 	log_level = level;
-	tbx__strlcpy(log_tag, tag ? tag : "", sizeof(log_tag));
+	if (tag)
+		tbx__strlcpy(log_tag, tag, sizeof(log_tag));
 	pthread_mutex_unlock(&log_lock);
 }
 

@@ -54,7 +54,8 @@ enum {
 /** Level of a log.level value ("error" … "debug"); NOTICE if unknown. */
 int tbx__log_level(const char *name);
 /** Sets the process-wide level (default TBX_LOG_NOTICE) and a tag shown in
- *  every line (e.g. the worker id); @p tag is copied. */
+ *  every line (e.g. the worker id); @p tag is copied, NULL keeps
+ *  the current one. */
 void tbx__log_setup(int level, const char *tag);
 /** Logs one line to stderr with a timestamp.  Thread-safe. */
 void tbx__log(int level, const char *fmt, ...)

@@ -331,6 +331,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac,
 			    const char *buf)
 {
+	/* Commits refused around a rebalance are expected: what they
+	 * covered is redelivered and deduplicated. */
+	if (strcmp(fac, "COMMITFAIL") == 0 && level >= TBX_LOG_WARNING)
+		level = TBX_LOG_INFO;
 	tbx__log(level < TBX_LOG_WARNING ? TBX_LOG_WARNING : level,
 		 "librdkafka %s: %s", fac, buf);
 }
