@@ -68,10 +68,11 @@ const tbx__prop_t tbx__props[] = {
 	 "partition retries it after a backoff."},
 	{"shutdown.timeout.ms", TBX_PT_INT, "30000", 100, 3600000, NULL,
 	 "worker", 0,
-	 "Bound on draining at shutdown: tbx_worker_close() waits at most "
-	 "this long for outgoing messages; `tokenbox worker` exits after "
-	 "this long whatever is pending (the protocol recovers on "
-	 "restart)."},
+	 "Bound on draining at shutdown. tbx_worker_close() waits at most "
+	 "this long for outgoing messages to be delivered (the final "
+	 "offset commit and leaving the group are bounded by librdkafka); "
+	 "`tokenbox worker` exits after this long whatever is pending "
+	 "(the protocol recovers on restart)."},
 	{"stats.interval.ms", TBX_PT_INT, "0", 0, 86400000, NULL, "worker", 0,
 	 "How often the worker writes one JSON line of counters and batch "
 	 "latency percentiles to stderr; 0 disables it (`tokenbox worker` "

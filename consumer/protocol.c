@@ -937,13 +937,17 @@ int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 	int err;
 
 	*finished = 0;
-	if (!worker->producer &&
-	    !(worker->producer = tbx__producer_new(worker->conf, worker->errstr,
-						   sizeof(worker->errstr))))
-		return TBX_EKAFKA;
 	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
 					 created_before_ms, limit, &ids, &cnt)))
 		return err;
+	if (cnt == 0)
+		return TBX_OK;
+	if (!worker->producer &&
+	    !(worker->producer = tbx__producer_new(worker->conf, worker->errstr,
+						   sizeof(worker->errstr)))) {
+		free(ids);
+		return TBX_EKAFKA;
+	}
 	for (size_t i = 0; i < cnt && !err; i++) {
 		tbx__brow_t *brow;
 		size_t idx;
@@ -971,6 +975,10 @@ int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 		err = phase_finish(worker, batch);
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		*finished += batch->rows[i].finished || batch->rows[i].gone;
+	/* Rows left (an undelivered message) stay for a later run: an
+	 * error for the caller. */
+	if (!err && *finished < batch->row_cnt)
+		err = TBX_EDELIVERY;
 	tbx__batch_reset(batch);
 	return err;
 }

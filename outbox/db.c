@@ -555,7 +555,16 @@ int tbx__db_open(const char *path, const tbx__db_opts_t *opts, sqlite3 **out,
 	}
 
 	if (opts->readonly) {
-		/* Read-only never writes, so it cannot migrate either. */
+		/* Read-only never writes, so it cannot migrate either; an
+		 * unclaimed file is not tokenbox's (advising a read-write
+		 * open would write tokenbox tables into it). */
+		if (app_id != TBX_APPLICATION_ID) {
+			err = tbx__seterr(errstr, errstr_size, TBX_ENOTDB,
+					  "%s: not a tokenbox database (no "
+					  "tokenbox application_id)",
+					  path);
+			goto fail;
+		}
 		if (version < TBX_SCHEMA_VERSION) {
 			err = tbx__seterr(
 			    errstr, errstr_size, TBX_ESCHEMA,
