@@ -5,8 +5,8 @@
 #include "cli_child.h"
 #include "tokenbox/tokenbox.h"
 
-static const char *const commands[] = {"mock-cluster", "send", "demo",
-				       "version", "help"};
+static const char *const commands[] = {"worker", "mock-cluster", "send",
+				       "demo",	 "version",	 "help"};
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 Test(cli, help_lists_every_command, .timeout = 60)

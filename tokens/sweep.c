@@ -21,8 +21,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
+			const tbx__reg_t *reg, int *verdict,
+			char row_attempt[TBX_UUID_LEN + 1])
+{
+	char attempt[TBX_UUID_LEN + 1];
+	int found, err;
+
+	if (row_attempt)
+		row_attempt[0] = '\0';
+	if (!store || !grp || !reg || !verdict)
+		return TBX_EINVAL;
+	if ((err =
+		 tbx_outbox_row_find(store, grp, reg->msg_id, &found, attempt)))
+		return err;
+	if (!found)
+		*verdict = TBX_SWEEP_ORPHAN_NO_ROW;
+	else if (attempt[0] == '\0')
+		*verdict = TBX_SWEEP_IN_FLIGHT;
+	else if (strcmp(attempt, reg->attempt) == 0)
+		*verdict = TBX_SWEEP_WINNER;
+	else
+		*verdict = TBX_SWEEP_ORPHAN_OTHER_ATTEMPT;
+	if (row_attempt && found)
+		tbx__strlcpy(row_attempt, attempt, TBX_UUID_LEN + 1);
+	return TBX_OK;
+}
+
 int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		     size_t limit, tbx__sweep_stats_t *stats)
+{
+	return tbx__tokens_sweep_ex(tokens, store, grp, limit, stats, NULL,
+				    NULL);
+}
+
+int tbx__tokens_sweep_ex(tbx_tokens_t *tokens, tbx_outbox_t *store,
+			 const char *grp, size_t limit,
+			 tbx__sweep_stats_t *stats, tbx__sweep_fn fn,
+			 void *opaque)
 {
 	tbx__sweep_stats_t st;
 	tbx__reg_t *regs = NULL;
@@ -38,36 +74,43 @@ int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		return err;
 	for (size_t i = 0; i < cnt; i++) {
 		const tbx__reg_t *reg = &regs[i];
-		char attempt[TBX_UUID_LEN + 1];
 		const char *one[1] = {reg->attempt};
 		uint64_t deleted = 0;
-		int found, dropped;
+		int verdict, removed = 0;
 
 		st.examined++;
-		if ((err = tbx_outbox_row_find(store, grp, reg->msg_id, &found,
-					       attempt)))
+		if ((err =
+			 tbx__sweep_classify(store, grp, reg, &verdict, NULL)))
 			break;
-		if (found && attempt[0] == '\0') {
+		switch (verdict) {
+		case TBX_SWEEP_IN_FLIGHT:
 			st.in_flight++;
-			continue;
-		}
-		if (found && strcmp(attempt, reg->attempt) == 0) {
+			break;
+		case TBX_SWEEP_WINNER:
 			/* The winner: its tokens are (or will be) in flight;
 			 * only the registration goes. */
 			if ((err = tbx_tokens_confirm(tokens, one, 1)))
 				break;
 			st.winners++;
-			continue;
-		}
-		if ((err = tbx_tokens_drop_attempt(tokens, reg->attempt,
-						   &dropped, &deleted)))
+			removed = 1;
 			break;
-		/* Not dropped: confirmed since we listed it (a winner that
-		 * finished meanwhile); its tokens stay. */
-		if (dropped) {
-			st.orphans++;
-			st.tokens_deleted += deleted;
+		default:
+			if ((err = tbx_tokens_drop_attempt(tokens, reg->attempt,
+							   &removed, &deleted)))
+				break;
+			/* Not dropped: confirmed since we listed it (a
+			 * winner that finished meanwhile); its tokens
+			 * stay. */
+			if (removed) {
+				st.orphans++;
+				st.tokens_deleted += deleted;
+			}
+			break;
 		}
+		if (err)
+			break;
+		if (fn)
+			fn(opaque, reg, verdict, removed, deleted);
 	}
 	free(regs);
 	if (stats)

@@ -20,10 +20,14 @@ static const struct command {
 	int (*fn)(int argc, char **argv);
 	const char *summary;
 } commands[] = {
+    {"worker", tbx_cmd_worker,
+     "run a worker whose handlers come from plugins, until SIGTERM"},
     {"demo", tbx_cmd_demo,
      "run a two-hop pipeline through duplicates and a restart"},
     {"send", tbx_cmd_send,
      "publish lines of stdin to a topic, with tokens minted"},
+    {"inspect", tbx_cmd_inspect,
+     "look into the stores; clean up orphans, redispatch stuck rows"},
     {"mock-cluster", tbx_cmd_mock_cluster,
      "host librdkafka's mock Kafka cluster until stopped"},
     {"version", cmd_version,

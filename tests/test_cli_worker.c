@@ -1,0 +1,662 @@
+/*
+ * `tokenbox worker` as a child process: configuration and plugin errors
+ * (exit 2, one line naming the key, the value and why), and end to end
+ * against a `tokenbox mock-cluster` child with the examples/hello plugin:
+ * a SIGTERM drains and exits 0, a second SIGTERM exits at once and a
+ * restart finishes the work exactly once, shutdown.timeout.ms bounds a
+ * slow drain.
+ */
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include "cli_child.h"
+#include "support.h"
+
+#define WAIT_MS (30000 * cc_time_factor())
+
+/* ---- files and paths ---------------------------------------------- */
+
+/** "$TBX_EXAMPLES_DIR/lib<name>.so" (static storage). */
+static const char *plugin_path(const char *name)
+{
+	static char path[2][4096];
+	static int next;
+	const char *dir = getenv("TBX_EXAMPLES_DIR");
+	char *p = path[next++ % 2];
+
+	if (dir && *dir)
+		snprintf(p, sizeof(path[0]), "%s/lib%s.so", dir, name);
+	else
+		snprintf(p, sizeof(path[0]), "%s/examples/lib%s.so",
+			 getenv("TBX_BIN_DIR"), name);
+	cr_assert(access(p, R_OK) == 0, "%s is not built", p);
+	return p;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert(f, "%s: %s", path, strerror(errno));
+	cr_assert(fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/** The whole file, malloc'ed ("" when missing). */
+static char *read_text(const char *path)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	char chunk[4096];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	cc_append(&buf, &len, "", 0);
+	if (!f)
+		return buf;
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		cc_append(&buf, &len, chunk, n);
+	fclose(f);
+	return buf;
+}
+
+/** @p tmpl with every "@DIR@" and "@PLUGIN@" replaced (malloc'ed). */
+static char *expand(const char *tmpl, const char *dir, const char *plugin)
+{
+	char *out = NULL;
+	size_t len = 0;
+
+	cc_append(&out, &len, "", 0);
+	for (const char *p = tmpl; *p;) {
+		if (strncmp(p, "@DIR@", 5) == 0) {
+			cc_append(&out, &len, dir, strlen(dir));
+			p += 5;
+		} else if (strncmp(p, "@PLUGIN@", 8) == 0) {
+			cc_append(&out, &len, plugin, strlen(plugin));
+			p += 8;
+		} else {
+			cc_append(&out, &len, p++, 1);
+		}
+	}
+	return out;
+}
+
+/* ---- stores --------------------------------------------------------- */
+
+/** One integer from @p sql on @p db, or -1 if the file or the table is
+ *  not there yet.  Never creates the file. */
+static long long query(const char *db, const char *sql)
+{
+	sqlite3 *conn = NULL;
+	sqlite3_stmt *stmt = NULL;
+	long long v = -1;
+
+	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) ==
+		SQLITE_OK &&
+	    sqlite3_busy_timeout(conn, 5000) == SQLITE_OK &&
+	    sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL) == SQLITE_OK &&
+	    sqlite3_step(stmt) == SQLITE_ROW)
+		v = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(conn);
+	return v;
+}
+
+/** Waits until @p sql on @p db gives @p want; @returns 1, or 0 after
+ *  @p timeout_ms. */
+static int wait_for(const char *db, const char *sql, long long want,
+		    int timeout_ms)
+{
+	long long deadline = cc_now_ms() + timeout_ms;
+
+	while (cc_now_ms() < deadline) {
+		if (query(db, sql) == want)
+			return 1;
+		usleep(50000);
+	}
+	return 0;
+}
+
+/** 1 while another connection holds the write lock of @p db: the
+ *  worker's phase A transaction is open (its handlers are running). */
+static int write_locked(const char *db)
+{
+	sqlite3 *conn = NULL;
+	int rc, locked = 0;
+
+	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READWRITE, NULL) ==
+	    SQLITE_OK) {
+		rc = sqlite3_exec(conn, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+		if (rc == SQLITE_BUSY)
+			locked = 1;
+		else if (rc == SQLITE_OK)
+			sqlite3_exec(conn, "ROLLBACK", NULL, NULL, NULL);
+	}
+	sqlite3_close(conn);
+	return locked;
+}
+
+/* ---- processes ------------------------------------------------------ */
+
+typedef struct cluster {
+	pid_t pid;
+	int out_fd;
+	char *bootstraps;
+} cluster_t;
+
+static cluster_t cluster_start(void)
+{
+	const char *args[] = {"mock-cluster", "--topic",	 "hello:2",
+			      "--topic",      "hello.replies:2", NULL};
+	cluster_t c;
+
+	c.pid = cc_spawn(args, &c.out_fd, NULL);
+	c.bootstraps = cc_read_line(c.out_fd, WAIT_MS);
+	cr_assert(c.bootstraps, "mock-cluster printed no bootstrap line");
+	return c;
+}
+
+static void cluster_stop(cluster_t *c)
+{
+	kill(c->pid, SIGTERM);
+	cr_expect(cc_exited(cc_wait(c->pid, WAIT_MS), 0));
+	close(c->out_fd);
+	free(c->bootstraps);
+}
+
+/** Starts `tokenbox worker --config CONF [ARGS...]` with standard output
+ *  and error appended to @p log. */
+static pid_t worker_start(const char *conf, const char *log,
+			  const char *const extra[])
+{
+	const char *args[16] = {"worker", "--config", conf};
+	size_t n = 3;
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	pid_t pid;
+
+	cr_assert(fd >= 0, "%s: %s", log, strerror(errno));
+	for (size_t i = 0; extra && extra[i] && n < 15; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+	pid = cc_fork(args, -1, fd, fd, &fd, 1);
+	close(fd);
+	return pid;
+}
+
+/** Waits until @p log contains @p text; @returns 1, or 0 after
+ *  @p timeout_ms. */
+static int wait_log(const char *log, const char *text, int timeout_ms)
+{
+	long long deadline = cc_now_ms() + timeout_ms;
+
+	while (cc_now_ms() < deadline) {
+		char *s = read_text(log);
+		int found = strstr(s, text) != NULL;
+		free(s);
+		if (found)
+			return 1;
+		usleep(20000);
+	}
+	return 0;
+}
+
+/* ---- a pipeline with the hello plugin ------------------------------- */
+
+typedef struct setup {
+	char *dir, *conf, *log, *store, *tokens;
+	cluster_t cluster;
+} setup_t;
+
+#define SUBSCRIBED                                                             \
+	"SELECT COUNT(*) FROM tbx_subscriptions WHERE topic = 'hello' AND "    \
+	"grp = 'hello'"
+#define HELLO_ROWS	   "SELECT COUNT(*) FROM hello"
+#define HELLO_DISTINCT_IDS "SELECT COUNT(DISTINCT msg_id) FROM hello"
+#define OUTBOX_ROWS	   "SELECT COUNT(*) FROM tbx_outbox"
+#define GROUP_TOKENS	   "SELECT COUNT(*) FROM tbx_tokens WHERE grp = 'hello'"
+
+/** A cluster, and a configuration file for group "hello" that loads the
+ *  hello plugin with @p plugin_args and sets @p extra (lines). */
+static setup_t setup_new(const char *plugin_args, const char *extra)
+{
+	setup_t s;
+	char text[8192];
+
+	s.dir = tt_tmpdir();
+	s.conf = tt_path(s.dir, "worker.conf");
+	s.log = tt_path(s.dir, "worker.log");
+	s.store = tt_path(s.dir, "service.db");
+	s.tokens = tt_path(s.dir, "tokens.db");
+	s.cluster = cluster_start();
+	snprintf(text, sizeof(text),
+		 "# the hello service\n"
+		 "kafka.bootstrap.servers = %s\n"
+		 "group.id = hello\n"
+		 "store.path = %s\n"
+		 "tokens.path = %s\n"
+		 "\n"
+		 "# a killed member is noticed in 3 s\n"
+		 "kafka.consumer.session.timeout.ms = 3000\n"
+		 "kafka.consumer.heartbeat.interval.ms = 300\n"
+		 "kafka.consumer.fetch.wait.max.ms = 10\n"
+		 "batch.max.ms = 20\n"
+		 "log.level = info\n"
+		 "plugin = %s\n"
+		 "plugin.args = %s\n"
+		 "%s",
+		 s.cluster.bootstraps, s.store, s.tokens,
+		 plugin_path("tbx_hello"), plugin_args, extra ? extra : "");
+	write_file(s.conf, text);
+	return s;
+}
+
+static void setup_free(setup_t *s)
+{
+	cluster_stop(&s->cluster);
+	tt_rmrf(s->dir);
+	free(s->dir);
+	free(s->conf);
+	free(s->log);
+	free(s->store);
+	free(s->tokens);
+}
+
+/** Fails the test with the worker's log. */
+static void assert_log(int ok, const setup_t *s, const char *what)
+{
+	if (!ok) {
+		char *log = read_text(s->log);
+		cr_assert(ok, "%s; worker log:\n%s", what, log);
+		free(log);
+	}
+}
+
+/** Starts the worker and waits for its subscription row: from then on,
+ *  publishers mint tokens for group "hello". */
+static pid_t start_subscribed(const setup_t *s, const char *const extra[])
+{
+	pid_t pid = worker_start(s->conf, s->log, extra);
+
+	assert_log(wait_for(s->tokens, SUBSCRIBED, 1, WAIT_MS), s,
+		   "the worker did not subscribe");
+	return pid;
+}
+
+/** Waits until the worker's phase A holds the service store's lock. */
+static void wait_handling(const setup_t *s)
+{
+	long long deadline = cc_now_ms() + WAIT_MS;
+	int locked = 0;
+
+	while (!locked && cc_now_ms() < deadline) {
+		locked = write_locked(s->store);
+		if (!locked)
+			usleep(10000);
+	}
+	assert_log(locked, s, "the worker never started handling");
+}
+
+/** Sends SIGTERM to @p pid and @returns its wait status and, in
+ *  *elapsed_ms, how long it took to exit. */
+static int term_and_wait(pid_t pid, int timeout_ms, long long *elapsed_ms)
+{
+	long long t0 = cc_now_ms();
+	int status;
+
+	kill(pid, SIGTERM);
+	status = cc_wait(pid, timeout_ms);
+	*elapsed_ms = cc_now_ms() - t0;
+	return status;
+}
+
+/** Every message took effect once, and nothing is left in flight. */
+static void assert_exactly_once(const setup_t *s, int cnt)
+{
+	cr_expect_eq(query(s->store, HELLO_ROWS), cnt);
+	cr_expect_eq(query(s->store, HELLO_DISTINCT_IDS), cnt);
+	cr_expect_eq(query(s->store, OUTBOX_ROWS), 0, "outbox rows left");
+	cr_expect_eq(query(s->tokens, GROUP_TOKENS), 0, "tokens left");
+	cr_expect(tt_integrity_ok(s->store));
+	cr_expect(tt_integrity_ok(s->tokens));
+}
+
+/* ---- end to end ----------------------------------------------------- */
+
+Test(cli_worker, sigterm_drains_the_batch_and_exits_0, .timeout = 240)
+{
+	setup_t s =
+	    setup_new("reply=hello.replies", "shutdown.timeout.ms = 10000\n");
+	pid_t pid = start_subscribed(&s, NULL);
+	long long elapsed;
+	tt_record_t *recs;
+	size_t cnt;
+	char *log;
+	int status;
+
+	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 10, 3,
+		   "hi");
+	assert_log(wait_for(s.store, HELLO_ROWS, 10, WAIT_MS), &s,
+		   "the hello rows did not appear");
+
+	status = term_and_wait(pid, 10000 + 5000 * cc_time_factor(), &elapsed);
+	log = read_text(s.log);
+	cr_assert(cc_exited(status, 0), "status %d after %lld ms:\n%s", status,
+		  elapsed, log);
+	cr_expect(elapsed < 10000, "took %lld ms", elapsed);
+	cr_expect(strstr(log, "SIGTERM: finishing the batch in hand"), "%s",
+		  log);
+	cr_expect(strstr(log, "stopped: 10 consumed, 10 processed"), "%s", log);
+	assert_exactly_once(&s, 10);
+
+	/* The replies were dispatched before the worker stopped. */
+	cnt = tt_read_topic(s.cluster.bootstraps, "hello.replies", &recs);
+	cr_expect_eq(cnt, 10);
+	for (size_t i = 0; i < cnt; i++)
+		cr_expect(recs[i].payload &&
+			      strncmp(recs[i].payload, "hello, hi-", 10) == 0,
+			  "reply '%s'", recs[i].payload ? recs[i].payload : "");
+	tt_records_free(recs, cnt);
+	free(log);
+	setup_free(&s);
+}
+
+Test(cli_worker, second_sigterm_exits_at_once_and_a_restart_finishes_once,
+     .timeout = 300)
+{
+	/* 20 records at 300 ms each: a batch that takes seconds. */
+	setup_t s = setup_new("delay.ms=300", NULL);
+	const char *const no_delay[] = {"-X", "plugin.args=", NULL};
+	pid_t pid = start_subscribed(&s, NULL);
+	long long t0, elapsed;
+	char *log;
+	int status;
+
+	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 20, 4,
+		   "hi");
+	wait_handling(&s);
+	kill(pid, SIGTERM);
+	/* Signals of one kind do not queue: the second is sent once the
+	 * first was handled. */
+	assert_log(
+	    wait_log(s.log, "SIGTERM: finishing the batch in hand", WAIT_MS),
+	    &s, "no sign of the first SIGTERM");
+	t0 = cc_now_ms();
+	kill(pid, SIGTERM);
+	status = cc_wait(pid, WAIT_MS);
+	elapsed = cc_now_ms() - t0;
+	log = read_text(s.log);
+	cr_assert(cc_exited(status, 128 + SIGTERM), "status %d:\n%s", status,
+		  log);
+	cr_expect(elapsed < 2000 * cc_time_factor(), "took %lld ms", elapsed);
+	cr_expect(strstr(log, "second signal (SIGTERM): exiting at once"), "%s",
+		  log);
+	free(log);
+	/* It died inside a batch: some work was left. */
+	cr_assert_lt(query(s.store, HELLO_ROWS), 20);
+
+	/* A restart without the delay finishes it, each message once. */
+	pid = start_subscribed(&s, no_delay);
+	assert_log(wait_for(s.store, HELLO_ROWS, 20, WAIT_MS), &s,
+		   "the restart did not finish the work");
+	status = term_and_wait(pid, WAIT_MS, &elapsed);
+	assert_log(cc_exited(status, 0), &s, "the restart did not exit 0");
+	assert_exactly_once(&s, 20);
+	setup_free(&s);
+}
+
+Test(cli_worker, shutdown_timeout_bounds_a_slow_drain, .timeout = 240)
+{
+	/* 20 records at 500 ms each, and one second to stop. */
+	setup_t s = setup_new("delay.ms=500", "shutdown.timeout.ms=1000\n");
+	pid_t pid = start_subscribed(&s, NULL);
+	long long elapsed;
+	char *log;
+	int status;
+
+	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 20, 4,
+		   "hi");
+	wait_handling(&s);
+	status = term_and_wait(pid, WAIT_MS, &elapsed);
+	log = read_text(s.log);
+	cr_assert(cc_exited(status, 1), "status %d:\n%s", status, log);
+	cr_expect(elapsed >= 900 && elapsed < 1000 + 2000 * cc_time_factor(),
+		  "exited after %lld ms", elapsed);
+	cr_expect(strstr(log, "did not stop within shutdown.timeout.ms "
+			      "(1000 ms)"),
+		  "%s", log);
+	free(log);
+	cr_expect(tt_integrity_ok(s.store));
+	setup_free(&s);
+}
+
+/* ---- configuration errors ------------------------------------------- */
+
+typedef struct error_case {
+	const char *conf;    /* @DIR@, @PLUGIN@ replaced; NULL: no file */
+	const char *args[6]; /* after the --config, NULL-ended */
+	const char *want[5]; /* substrings of stderr, NULL-ended */
+	int lines;	     /* stderr lines: 1 unless the plugin talks */
+} error_case_t;
+
+/* A configuration that passes: errors come from what a case adds. */
+#define GOOD_CONF                                                              \
+	"kafka.bootstrap.servers=127.0.0.1:1\n"                                \
+	"group.id=g\n"                                                         \
+	"store.path=@DIR@/service.db\n"
+
+static void run_error_cases(const error_case_t *cases, size_t cnt)
+{
+	for (size_t i = 0; i < cnt; i++) {
+		const error_case_t *c = &cases[i];
+		char *dir = tt_tmpdir();
+		char *conf = tt_path(dir, "w.conf");
+		char *store = tt_path(dir, "service.db");
+		char *text =
+		    c->conf ? expand(c->conf, dir, plugin_path("tbx_hello"))
+			    : NULL;
+		const char *args[12] = {"worker", "--config", conf};
+		size_t n = 3;
+		cc_result_t res;
+
+		if (text)
+			write_file(conf, text);
+		for (size_t j = 0; c->args[j]; j++)
+			args[n++] = c->args[j];
+		args[n] = NULL;
+		res = cc_run(args);
+		cr_assert(cc_exited(res.status, 2), "case %zu: status %d: %s",
+			  i, res.status, res.err);
+		cr_expect_str_empty(res.out, "case %zu: %s", i, res.out);
+		cr_expect_eq(cc_lines(res.err), c->lines ? c->lines : 1,
+			     "case %zu: %s", i, res.err);
+		for (size_t j = 0; c->want[j]; j++)
+			cr_expect(strstr(res.err, c->want[j]),
+				  "case %zu: '%s' not in: %s", i, c->want[j],
+				  res.err);
+		cr_expect(strstr(res.err, "tokenbox worker: "), "case %zu: %s",
+			  i, res.err);
+		cc_result_free(&res);
+		free(text);
+		free(store);
+		free(conf);
+		tt_rmrf(dir);
+		free(dir);
+	}
+}
+
+Test(cli_worker, config_errors_name_the_line_key_value_and_why, .timeout = 120)
+{
+	static const error_case_t cases[] = {
+	    /* an unknown key is an error, not ignored */
+	    {"# comment\n\n  frobnicate = yes\n",
+	     {NULL},
+	     {"w.conf:3: ", "frobnicate", "unknown configuration key"},
+	     0},
+	    /* a bad value */
+	    {"group.id=g\nbatch.max.messages = 0\n",
+	     {NULL},
+	     {"w.conf:2: ", "batch.max.messages", "0", "out of range"},
+	     0},
+	    {"log.level=loud\n",
+	     {NULL},
+	     {"w.conf:1: ", "log.level", "'loud'", "not one of"},
+	     0},
+	    /* librdkafka's keys are checked by librdkafka */
+	    {"kafka.frob.nicate=1\n",
+	     {NULL},
+	     {"w.conf:1: ", "kafka.frob.nicate", "librdkafka"},
+	     0},
+	    {"kafka.enable.auto.commit=true\n",
+	     {NULL},
+	     {"w.conf:1: ", "enable.auto.commit", "set by tokenbox itself"},
+	     0},
+	    /* a line without '=' */
+	    {"group.id=g\nstore.path /tmp/x.db\n",
+	     {NULL},
+	     {"w.conf:2: expected key=value"},
+	     0},
+	    {"=value\n", {NULL}, {"w.conf:1: expected key=value"}, 0},
+	    /* plugin.args needs a plugin= before it */
+	    {GOOD_CONF "plugin.args=topic=x\nplugin=@PLUGIN@\n",
+	     {NULL},
+	     {"w.conf:4: ", "plugin.args=topic=x", "no plugin= before it"},
+	     0},
+	    {GOOD_CONF "plugin=\n", {NULL}, {"w.conf:4: ", "plugin: empty"}, 0},
+	    /* no plugin at all */
+	    {GOOD_CONF,
+	     {NULL},
+	     {"no plugin= given", "nothing would handle"},
+	     0},
+	    /* a required key missing: the library names it */
+	    {"kafka.bootstrap.servers=127.0.0.1:1\n"
+	     "store.path=@DIR@/service.db\nplugin=@PLUGIN@\n",
+	     {NULL},
+	     {"group.id", "required"},
+	     0},
+	    {"group.id=g\nstore.path=@DIR@/service.db\nplugin=@PLUGIN@\n",
+	     {NULL},
+	     {"kafka.bootstrap.servers", "required"},
+	     0},
+	    /* -X overrides: checked the same way, after the file */
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"-X", "retry.max=many"},
+	     {"-X: ", "retry.max", "'many'", "not an integer"},
+	     0},
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"-X", "retry.max"},
+	     {"-X 'retry.max': expected key=value"},
+	     0},
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"-X", "shutdown.timeout.ms=50"},
+	     {"-X: ", "shutdown.timeout.ms", "50", "out of range"},
+	     0},
+	    /* the file itself, and the command line */
+	    {NULL, {NULL}, {"w.conf", "cannot open"}, 0},
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"surplus"},
+	     {"unexpected argument 'surplus'"},
+	     0},
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"--frobnicate"},
+	     {"--frobnicate"},
+	     0},
+	};
+
+	run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+Test(cli_worker, plugin_errors_name_the_plugin_and_why, .timeout = 120)
+{
+	char abi_theirs[64], abi_ours[64], conf_badabi[8192];
+
+	snprintf(abi_theirs, sizeof(abi_theirs), "plugin ABI version %d",
+		 TBX_PLUGIN_ABI_VERSION + 1);
+	snprintf(abi_ours, sizeof(abi_ours), "has version %d",
+		 TBX_PLUGIN_ABI_VERSION);
+	snprintf(conf_badabi, sizeof(conf_badabi), GOOD_CONF "plugin=%s\n",
+		 plugin_path("tbx_hello_badabi"));
+	const error_case_t cases[] = {
+	    {GOOD_CONF "plugin=@DIR@/missing.so\n",
+	     {NULL},
+	     {"w.conf:4: ", "missing.so", "cannot load", "No such file"},
+	     0},
+	    {GOOD_CONF "plugin=@DIR@/w.conf\n",
+	     {NULL},
+	     {"w.conf:4: ", "/w.conf: cannot load"},
+	     0},
+	    {conf_badabi,
+	     {NULL},
+	     {"tbx_hello_badabi", abi_theirs, abi_ours},
+	     0},
+	    /* a shared object that is no plugin, found in the library
+	     * path by its bare name */
+	    {GOOD_CONF "plugin=libsqlite3.so.0\n",
+	     {NULL},
+	     {"plugin libsqlite3.so.0: not a tokenbox plugin",
+	      "tbx_plugin_abi_version"},
+	     0},
+	    /* hello refuses an unknown argument: its own line, then ours */
+	    {GOOD_CONF "plugin=@PLUGIN@\nplugin.args=frob=1\n",
+	     {NULL},
+	     {"hello: plugin.args: unknown key 'frob'",
+	      "tbx_plugin_init failed (code 1: invalid argument)"},
+	     2},
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"-X", "plugin.args=delay.ms=-5"},
+	     {"delay.ms=-5", "tbx_plugin_init failed"},
+	     2},
+	};
+
+	run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+Test(cli_worker, a_refused_plugin_creates_no_store, .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *store = tt_path(dir, "service.db");
+	char *text = expand(GOOD_CONF "plugin=@DIR@/missing.so\n", dir, "");
+	const char *args[] = {"worker", "--config", conf, NULL};
+	cc_result_t res;
+	struct stat st;
+
+	write_file(conf, text);
+	res = cc_run(args);
+	cr_assert(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(stat(store, &st) != 0, "%s was created", store);
+	cc_result_free(&res);
+	free(text);
+	free(store);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
+Test(cli_worker, help_tells_the_format_keys_signals_and_exit_codes,
+     .timeout = 60)
+{
+	const char *args[] = {"worker", "--help", NULL};
+	cc_result_t res = cc_run(args);
+	static const char *const want[] = {
+	    "Usage: tokenbox worker",
+	    "--config FILE",
+	    "-X KEY=VALUE",
+	    "'#'",
+	    "plugin=PATH",
+	    "plugin.args=TEXT",
+	    "SIGTERM",
+	    "shutdown.timeout.ms",
+	    "143",
+	    "Exit status",
+	    "stats.interval.ms",
+	    "Example:",
+	};
+
+	cr_assert(cc_exited(res.status, 0));
+	cr_assert_str_empty(res.err);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cr_expect(strstr(res.out, want[i]), "'%s' not in:\n%s", want[i],
+			  res.out);
+	cc_result_free(&res);
+}

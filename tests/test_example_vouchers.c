@@ -1,0 +1,406 @@
+/*
+ * examples/vouchers: a bank of codes handed out by three workers of one
+ * consumer group at once (one service store, one token store), loaded
+ * with dlopen() as `tokenbox worker` does.  Every customer gets one code
+ * however often it asks, no code goes to two customers, nothing is handed
+ * out once the bank is empty.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+#define WORKERS	  3
+#define CUSTOMERS 20
+#define REQUESTS  100 /* 5 per customer */
+
+typedef struct plugin {
+	void *handle;
+	tbx_plugin_init_fn init;
+} plugin_t;
+
+/* Loads examples/<file> from TBX_EXAMPLES_DIR and checks its ABI. */
+static void plugin_open(plugin_t *p, const char *file)
+{
+	const char *dir = getenv("TBX_EXAMPLES_DIR");
+	char path[1024];
+	int (*abi)(void);
+
+	cr_assert(dir, "TBX_EXAMPLES_DIR is not set (run through ctest)");
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	p->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	cr_assert(p->handle, "dlopen: %s", dlerror());
+	abi = (int (*)(void))dlsym(p->handle, "tbx_plugin_abi_version");
+	p->init = (tbx_plugin_init_fn)dlsym(p->handle, "tbx_plugin_init");
+	cr_assert(abi && p->init, "%s lacks an entry point", path);
+	cr_assert_eq(abi(), TBX_PLUGIN_ABI_VERSION);
+}
+
+typedef struct env {
+	char *dir, *store, *tokens;
+	tt_cluster_t *cluster;
+	plugin_t plugin;
+	tbx_worker_t *w[WORKERS];
+} env_t;
+
+static void env_init(env_t *e, const char *args)
+{
+	char err[512];
+
+	e->dir = tt_tmpdir();
+	e->store = tt_path(e->dir, "vouchers.db");
+	e->tokens = tt_path(e->dir, "tokens.db");
+	e->cluster = tt_cluster_new(1);
+	tt_cluster_topic(e->cluster, "voucher-requests", 6);
+	tt_cluster_topic(e->cluster, "voucher-replies", 3);
+	tt_cluster_topic(e->cluster, "voucher-requests.dlq", 1);
+	plugin_open(&e->plugin, "libtbx_vouchers.so");
+	/* One group, one service store: the way several `tokenbox worker`
+	 * processes of one service share a host. */
+	for (int i = 0; i < WORKERS; i++) {
+		e->w[i] = tbx_worker_new(
+		    tt_conf(e->cluster->bootstraps, "voucher-service", e->store,
+			    e->tokens, "cleanup.interval.ms", "100", NULL),
+		    err, sizeof(err));
+		cr_assert(e->w[i], "%s", err);
+		cr_assert_eq(e->plugin.init(e->w[i], args), TBX_OK);
+	}
+	/* The first polls subscribe the group and join it. */
+	for (int i = 0; i < WORKERS; i++)
+		cr_assert(tbx_worker_poll(e->w[i], 0) >= 0);
+}
+
+static void env_fini(env_t *e)
+{
+	for (int i = 0; i < WORKERS; i++)
+		tbx_worker_destroy(e->w[i]);
+	dlclose(e->plugin.handle);
+	tt_cluster_destroy(e->cluster);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->store);
+	free(e->tokens);
+}
+
+/* Publishes REQUESTS requests with tokens, customers c1..c20 taking turns:
+ * {"customer": "cN"}, keyed by the customer. */
+static void publish_requests(env_t *e)
+{
+	char err[512], key[32], payload[64];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+	size_t failed;
+
+	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
+		     NULL, 0);
+	tbx_conf_set(conf, "tokens.path", e->tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "publisher: %s", err);
+	for (int i = 0; i < REQUESTS; i++) {
+		snprintf(key, sizeof(key), "c%d", 1 + i % CUSTOMERS);
+		snprintf(payload, sizeof(payload), "{\"customer\":\"%s\"}",
+			 key);
+		tbx_out_t out = {.topic = "voucher-requests",
+				 .type = "VoucherRequested",
+				 .key = key,
+				 .key_len = strlen(key),
+				 .payload = payload,
+				 .payload_len = strlen(payload)};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	tbx_publisher_destroy(pub);
+}
+
+/* Re-produces every tenth request, byte for byte: upstream re-sends. */
+static size_t reproduce_some(env_t *e)
+{
+	tt_record_t *recs, *some;
+	size_t cnt, n = 0;
+
+	cnt = tt_read_topic(e->cluster->bootstraps, "voucher-requests", &recs);
+	cr_assert_eq(cnt, REQUESTS);
+	some = calloc(cnt, sizeof(*some));
+	for (size_t i = 0; i < cnt; i += 10)
+		some[n++] = recs[i]; /* borrowed: freed with recs */
+	tt_reproduce(e->cluster->bootstraps, "voucher-requests", some, n);
+	free(some);
+	tt_records_free(recs, cnt);
+	return n;
+}
+
+typedef struct progress {
+	env_t *e;
+	uint64_t want_consumed;
+} progress_t;
+
+/* Every record consumed, the bank created, no outbox row in flight. */
+static int all_done(void *opaque)
+{
+	progress_t *p = opaque;
+	uint64_t consumed = 0;
+	tbx_stats_t st;
+
+	for (int i = 0; i < WORKERS; i++) {
+		tbx_worker_stats(p->e->w[i], &st);
+		consumed += st.consumed;
+	}
+	return consumed >= p->want_consumed &&
+	       tt_count(p->e->store,
+			"SELECT COUNT(*) FROM sqlite_master WHERE name = "
+			"'vouchers'") == 1 &&
+	       tt_count(p->e->store, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+/* The customer's code in the bank ("" when none), by customer number. */
+typedef char code_t[16];
+
+static void read_bank(env_t *e, code_t codes[CUSTOMERS + 1])
+{
+	sqlite3 *db;
+	sqlite3_stmt *stmt;
+	int n;
+
+	memset(codes, 0, sizeof(code_t) * (CUSTOMERS + 1));
+	cr_assert_eq(sqlite3_open_v2(e->store, &db, SQLITE_OPEN_READONLY, NULL),
+		     SQLITE_OK);
+	cr_assert_eq(sqlite3_prepare_v2(db,
+					"SELECT customer, code FROM vouchers "
+					"WHERE customer IS NOT NULL",
+					-1, &stmt, NULL),
+		     SQLITE_OK, "%s", sqlite3_errmsg(db));
+	while (sqlite3_step(stmt) == SQLITE_ROW) {
+		const char *customer =
+		    (const char *)sqlite3_column_text(stmt, 0);
+		const char *code = (const char *)sqlite3_column_text(stmt, 1);
+		cr_assert(sscanf(customer, "c%d", &n) == 1 && n >= 1 &&
+			      n <= CUSTOMERS,
+			  "unknown customer '%s'", customer);
+		cr_assert_eq(codes[n][0], '\0', "%s holds two codes", customer);
+		snprintf(codes[n], sizeof(code_t), "%s", code);
+	}
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+}
+
+/*
+ * Replies, per customer: how many VoucherIssued and VoucherRefused (by
+ * distinct tbx-id: re-dispatched copies share theirs), and the code the
+ * issued ones carried, which must be the same every time.
+ */
+typedef struct answers {
+	int issued, refused;
+	code_t code;
+} answers_t;
+
+static size_t read_replies(env_t *e, answers_t ans[CUSTOMERS + 1])
+{
+	tt_record_t *recs;
+	size_t cnt, distinct = 0;
+	int n;
+
+	memset(ans, 0, sizeof(answers_t) * (CUSTOMERS + 1));
+	cnt = tt_read_topic(e->cluster->bootstraps, "voucher-replies", &recs);
+	for (size_t i = 0; i < cnt; i++) {
+		tt_record_t *r = &recs[i];
+		int copy = 0;
+
+		cr_assert(r->id && r->token && r->type && r->payload && r->key);
+		for (size_t j = 0; j < i && !copy; j++)
+			if (strcmp(recs[j].id, r->id) == 0) {
+				cr_assert_str_eq(recs[j].payload, r->payload);
+				cr_assert_str_eq(recs[j].token, r->token);
+				copy = 1;
+			}
+		if (copy)
+			continue;
+		distinct++;
+		cJSON *root = cJSON_Parse(r->payload);
+		const cJSON *customer =
+		    cJSON_GetObjectItemCaseSensitive(root, "customer");
+		const cJSON *code =
+		    cJSON_GetObjectItemCaseSensitive(root, "code");
+		cr_assert(cJSON_IsString(customer), "%s", r->payload);
+		cr_assert_str_eq(r->key, customer->valuestring);
+		cr_assert(sscanf(customer->valuestring, "c%d", &n) == 1 &&
+			  n >= 1 && n <= CUSTOMERS);
+		if (strcmp(r->type, "VoucherIssued") == 0) {
+			cr_assert(cJSON_IsString(code), "%s", r->payload);
+			if (ans[n].issued++)
+				cr_assert_str_eq(ans[n].code, code->valuestring,
+						 "c%d got two codes", n);
+			snprintf(ans[n].code, sizeof(code_t), "%s",
+				 code->valuestring);
+		} else {
+			cr_assert_str_eq(r->type, "VoucherRefused");
+			cr_assert(cJSON_IsNull(code), "%s", r->payload);
+			ans[n].refused++;
+		}
+		cJSON_Delete(root);
+	}
+	tt_records_free(recs, cnt);
+	return distinct;
+}
+
+/* Runs the requests through the three workers: 100 requests of 20
+ * customers, 10% of them sent twice. */
+static void run(env_t *e)
+{
+	size_t copies;
+
+	publish_requests(e);
+	copies = reproduce_some(e);
+	progress_t p = {e, REQUESTS + copies};
+	cr_assert(tt_drive(e->w, WORKERS, all_done, &p, 20, 120),
+		  "the requests were not all handled");
+	cr_assert_eq(tt_count(e->tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(
+	    tt_count(e->store, "SELECT COUNT(*) FROM tbx_dead_letters"), 0);
+}
+
+Test(example_vouchers,
+     hundred_requests_of_twenty_customers_on_three_workers_take_twenty_codes)
+{
+	env_t e;
+	code_t bank[CUSTOMERS + 1];
+	answers_t ans[CUSTOMERS + 1];
+	int workers_busy = 0;
+	tbx_stats_t st;
+
+	env_init(&e, "codes=25");
+	run(&e);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM vouchers"), 25);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(customer) FROM vouchers"),
+		     CUSTOMERS, "exactly 20 codes went out");
+	cr_assert_eq(
+	    tt_count(e.store, "SELECT COUNT(DISTINCT customer) FROM vouchers"),
+	    CUSTOMERS);
+	/* The lowest codes went, the highest stayed in the bank. */
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM vouchers WHERE "
+				       "customer IS NULL AND code <= 'V0020'"),
+		     0);
+	/* One reply per request (a copy of a request is not a request), all
+	 * issued, each customer always the code the bank gave it. */
+	cr_assert_eq(read_replies(&e, ans), REQUESTS);
+	read_bank(&e, bank);
+	for (int n = 1; n <= CUSTOMERS; n++) {
+		cr_assert_eq(ans[n].issued, REQUESTS / CUSTOMERS, "c%d", n);
+		cr_assert_eq(ans[n].refused, 0, "c%d", n);
+		cr_assert_str_eq(ans[n].code, bank[n], "c%d", n);
+		for (int m = 1; m < n; m++)
+			cr_assert_str_neq(bank[m], bank[n],
+					  "c%d and c%d share a code", m, n);
+	}
+	/* The group shared the partitions. */
+	for (int i = 0; i < WORKERS; i++) {
+		tbx_worker_stats(e.w[i], &st);
+		workers_busy += st.processed > 0;
+	}
+	cr_assert_geq(workers_busy, 2, "the requests were not spread");
+	env_fini(&e);
+}
+
+Test(example_vouchers, an_empty_bank_refuses_and_never_gives_a_code_twice)
+{
+	env_t e;
+	code_t bank[CUSTOMERS + 1];
+	answers_t ans[CUSTOMERS + 1];
+	int served = 0, refused = 0;
+
+	env_init(&e, "codes=10");
+	run(&e);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM vouchers"), 10);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(customer) FROM vouchers"),
+		     10, "the whole bank went out");
+	cr_assert_eq(
+	    tt_count(e.store, "SELECT COUNT(DISTINCT customer) FROM vouchers"),
+	    10);
+	cr_assert_eq(read_replies(&e, ans), REQUESTS);
+	read_bank(&e, bank);
+	for (int n = 1; n <= CUSTOMERS; n++) {
+		if (bank[n][0]) {
+			/* Served: every answer is its one code. */
+			served++;
+			cr_assert_eq(ans[n].issued, REQUESTS / CUSTOMERS);
+			cr_assert_eq(ans[n].refused, 0, "c%d", n);
+			cr_assert_str_eq(ans[n].code, bank[n], "c%d", n);
+		} else {
+			/* Came too late: refused every time. */
+			refused++;
+			cr_assert_eq(ans[n].issued, 0, "c%d", n);
+			cr_assert_eq(ans[n].refused, REQUESTS / CUSTOMERS);
+		}
+		for (int m = 1; m < n; m++)
+			cr_assert(!bank[n][0] || strcmp(bank[m], bank[n]) != 0,
+				  "c%d and c%d share a code", m, n);
+	}
+	cr_assert_eq(served, 10);
+	cr_assert_eq(refused, CUSTOMERS - 10);
+	env_fini(&e);
+}
+
+static int three_dead_letters(void *opaque)
+{
+	env_t *e = opaque;
+
+	return tt_count(e->store, "SELECT COUNT(*) FROM tbx_dead_letters") ==
+		   3 &&
+	       tt_count(e->store, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+Test(example_vouchers, a_malformed_request_is_dead_lettered_untouched)
+{
+	env_t e;
+	char err[512];
+	size_t failed;
+
+	env_init(&e, "codes=3");
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_conf_set(conf, "kafka.bootstrap.servers", e.cluster->bootstraps,
+		     NULL, 0);
+	tbx_conf_set(conf, "tokens.path", e.tokens, NULL, 0);
+	tbx_publisher_t *pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	const char *bad[][2] = {{"c2", "{\"customer\":\"c1\"}"},
+				{"c3", "{\"name\":\"c3\"}"},
+				{"c4", "not json"}};
+	for (size_t i = 0; i < 3; i++) {
+		tbx_out_t out = {.topic = "voucher-requests",
+				 .type = "VoucherRequested",
+				 .key = bad[i][0],
+				 .key_len = strlen(bad[i][0]),
+				 .payload = bad[i][1],
+				 .payload_len = strlen(bad[i][1])};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK);
+	tbx_publisher_destroy(pub);
+	cr_assert(tt_drive(e.w, WORKERS, three_dead_letters, &e, 5, 60));
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
+		     3);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM sqlite_master "
+				       "WHERE name = 'vouchers'"),
+		     0, "a rejected request leaves nothing behind");
+	env_fini(&e);
+}
+
+Test(example_vouchers, init_refuses_a_bad_bank_size)
+{
+	env_t e;
+	static const char *bad[] = {"codes=0", "codes=10000",	 "codes=x",
+				    "codes=",  "codes=5;bank=2", "size=5",
+				    "codes=5x"};
+
+	env_init(&e, NULL); /* default: 20 codes */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(e.plugin.init(e.w[0], bad[i]), TBX_ECONF, "%s",
+			     bad[i]);
+	env_fini(&e);
+}

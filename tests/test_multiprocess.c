@@ -1,0 +1,235 @@
+/*
+ * The deployment as operators run it: a `tokenbox mock-cluster` process,
+ * three `tokenbox worker` processes of order-service on a 6-partition
+ * topic and one of payment-service, loading the orders example plugin;
+ * 20,000 orders, 10% of them re-produced by a separate client; workers
+ * killed with SIGKILL and restarted at random moments, and a fourth
+ * worker added and removed to force rebalances.  Afterwards the business
+ * tables must hold every order exactly once, and the stores nothing.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "support.h"
+
+enum { ORDERS = 20000, ORDER_WORKERS = 3 };
+
+typedef struct world {
+	char *dir, *orders_db, *payments_db, *tokens;
+	char bootstraps[256];
+	char tokenbox[512], plugin[512];
+	pid_t cluster;
+} world_t;
+
+static pid_t start_worker(world_t *w, const char *role)
+{
+	char group[64], store[600], tokens[600], boot[300], plugin[600],
+		args[64];
+	int orders = strcmp(role, "order-service") == 0;
+
+	snprintf(group, sizeof(group), "group.id=%s", role);
+	snprintf(store, sizeof(store), "store.path=%s",
+		 orders ? w->orders_db : w->payments_db);
+	snprintf(tokens, sizeof(tokens), "tokens.path=%s", w->tokens);
+	snprintf(boot, sizeof(boot), "kafka.bootstrap.servers=%s",
+		 w->bootstraps);
+	snprintf(plugin, sizeof(plugin), "plugin=%s", w->plugin);
+	snprintf(args, sizeof(args), "plugin.args=role=%s", role);
+	char *argv[] = {w->tokenbox, "worker", "-X", group, "-X", store,
+			"-X", tokens, "-X", boot, "-X", plugin, "-X", args,
+			"-X", "kafka.consumer.session.timeout.ms=3000",
+			"-X", "kafka.consumer.heartbeat.interval.ms=300",
+			"-X", "kafka.consumer.fetch.wait.max.ms=10",
+			"-X", "cleanup.interval.ms=500",
+			"-X", "stats.interval.ms=0",
+			"-X", "log.level=error", NULL};
+	return tt_spawn(argv, NULL);
+}
+
+static void stop_worker(pid_t pid, int sig, int want_clean)
+{
+	kill(pid, sig);
+	int status = tt_wait(pid, 60);
+	cr_assert(status != -1, "worker %d did not stop", (int)pid);
+	if (want_clean)
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "worker %d: status %d after SIGTERM", (int)pid,
+			  status);
+}
+
+static void publish_orders(world_t *w)
+{
+	tbx_conf_t *conf = tbx_conf_new();
+	char err[512], key[32], payload[64];
+	tbx_publisher_t *pub;
+
+	tbx_conf_set(conf, "kafka.bootstrap.servers", w->bootstraps, NULL, 0);
+	tbx_conf_set(conf, "tokens.path", w->tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "error", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	for (int i = 0; i < ORDERS; i++) {
+		snprintf(key, sizeof(key), "customer-%d", i % 997);
+		snprintf(payload, sizeof(payload),
+			 "{\"order\": \"%d\", \"amount\": %d}", i,
+			 100 + i % 900);
+		tbx_out_t out = {.topic = "orders",
+				 .type = "OrderPlaced",
+				 .key = key,
+				 .key_len = strlen(key),
+				 .payload = payload,
+				 .payload_len = strlen(payload)};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+		if (i % 1000 == 999)
+			cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK,
+				     "%s", tbx_publisher_errstr(pub));
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+}
+
+static int count(const char *db, const char *sql)
+{
+	/* The tables appear with the first order a store handles. */
+	if (access(db, F_OK) != 0)
+		return 0;
+	return (int)tt_count(db, sql);
+}
+
+static int drained(world_t *w)
+{
+	return count(w->orders_db, "SELECT COUNT(DISTINCT order_no) FROM "
+				   "orders") >= ORDERS &&
+	       count(w->payments_db, "SELECT COUNT(DISTINCT order_no) FROM "
+				     "payments") >= ORDERS &&
+	       count(w->orders_db, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
+	       count(w->payments_db, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
+     .timeout = 600)
+{
+	world_t w;
+	const char *bin = getenv("TBX_BIN_DIR");
+	const char *ex = getenv("TBX_EXAMPLES_DIR");
+	pid_t order[ORDER_WORKERS], payment, extra = 0;
+	unsigned seed = (unsigned)time(NULL);
+	int kills = 0, rebalances = 0;
+	char *bootfile;
+	FILE *f;
+
+	memset(&w, 0, sizeof(w));
+	w.dir = tt_tmpdir();
+	w.orders_db = tt_path(w.dir, "order-service.db");
+	w.payments_db = tt_path(w.dir, "payment-service.db");
+	w.tokens = tt_path(w.dir, "tokens.db");
+	bootfile = tt_path(w.dir, "bootstrap");
+	snprintf(w.tokenbox, sizeof(w.tokenbox), "%s/tokenbox",
+		 bin ? bin : ".");
+	snprintf(w.plugin, sizeof(w.plugin), "%s/libtbx_orders.so",
+		 ex ? ex : "examples");
+	cr_log_info("seed %u", seed);
+
+	char *mc[] = {w.tokenbox, "mock-cluster", "--topic", "orders:6",
+		      "--topic", "payments:6", "--topic", "orders.dlq:1",
+		      "--topic", "payments.dlq:1", "--bootstrap-file",
+		      bootfile, NULL};
+	w.cluster = tt_spawn(mc, NULL);
+	for (int i = 0; i < 100 && access(bootfile, F_OK) != 0; i++)
+		usleep(50000);
+	cr_assert((f = fopen(bootfile, "r")), "mock-cluster did not start");
+	cr_assert(fgets(w.bootstraps, sizeof(w.bootstraps), f));
+	fclose(f);
+	w.bootstraps[strcspn(w.bootstraps, "\n")] = '\0';
+
+	/* Subscriptions first, so every order is tokened for both groups. */
+	tt_subscribe(w.tokens, "orders", "order-service");
+	tt_subscribe(w.tokens, "payments", "payment-service");
+	for (int i = 0; i < ORDER_WORKERS; i++)
+		order[i] = start_worker(&w, "order-service");
+	payment = start_worker(&w, "payment-service");
+	publish_orders(&w);
+
+	/* Chaos for a while: kills, restarts, a member coming and going,
+	 * and upstream re-sending a tenth of the orders. */
+	time_t chaos_end = time(NULL) + 25;
+	int resent = 0;
+	while (time(NULL) < chaos_end) {
+		usleep(500000 + rand_r(&seed) % 1500000);
+		int i = (int)(rand_r(&seed) % ORDER_WORKERS);
+		if (rand_r(&seed) % 4 == 0) {
+			stop_worker(payment, SIGKILL, 0);
+			payment = start_worker(&w, "payment-service");
+		} else {
+			stop_worker(order[i], SIGKILL, 0);
+			usleep(rand_r(&seed) % 500000);
+			order[i] = start_worker(&w, "order-service");
+		}
+		kills++;
+		if (!extra && rand_r(&seed) % 3 == 0) {
+			extra = start_worker(&w, "order-service");
+			rebalances++;
+		} else if (extra && rand_r(&seed) % 2 == 0) {
+			stop_worker(extra, SIGTERM, 1);
+			extra = 0;
+			rebalances++;
+		}
+		if (!resent) {
+			tt_record_t *recs;
+			size_t cnt = tt_read_topic(w.bootstraps, "orders",
+						   &recs);
+			size_t k = 0;
+			for (size_t j = 0; j < cnt; j++)
+				if (j % 10 == 0)
+					recs[k++] = recs[j];
+			tt_reproduce(w.bootstraps, "orders", recs, k);
+			/* recs[k..] were moved; free what each slot owns */
+			for (size_t j = k; j < cnt; j++)
+				if (j % 10 != 0)
+					recs[j] = recs[j];
+			tt_records_free(recs, cnt);
+			resent = (int)k;
+		}
+	}
+	if (extra)
+		stop_worker(extra, SIGTERM, 1);
+	cr_assert_gt(resent, 0);
+
+	time_t end = time(NULL) + 240 * tt_time_factor();
+	while (time(NULL) < end && !drained(&w))
+		usleep(200000);
+	cr_assert(drained(&w), "the pipeline did not drain (seed %u)", seed);
+	/* A sweep interval or two for the orphans of killed attempts. */
+	time_t sweep_end = time(NULL) + 30;
+	while (time(NULL) < sweep_end &&
+	       (tt_count(w.tokens, "SELECT COUNT(*) FROM tbx_tokens") ||
+		tt_count(w.tokens, "SELECT COUNT(*) FROM tbx_registrations")))
+		usleep(200000);
+	for (int i = 0; i < ORDER_WORKERS; i++)
+		stop_worker(order[i], SIGTERM, 1);
+	stop_worker(payment, SIGTERM, 1);
+	stop_worker(w.cluster, SIGTERM, 1);
+
+	cr_log_info("kills %d, rebalances %d, re-sent %d", kills, rebalances,
+		    resent);
+	cr_assert_eq(tt_count(w.orders_db, "SELECT COUNT(*) FROM orders"),
+		     ORDERS, "an order took effect twice (seed %u)", seed);
+	cr_assert_eq(tt_count(w.payments_db, "SELECT COUNT(*) FROM payments"),
+		     ORDERS, "a payment took effect twice (seed %u)", seed);
+	cr_assert_eq(tt_count(w.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(tt_count(w.tokens,
+			      "SELECT COUNT(*) FROM tbx_registrations"),
+		     0);
+	tt_rmrf(w.dir);
+	free(w.dir);
+	free(w.orders_db);
+	free(w.payments_db);
+	free(w.tokens);
+	free(bootfile);
+}

@@ -1,0 +1,1177 @@
+/*
+ * `tokenbox inspect tokens list|show`, `orphans`, `cleanup` and
+ * `redispatch` (tools/inspect.h).
+ *
+ * Which registrations are orphans is decided by the sweeper's own rule
+ * (tbx__sweep_classify), and `cleanup` runs the sweeper itself
+ * (tbx__tokens_sweep_ex): its conditional drop in the token store is what
+ * makes removing tokens safe while workers run, and nothing here second-
+ * guesses it.  `redispatch` runs the protocol's phases B–E through
+ * tbx__worker_redispatch() with a worker handle that never joins its
+ * group.
+ *
+ * A registration is judged against the service store only when that store
+ * is its sending group's: a group with rows there (outbox, ingress
+ * offsets, dead letters), or one named with --group.  Against another
+ * group's store every registration would look like "no row", and a drop
+ * would take the tokens of attempts still in flight.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/worker.h"
+#include "tools/cli.h"
+#include "tools/inspect.h"
+
+const char *insp_verdict_text(int verdict)
+{
+	switch (verdict) {
+	case TBX_SWEEP_WINNER:
+		return "winner";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "other attempt won";
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "no outbox row";
+	case TBX_SWEEP_IN_FLIGHT:
+		return "in flight";
+	default:
+		return "not checked";
+	}
+}
+
+const char *insp_verdict_key(int verdict)
+{
+	switch (verdict) {
+	case TBX_SWEEP_WINNER:
+		return "winner";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "other_attempt";
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "no_row";
+	case TBX_SWEEP_IN_FLIGHT:
+		return "in_flight";
+	default:
+		return "unchecked";
+	}
+}
+
+int insp_regs_each(insp_t *in, const char *grp,
+		   int (*fn)(void *opaque, const insp_reg_t *reg), void *opaque)
+{
+	/* One line per attempt, as the sweeper lists them (tokens/sqlite.c
+	 * Q_REG_LIST): every registration of an attempt names one row. */
+	sqlite3_stmt *stmt = insp_prepare(
+	    in, in->tdb,
+	    "SELECT attempt, min(msg_id), min(created_ms) AS c, count(*) FROM "
+	    "tbx_registrations WHERE send_grp = ?1 GROUP BY attempt ORDER BY "
+	    "c, attempt");
+	insp_reg_t r;
+	int rc, err;
+
+	if (!stmt)
+		return -1;
+	sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
+	while ((rc = insp_step(in, stmt)) == SQLITE_ROW) {
+		const char *attempt =
+		    (const char *)sqlite3_column_text(stmt, 0);
+		const char *msg_id = (const char *)sqlite3_column_text(stmt, 1);
+
+		memset(&r, 0, sizeof(r));
+		tbx__strlcpy(r.reg.attempt, attempt ? attempt : "",
+			     sizeof(r.reg.attempt));
+		tbx__strlcpy(r.reg.msg_id, msg_id ? msg_id : "",
+			     sizeof(r.reg.msg_id));
+		r.reg.created_ms = sqlite3_column_int64(stmt, 2);
+		r.tokens = sqlite3_column_int64(stmt, 3);
+		tbx__strlcpy(r.grp, grp, sizeof(r.grp));
+		if ((err = tbx__sweep_classify(in->store, grp, &r.reg,
+					       &r.verdict, r.row_attempt))) {
+			insp_store_fail(in->o->store, err, in->sdb);
+			rc = -1;
+			break;
+		}
+		if (fn(opaque, &r)) {
+			rc = SQLITE_DONE;
+			break;
+		}
+	}
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int insp_attempt_token_rows(insp_t *in, const char *attempt, int64_t *rows)
+{
+	/* What drop_attempt would delete: every group's row of every token
+	 * the attempt registered. */
+	return insp_count(in, in->tdb,
+			  "SELECT count(*) FROM tbx_tokens WHERE token IN "
+			  "(SELECT token FROM tbx_registrations WHERE attempt "
+			  "= ?1)",
+			  attempt, rows);
+}
+
+/*
+ * tokens list
+ */
+
+int insp_tokens_list(insp_t *in)
+{
+	static const char where[] =
+	    " WHERE (?1 IS NULL OR grp IN (SELECT value FROM json_each(?1)))"
+	    " AND created_ms <= ?2";
+	char sql[512], count_sql[256];
+	sqlite3_stmt *stmt = NULL, *cnt_stmt = NULL;
+	insp_tbl_t *tbl = NULL;
+	cJSON *doc = NULL, *arr = NULL;
+	char *groups = NULL, *groups2 = NULL;
+	int64_t total = 0, shown = 0, max_created;
+	int rc = INSPECT_EXIT_ERROR, r;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT token, grp, mint_seq, created_ms FROM tbx_tokens%s "
+		 "ORDER BY created_ms, token, grp LIMIT ?3",
+		 where);
+	snprintf(count_sql, sizeof(count_sql),
+		 "SELECT count(*) FROM tbx_tokens%s", where);
+	max_created =
+	    in->o->older_ms >= 0 ? in->now_ms - in->o->older_ms : INT64_MAX;
+	if (!(stmt = insp_prepare(in, in->tdb, sql)) ||
+	    !(cnt_stmt = insp_prepare(in, in->tdb, count_sql)) ||
+	    insp_bind_groups(in, stmt, 1, &groups) ||
+	    insp_bind_groups(in, cnt_stmt, 1, &groups2))
+		goto out;
+	sqlite3_bind_int64(stmt, 2, max_created);
+	sqlite3_bind_int64(cnt_stmt, 2, max_created);
+	sqlite3_bind_int64(stmt, 3, in->o->limit ? in->o->limit : -1);
+	if (insp_step(in, cnt_stmt) < 0)
+		goto out;
+	total = sqlite3_column_int64(cnt_stmt, 0);
+	if (in->o->json) {
+		doc = cJSON_CreateObject();
+		arr = cJSON_AddArrayToObject(doc, "tokens");
+	} else {
+		tbl = insp_tbl_new(
+		    "rLLr",
+		    (const char *const[]){"AGE", "TOKEN", "GROUP", "MINT SEQ"});
+	}
+	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
+		const char *token = (const char *)sqlite3_column_text(stmt, 0);
+		const char *grp = (const char *)sqlite3_column_text(stmt, 1);
+		int64_t created = sqlite3_column_int64(stmt, 3);
+		char age[32];
+
+		shown++;
+		if (doc) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "token", token);
+			insp_json_add_str(o, "group", grp);
+			insp_json_add_int(o, "mint_seq",
+					  sqlite3_column_int64(stmt, 2));
+			insp_json_add_int(o, "created_ms", created);
+			insp_json_add_int(o, "age_ms", in->now_ms - created);
+			continue;
+		}
+		insp_fmt_age(in->now_ms - created, age, sizeof(age));
+		insp_tbl_cell(tbl, age);
+		insp_tbl_cell(tbl, token);
+		insp_tbl_cell(tbl, grp);
+		insp_tbl_cellf(tbl, "%lld",
+			       (long long)sqlite3_column_int64(stmt, 2));
+	}
+	if (r < 0)
+		goto out;
+	rc = in->o->check && shown ? INSPECT_EXIT_FINDING : INSPECT_EXIT_OK;
+	if (doc) {
+		insp_json_add_int(doc, "total", total);
+		insp_json_add_int(doc, "shown", shown);
+		rc = insp_json_print(doc, rc);
+		doc = NULL;
+	} else if (!shown) {
+		printf("no tokens%s\n",
+		       total || in->o->older_ms >= 0 || in->o->group_cnt
+			   ? " match"
+			   : "");
+	} else {
+		insp_tbl_print(tbl, 0);
+		if (total > shown)
+			printf("… %" PRId64 " more (--limit)\n", total - shown);
+	}
+out:
+	cJSON_Delete(doc);
+	insp_tbl_free(tbl);
+	sqlite3_finalize(stmt);
+	sqlite3_finalize(cnt_stmt);
+	cJSON_free(groups);
+	cJSON_free(groups2);
+	return rc;
+}
+
+/*
+ * tokens show
+ */
+
+static const char *col(sqlite3_stmt *stmt, int i)
+{
+	const char *s = (const char *)sqlite3_column_text(stmt, i);
+
+	return s ? s : "";
+}
+
+/* The token's rows, one per receiving group. */
+static int token_rows(insp_t *in, const char *token, cJSON *doc, int *found)
+{
+	sqlite3_stmt *stmt = insp_prepare(in, in->tdb,
+					  "SELECT grp, mint_seq, created_ms "
+					  "FROM tbx_tokens WHERE token = ?1 "
+					  "ORDER BY grp");
+	insp_tbl_t *tbl = NULL;
+	cJSON *arr = NULL;
+	int r, n = 0;
+
+	if (!stmt)
+		return -1;
+	sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC);
+	if (doc)
+		arr = cJSON_AddArrayToObject(doc, "rows");
+	else
+		tbl = insp_tbl_new("Lrrl",
+				   (const char *const[]){"GROUP", "MINT SEQ",
+							 "AGE", "CREATED"});
+	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
+		int64_t created = sqlite3_column_int64(stmt, 2);
+		char age[32], when[40];
+
+		n++;
+		if (arr) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "group", col(stmt, 0));
+			insp_json_add_int(o, "mint_seq",
+					  sqlite3_column_int64(stmt, 1));
+			insp_json_add_int(o, "created_ms", created);
+			insp_json_add_int(o, "age_ms", in->now_ms - created);
+			continue;
+		}
+		insp_fmt_age(in->now_ms - created, age, sizeof(age));
+		insp_fmt_time(created, when, sizeof(when));
+		insp_tbl_cell(tbl, col(stmt, 0));
+		insp_tbl_cellf(tbl, "%lld",
+			       (long long)sqlite3_column_int64(stmt, 1));
+		insp_tbl_cell(tbl, age);
+		insp_tbl_cell(tbl, when);
+	}
+	sqlite3_finalize(stmt);
+	if (tbl) {
+		if (n) {
+			printf("  rows (one per receiving group):\n");
+			insp_tbl_print(tbl, 4);
+		} else {
+			insp_kv("rows",
+				"none (consumed by every group, or "
+				"nobody subscribed)",
+				2);
+		}
+		insp_tbl_free(tbl);
+	}
+	*found |= n > 0;
+	return r < 0 ? -1 : 0;
+}
+
+static const char *sweeper_text(int verdict)
+{
+	switch (verdict) {
+	case TBX_SWEEP_WINNER:
+		return "winner: recorded in its outbox row, the registration "
+		       "awaits its confirm";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "orphan: the outbox row recorded another attempt";
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "orphan: no outbox row";
+	case TBX_SWEEP_IN_FLIGHT:
+		return "in flight: its outbox row has no attempt yet";
+	default:
+		return "not checked: this store has no rows of the sender";
+	}
+}
+
+/* The registration naming the token, with the sweeper's verdict when the
+ * store is its sender's. */
+static int token_registration(insp_t *in, const char *token, cJSON *doc,
+			      int *found)
+{
+	sqlite3_stmt *stmt =
+	    insp_prepare(in, in->tdb,
+			 "SELECT attempt, send_grp, msg_id, created_ms FROM "
+			 "tbx_registrations WHERE token = ?1 ORDER BY attempt");
+	char **served = NULL;
+	size_t served_n = 0;
+	cJSON *arr = NULL;
+	int r, err;
+
+	if (!stmt)
+		return -1;
+	if (insp_served_groups(in, &served, &served_n)) {
+		sqlite3_finalize(stmt);
+		return -1;
+	}
+	sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC);
+	if (doc)
+		arr = cJSON_AddArrayToObject(doc, "registrations");
+	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
+		insp_reg_t reg;
+		char age[32], buf[700];
+
+		memset(&reg, 0, sizeof(reg));
+		tbx__strlcpy(reg.reg.attempt, col(stmt, 0),
+			     sizeof(reg.reg.attempt));
+		tbx__strlcpy(reg.grp, col(stmt, 1), sizeof(reg.grp));
+		tbx__strlcpy(reg.reg.msg_id, col(stmt, 2),
+			     sizeof(reg.reg.msg_id));
+		reg.reg.created_ms = sqlite3_column_int64(stmt, 3);
+		reg.verdict = -1;
+		*found = 1;
+		if (insp_has(served, served_n, reg.grp) &&
+		    (err =
+			 tbx__sweep_classify(in->store, reg.grp, &reg.reg,
+					     &reg.verdict, reg.row_attempt))) {
+			insp_store_fail(in->o->store, err, in->sdb);
+			r = -1;
+			break;
+		}
+		if (arr) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "attempt", reg.reg.attempt);
+			insp_json_add_str(o, "sender", reg.grp);
+			insp_json_add_str(o, "msg_id", reg.reg.msg_id);
+			insp_json_add_int(o, "created_ms", reg.reg.created_ms);
+			insp_json_add_int(o, "age_ms",
+					  in->now_ms - reg.reg.created_ms);
+			insp_json_add_str(o, "verdict",
+					  insp_verdict_key(reg.verdict));
+			continue;
+		}
+		insp_fmt_age(in->now_ms - reg.reg.created_ms, age, sizeof(age));
+		insp_kv("attempt", reg.reg.attempt, 2);
+		snprintf(buf, sizeof(buf), "%s ago by %s, for outbox row %s",
+			 age, reg.grp, reg.reg.msg_id);
+		insp_kv("registered", buf, 2);
+		insp_kv("sweeper", sweeper_text(reg.verdict), 2);
+	}
+	sqlite3_finalize(stmt);
+	insp_free_list(served, served_n);
+	if (r >= 0 && !arr && !*found)
+		insp_kv("registered",
+			"no (a finished attempt's, or a "
+			"publisher's)",
+			2);
+	return r < 0 ? -1 : 0;
+}
+
+/* Outbox rows of this store that send (outgoing) or consume (incoming)
+ * the token. */
+static int token_outbox(insp_t *in, const char *token, cJSON *doc, int *found)
+{
+	sqlite3_stmt *out = insp_prepare(
+	    in, in->sdb,
+	    "SELECT grp, msg_id, seq, out_id, topic, type FROM tbx_outbox_msg "
+	    "WHERE token = ?1 ORDER BY grp, msg_id, seq");
+	sqlite3_stmt *inc =
+	    out ? insp_prepare(in, in->sdb,
+			       "SELECT grp, msg_id, in_topic, in_partition, "
+			       "in_offset FROM tbx_outbox WHERE in_token = ?1 "
+			       "ORDER BY grp, msg_id")
+		: NULL;
+	cJSON *arr = NULL;
+	char buf[900];
+	int r = -1, n = 0;
+
+	if (!out || !inc)
+		goto out;
+	sqlite3_bind_text(out, 1, token, -1, SQLITE_STATIC);
+	sqlite3_bind_text(inc, 1, token, -1, SQLITE_STATIC);
+	if (doc)
+		arr = cJSON_AddArrayToObject(doc, "carried_by");
+	while ((r = insp_step(in, out)) == SQLITE_ROW) {
+		n++;
+		if (arr) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "group", col(out, 0));
+			insp_json_add_str(o, "msg_id", col(out, 1));
+			insp_json_add_int(o, "seq",
+					  sqlite3_column_int64(out, 2));
+			insp_json_add_str(o, "out_id", col(out, 3));
+			insp_json_add_str(o, "topic", col(out, 4));
+			insp_json_add_str(o, "type", col(out, 5));
+			continue;
+		}
+		snprintf(buf, sizeof(buf),
+			 "outbox row %s of %s, message %lld: %s to %s, type %s",
+			 col(out, 1), col(out, 0),
+			 (long long)sqlite3_column_int64(out, 2) + 1,
+			 col(out, 3), col(out, 4), col(out, 5));
+		insp_kv("carried by", buf, 2);
+	}
+	if (r < 0)
+		goto out;
+	if (!arr && !n)
+		insp_kv("carried by", "no outbox row of this store", 2);
+	*found |= n > 0;
+	n = 0;
+	if (doc)
+		arr = cJSON_AddArrayToObject(doc, "consumed_by");
+	while ((r = insp_step(in, inc)) == SQLITE_ROW) {
+		n++;
+		if (arr) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "group", col(inc, 0));
+			insp_json_add_str(o, "msg_id", col(inc, 1));
+			insp_json_add_str(o, "in_topic", col(inc, 2));
+			insp_json_add_int(o, "in_partition",
+					  sqlite3_column_int64(inc, 3));
+			insp_json_add_int(o, "in_offset",
+					  sqlite3_column_int64(inc, 4));
+			continue;
+		}
+		snprintf(buf, sizeof(buf),
+			 "outbox row %s of %s (%s [%lld] @%lld)", col(inc, 1),
+			 col(inc, 0), col(inc, 2),
+			 (long long)sqlite3_column_int64(inc, 3),
+			 (long long)sqlite3_column_int64(inc, 4));
+		insp_kv("consumed by", buf, 2);
+	}
+	if (r < 0)
+		goto out;
+	if (!arr && !n)
+		insp_kv("consumed by", "no outbox row of this store", 2);
+	*found |= n > 0;
+	r = 0;
+out:
+	sqlite3_finalize(out);
+	sqlite3_finalize(inc);
+	return r < 0 ? -1 : 0;
+}
+
+int insp_tokens_show(insp_t *in)
+{
+	cJSON *doc = NULL;
+	char *token = NULL;
+	int rc, found = 0;
+
+	if ((rc = insp_resolve_id(
+		 in, in->tdb,
+		 "SELECT 1 FROM tbx_tokens WHERE token = ?1 UNION ALL SELECT 1 "
+		 "FROM tbx_registrations WHERE token = ?1 LIMIT 1",
+		 "SELECT token FROM tbx_tokens WHERE substr(token, 1, "
+		 "length(?1)) = ?1 UNION SELECT token FROM tbx_registrations "
+		 "WHERE substr(token, 1, length(?1)) = ?1 LIMIT 2",
+		 in->o->id, &token)))
+		return rc;
+	if (!token)
+		return tbx_cli_fail(INSPECT_CMD, "no token %s in %s", in->o->id,
+				    in->tpath);
+	if (in->o->json) {
+		if (!(doc = cJSON_CreateObject())) {
+			free(token);
+			return tbx_cli_usage(INSPECT_CMD, "out of memory");
+		}
+		insp_json_add_str(doc, "token", token);
+	} else {
+		insp_kv("token", token, 0);
+	}
+	rc = INSPECT_EXIT_ERROR;
+	if (token_rows(in, token, doc, &found) ||
+	    token_registration(in, token, doc, &found) ||
+	    token_outbox(in, token, doc, &found))
+		goto out;
+	rc = INSPECT_EXIT_OK;
+	if (doc) {
+		rc = insp_json_print(doc, rc);
+		doc = NULL;
+	}
+out:
+	cJSON_Delete(doc);
+	free(token);
+	return rc;
+}
+
+/*
+ * orphans, cleanup --dry-run
+ */
+
+typedef struct judged {
+	insp_t *in;
+	int64_t v[4];
+	int64_t token_rows; /* of the orphans */
+	insp_tbl_t *tbl;
+	cJSON *arr;
+	int err;
+} judged_t;
+
+static void orphan_row(judged_t *j, const insp_reg_t *r, int64_t rows)
+{
+	char age[32];
+
+	if (j->arr) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddItemToArray(j->arr, o);
+		insp_json_add_str(o, "group", r->grp);
+		insp_json_add_str(o, "attempt", r->reg.attempt);
+		insp_json_add_str(o, "msg_id", r->reg.msg_id);
+		insp_json_add_str(o, "reason", insp_verdict_key(r->verdict));
+		insp_json_add_str(o, "row_attempt",
+				  r->row_attempt[0] ? r->row_attempt : NULL);
+		insp_json_add_int(o, "registered_tokens", r->tokens);
+		insp_json_add_int(o, "token_rows", rows);
+		insp_json_add_int(o, "created_ms", r->reg.created_ms);
+		insp_json_add_int(o, "age_ms",
+				  j->in->now_ms - r->reg.created_ms);
+		return;
+	}
+	insp_fmt_age(j->in->now_ms - r->reg.created_ms, age, sizeof(age));
+	insp_tbl_cell(j->tbl, age);
+	insp_tbl_cell(j->tbl, r->grp);
+	insp_tbl_cell(j->tbl, r->reg.attempt);
+	insp_tbl_cell(j->tbl, r->reg.msg_id);
+	insp_tbl_cellf(j->tbl, "%lld", (long long)rows);
+	insp_tbl_cell(j->tbl, insp_verdict_text(r->verdict));
+}
+
+static int judge_one(void *opaque, const insp_reg_t *r)
+{
+	judged_t *j = opaque;
+	int64_t rows = 0;
+
+	if (r->verdict >= 0 && r->verdict < 4)
+		j->v[r->verdict]++;
+	if (!tbx__sweep_is_orphan(r->verdict))
+		return 0;
+	if (insp_attempt_token_rows(j->in, r->reg.attempt, &rows)) {
+		j->err = 1;
+		return 1;
+	}
+	j->token_rows += rows;
+	orphan_row(j, r, rows);
+	return 0;
+}
+
+/* The groups to judge: --group, else those the store serves that have
+ * registrations; the others with registrations go to *skipped. */
+static int groups_to_judge(insp_t *in, char ***judge, size_t *judge_n,
+			   char ***skipped, size_t *skipped_n)
+{
+	char **served = NULL, **regs = NULL;
+	size_t served_n = 0, regs_n = 0;
+	int rc = -1;
+
+	*judge = *skipped = NULL;
+	*judge_n = *skipped_n = 0;
+	if (insp_reg_groups(in, &regs, &regs_n))
+		return -1;
+	if (!(*judge = calloc(regs_n + in->o->group_cnt + 1, sizeof(char *))) ||
+	    !(*skipped = calloc(regs_n + 1, sizeof(char *))))
+		goto out;
+	if (in->o->group_cnt) {
+		for (size_t i = 0; i < in->o->group_cnt; i++)
+			if (!insp_has(*judge, *judge_n, in->o->groups[i]) &&
+			    !((*judge)[(*judge_n)++] =
+				  tbx__strdup(in->o->groups[i])))
+				goto out;
+		rc = 0;
+		goto out;
+	}
+	if (insp_served_groups(in, &served, &served_n))
+		goto out;
+	for (size_t i = 0; i < regs_n; i++) {
+		int ok = insp_has(served, served_n, regs[i]);
+		char ***list = ok ? judge : skipped;
+		size_t *n = ok ? judge_n : skipped_n;
+		if (!((*list)[(*n)++] = tbx__strdup(regs[i])))
+			goto out;
+	}
+	rc = 0;
+out:
+	insp_free_list(regs, regs_n);
+	insp_free_list(served, served_n);
+	return rc;
+}
+
+/* Attempts registered by @p grp. */
+static int64_t attempts_of(insp_t *in, const char *grp)
+{
+	int64_t n = 0;
+
+	insp_count(in, in->tdb,
+		   "SELECT count(DISTINCT attempt) FROM tbx_registrations "
+		   "WHERE send_grp = ?1",
+		   grp, &n);
+	return n;
+}
+
+static void join(char *buf, size_t size, char *const *list, size_t n)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && len < size; i++) {
+		int w = snprintf(buf + len, size - len, "%s%s", i ? ", " : "",
+				 list[i]);
+		if (w < 0)
+			break;
+		len += (size_t)w;
+	}
+}
+
+static void skipped_notes(insp_t *in, cJSON *doc, char *const *skipped,
+			  size_t n)
+{
+	char note[700], num[48];
+	cJSON *arr = doc ? cJSON_AddArrayToObject(doc, "unchecked") : NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		int64_t attempts = attempts_of(in, skipped[i]);
+		if (arr) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "group", skipped[i]);
+			insp_json_add_int(o, "attempts", attempts);
+			continue;
+		}
+		snprintf(note, sizeof(note),
+			 "%s registered by %s %s not checked: this store has "
+			 "no rows of that group (name it with --group if this "
+			 "is its store).",
+			 insp_count_of(num, sizeof(num), attempts, "attempt",
+				       "attempts"),
+			 skipped[i], attempts == 1 ? "was" : "were");
+		printf("\n");
+		insp_wrap("note: ", note);
+	}
+}
+
+/* orphans, and cleanup --dry-run (@p dry_run). */
+static int judge(insp_t *in, int dry_run)
+{
+	char **groups = NULL, **skipped = NULL, line[1200], names[600];
+	char n[5][48];
+	size_t groups_n = 0, skipped_n = 0;
+	judged_t j;
+	cJSON *doc = NULL;
+	int64_t orphans, checked = 0;
+	int rc = INSPECT_EXIT_ERROR;
+
+	memset(&j, 0, sizeof(j));
+	j.in = in;
+	if (groups_to_judge(in, &groups, &groups_n, &skipped, &skipped_n))
+		goto out;
+	if (in->o->json) {
+		doc = cJSON_CreateObject();
+		if (dry_run)
+			cJSON_AddTrueToObject(doc, "dry_run");
+		j.arr = cJSON_AddArrayToObject(doc, "orphans");
+	} else {
+		j.tbl = insp_tbl_new(
+		    "rLLLrl",
+		    (const char *const[]){"AGE", "SENDER", "ATTEMPT",
+					  "MESSAGE ID", "TOKENS", "WHY"});
+	}
+	for (size_t i = 0; i < groups_n; i++)
+		if (insp_regs_each(in, groups[i], judge_one, &j) || j.err)
+			goto out;
+	for (int v = 0; v < 4; v++)
+		checked += j.v[v];
+	orphans =
+	    j.v[TBX_SWEEP_ORPHAN_OTHER_ATTEMPT] + j.v[TBX_SWEEP_ORPHAN_NO_ROW];
+	rc = !dry_run && in->o->check && orphans ? INSPECT_EXIT_FINDING
+						 : INSPECT_EXIT_OK;
+	if (doc) {
+		cJSON *arr = cJSON_AddArrayToObject(doc, "checked_groups");
+		for (size_t i = 0; i < groups_n; i++)
+			cJSON_AddItemToArray(arr, insp_json_str(groups[i]));
+		skipped_notes(in, doc, skipped, skipped_n);
+		insp_json_add_int(doc, "attempts_checked", checked);
+		insp_json_add_int(doc, "winners", j.v[TBX_SWEEP_WINNER]);
+		insp_json_add_int(doc, "in_flight", j.v[TBX_SWEEP_IN_FLIGHT]);
+		insp_json_add_int(doc, "orphan_count", orphans);
+		insp_json_add_int(doc, "orphan_token_rows", j.token_rows);
+		rc = insp_json_print(doc, rc);
+		doc = NULL;
+		goto out;
+	}
+	join(names, sizeof(names), groups, groups_n);
+	insp_count_of(n[0], sizeof(n[0]), orphans, "orphaned attempt",
+		      "orphaned attempts");
+	insp_count_of(n[1], sizeof(n[1]), j.token_rows, "token row",
+		      "token rows");
+	insp_count_of(n[2], sizeof(n[2]), j.v[TBX_SWEEP_WINNER], "winner",
+		      "winners");
+	insp_count_of(n[3], sizeof(n[3]), j.v[TBX_SWEEP_IN_FLIGHT], "attempt",
+		      "attempts");
+	insp_count_of(n[4], sizeof(n[4]), checked, "attempt", "attempts");
+	if (!groups_n)
+		snprintf(line, sizeof(line), "%s",
+			 skipped_n ? "No registrations of a group this store "
+				     "has rows of."
+				   : "No registrations.");
+	else if (dry_run)
+		snprintf(line, sizeof(line),
+			 "cleanup would remove %s (%s) and the registrations "
+			 "of %s, and leave %s in flight, of %s registered by "
+			 "%s.",
+			 n[0], n[1], n[2], n[3], n[4], names);
+	else
+		snprintf(line, sizeof(line),
+			 "%s registered by %s: %s (%s), %s not yet confirmed, "
+			 "%s in flight.",
+			 n[4], names, n[0], n[1], n[2], n[3]);
+	insp_wrap("", line);
+	if (orphans)
+		insp_tbl_print(j.tbl, 2);
+	skipped_notes(in, NULL, skipped, skipped_n);
+out:
+	cJSON_Delete(doc);
+	insp_tbl_free(j.tbl);
+	insp_free_list(groups, groups_n);
+	insp_free_list(skipped, skipped_n);
+	return rc;
+}
+
+int insp_orphans(insp_t *in)
+{
+	return judge(in, 0);
+}
+
+/*
+ * cleanup
+ */
+
+#define CLEANUP_LISTED 20 /* dropped orphans listed in tables */
+
+typedef struct swept {
+	insp_t *in;
+	const char *grp;
+	tbx__sweep_stats_t sum;
+	size_t in_flight; /* of the last batch: those stay at the head */
+	size_t listed, dropped;
+	insp_tbl_t *tbl;
+	cJSON *arr;
+} swept_t;
+
+static void on_swept(void *opaque, const tbx__reg_t *reg, int verdict,
+		     int removed, uint64_t tokens_deleted)
+{
+	swept_t *s = opaque;
+	char age[32];
+
+	if (!removed || !tbx__sweep_is_orphan(verdict))
+		return;
+	s->dropped++;
+	if (s->arr) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddItemToArray(s->arr, o);
+		insp_json_add_str(o, "group", s->grp);
+		insp_json_add_str(o, "attempt", reg->attempt);
+		insp_json_add_str(o, "msg_id", reg->msg_id);
+		insp_json_add_str(o, "reason", insp_verdict_key(verdict));
+		insp_json_add_int(o, "token_rows", (int64_t)tokens_deleted);
+		insp_json_add_int(o, "created_ms", reg->created_ms);
+		return;
+	}
+	if (s->listed++ >= CLEANUP_LISTED)
+		return;
+	insp_fmt_age(s->in->now_ms - reg->created_ms, age, sizeof(age));
+	insp_tbl_cell(s->tbl, age);
+	insp_tbl_cell(s->tbl, s->grp);
+	insp_tbl_cell(s->tbl, reg->attempt);
+	insp_tbl_cell(s->tbl, reg->msg_id);
+	insp_tbl_cellf(s->tbl, "%llu", (unsigned long long)tokens_deleted);
+	insp_tbl_cell(s->tbl, insp_verdict_text(verdict));
+}
+
+/* Names the file a sweeper error came from: S when its connection says
+ * so, else the token store (where the sweeper writes). */
+static int sweep_fail(insp_t *in, int err)
+{
+	int src = sqlite3_errcode(in->sdb);
+
+	if (src != SQLITE_OK && src != SQLITE_ROW && src != SQLITE_DONE)
+		return insp_store_fail(in->o->store, err, in->sdb);
+	return insp_store_fail(in->tpath, err, NULL);
+}
+
+int insp_cleanup(insp_t *in)
+{
+	char **groups = NULL, **skipped = NULL, line[600];
+	size_t groups_n = 0, skipped_n = 0, batch = (size_t)in->o->batch;
+	tbx_tokens_t *tokens = NULL;
+	tbx__db_opts_t opts;
+	insp_tbl_t *sum_tbl = NULL, *tbl = NULL;
+	cJSON *doc = NULL, *garr = NULL, *arr = NULL;
+	swept_t total;
+	char errstr[512] = "";
+	int rc = INSPECT_EXIT_ERROR, err = TBX_OK, more = 0;
+
+	if (in->o->dry_run)
+		return judge(in, 1);
+	memset(&total, 0, sizeof(total));
+	if (groups_to_judge(in, &groups, &groups_n, &skipped, &skipped_n))
+		goto out;
+	/* The sweeper reads S through the read-only store opened by
+	 * insp_open() and writes T through a connection of its own. */
+	tbx__db_opts_init(&opts);
+	opts.create = 0;
+	opts.busy_timeout_ms = (int)in->o->busy_ms;
+	if ((err = tbx_tokens_sqlite_open(in->tpath, &opts, NULL, &tokens,
+					  errstr, sizeof(errstr)))) {
+		rc = tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+		goto out;
+	}
+	if (in->o->json) {
+		doc = cJSON_CreateObject();
+		garr = cJSON_AddArrayToObject(doc, "groups");
+		arr = cJSON_AddArrayToObject(doc, "dropped");
+	} else {
+		sum_tbl = insp_tbl_new(
+		    "Lrrrr",
+		    (const char *const[]){"SENDER", "ORPHANS", "TOKEN ROWS",
+					  "WINNERS", "IN FLIGHT"});
+		tbl = insp_tbl_new(
+		    "rLLLrl",
+		    (const char *const[]){"AGE", "SENDER", "ATTEMPT",
+					  "MESSAGE ID", "TOKENS", "WHY"});
+	}
+	for (size_t i = 0; i < groups_n && !err; i++) {
+		swept_t s;
+		tbx__sweep_stats_t st;
+
+		memset(&s, 0, sizeof(s));
+		s.in = in;
+		s.grp = groups[i];
+		s.tbl = tbl;
+		s.arr = arr;
+		s.listed = total.listed;
+		/* Bounded batches, until a batch removes nothing or sees
+		 * everything: attempts in flight stay at the head of the
+		 * list and are seen again by every batch. */
+		do {
+			err = tbx__tokens_sweep_ex(tokens, in->store, s.grp,
+						   batch, &st, on_swept, &s);
+			s.sum.examined += st.examined;
+			s.sum.winners += st.winners;
+			s.sum.orphans += st.orphans;
+			s.sum.tokens_deleted += st.tokens_deleted;
+			s.in_flight = st.in_flight;
+		} while (!err && st.examined == batch &&
+			 st.winners + st.orphans > 0);
+		/* The last batch was all in flight: anything behind it was
+		 * not examined. */
+		if (!err && st.examined == batch &&
+		    st.winners + st.orphans == 0 &&
+		    attempts_of(in, s.grp) > (int64_t)s.in_flight)
+			more = 1;
+		total.sum.orphans += s.sum.orphans;
+		total.sum.winners += s.sum.winners;
+		total.sum.tokens_deleted += s.sum.tokens_deleted;
+		total.in_flight += s.in_flight;
+		total.listed = s.listed;
+		total.dropped += s.dropped;
+		if (garr) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(garr, o);
+			insp_json_add_str(o, "group", s.grp);
+			insp_json_add_int(o, "orphans", (int64_t)s.sum.orphans);
+			insp_json_add_int(o, "token_rows",
+					  (int64_t)s.sum.tokens_deleted);
+			insp_json_add_int(o, "winners", (int64_t)s.sum.winners);
+			insp_json_add_int(o, "in_flight", (int64_t)s.in_flight);
+		} else {
+			insp_tbl_cell(sum_tbl, s.grp);
+			insp_tbl_cellf(sum_tbl, "%zu", s.sum.orphans);
+			insp_tbl_cellf(
+			    sum_tbl, "%llu",
+			    (unsigned long long)s.sum.tokens_deleted);
+			insp_tbl_cellf(sum_tbl, "%zu", s.sum.winners);
+			insp_tbl_cellf(sum_tbl, "%zu", s.in_flight);
+		}
+	}
+	rc = INSPECT_EXIT_OK;
+	if (doc) {
+		insp_json_add_int(doc, "orphans", (int64_t)total.sum.orphans);
+		insp_json_add_int(doc, "token_rows",
+				  (int64_t)total.sum.tokens_deleted);
+		insp_json_add_int(doc, "winners", (int64_t)total.sum.winners);
+		insp_json_add_int(doc, "in_flight", (int64_t)total.in_flight);
+		cJSON_AddBoolToObject(doc, "more", more);
+		skipped_notes(in, doc, skipped, skipped_n);
+		if (err)
+			insp_json_add_str(doc, "error", tbx_strerror(err));
+		rc = insp_json_print(doc, rc);
+		doc = NULL;
+	} else {
+		char n[4][48];
+
+		snprintf(line, sizeof(line),
+			 "cleanup removed %s (%s) and the registrations of %s; "
+			 "%s left in flight.",
+			 insp_count_of(n[0], sizeof(n[0]),
+				       (int64_t)total.sum.orphans,
+				       "orphaned attempt", "orphaned attempts"),
+			 insp_count_of(n[1], sizeof(n[1]),
+				       (int64_t)total.sum.tokens_deleted,
+				       "token row", "token rows"),
+			 insp_count_of(n[2], sizeof(n[2]),
+				       (int64_t)total.sum.winners, "winner",
+				       "winners"),
+			 insp_count_of(n[3], sizeof(n[3]),
+				       (int64_t)total.in_flight, "attempt",
+				       "attempts"));
+		insp_wrap("", line);
+		if (groups_n)
+			insp_tbl_print(sum_tbl, 2);
+		if (total.dropped) {
+			printf("\nOrphaned attempts dropped:\n");
+			insp_tbl_print(tbl, 2);
+			if (total.dropped > CLEANUP_LISTED)
+				printf("  … %zu more (--json lists all)\n",
+				       total.dropped - CLEANUP_LISTED);
+		}
+		if (more) {
+			printf("\n");
+			insp_wrap("note: ",
+				  "a whole batch was in flight; attempts "
+				  "behind it were not examined (a larger "
+				  "--batch reaches them).");
+		}
+		skipped_notes(in, NULL, skipped, skipped_n);
+	}
+	if (err)
+		rc = sweep_fail(in, err);
+out:
+	cJSON_Delete(doc);
+	insp_tbl_free(sum_tbl);
+	insp_tbl_free(tbl);
+	tbx_tokens_close(tokens);
+	insp_free_list(groups, groups_n);
+	insp_free_list(skipped, skipped_n);
+	return rc;
+}
+
+/*
+ * redispatch
+ */
+
+typedef struct redone {
+	int64_t found, finished, left;
+	int64_t registered; /* attempts of the group still registered */
+	int err;
+	char errstr[512];
+} redone_t;
+
+static int64_t rows_older(tbx_worker_t *worker, int64_t before)
+{
+	sqlite3_stmt *stmt = NULL;
+	int64_t n = -1;
+
+	if (sqlite3_prepare_v2(tbx_outbox_db(worker->store),
+			       "SELECT count(*) FROM tbx_outbox WHERE grp = ?1 "
+			       "AND created_ms <= ?2",
+			       -1, &stmt, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(stmt, 1, worker->group, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(stmt, 2, before);
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			n = sqlite3_column_int64(stmt, 0);
+	}
+	sqlite3_finalize(stmt);
+	return n;
+}
+
+static int redispatch_group(insp_t *in, const char *grp, int64_t before,
+			    redone_t *res)
+{
+	const insp_opts_t *o = in->o;
+	char busy[24];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_worker_t *worker;
+	size_t batch = (size_t)o->batch;
+	const char *kv[][2] = {
+	    {"group.id", grp},
+	    {"store.path", o->store},
+	    {"tokens.path", in->single ? "" : in->tpath},
+	    {"kafka.bootstrap.servers", o->servers},
+	    {"store.busy.timeout.ms", busy},
+	    {"log.level", "error"},
+	    /* No sweeps or polls: the handle only redispatches. */
+	    {"cleanup.interval.ms", "0"},
+	};
+
+	memset(res, 0, sizeof(*res));
+	snprintf(busy, sizeof(busy), "%lld", o->busy_ms);
+	if (!conf) {
+		res->err = TBX_ENOMEM;
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
+		if ((res->err =
+			 tbx_conf_set(conf, kv[i][0], kv[i][1], res->errstr,
+				      sizeof(res->errstr)))) {
+			tbx_conf_destroy(conf);
+			return -1;
+		}
+	}
+	if (!(worker =
+		  tbx_worker_new(conf, res->errstr, sizeof(res->errstr)))) {
+		tbx_conf_destroy(conf);
+		res->err = TBX_ESTORE;
+		return -1;
+	}
+	tbx__log_setup(TBX_LOG_ERR - 1, INSPECT_CMD);
+	res->found = rows_older(worker, before);
+	while (res->found > 0) {
+		size_t want = batch, done = 0;
+
+		if (o->limit && (int64_t)want > o->limit - res->finished)
+			want = (size_t)(o->limit - res->finished);
+		if (want == 0)
+			break;
+		res->err = tbx__worker_redispatch(worker, before, want, &done);
+		res->finished += (int64_t)done;
+		/* A batch that did not finish everything it took has rows
+		 * that failed to deliver: taking them again now would
+		 * fail again. */
+		if (res->err || done < want)
+			break;
+	}
+	if (res->err)
+		snprintf(res->errstr, sizeof(res->errstr), "%s%s%s",
+			 tbx_strerror(res->err),
+			 *tbx_worker_errstr(worker) ? ": " : "",
+			 tbx_worker_errstr(worker));
+	res->left = rows_older(worker, before);
+	tbx_worker_destroy(worker);
+	return res->err ? -1 : 0;
+}
+
+int insp_redispatch(insp_t *in)
+{
+	int64_t before = in->now_ms - in->o->older_ms, found = 0;
+	char **groups = NULL, when[40], dur[32], line[700];
+	size_t groups_n = 0;
+	redone_t *res = NULL;
+	insp_tbl_t *tbl = NULL;
+	cJSON *doc = NULL, *arr = NULL;
+	int rc = INSPECT_EXIT_ERROR, failed = -1;
+
+	if (in->o->group_cnt) {
+		if (!(groups = calloc(in->o->group_cnt, sizeof(*groups))))
+			goto oom;
+		for (size_t i = 0; i < in->o->group_cnt; i++)
+			if (!(groups[groups_n++] =
+				  tbx__strdup(in->o->groups[i])))
+				goto oom;
+	} else if (insp_served_groups(in, &groups, &groups_n)) {
+		goto out;
+	}
+	if (!(res = calloc(groups_n + 1, sizeof(*res))))
+		goto oom;
+	for (size_t i = 0; i < groups_n; i++) {
+		if (redispatch_group(in, groups[i], before, &res[i]) ||
+		    res[i].left > 0)
+			if (failed < 0)
+				failed = (int)i;
+		found += res[i].found;
+		/* Rows finished here may leave attempts of earlier crashes
+		 * registered with no row: cleanup's to sweep, now that the
+		 * group has no row to say this store is its own. */
+		if (res[i].found)
+			res[i].registered = attempts_of(in, groups[i]);
+	}
+	insp_fmt_time(before, when, sizeof(when));
+	insp_fmt_duration(in->o->older_ms, dur, sizeof(dur));
+	if (in->o->json) {
+		doc = cJSON_CreateObject();
+		insp_json_add_int(doc, "older_than_ms", in->o->older_ms);
+		insp_json_add_int(doc, "created_before_ms", before);
+		arr = cJSON_AddArrayToObject(doc, "groups");
+	} else {
+		printf("redispatch: rows created at or before %s (older than "
+		       "%s)\n",
+		       when, dur);
+		tbl = insp_tbl_new("Lrrr",
+				   (const char *const[]){"GROUP", "FOUND",
+							 "FINISHED", "LEFT"});
+	}
+	for (size_t i = 0; i < groups_n; i++) {
+		const redone_t *r = &res[i];
+		/* Groups of ingress offsets or dead letters only, or with
+		 * younger rows, are not worth a line unless named. */
+		if (!r->found && !r->err && !in->o->group_cnt)
+			continue;
+		if (doc) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			insp_json_add_str(o, "group", groups[i]);
+			insp_json_add_int(o, "found", r->found);
+			insp_json_add_int(o, "finished", r->finished);
+			insp_json_add_int(o, "left", r->left);
+			insp_json_add_int(o, "registered_attempts",
+					  r->registered);
+			insp_json_add_str(o, "error",
+					  r->err ? r->errstr : NULL);
+		} else {
+			insp_tbl_cell(tbl, groups[i]);
+			insp_tbl_cellf(tbl, "%" PRId64, r->found);
+			insp_tbl_cellf(tbl, "%" PRId64, r->finished);
+			insp_tbl_cellf(tbl, "%" PRId64, r->left);
+		}
+	}
+	rc = INSPECT_EXIT_OK;
+	if (doc) {
+		rc = insp_json_print(doc, rc);
+		doc = NULL;
+	} else if (found || in->o->group_cnt) {
+		insp_tbl_print(tbl, 2);
+		for (size_t i = 0; i < groups_n; i++) {
+			char note[600], num[48];
+			if (!res[i].registered)
+				continue;
+			snprintf(
+			    note, sizeof(note),
+			    "%s of %s %s still registered (from earlier "
+			    "crashes, or workers at work): 'cleanup "
+			    "--group %s' sweeps the orphans among them.",
+			    insp_count_of(num, sizeof(num), res[i].registered,
+					  "attempt", "attempts"),
+			    groups[i], res[i].registered == 1 ? "is" : "are",
+			    groups[i]);
+			printf("\n");
+			insp_wrap("note: ", note);
+		}
+	} else {
+		printf("  no outbox rows that old\n");
+	}
+	if (failed >= 0) {
+		const redone_t *r = &res[failed];
+		if (r->err)
+			snprintf(line, sizeof(line), "%s: %s", groups[failed],
+				 r->errstr);
+		else
+			snprintf(line, sizeof(line),
+				 "%s: %" PRId64 " rows not finished (not "
+				 "delivered within dispatch.timeout.ms?)",
+				 groups[failed], r->left);
+		rc = tbx_cli_usage(INSPECT_CMD, "redispatch: %s", line);
+	}
+	goto out;
+oom:
+	rc = tbx_cli_usage(INSPECT_CMD, "out of memory");
+out:
+	cJSON_Delete(doc);
+	insp_tbl_free(tbl);
+	insp_free_list(groups, groups_n);
+	free(res);
+	return rc;
+}
