@@ -32,15 +32,30 @@ if ! bash scripts/install-deps.sh; then
 fi
 
 if step build bash scripts/build.sh --dir build; then
-	step tests ctest --test-dir build --output-on-failure -j2
+	step tests ctest --test-dir build --output-on-failure -j4
 else
 	skip tests
 fi
 
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Sanitizer reports go to files: Criterion runs each test in a worker
+# process whose exit status does not fail the test, and tests start child
+# processes of their own, so a leak report on stderr alone would pass
+# unnoticed.  Any report file fails the step.
+san_logs=$(mktemp -d /tmp/tokenbox-sanitizers.XXXXXX)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:log_path=$san_logs/asan}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:log_path=$san_logs/ubsan}
+asan_suite() {
+	local rc=0
+	ctest --test-dir build-asan --output-on-failure -j4 || rc=1
+	if compgen -G "$san_logs/*" >/dev/null; then
+		echo "test.sh: sanitizer reports:" >&2
+		cat "$san_logs"/* >&2
+		rc=1
+	fi
+	return $rc
+}
 if step asan-build bash scripts/build.sh --sanitize --dir build-asan; then
-	step asan-tests ctest --test-dir build-asan --output-on-failure -j2
+	step asan-tests asan_suite
 else
 	skip asan-tests
 fi
