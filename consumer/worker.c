@@ -739,9 +739,10 @@ int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 
 	if (!worker)
 		return TBX_EINVAL;
-	err = tbx_tokens_sweep(worker->tokens, worker->store, worker->group,
-			       limit ? limit : (size_t)worker->cleanup_batch,
-			       &st);
+	err = tbx__tokens_sweep_resume(
+	    worker->tokens, worker->store, worker->group,
+	    limit ? limit : (size_t)worker->cleanup_batch, &worker->sweep_at,
+	    &st);
 	worker->stats.orphans_swept += st.orphans;
 	if (st.orphans)
 		tbx__log(TBX_LOG_INFO,

@@ -16,6 +16,7 @@
 #include "consumer/util.h"
 #include "handlers/router.h"
 #include "outbox/outbox.h"
+#include "tokens/sweep.h"
 #include "tokens/tokens.h"
 
 #define TBX_TYPE_MAX 255
@@ -113,6 +114,7 @@ struct tbx_worker {
 	int synchronous_full;
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
+	tbx__sweep_cursor_t sweep_at; /* where the next cleanup goes on */
 	char dlq_suffix[65];
 	/* assigned partitions */
 	tbx__part_t *parts;

@@ -331,10 +331,12 @@ static int fx_h_drop_attempt(tbx_tokens_t *t, const char *attempt, int *dropped,
 }
 
 static int fx_h_registrations(tbx_tokens_t *t, const char *send_grp,
-			      size_t limit, tbx__reg_t **out, size_t *cnt)
+			      const tbx__reg_t *after, size_t limit,
+			      tbx__reg_t **out, size_t *cnt)
 {
 	fx_hooked_t *h = (fx_hooked_t *)t;
-	int err = tbx_tokens_registrations(h->real, send_grp, limit, out, cnt);
+	int err = tbx_tokens_registrations_after(h->real, send_grp, after,
+						 limit, out, cnt);
 
 	if (!err && h->after_list)
 		h->after_list(h->arg);
@@ -536,5 +538,48 @@ Test(sweep, stats_are_zeroed_even_when_the_sweep_fails)
 	cr_assert_eq(st.tokens_deleted, 0);
 	cr_assert_eq(tbx_tokens_sweep(env.tokens, env.store, GRP, 10, NULL),
 		     TBX_OK);
+	fx_env_close(&env);
+}
+
+/* More attempts in flight than one pass takes must not hide the orphans
+ * behind them: the workers' passes go on where the last one stopped. */
+Test(sweep, orphans_behind_a_full_pass_of_attempts_in_flight_are_reached)
+{
+	fx_env_t env;
+	tbx__row_t row;
+	tbx__sweep_cursor_t cursor = {0};
+	tbx__sweep_stats_t st;
+	const char *in_flight[] = {"m1", "m2", "m3"};
+
+	fx_env_open(&env, 0);
+	/* Three rows without an attempt, each with a crashed attempt: in
+	 * flight for the sweeper.  Then two orphans, registered later. */
+	for (size_t i = 0; i < 3; i++) {
+		fx_row_insert(&env, in_flight[i], 1);
+		fx_attempt(&env, in_flight[i], 1, &row);
+		tbx__row_clear(&row);
+		usleep(3000); /* distinct created_ms: a fixed order */
+	}
+	fx_attempt(&env, "gone-1", 1, &row);
+	tbx__row_clear(&row);
+	usleep(3000);
+	fx_attempt(&env, "gone-2", 1, &row);
+	tbx__row_clear(&row);
+
+	/* A pass of three from the head sees only attempts in flight ... */
+	cr_assert_eq(fx_sweep(&env, 3).orphans, 0);
+	cr_assert_eq(fx_sweep(&env, 3).orphans, 0, "and always would");
+	/* ... passes that go on reach the orphans, then start over. */
+	cr_assert_eq(tbx__tokens_sweep_resume(env.tokens, env.store, GRP, 3,
+					      &cursor, &st),
+		     TBX_OK);
+	cr_assert_eq(st.in_flight, 3);
+	cr_assert(cursor.valid);
+	cr_assert_eq(tbx__tokens_sweep_resume(env.tokens, env.store, GRP, 3,
+					      &cursor, &st),
+		     TBX_OK);
+	cr_assert_eq(st.orphans, 2);
+	cr_assert(!cursor.valid, "a short pass reached the end");
+	cr_assert_eq(fx_regs(&env, GRP), 3);
 	fx_env_close(&env);
 }

@@ -70,9 +70,10 @@ static const char *const sql[Q__COUNT] = {
 			    "token FROM tbx_registrations WHERE attempt = ?1)",
     /* One registration per attempt; every row of an attempt names the
      * same message. */
-    [Q_REG_LIST] = "SELECT attempt, min(msg_id), min(created_ms) AS c FROM "
-		   "tbx_registrations WHERE send_grp = ?1 GROUP BY attempt "
-		   "ORDER BY c, attempt LIMIT ?2",
+    [Q_REG_LIST] =
+	"SELECT attempt, min(msg_id), min(created_ms) AS c FROM "
+	"tbx_registrations WHERE send_grp = ?1 GROUP BY attempt "
+	"HAVING (c, attempt) > (?3, ?4) ORDER BY c, attempt LIMIT ?2",
     [Q_COUNT_TOKENS_ALL] = "SELECT count(*) FROM tbx_tokens",
     [Q_COUNT_TOKENS_GRP] = "SELECT count(*) FROM tbx_tokens WHERE grp = ?1",
     [Q_COUNT_REGS_ALL] = "SELECT count(DISTINCT attempt) FROM "
@@ -471,7 +472,8 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 }
 
 static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
-			    size_t limit, tbx__reg_t **out, size_t *cnt)
+			    const tbx__reg_t *after, size_t limit,
+			    tbx__reg_t **out, size_t *cnt)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	tbx__reg_t *regs = NULL;
@@ -487,9 +489,14 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 		return TBX_OK;
 	if (!(stmt = stmt_get(t, Q_REG_LIST)))
 		return tbx__db_fail(t->db, sql[Q_REG_LIST]);
+	/* (c, attempt) > (INT64_MIN, '') holds for every registration. */
 	if (sqlite3_bind_text(stmt, 1, send_grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_int64(stmt, 2,
-			       limit > INT64_MAX ? INT64_MAX : (int64_t)limit))
+	    sqlite3_bind_int64(
+		stmt, 2, limit > INT64_MAX ? INT64_MAX : (int64_t)limit) ||
+	    sqlite3_bind_int64(stmt, 3,
+			       after ? after->created_ms : INT64_MIN) ||
+	    sqlite3_bind_text(stmt, 4, after ? after->attempt : "", -1,
+			      SQLITE_STATIC))
 		return bind_fail(t, stmt);
 	/* One statement, one snapshot; copied out, then reset: no statement
 	 * stays active between calls. */

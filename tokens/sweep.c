@@ -48,6 +48,10 @@ int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 	return TBX_OK;
 }
 
+static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
+		 size_t limit, tbx__sweep_cursor_t *cursor,
+		 tbx__sweep_stats_t *stats, tbx__sweep_fn fn, void *opaque);
+
 int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		     size_t limit, tbx__sweep_stats_t *stats)
 {
@@ -60,6 +64,21 @@ int tbx__tokens_sweep_ex(tbx_tokens_t *tokens, tbx_outbox_t *store,
 			 tbx__sweep_stats_t *stats, tbx__sweep_fn fn,
 			 void *opaque)
 {
+	return sweep(tokens, store, grp, limit, NULL, stats, fn, opaque);
+}
+
+int tbx__tokens_sweep_resume(tbx_tokens_t *tokens, tbx_outbox_t *store,
+			     const char *grp, size_t limit,
+			     tbx__sweep_cursor_t *cursor,
+			     tbx__sweep_stats_t *stats)
+{
+	return sweep(tokens, store, grp, limit, cursor, stats, NULL, NULL);
+}
+
+static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
+		 size_t limit, tbx__sweep_cursor_t *cursor,
+		 tbx__sweep_stats_t *stats, tbx__sweep_fn fn, void *opaque)
+{
 	tbx__sweep_stats_t st;
 	tbx__reg_t *regs = NULL;
 	size_t cnt = 0;
@@ -70,8 +89,18 @@ int tbx__tokens_sweep_ex(tbx_tokens_t *tokens, tbx_outbox_t *store,
 		memset(stats, 0, sizeof(*stats));
 	if (!tokens || !store || !grp)
 		return TBX_EINVAL;
-	if ((err = tbx_tokens_registrations(tokens, grp, limit, &regs, &cnt)))
+	if ((err = tbx_tokens_registrations_after(
+		 tokens, grp, cursor && cursor->valid ? &cursor->last : NULL,
+		 limit, &regs, &cnt)))
 		return err;
+	/* The next pass goes on after the last one examined, so that
+	 * registrations in flight at the head cannot hide the orphans
+	 * behind them; a short pass reached the end: start over. */
+	if (cursor) {
+		cursor->valid = cnt > 0 && cnt >= limit;
+		if (cursor->valid)
+			cursor->last = regs[cnt - 1];
+	}
 	for (size_t i = 0; i < cnt; i++) {
 		const tbx__reg_t *reg = &regs[i];
 		const char *one[1] = {reg->attempt};

@@ -79,6 +79,23 @@ typedef void (*tbx__sweep_fn)(void *opaque, const tbx__reg_t *reg, int verdict,
 int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		     size_t limit, tbx__sweep_stats_t *stats);
 
+/** Where the last pass stopped, for a sweep that goes on from there. */
+typedef struct tbx__sweep_cursor {
+	int valid; /**< 0: start from the oldest registration */
+	tbx__reg_t last;
+} tbx__sweep_cursor_t;
+
+/**
+ * One bounded pass that starts after @p cursor and leaves it after the
+ * last registration examined (or resets it when the pass reached the
+ * end), so that successive passes cover every registration even when more
+ * than @p limit at the head are in flight.  What the workers call.
+ */
+int tbx__tokens_sweep_resume(tbx_tokens_t *tokens, tbx_outbox_t *store,
+			     const char *grp, size_t limit,
+			     tbx__sweep_cursor_t *cursor,
+			     tbx__sweep_stats_t *stats);
+
 /** tbx_tokens_sweep() that also reports each registration to @p fn (may
  *  be NULL), for tools that say what they removed. */
 int tbx__tokens_sweep_ex(tbx_tokens_t *tokens, tbx_outbox_t *store,

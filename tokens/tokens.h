@@ -84,10 +84,12 @@ typedef struct tbx_tokens_ops {
 	 */
 	int (*drop_attempt)(tbx_tokens_t *tokens, const char *attempt,
 			    int *dropped, uint64_t *deleted);
-	/** Up to @p limit registrations of @p send_grp, oldest first, into a
+	/** Up to @p limit registrations of @p send_grp, oldest first (by
+	 *  created_ms, then attempt) and after @p after when not NULL, into a
 	 *  malloc'ed array (*out, caller frees; NULL when *cnt is 0). */
 	int (*registrations)(tbx_tokens_t *tokens, const char *send_grp,
-			     size_t limit, tbx__reg_t **out, size_t *cnt);
+			     const tbx__reg_t *after, size_t limit,
+			     tbx__reg_t **out, size_t *cnt);
 	/** Counts token rows of @p grp (NULL: all) and registrations of
 	 *  @p grp as sender (NULL: all).  Either out pointer may be NULL. */
 	int (*count)(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
@@ -152,7 +154,16 @@ static inline int tbx_tokens_registrations(tbx_tokens_t *t,
 					   const char *send_grp, size_t limit,
 					   tbx__reg_t **out, size_t *cnt)
 {
-	return t->ops->registrations(t, send_grp, limit, out, cnt);
+	return t->ops->registrations(t, send_grp, NULL, limit, out, cnt);
+}
+/* The same, starting after @p after in that order (NULL: the oldest). */
+static inline int tbx_tokens_registrations_after(tbx_tokens_t *t,
+						 const char *send_grp,
+						 const tbx__reg_t *after,
+						 size_t limit, tbx__reg_t **out,
+						 size_t *cnt)
+{
+	return t->ops->registrations(t, send_grp, after, limit, out, cnt);
 }
 static inline int tbx_tokens_count(tbx_tokens_t *t, const char *grp,
 				   int64_t *token_rows, int64_t *registrations)
