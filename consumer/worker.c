@@ -675,6 +675,38 @@ void tbx_worker_stop(tbx_worker_t *worker)
 		atomic_store(&worker->stop, 1);
 }
 
+/*
+ * Unsubscribes and serves the revocation that follows before the consumer
+ * is closed: librdkafka 2.0 can abort in rd_kafka_consumer_close() when it
+ * meets an assignment still in progress (a rebalance under way; librdkafka
+ * issues 4308, 4312, 4792).  Records polled meanwhile are not processed:
+ * their offsets are not committed, so the next owner gets them.
+ */
+static void leave_group(tbx_worker_t *worker)
+{
+	int64_t deadline = tbx__mono_ms() + (worker->shutdown_timeout_ms < 10000
+						 ? worker->shutdown_timeout_ms
+						 : 10000);
+	rd_kafka_unsubscribe(worker->consumer);
+	/* Poll at least once: the revocation is served inside poll. */
+	while (tbx__mono_ms() < deadline) {
+		rd_kafka_topic_partition_list_t *assigned = NULL;
+		rd_kafka_message_t *rkm;
+		int cnt = 0;
+
+		if ((rkm = rd_kafka_consumer_poll(worker->consumer, 100)))
+			rd_kafka_message_destroy(rkm);
+		tbx__batch_reset(&worker->batch);
+		if (!rd_kafka_assignment(worker->consumer, &assigned) &&
+		    assigned)
+			cnt = assigned->cnt;
+		if (assigned)
+			rd_kafka_topic_partition_list_destroy(assigned);
+		if (cnt == 0)
+			break;
+	}
+}
+
 int tbx_worker_close(tbx_worker_t *worker)
 {
 	if (!worker || worker->closed)
@@ -689,6 +721,7 @@ int tbx_worker_close(tbx_worker_t *worker)
 		if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
 			tbx__log(TBX_LOG_INFO, "final commit: %s",
 				 rd_kafka_err2str(err));
+		leave_group(worker);
 		rd_kafka_consumer_close(worker->consumer);
 		rd_kafka_destroy(worker->consumer);
 		worker->consumer = NULL;
