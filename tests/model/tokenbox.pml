@@ -1,0 +1,389 @@
+/*
+ * tokenbox exactly-once protocol: a Promela model (see docs/model.md).
+ *
+ * One sending service (consumer group G1, two workers W1, W2) reads one
+ * partition of the incoming topic holding three records: message 0,
+ * message 1, and a re-sent copy of message 0 (same id, same token).
+ * Each handled message queues one outgoing message (outgoing message m
+ * belongs to incoming message m) to an output topic read by two
+ * downstream groups D1, D2.  A sweeper (register-cleanup) runs alongside.
+ *
+ * Per record, a worker runs A (process), B (tokens), C (dispatch),
+ * D (consume incoming token), E (finish: delete row), F (commit offset),
+ * and may crash between any two persistent steps (bounded by MAXCRASH).
+ *
+ * Broken variants (compile with -D...):
+ *   BUG_CHECK_BEFORE_LOCK        A reads row/token before S's write lock
+ *   BUG_CONSUME_BEFORE_DISPATCH  D before C (a legal reordering, see docs)
+ *   BUG_CONSUME_BEFORE_COMMIT    D before A's commit (token gone, no row)
+ *   BUG_DELETE_ROW_BEFORE_TOKEN  E before D
+ *   BUG_UNCONDITIONAL_RECORD     B's record overwrites an existing attempt
+ * Other switches:
+ *   NOCRASH / MAXCRASH=n         crash budget (default 2)
+ *   ASYNC_DOWNSTREAM             D1, D2 as processes of their own instead of
+ *                                consuming at produce time (much larger)
+ */
+
+#ifndef MAXCRASH
+#ifdef NOCRASH
+#define MAXCRASH 0
+#else
+#define MAXCRASH 2
+#endif
+#endif
+
+#define NIN     3          /* records in the incoming partition */
+#define NMSG    2          /* logical incoming (= outgoing) messages */
+#define NGRP    2          /* downstream groups D1, D2 */
+#define MAXATT  8          /* attempt ids 1..MAXATT; 0 = none */
+
+/* ---- incoming topic (one partition) ---- */
+byte inq[NIN];             /* record offset -> message id */
+byte in_commit;            /* G1's committed offset */
+
+/* ---- token store T ---- */
+bit  tok_in[NMSG];                 /* G1's token row for incoming msg m */
+byte att_msg[MAXATT + 1];          /* attempt -> outgoing message (= row id) */
+bit  reg[MAXATT + 1];              /* registration of an attempt (G1's) */
+bit  tok_out[(MAXATT + 1) * NGRP]; /* token row (attempt's token, group) */
+byte natt;                         /* attempt id counter */
+#define TOK(a, g) tok_out[(a) * NGRP + (g)]
+
+/* ---- service store S (G1's) ---- */
+byte slock;                /* S write lock owner: 0 free, else worker id */
+bit  row[NMSG];            /* outbox row (G1, message m) exists */
+byte row_att[NMSG];        /* its attempt, 0 = none (PROCESSED) */
+byte effect[NMSG];         /* committed handler effects of message m */
+
+/* ---- output topic and downstream ---- */
+bit  produced[MAXATT + 1]; /* a record with this attempt's token is in Kafka */
+byte dproc[NMSG * NGRP];   /* downstream effects per (outgoing msg, group) */
+#define DPROC(m, g) dproc[(m) * NGRP + (g)]
+
+/* ---- bookkeeping ---- */
+byte crashes;
+byte wdone;
+
+#define CRASH \
+	if \
+	:: crashes < MAXCRASH -> crashes++; goto restart \
+	:: true -> skip /* not "else": that would force the crash */ \
+	fi
+
+#define ANYREG (reg[1] || reg[2] || reg[3] || reg[4] || reg[5] || reg[6] || \
+		reg[7] || reg[8])
+#define CONS1(a, g) (produced[a] && TOK(a, g))
+#define CONS(g) (CONS1(1, g) || CONS1(2, g) || CONS1(3, g) || \
+		 CONS1(4, g) || CONS1(5, g) || CONS1(6, g) || \
+		 CONS1(7, g) || CONS1(8, g))
+
+/* a downstream group's whole exactly-once step: check + effect + delete
+ * its own token row, atomically; a copy whose token is gone is dropped */
+#define CONSUME(a, g) \
+	if \
+	:: TOK(a, g) -> \
+		TOK(a, g) = 0; \
+		DPROC(att_msg[a], g)++; \
+		assert(DPROC(att_msg[a], g) <= 1) \
+	:: else -> skip \
+	fi
+
+/* actions decided by A */
+#define DROP   0
+#define HANDLE 1
+#define RESUME 2
+
+/* ------------------------------------------------------------------ */
+/* A sending worker of G1.                                             */
+/* ------------------------------------------------------------------ */
+proctype Worker(byte me)
+{
+	byte pos, m, a, act;
+	bit won;
+
+restart:
+	slock = (slock == me -> 0 : slock); /* a dead process holds no lock */
+	m = 0; a = 0; act = 0; won = 0;     /* volatile state is lost */
+	pos = in_commit;                    /* resume at the committed offset */
+	do
+	:: pos >= NIN -> break
+	:: else ->
+		m = inq[pos];
+		a = 0;
+
+		/* ---- A: process (phase_process / process_one / run_handler) */
+#ifdef BUG_CHECK_BEFORE_LOCK
+		/* the row/token check runs before S's write lock is held */
+		atomic {
+			if
+			:: row[m] -> act = RESUME
+			:: else -> act = (tok_in[m] -> HANDLE : DROP)
+			fi
+		}
+		atomic { slock == 0 -> slock = me }
+#else
+		/* BEGIN IMMEDIATE; the check runs under S's write lock.  Taking
+		 * the lock and checking are one step: while the lock is held no
+		 * row can change, and the token can only disappear through a D
+		 * that follows some A's commit, i.e. only when a row exists. */
+		atomic {
+			slock == 0 -> slock = me;
+			if
+			:: row[m] -> act = RESUME
+			:: else -> act = (tok_in[m] -> HANDLE : DROP)
+			fi
+		}
+#endif
+#ifdef BUG_CONSUME_BEFORE_COMMIT
+		/* D before A's commit: the incoming token goes first */
+		if
+		:: act == HANDLE -> tok_in[m] = 0;
+			if
+			:: crashes < MAXCRASH -> crashes++; slock = 0; goto restart
+			:: true -> skip
+			fi
+		:: else -> skip
+		fi
+#endif
+		atomic {
+			if
+			:: act == HANDLE ->
+				/* handler effects and the row: one S transaction */
+				effect[m]++;
+				assert(effect[m] <= 1); /* handler commits at most once */
+				row[m] = 1;
+				row_att[m] = 0
+			:: act == RESUME -> a = row_att[m]
+			:: else -> skip
+			fi;
+			slock = 0 /* COMMIT */
+		}
+		if
+		:: act == DROP -> goto commit
+		:: else -> skip
+		fi;
+		CRASH; /* A.committed */
+
+		/* ---- B: tokens (phase_tokens) */
+		if
+		:: a == 0 ->
+			/* one T transaction: new attempt, registration, a token
+			 * row per subscribed group (D1, D2) */
+			atomic {
+				assert(natt < MAXATT); /* model bound, not a property */
+				natt++;
+				a = natt;
+				att_msg[a] = m;
+				reg[a] = 1;
+				TOK(a, 0) = 1;
+				TOK(a, 1) = 1
+			}
+			CRASH; /* B.minted */
+			/* one S transaction: record the attempt */
+			atomic {
+				slock == 0 ->
+#ifdef BUG_UNCONDITIONAL_RECORD
+				if
+				:: row[m] -> row_att[m] = a; won = 1
+				:: else -> won = 0
+				fi
+#else
+				if
+				:: row[m] && row_att[m] == 0 -> row_att[m] = a; won = 1
+				:: else -> won = 0
+				fi
+#endif
+			}
+			CRASH; /* B.recorded */
+			if
+			:: won -> won = 0
+			:: else ->
+				/* loser: drop own tokens (only if registered) */
+				atomic {
+					if
+					:: reg[a] -> reg[a] = 0; TOK(a, 0) = 0; TOK(a, 1) = 0
+					:: else -> skip
+					fi
+				}
+				CRASH;
+				/* reload the row: the winner's attempt, or gone */
+				atomic {
+					slock == 0 ->
+					if
+					:: row[m] -> a = row_att[m]
+					:: else -> a = 0
+					fi
+				}
+				if
+				:: a == 0 -> goto commit /* another worker finished it */
+				:: else -> skip
+				fi
+			fi
+		:: else -> skip
+		fi;
+
+#ifdef BUG_CONSUME_BEFORE_DISPATCH
+		tok_in[m] = 0; /* D */
+		CRASH;         /* D.consumed */
+#endif
+		/* ---- C: dispatch (phase_dispatch) */
+		reg[a] = 0;    /* confirm: delete the attempt's registration */
+		CRASH;         /* C.confirmed */
+		atomic {       /* produce (a copy if produced before) */
+			produced[a] = 1;
+#ifndef ASYNC_DOWNSTREAM
+			/* downstream D1, D2 consume the record at once */
+			CONSUME(a, 0);
+			CONSUME(a, 1)
+#endif
+		}
+		CRASH;         /* C.produced / C.delivered */
+
+#ifdef BUG_DELETE_ROW_BEFORE_TOKEN
+		/* ---- E before D */
+		atomic { slock == 0 -> row[m] = 0; row_att[m] = 0 }
+		CRASH;
+		tok_in[m] = 0;
+		CRASH;
+#else
+#ifndef BUG_CONSUME_BEFORE_DISPATCH
+		/* ---- D: consume the incoming token (phase_consume) */
+		tok_in[m] = 0;
+		CRASH;         /* D.consumed */
+#endif
+		/* ---- E: finish (phase_finish) */
+		atomic { slock == 0 -> row[m] = 0; row_att[m] = 0 }
+		CRASH;         /* E.deleted */
+#endif
+
+commit:
+		/* ---- F: commit the offset (phase_commit) */
+		atomic {
+			if
+			:: in_commit < pos + 1 -> in_commit = pos + 1
+			:: else -> skip
+			fi;
+			pos++;
+			m = 0; a = 0; act = 0
+		}
+		CRASH          /* F.committed */
+	od;
+	wdone++
+}
+
+/* ------------------------------------------------------------------ */
+/* Register-cleanup (tokens/sweep.c) for G1's registrations.           */
+/* ------------------------------------------------------------------ */
+#define SAME   0
+#define ORPHAN 1
+#define LEAVE  2
+
+proctype Sweeper()
+{
+	byte a, m, verdict;
+
+	do
+	:: ANYREG ->
+		/* pick a registration and classify it against S */
+		atomic {
+			/* the oldest registration first */
+			a = 1;
+			do
+			:: a > MAXATT -> a = 0; break
+			:: a <= MAXATT && reg[a] -> break
+			:: a <= MAXATT && !reg[a] -> a++
+			od;
+			if
+			:: a == 0 -> verdict = LEAVE
+			:: else ->
+				m = att_msg[a];
+				if
+				:: row[m] && row_att[m] == a -> verdict = SAME
+				:: row[m] && row_att[m] == 0 -> verdict = LEAVE
+				:: else -> verdict = ORPHAN
+				fi
+			fi
+		}
+		/* ... then act on T in a separate transaction */
+		if
+		:: verdict == SAME -> reg[a] = 0
+		:: verdict == ORPHAN ->
+			atomic {
+				if
+				:: reg[a] -> reg[a] = 0; TOK(a, 0) = 0; TOK(a, 1) = 0
+				:: else -> skip
+				fi
+			}
+		:: else -> skip
+		fi;
+		a = 0; m = 0; verdict = 0
+	:: wdone == 2 && !ANYREG -> break
+	od
+}
+
+/* ------------------------------------------------------------------ */
+/* A downstream group: check + effect + delete its own token, atomic.  */
+/* ------------------------------------------------------------------ */
+proctype Downstream(byte g)
+{
+	byte a;
+
+	do
+	:: atomic {
+		CONS(g) ->
+		a = 1;
+		do
+		:: CONS1(a, g) -> break
+		:: else -> a++
+		od;
+		TOK(a, g) = 0; /* only its own group's token row */
+		DPROC(att_msg[a], g)++;
+		assert(DPROC(att_msg[a], g) <= 1); /* processed at most once */
+		a = 0
+	   }
+	:: wdone == 2 && !CONS(g) -> break
+	od
+}
+
+init
+{
+	byte i, g;
+
+	atomic {
+		inq[0] = 0; inq[1] = 1; inq[2] = 0; /* m0, m1, m0 re-sent */
+		tok_in[0] = 1; tok_in[1] = 1;
+		run Worker(1);
+		run Worker(2);
+		run Sweeper();
+#ifdef ASYNC_DOWNSTREAM
+		run Downstream(0);
+		run Downstream(1);
+#endif
+		skip
+	}
+	(_nr_pr == 1);
+	/* end state: everything handled exactly once, stores empty */
+	atomic {
+		assert(in_commit == NIN);
+		i = 0;
+		do
+		:: i < NMSG ->
+			assert(effect[i] == 1);
+			assert(!row[i] && !tok_in[i]);
+			g = 0;
+			do
+			:: g < NGRP -> assert(DPROC(i, g) == 1); g++
+			:: else -> break
+			od;
+			i++
+		:: else -> break
+		od;
+		i = 1;
+		do
+		:: i <= MAXATT ->
+			assert(!reg[i] && !TOK(i, 0) && !TOK(i, 1));
+			i++
+		:: else -> break
+		od
+	}
+}
