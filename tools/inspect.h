@@ -226,5 +226,13 @@ void insp_json_add_int(cJSON *obj, const char *key, int64_t v);
 /** Prints @p doc formatted, then frees it.  @returns the exit status
  *  @p rc, or INSPECT_EXIT_ERROR when out of memory. */
 int insp_json_print(cJSON *doc, int rc);
+/**
+ * The end of a list command: --check's finding; then *doc with "total"
+ * and "shown" (printed and freed, *doc set to NULL), or "no NOUN match"
+ * (or "no NOUN" + @p idle when nothing was filtered), or the table and how
+ * many --limit left out.  @returns the exit status.
+ */
+int insp_list_finish(insp_t *in, cJSON **doc, insp_tbl_t *tbl, int64_t total,
+		     int64_t shown, const char *noun, const char *idle);
 
 #endif

@@ -592,3 +592,26 @@ int insp_json_print(cJSON *doc, int rc)
 	cJSON_free(text);
 	return rc;
 }
+
+int insp_list_finish(insp_t *in, cJSON **doc, insp_tbl_t *tbl, int64_t total,
+		     int64_t shown, const char *noun, const char *idle)
+{
+	int rc = in->o->check && shown ? INSPECT_EXIT_FINDING : INSPECT_EXIT_OK;
+
+	if (*doc) {
+		insp_json_add_int(*doc, "total", total);
+		insp_json_add_int(*doc, "shown", shown);
+		rc = insp_json_print(*doc, rc);
+		*doc = NULL;
+	} else if (!shown) {
+		printf("no %s%s\n", noun,
+		       total || in->o->older_ms >= 0 || in->o->group_cnt
+			   ? " match"
+			   : idle);
+	} else {
+		insp_tbl_print(tbl, 0);
+		if (total > shown)
+			printf("… %" PRId64 " more (--limit)\n", total - shown);
+	}
+	return rc;
+}

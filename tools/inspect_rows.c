@@ -261,22 +261,8 @@ int insp_outbox_list(insp_t *in)
 	}
 	if (r < 0)
 		goto out;
-	rc = in->o->check && shown ? INSPECT_EXIT_FINDING : INSPECT_EXIT_OK;
-	if (doc) {
-		insp_json_add_int(doc, "total", total);
-		insp_json_add_int(doc, "shown", shown);
-		rc = insp_json_print(doc, rc);
-		doc = NULL;
-	} else if (!shown) {
-		printf("no outbox rows%s\n",
-		       total || in->o->older_ms >= 0 || in->o->group_cnt
-			   ? " match"
-			   : " pending");
-	} else {
-		insp_tbl_print(tbl, 0);
-		if (total > shown)
-			printf("… %" PRId64 " more (--limit)\n", total - shown);
-	}
+	rc = insp_list_finish(in, &doc, tbl, total, shown, "outbox rows",
+			      " pending");
 out:
 	cJSON_Delete(doc);
 	insp_tbl_free(tbl);
@@ -468,22 +454,8 @@ int insp_dl_list(insp_t *in)
 	}
 	if (r < 0)
 		goto out;
-	rc = in->o->check && shown ? INSPECT_EXIT_FINDING : INSPECT_EXIT_OK;
-	if (doc) {
-		insp_json_add_int(doc, "total", total);
-		insp_json_add_int(doc, "shown", shown);
-		rc = insp_json_print(doc, rc);
-		doc = NULL;
-	} else if (!shown) {
-		printf("no dead letters%s\n",
-		       total || in->o->older_ms >= 0 || in->o->group_cnt
-			   ? " match"
-			   : " recorded");
-	} else {
-		insp_tbl_print(tbl, 0);
-		if (total > shown)
-			printf("… %" PRId64 " more (--limit)\n", total - shown);
-	}
+	rc = insp_list_finish(in, &doc, tbl, total, shown, "dead letters",
+			      " recorded");
 out:
 	cJSON_Delete(doc);
 	insp_tbl_free(tbl);
