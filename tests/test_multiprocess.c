@@ -27,6 +27,26 @@ typedef struct world {
 	pid_t cluster;
 } world_t;
 
+/* Every child, so that a failed assertion does not leave processes that
+ * hold the test runner's output open. */
+static pid_t children[256];
+static size_t child_cnt;
+
+static pid_t spawn(char *const argv[])
+{
+	pid_t pid = tt_spawn(argv, NULL);
+
+	if (child_cnt < sizeof(children) / sizeof(children[0]))
+		children[child_cnt++] = pid;
+	return pid;
+}
+
+static void kill_children(void)
+{
+	for (size_t i = 0; i < child_cnt; i++)
+		kill(children[i], SIGKILL);
+}
+
 static pid_t start_worker(world_t *w, const char *role)
 {
 	char group[64], store[600], tokens[600], boot[300], plugin[600],
@@ -55,7 +75,7 @@ static pid_t start_worker(world_t *w, const char *role)
 			"-X",	     "stats.interval.ms=0",
 			"-X",	     "log.level=error",
 			NULL};
-	return tt_spawn(argv, NULL);
+	return spawn(argv);
 }
 
 static void stop_worker(pid_t pid, int sig, int want_clean)
@@ -119,7 +139,7 @@ static int drained(world_t *w)
 }
 
 Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
-     .timeout = 600)
+     .timeout = 600, .fini = kill_children)
 {
 	world_t w;
 	const char *bin = getenv("TBX_BIN_DIR");
@@ -147,7 +167,7 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
 	    "--topic",	"payments:6",	  "--topic",	      "orders.dlq:1",
 	    "--topic",	"payments.dlq:1", "--bootstrap-file", bootfile,
 	    NULL};
-	w.cluster = tt_spawn(mc, NULL);
+	w.cluster = spawn(mc);
 	for (int i = 0; i < 100 && access(bootfile, F_OK) != 0; i++)
 		usleep(50000);
 	cr_assert((f = fopen(bootfile, "r")), "mock-cluster did not start");

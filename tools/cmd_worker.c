@@ -450,7 +450,10 @@ static int install_signals(long long timeout_ms)
 	memset(&sev, 0, sizeof(sev));
 	sev.sigev_notify = SIGEV_SIGNAL;
 	sev.sigev_signo = SIGALRM;
-	have_timer = timer_create(CLOCK_MONOTONIC, &sev, &shutdown_timer) == 0;
+	/* Called twice (at start and once the bound is known): one timer. */
+	if (!have_timer)
+		have_timer =
+		    timer_create(CLOCK_MONOTONIC, &sev, &shutdown_timer) == 0;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_shutdown_timeout;
@@ -571,6 +574,11 @@ int tbx_cmd_worker(int argc, char **argv)
 	long long timeout_ms = 0;
 	int rc, err;
 
+	/* First of all: a SIGTERM during start-up must stop the worker
+	 * cleanly, not kill it (the default action).  The bound is re-armed
+	 * once the configuration is read. */
+	if ((rc = install_signals(30000)))
+		goto out;
 	if ((rc = parse_args(argc, argv, &o))) {
 		rc = rc < 0 ? TBX_EXIT_OK : rc;
 		goto out;
