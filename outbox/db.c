@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "consumer/util.h"
@@ -487,8 +488,8 @@ rollback:
 	return err;
 }
 
-int tbx__db_open(const char *path, const tbx__db_opts_t *opts, sqlite3 **out,
-		 char *errstr, size_t errstr_size)
+static int db_open_once(const char *path, const tbx__db_opts_t *opts,
+			sqlite3 **out, char *errstr, size_t errstr_size)
 {
 	tbx__db_opts_t defaults;
 	sqlite3 *db = NULL;
@@ -611,5 +612,27 @@ int tbx__db_open(const char *path, const tbx__db_opts_t *opts, sqlite3 **out,
 	return TBX_OK;
 fail:
 	sqlite3_close_v2(db);
+	return err;
+}
+
+/*
+ * Several processes opening a file that does not exist yet race on its
+ * creation: reading the header or switching to WAL can answer SQLITE_BUSY
+ * at once, without the busy handler.  The whole open is tried again until
+ * busy_timeout has passed.
+ */
+int tbx__db_open(const char *path, const tbx__db_opts_t *opts, sqlite3 **out,
+		 char *errstr, size_t errstr_size)
+{
+	int64_t until;
+	int err;
+
+	until =
+	    tbx__mono_ms() +
+	    (opts && opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms : 5000);
+	while ((err = db_open_once(path, opts, out, errstr, errstr_size)) ==
+		   TBX_EBUSY &&
+	       tbx__mono_ms() < until)
+		usleep(20000);
 	return err;
 }
