@@ -550,6 +550,7 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 	}
 	if ((err = phase_guard(worker, batch)))
 		return err;
+	tbx__crashpoint("G.marked");
 	if ((err = tbx_outbox_begin(worker->store)))
 		goto released;
 	for (size_t i = 0; i < batch->cnt; i++) {

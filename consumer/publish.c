@@ -34,6 +34,7 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 		tbx__seterr(errstr, errstr_size, TBX_EINVAL, "conf is NULL");
 		return NULL;
 	}
+	tbx__crashpoints_arm();
 	path = tbx__conf_str(conf, "tokens.path");
 	if (!*path)
 		path = tbx__conf_str(conf, "store.path");

@@ -64,10 +64,15 @@ void tbx__log(int level, const char *fmt, ...)
 /*
  * Crash points (fault injection for tests and the chaos harness).
  *
- * TBX_CRASH_AT=<name>[:<n>] makes the n-th (default 1st) passage through the
- * point called <name> kill the process with SIGKILL, as a power cut would.
- * Unset: a single well-predicted branch.
+ * TBX_CRASH_AT=<rule>[,<rule>...] arms them; a rule is <name>[:<n>] (the
+ * n-th passage, default the first) or <name>@<p> (each passage with
+ * probability p); <name> may end in '*' to match a prefix, or be "*".  A
+ * matching passage kills the process with SIGKILL, as a power cut would.
+ * TBX_CRASH_SEED seeds the draws.  Unset: one call and a load.
  */
 void tbx__crashpoint(const char *name);
+/** Reads TBX_CRASH_AT now (workers and publishers do, when created), so
+ *  that a malformed value stops the process at once. */
+void tbx__crashpoints_arm(void);
 
 #endif

@@ -43,6 +43,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 		tbx__seterr(errstr, errstr_size, TBX_EINVAL, "conf is NULL");
 		return NULL;
 	}
+	tbx__crashpoints_arm();
 	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size))
 		return NULL;
 	if (!(worker = calloc(1, sizeof(*worker)))) {

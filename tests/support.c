@@ -478,7 +478,7 @@ void tt_crash_case(const char *point, int single_file)
 	char *s2 = tt_path(dir, single_file ? "all.db" : "s2.db");
 	char *tokens = tt_path(dir, single_file ? "all.db" : "tokens.db");
 	tt_cluster_t *cluster = tt_cluster_new(1);
-	char prog[512], env_crash[160], tokens_arg[600];
+	char prog[512], env_crash[200], tokens_arg[600];
 	const char *bin = getenv("TBX_TEST_BIN_DIR");
 	tt_record_t *recs;
 	size_t cnt;
@@ -498,24 +498,54 @@ void tt_crash_case(const char *point, int single_file)
 	tt_reproduce(cluster->bootstraps, "in", recs, cnt);
 	tt_records_free(recs, cnt);
 
-	/* The child runs hop 1 until the crash point kills it. */
+	/* Children run hop 1 in turn: each until its crash point kills it,
+	 * "-" until idle.  Sweeper points need the sweeper running at once. */
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
-	snprintf(env_crash, sizeof(env_crash), "TBX_CRASH_AT=%s", point);
 	snprintf(tokens_arg, sizeof(tokens_arg), "%s", tokens);
-	char *argv[] = {prog, cluster->bootstraps, s1, tokens_arg, "g1", NULL};
-	char *envv[] = {env_crash, NULL};
-	status = tt_wait(tt_spawn(argv, envv), 60);
-	cr_assert(status != -1, "%s: the worker never reached the point",
-		  point);
-	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
-		  "%s: the worker was not killed at the point (status %d)",
-		  point, status);
-	cr_assert(tt_integrity_ok(s1), "%s: service store damaged", point);
-	cr_assert(tt_integrity_ok(tokens), "%s: token store damaged", point);
-	/* The handler ran to commit at most once per message so far. */
-	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT payload) "
-				  "FROM hop1"),
-		     0, "%s: a handler committed twice", point);
+	for (const char *p = point; *p;) {
+		size_t len = strcspn(p, "|");
+		char step[128];
+		int clean;
+
+		snprintf(step, sizeof(step), "%.*s", (int)len, p);
+		p += len + (p[len] == '|');
+		clean = strcmp(step, "-") == 0;
+		snprintf(env_crash, sizeof(env_crash), "TBX_CRASH_AT=%s",
+			 clean ? "" : step);
+		char *argv[] = {prog,
+				cluster->bootstraps,
+				s1,
+				tokens_arg,
+				"g1",
+				strncmp(step, "sweep.", 6) == 0
+				    ? "cleanup.interval.ms=1"
+				    : "cleanup.interval.ms=0",
+				NULL};
+		char *envv[] = {env_crash, NULL};
+		status = tt_wait(tt_spawn(argv, envv), 90);
+		cr_assert(status != -1, "%s: the worker never reached %s",
+			  point, step);
+		if (clean)
+			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+				  "%s: the worker did not finish cleanly "
+				  "(status %d)",
+				  point, status);
+		else
+			cr_assert(WIFSIGNALED(status) &&
+				      WTERMSIG(status) == SIGKILL,
+				  "%s: the worker was not killed at %s "
+				  "(status %d)",
+				  point, step, status);
+		cr_assert(tt_integrity_ok(s1), "%s: service store damaged",
+			  point);
+		cr_assert(tt_integrity_ok(tokens), "%s: token store damaged",
+			  point);
+		/* The handler ran to commit at most once per message so
+		 * far. */
+		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
+					  "payload) FROM hop1"),
+			     0, "%s: a handler committed twice", point);
+	}
 
 	/* Recovery: hop 1 restarts; hop 2 consumes what hop 1 sends. */
 	tt_hop_t hop1 = {

@@ -103,5 +103,8 @@ int tt_wait(pid_t pid, int timeout_s);
 
 /** The whole crash case of DESIGN.md's analysis for one point: publish,
  *  run a child worker with TBX_CRASH_AT=@p point, check it died by
- *  SIGKILL, recover in process, and check every invariant. */
+ *  SIGKILL, recover in process, and check every invariant.  @p point may
+ *  name several children run in turn, separated by '|': each a
+ *  TBX_CRASH_AT value, or "-" for a child that runs until idle and exits
+ *  0.  Children at "sweep.*" points run the sweeper every millisecond. */
 void tt_crash_case(const char *point, int single_file);

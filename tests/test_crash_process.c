@@ -43,3 +43,10 @@ Test(crash, single_file_stores_survive_a_kill_after_A)
 {
 	tt_crash_case("A.committed", 1);
 }
+
+/* G's marker committed, A not begun: the batch is taken as suspect and
+ * processed one record at a time; nothing is lost or repeated. */
+Test(crash, killed_after_the_guard_marker_processes_once)
+{
+	tt_crash_case("G.marked", 0);
+}

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/util.h"
+
 int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 			const tbx__reg_t *reg, int *verdict,
 			char row_attempt[TBX_UUID_LEN + 1])
@@ -120,6 +122,7 @@ static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 			 * only the registration goes. */
 			if ((err = tbx_tokens_confirm(tokens, one, 1)))
 				break;
+			tbx__crashpoint("sweep.confirmed");
 			st.winners++;
 			removed = 1;
 			break;
@@ -127,6 +130,7 @@ static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 			if ((err = tbx_tokens_drop_attempt(tokens, reg->attempt,
 							   &removed, &deleted)))
 				break;
+			tbx__crashpoint("sweep.dropped");
 			/* Not dropped: confirmed since we listed it (a
 			 * winner that finished meanwhile); its tokens
 			 * stay. */
