@@ -445,6 +445,11 @@ static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
 						   part->topic, part->partition,
 						   &f, &found)))
 			break;
+		/* A marker this process failed to release (its A failed,
+		 * then so did the release: a full disk) is no death. */
+		if (found && f.first >= 0 && part->guard_unreleased)
+			f.first = f.last = -1;
+		part->guard_unreleased = 0;
 		if (found) {
 			suspect = f.suspect_until;
 			if (f.first >= 0) { /* an A that never committed */
@@ -517,25 +522,29 @@ static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
 }
 
 /* After a failed A the process lives on: the marker must not count as a
- * death.  Best effort: if this fails too, a record may be counted once
- * more than it died. */
+ * death.  If the release fails too (the failure that failed A, a full
+ * disk, often fails it as well), the partitions remember in memory that
+ * the marker is theirs; a marker found after a restart or by another
+ * worker still counts. */
 static void guard_release(tbx_worker_t *worker, tbx__batch_t *batch)
 {
-	if (tbx_outbox_begin(worker->store))
-		return;
-	for (size_t i = 0; i < batch->cnt; i++) {
-		tbx__part_t *part = batch->msgs[i].part;
-		tbx__inflight_t f = {-1, -1, 0, part->suspect_until};
+	int err;
 
-		if (first_of_part(batch, i) &&
-		    tbx_outbox_inflight_put(worker->store, worker->group,
-					    part->topic, part->partition, &f)) {
-			tbx_outbox_rollback(worker->store);
-			return;
+	if (!(err = tbx_outbox_begin(worker->store))) {
+		for (size_t i = 0; i < batch->cnt && !err; i++) {
+			tbx__part_t *part = batch->msgs[i].part;
+			tbx__inflight_t f = {-1, -1, 0, part->suspect_until};
+
+			if (first_of_part(batch, i))
+				err = tbx_outbox_inflight_put(
+				    worker->store, worker->group, part->topic,
+				    part->partition, &f);
 		}
+		if (err || (err = tbx_outbox_commit(worker->store)))
+			tbx_outbox_rollback(worker->store);
 	}
-	if (tbx_outbox_commit(worker->store))
-		tbx_outbox_rollback(worker->store);
+	for (size_t i = 0; i < batch->cnt; i++)
+		batch->msgs[i].part->guard_unreleased = err != 0;
 }
 
 static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)

@@ -66,6 +66,8 @@ typedef struct tbx__part {
 	int64_t batch_delay_ms;
 	int batch_isolated;    /**< suspect: one record this batch */
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
+	int guard_unreleased;  /**< this process failed to release its own
+				    marker (a full disk): not a death */
 } tbx__part_t;
 
 /** An outbox row in flight in this batch. */

@@ -204,8 +204,19 @@ int tbx__fault_fired(void)
 	return fault_fired;
 }
 
+static int fault_full;
+
+void tbx__fault_disk_full(int on)
+{
+	fault_full = on;
+}
+
 static int fault_hit(const char *what)
 {
+	if (fault_full && what && strncmp(what, "COMMIT", 6) == 0) {
+		tbx__log(TBX_LOG_INFO, "fault injected: full disk: %s", what);
+		return 1;
+	}
 	if (fault_countdown <= 0 || --fault_countdown > 0)
 		return 0;
 	fault_fired = 1;

@@ -62,6 +62,9 @@ sqlite3_stmt *tbx__db_stmt(sqlite3 *db, sqlite3_stmt **slot, const char *sql);
  * thread.
  */
 void tbx__fault_arm(long n);
+/** While @p on, every COMMIT fails with TBX_EIO, as on a full disk (reads
+ *  and writes inside transactions still work).  Process-wide. */
+void tbx__fault_disk_full(int on);
 /** @returns 1 once the armed fault has fired (until the next arm). */
 int tbx__fault_fired(void);
 

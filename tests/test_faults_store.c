@@ -6,6 +6,7 @@
  * the first N that the run never reaches.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,5 +117,83 @@ Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
 	free(dir);
 	free(s1);
 	free(s2);
+	free(tokens);
+}
+
+/* The disk fills up during a handler: A's COMMIT fails, and so does the
+ * release of G's marker.  The worker lives on; once the disk has room the
+ * batch is processed whole, not one record at a time as after a death,
+ * and every message takes effect once. */
+static int full_disk_once;
+
+static tbx_verdict_t fill_disk_then_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+					   void *opaque)
+{
+	if (!full_disk_once) {
+		full_disk_once = 1;
+		tbx__fault_disk_full(1);
+	}
+	return tt_hop_handle(ctx, msg, opaque);
+}
+
+static int hop1_has_8(void *opaque)
+{
+	const char *s1 = opaque;
+
+	return tt_count(s1, "SELECT COUNT(DISTINCT payload) FROM hop1") == 8 &&
+	       tt_count(s1, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+Test(faults, a_full_disk_is_no_death_of_the_batch, .timeout = 300)
+{
+	char *dir = tt_tmpdir();
+	char *s1 = tt_path(dir, "s1.db"), *tokens = tt_path(dir, "tokens.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop1 = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tbx_stats_t st;
+	tbx_worker_t *w;
+	char err[512];
+	uint64_t batches_failed;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_cluster_topic(c, "out", 1);
+	tt_subscribe(tokens, "in", "g1");
+	tt_hop_table(s1, "hop1");
+	tt_publish(c->bootstraps, tokens, "in", "Ping", 8, 1, "m");
+	w = tbx_worker_new(tt_conf(c->bootstraps, "g1", s1, tokens,
+				   "cleanup.interval.ms", "0", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	tbx_worker_register(w, "in", "Ping", fill_disk_then_handle, &hop1);
+
+	/* Until a batch failed on the full disk. */
+	for (int i = 0; i < 3000; i++) {
+		tbx_worker_poll(w, 10);
+		tbx_worker_stats(w, &st);
+		if (full_disk_once && st.retries > 0)
+			break;
+	}
+	cr_assert(full_disk_once && st.retries > 0,
+		  "no batch failed on the full disk");
+	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), 0);
+	batches_failed = st.batches;
+	tbx__fault_disk_full(0);
+
+	cr_assert(tt_drive(&w, 1, hop1_has_8, s1, 20, 60),
+		  "the batch was not processed once the disk had room");
+	tbx_worker_stats(w, &st);
+	/* After a death the 8 records would go one batch each. */
+	cr_assert_lt(st.batches - batches_failed, 8,
+		     "%" PRIu64 " batches after the disk recovered: the "
+		     "marker left by the failed release was taken for a "
+		     "death",
+		     st.batches - batches_failed);
+	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), 8);
+	tbx_worker_destroy(w);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s1);
 	free(tokens);
 }
