@@ -1,0 +1,76 @@
+/*
+ * The chaos harness (tests/chaos/README.md): a two-hop pipeline of
+ * `tokenbox worker` processes attacked while it runs, then validated.
+ */
+#ifndef TBX_CHAOS_H
+#define TBX_CHAOS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Topics and groups of the pipeline: svc-a consumes jobs and sends one
+ * JobDone per job to events, which svc-b and svc-c both consume. */
+#define CH_JOBS		 "jobs"
+#define CH_EVENTS	 "events"
+#define CH_PARTITIONS	 8
+#define CH_GROUPS	 3
+#define CH_BROKERS	 3
+#define CH_WORKERS_MAX	 24
+#define CH_PER_GROUP_MAX 4
+#define CH_LINE_MAX	 1024
+
+extern const char *const ch_group_names[CH_GROUPS]; /* svc-a, svc-b, svc-c */
+
+typedef struct ch_opts {
+	uint64_t seed;
+	int duration_s;	   /* of the attacks; the drain comes after */
+	int drain_s;	   /* at most, for the pipeline to settle */
+	int messages;	   /* jobs published */
+	int workers;	   /* worker processes at the start, >= 3 */
+	double crash_prob; /* TBX_CRASH_AT='*@p' for armed workers */
+	int broker_faults; /* 0: none */
+	int disk_faults;   /* 0: none; -1: asked for but not possible */
+	int keep;	   /* keep the run directory */
+	int verbose;
+	const char *dir; /* run directory (created), or NULL: a temporary */
+	char tokenbox[512], plugin[512];
+} ch_opts_t;
+
+/* The figures of one run. */
+typedef struct ch_figures {
+	/* what was done */
+	long published, resent, kills, terms, crashes, exits, rebalances;
+	long broker_faults, disk_faults, disk_reports;
+	/* what the validator found */
+	long handled_once, duplicated, lost, dead_lettered;
+	long tokens_left, registrations_left, outbox_left, event_copies;
+	long events_distinct, unclean_stops;
+} ch_figures_t;
+
+/* xorshift64*: the harness's decisions come from the seed alone. */
+uint64_t ch_rand(uint64_t *state);
+/* A uniform integer in [lo, hi]. */
+long ch_between(uint64_t *state, long lo, long hi);
+
+/* Store readers (read-only connections; a missing file counts 0). */
+long ch_count(const char *db, const char *sql);
+
+/* Kafka: reads @p topic (partitions 0..@p parts-1) from the beginning to
+ * its current end, calling @p fn for every record.  @returns the record
+ * count, or -1 if the end was not reached within @p timeout_ms. */
+typedef void (*ch_record_fn)(void *opaque, const void *rkmessage);
+long ch_read_topic(const char *bootstraps, const char *topic, int parts,
+		   int timeout_ms, ch_record_fn fn, void *opaque);
+/* Copies up to @p max records from random offsets of random partitions of
+ * @p topic back to it, byte for byte (headers too), as an upstream
+ * service re-sending.  @returns the count re-sent (0 on trouble). */
+long ch_resend(const char *bootstraps, const char *topic, int parts,
+	       uint64_t *rng, long max);
+
+/* The validator: reads the stores of @p dir and the topics, fills the
+ * "found" half of @p fig.  @returns 0 if the run was exactly once. */
+int ch_validate(const char *store_dir, const char *bootstraps, int messages,
+		ch_figures_t *fig);
+
+#endif

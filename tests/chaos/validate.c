@@ -1,0 +1,184 @@
+/*
+ * The validator: what the run left in the stores and the topics.
+ *
+ * Every job is published once (plus re-sent copies); each of the three
+ * groups must have recorded it exactly once in its chaos_effects table,
+ * nothing may be dead-lettered (no job is poison), and the token store
+ * must end empty: no token, no registration.
+ */
+#include <librdkafka/rdkafka.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chaos.h"
+
+const char *const ch_group_names[CH_GROUPS] = {"svc-a", "svc-b", "svc-c"};
+
+uint64_t ch_rand(uint64_t *state)
+{
+	uint64_t x = *state ? *state : 0x9e3779b97f4a7c15ULL;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*state = x;
+	return x * 0x2545f4914f6cdd1dULL;
+}
+
+long ch_between(uint64_t *state, long lo, long hi)
+{
+	if (hi <= lo)
+		return lo;
+	return lo + (long)(ch_rand(state) % (uint64_t)(hi - lo + 1));
+}
+
+long ch_count(const char *db, const char *sql)
+{
+	sqlite3 *conn = NULL;
+	sqlite3_stmt *stmt = NULL;
+	long n = 0;
+
+	if (access(db, F_OK) != 0)
+		return 0;
+	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) !=
+	    SQLITE_OK) {
+		sqlite3_close(conn);
+		return -1;
+	}
+	sqlite3_busy_timeout(conn, 10000);
+	if (sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL) != SQLITE_OK) {
+		/* The table appears with the first record a store handles. */
+		n = strstr(sqlite3_errmsg(conn), "no such table") ? 0 : -1;
+	} else if (sqlite3_step(stmt) == SQLITE_ROW) {
+		n = (long)sqlite3_column_int64(stmt, 0);
+	} else {
+		n = -1;
+	}
+	sqlite3_finalize(stmt);
+	sqlite3_close(conn);
+	return n;
+}
+
+/* Distinct tbx-id values of a topic, and records without one. */
+typedef struct ids {
+	char **v;
+	size_t cnt, cap;
+	long untokened;
+} ids_t;
+
+static void collect_id(void *opaque, const void *rkmessage)
+{
+	const rd_kafka_message_t *m = rkmessage;
+	ids_t *ids = opaque;
+	rd_kafka_headers_t *hdrs;
+	const void *id = NULL, *token = NULL;
+	size_t id_len = 0, token_len = 0;
+
+	if (rd_kafka_message_headers(m, &hdrs) ||
+	    rd_kafka_header_get_last(hdrs, "tbx-id", &id, &id_len) ||
+	    rd_kafka_header_get_last(hdrs, "tbx-token", &token, &token_len) ||
+	    !id || !token) {
+		ids->untokened++;
+		return;
+	}
+	if (ids->cnt == ids->cap) {
+		size_t cap = ids->cap ? ids->cap * 2 : 1024;
+		char **v = realloc(ids->v, cap * sizeof(*v));
+		if (!v)
+			return;
+		ids->v = v;
+		ids->cap = cap;
+	}
+	if ((ids->v[ids->cnt] = malloc(id_len + 1))) {
+		memcpy(ids->v[ids->cnt], id, id_len);
+		ids->v[ids->cnt++][id_len] = '\0';
+	}
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int ch_validate(const char *store_dir, const char *bootstraps, int messages,
+		ch_figures_t *fig)
+{
+	char db[1024], tokens[1024], dlq[64];
+	ids_t ids = {0};
+	long events;
+
+	fig->handled_once = fig->duplicated = fig->lost = 0;
+	fig->outbox_left = 0;
+	for (int g = 0; g < CH_GROUPS; g++) {
+		long once, dup, distinct, out;
+
+		snprintf(db, sizeof(db), "%s/%s.db", store_dir,
+			 ch_group_names[g]);
+		once = ch_count(db, "SELECT COUNT(*) FROM (SELECT job FROM "
+				    "chaos_effects GROUP BY job HAVING "
+				    "COUNT(*) = 1)");
+		dup = ch_count(db, "SELECT COUNT(*) FROM (SELECT job FROM "
+				   "chaos_effects GROUP BY job HAVING "
+				   "COUNT(*) > 1)");
+		distinct = ch_count(
+		    db, "SELECT COUNT(DISTINCT job) FROM chaos_effects");
+		out = ch_count(db, "SELECT COUNT(*) FROM tbx_outbox");
+		if (once < 0 || dup < 0 || distinct < 0 || out < 0) {
+			fprintf(stderr, "chaos: cannot read %s\n", db);
+			return -1;
+		}
+		fig->handled_once += once;
+		fig->duplicated += dup;
+		fig->lost += messages > distinct ? messages - distinct : 0;
+		fig->outbox_left += out;
+	}
+	snprintf(tokens, sizeof(tokens), "%s/tokens.db", store_dir);
+	fig->tokens_left = ch_count(tokens, "SELECT COUNT(*) FROM tbx_tokens");
+	fig->registrations_left =
+	    ch_count(tokens, "SELECT COUNT(*) FROM tbx_registrations");
+
+	/* Dead letters: nothing in this workload is poison. */
+	fig->dead_lettered = 0;
+	for (int t = 0; t < 2; t++) {
+		snprintf(dlq, sizeof(dlq), "%s.dlq", t ? CH_EVENTS : CH_JOBS);
+		long n = ch_read_topic(bootstraps, dlq, 1, 30000, NULL, NULL);
+		if (n < 0) {
+			fprintf(stderr, "chaos: cannot read topic %s\n", dlq);
+			return -1;
+		}
+		fig->dead_lettered += n;
+	}
+	/* The events topic: one id per job, copies share it. */
+	events = ch_read_topic(bootstraps, CH_EVENTS, CH_PARTITIONS, 60000,
+			       collect_id, &ids);
+	if (events < 0) {
+		fprintf(stderr, "chaos: cannot read topic %s\n", CH_EVENTS);
+		return -1;
+	}
+	qsort(ids.v, ids.cnt, sizeof(*ids.v), cmp_str);
+	fig->events_distinct = 0;
+	for (size_t i = 0; i < ids.cnt; i++)
+		if (i == 0 || strcmp(ids.v[i], ids.v[i - 1]) != 0)
+			fig->events_distinct++;
+	fig->event_copies = events - fig->events_distinct;
+	for (size_t i = 0; i < ids.cnt; i++)
+		free(ids.v[i]);
+	free(ids.v);
+	if (ids.untokened) {
+		fprintf(stderr,
+			"chaos: %ld event record(s) without tbx-id or "
+			"tbx-token\n",
+			ids.untokened);
+		return 1;
+	}
+	if (fig->tokens_left < 0 || fig->registrations_left < 0)
+		return -1;
+	return fig->duplicated || fig->lost || fig->dead_lettered ||
+		       fig->tokens_left || fig->registrations_left ||
+		       fig->outbox_left || fig->events_distinct != messages
+		   ? 1
+		   : 0;
+}
