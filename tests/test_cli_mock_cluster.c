@@ -22,11 +22,21 @@ typedef struct mc {
 	char *bootstraps;
 } mc_t;
 
+/* The running cluster, killed by kill_cluster() when an assertion fails,
+ * so that no process is left behind; 0 once it exited. */
+static pid_t cluster_pid;
+
+static void kill_cluster(void)
+{
+	if (cluster_pid > 0)
+		kill(cluster_pid, SIGKILL);
+}
+
 static mc_t mc_start(const char *const args[])
 {
 	mc_t mc = {.in_fd = -1, .err_fd = -1};
 
-	mc.pid = cc_spawn(args, &mc.out_fd, NULL);
+	mc.pid = cluster_pid = cc_spawn(args, &mc.out_fd, NULL);
 	mc.bootstraps = cc_read_line(mc.out_fd, WAIT_MS);
 	cr_assert(mc.bootstraps, "no bootstrap line on stdout");
 	return mc;
@@ -39,6 +49,7 @@ static void mc_stop(mc_t *mc, int sig)
 
 	cr_assert_eq(kill(mc->pid, sig), 0);
 	status = cc_wait(mc->pid, WAIT_MS);
+	cluster_pid = 0;
 	cr_assert(cc_exited(status, 0),
 		  "mock-cluster did not exit 0 on signal %d (status %d)", sig,
 		  status);
@@ -217,7 +228,7 @@ static int64_t consume_until(const char *bootstraps, const char *topic,
 }
 
 Test(mock_cluster, serves_producers_and_consumers_through_its_bootstrap_line,
-     .timeout = 120)
+     .timeout = 120, .fini = kill_cluster)
 {
 	char dir[] = "/tmp/tbx-mock-cluster-XXXXXX";
 	char path[sizeof(dir) + 16];
@@ -262,7 +273,8 @@ Test(mock_cluster, serves_producers_and_consumers_through_its_bootstrap_line,
 	rmdir(dir);
 }
 
-Test(mock_cluster, lists_every_broker_and_exits_0_on_sigint, .timeout = 60)
+Test(mock_cluster, lists_every_broker_and_exits_0_on_sigint, .timeout = 60,
+     .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", "--brokers", "3", NULL};
 	mc_t mc = mc_start(args);
@@ -274,7 +286,7 @@ Test(mock_cluster, lists_every_broker_and_exits_0_on_sigint, .timeout = 60)
 
 /* The behaviour `tokenbox help mock-cluster` describes. */
 Test(mock_cluster, creates_unknown_topics_with_4_partitions_on_lookup,
-     .timeout = 60)
+     .timeout = 60, .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", NULL};
 	mc_t mc = mc_start(args);
@@ -373,7 +385,8 @@ static mc_t mc_start_ctl(const char *const args[])
 	cr_assert(pipe(in_p) == 0 && pipe(out_p) == 0 && pipe(err_p) == 0,
 		  "pipe: %s", strerror(errno));
 	int fds[] = {in_p[0], in_p[1], out_p[0], out_p[1], err_p[0], err_p[1]};
-	mc.pid = cc_fork(args, in_p[0], out_p[1], err_p[1], fds, 6);
+	mc.pid = cluster_pid =
+	    cc_fork(args, in_p[0], out_p[1], err_p[1], fds, 6);
 	close(in_p[0]);
 	close(out_p[1]);
 	close(err_p[1]);
@@ -504,7 +517,8 @@ produce_report(const char *bootstraps, const char *topic, const char *const *kv)
 	return dr_err;
 }
 
-Test(mock_cluster_control, answers_ok_to_every_valid_command, .timeout = 120)
+Test(mock_cluster_control, answers_ok_to_every_valid_command, .timeout = 120,
+     .fini = kill_cluster)
 {
 	static const char *const requests[] = {
 	    "Produce",	       "Fetch",
@@ -580,6 +594,7 @@ Test(mock_cluster_control, answers_ok_to_every_valid_command, .timeout = 120)
 	/* Stopped while it waits for the next command. */
 	cr_assert_eq(kill(mc.pid, SIGTERM), 0);
 	cr_assert(cc_exited(cc_wait(mc.pid, WAIT_MS), 0));
+	cluster_pid = 0;
 	/* Each applied command is logged; the commented ones were not. */
 	{
 		char log[65536];
@@ -612,7 +627,7 @@ Test(mock_cluster_control, answers_ok_to_every_valid_command, .timeout = 120)
 }
 
 Test(mock_cluster_control, refuses_bad_commands_and_goes_on_serving,
-     .timeout = 120)
+     .timeout = 120, .fini = kill_cluster)
 {
 	static char long_topic[300];
 	static const struct {
@@ -727,7 +742,8 @@ Test(mock_cluster_control, refuses_bad_commands_and_goes_on_serving,
  * resends after NOT_LEADER_FOR_PARTITION (a metadata refresh, then the
  * same batch again) against message.send.max.retries: 5 of those still
  * end in a delivery with 2 retries allowed. */
-Test(mock_cluster_control, error_fails_the_next_count_requests, .timeout = 120)
+Test(mock_cluster_control, error_fails_the_next_count_requests, .timeout = 120,
+     .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", "--topic", "events:1",
 			      "--control",    "-",	 NULL};
@@ -759,7 +775,8 @@ Test(mock_cluster_control, error_fails_the_next_count_requests, .timeout = 120)
 	mc_stop(&mc, SIGTERM);
 }
 
-Test(mock_cluster_control, broker_down_stalls_clients_until_up, .timeout = 120)
+Test(mock_cluster_control, broker_down_stalls_clients_until_up, .timeout = 120,
+     .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", "--topic", "events:1",
 			      "--control",    "-",	 NULL};
@@ -791,7 +808,8 @@ Test(mock_cluster_control, broker_down_stalls_clients_until_up, .timeout = 120)
 	mc_stop(&mc, SIGTERM);
 }
 
-Test(mock_cluster_control, leader_moves_a_partition, .timeout = 120)
+Test(mock_cluster_control, leader_moves_a_partition, .timeout = 120,
+     .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", "--brokers", "3", "--topic",
 			      "orders:2",     "--control", "-", NULL};
@@ -816,7 +834,7 @@ Test(mock_cluster_control, leader_moves_a_partition, .timeout = 120)
 }
 
 Test(mock_cluster_control, end_of_input_leaves_the_cluster_running,
-     .timeout = 120)
+     .timeout = 120, .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", "--control", "-", NULL};
 	mc_t mc = mc_start_ctl(args);
@@ -845,7 +863,7 @@ Test(mock_cluster_control, end_of_input_leaves_the_cluster_running,
 /* Without --control, standard input is left alone: what was written to
  * it is still there after the command stopped. */
 Test(mock_cluster_control, without_control_standard_input_is_not_read,
-     .timeout = 60)
+     .timeout = 60, .fini = kill_cluster)
 {
 	const char *args[] = {"mock-cluster", NULL};
 	int in_p[2], out_p[2], status;
@@ -855,13 +873,14 @@ Test(mock_cluster_control, without_control_standard_input_is_not_read,
 
 	cr_assert(pipe(in_p) == 0 && pipe(out_p) == 0);
 	int fds[] = {in_p[1], out_p[0], out_p[1]};
-	pid = cc_fork(args, in_p[0], out_p[1], -1, fds, 3);
+	pid = cluster_pid = cc_fork(args, in_p[0], out_p[1], -1, fds, 3);
 	close(out_p[1]);
 	cr_assert_eq(write(in_p[1], "broker down 1\n", 14), 14);
 	bootstraps = cc_read_line(out_p[0], WAIT_MS);
 	cr_assert(bootstraps, "no bootstrap line");
 	cr_assert_eq(kill(pid, SIGTERM), 0);
 	status = cc_wait(pid, WAIT_MS);
+	cluster_pid = 0;
 	cr_assert(cc_exited(status, 0), "status %d", status);
 	cr_assert(cc_read_line(out_p[0], 1000) == NULL, "an answer came");
 	n = read(in_p[0], buf, sizeof(buf));
