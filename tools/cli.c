@@ -43,8 +43,17 @@ int tbx_cli_fail(const char *cmd, const char *fmt, ...)
 	return TBX_EXIT_FAIL;
 }
 
-int tbx_cli_parse_int(const char *cmd, const char *opt, const char *arg,
-		      long long min, long long max, long long *out)
+void tbx_cli_note(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreport(cmd, fmt, ap);
+	va_end(ap);
+}
+
+int tbx_cli_to_int(const char *arg, long long min, long long max,
+		   long long *out)
 {
 	const char *digits = arg[0] == '-' ? arg + 1 : arg;
 	char *end;
@@ -52,19 +61,31 @@ int tbx_cli_parse_int(const char *cmd, const char *opt, const char *arg,
 
 	/* strtoll alone would take " 12", "+12" and "12abc". */
 	if (*digits < '0' || *digits > '9')
-		return tbx_cli_usage(cmd, "%s: '%s' is not an integer", opt,
-				     arg);
+		return -1;
 	errno = 0;
 	v = strtoll(arg, &end, 10);
 	if (*end != '\0')
+		return -1;
+	if (errno == ERANGE || v < min || v > max)
+		return -2;
+	*out = v;
+	return 0;
+}
+
+int tbx_cli_parse_int(const char *cmd, const char *opt, const char *arg,
+		      long long min, long long max, long long *out)
+{
+	switch (tbx_cli_to_int(arg, min, max, out)) {
+	case 0:
+		return 0;
+	case -1:
 		return tbx_cli_usage(cmd, "%s: '%s' is not an integer", opt,
 				     arg);
-	if (errno == ERANGE || v < min || v > max)
+	default:
 		return tbx_cli_usage(cmd,
 				     "%s: '%s' is out of range (%lld..%lld)",
 				     opt, arg, min, max);
-	*out = v;
-	return 0;
+	}
 }
 
 /* Prints @p arg up to any '=' ("--brokers=" -> "--brokers"). */
@@ -207,6 +228,16 @@ int tbx_cli_on_stop(tbx_cli_stop_fn fn, void *opaque)
 	return sigaction(SIGPIPE, &sa, NULL);
 }
 
+/* Empties the self-pipe: one wake-up is enough for any number of
+ * signals, and the flag says which. */
+static void drain_stop_pipe(void)
+{
+	char buf[16];
+
+	while (read(stop_pipe[0], buf, sizeof(buf)) > 0)
+		;
+}
+
 int tbx_cli_wait_stop(void)
 {
 	struct pollfd pfd = {.fd = stop_pipe[0], .events = POLLIN};
@@ -218,6 +249,28 @@ int tbx_cli_wait_stop(void)
 			ssize_t r = read(pfd.fd, buf, sizeof(buf));
 			(void)r;
 		}
+	}
+	return tbx_cli_stop_signal;
+}
+
+int tbx_cli_wait_stop_or_fd(int fd)
+{
+	struct pollfd pfd[2] = {{.fd = stop_pipe[0], .events = POLLIN},
+				{.fd = fd, .events = POLLIN}};
+
+	while (!tbx_cli_stop_signal) {
+		/* Without tbx_cli_on_stop() (fd -1, which poll() skips) this
+		 * polls the flag. */
+		int n = poll(pfd, 2, pfd[0].fd < 0 ? 100 : -1);
+		if (n < 0 && errno != EINTR)
+			return -1;
+		if (n <= 0)
+			continue;
+		if (pfd[0].revents)
+			drain_stop_pipe();
+		/* POLLHUP, POLLERR, POLLNVAL too: read() then tells. */
+		if (pfd[1].revents && !tbx_cli_stop_signal)
+			return 0;
 	}
 	return tbx_cli_stop_signal;
 }

@@ -45,6 +45,22 @@ int tbx_cli_fail(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /**
+ * Same line again, for news that is neither a failure nor a usage error
+ * (what a long-running command did).
+ */
+void tbx_cli_note(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/**
+ * The checks of tbx_cli_parse_int() without the message, for input that
+ * is not a command line.
+ * @returns 0 with *out set, -1 if @p arg is not an integer, -2 if it is
+ * out of range (*out unchanged).
+ */
+int tbx_cli_to_int(const char *arg, long long min, long long max,
+		   long long *out);
+
+/**
  * Parses @p arg, the value of option @p opt, as a decimal integer in
  * [@p min, @p max]: no sign other than a leading '-', no spaces, no
  * trailing characters, no overflow.
@@ -94,5 +110,15 @@ int tbx_cli_on_stop(tbx_cli_stop_fn fn, void *opaque);
  * @returns the signal's number.
  */
 int tbx_cli_wait_stop(void);
+
+/**
+ * Sleeps until a stop signal has arrived or @p fd is ready to read (or at
+ * end of file, hung up, in error), whichever comes first, with no window
+ * in which a signal could be missed; a signal wins when both are there.
+ * Needs tbx_cli_on_stop() first.  Reads nothing from @p fd.
+ * @returns the signal's number, 0 when @p fd is ready, or -1 with errno
+ * set if poll(2) fails.
+ */
+int tbx_cli_wait_stop_or_fd(int fd);
 
 #endif

@@ -5,8 +5,9 @@
  * without a Kafka installation.
  *
  * The cluster lives in a dedicated rd_kafka_t that is never used as a
- * client: its brokers run on librdkafka's threads, and the main thread only
- * sleeps until SIGINT or SIGTERM.
+ * client: its brokers run on librdkafka's threads, and the main thread
+ * sleeps until SIGINT or SIGTERM or, with --control, answers the commands
+ * of mock_control.c meanwhile.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,14 +20,15 @@
 
 #include "consumer/util.h"
 #include "tools/cli.h"
+#include "tools/mock_control.h"
 
 #define CMD	    "mock-cluster"
 #define BROKERS_MAX 16
-#define PARTS_MAX   1000
+#define PARTS_MAX   MCTL_PARTS_MAX
 
 static const char usage_text[] =
     "Usage: tokenbox mock-cluster [--brokers N] [--topic NAME:PARTITIONS]...\n"
-    "                             [--bootstrap-file PATH]\n"
+    "                             [--bootstrap-file PATH] [--control -]\n"
     "\n"
     "Hosts librdkafka's mock Kafka cluster (rdkafka_mock.h) in this process,\n"
     "for tests and demos without a Kafka installation.  Its brokers listen on\n"
@@ -45,6 +47,10 @@ static const char usage_text[] =
     "                               atomically (a temporary file renamed),\n"
     "                               before printing it; PATH is removed at\n"
     "                               exit if it still holds that line\n"
+    "  -c, --control -              once the bootstrap line is out, read\n"
+    "                               commands that inject broker faults from\n"
+    "                               standard input (\"-\", the only value);\n"
+    "                               see below\n"
     "  -h, --help                   show this help\n"
     "\n"
     "Topics that --topic did not create are created on first use: with\n"
@@ -57,43 +63,61 @@ static const char usage_text[] =
     "broker picked at random, and metadata lists up to 3 brokers as the\n"
     "replicas of every partition.\n"
     "\n"
+    "Control channel (--control -): standard input is read one command per\n"
+    "line, words separated by spaces or tabs.  Each command gets one line\n"
+    "on standard output, written once the change is made: \"ok\", \"ok INFO\"\n"
+    "or \"error: REASON\"; a refused command changes nothing.  Blank lines\n"
+    "and lines whose first non-blank character is # get no answer; a line\n"
+    "longer than 1024 bytes gets \"error: line too long\".  Applied and\n"
+    "refused commands are also logged on standard error.  At the end of\n"
+    "standard input the cluster runs on until SIGINT or SIGTERM.  ID is a\n"
+    "broker id, 1..N for --brokers N.\n"
+    "  broker down ID, broker up ID\n"
+    "      close broker ID's connections and refuse new ones, or accept them\n"
+    "      again; partition leaders do not move\n"
+    "  rtt ID MS\n"
+    "      delay broker ID's responses by MS ms, 0..60000 (0: no delay)\n"
+    "  error REQUEST ERR [COUNT]\n"
+    "      fail the next COUNT (1..1000, default 1) REQUEST requests, to any\n"
+    "      broker, with ERR.  REQUEST: Produce Fetch ListOffsets Metadata\n"
+    "      OffsetCommit OffsetFetch FindCoordinator JoinGroup Heartbeat\n"
+    "      LeaveGroup SyncGroup ApiVersions InitProducerId AddPartitionsToTxn\n"
+    "      AddOffsetsToTxn EndTxn TxnOffsetCommit.  ERR: a librdkafka error\n"
+    "      name without RD_KAFKA_RESP_ERR_ (NOT_LEADER_FOR_PARTITION,\n"
+    "      REQUEST_TIMED_OUT, NOT_COORDINATOR...) or a Kafka error code (-1,\n"
+    "      1..32767); librdkafka's own negative codes are refused\n"
+    "  clear REQUEST\n"
+    "      drop the errors still pending for REQUEST\n"
+    "  leader TOPIC PARTITION ID\n"
+    "      make broker ID (-1: none) the leader of PARTITION (0..999) of\n"
+    "      TOPIC; a TOPIC that does not exist yet is created with\n"
+    "      PARTITION+1 partitions\n"
+    "  coordinator group NAME ID, coordinator transaction NAME ID\n"
+    "      make broker ID the coordinator of group NAME, or of\n"
+    "      transactional.id NAME\n"
+    "  help\n"
+    "      answer \"ok commands: \" and the command names\n"
+    "Command words are lower case; REQUEST and ERR names are matched\n"
+    "without regard to case.\n"
+    "\n"
     "Exit status: 0 once stopped by SIGINT or SIGTERM; 1 if the cluster, a\n"
-    "topic or the bootstrap file could not be set up; 2 for a bad command\n"
-    "line.\n";
+    "topic or the bootstrap file could not be set up, or standard input is\n"
+    "closed with --control; 2 for a bad command line.\n";
 
 struct topic {
 	char name[TBX_TOPIC_MAX + 1];
 	int partitions;
 };
 
-/* Kafka's rule (kafka.common.internals.Topic.validate). */
 static int check_topic_name(const char *arg, const char *name, size_t len)
 {
+	char why[512];
+
 	if (len == 0)
 		return tbx_cli_usage(
 		    CMD, "--topic: '%s' has an empty topic name", arg);
-	if (len > TBX_TOPIC_MAX)
-		return tbx_cli_usage(
-		    CMD,
-		    "--topic: the topic name is %zu characters "
-		    "long (at most %d)",
-		    len, TBX_TOPIC_MAX);
-	if ((len == 1 && name[0] == '.') ||
-	    (len == 2 && name[0] == '.' && name[1] == '.'))
-		return tbx_cli_usage(
-		    CMD, "--topic: '%.*s' is not a valid topic name", (int)len,
-		    name);
-	for (size_t i = 0; i < len; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-		      c == '-'))
-			return tbx_cli_usage(CMD,
-					     "--topic: '%.*s' is not a valid "
-					     "topic name (only a-z A-Z 0-9 . _ "
-					     "- are allowed)",
-					     (int)len, name);
-	}
+	if (mctl_topic_check(name, len, why, sizeof(why)))
+		return tbx_cli_usage(CMD, "--topic: %s", why);
 	return 0;
 }
 
@@ -203,7 +227,7 @@ static void remove_if_ours(const char *path, const char *line)
 }
 
 static int run(int brokers, const struct topic *topics, size_t topic_cnt,
-	       const char *bootstrap_file)
+	       const char *bootstrap_file, int control)
 {
 	rd_kafka_mock_cluster_t *mcluster = NULL;
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -268,7 +292,12 @@ static int run(int brokers, const struct topic *topics, size_t topic_cnt,
 		goto out;
 	}
 
-	tbx_cli_wait_stop();
+	if (control) {
+		mctl_t ctl = {.mcluster = mcluster, .brokers = brokers};
+		mctl_serve(&ctl, STDIN_FILENO, stdout);
+	} else {
+		tbx_cli_wait_stop();
+	}
 	rc = TBX_EXIT_OK;
 out:
 	if (file_written)
@@ -285,6 +314,7 @@ int tbx_cmd_mock_cluster(int argc, char **argv)
 	    {"brokers", required_argument, NULL, 'b'},
 	    {"topic", required_argument, NULL, 't'},
 	    {"bootstrap-file", required_argument, NULL, 'f'},
+	    {"control", required_argument, NULL, 'c'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -292,13 +322,13 @@ int tbx_cmd_mock_cluster(int argc, char **argv)
 	struct topic *topics;
 	size_t topic_cnt = 0;
 	long long brokers = 1;
-	int c, rc = 0;
+	int c, control = 0, rc = 0;
 
 	/* At most one topic per argument. */
 	topics = calloc((size_t)argc + 1, sizeof(*topics));
 	if (!topics)
 		return tbx_cli_fail(CMD, "out of memory");
-	while (!rc && (c = tbx_cli_getopt(CMD, argc, argv, "b:t:f:h",
+	while (!rc && (c = tbx_cli_getopt(CMD, argc, argv, "b:t:f:c:h",
 					  longopts)) != -1) {
 		switch (c) {
 		case 'b':
@@ -317,6 +347,16 @@ int tbx_cmd_mock_cluster(int argc, char **argv)
 							"the path is empty");
 			bootstrap_file = optarg;
 			break;
+		case 'c':
+			/* Room for a FIFO or socket path later. */
+			if (strcmp(optarg, "-") != 0)
+				rc = tbx_cli_usage(
+				    CMD,
+				    "--control: '%s' is not supported; the "
+				    "only value is '-' (standard input)",
+				    optarg);
+			control = 1;
+			break;
 		case 'h':
 			fputs(usage_text, stdout);
 			free(topics);
@@ -331,8 +371,14 @@ int tbx_cmd_mock_cluster(int argc, char **argv)
 				   "unexpected argument '%s' (see 'tokenbox "
 				   "help " CMD "')",
 				   argv[optind]);
+	/* Before anything opens a file: a closed standard input is the
+	 * lowest free descriptor, and the next file opened (the signal
+	 * self-pipe) would be read as commands. */
+	if (!rc && control && fcntl(STDIN_FILENO, F_GETFL) == -1)
+		rc = tbx_cli_fail(CMD, "--control: standard input is not open");
 	if (!rc)
-		rc = run((int)brokers, topics, topic_cnt, bootstrap_file);
+		rc = run((int)brokers, topics, topic_cnt, bootstrap_file,
+			 control);
 	free(topics);
 	return rc;
 }
