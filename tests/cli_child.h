@@ -4,10 +4,6 @@
  * Header-only (static inline, so that a test using part of it does not
  * warn) and self-contained: the command is $TBX_BIN_DIR/tokenbox, and
  * waits stretch with TBX_TIME_FACTOR like the rest of the suite.
- *
- * NOTE: reconstructed from its uses in test_cli_dispatch.c and
- * test_cli_mock_cluster.c after the original was overwritten by mistake;
- * the author of those tests should check it against theirs.
  */
 #ifndef TBX_TESTS_CLI_CHILD_H
 #define TBX_TESTS_CLI_CHILD_H
