@@ -548,9 +548,16 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 	    db, opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms : 0);
 
 	/* The first read of the file: a non-SQLite file fails here, before
-	 * anything could be written to it. */
-	if ((rc = pragma_int(db, "PRAGMA application_id", &app_id)) ||
-	    (rc = pragma_int(db, "PRAGMA user_version", &version))) {
+	 * anything could be written to it.  One read transaction for both
+	 * fields: another process creating the file commits them together,
+	 * and two separate reads could see its user_version without its
+	 * application_id. */
+	if ((rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) ||
+	    (rc = pragma_int(db, "PRAGMA application_id", &app_id)) ||
+	    (rc = pragma_int(db, "PRAGMA user_version", &version)) ||
+	    (rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL))) {
+		if (!sqlite3_get_autocommit(db))
+			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		err = open_fail(db, path, rc, "cannot read the header", errstr,
 				errstr_size);
 		goto fail;

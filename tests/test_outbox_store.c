@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "outbox/db.h"
@@ -1202,4 +1203,52 @@ Test(hdrs, every_truncation_of_a_valid_blob_is_rejected)
 	pos = len + 1;
 	cr_assert_eq(tbx__hdrs_next(blob, len, &pos, &h), -1, "pos past end");
 	free(blob);
+}
+
+/* Workers of one group started together all create the store: each must
+ * open it, none may take the file for another program's because it read
+ * the header while another process was stamping it. */
+Test(db, processes_creating_the_file_together_all_open_it)
+{
+	enum { ROUNDS = 30, PROCS = 6 };
+
+	for (int round = 0; round < ROUNDS; round++) {
+		char name[32];
+		int gate[2];
+
+		snprintf(name, sizeof(name), "s%d.db", round);
+		cr_assert_eq(pipe(gate), 0);
+		for (int p = 0; p < PROCS; p++) {
+			pid_t pid = fork();
+			cr_assert(pid >= 0);
+			if (pid > 0)
+				continue;
+			char c, err[512];
+			tbx_outbox_t *store = NULL;
+			tbx__db_opts_t opts;
+
+			close(gate[1]);
+			/* All start when the parent closes the gate. */
+			if (read(gate[0], &c, 1) < 0)
+				_exit(3);
+			tbx__db_opts_init(&opts);
+			if (tbx_outbox_open(fx_path(name), &opts, &store, err,
+					    sizeof(err)) != TBX_OK) {
+				fprintf(stderr, "%s\n", err);
+				_exit(1);
+			}
+			tbx_outbox_close(store);
+			_exit(0);
+		}
+		close(gate[0]);
+		close(gate[1]);
+		for (int p = 0; p < PROCS; p++) {
+			int status;
+			cr_assert(wait(&status) > 0);
+			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+				  "round %d: a process could not open the new "
+				  "store",
+				  round);
+		}
+	}
 }

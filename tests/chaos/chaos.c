@@ -430,10 +430,20 @@ static void reap(run_t *r, int restart)
 			    status, r->logs);
 			r->fig.unclean_stops++;
 		} else if (!p->sigterm && !p->sigkill) {
+			char log[PATH_MAX + 64], last[512] = "", line[512];
+			FILE *f;
+			snprintf(log, sizeof(log), "%s/worker-%03u-%s.log",
+				 r->logs, p->serial, ch_group_names[p->group]);
+			if ((f = fopen(log, "r"))) {
+				while (fgets(line, sizeof(line), f))
+					memcpy(last, line, sizeof(last));
+				fclose(f);
+			}
+			last[strcspn(last, "\n")] = '\0';
 			say("worker %u (pid %d, %s) ended by itself, status "
-			    "0x%x: see %s",
+			    "0x%x: %s",
 			    p->serial, (int)p->pid, ch_group_names[p->group],
-			    status, r->logs);
+			    status, last);
 			r->fig.exits++;
 			r->fig.rebalances++;
 		}
@@ -1155,7 +1165,7 @@ int main(int argc, char **argv)
 			"chaos: %ld worker(s) ended by themselves, %ld did "
 			"not stop cleanly (logs in %s)\n",
 			f->exits, f->unclean_stops, r.logs);
-	if (rc == 0 && !r.o.keep) {
+	if (rc == 0 && !r.o.keep && !f->exits) {
 		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r.dir);
 		if (system(cmd) != 0)
