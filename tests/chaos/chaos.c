@@ -72,7 +72,8 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 if every job took effect exactly once in each group and\n"
     "no token, registration or outbox row was left; 1 otherwise; 2 for a\n"
-    "bad command line or a harness that could not start.\n";
+    "bad command line, or when the run could not be carried out (the\n"
+    "mock cluster did not start or ended).\n";
 
 enum { ST_FREE, ST_RUNNING, ST_STOPPING, ST_RESTART };
 
@@ -549,13 +550,16 @@ static const req_fault_t req_faults[] = {
     {"Heartbeat",
      {"REBALANCE_IN_PROGRESS", "NOT_COORDINATOR",
       "COORDINATOR_LOAD_IN_PROGRESS"}},
-    {"SyncGroup", {"REBALANCE_IN_PROGRESS", "NOT_COORDINATOR", NULL}},
 };
+/* Not attacked: SyncGroup errors and group coordinator moves.  With them,
+ * librdkafka 2.0.2's mock group coordinator aborts on its own assertion
+ * (rd_kafka_mock_cgrp_member_sync_set: !member->resp) when a member's
+ * SyncGroup is retried while its first one is pending. */
 
 static void broker_fault(run_t *r)
 {
 	int64_t now = mono_ms();
-	long kind = ch_between(&r->rng, 0, 5);
+	long kind = ch_between(&r->rng, 0, 4);
 	int b = (int)ch_between(&r->rng, 1, CH_BROKERS);
 	int ok = -1;
 
@@ -589,15 +593,10 @@ static void broker_fault(run_t *r)
 			r->rtt_clear_at = now + ch_between(&r->rng, 1000, 6000);
 		}
 		break;
-	case 4: /* a leader moves */
+	default: /* a leader moves */
 		ok = ctl(r, "leader %s %ld %d",
 			 ch_between(&r->rng, 0, 1) ? CH_EVENTS : CH_JOBS,
 			 ch_between(&r->rng, 0, CH_PARTITIONS - 1), b);
-		break;
-	default: /* a group coordinator moves */
-		ok = ctl(r, "coordinator group %s %d",
-			 ch_group_names[ch_between(&r->rng, 0, CH_GROUPS - 1)],
-			 b);
 		break;
 	}
 	if (ok == 0)
@@ -687,6 +686,28 @@ out:
 /*
  * The run.
  */
+
+/* @returns 1 (and says why) if the mock cluster process has ended: the
+ * run cannot go on. */
+static int cluster_gone(run_t *r)
+{
+	char log[PATH_MAX + 32], line[512], last[512] = "";
+	int status;
+	FILE *f;
+
+	if (r->mc_pid <= 0 || waitpid(r->mc_pid, &status, WNOHANG) != r->mc_pid)
+		return 0;
+	r->mc_pid = -1;
+	snprintf(log, sizeof(log), "%s/mock-cluster.log", r->logs);
+	if ((f = fopen(log, "r"))) {
+		while (fgets(line, sizeof(line), f))
+			memcpy(last, line, sizeof(last));
+		fclose(f);
+	}
+	last[strcspn(last, "\n")] = '\0';
+	say("mock-cluster ended (status 0x%x): %s", status, last);
+	return 1;
+}
 
 static int settled(run_t *r)
 {
@@ -856,6 +877,11 @@ static int run(run_t *r)
 	next_attack = mono_ms() + 1000;
 	next_progress = mono_ms() + 10000;
 	while (!interrupted && mono_ms() < end) {
+		if (cluster_gone(r)) {
+			atomic_store(&r->pub_stop, 1);
+			pthread_join(r->pub_thread, NULL);
+			return 2;
+		}
 		reap(r, 1);
 		faults_expire(r, 0);
 		if (mono_ms() >= next_attack) {
@@ -892,6 +918,11 @@ static int run(run_t *r)
 	next_progress = mono_ms() + 10000;
 	int ok = 0;
 	while (!interrupted && mono_ms() < end) {
+		if (cluster_gone(r)) {
+			atomic_store(&r->pub_stop, 1);
+			pthread_join(r->pub_thread, NULL);
+			return 2;
+		}
 		reap(r, 1);
 		if (atomic_load(&r->published) >= r->o.messages &&
 		    (ok = settled(r)))
