@@ -551,10 +551,12 @@ static const req_fault_t req_faults[] = {
      {"REBALANCE_IN_PROGRESS", "NOT_COORDINATOR",
       "COORDINATOR_LOAD_IN_PROGRESS"}},
 };
-/* Not attacked: SyncGroup errors and group coordinator moves.  With them,
- * librdkafka 2.0.2's mock group coordinator aborts on its own assertion
- * (rd_kafka_mock_cgrp_member_sync_set: !member->resp) when a member's
- * SyncGroup is retried while its first one is pending. */
+/* Not attacked: SyncGroup errors, group coordinator moves, and the
+ * coordinator's broker going down.  With them, librdkafka 2.0.2's mock
+ * group coordinator aborts on its own assertions (member_sync_set and
+ * member_add: !member->resp) when a member's JoinGroup or SyncGroup is
+ * sent again while its first one is pending in the mock.  Every group is
+ * coordinated by broker CH_COORDINATOR, set before any worker starts. */
 
 static void broker_fault(run_t *r)
 {
@@ -564,8 +566,9 @@ static void broker_fault(run_t *r)
 	int ok = -1;
 
 	switch (kind) {
-	case 0: /* a broker down for a while (one at a time) */
-		if (r->broker_down)
+	case 0: /* a broker down for a while (one at a time), never the
+		 * groups' coordinator (see below) */
+		if (r->broker_down || b == CH_COORDINATOR)
 			return;
 		if ((ok = ctl(r, "broker down %d", b)) == 0) {
 			r->broker_down = b;
@@ -856,6 +859,10 @@ static int run(run_t *r)
 		say("mock-cluster has no control channel");
 		return 2;
 	}
+	for (int g = 0; g < CH_GROUPS && r->o.broker_faults; g++)
+		if (ctl(r, "coordinator group %s %d", ch_group_names[g],
+			CH_COORDINATOR) != 0)
+			return 2;
 	if (subscribe_groups(r) != 0)
 		return 2;
 	say("seed %llu, %d jobs, %d workers, %ds of attacks, crash "

@@ -16,6 +16,7 @@
 #define CH_PARTITIONS	 8
 #define CH_GROUPS	 3
 #define CH_BROKERS	 3
+#define CH_COORDINATOR	 1 /* of every group; never taken down */
 #define CH_WORKERS_MAX	 24
 #define CH_PER_GROUP_MAX 4
 #define CH_LINE_MAX	 1024
