@@ -1184,16 +1184,22 @@ int main(int argc, char **argv)
 		snprintf(disk, sizeof(disk), "%ld", f->disk_faults);
 	else
 		snprintf(disk, sizeof(disk), "off");
-	printf("chaos: seed=%llu duration=%ds messages=%ld resent=%ld "
-	       "kills=%ld crashes=%ld stops=%ld rebalances=%ld "
-	       "broker_faults=%ld disk_faults=%s handled_once=%ld "
-	       "duplicated=%ld lost=%ld dead_lettered=%ld tokens_left=%ld "
-	       "registrations_left=%ld outbox_left=%ld\n",
-	       (unsigned long long)r.o.seed, r.o.duration_s, f->published,
-	       f->resent, f->kills, f->crashes, f->terms, f->rebalances,
-	       f->broker_faults, disk, f->handled_once, f->duplicated, f->lost,
-	       f->dead_lettered, f->tokens_left, f->registrations_left,
-	       f->outbox_left);
+	if (rc == 2) /* nothing was validated: no figures to show */
+		printf("chaos: seed=%llu duration=%ds aborted: the run could "
+		       "not be carried out (see the messages above)\n",
+		       (unsigned long long)r.o.seed, r.o.duration_s);
+	else
+		printf(
+		    "chaos: seed=%llu duration=%ds messages=%ld resent=%ld "
+		    "kills=%ld crashes=%ld stops=%ld rebalances=%ld "
+		    "broker_faults=%ld disk_faults=%s handled_once=%ld "
+		    "duplicated=%ld lost=%ld dead_lettered=%ld tokens_left=%ld "
+		    "registrations_left=%ld outbox_left=%ld\n",
+		    (unsigned long long)r.o.seed, r.o.duration_s, f->published,
+		    f->resent, f->kills, f->crashes, f->terms, f->rebalances,
+		    f->broker_faults, disk, f->handled_once, f->duplicated,
+		    f->lost, f->dead_lettered, f->tokens_left,
+		    f->registrations_left, f->outbox_left);
 	if (f->disk_faults)
 		fprintf(stderr,
 			"chaos: workers reported a full disk %ld time(s)\n",
