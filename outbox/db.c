@@ -294,6 +294,35 @@ static int pragma_int(sqlite3 *db, const char *sql, int64_t *val)
 	return rc;
 }
 
+/* Reads application_id and user_version in one statement, so both come
+ * from one snapshot: read one by one, they may straddle the migration of
+ * another process that creates the file at the same moment, and a header
+ * half old, half new (application_id 0, user_version set) would be taken
+ * for another program's file. */
+static int header_read(sqlite3 *db, int64_t *app_id, int64_t *version)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc = sqlite3_prepare_v2(
+	    db,
+	    "SELECT a.application_id, u.user_version FROM "
+	    "pragma_application_id() AS a, pragma_user_version() AS u",
+	    -1, &stmt, NULL);
+
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(stmt);
+		if (rc == SQLITE_ROW) {
+			*app_id = sqlite3_column_int64(stmt, 0);
+			*version = sqlite3_column_int64(stmt, 1);
+			rc = SQLITE_OK;
+		} else if (rc == SQLITE_DONE) {
+			*app_id = *version = 0;
+			rc = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
 /* Runs a parameterless statement that may return one text value (a
  * pragma), copying it into @p out.  @returns the SQLite result code. */
 static int pragma_text(sqlite3 *db, const char *sql, char *out, size_t size)
@@ -495,7 +524,7 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 	sqlite3 *db = NULL;
 	struct stat st;
 	char mode[32];
-	int64_t app_id, version, tables;
+	int64_t app_id = 0, version = 0, tables;
 	int flags, rc, err;
 
 	if (!out)
@@ -538,8 +567,7 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 
 	/* The first read of the file: a non-SQLite file fails here, before
 	 * anything could be written to it. */
-	if ((rc = pragma_int(db, "PRAGMA application_id", &app_id)) ||
-	    (rc = pragma_int(db, "PRAGMA user_version", &version))) {
+	if ((rc = header_read(db, &app_id, &version))) {
 		err = open_fail(db, path, rc, "cannot read the header", errstr,
 				errstr_size);
 		goto fail;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "outbox/db.h"
@@ -537,6 +538,61 @@ Test(db, locked_file_is_reported_as_ebusy)
 		     "%s", err);
 	sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL);
 	sqlite3_close(holder);
+}
+
+/*
+ * Regression: processes opening one new file at once must all succeed.
+ * The header used to be read in two statements; one could see the file
+ * before another process's migration and the next after it, and then
+ * took the half-stamped header for another program's file (ENOTDB).
+ */
+Test(db, processes_creating_one_file_at_once_all_open_it)
+{
+	enum { ROUNDS = 30, PROCS = 6 };
+
+	for (int round = 0; round < ROUNDS; round++) {
+		char name[32];
+		pid_t pids[PROCS];
+		int go[2];
+
+		snprintf(name, sizeof(name), "race-%d.db", round);
+		const char *path = fx_path(name);
+		cr_assert_eq(pipe(go), 0);
+		for (int i = 0; i < PROCS; i++) {
+			pids[i] = fork();
+			cr_assert_geq(pids[i], 0, "fork");
+			if (pids[i] == 0) {
+				tbx__db_opts_t opts;
+				sqlite3 *db;
+				char err[512], c;
+				int rc;
+
+				close(go[1]);
+				/* All start when the parent closes the pipe. */
+				if (read(go[0], &c, 1) < 0)
+					_exit(3);
+				tbx__db_opts_init(&opts);
+				rc = tbx__db_open(path, &opts, &db, err,
+						  sizeof(err));
+				if (rc != TBX_OK) {
+					fprintf(stderr, "open: %s\n", err);
+					_exit(1);
+				}
+				sqlite3_close_v2(db);
+				_exit(0);
+			}
+		}
+		close(go[0]);
+		close(go[1]);
+		for (int i = 0; i < PROCS; i++) {
+			int status;
+			cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
+			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+				  "round %d: process %d could not open the new "
+				  "file (status %d)",
+				  round, i, status);
+		}
+	}
 }
 
 Test(db, error_codes_map_to_tokenbox_errors)
