@@ -23,6 +23,13 @@
 #define BENCH_BATCH_MAX	      500 /* tokenbox's batch.max.messages default */
 #define BENCH_BATCH_MAX_MS    100 /* tokenbox's batch.max.ms default */
 #define BENCH_BATCH_MAX_LIMIT 100000
+/* librdkafka's default (500 ms) would dominate the latency figures: the
+ * mock cluster holds a fetch for that long when no record is waiting. */
+#define BENCH_FETCH_WAIT_MS "10"
+/* The mock cluster waits up to session.timeout.ms - 1 s for the members
+ * of a rebalancing group (librdkafka's default 45 s would stall the
+ * worker-count runs whenever a member comes or goes). */
+#define BENCH_SESSION_TIMEOUT_MS "6000"
 
 /* Counting VFS (countvfs.c). */
 typedef struct bench_io_counts {

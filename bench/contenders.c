@@ -128,15 +128,27 @@ static sqlite3 *store_open(const char *path)
 		return NULL;
 	}
 	sqlite3_busy_timeout(db, 10000);
-	if (exec_sql(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-			 "PRAGMA foreign_keys=ON;"
-			 "CREATE TABLE IF NOT EXISTS bench_rows (id INTEGER "
-			 "PRIMARY KEY, msg_id TEXT NOT NULL, part INTEGER, "
-			 "off INTEGER, payload BLOB);")) {
-		sqlite3_close(db);
-		return NULL;
+	/* Worker processes started together race to create the file:
+	 * switching to WAL does not wait on the busy handler. */
+	for (int i = 0;; i++) {
+		int rc = sqlite3_exec(
+		    db,
+		    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+		    "PRAGMA foreign_keys=ON;"
+		    "CREATE TABLE IF NOT EXISTS bench_rows (id INTEGER "
+		    "PRIMARY KEY, msg_id TEXT NOT NULL, part INTEGER, "
+		    "off INTEGER, payload BLOB);",
+		    NULL, NULL, NULL);
+		if (rc == SQLITE_OK)
+			return db;
+		if (rc != SQLITE_BUSY || i == 100) {
+			die("%s: %s", path, sqlite3_errmsg(db));
+			sqlite3_close(db);
+			return NULL;
+		}
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
 	}
-	return db;
 }
 
 static long long query_int(sqlite3 *db, const char *sql, const char *arg)
@@ -243,6 +255,9 @@ static rd_kafka_t *client(const opts_t *o, rd_kafka_type_t type)
 		SET("enable.auto.commit", "false");
 		SET("enable.auto.offset.store", "false");
 		SET("auto.offset.reset", "earliest");
+		SET("fetch.wait.max.ms", BENCH_FETCH_WAIT_MS);
+		SET("session.timeout.ms", BENCH_SESSION_TIMEOUT_MS);
+		SET("heartbeat.interval.ms", "300");
 		if (o->kind == K_TXN)
 			SET("isolation.level", "read_committed");
 	} else {
@@ -719,6 +734,9 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	    {"store.path", store_path},
 	    {"tokens.path", tokens_path},
 	    {"kafka.producer.compression.type", "lz4"},
+	    {"kafka.consumer.fetch.wait.max.ms", BENCH_FETCH_WAIT_MS},
+	    {"kafka.consumer.session.timeout.ms", BENCH_SESSION_TIMEOUT_MS},
+	    {"kafka.consumer.heartbeat.interval.ms", "300"},
 	    {"batch.max.messages", batch},
 	    {"log.level", "warning"},
 	};

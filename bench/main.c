@@ -62,6 +62,10 @@ static const char usage_text[] =
     "                        (default 1000000; --quick: 10000)\n"
     "  --sweeps N            1: run the worker-count and batch-size sweeps\n"
     "                        (default), 0: skip them\n"
+    "  --downstream N        1: a downstream group is subscribed to\n"
+    "                        tokenbox's output topic, so that tokenbox mints\n"
+    "                        a token per output as in a pipeline (default);\n"
+    "                        0: none (outputs get registrations only)\n"
     "  --out DIR             where bench.json and the plot data go\n"
     "                        (default: bench/results of the source tree)\n"
     "  --tokenbox PATH       the tokenbox command that hosts the mock cluster\n"
@@ -79,12 +83,14 @@ static const char usage_text[] =
 
 typedef struct cfg {
 	long messages, reps, lat_messages, lat_rate, storage_messages, sweeps;
+	long downstream;
 	int quick, json, keep;
 	unsigned mask; /* contenders to run, bit per kind */
 	char out[PATH_MAX], tokenbox[PATH_MAX], self[PATH_MAX], work[256];
 } cfg_t;
 
 static cfg_t cfg;
+static pid_t live[64]; /* contenders alive, killed on failure */
 #define HAS(k) (cfg.mask & (1u << (k)))
 static char bootstraps[512];
 static pid_t cluster_pid;
@@ -92,6 +98,21 @@ static int topic_seq;
 
 static void fail(const char *fmt, ...)
     __attribute__((format(printf, 1, 2), noreturn));
+static int64_t t_start;
+
+static void progress(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "tbx_bench: [%5.1fs] ",
+		(double)(bench_now_ns() - t_start) / 1e9);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
+
 static void fail(const char *fmt, ...)
 {
 	va_list ap;
@@ -101,6 +122,9 @@ static void fail(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (live[i] > 0)
+			kill(live[i], SIGKILL);
 	if (cluster_pid > 0)
 		kill(cluster_pid, SIGTERM);
 	exit(1);
@@ -151,6 +175,15 @@ static int parse_num(const char *name, const char *v, long min, long max,
 
 /* ---- processes ---- */
 
+static void live_set(pid_t pid, int alive)
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (alive ? live[i] == 0 : live[i] == pid) {
+			live[i] = alive ? pid : 0;
+			return;
+		}
+}
+
 static pid_t spawn(char *const argv[], int *out_fd)
 {
 	int fds[2] = {-1, -1};
@@ -179,6 +212,7 @@ static pid_t spawn(char *const argv[], int *out_fd)
 	if (out_fd) {
 		close(fds[1]);
 		*out_fd = fds[0];
+		live_set(pid, 1);
 	}
 	return pid;
 }
@@ -204,6 +238,7 @@ static cJSON *child_finish(child_t *c, long *rss_kb)
 	close(c->fd);
 	if (wait4(c->pid, &status, 0, &ru) < 0)
 		fail("wait4: %s", strerror(errno));
+	live_set(c->pid, 0);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		fail("a contender failed (status %d); its messages are above",
 		     status);
@@ -257,7 +292,7 @@ static void run_plan(run_t *r, int kind, long messages, long batch,
 	r->kind = kind;
 	r->messages = messages;
 	r->batch = batch;
-	r->downstream = 1;
+	r->downstream = (int)cfg.downstream;
 	snprintf(r->in, sizeof(r->in), "in-%s-%d", tag, n);
 	snprintf(r->out, sizeof(r->out), "out-%s-%d", tag, n);
 	snprintf(r->group, sizeof(r->group), "%s-%s-%d", kinds[kind], tag, n);
@@ -463,8 +498,8 @@ static tp_t throughput_run(const run_t *r)
 	t.downstream = (long long)jnum(j, "downstream_tokens");
 	t.store_bytes = (long long)jnum(j, "store_bytes");
 	cJSON_Delete(j);
-	fprintf(stderr, "tbx_bench: %-9s %8.0f msg/s  (%s, %ld records)\n",
-		kinds[r->kind], t.rate, r->group, r->messages);
+	progress("%-9s %8.0f msg/s  (%s, %ld records)\n", kinds[r->kind],
+		 t.rate, r->group, r->messages);
 	return t;
 }
 
@@ -601,8 +636,8 @@ static void latency_run(const run_t *r, double *p50, double *p99)
 	*p50 = pct(lat, lat_cnt, 0.50);
 	*p99 = pct(lat, lat_cnt, 0.99);
 	free(lat);
-	fprintf(stderr, "tbx_bench: %-9s latency p50 %.1f ms p99 %.1f ms\n",
-		kinds[r->kind], *p50, *p99);
+	progress("%-9s latency p50 %.1f ms p99 %.1f ms\n", kinds[r->kind], *p50,
+		 *p99);
 }
 
 /* tokenbox with @p workers processes on one group and one store. */
@@ -632,8 +667,7 @@ static double workers_run(const run_t *r, int workers)
 	rate = t1 > t0 && t0 > 0
 		   ? ((double)r->messages - first) / ((t1 - t0) / 1e9)
 		   : 0;
-	fprintf(stderr, "tbx_bench: tokenbox  %d worker(s): %.0f msg/s\n",
-		workers, rate);
+	progress("tokenbox  %d worker(s): %.0f msg/s\n", workers, rate);
 	return rate;
 }
 
@@ -678,8 +712,8 @@ static cJSON *storage_run(const run_t *r)
 	j = child_finish(&c, NULL);
 	rd_kafka_destroy(rd);
 	tbx_publisher_destroy(pub);
-	fprintf(stderr, "tbx_bench: storage %-9s %ld records: %.0f rows\n",
-		kinds[r->kind], r->messages, jnum(j, "dedup_rows"));
+	progress("storage %-9s %ld records: %.0f rows\n", kinds[r->kind],
+		 r->messages, jnum(j, "dedup_rows"));
 	return j;
 }
 
@@ -722,6 +756,7 @@ static int parse_args(int argc, char **argv)
 	cfg.lat_rate = 1000;
 	cfg.storage_messages = 1000000;
 	cfg.sweeps = 1;
+	cfg.downstream = 1;
 	cfg.mask = (1u << NKINDS) - 1;
 	if (!realpath("/proc/self/exe", cfg.self))
 		return usage_error("cannot find this program: %s%s",
@@ -784,6 +819,10 @@ static int parse_args(int argc, char **argv)
 					    &cfg.storage_messages)))
 				return rc;
 			set_sto = 1;
+			i++;
+		} else if (strcmp(a, "--downstream") == 0) {
+			if ((rc = parse_num(a, val, 0, 1, &cfg.downstream)))
+				return rc;
 			i++;
 		} else if (strcmp(a, "--sweeps") == 0) {
 			if ((rc = parse_num(a, val, 0, 1, &cfg.sweeps)))
@@ -853,6 +892,7 @@ int bench_driver_main(int argc, char **argv)
 
 	if (rc)
 		return rc < 0 ? 0 : rc;
+	t_start = bench_now_ns();
 	if (!mkdtemp(tmpl))
 		fail("mkdtemp: %s", strerror(errno));
 	snprintf(cfg.work, sizeof(cfg.work), "%s", tmpl);
@@ -901,8 +941,7 @@ int bench_driver_main(int argc, char **argv)
 			s_runs[i].downstream = 0;
 		}
 	cluster_start();
-	fprintf(stderr, "tbx_bench: mock cluster %s, work directory %s\n",
-		bootstraps, cfg.work);
+	progress("mock cluster %s, work directory %s\n", bootstraps, cfg.work);
 
 	/* Interleaved: plain inbox kafka-txn tokenbox, plain inbox ... */
 	for (long i = 0; i < reps * NKINDS; i++)
@@ -1052,13 +1091,23 @@ int bench_driver_main(int argc, char **argv)
 		}
 		cJSON_AddItemToObject(root, "storage", s);
 	}
-	char summary[512];
-	snprintf(summary, sizeof(summary),
-		 "bench: tokenbox/plain=%.2f tokenbox/inbox=%.2f "
-		 "tokenbox/kafka-txn=%.2f tokens_left=%lld",
-		 med[PLAIN] > 0 ? med[TOKENBOX] / med[PLAIN] : 0,
-		 med[INBOX] > 0 ? med[TOKENBOX] / med[INBOX] : 0,
-		 med[TXN] > 0 ? med[TOKENBOX] / med[TXN] : 0, tokens_left);
+	char summary[512], ratio[3][16];
+	for (int k = 0; k < 3; k++) {
+		if (med[k] > 0 && HAS(TOKENBOX))
+			snprintf(ratio[k], sizeof(ratio[k]), "%.2f",
+				 med[TOKENBOX] / med[k]);
+		else
+			snprintf(ratio[k], sizeof(ratio[k]), "n/a");
+	}
+	if (HAS(TOKENBOX))
+		snprintf(summary, sizeof(summary),
+			 "bench: tokenbox/plain=%s tokenbox/inbox=%s "
+			 "tokenbox/kafka-txn=%s tokens_left=%lld",
+			 ratio[PLAIN], ratio[INBOX], ratio[TXN], tokens_left);
+	else
+		snprintf(summary, sizeof(summary),
+			 "bench: tokenbox/plain=n/a tokenbox/inbox=n/a "
+			 "tokenbox/kafka-txn=n/a tokens_left=n/a");
 	cJSON_AddStringToObject(root, "summary", summary);
 
 	/* The table. */
@@ -1093,9 +1142,12 @@ int bench_driver_main(int argc, char **argv)
 		    kinds[k], k == TXN ? " (*)" : "", agg[k].rate, p50, p99,
 		    agg[k].txn_per_k, agg[k].sync_per_k, agg[k].rss_mb, rows);
 	}
-	OUT("\n(*) librdkafka's mock cluster writes no transaction markers and "
-	    "drops TxnOffsetCommit: kafka-txn's row is a lower bound on its "
-	    "cost.\n");
+	if (HAS(TXN))
+		OUT("\n(*) librdkafka's mock cluster writes no transaction "
+		    "markers and "
+		    "drops TxnOffsetCommit: kafka-txn's row is a lower bound "
+		    "on its "
+		    "cost.\n");
 	OUT("fsyncs and write transactions: counted by an in-process SQLite "
 	    "VFS (xSync calls; WAL write-lock acquisitions).\n");
 	if (cfg.lat_messages)
@@ -1150,6 +1202,13 @@ int bench_driver_main(int argc, char **argv)
 			free(buf);
 		}
 	}
+	if (!cfg.storage_messages)
+		for (int k = 0; k < NKINDS; k++) {
+			char path[PATH_MAX + 64];
+			snprintf(path, sizeof(path), "%s/storage-%s.dat",
+				 cfg.out, kinds[k]);
+			unlink(path); /* not from this run */
+		}
 	char *json = cJSON_Print(root);
 	write_file("bench.json", json);
 	write_file("bench.txt", text);
