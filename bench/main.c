@@ -656,6 +656,11 @@ static double workers_run(const run_t *r, int workers)
 	for (int i = 0; i < workers; i++) {
 		cJSON *j = child_finish(&c[i], NULL);
 		double a = jnum(j, "t_first_end_ns"), b = jnum(j, "t_end_ns");
+		progress("  worker %d: first batch done at %.2fs, last at "
+			 "%.2fs, %ld outputs\n",
+			 i, (a - (double)t_start) / 1e9,
+			 (b - (double)t_start) / 1e9,
+			 (long)jnum(j, "processed"));
 		if (a > 0 && (t0 == 0 || a < t0)) {
 			t0 = a;
 			first = jnum(j, "first_batch");
