@@ -595,6 +595,41 @@ Test(db, processes_creating_one_file_at_once_all_open_it)
 	}
 }
 
+/* Ids come from a per-thread pool of random bytes: well-formed version 4
+ * UUIDs, and a forked child never hands out its parent's next ones. */
+Test(ids, uuids_are_version_4_and_a_forked_child_draws_its_own)
+{
+	char a[TBX_UUID_LEN + 1], b[TBX_UUID_LEN + 1], child[TBX_UUID_LEN + 1];
+	int fds[2], status;
+	pid_t pid;
+
+	for (int i = 0; i < 100; i++) {
+		tbx__uuid(a);
+		cr_assert(tbx__is_uuid(a, strlen(a)), "%s", a);
+		cr_assert_eq(a[14], '4', "%s", a);
+		cr_assert(strchr("89ab", a[19]), "%s", a);
+		tbx__uuid(b);
+		cr_assert_str_neq(a, b);
+	}
+	tbx__uuid(a); /* the pool is partly used: the fork copies it */
+	cr_assert_eq(pipe(fds), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		tbx__uuid(child);
+		_exit(write(fds[1], child, TBX_UUID_LEN) == TBX_UUID_LEN ? 0
+									 : 1);
+	}
+	tbx__uuid(b);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	cr_assert_eq(read(fds[0], child, TBX_UUID_LEN), TBX_UUID_LEN);
+	child[TBX_UUID_LEN] = '\0';
+	close(fds[0]);
+	close(fds[1]);
+	cr_assert_str_neq(child, b, "the child drew the parent's next id");
+}
+
 Test(db, error_codes_map_to_tokenbox_errors)
 {
 	cr_assert_eq(tbx__db_err(SQLITE_OK), TBX_OK);
