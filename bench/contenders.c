@@ -41,7 +41,7 @@ typedef struct opts {
 	enum kind kind;
 	const char *bootstrap, *in, *out, *group, *dir;
 	long messages, batch, samples;
-	int until_rows;
+	int until_rows, separate_tokens;
 } opts_t;
 
 typedef struct sample {
@@ -192,7 +192,9 @@ static void take_sample(const opts_t *o, result_t *r, sqlite3 *db, sqlite3 *tdb)
 	s->processed = r->processed;
 	s->rows = dedup_rows(o, db, tdb);
 	s->bytes = file_bytes(store_path) +
-		   (o->kind == K_TOKENBOX ? file_bytes(tokens_path) : 0);
+		   (o->kind == K_TOKENBOX && o->separate_tokens
+			? file_bytes(tokens_path)
+			: 0);
 }
 
 /* After every batch: sample storage, and say whether the run is over. */
@@ -732,7 +734,7 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	    {"kafka.bootstrap.servers", o->bootstrap},
 	    {"group.id", o->group},
 	    {"store.path", store_path},
-	    {"tokens.path", tokens_path},
+	    {"tokens.path", o->separate_tokens ? tokens_path : ""},
 	    {"kafka.producer.compression.type", "lz4"},
 	    {"kafka.consumer.fetch.wait.max.ms", BENCH_FETCH_WAIT_MS},
 	    {"kafka.consumer.session.timeout.ms", BENCH_SESSION_TIMEOUT_MS},
@@ -795,7 +797,8 @@ out:
 	tbx_worker_destroy(w);
 	if (!rc && exec_sql(db, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
 		r->store_bytes = file_bytes(store_path);
-	if (!rc && tdb && exec_sql(tdb, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
+	if (!rc && tdb && o->separate_tokens &&
+	    exec_sql(tdb, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
 		r->store_bytes += file_bytes(tokens_path);
 	sqlite3_close(tdb);
 	sqlite3_close(db);
@@ -892,6 +895,10 @@ int bench_contender_main(int argc, char **argv)
 			o.out = v;
 		} else if (strcmp(a, "--group") == 0) {
 			o.group = v;
+		} else if (strcmp(a, "--token-store") == 0) {
+			if (strcmp(v, "single") && strcmp(v, "separate"))
+				return die("--token-store: '%s'", v);
+			o.separate_tokens = strcmp(v, "separate") == 0;
 		} else if (strcmp(a, "--dir") == 0) {
 			o.dir = v;
 		} else if (strcmp(a, "--messages") == 0) {
@@ -914,7 +921,8 @@ int bench_contender_main(int argc, char **argv)
 			   "--dir and --messages%s%s",
 			   "", "");
 	snprintf(store_path, sizeof(store_path), "%s/service.db", o.dir);
-	snprintf(tokens_path, sizeof(tokens_path), "%s/tokens.db", o.dir);
+	snprintf(tokens_path, sizeof(tokens_path), "%s/%s", o.dir,
+		 o.separate_tokens ? "tokens.db" : "service.db");
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 	if (bench_countvfs_register() != SQLITE_OK)

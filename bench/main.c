@@ -66,6 +66,10 @@ static const char usage_text[] =
     "                        tokenbox's output topic, so that tokenbox mints\n"
     "                        a token per output as in a pipeline (default);\n"
     "                        0: none (outputs get registrations only)\n"
+    "  --token-store MODE    tokenbox's token store: single (default, as\n"
+    "                        tokenbox's own default: tokens.path empty, the\n"
+    "                        service store's file) or separate (a file of\n"
+    "                        its own, as a pipeline of services shares one)\n"
     "  --out DIR             where bench.json and the plot data go\n"
     "                        (default: bench/results of the source tree)\n"
     "  --tokenbox PATH       the tokenbox command that hosts the mock cluster\n"
@@ -84,6 +88,7 @@ static const char usage_text[] =
 typedef struct cfg {
 	long messages, reps, lat_messages, lat_rate, storage_messages, sweeps;
 	long downstream;
+	int separate_tokens; /* tokenbox: token store in its own file */
 	int quick, json, keep;
 	unsigned mask; /* contenders to run, bit per kind */
 	char out[PATH_MAX], tokenbox[PATH_MAX], self[PATH_MAX], work[256];
@@ -347,6 +352,14 @@ static void path_in(char *out, size_t size, const run_t *r, const char *name)
 	snprintf(out, size, "%s/%s", r->dir, name);
 }
 
+/* tokenbox's token store: by default the service store's file (tokens.path
+ * empty), with --token-store separate a file of its own. */
+static const char *token_file(const run_t *r)
+{
+	return r->kind == TOKENBOX && !cfg.separate_tokens ? "service.db"
+							   : "tokens.db";
+}
+
 /* The run's directory, and its subscriptions: tokenbox's group first, so
  * that the records published next carry tokens for it. */
 static void run_prepare(const run_t *r)
@@ -355,7 +368,7 @@ static void run_prepare(const run_t *r)
 
 	if (mkdir(r->dir, 0700) && errno != EEXIST)
 		fail("mkdir %s: %s", r->dir, strerror(errno));
-	path_in(tokens, sizeof(tokens), r, "tokens.db");
+	path_in(tokens, sizeof(tokens), r, token_file(r));
 	if (r->kind == TOKENBOX) {
 		subscribe(tokens, r->in, r->group);
 		if (r->downstream)
@@ -369,7 +382,7 @@ static tbx_publisher_t *publisher(const run_t *r)
 	tbx_conf_t *conf = tbx_conf_new();
 	tbx_publisher_t *pub;
 
-	path_in(tokens, sizeof(tokens), r, "tokens.db");
+	path_in(tokens, sizeof(tokens), r, token_file(r));
 	if (tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, err,
 			 sizeof(err)) ||
 	    tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err)) ||
@@ -454,6 +467,8 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 			b,
 			"--samples",
 			s,
+			"--token-store",
+			cfg.separate_tokens ? "separate" : "single",
 			until_rows ? "--until-rows" : NULL,
 			NULL};
 	c.pid = spawn(argv, &c.fd);
@@ -828,6 +843,15 @@ static int parse_args(int argc, char **argv)
 		} else if (strcmp(a, "--downstream") == 0) {
 			if ((rc = parse_num(a, val, 0, 1, &cfg.downstream)))
 				return rc;
+			i++;
+		} else if (strcmp(a, "--token-store") == 0) {
+			if (!val ||
+			    (strcmp(val, "single") && strcmp(val, "separate")))
+				return usage_error("--token-store: expected "
+						   "single or separate, not "
+						   "'%s'",
+						   val ? val : "");
+			cfg.separate_tokens = strcmp(val, "separate") == 0;
 			i++;
 		} else if (strcmp(a, "--sweeps") == 0) {
 			if ((rc = parse_num(a, val, 0, 1, &cfg.sweeps)))
