@@ -135,6 +135,18 @@ static void fail(const char *fmt, ...)
 	exit(1);
 }
 
+/* Interrupted: the contenders and the cluster go too (kill() and _exit()
+ * are async-signal-safe). */
+static void on_signal(int sig)
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (live[i] > 0)
+			kill(live[i], SIGKILL);
+	if (cluster_pid > 0)
+		kill(cluster_pid, SIGTERM);
+	_exit(128 + sig);
+}
+
 int64_t bench_now_ns(void)
 {
 	struct timespec ts;
@@ -922,6 +934,9 @@ int bench_driver_main(int argc, char **argv)
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	t_start = bench_now_ns();
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
 	if (!mkdtemp(tmpl))
 		fail("mkdtemp: %s", strerror(errno));
 	snprintf(cfg.work, sizeof(cfg.work), "%s", tmpl);
