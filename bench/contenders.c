@@ -53,10 +53,11 @@ typedef struct sample {
 /* What a run measured; printed as JSON at the end. */
 typedef struct result {
 	long processed;
-	long first_batch;     /* records in the first batch */
-	int64_t t_first_end;  /* after the first batch, ns */
-	int64_t t_end;	      /* after the last, ns */
-	long long dedup_rows; /* -1: no deduplication storage */
+	long first_batch;	 /* records in the first batch */
+	long long rows_at_first; /* business rows then (--until-rows) */
+	int64_t t_first_end;	 /* after the first batch, ns */
+	int64_t t_end;		 /* after the last, ns */
+	long long dedup_rows;	 /* -1: no deduplication storage */
 	long long downstream_tokens;
 	long long store_bytes;
 	bench_io_counts_t io_start, io_end;
@@ -204,6 +205,10 @@ static int after_batch(const opts_t *o, result_t *r, sqlite3 *db, sqlite3 *tdb,
 	if (!r->t_first_end && batch_cnt > 0) {
 		r->t_first_end = bench_now_ns();
 		r->first_batch = batch_cnt;
+		/* Several workers: what the group had done by then. */
+		if (o->until_rows)
+			r->rows_at_first = query_int(
+			    db, "SELECT MAX(id) FROM bench_rows", NULL);
 	}
 	if (o->samples > 0) {
 		long step = o->messages / o->samples;
@@ -525,10 +530,10 @@ static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
 		rd_kafka_consumer_group_metadata_t *cgmd =
 		    rd_kafka_consumer_group_metadata(cons);
 		rd_kafka_error_t *e = rd_kafka_send_offsets_to_transaction(
-		    prod, offsets, cgmd, -1);
+		    prod, offsets, cgmd, 30000);
 		rd_kafka_consumer_group_metadata_destroy(cgmd);
 		if (!e)
-			e = rd_kafka_commit_transaction(prod, -1);
+			e = rd_kafka_commit_transaction(prod, 30000);
 		rd_kafka_topic_partition_list_destroy(offsets);
 		if (e) {
 			die("transaction: %s%s", rd_kafka_error_string(e), "");
@@ -814,6 +819,7 @@ static void print_result(const opts_t *o, const result_t *r)
 	cJSON_AddNumberToObject(j, "processed", (double)r->processed);
 	cJSON_AddNumberToObject(j, "first_batch", (double)r->first_batch);
 	cJSON_AddNumberToObject(j, "t_first_end_ns", (double)r->t_first_end);
+	cJSON_AddNumberToObject(j, "rows_at_first", (double)r->rows_at_first);
 	cJSON_AddNumberToObject(j, "t_end_ns", (double)r->t_end);
 	cJSON_AddNumberToObject(
 	    j, "write_txns",
