@@ -332,14 +332,15 @@ static void cluster_start(void)
 	cluster_argv[1] = "mock-cluster";
 	argv_push("--bootstrap-file");
 	argv_push(bootfile);
-	/* librdkafka 2.0.2's mock cluster now and then hangs while creating
-	 * the topics (its main thread waits for the mock thread for ever):
-	 * a cluster that is not up within 10 s is replaced. */
+	/* librdkafka 2.0.2's mock cluster is sometimes very slow to create
+	 * the topics (rd_kafka_mock_topic_create() waiting on the mock
+	 * thread, up to seconds per topic): a cluster that is not up within
+	 * 60 s is replaced. */
 	for (int attempt = 1;; attempt++) {
 		int status;
 
 		cluster_pid = spawn(cluster_argv, NULL);
-		for (int i = 0; i < 200 && access(bootfile, F_OK) != 0; i++)
+		for (int i = 0; i < 1200 && access(bootfile, F_OK) != 0; i++)
 			usleep(50000);
 		if ((f = fopen(bootfile, "r")))
 			break;
@@ -349,7 +350,7 @@ static void cluster_start(void)
 		if (attempt == 3)
 			fail("%s mock-cluster did not start (3 attempts)",
 			     cfg.tokenbox);
-		progress("mock-cluster did not start within 10 s; again\n");
+		progress("mock-cluster did not start within 60 s; again\n");
 	}
 	if (!fgets(bootstraps, sizeof(bootstraps), f))
 		fail("%s: empty bootstrap file", bootfile);
