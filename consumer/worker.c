@@ -95,6 +95,9 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	    (int)tbx__conf_int(conf, "retry.backoff.max.ms");
 	worker->untokened_offsets =
 	    strcmp(tbx__conf_str(conf, "ingress.untokened"), "offsets") == 0;
+	/* G lowers the service connection to NORMAL for its own commit and
+	 * restores this level afterwards. */
+	worker->synchronous_full = opts.synchronous_full;
 	worker->dispatch_timeout_ms =
 	    (int)tbx__conf_int(conf, "dispatch.timeout.ms");
 	worker->cleanup_interval_ms =

@@ -3,6 +3,7 @@
  * from the business tables, the topics and the stores.
  */
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <stdlib.h>
@@ -414,4 +415,78 @@ Test(e2e, message_minted_before_the_group_subscribed_is_untokened_for_it)
 	cr_assert_eq(stat_dropped(w), 0);
 	tbx_worker_destroy(w);
 	env_fini(&e);
+}
+
+/* Records the synchronous level the handlers' transaction runs under. */
+typedef struct sync_seen {
+	int calls, min, max;
+} sync_seen_t;
+
+static tbx_verdict_t note_synchronous(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				      void *opaque)
+{
+	sync_seen_t *seen = opaque;
+	sqlite3_stmt *stmt;
+	int level = -1;
+
+	(void)msg;
+	if (sqlite3_prepare_v2(tbx_ctx_db(ctx), "PRAGMA synchronous", -1, &stmt,
+			       NULL) == SQLITE_OK) {
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			level = sqlite3_column_int(stmt, 0);
+		sqlite3_finalize(stmt);
+	}
+	if (seen->calls++ == 0 || level < seen->min)
+		seen->min = level;
+	if (seen->calls == 1 || level > seen->max)
+		seen->max = level;
+	return TBX_VERDICT_OK;
+}
+
+static int calls_reached(void *opaque)
+{
+	return ((sync_seen_t *)opaque)->calls >= 30;
+}
+
+/*
+ * Regression: the guard phase G commits with synchronous=NORMAL and then
+ * restores the configured level, but the worker never recorded that level,
+ * so it restored NORMAL: with store.synchronous=full (the default) every
+ * transaction after the first batch's G ran without fsync.
+ */
+static void check_synchronous(const char *setting, int want)
+{
+	env_t e;
+	sync_seen_t seen = {0, 0, 0};
+	char err[512];
+
+	env_init(&e);
+	tbx_worker_t *w =
+	    tbx_worker_new(tt_conf(e.cluster->bootstraps, "g1", e.s1, e.tokens,
+				   "store.synchronous", setting,
+				   "batch.max.messages", "10", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(w, "in", NULL, note_synchronous, &seen),
+	    TBX_OK);
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 30, 3, "s");
+	cr_assert(tt_drive(&w, 1, calls_reached, &seen, 3, 60));
+	cr_assert_eq(seen.min, want,
+		     "store.synchronous=%s: a batch ran at "
+		     "level %d",
+		     setting, seen.min);
+	cr_assert_eq(seen.max, want,
+		     "store.synchronous=%s: a batch ran at "
+		     "level %d",
+		     setting, seen.max);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+Test(e2e, every_batch_runs_at_the_configured_synchronous_level)
+{
+	check_synchronous("full", 2);
+	check_synchronous("normal", 1);
 }

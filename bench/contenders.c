@@ -1,0 +1,942 @@
+/*
+ * The four contenders, each run as a child process:
+ *
+ *   plain      at-least-once: one SQLite transaction per batch for the
+ *              business rows, produce, wait for delivery, commit offsets
+ *   inbox      the classic deduplication store: per record, INSERT OR
+ *              IGNORE of its id into an inbox table (kept for ever) and an
+ *              outbox row, in one transaction per batch; dispatch; delete
+ *              the outbox rows in a second transaction; commit offsets
+ *   kafka-txn  a Kafka transaction per batch (transactional producer,
+ *              send_offsets_to_transaction), the SQLite write outside it
+ *   tokenbox   a tbx_worker with default settings and one handler
+ *
+ * The three hand-written ones collect batches like tokenbox does (up to
+ * BENCH_BATCH_MAX records, or what arrives within BENCH_BATCH_MAX_MS of the
+ * first, polled one at a time) and use the same librdkafka settings as
+ * tokenbox's worker.  Every store is WAL with synchronous=FULL.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <uuid/uuid.h>
+
+#include "bench/bench.h"
+#include "tokenbox/tokenbox.h"
+
+enum kind { K_PLAIN, K_INBOX, K_TXN, K_TOKENBOX };
+static const char *const kind_names[] = {"plain", "inbox", "kafka-txn",
+					 "tokenbox"};
+
+typedef struct opts {
+	enum kind kind;
+	const char *bootstrap, *in, *out, *group, *dir;
+	long messages, batch, samples;
+	int until_rows, separate_tokens;
+} opts_t;
+
+typedef struct sample {
+	long processed;
+	long long rows;
+	long long bytes;
+} sample_t;
+
+/* What a run measured; printed as JSON at the end. */
+typedef struct result {
+	long processed;
+	long first_batch;	 /* records in the first batch */
+	long long rows_at_first; /* business rows then (--until-rows) */
+	int64_t t_first_end;	 /* after the first batch, ns */
+	int64_t t_end;		 /* after the last, ns */
+	long long dedup_rows;	 /* -1: no deduplication storage */
+	long long downstream_tokens;
+	long long store_bytes;
+	bench_io_counts_t io_start, io_end;
+	sample_t samples[64];
+	int sample_cnt;
+} result_t;
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "tbx_bench contender: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+static char store_path[1024], tokens_path[1024];
+
+static long long file_bytes(const char *path)
+{
+	char wal[1100];
+	struct stat st;
+	long long n = 0;
+
+	if (stat(path, &st) == 0)
+		n += st.st_size;
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	if (stat(wal, &st) == 0)
+		n += st.st_size;
+	return n;
+}
+
+static int exec_sql(sqlite3 *db, const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+		fprintf(stderr, "tbx_bench contender: %s: %s\n", sql,
+			err ? err : "?");
+		sqlite3_free(err);
+		return 1;
+	}
+	return 0;
+}
+
+/* Every store: WAL, synchronous=FULL, the same as tokenbox's default. */
+static sqlite3 *store_open(const char *path)
+{
+	sqlite3 *db = NULL;
+
+	if (sqlite3_open_v2(path, &db,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+			    NULL) != SQLITE_OK) {
+		fprintf(stderr, "tbx_bench contender: open %s: %s\n", path,
+			db ? sqlite3_errmsg(db) : "out of memory");
+		sqlite3_close(db);
+		return NULL;
+	}
+	sqlite3_busy_timeout(db, 10000);
+	/* Worker processes started together race to create the file:
+	 * switching to WAL does not wait on the busy handler. */
+	for (int i = 0;; i++) {
+		int rc = sqlite3_exec(
+		    db,
+		    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+		    "PRAGMA foreign_keys=ON;"
+		    "CREATE TABLE IF NOT EXISTS bench_rows (id INTEGER "
+		    "PRIMARY KEY, msg_id TEXT NOT NULL, part INTEGER, "
+		    "off INTEGER, payload BLOB);",
+		    NULL, NULL, NULL);
+		if (rc == SQLITE_OK)
+			return db;
+		if (rc != SQLITE_BUSY || i == 100) {
+			die("%s: %s", path, sqlite3_errmsg(db));
+			sqlite3_close(db);
+			return NULL;
+		}
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static long long query_int(sqlite3 *db, const char *sql, const char *arg)
+{
+	sqlite3_stmt *stmt;
+	long long v = -1;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) != SQLITE_OK)
+		return -1;
+	if (arg)
+		sqlite3_bind_text(stmt, 1, arg, -1, SQLITE_STATIC);
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		v = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	return v;
+}
+
+/* Rows in the contender's deduplication storage: tokenbox's own group's
+ * tokens and registrations, the inbox's ids; -1 for none. */
+static long long dedup_rows(const opts_t *o, sqlite3 *db, sqlite3 *tdb)
+{
+	if (o->kind == K_INBOX)
+		return query_int(db, "SELECT COUNT(*) FROM inbox", NULL);
+	if (o->kind != K_TOKENBOX)
+		return -1;
+	return query_int(tdb, "SELECT COUNT(*) FROM tbx_tokens WHERE grp = ?",
+			 o->group) +
+	       query_int(tdb,
+			 "SELECT COUNT(*) FROM tbx_registrations WHERE "
+			 "send_grp = ?",
+			 o->group);
+}
+
+static void take_sample(const opts_t *o, result_t *r, sqlite3 *db, sqlite3 *tdb)
+{
+	sample_t *s;
+
+	if (r->sample_cnt >= (int)(sizeof(r->samples) / sizeof(r->samples[0])))
+		return;
+	s = &r->samples[r->sample_cnt++];
+	s->processed = r->processed;
+	s->rows = dedup_rows(o, db, tdb);
+	s->bytes = file_bytes(store_path) +
+		   (o->kind == K_TOKENBOX && o->separate_tokens
+			? file_bytes(tokens_path)
+			: 0);
+}
+
+/* After every batch: sample storage, and say whether the run is over. */
+static int after_batch(const opts_t *o, result_t *r, sqlite3 *db, sqlite3 *tdb,
+		       long batch_cnt)
+{
+	if (!r->t_first_end && batch_cnt > 0) {
+		r->t_first_end = bench_now_ns();
+		r->first_batch = batch_cnt;
+		/* Several workers: what the group had done by then. */
+		if (o->until_rows)
+			r->rows_at_first = query_int(
+			    db, "SELECT MAX(id) FROM bench_rows", NULL);
+	}
+	if (o->samples > 0) {
+		long step = o->messages / o->samples;
+		if (step < 1)
+			step = 1;
+		if (r->processed / step > (r->processed - batch_cnt) / step)
+			take_sample(o, r, db, tdb);
+	}
+	if (o->until_rows)
+		return query_int(db, "SELECT MAX(id) FROM bench_rows", NULL) >=
+		       o->messages;
+	return r->processed >= o->messages;
+}
+
+/* ---- the hand-written contenders ---- */
+
+static int dr_pending, dr_failed;
+
+static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void *op)
+{
+	(void)rk;
+	(void)op;
+	dr_pending--;
+	if (rkm->err)
+		dr_failed++;
+}
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac,
+		   const char *buf)
+{
+	(void)rk;
+	if (level <= 3)
+		fprintf(stderr, "tbx_bench contender: rdkafka %s: %s\n", fac,
+			buf);
+}
+
+static rd_kafka_t *client(const opts_t *o, rd_kafka_type_t type)
+{
+	rd_kafka_conf_t *kc = rd_kafka_conf_new();
+	char err[512], txid[300];
+	rd_kafka_t *rk;
+	int bad = 0;
+
+#define SET(k, v)                                                              \
+	bad |= rd_kafka_conf_set(kc, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK
+	SET("bootstrap.servers", o->bootstrap);
+	rd_kafka_conf_set_log_cb(kc, on_log);
+	if (type == RD_KAFKA_CONSUMER) {
+		/* As tokenbox's worker sets them. */
+		SET("group.id", o->group);
+		SET("enable.auto.commit", "false");
+		SET("enable.auto.offset.store", "false");
+		SET("auto.offset.reset", "earliest");
+		SET("fetch.wait.max.ms", BENCH_FETCH_WAIT_MS);
+		SET("session.timeout.ms", BENCH_SESSION_TIMEOUT_MS);
+		SET("heartbeat.interval.ms", "300");
+		if (o->kind == K_TXN)
+			SET("isolation.level", "read_committed");
+	} else {
+		SET("linger.ms", "1");
+		SET("compression.type", "lz4");
+		SET("enable.idempotence", "true");
+		if (o->kind == K_TXN) {
+			snprintf(txid, sizeof(txid), "%s-txn", o->group);
+			SET("transactional.id", txid);
+		}
+		rd_kafka_conf_set_dr_msg_cb(kc, on_dr);
+	}
+#undef SET
+	if (bad) {
+		die("librdkafka configuration: %s%s", err, "");
+		rd_kafka_conf_destroy(kc);
+		return NULL;
+	}
+	if (!(rk = rd_kafka_new(type, kc, err, sizeof(err))))
+		die("rd_kafka_new: %s%s", err, "");
+	return rk;
+}
+
+/* The same bench-t0 header goes from the record to its output. */
+static void ts_header(rd_kafka_message_t *rkm, const void **val, size_t *len)
+{
+	rd_kafka_headers_t *h = NULL;
+
+	*val = NULL;
+	*len = 0;
+	if (rd_kafka_message_headers(rkm, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		rd_kafka_header_get_last(h, BENCH_TS_HEADER, val, len);
+}
+
+static void msg_id(rd_kafka_message_t *rkm, char *out, size_t size)
+{
+	rd_kafka_headers_t *h = NULL;
+	const void *val = NULL;
+	size_t len = 0;
+
+	if (rd_kafka_message_headers(rkm, &h) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+	    rd_kafka_header_get_last(h, "tbx-id", &val, &len) ==
+		RD_KAFKA_RESP_ERR_NO_ERROR &&
+	    val && len < size) {
+		memcpy(out, val, len);
+		out[len] = '\0';
+		return;
+	}
+	snprintf(out, size, "u:%" PRId32 ":%" PRId64, rkm->partition,
+		 rkm->offset);
+}
+
+static int produce_out(rd_kafka_t *prod, const opts_t *o,
+		       rd_kafka_message_t *rkm, const char *out_id)
+{
+	rd_kafka_headers_t *h = rd_kafka_headers_new(2);
+	const void *ts;
+	size_t ts_len;
+	rd_kafka_resp_err_t err;
+
+	ts_header(rkm, &ts, &ts_len);
+	if (ts)
+		rd_kafka_header_add(h, BENCH_TS_HEADER, -1, ts, ts_len);
+	if (out_id)
+		rd_kafka_header_add(h, "msg-id", -1, out_id, -1);
+	for (;;) {
+		err =
+		    rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(o->out),
+				      RD_KAFKA_V_KEY(rkm->key, rkm->key_len),
+				      RD_KAFKA_V_VALUE(rkm->payload, rkm->len),
+				      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+				      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			break;
+		rd_kafka_poll(prod, 10);
+	}
+	if (err) {
+		rd_kafka_headers_destroy(h);
+		fprintf(stderr, "tbx_bench contender: produce: %s\n",
+			rd_kafka_err2str(err));
+		return 1;
+	}
+	dr_pending++;
+	return 0;
+}
+
+static int await_delivery(rd_kafka_t *prod)
+{
+	while (dr_pending > 0)
+		rd_kafka_flush(prod, 100);
+	if (dr_failed) {
+		fprintf(stderr, "tbx_bench contender: %d deliveries failed\n",
+			dr_failed);
+		return 1;
+	}
+	return 0;
+}
+
+/* Next offset per partition of the batch. */
+static rd_kafka_topic_partition_list_t *batch_offsets(rd_kafka_message_t **msgs,
+						      size_t cnt)
+{
+	rd_kafka_topic_partition_list_t *l =
+	    rd_kafka_topic_partition_list_new(BENCH_PARTITIONS);
+
+	for (size_t i = 0; i < cnt; i++) {
+		rd_kafka_topic_partition_t *p =
+		    rd_kafka_topic_partition_list_find(
+			l, rd_kafka_topic_name(msgs[i]->rkt),
+			msgs[i]->partition);
+		if (!p)
+			p = rd_kafka_topic_partition_list_add(
+			    l, rd_kafka_topic_name(msgs[i]->rkt),
+			    msgs[i]->partition);
+		if (msgs[i]->offset + 1 > p->offset)
+			p->offset = msgs[i]->offset + 1;
+	}
+	return l;
+}
+
+/* Polls one batch the way tokenbox's worker does. */
+static size_t poll_batch(rd_kafka_t *cons, rd_kafka_message_t **msgs,
+			 size_t max)
+{
+	size_t cnt = 0;
+	int64_t deadline = 0;
+
+	while (cnt < max && !stop_flag) {
+		int wait = 100;
+		rd_kafka_message_t *rkm;
+
+		if (cnt) {
+			int64_t left = (deadline - bench_now_ns()) / 1000000;
+			if (left <= 0)
+				break;
+			wait = (int)left;
+		}
+		if (!(rkm = rd_kafka_consumer_poll(cons, wait))) {
+			if (cnt)
+				continue;
+			return 0;
+		}
+		if (rkm->err) {
+			rd_kafka_message_destroy(rkm);
+			continue;
+		}
+		if (!cnt)
+			deadline = bench_now_ns() +
+				   (int64_t)BENCH_BATCH_MAX_MS * 1000000;
+		msgs[cnt++] = rkm;
+	}
+	return cnt;
+}
+
+typedef struct stmts {
+	sqlite3_stmt *row, *inbox, *outbox, *outbox_del;
+} stmts_t;
+
+static int step_reset(sqlite3_stmt *stmt)
+{
+	int rc = sqlite3_step(stmt);
+
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return rc == SQLITE_DONE ? 0 : 1;
+}
+
+static int insert_row(stmts_t *st, rd_kafka_message_t *rkm, const char *id)
+{
+	sqlite3_bind_text(st->row, 1, id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int(st->row, 2, rkm->partition);
+	sqlite3_bind_int64(st->row, 3, rkm->offset);
+	sqlite3_bind_blob(st->row, 4, rkm->payload, (int)rkm->len,
+			  SQLITE_STATIC);
+	return step_reset(st->row);
+}
+
+static void uuid_text(char out[37])
+{
+	uuid_t u;
+
+	uuid_generate(u);
+	uuid_unparse_lower(u, out);
+}
+
+/* One batch of plain, inbox or kafka-txn.  @returns 0 or 1 (fatal). */
+static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
+		      rd_kafka_t *cons, rd_kafka_t *prod,
+		      rd_kafka_message_t **msgs, size_t cnt, result_t *r)
+{
+	static char(*out_ids)[37];
+	static int64_t *outbox_ids;
+	static char *fresh;
+	rd_kafka_topic_partition_list_t *offsets;
+	char id[256];
+	int fail = 0;
+
+	if (!out_ids) {
+		out_ids = calloc(BENCH_BATCH_MAX_LIMIT, sizeof(*out_ids));
+		outbox_ids = calloc(BENCH_BATCH_MAX_LIMIT, sizeof(*outbox_ids));
+		fresh = calloc(BENCH_BATCH_MAX_LIMIT, 1);
+		if (!out_ids || !outbox_ids || !fresh)
+			return die("out of memory%s%s", "", "");
+	}
+	if (o->kind == K_TXN) {
+		rd_kafka_error_t *e = rd_kafka_begin_transaction(prod);
+		if (e) {
+			die("begin_transaction: %s%s", rd_kafka_error_string(e),
+			    "");
+			rd_kafka_error_destroy(e);
+			return 1;
+		}
+	}
+	if (exec_sql(db, "BEGIN IMMEDIATE"))
+		return 1;
+	for (size_t i = 0; i < cnt && !fail; i++) {
+		msg_id(msgs[i], id, sizeof(id));
+		fresh[i] = 1;
+		if (o->kind == K_INBOX) {
+			sqlite3_bind_text(st->inbox, 1, id, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(st->inbox, 2, bench_now_ns());
+			fail |= step_reset(st->inbox);
+			if (!fail && sqlite3_changes(db) == 0) {
+				fresh[i] = 0; /* a duplicate: done before */
+				continue;
+			}
+		}
+		fail |= insert_row(st, msgs[i], id);
+		if (!fail && o->kind == K_INBOX) {
+			const void *ts;
+			size_t ts_len;
+
+			uuid_text(out_ids[i]);
+			ts_header(msgs[i], &ts, &ts_len);
+			sqlite3_bind_text(st->outbox, 1, out_ids[i], -1,
+					  SQLITE_STATIC);
+			sqlite3_bind_text(st->outbox, 2, o->out, -1,
+					  SQLITE_STATIC);
+			sqlite3_bind_blob(st->outbox, 3, msgs[i]->key,
+					  (int)msgs[i]->key_len, SQLITE_STATIC);
+			sqlite3_bind_blob(st->outbox, 4, msgs[i]->payload,
+					  (int)msgs[i]->len, SQLITE_STATIC);
+			sqlite3_bind_blob(st->outbox, 5, ts, (int)ts_len,
+					  SQLITE_STATIC);
+			fail |= step_reset(st->outbox);
+			outbox_ids[i] = sqlite3_last_insert_rowid(db);
+		}
+	}
+	if (fail || exec_sql(db, "COMMIT")) {
+		fprintf(stderr, "tbx_bench contender: batch: %s\n",
+			sqlite3_errmsg(db));
+		return 1;
+	}
+	/* Dispatch (the inbox contender from its outbox rows' copies in
+	 * memory, as MassTransit's and Wolverine's in-process outboxes do). */
+	for (size_t i = 0; i < cnt; i++)
+		if (fresh[i] &&
+		    produce_out(prod, o, msgs[i],
+				o->kind == K_INBOX ? out_ids[i] : NULL))
+			return 1;
+	offsets = batch_offsets(msgs, cnt);
+	if (o->kind == K_TXN) {
+		rd_kafka_consumer_group_metadata_t *cgmd =
+		    rd_kafka_consumer_group_metadata(cons);
+		rd_kafka_error_t *e = rd_kafka_send_offsets_to_transaction(
+		    prod, offsets, cgmd, 30000);
+		rd_kafka_consumer_group_metadata_destroy(cgmd);
+		if (!e)
+			e = rd_kafka_commit_transaction(prod, 30000);
+		rd_kafka_topic_partition_list_destroy(offsets);
+		if (e) {
+			die("transaction: %s%s", rd_kafka_error_string(e), "");
+			rd_kafka_error_destroy(e);
+			return 1;
+		}
+		dr_pending = 0; /* the commit waited for every report */
+		if (dr_failed)
+			return die("deliveries failed%s%s", "", "");
+	} else {
+		if (await_delivery(prod)) {
+			rd_kafka_topic_partition_list_destroy(offsets);
+			return 1;
+		}
+		if (o->kind == K_INBOX) {
+			if (exec_sql(db, "BEGIN IMMEDIATE"))
+				fail = 1;
+			for (size_t i = 0; i < cnt && !fail; i++) {
+				if (!fresh[i])
+					continue;
+				sqlite3_bind_int64(st->outbox_del, 1,
+						   outbox_ids[i]);
+				fail |= step_reset(st->outbox_del);
+			}
+			if (fail || exec_sql(db, "COMMIT")) {
+				rd_kafka_topic_partition_list_destroy(offsets);
+				return die("outbox delete: %s%s",
+					   sqlite3_errmsg(db), "");
+			}
+		}
+		rd_kafka_commit(cons, offsets, 1);
+		rd_kafka_topic_partition_list_destroy(offsets);
+	}
+	r->processed += (long)cnt;
+	return 0;
+}
+
+static int run_hand(const opts_t *o, result_t *r)
+{
+	rd_kafka_t *cons = NULL, *prod = NULL;
+	rd_kafka_message_t **msgs = NULL;
+	rd_kafka_topic_partition_list_t *topics;
+	stmts_t st = {0};
+	sqlite3 *db;
+	int rc = 1;
+
+	if (!(db = store_open(store_path)))
+		return 1;
+	if (o->kind == K_INBOX &&
+	    exec_sql(db, "CREATE TABLE IF NOT EXISTS inbox (msg_id TEXT "
+			 "PRIMARY KEY, processed_ns INTEGER) WITHOUT ROWID;"
+			 "CREATE TABLE IF NOT EXISTS outbox (id INTEGER "
+			 "PRIMARY KEY, out_id TEXT, topic TEXT, key BLOB, "
+			 "payload BLOB, ts BLOB);"))
+		goto out;
+	if (sqlite3_prepare_v3(db,
+			       "INSERT INTO bench_rows (msg_id, part, off, "
+			       "payload) VALUES (?, ?, ?, ?)",
+			       -1, SQLITE_PREPARE_PERSISTENT, &st.row,
+			       NULL) != SQLITE_OK ||
+	    (o->kind == K_INBOX &&
+	     (sqlite3_prepare_v3(db,
+				 "INSERT OR IGNORE INTO inbox (msg_id, "
+				 "processed_ns) VALUES (?, ?)",
+				 -1, SQLITE_PREPARE_PERSISTENT, &st.inbox,
+				 NULL) != SQLITE_OK ||
+	      sqlite3_prepare_v3(db,
+				 "INSERT INTO outbox (out_id, topic, key, "
+				 "payload, ts) VALUES (?, ?, ?, ?, ?)",
+				 -1, SQLITE_PREPARE_PERSISTENT, &st.outbox,
+				 NULL) != SQLITE_OK ||
+	      sqlite3_prepare_v3(db, "DELETE FROM outbox WHERE id = ?", -1,
+				 SQLITE_PREPARE_PERSISTENT, &st.outbox_del,
+				 NULL) != SQLITE_OK))) {
+		die("prepare: %s%s", sqlite3_errmsg(db), "");
+		goto out;
+	}
+	if (!(cons = client(o, RD_KAFKA_CONSUMER)) ||
+	    !(prod = client(o, RD_KAFKA_PRODUCER)))
+		goto out;
+	if (o->kind == K_TXN) {
+		rd_kafka_error_t *e = rd_kafka_init_transactions(prod, 30000);
+		if (e) {
+			die("init_transactions: %s%s", rd_kafka_error_string(e),
+			    "");
+			rd_kafka_error_destroy(e);
+			goto out;
+		}
+	}
+	rd_kafka_poll_set_consumer(cons);
+	topics = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(topics, o->in, RD_KAFKA_PARTITION_UA);
+	if (rd_kafka_subscribe(cons, topics)) {
+		rd_kafka_topic_partition_list_destroy(topics);
+		die("subscribe %s%s", o->in, "");
+		goto out;
+	}
+	rd_kafka_topic_partition_list_destroy(topics);
+	if (!(msgs = calloc((size_t)o->batch, sizeof(*msgs))))
+		goto out;
+	r->io_start.syncs = 0;
+	bench_countvfs_get(&r->io_start);
+	while (!stop_flag) {
+		size_t cnt = poll_batch(cons, msgs, (size_t)o->batch);
+		int fail = 0, done;
+
+		if (cnt)
+			fail = hand_batch(o, db, &st, cons, prod, msgs, cnt, r);
+		for (size_t i = 0; i < cnt; i++)
+			rd_kafka_message_destroy(msgs[i]);
+		if (fail)
+			goto out;
+		done = after_batch(o, r, db, NULL, (long)cnt);
+		if (done)
+			break;
+	}
+	r->t_end = bench_now_ns();
+	bench_countvfs_get(&r->io_end);
+	r->dedup_rows = dedup_rows(o, db, NULL);
+	rc = 0;
+out:
+	free(msgs);
+	if (cons) {
+		rd_kafka_consumer_close(cons);
+		rd_kafka_destroy(cons);
+	}
+	if (prod)
+		rd_kafka_destroy(prod);
+	sqlite3_finalize(st.row);
+	sqlite3_finalize(st.inbox);
+	sqlite3_finalize(st.outbox);
+	sqlite3_finalize(st.outbox_del);
+	if (!rc && exec_sql(db, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
+		r->store_bytes = file_bytes(store_path);
+	sqlite3_close(db);
+	return rc;
+}
+
+/* ---- tokenbox ---- */
+
+typedef struct tbx_state {
+	const char *out;
+	sqlite3 *db; /* the connection the statement belongs to */
+	sqlite3_stmt *row;
+} tbx_state_t;
+
+static tbx_verdict_t on_record(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+			       void *opaque)
+{
+	tbx_state_t *s = opaque;
+	sqlite3 *db = tbx_ctx_db(ctx);
+	const void *payload, *ts = NULL;
+	size_t payload_len, ts_len = 0;
+	tbx_header_t hdr;
+	int rc;
+
+	if (s->db != db) { /* once: the worker keeps its connection */
+		sqlite3_finalize(s->row);
+		s->row = NULL;
+		s->db = db;
+		if (sqlite3_prepare_v3(db,
+				       "INSERT INTO bench_rows (msg_id, part, "
+				       "off, payload) VALUES (?, ?, ?, ?)",
+				       -1, SQLITE_PREPARE_PERSISTENT, &s->row,
+				       NULL) != SQLITE_OK)
+			return TBX_VERDICT_RETRY;
+	}
+	payload = tbx_msg_payload(msg, &payload_len);
+	sqlite3_bind_text(s->row, 1, tbx_msg_id(msg), -1, SQLITE_STATIC);
+	sqlite3_bind_int(s->row, 2, tbx_msg_partition(msg));
+	sqlite3_bind_int64(s->row, 3, tbx_msg_offset(msg));
+	sqlite3_bind_blob(s->row, 4, payload, (int)payload_len, SQLITE_STATIC);
+	rc = sqlite3_step(s->row);
+	sqlite3_reset(s->row);
+	sqlite3_clear_bindings(s->row);
+	if (rc != SQLITE_DONE)
+		return TBX_VERDICT_RETRY;
+	tbx_msg_header(msg, BENCH_TS_HEADER, &ts, &ts_len);
+	hdr = (tbx_header_t){BENCH_TS_HEADER, ts, ts_len};
+	tbx_out_t out = {.topic = s->out,
+			 .type = "BenchOut",
+			 .payload = payload,
+			 .payload_len = payload_len,
+			 .headers = ts ? &hdr : NULL,
+			 .header_cnt = ts ? 1 : 0};
+	return tbx_ctx_send(ctx, &out) == TBX_OK ? TBX_VERDICT_OK
+						 : TBX_VERDICT_RETRY;
+}
+
+static int run_tokenbox(const opts_t *o, result_t *r)
+{
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_state_t state = {.out = o->out};
+	tbx_worker_t *w = NULL;
+	sqlite3 *db = NULL, *tdb = NULL;
+	char err[512], batch[24];
+	tbx_stats_t stats;
+	int rc = 1;
+
+	snprintf(batch, sizeof(batch), "%ld", o->batch);
+	/* Defaults otherwise: synchronous=FULL, batch.max.ms=100. */
+	const char *kv[][2] = {
+	    {"kafka.bootstrap.servers", o->bootstrap},
+	    {"group.id", o->group},
+	    {"store.path", store_path},
+	    {"tokens.path", o->separate_tokens ? tokens_path : ""},
+	    {"kafka.producer.compression.type", "lz4"},
+	    {"kafka.consumer.fetch.wait.max.ms", BENCH_FETCH_WAIT_MS},
+	    {"kafka.consumer.session.timeout.ms", BENCH_SESSION_TIMEOUT_MS},
+	    {"kafka.consumer.heartbeat.interval.ms", "300"},
+	    {"batch.max.messages", batch},
+	    {"log.level", "warning"},
+	};
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+		if (tbx_conf_set(conf, kv[i][0], kv[i][1], err, sizeof(err))) {
+			tbx_conf_destroy(conf);
+			return die("%s%s", err, "");
+		}
+	/* The business table, before the worker adopts the file. */
+	if (!(db = store_open(store_path))) {
+		tbx_conf_destroy(conf);
+		return 1;
+	}
+	if (!(w = tbx_worker_new(conf, err, sizeof(err)))) {
+		tbx_conf_destroy(conf);
+		die("tbx_worker_new: %s%s", err, "");
+		goto out;
+	}
+	if (sqlite3_open_v2(tokens_path, &tdb, SQLITE_OPEN_READWRITE, NULL) !=
+	    SQLITE_OK) {
+		die("open %s: %s", tokens_path, sqlite3_errmsg(tdb));
+		goto out;
+	}
+	sqlite3_busy_timeout(tdb, 10000);
+	if (tbx_worker_register(w, o->in, NULL, on_record, &state)) {
+		die("register: %s%s", tbx_worker_errstr(w), "");
+		goto out;
+	}
+	bench_countvfs_get(&r->io_start);
+	while (!stop_flag) {
+		int n = tbx_worker_poll(w, 100);
+		if (n < 0) {
+			die("poll: %s%s", tbx_worker_errstr(w), "");
+			goto out;
+		}
+		tbx_worker_stats(w, &stats);
+		/* Done when delivered: dispatched counts delivered outputs. */
+		long prev = r->processed;
+		r->processed = (long)stats.dispatched;
+		if (after_batch(o, r, db, tdb, r->processed - prev))
+			break;
+	}
+	r->t_end = bench_now_ns();
+	bench_countvfs_get(&r->io_end);
+	tbx_worker_close(w);
+	r->dedup_rows = dedup_rows(o, db, tdb);
+	r->downstream_tokens = query_int(
+	    tdb, "SELECT COUNT(*) FROM tbx_tokens WHERE grp <> ?", o->group);
+	rc = 0;
+out:
+	/* The statement lives on the worker's connection: finalize it
+	 * before the worker closes its store. */
+	if (w)
+		tbx_worker_close(w);
+	sqlite3_finalize(state.row);
+	tbx_worker_destroy(w);
+	if (!rc && exec_sql(db, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
+		r->store_bytes = file_bytes(store_path);
+	if (!rc && tdb && o->separate_tokens &&
+	    exec_sql(tdb, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
+		r->store_bytes += file_bytes(tokens_path);
+	sqlite3_close(tdb);
+	sqlite3_close(db);
+	return rc;
+}
+
+static void print_result(const opts_t *o, const result_t *r)
+{
+	cJSON *j = cJSON_CreateObject(), *samples = cJSON_CreateArray();
+	char *text;
+
+	cJSON_AddStringToObject(j, "kind", kind_names[o->kind]);
+	cJSON_AddNumberToObject(j, "processed", (double)r->processed);
+	cJSON_AddNumberToObject(j, "first_batch", (double)r->first_batch);
+	cJSON_AddNumberToObject(j, "t_first_end_ns", (double)r->t_first_end);
+	cJSON_AddNumberToObject(j, "rows_at_first", (double)r->rows_at_first);
+	cJSON_AddNumberToObject(j, "t_end_ns", (double)r->t_end);
+	cJSON_AddNumberToObject(
+	    j, "write_txns",
+	    (double)(r->io_end.write_txns - r->io_start.write_txns));
+	cJSON_AddNumberToObject(j, "syncs",
+				(double)(r->io_end.syncs - r->io_start.syncs));
+	cJSON_AddNumberToObject(j, "dedup_rows", (double)r->dedup_rows);
+	cJSON_AddNumberToObject(j, "downstream_tokens",
+				(double)r->downstream_tokens);
+	cJSON_AddNumberToObject(j, "store_bytes", (double)r->store_bytes);
+	for (int i = 0; i < r->sample_cnt; i++) {
+		cJSON *s = cJSON_CreateArray();
+		cJSON_AddItemToArray(
+		    s, cJSON_CreateNumber((double)r->samples[i].processed));
+		cJSON_AddItemToArray(
+		    s, cJSON_CreateNumber((double)r->samples[i].rows));
+		cJSON_AddItemToArray(
+		    s, cJSON_CreateNumber((double)r->samples[i].bytes));
+		cJSON_AddItemToArray(samples, s);
+	}
+	cJSON_AddItemToObject(j, "samples", samples);
+	text = cJSON_PrintUnformatted(j);
+	printf("%s\n", text ? text : "{}");
+	fflush(stdout);
+	cJSON_free(text);
+	cJSON_Delete(j);
+}
+
+static int parse_long(const char *name, const char *v, long min, long max,
+		      long *out)
+{
+	char *end;
+	long n;
+
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < min || n > max) {
+		fprintf(stderr,
+			"tbx_bench contender: %s: '%s' is not an integer in "
+			"%ld..%ld\n",
+			name, v, min, max);
+		return 1;
+	}
+	*out = n;
+	return 0;
+}
+
+int bench_contender_main(int argc, char **argv)
+{
+	opts_t o = {.kind = K_PLAIN, .batch = BENCH_BATCH_MAX};
+	result_t r;
+	int kind_set = 0, rc;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--until-rows") == 0) {
+			o.until_rows = 1;
+			continue;
+		}
+		if (!v)
+			return die("%s needs a value%s", a, "");
+		i++;
+		if (strcmp(a, "--kind") == 0) {
+			kind_set = 0;
+			for (int k = 0; k < 4; k++)
+				if (strcmp(v, kind_names[k]) == 0) {
+					o.kind = (enum kind)k;
+					kind_set = 1;
+				}
+			if (!kind_set)
+				return die("--kind: unknown contender '%s'%s",
+					   v, "");
+		} else if (strcmp(a, "--bootstrap") == 0) {
+			o.bootstrap = v;
+		} else if (strcmp(a, "--in") == 0) {
+			o.in = v;
+		} else if (strcmp(a, "--out") == 0) {
+			o.out = v;
+		} else if (strcmp(a, "--group") == 0) {
+			o.group = v;
+		} else if (strcmp(a, "--token-store") == 0) {
+			if (strcmp(v, "single") && strcmp(v, "separate"))
+				return die("--token-store: '%s'", v);
+			o.separate_tokens = strcmp(v, "separate") == 0;
+		} else if (strcmp(a, "--dir") == 0) {
+			o.dir = v;
+		} else if (strcmp(a, "--messages") == 0) {
+			if (parse_long(a, v, 1, 100000000, &o.messages))
+				return 1;
+		} else if (strcmp(a, "--batch") == 0) {
+			if (parse_long(a, v, 1, BENCH_BATCH_MAX_LIMIT,
+				       &o.batch))
+				return 1;
+		} else if (strcmp(a, "--samples") == 0) {
+			if (parse_long(a, v, 0, 60, &o.samples))
+				return 1;
+		} else {
+			return die("unknown option '%s'%s", a, "");
+		}
+	}
+	if (!kind_set || !o.bootstrap || !o.in || !o.out || !o.group ||
+	    !o.dir || !o.messages)
+		return die("needs --kind, --bootstrap, --in, --out, --group, "
+			   "--dir and --messages%s%s",
+			   "", "");
+	snprintf(store_path, sizeof(store_path), "%s/service.db", o.dir);
+	snprintf(tokens_path, sizeof(tokens_path), "%s/%s", o.dir,
+		 o.separate_tokens ? "tokens.db" : "service.db");
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
+	if (bench_countvfs_register() != SQLITE_OK)
+		return die("cannot register the counting VFS%s%s", "", "");
+	memset(&r, 0, sizeof(r));
+	r.dedup_rows = -1;
+	rc = o.kind == K_TOKENBOX ? run_tokenbox(&o, &r) : run_hand(&o, &r);
+	if (rc == 0)
+		print_result(&o, &r);
+	return rc;
+}

@@ -1,0 +1,1301 @@
+/*
+ * tbx_bench: the driver of bench/run (see docs/performance.md), and the
+ * contender child processes it starts (`tbx_bench contender ...`).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "tokenbox/tokenbox.h"
+#include "tokens/tokens.h"
+
+#define NKINDS 4
+static const char *const kinds[NKINDS] = {"plain", "inbox", "kafka-txn",
+					  "tokenbox"};
+enum { PLAIN, INBOX, TXN, TOKENBOX };
+
+static const char usage_text[] =
+    "Usage: tbx_bench [--messages N] [--quick] [--json] [--reps N]\n"
+    "                 [--latency-messages N] [--latency-rate N]\n"
+    "                 [--storage-messages N] [--out DIR] [--tokenbox PATH]\n"
+    "                 [--keep]\n"
+    "\n"
+    "Runs one workload (consume a record, write one row to a business table\n"
+    "in an SQLite store, produce one record; 200-byte payloads, 8\n"
+    "partitions) through four contenders side by side on one `tokenbox\n"
+    "mock-cluster`, interleaved (plain inbox kafka-txn tokenbox, repeated),\n"
+    "each contender a child process with its own group, topics and store\n"
+    "(WAL, synchronous=FULL for all).  Then: end-to-end latency at a fixed\n"
+    "rate, tokenbox with 1, 2 and 4 worker processes, tokenbox with batch\n"
+    "sizes 1, 10, 100 and 1000, and the deduplication storage of tokenbox\n"
+    "and inbox after --storage-messages records.\n"
+    "\n"
+    "Options:\n"
+    "  --messages N          records per throughput run (default 200000;\n"
+    "                        --quick: 5000), 1000..5000000\n"
+    "  --quick               a short run for checking the harness: 1\n"
+    "                        repetition, smaller latency, sweep and storage\n"
+    "                        phases (under 2 minutes)\n"
+    "  --json                print the results as JSON instead of the table\n"
+    "                        (the summary line still comes last)\n"
+    "  --reps N              interleaved repetitions, 1..20 (default 3;\n"
+    "                        --quick: 1); figures are medians\n"
+    "  --latency-messages N  records of the latency phase, 0 skips it\n"
+    "                        (default 5000; --quick: 500)\n"
+    "  --latency-rate N      records per second of the latency phase,\n"
+    "                        1..100000 (default 1000)\n"
+    "  --storage-messages N  records of the storage phase, 0 skips it\n"
+    "                        (default 1000000; --quick: 10000)\n"
+    "  --sweeps N            1: run the worker-count and batch-size sweeps\n"
+    "                        (default), 0: skip them\n"
+    "  --downstream N        1: a downstream group is subscribed to\n"
+    "                        tokenbox's output topic, so that tokenbox mints\n"
+    "                        a token per output as in a pipeline (default);\n"
+    "                        0: none (outputs get registrations only)\n"
+    "  --token-store MODE    tokenbox's token store: single (default, as\n"
+    "                        tokenbox's own default: tokens.path empty, the\n"
+    "                        service store's file) or separate (a file of\n"
+    "                        its own, as a pipeline of services shares one)\n"
+    "  --out DIR             where bench.json and the plot data go\n"
+    "                        (default: bench/results of the source tree)\n"
+    "  --tokenbox PATH       the tokenbox command that hosts the mock cluster\n"
+    "                        (default: ../tokenbox next to this program)\n"
+    "  --contenders LIST     comma-separated subset of plain, inbox,\n"
+    "                        kafka-txn, tokenbox (default: all four)\n"
+    "  --keep                keep the stores under the work directory\n"
+    "  -h, --help            show this help\n"
+    "\n"
+    "The last line of standard output is one summary:\n"
+    "  bench: tokenbox/plain=R tokenbox/inbox=R tokenbox/kafka-txn=R "
+    "tokens_left=N\n"
+    "Exit status: 0 when every run completed, 1 when one failed, 2 for a bad\n"
+    "command line.\n";
+
+typedef struct cfg {
+	long messages, reps, lat_messages, lat_rate, storage_messages, sweeps;
+	long downstream;
+	int separate_tokens; /* tokenbox: token store in its own file */
+	int quick, json, keep;
+	unsigned mask; /* contenders to run, bit per kind */
+	char out[PATH_MAX], tokenbox[PATH_MAX], self[PATH_MAX], work[256];
+} cfg_t;
+
+static cfg_t cfg;
+static pid_t live[64]; /* contenders alive, killed on failure */
+#define HAS(k) (cfg.mask & (1u << (k)))
+static char bootstraps[512];
+static pid_t cluster_pid;
+static int topic_seq;
+
+static void fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+static int64_t t_start;
+
+static void progress(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "tbx_bench: [%5.1fs] ",
+		(double)(bench_now_ns() - t_start) / 1e9);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
+
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "tbx_bench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (live[i] > 0)
+			kill(live[i], SIGKILL);
+	if (cluster_pid > 0)
+		kill(cluster_pid, SIGTERM);
+	exit(1);
+}
+
+/* Interrupted: the contenders and the cluster go too (kill() and _exit()
+ * are async-signal-safe). */
+static void on_signal(int sig)
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (live[i] > 0)
+			kill(live[i], SIGKILL);
+	if (cluster_pid > 0)
+		kill(cluster_pid, SIGTERM);
+	_exit(128 + sig);
+}
+
+int64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "tbx_bench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " (see --help)\n");
+	return 2;
+}
+
+static int parse_num(const char *name, const char *v, long min, long max,
+		     long *out)
+{
+	char *end;
+	long n;
+
+	if (!v)
+		return usage_error("%s needs a value%s", name, "");
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < min || n > max) {
+		fprintf(stderr,
+			"tbx_bench: %s: '%s' is not an integer in %ld..%ld "
+			"(see --help)\n",
+			name, v, min, max);
+		return 2;
+	}
+	*out = n;
+	return 0;
+}
+
+/* ---- processes ---- */
+
+static void live_set(pid_t pid, int alive)
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (alive ? live[i] == 0 : live[i] == pid) {
+			live[i] = alive ? pid : 0;
+			return;
+		}
+}
+
+static pid_t spawn(char *const argv[], int *out_fd)
+{
+	int fds[2] = {-1, -1};
+	pid_t pid;
+
+	if (out_fd && pipe(fds))
+		fail("pipe: %s", strerror(errno));
+	if ((pid = fork()) < 0)
+		fail("fork: %s", strerror(errno));
+	if (pid == 0) {
+		if (out_fd) {
+			dup2(fds[1], 1);
+			close(fds[0]);
+			close(fds[1]);
+		} else {
+			/* mock-cluster prints its bootstraps: not ours */
+			int null = open("/dev/null", O_WRONLY);
+			if (null >= 0)
+				dup2(null, 1);
+		}
+		execv(argv[0], argv);
+		fprintf(stderr, "tbx_bench: exec %s: %s\n", argv[0],
+			strerror(errno));
+		_exit(127);
+	}
+	if (out_fd) {
+		close(fds[1]);
+		*out_fd = fds[0];
+		live_set(pid, 1);
+	}
+	return pid;
+}
+
+typedef struct child {
+	pid_t pid;
+	int fd;
+} child_t;
+
+/* Reads the child's JSON line and reaps it; *rss_kb its peak RSS. */
+static cJSON *child_finish(child_t *c, long *rss_kb)
+{
+	char buf[65536];
+	size_t len = 0;
+	ssize_t n;
+	struct rusage ru;
+	int status;
+	cJSON *j;
+
+	while ((n = read(c->fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+		len += (size_t)n;
+	buf[len] = '\0';
+	close(c->fd);
+	if (wait4(c->pid, &status, 0, &ru) < 0)
+		fail("wait4: %s", strerror(errno));
+	live_set(c->pid, 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail("a contender failed (status %d); its messages are above",
+		     status);
+	if (!(j = cJSON_Parse(buf)))
+		fail("a contender printed no result: '%s'", buf);
+	if (rss_kb)
+		*rss_kb = ru.ru_maxrss;
+	return j;
+}
+
+static double jnum(const cJSON *j, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* ---- the cluster, topics and preloading ---- */
+
+typedef struct run {
+	int kind;
+	char in[64], out[64], group[64], dir[PATH_MAX];
+	long messages, batch;
+	int downstream; /* a downstream group subscribed to the output */
+} run_t;
+
+static char **cluster_argv;
+static int cluster_argc, cluster_cap;
+
+static void argv_push(const char *s)
+{
+	if (cluster_argc + 2 > cluster_cap) {
+		cluster_cap = cluster_cap ? cluster_cap * 2 : 64;
+		cluster_argv =
+		    realloc(cluster_argv, (size_t)cluster_cap * sizeof(char *));
+		if (!cluster_argv)
+			fail("out of memory");
+	}
+	cluster_argv[cluster_argc++] = strdup(s);
+	cluster_argv[cluster_argc] = NULL;
+}
+
+/* Names the topics of a run; the cluster creates them at start. */
+static void run_plan(run_t *r, int kind, long messages, long batch,
+		     const char *tag)
+{
+	char spec[128];
+	int n = ++topic_seq;
+
+	memset(r, 0, sizeof(*r));
+	r->kind = kind;
+	r->messages = messages;
+	r->batch = batch;
+	r->downstream = (int)cfg.downstream;
+	snprintf(r->in, sizeof(r->in), "in-%s-%d", tag, n);
+	snprintf(r->out, sizeof(r->out), "out-%s-%d", tag, n);
+	snprintf(r->group, sizeof(r->group), "%s-%s-%d", kinds[kind], tag, n);
+	snprintf(r->dir, sizeof(r->dir), "%s/run-%d", cfg.work, n);
+	snprintf(spec, sizeof(spec), "%s:%d", r->in, BENCH_PARTITIONS);
+	argv_push("--topic");
+	argv_push(spec);
+	snprintf(spec, sizeof(spec), "%s:%d", r->out, BENCH_PARTITIONS);
+	argv_push("--topic");
+	argv_push(spec);
+}
+
+static void cluster_start(void)
+{
+	char bootfile[PATH_MAX + 16];
+	FILE *f;
+
+	snprintf(bootfile, sizeof(bootfile), "%s/bootstrap", cfg.work);
+	cluster_argv[0] = cfg.tokenbox;
+	cluster_argv[1] = "mock-cluster";
+	argv_push("--bootstrap-file");
+	argv_push(bootfile);
+	/* librdkafka 2.0.2's mock cluster is sometimes very slow to create
+	 * the topics (rd_kafka_mock_topic_create() waiting on the mock
+	 * thread, up to seconds per topic): a cluster that is not up within
+	 * 60 s is replaced. */
+	for (int attempt = 1;; attempt++) {
+		int status;
+
+		cluster_pid = spawn(cluster_argv, NULL);
+		for (int i = 0; i < 1200 && access(bootfile, F_OK) != 0; i++)
+			usleep(50000);
+		if ((f = fopen(bootfile, "r")))
+			break;
+		kill(cluster_pid, SIGKILL);
+		waitpid(cluster_pid, &status, 0);
+		cluster_pid = 0;
+		if (attempt == 3)
+			fail("%s mock-cluster did not start (3 attempts)",
+			     cfg.tokenbox);
+		progress("mock-cluster did not start within 60 s; again\n");
+	}
+	if (!fgets(bootstraps, sizeof(bootstraps), f))
+		fail("%s: empty bootstrap file", bootfile);
+	fclose(f);
+	bootstraps[strcspn(bootstraps, "\n")] = '\0';
+}
+
+static void subscribe(const char *tokens_path, const char *topic,
+		      const char *group)
+{
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	char err[512];
+	int64_t since;
+
+	tbx__db_opts_init(&opts);
+	if (tbx_tokens_sqlite_open(tokens_path, &opts, NULL, &t, err,
+				   sizeof(err)) ||
+	    tbx_tokens_subscribe(t, topic, group, &since))
+		fail("subscribe %s to %s in %s: %s", group, topic, tokens_path,
+		     err);
+	tbx_tokens_close(t);
+}
+
+static void path_in(char *out, size_t size, const run_t *r, const char *name)
+{
+	snprintf(out, size, "%s/%s", r->dir, name);
+}
+
+/* tokenbox's token store: by default the service store's file (tokens.path
+ * empty), with --token-store separate a file of its own. */
+static const char *token_file(const run_t *r)
+{
+	return r->kind == TOKENBOX && !cfg.separate_tokens ? "service.db"
+							   : "tokens.db";
+}
+
+/* The run's directory, and its subscriptions: tokenbox's group first, so
+ * that the records published next carry tokens for it. */
+static void run_prepare(const run_t *r)
+{
+	char tokens[PATH_MAX + 16];
+
+	if (mkdir(r->dir, 0700) && errno != EEXIST)
+		fail("mkdir %s: %s", r->dir, strerror(errno));
+	path_in(tokens, sizeof(tokens), r, token_file(r));
+	if (r->kind == TOKENBOX) {
+		subscribe(tokens, r->in, r->group);
+		if (r->downstream)
+			subscribe(tokens, r->out, "downstream");
+	}
+}
+
+static tbx_publisher_t *publisher(const run_t *r)
+{
+	char tokens[PATH_MAX + 16], err[512];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+
+	path_in(tokens, sizeof(tokens), r, token_file(r));
+	if (tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, err,
+			 sizeof(err)) ||
+	    tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err)) ||
+	    tbx_conf_set(conf, "kafka.compression.type", "lz4", err,
+			 sizeof(err)) ||
+	    tbx_conf_set(conf, "log.level", "warning", err, sizeof(err)))
+		fail("publisher conf: %s", err);
+	if (!(pub = tbx_publisher_new(conf, err, sizeof(err))))
+		fail("publisher: %s", err);
+	return pub;
+}
+
+/* Every input record is published with tokens (tbx_publisher), for every
+ * contender, so that all read records of the same size. */
+static void publish(tbx_publisher_t *pub, const run_t *r, long first, long cnt,
+		    int flush_each)
+{
+	char key[32], payload[BENCH_PAYLOAD_LEN + 1], ts[24];
+	static const char filler[] =
+	    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do "
+	    "eiusmod tempor incididunt ut labore et dolore magna aliqua ut "
+	    "enim "
+	    "ad minim veniam quis nostrud exercitation ullamco laboris nisi ut "
+	    "aliquip ex ea commodo consequat";
+
+	for (long i = first; i < first + cnt; i++) {
+		snprintf(key, sizeof(key), "customer-%ld", i % 1000);
+		int n = snprintf(payload, sizeof(payload),
+				 "{\"order\":%ld,\"amount\":%ld,\"note\":\"", i,
+				 100 + i % 900);
+		for (size_t k = (size_t)n; k < sizeof(payload) - 1; k++)
+			payload[k] =
+			    filler[(k - (size_t)n) % (sizeof(filler) - 1)];
+		payload[BENCH_PAYLOAD_LEN] = '\0';
+		memcpy(payload + BENCH_PAYLOAD_LEN - 2, "\"}", 2);
+		snprintf(ts, sizeof(ts), "%" PRId64, bench_now_ns());
+		tbx_header_t h = {BENCH_TS_HEADER, ts, strlen(ts)};
+		tbx_out_t out = {.topic = r->in,
+				 .type = "BenchIn",
+				 .key = key,
+				 .key_len = strlen(key),
+				 .payload = payload,
+				 .payload_len = BENCH_PAYLOAD_LEN,
+				 .headers = &h,
+				 .header_cnt = 1};
+		if (tbx_publish(pub, &out))
+			fail("publish: %s", tbx_publisher_errstr(pub));
+		if (flush_each || (i - first) % 10000 == 9999)
+			if (tbx_publisher_flush(pub, NULL))
+				fail("flush: %s", tbx_publisher_errstr(pub));
+	}
+	if (tbx_publisher_flush(pub, NULL))
+		fail("flush: %s", tbx_publisher_errstr(pub));
+}
+
+static child_t contender_start(const run_t *r, long messages, int until_rows,
+			       int samples)
+{
+	char n[24], b[24], s[24];
+	child_t c;
+
+	snprintf(n, sizeof(n), "%ld", messages);
+	snprintf(b, sizeof(b), "%ld", r->batch);
+	snprintf(s, sizeof(s), "%d", samples);
+	char *argv[] = {cfg.self,
+			"contender",
+			"--kind",
+			(char *)kinds[r->kind],
+			"--bootstrap",
+			bootstraps,
+			"--in",
+			(char *)r->in,
+			"--out",
+			(char *)r->out,
+			"--group",
+			(char *)r->group,
+			"--dir",
+			(char *)r->dir,
+			"--messages",
+			n,
+			"--batch",
+			b,
+			"--samples",
+			s,
+			"--token-store",
+			cfg.separate_tokens ? "separate" : "single",
+			until_rows ? "--until-rows" : NULL,
+			NULL};
+	c.pid = spawn(argv, &c.fd);
+	return c;
+}
+
+/* ---- the measurements ---- */
+
+typedef struct tp {
+	double rate, txn_per_k, sync_per_k, rss_mb;
+	long long dedup_rows, downstream, store_bytes;
+} tp_t;
+
+static double rate_of(const cJSON *j)
+{
+	double span = (jnum(j, "t_end_ns") - jnum(j, "t_first_end_ns")) / 1e9;
+	double n = jnum(j, "processed") - jnum(j, "first_batch");
+
+	return span > 0 && n > 0 ? n / span : 0;
+}
+
+/* One throughput run: preloaded input, one contender process. */
+static tp_t throughput_run(const run_t *r)
+{
+	tbx_publisher_t *pub;
+	child_t c;
+	long rss;
+	cJSON *j;
+	tp_t t;
+
+	run_prepare(r);
+	pub = publisher(r);
+	publish(pub, r, 0, r->messages, 0);
+	tbx_publisher_destroy(pub);
+	c = contender_start(r, r->messages, 0, 0);
+	j = child_finish(&c, &rss);
+	t.rate = rate_of(j);
+	t.txn_per_k = jnum(j, "write_txns") * 1000 / jnum(j, "processed");
+	t.sync_per_k = jnum(j, "syncs") * 1000 / jnum(j, "processed");
+	t.rss_mb = rss / 1024.0;
+	t.dedup_rows = (long long)jnum(j, "dedup_rows");
+	t.downstream = (long long)jnum(j, "downstream_tokens");
+	t.store_bytes = (long long)jnum(j, "store_bytes");
+	cJSON_Delete(j);
+	progress("%-9s %8.0f msg/s  (%s, %ld records)\n", kinds[r->kind],
+		 t.rate, r->group, r->messages);
+	return t;
+}
+
+static rd_kafka_t *reader_new(const char *topic, int assign)
+{
+	rd_kafka_conf_t *kc = rd_kafka_conf_new();
+	char err[512], group[96];
+	rd_kafka_t *rk;
+
+	snprintf(group, sizeof(group), "bench-reader-%s", topic);
+	if (rd_kafka_conf_set(kc, "bootstrap.servers", bootstraps, err,
+			      sizeof(err)) ||
+	    rd_kafka_conf_set(kc, "group.id", group, err, sizeof(err)) ||
+	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", err,
+			      sizeof(err)) ||
+	    rd_kafka_conf_set(kc, "fetch.wait.max.ms", "5", err, sizeof(err)))
+		fail("reader conf: %s", err);
+	if (!(rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, err, sizeof(err))))
+		fail("reader: %s", err);
+	if (assign) {
+		rd_kafka_topic_partition_list_t *l =
+		    rd_kafka_topic_partition_list_new(BENCH_PARTITIONS);
+		for (int p = 0; p < BENCH_PARTITIONS; p++)
+			rd_kafka_topic_partition_list_add(l, topic, p)->offset =
+			    RD_KAFKA_OFFSET_BEGINNING;
+		rd_kafka_assign(rk, l);
+		rd_kafka_topic_partition_list_destroy(l);
+	}
+	return rk;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double pct(const double *v, size_t n, double p)
+{
+	size_t i;
+
+	if (!n)
+		return 0;
+	i = (size_t)(p * (double)(n - 1) + 0.5);
+	return v[i < n ? i : n - 1];
+}
+
+/* Reads what arrived on the output; latencies of timed records in ms. */
+static size_t reader_drain(rd_kafka_t *rk, double *lat, size_t *lat_cnt,
+			   size_t lat_cap, int wait_ms)
+{
+	rd_kafka_message_t *m;
+	size_t got = 0;
+
+	while ((m = rd_kafka_consumer_poll(rk, wait_ms))) {
+		int64_t now = bench_now_ns();
+		rd_kafka_headers_t *h = NULL;
+		const void *v = NULL;
+		size_t len = 0;
+		char ts[24];
+
+		wait_ms = 0;
+		if (!m->err) {
+			got++;
+			if (!rd_kafka_message_headers(m, &h) &&
+			    !rd_kafka_header_get_last(h, BENCH_TS_HEADER, &v,
+						      &len) &&
+			    v && len < sizeof(ts) && *lat_cnt < lat_cap) {
+				memcpy(ts, v, len);
+				ts[len] = '\0';
+				lat[(*lat_cnt)++] =
+				    (double)(now - strtoll(ts, NULL, 10)) / 1e6;
+			}
+		}
+		rd_kafka_message_destroy(m);
+	}
+	return got;
+}
+
+/* Latency at a fixed rate: records published live, read back from the
+ * output by a consumer in this process; from the publisher's call to the
+ * reader's poll returning the output. */
+static void latency_run(const run_t *r, double *p50, double *p99)
+{
+	size_t n = (size_t)r->messages, lat_cnt = 0, got = 0;
+	double *lat = calloc(n + 1, sizeof(*lat));
+	tbx_publisher_t *pub;
+	rd_kafka_t *rd;
+	int64_t start, deadline;
+	long sent = 0;
+	child_t c;
+	cJSON *j;
+
+	if (!lat)
+		fail("out of memory");
+	run_prepare(r);
+	pub = publisher(r);
+	rd = reader_new(r->out, 1);
+	c = contender_start(r, r->messages + 1, 0, 0);
+	/* A warm-up record: the contender has joined its group once its
+	 * output shows up. */
+	publish(pub, r, 0, 1, 1);
+	deadline = bench_now_ns() + 120 * (int64_t)1000000000;
+	while (!got && bench_now_ns() < deadline)
+		got = reader_drain(rd, lat, &lat_cnt, 0, 100);
+	if (!got)
+		fail("%s: the warm-up record never came out", kinds[r->kind]);
+	start = bench_now_ns();
+	while (sent < r->messages) {
+		long due = (long)((double)(bench_now_ns() - start) / 1e9 *
+				  (double)cfg.lat_rate) +
+			   1;
+		if (due > r->messages)
+			due = r->messages;
+		if (due > sent) {
+			publish(pub, r, 1 + sent, due - sent, 0);
+			sent = due;
+		}
+		got += reader_drain(rd, lat, &lat_cnt, n, 1);
+	}
+	deadline = bench_now_ns() + 60 * (int64_t)1000000000;
+	while (lat_cnt < n && bench_now_ns() < deadline)
+		got += reader_drain(rd, lat, &lat_cnt, n, 100);
+	j = child_finish(&c, NULL);
+	cJSON_Delete(j);
+	rd_kafka_consumer_close(rd);
+	rd_kafka_destroy(rd);
+	tbx_publisher_destroy(pub);
+	if (lat_cnt < n)
+		fail("%s: %zu of %zu latency records came out", kinds[r->kind],
+		     lat_cnt, n);
+	qsort(lat, lat_cnt, sizeof(*lat), cmp_double);
+	*p50 = pct(lat, lat_cnt, 0.50);
+	*p99 = pct(lat, lat_cnt, 0.99);
+	free(lat);
+	progress("%-9s latency p50 %.1f ms p99 %.1f ms\n", kinds[r->kind], *p50,
+		 *p99);
+}
+
+/*
+ * tokenbox with @p workers processes on one group and one store.  The
+ * window starts when the last worker has finished its first batch, so
+ * that a worker joining late (a rebalance) is not inside it: rate =
+ * business rows written from then on / (last end - that moment).
+ */
+static double workers_run(const run_t *r, int workers)
+{
+	tbx_publisher_t *pub;
+	child_t c[8];
+	double t0 = 0, t1 = 0, rows0 = 0, rate;
+
+	run_prepare(r);
+	pub = publisher(r);
+	publish(pub, r, 0, r->messages, 0);
+	tbx_publisher_destroy(pub);
+	for (int i = 0; i < workers; i++)
+		c[i] = contender_start(r, r->messages, 1, 0);
+	for (int i = 0; i < workers; i++) {
+		cJSON *j = child_finish(&c[i], NULL);
+		double a = jnum(j, "t_first_end_ns"), b = jnum(j, "t_end_ns");
+		progress("  worker %d: first batch done at %.2fs, last at "
+			 "%.2fs, %ld outputs\n",
+			 i, (a - (double)t_start) / 1e9,
+			 (b - (double)t_start) / 1e9,
+			 (long)jnum(j, "processed"));
+		if (a > t0) {
+			t0 = a;
+			rows0 = jnum(j, "rows_at_first");
+		}
+		if (b > t1)
+			t1 = b;
+		cJSON_Delete(j);
+	}
+	rate = t1 > t0 && t0 > 0 && rows0 < (double)r->messages
+		   ? ((double)r->messages - rows0) / ((t1 - t0) / 1e9)
+		   : 0;
+	progress("tokenbox  %d worker(s): %.0f msg/s\n", workers, rate);
+	return rate;
+}
+
+/* Storage: the input is fed in chunks, so that the mock cluster's
+ * per-partition log limit (5 MiB) never trims unread records. */
+static cJSON *storage_run(const run_t *r)
+{
+	long chunk = r->messages / 10 > 50000 ? 50000 : r->messages / 10;
+	tbx_publisher_t *pub;
+	rd_kafka_t *rd;
+	child_t c;
+	cJSON *j;
+	long sent = 0;
+
+	if (chunk < 1)
+		chunk = r->messages;
+	run_prepare(r);
+	pub = publisher(r);
+	rd = reader_new(r->out, 0);
+	c = contender_start(r, r->messages, 0, 20);
+	while (sent < r->messages) {
+		long n =
+		    r->messages - sent < chunk ? r->messages - sent : chunk;
+		long long done = 0;
+
+		publish(pub, r, sent, n, 0);
+		sent += n;
+		/* Wait until the contender is at most one chunk behind. */
+		for (;;) {
+			done = 0;
+			for (int p = 0; p < BENCH_PARTITIONS; p++) {
+				int64_t lo, hi;
+				if (rd_kafka_query_watermark_offsets(
+					rd, r->out, p, &lo, &hi, 10000) == 0)
+					done += hi;
+			}
+			if (done >= sent - chunk)
+				break;
+			usleep(200000);
+		}
+	}
+	j = child_finish(&c, NULL);
+	rd_kafka_destroy(rd);
+	tbx_publisher_destroy(pub);
+	progress("storage %-9s %ld records: %.0f rows\n", kinds[r->kind],
+		 r->messages, jnum(j, "dedup_rows"));
+	return j;
+}
+
+/* ---- output ---- */
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void write_file(const char *name, const char *text)
+{
+	char path[PATH_MAX + 64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", cfg.out, name);
+	if (!(f = fopen(path, "w")) || fputs(text, f) < 0 || fclose(f))
+		fail("cannot write %s: %s", path, strerror(errno));
+}
+
+static void rm_rf(const char *dir)
+{
+	char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
+	pid_t pid = spawn(argv, NULL);
+	int status;
+
+	waitpid(pid, &status, 0);
+}
+
+static int parse_args(int argc, char **argv)
+{
+	long v;
+	int rc, set_msgs = 0, set_reps = 0, set_lat = 0, set_sto = 0;
+	char *slash;
+
+	cfg.reps = 3;
+	cfg.messages = 200000;
+	cfg.lat_messages = 5000;
+	cfg.lat_rate = 1000;
+	cfg.storage_messages = 1000000;
+	cfg.sweeps = 1;
+	cfg.downstream = 1;
+	cfg.mask = (1u << NKINDS) - 1;
+	if (!realpath("/proc/self/exe", cfg.self))
+		return usage_error("cannot find this program: %s%s",
+				   strerror(errno), "");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i],
+			   *val = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			fputs(usage_text, stdout);
+			return -1;
+		} else if (strcmp(a, "--quick") == 0) {
+			cfg.quick = 1;
+		} else if (strcmp(a, "--json") == 0) {
+			cfg.json = 1;
+		} else if (strcmp(a, "--keep") == 0) {
+			cfg.keep = 1;
+		} else if (strcmp(a, "--contenders") == 0) {
+			char list[256], *tok, *save = NULL;
+			if (!val || !*val || strlen(val) >= sizeof(list))
+				return usage_error("%s needs a list", a);
+			snprintf(list, sizeof(list), "%s", val);
+			cfg.mask = 0;
+			for (tok = strtok_r(list, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				int k = 0;
+				while (k < NKINDS && strcmp(tok, kinds[k]))
+					k++;
+				if (k == NKINDS)
+					return usage_error(
+					    "--contenders: unknown contender "
+					    "'%s'",
+					    tok);
+				cfg.mask |= 1u << k;
+			}
+			i++;
+		} else if (strcmp(a, "--messages") == 0) {
+			if ((rc = parse_num(a, val, 1000, 5000000,
+					    &cfg.messages)))
+				return rc;
+			set_msgs = 1;
+			i++;
+		} else if (strcmp(a, "--reps") == 0) {
+			if ((rc = parse_num(a, val, 1, 20, &cfg.reps)))
+				return rc;
+			set_reps = 1;
+			i++;
+		} else if (strcmp(a, "--latency-messages") == 0) {
+			if ((rc = parse_num(a, val, 0, 1000000,
+					    &cfg.lat_messages)))
+				return rc;
+			set_lat = 1;
+			i++;
+		} else if (strcmp(a, "--latency-rate") == 0) {
+			if ((rc = parse_num(a, val, 1, 100000, &cfg.lat_rate)))
+				return rc;
+			i++;
+		} else if (strcmp(a, "--storage-messages") == 0) {
+			if ((rc = parse_num(a, val, 0, 100000000,
+					    &cfg.storage_messages)))
+				return rc;
+			set_sto = 1;
+			i++;
+		} else if (strcmp(a, "--downstream") == 0) {
+			if ((rc = parse_num(a, val, 0, 1, &cfg.downstream)))
+				return rc;
+			i++;
+		} else if (strcmp(a, "--token-store") == 0) {
+			if (!val ||
+			    (strcmp(val, "single") && strcmp(val, "separate")))
+				return usage_error("--token-store: expected "
+						   "single or separate, not "
+						   "'%s'",
+						   val ? val : "");
+			cfg.separate_tokens = strcmp(val, "separate") == 0;
+			i++;
+		} else if (strcmp(a, "--sweeps") == 0) {
+			if ((rc = parse_num(a, val, 0, 1, &cfg.sweeps)))
+				return rc;
+			i++;
+		} else if (strcmp(a, "--out") == 0 ||
+			   strcmp(a, "--tokenbox") == 0) {
+			char *dst = a[2] == 'o' ? cfg.out : cfg.tokenbox;
+			if (!val || !*val)
+				return usage_error("%s needs a value%s", a, "");
+			if (strlen(val) >= PATH_MAX - 64)
+				return usage_error("%s: path too long%s", a,
+						   "");
+			snprintf(dst, PATH_MAX, "%s", val);
+			i++;
+		} else {
+			return usage_error("unknown argument '%s'%s", a, "");
+		}
+	}
+	if (cfg.quick) {
+		if (!set_msgs)
+			cfg.messages = 5000;
+		if (!set_reps)
+			cfg.reps = 1;
+		if (!set_lat)
+			cfg.lat_messages = 500;
+		if (!set_sto)
+			cfg.storage_messages = 10000;
+	}
+	(void)v;
+	if (!cfg.tokenbox[0]) {
+		snprintf(cfg.tokenbox, sizeof(cfg.tokenbox), "%s", cfg.self);
+		if ((slash = strrchr(cfg.tokenbox, '/')))
+			*slash = '\0';
+		if ((slash = strrchr(cfg.tokenbox, '/')))
+			*slash = '\0';
+		if (strlen(cfg.tokenbox) + 10 < sizeof(cfg.tokenbox))
+			memcpy(cfg.tokenbox + strlen(cfg.tokenbox), "/tokenbox",
+			       10);
+	}
+	if (access(cfg.tokenbox, X_OK) != 0)
+		return usage_error("--tokenbox: cannot run '%s': %s",
+				   cfg.tokenbox, strerror(errno));
+	if (!cfg.out[0])
+		snprintf(cfg.out, sizeof(cfg.out), "%s/bench/results",
+			 TBX_BENCH_SOURCE_DIR);
+	if (mkdir(cfg.out, 0755) && errno != EEXIST)
+		return usage_error("--out: cannot create '%s': %s", cfg.out,
+				   strerror(errno));
+	return 0;
+}
+
+int bench_driver_main(int argc, char **argv)
+{
+	int rc = parse_args(argc, argv);
+	char tmpl[] = "/tmp/tbx_bench.XXXXXX", date[64], text[8192];
+	long reps, nb, sweep_msgs[4];
+	static const int worker_cnts[3] = {1, 2, 4};
+	static const long batch_sizes[4] = {1, 10, 100, 1000};
+	run_t *tp_runs, lat_runs[NKINDS], w_runs[3], b_runs[4], s_runs[2];
+	tp_t *tps;
+	double lat50[NKINDS] = {0}, lat99[NKINDS] = {0}, w_rate[3] = {0},
+	       b_rate[4] = {0}, med[NKINDS];
+	cJSON *s_res[2] = {NULL, NULL};
+	long long tokens_left = 0;
+	time_t now = time(NULL);
+
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	t_start = bench_now_ns();
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	if (!mkdtemp(tmpl))
+		fail("mkdtemp: %s", strerror(errno));
+	snprintf(cfg.work, sizeof(cfg.work), "%s", tmpl);
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&now));
+	reps = cfg.reps;
+
+	/* Plan every run, so the cluster creates every topic at start. */
+	argv_push("tokenbox");
+	argv_push("mock-cluster");
+	tp_runs = calloc((size_t)(reps * NKINDS), sizeof(*tp_runs));
+	tps = calloc((size_t)(reps * NKINDS), sizeof(*tps));
+	if (!tp_runs || !tps)
+		fail("out of memory");
+	for (long i = 0; i < reps; i++)
+		for (int k = 0; k < NKINDS; k++)
+			if (HAS(k))
+				run_plan(&tp_runs[i * NKINDS + k], k,
+					 cfg.messages, BENCH_BATCH_MAX, "tp");
+	if (cfg.lat_messages)
+		for (int k = 0; k < NKINDS; k++)
+			if (HAS(k))
+				run_plan(&lat_runs[k], k, cfg.lat_messages,
+					 BENCH_BATCH_MAX, "lat");
+	if (!HAS(TOKENBOX))
+		cfg.sweeps = 0;
+	if (!HAS(TOKENBOX) || !HAS(INBOX))
+		cfg.storage_messages = 0;
+	nb = cfg.sweeps ? 4 : 0;
+	for (int i = 0; i < 3 && cfg.sweeps; i++)
+		run_plan(&w_runs[i], TOKENBOX, cfg.messages, BENCH_BATCH_MAX,
+			 "workers");
+	for (int i = 0; i < nb; i++) {
+		/* Batch size 1 costs several commits per record: fewer
+		 * records keep the sweep short. */
+		sweep_msgs[i] = batch_sizes[i] * 2000;
+		if (sweep_msgs[i] > cfg.messages)
+			sweep_msgs[i] = cfg.messages;
+		run_plan(&b_runs[i], TOKENBOX, sweep_msgs[i], batch_sizes[i],
+			 "batch");
+	}
+	if (cfg.storage_messages)
+		for (int i = 0; i < 2; i++) {
+			run_plan(&s_runs[i], i ? INBOX : TOKENBOX,
+				 cfg.storage_messages, BENCH_BATCH_MAX,
+				 "storage");
+			s_runs[i].downstream = 0;
+		}
+	cluster_start();
+	progress("mock cluster %s, work directory %s\n", bootstraps, cfg.work);
+
+	/* Interleaved: plain inbox kafka-txn tokenbox, plain inbox ... */
+	for (long i = 0; i < reps * NKINDS; i++)
+		if (HAS(i % NKINDS))
+			tps[i] = throughput_run(&tp_runs[i]);
+	if (cfg.lat_messages)
+		for (int k = 0; k < NKINDS; k++)
+			if (HAS(k))
+				latency_run(&lat_runs[k], &lat50[k], &lat99[k]);
+	for (int i = 0; i < 3 && cfg.sweeps; i++)
+		w_rate[i] = workers_run(&w_runs[i], worker_cnts[i]);
+	for (int i = 0; i < nb; i++)
+		b_rate[i] = throughput_run(&b_runs[i]).rate;
+	if (cfg.storage_messages)
+		for (int i = 0; i < 2; i++)
+			s_res[i] = storage_run(&s_runs[i]);
+	kill(cluster_pid, SIGTERM);
+	waitpid(cluster_pid, NULL, 0);
+	cluster_pid = 0;
+
+	/* Figures per contender: medians over the repetitions. */
+	cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+	tp_t agg[NKINDS];
+	for (int k = 0; k < NKINDS; k++) {
+		double v[5][64];
+		int n = 0;
+		cJSON *c = cJSON_CreateObject(), *runs = cJSON_CreateArray();
+
+		memset(&agg[k], 0, sizeof(agg[k]));
+		med[k] = 0;
+		if (!HAS(k)) {
+			cJSON_Delete(c);
+			cJSON_Delete(runs);
+			continue;
+		}
+		for (long i = 0; i < reps && n < 64; i++, n++) {
+			tp_t *t = &tps[i * NKINDS + k];
+			v[0][n] = t->rate;
+			v[1][n] = t->txn_per_k;
+			v[2][n] = t->sync_per_k;
+			v[3][n] = t->rss_mb;
+			cJSON_AddItemToArray(runs, cJSON_CreateNumber(t->rate));
+			if (k == TOKENBOX)
+				tokens_left += t->dedup_rows;
+			agg[k].dedup_rows = t->dedup_rows;
+			agg[k].downstream = t->downstream;
+			agg[k].store_bytes = t->store_bytes;
+		}
+		agg[k].rate = med[k] = median(v[0], n);
+		agg[k].txn_per_k = median(v[1], n);
+		agg[k].sync_per_k = median(v[2], n);
+		agg[k].rss_mb = median(v[3], n);
+		cJSON_AddStringToObject(c, "name", kinds[k]);
+		cJSON_AddNumberToObject(c, "msgs_per_s", agg[k].rate);
+		cJSON_AddItemToObject(c, "runs_msgs_per_s", runs);
+		if (cfg.lat_messages) {
+			cJSON_AddNumberToObject(c, "p50_ms", lat50[k]);
+			cJSON_AddNumberToObject(c, "p99_ms", lat99[k]);
+		}
+		cJSON_AddNumberToObject(c, "write_txns_per_1k",
+					agg[k].txn_per_k);
+		cJSON_AddNumberToObject(c, "fsyncs_per_1k", agg[k].sync_per_k);
+		cJSON_AddNumberToObject(c, "peak_rss_mb", agg[k].rss_mb);
+		if (agg[k].dedup_rows >= 0)
+			cJSON_AddNumberToObject(c, "dedup_rows_left",
+						(double)agg[k].dedup_rows);
+		else
+			cJSON_AddNullToObject(c, "dedup_rows_left");
+		if (k == TOKENBOX)
+			cJSON_AddNumberToObject(c, "downstream_tokens",
+						(double)agg[k].downstream);
+		cJSON_AddNumberToObject(c, "store_bytes",
+					(double)agg[k].store_bytes);
+		cJSON_AddItemToArray(arr, c);
+	}
+	cJSON_AddStringToObject(root, "date", date);
+	{
+		char host[256] = "";
+		gethostname(host, sizeof(host) - 1);
+		cJSON_AddStringToObject(root, "host", host);
+		cJSON_AddNumberToObject(root, "cpus",
+					(double)sysconf(_SC_NPROCESSORS_ONLN));
+		double load[3] = {0};
+		if (getloadavg(load, 3) == 3)
+			cJSON_AddNumberToObject(root, "loadavg_1m_at_end",
+						load[0]);
+	}
+	cJSON_AddStringToObject(root, "tokenbox", tbx_version());
+	cJSON_AddStringToObject(root, "librdkafka", rd_kafka_version_str());
+	cJSON_AddNumberToObject(root, "messages", (double)cfg.messages);
+	cJSON_AddNumberToObject(root, "reps", (double)reps);
+	cJSON_AddNumberToObject(root, "partitions", BENCH_PARTITIONS);
+	cJSON_AddNumberToObject(root, "payload_bytes", BENCH_PAYLOAD_LEN);
+	cJSON_AddStringToObject(
+	    root, "count_method",
+	    "in-process counting SQLite VFS: fsyncs = xSync calls, write "
+	    "transactions = WAL write-lock acquisitions");
+	cJSON_AddStringToObject(
+	    root, "latency_method",
+	    "records published live at latency_rate by tbx_publisher (stamped "
+	    "before its flush); latency = an in-driver consumer's poll "
+	    "returning the output - the stamp");
+	cJSON_AddNumberToObject(root, "latency_messages",
+				(double)cfg.lat_messages);
+	cJSON_AddNumberToObject(root, "latency_rate", (double)cfg.lat_rate);
+	cJSON_AddItemToObject(root, "contenders", arr);
+	if (cfg.sweeps) {
+		cJSON *w = cJSON_CreateArray(), *b = cJSON_CreateArray();
+		for (int i = 0; i < 3; i++) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "workers", worker_cnts[i]);
+			cJSON_AddNumberToObject(o, "messages",
+						(double)cfg.messages);
+			cJSON_AddNumberToObject(o, "msgs_per_s", w_rate[i]);
+			cJSON_AddItemToArray(w, o);
+		}
+		for (int i = 0; i < 4; i++) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "batch",
+						(double)batch_sizes[i]);
+			cJSON_AddNumberToObject(o, "messages",
+						(double)sweep_msgs[i]);
+			cJSON_AddNumberToObject(o, "msgs_per_s", b_rate[i]);
+			cJSON_AddItemToArray(b, o);
+		}
+		cJSON_AddItemToObject(root, "tokenbox_workers", w);
+		cJSON_AddItemToObject(root, "tokenbox_batch_sizes", b);
+	}
+	if (cfg.storage_messages) {
+		cJSON *s = cJSON_CreateArray();
+		for (int i = 0; i < 2; i++) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "name",
+						kinds[s_runs[i].kind]);
+			cJSON_AddNumberToObject(o, "messages",
+						(double)cfg.storage_messages);
+			cJSON_AddNumberToObject(o, "dedup_rows",
+						jnum(s_res[i], "dedup_rows"));
+			cJSON_AddNumberToObject(o, "store_bytes",
+						jnum(s_res[i], "store_bytes"));
+			cJSON_AddItemToObject(
+			    o, "samples_processed_rows_bytes",
+			    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(
+						s_res[i], "samples"),
+					    1));
+			cJSON_AddItemToArray(s, o);
+		}
+		cJSON_AddItemToObject(root, "storage", s);
+	}
+	char summary[512], ratio[3][16];
+	for (int k = 0; k < 3; k++) {
+		if (med[k] > 0 && HAS(TOKENBOX))
+			snprintf(ratio[k], sizeof(ratio[k]), "%.2f",
+				 med[TOKENBOX] / med[k]);
+		else
+			snprintf(ratio[k], sizeof(ratio[k]), "n/a");
+	}
+	if (HAS(TOKENBOX))
+		snprintf(summary, sizeof(summary),
+			 "bench: tokenbox/plain=%s tokenbox/inbox=%s "
+			 "tokenbox/kafka-txn=%s tokens_left=%lld",
+			 ratio[PLAIN], ratio[INBOX], ratio[TXN], tokens_left);
+	else
+		snprintf(summary, sizeof(summary),
+			 "bench: tokenbox/plain=n/a tokenbox/inbox=n/a "
+			 "tokenbox/kafka-txn=n/a tokens_left=n/a");
+	cJSON_AddStringToObject(root, "summary", summary);
+
+	/* The table. */
+	size_t len = 0;
+#define OUT(...)                                                               \
+	len += (size_t)snprintf(text + len,                                    \
+				len < sizeof(text) ? sizeof(text) - len : 0,   \
+				__VA_ARGS__)
+	OUT("tokenbox %s bench, %s, %ld CPUs; librdkafka %s, `tokenbox "
+	    "mock-cluster`\n",
+	    tbx_version(), date, sysconf(_SC_NPROCESSORS_ONLN),
+	    rd_kafka_version_str());
+	OUT("workload: %ld records per run, %d partitions, %d-byte payloads, "
+	    "batches of up to %d records / %d ms; every store WAL + "
+	    "synchronous=FULL; %ld interleaved run(s), medians\n\n",
+	    cfg.messages, BENCH_PARTITIONS, BENCH_PAYLOAD_LEN, BENCH_BATCH_MAX,
+	    BENCH_BATCH_MAX_MS, reps);
+	OUT("| contender | msg/s | p50 ms | p99 ms | write txns/1k | fsyncs/1k "
+	    "| peak RSS MB | dedup rows left |\n");
+	OUT("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	for (int k = 0; k < NKINDS; k++) {
+		char rows[32] = "-", p50[16] = "-", p99[16] = "-";
+		if (!HAS(k))
+			continue;
+		if (agg[k].dedup_rows >= 0)
+			snprintf(rows, sizeof(rows), "%lld", agg[k].dedup_rows);
+		if (cfg.lat_messages) {
+			snprintf(p50, sizeof(p50), "%.1f", lat50[k]);
+			snprintf(p99, sizeof(p99), "%.1f", lat99[k]);
+		}
+		OUT("| %s%s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s |\n",
+		    kinds[k], k == TXN ? " (*)" : "", agg[k].rate, p50, p99,
+		    agg[k].txn_per_k, agg[k].sync_per_k, agg[k].rss_mb, rows);
+	}
+	if (HAS(TXN))
+		OUT("\n(*) librdkafka's mock cluster writes no transaction "
+		    "markers and "
+		    "drops TxnOffsetCommit: kafka-txn's row is a lower bound "
+		    "on its "
+		    "cost.\n");
+	OUT("fsyncs and write transactions: counted by an in-process SQLite "
+	    "VFS (xSync calls; WAL write-lock acquisitions).\n");
+	if (cfg.lat_messages)
+		OUT("latency: %ld records at %ld/s per contender, publish call "
+		    "-> output read back by a consumer.\n",
+		    cfg.lat_messages, cfg.lat_rate);
+	if (cfg.sweeps) {
+		OUT("\ntokenbox worker processes (%ld records):", cfg.messages);
+		for (int i = 0; i < 3; i++)
+			OUT(" %d: %.0f msg/s%s", worker_cnts[i], w_rate[i],
+			    i < 2 ? "," : "\n");
+		OUT("tokenbox batch.max.messages:");
+		for (int i = 0; i < 4; i++)
+			OUT(" %ld: %.0f msg/s (%ld records)%s", batch_sizes[i],
+			    b_rate[i], sweep_msgs[i], i < 3 ? "," : "\n");
+	}
+	if (cfg.storage_messages) {
+		OUT("\ndeduplication storage after %ld records:",
+		    cfg.storage_messages);
+		for (int i = 0; i < 2; i++)
+			OUT(" %s %.0f rows (stores %.1f MB)%s",
+			    kinds[s_runs[i].kind], jnum(s_res[i], "dedup_rows"),
+			    jnum(s_res[i], "store_bytes") / 1e6,
+			    i ? "\n" : ",");
+	}
+#undef OUT
+	/* Plot data (bench/plot.gp). */
+	{
+		char dat[2048];
+		size_t dl = 0;
+		for (int k = 0; k < NKINDS; k++)
+			if (HAS(k))
+				dl += (size_t)snprintf(
+				    dat + dl, sizeof(dat) - dl, "%s %.1f\n",
+				    kinds[k], med[k]);
+		write_file("throughput.dat", dat);
+		for (int i = 0; i < 2 && cfg.storage_messages; i++) {
+			cJSON *smp, *s = cJSON_GetObjectItemCaseSensitive(
+					s_res[i], "samples");
+			char *buf = malloc(65536), name[64];
+			dl = (size_t)snprintf(buf, 65536, "0 0\n");
+			cJSON_ArrayForEach(smp, s)
+			{
+				dl += (size_t)snprintf(
+				    buf + dl, 65536 - dl, "%.0f %.0f\n",
+				    cJSON_GetArrayItem(smp, 0)->valuedouble,
+				    cJSON_GetArrayItem(smp, 1)->valuedouble);
+			}
+			snprintf(name, sizeof(name), "storage-%s.dat",
+				 kinds[s_runs[i].kind]);
+			write_file(name, buf);
+			free(buf);
+		}
+	}
+	if (!cfg.storage_messages)
+		for (int k = 0; k < NKINDS; k++) {
+			char path[PATH_MAX + 64];
+			snprintf(path, sizeof(path), "%s/storage-%s.dat",
+				 cfg.out, kinds[k]);
+			unlink(path); /* not from this run */
+		}
+	char *json = cJSON_Print(root);
+	write_file("bench.json", json);
+	write_file("bench.txt", text);
+	if (cfg.json)
+		printf("%s\n", json);
+	else
+		fputs(text, stdout);
+	printf("%s\n", summary);
+	cJSON_free(json);
+	cJSON_Delete(root);
+	for (int i = 0; i < 2; i++)
+		cJSON_Delete(s_res[i]);
+	if (!cfg.keep)
+		rm_rf(cfg.work);
+	free(tp_runs);
+	free(tps);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "contender") == 0)
+		return bench_contender_main(argc - 1, argv + 1);
+	return bench_driver_main(argc, argv);
+}
