@@ -31,8 +31,10 @@ enum { PLAIN, INBOX, TXN, TOKENBOX };
 static const char usage_text[] =
     "Usage: tbx_bench [--messages N] [--quick] [--json] [--reps N]\n"
     "                 [--latency-messages N] [--latency-rate N]\n"
-    "                 [--storage-messages N] [--out DIR] [--tokenbox PATH]\n"
-    "                 [--keep]\n"
+    "                 [--storage-messages N] [--sweeps 0|1]\n"
+    "                 [--contenders LIST] [--downstream 0|1]\n"
+    "                 [--token-store single|separate] [--out DIR]\n"
+    "                 [--tokenbox PATH] [--keep]\n"
     "\n"
     "Runs one workload (consume a record, write one row to a business table\n"
     "in an SQLite store, produce one record; 200-byte payloads, 8\n"
