@@ -31,8 +31,10 @@ enum { PLAIN, INBOX, TXN, TOKENBOX };
 static const char usage_text[] =
     "Usage: tbx_bench [--messages N] [--quick] [--json] [--reps N]\n"
     "                 [--latency-messages N] [--latency-rate N]\n"
-    "                 [--storage-messages N] [--out DIR] [--tokenbox PATH]\n"
-    "                 [--keep]\n"
+    "                 [--storage-messages N] [--sweeps 0|1]\n"
+    "                 [--contenders LIST] [--downstream 0|1]\n"
+    "                 [--token-store single|separate] [--out DIR]\n"
+    "                 [--tokenbox PATH] [--keep]\n"
     "\n"
     "Runs one workload (consume a record, write one row to a business table\n"
     "in an SQLite store, produce one record; 200-byte payloads, 8\n"
@@ -328,8 +330,6 @@ static void cluster_start(void)
 	FILE *f;
 
 	snprintf(bootfile, sizeof(bootfile), "%s/bootstrap", cfg.work);
-	cluster_argv[0] = cfg.tokenbox;
-	cluster_argv[1] = "mock-cluster";
 	argv_push("--bootstrap-file");
 	argv_push(bootfile);
 	/* librdkafka 2.0.2's mock cluster is sometimes very slow to create
@@ -965,7 +965,7 @@ int bench_driver_main(int argc, char **argv)
 	reps = cfg.reps;
 
 	/* Plan every run, so the cluster creates every topic at start. */
-	argv_push("tokenbox");
+	argv_push(cfg.tokenbox);
 	argv_push("mock-cluster");
 	tp_runs = calloc((size_t)(reps * NKINDS), sizeof(*tp_runs));
 	tps = calloc((size_t)(reps * NKINDS), sizeof(*tps));
@@ -995,6 +995,9 @@ int bench_driver_main(int argc, char **argv)
 		sweep_msgs[i] = batch_sizes[i] * 2000;
 		if (sweep_msgs[i] > cfg.messages)
 			sweep_msgs[i] = cfg.messages;
+		/* The first batch is not timed: leave some after it. */
+		if (sweep_msgs[i] < 3 * batch_sizes[i])
+			sweep_msgs[i] = 3 * batch_sizes[i];
 		run_plan(&b_runs[i], TOKENBOX, sweep_msgs[i], batch_sizes[i],
 			 "batch");
 	}
@@ -1290,6 +1293,9 @@ int bench_driver_main(int argc, char **argv)
 		rm_rf(cfg.work);
 	free(tp_runs);
 	free(tps);
+	for (int i = 0; i < cluster_argc; i++)
+		free(cluster_argv[i]);
+	free(cluster_argv);
 	return 0;
 }
 
