@@ -3,6 +3,7 @@
 #include "support.h"
 
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
@@ -612,4 +613,25 @@ void tt_crash_case(const char *point, int single_file)
 	free(s1);
 	free(s2);
 	free(tokens);
+}
+
+void tt_plugin_open(tt_plugin_t *p, const char *file)
+{
+	const char *dir = getenv("TBX_EXAMPLES_DIR");
+	char path[1024];
+	int (*abi)(void);
+
+	cr_assert(dir, "TBX_EXAMPLES_DIR is not set (run through ctest)");
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	p->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	cr_assert(p->handle, "dlopen: %s", dlerror());
+	abi = (int (*)(void))dlsym(p->handle, "tbx_plugin_abi_version");
+	p->init = (tbx_plugin_init_fn)dlsym(p->handle, "tbx_plugin_init");
+	cr_assert(abi && p->init, "%s lacks an entry point", path);
+	cr_assert_eq(abi(), TBX_PLUGIN_ABI_VERSION);
+}
+
+void tt_plugin_close(tt_plugin_t *p)
+{
+	dlclose(p->handle);
 }

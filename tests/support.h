@@ -99,6 +99,17 @@ int tt_wait(pid_t pid, int timeout_s);
 
 #endif
 
+/** An example plugin loaded as `tokenbox worker` loads it. */
+typedef struct tt_plugin {
+	void *handle;
+	tbx_plugin_init_fn init;
+} tt_plugin_t;
+
+/** dlopen()s $TBX_EXAMPLES_DIR/@p file and checks its entry points and
+ *  ABI version (asserts). */
+void tt_plugin_open(tt_plugin_t *p, const char *file);
+void tt_plugin_close(tt_plugin_t *p);
+
 #include "hop.h"
 
 /** The whole crash case of DESIGN.md's analysis for one point: publish,

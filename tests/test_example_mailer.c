@@ -16,32 +16,10 @@
 #define WORKERS 2
 #define USERS	100 /* u001..u100 */
 
-typedef struct plugin {
-	void *handle;
-	tbx_plugin_init_fn init;
-} plugin_t;
-
-/* Loads examples/<file> from TBX_EXAMPLES_DIR and checks its ABI. */
-static void plugin_open(plugin_t *p, const char *file)
-{
-	const char *dir = getenv("TBX_EXAMPLES_DIR");
-	char path[1024];
-	int (*abi)(void);
-
-	cr_assert(dir, "TBX_EXAMPLES_DIR is not set (run through ctest)");
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	p->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert(p->handle, "dlopen: %s", dlerror());
-	abi = (int (*)(void))dlsym(p->handle, "tbx_plugin_abi_version");
-	p->init = (tbx_plugin_init_fn)dlsym(p->handle, "tbx_plugin_init");
-	cr_assert(abi && p->init, "%s lacks an entry point", path);
-	cr_assert_eq(abi(), TBX_PLUGIN_ABI_VERSION);
-}
-
 typedef struct env {
 	char *dir, *store, *tokens;
 	tt_cluster_t *cluster;
-	plugin_t plugin;
+	tt_plugin_t plugin;
 	tbx_worker_t *w[WORKERS];
 	tbx_publisher_t *pub;
 	int jobs;
@@ -60,7 +38,7 @@ static void env_init(env_t *e)
 	tt_cluster_topic(e->cluster, "campaign-jobs", 4);
 	tt_cluster_topic(e->cluster, "emails", 4);
 	tt_cluster_topic(e->cluster, "campaign-jobs.dlq", 1);
-	plugin_open(&e->plugin, "libtbx_mailer.so");
+	tt_plugin_open(&e->plugin, "libtbx_mailer.so");
 	for (int i = 0; i < WORKERS; i++) {
 		e->w[i] = tbx_worker_new(
 		    tt_conf(e->cluster->bootstraps, "mailer", e->store,
@@ -85,7 +63,7 @@ static void env_fini(env_t *e)
 	tbx_publisher_destroy(e->pub);
 	for (int i = 0; i < WORKERS; i++)
 		tbx_worker_destroy(e->w[i]);
-	dlclose(e->plugin.handle);
+	tt_plugin_close(&e->plugin);
 	tt_cluster_destroy(e->cluster);
 	tt_rmrf(e->dir);
 	free(e->dir);

@@ -15,37 +15,10 @@
 #define ORDERS	  500
 #define CUSTOMERS 50
 
-typedef struct plugin {
-	void *handle;
-	tbx_plugin_init_fn init;
-} plugin_t;
-
-/* Loads examples/<file> from TBX_EXAMPLES_DIR and checks its ABI. */
-static void plugin_open(plugin_t *p, const char *file)
-{
-	const char *dir = getenv("TBX_EXAMPLES_DIR");
-	char path[1024];
-	int (*abi)(void);
-
-	cr_assert(dir, "TBX_EXAMPLES_DIR is not set (run through ctest)");
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	p->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert(p->handle, "dlopen: %s", dlerror());
-	abi = (int (*)(void))dlsym(p->handle, "tbx_plugin_abi_version");
-	p->init = (tbx_plugin_init_fn)dlsym(p->handle, "tbx_plugin_init");
-	cr_assert(abi && p->init, "%s lacks an entry point", path);
-	cr_assert_eq(abi(), TBX_PLUGIN_ABI_VERSION);
-}
-
-static void plugin_close(plugin_t *p)
-{
-	dlclose(p->handle);
-}
-
 typedef struct env {
 	char *dir, *orders_db, *payments_db, *tokens;
 	tt_cluster_t *cluster;
-	plugin_t plugin;
+	tt_plugin_t plugin;
 } env_t;
 
 static void env_init(env_t *e)
@@ -59,12 +32,12 @@ static void env_init(env_t *e)
 	tt_cluster_topic(e->cluster, "payments", 4);
 	tt_cluster_topic(e->cluster, "orders.dlq", 1);
 	tt_cluster_topic(e->cluster, "payments.dlq", 1);
-	plugin_open(&e->plugin, "libtbx_orders.so");
+	tt_plugin_open(&e->plugin, "libtbx_orders.so");
 }
 
 static void env_fini(env_t *e)
 {
-	plugin_close(&e->plugin);
+	tt_plugin_close(&e->plugin);
 	tt_cluster_destroy(e->cluster);
 	tt_rmrf(e->dir);
 	free(e->dir);

@@ -19,32 +19,10 @@
 #define CUSTOMERS 20
 #define REQUESTS  100 /* 5 per customer */
 
-typedef struct plugin {
-	void *handle;
-	tbx_plugin_init_fn init;
-} plugin_t;
-
-/* Loads examples/<file> from TBX_EXAMPLES_DIR and checks its ABI. */
-static void plugin_open(plugin_t *p, const char *file)
-{
-	const char *dir = getenv("TBX_EXAMPLES_DIR");
-	char path[1024];
-	int (*abi)(void);
-
-	cr_assert(dir, "TBX_EXAMPLES_DIR is not set (run through ctest)");
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	p->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert(p->handle, "dlopen: %s", dlerror());
-	abi = (int (*)(void))dlsym(p->handle, "tbx_plugin_abi_version");
-	p->init = (tbx_plugin_init_fn)dlsym(p->handle, "tbx_plugin_init");
-	cr_assert(abi && p->init, "%s lacks an entry point", path);
-	cr_assert_eq(abi(), TBX_PLUGIN_ABI_VERSION);
-}
-
 typedef struct env {
 	char *dir, *store, *tokens;
 	tt_cluster_t *cluster;
-	plugin_t plugin;
+	tt_plugin_t plugin;
 	tbx_worker_t *w[WORKERS];
 } env_t;
 
@@ -59,7 +37,7 @@ static void env_init(env_t *e, const char *args)
 	tt_cluster_topic(e->cluster, "voucher-requests", 6);
 	tt_cluster_topic(e->cluster, "voucher-replies", 3);
 	tt_cluster_topic(e->cluster, "voucher-requests.dlq", 1);
-	plugin_open(&e->plugin, "libtbx_vouchers.so");
+	tt_plugin_open(&e->plugin, "libtbx_vouchers.so");
 	/* One group, one service store: the way several `tokenbox worker`
 	 * processes of one service share a host. */
 	for (int i = 0; i < WORKERS; i++) {
@@ -79,7 +57,7 @@ static void env_fini(env_t *e)
 {
 	for (int i = 0; i < WORKERS; i++)
 		tbx_worker_destroy(e->w[i]);
-	dlclose(e->plugin.handle);
+	tt_plugin_close(&e->plugin);
 	tt_cluster_destroy(e->cluster);
 	tt_rmrf(e->dir);
 	free(e->dir);
