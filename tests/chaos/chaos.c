@@ -268,6 +268,28 @@ static int ctl(run_t *r, const char *fmt, ...)
  * Workers.
  */
 
+/* The file a worker's stdout and stderr go to. */
+static void worker_log(const run_t *r, const proc_t *p, char *path, size_t size)
+{
+	snprintf(path, size, "%s/worker-%03u-%s.log", r->logs, p->serial,
+		 ch_group_names[p->group]);
+}
+
+/* The last line of @p path, without its newline ("" if none). */
+static void last_line(const char *path, char *out, size_t size)
+{
+	char line[512];
+	FILE *f;
+
+	out[0] = '\0';
+	if (!(f = fopen(path, "r")))
+		return;
+	while (fgets(line, sizeof(line), f))
+		snprintf(out, size, "%s", line);
+	fclose(f);
+	out[strcspn(out, "\n")] = '\0';
+}
+
 static void worker_spawn(run_t *r, proc_t *p)
 {
 	char kv[12][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
@@ -301,8 +323,7 @@ static void worker_spawn(run_t *r, proc_t *p)
 		argv[k++] = kv[i];
 	}
 	argv[k] = NULL;
-	snprintf(log, sizeof(log), "%s/worker-%03u-%s.log", r->logs, p->serial,
-		 group);
+	worker_log(r, p, log, sizeof(log));
 	snprintf(crash, sizeof(crash), "TBX_CRASH_AT=*@%g", r->o.crash_prob);
 	snprintf(seed, sizeof(seed), "TBX_CRASH_SEED=%llu",
 		 (unsigned long long)(r->o.seed * 1000003ULL + p->serial));
@@ -431,16 +452,9 @@ static void reap(run_t *r, int restart)
 			    status, r->logs);
 			r->fig.unclean_stops++;
 		} else if (!p->sigterm && !p->sigkill) {
-			char log[PATH_MAX + 64], last[512] = "", line[512];
-			FILE *f;
-			snprintf(log, sizeof(log), "%s/worker-%03u-%s.log",
-				 r->logs, p->serial, ch_group_names[p->group]);
-			if ((f = fopen(log, "r"))) {
-				while (fgets(line, sizeof(line), f))
-					memcpy(last, line, sizeof(last));
-				fclose(f);
-			}
-			last[strcspn(last, "\n")] = '\0';
+			char log[PATH_MAX + 64], last[512];
+			worker_log(r, p, log, sizeof(log));
+			last_line(log, last, sizeof(last));
 			say("worker %u (pid %d, %s) ended by itself, status "
 			    "0x%x: %s",
 			    p->serial, (int)p->pid, ch_group_names[p->group],
@@ -694,20 +708,14 @@ out:
  * run cannot go on. */
 static int cluster_gone(run_t *r)
 {
-	char log[PATH_MAX + 32], line[512], last[512] = "";
+	char log[PATH_MAX + 32], last[512];
 	int status;
-	FILE *f;
 
 	if (r->mc_pid <= 0 || waitpid(r->mc_pid, &status, WNOHANG) != r->mc_pid)
 		return 0;
 	r->mc_pid = -1;
 	snprintf(log, sizeof(log), "%s/mock-cluster.log", r->logs);
-	if ((f = fopen(log, "r"))) {
-		while (fgets(line, sizeof(line), f))
-			memcpy(last, line, sizeof(last));
-		fclose(f);
-	}
-	last[strcspn(last, "\n")] = '\0';
+	last_line(log, last, sizeof(last));
 	say("mock-cluster ended (status 0x%x): %s", status, last);
 	return 1;
 }
