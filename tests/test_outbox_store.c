@@ -595,21 +595,38 @@ Test(db, processes_creating_one_file_at_once_all_open_it)
 	}
 }
 
-/* Ids come from a per-thread pool of random bytes: well-formed version 4
- * UUIDs, and a forked child never hands out its parent's next ones. */
-Test(ids, uuids_are_version_4_and_a_forked_child_draws_its_own)
+/* Ids are version 7 UUIDs: the Unix time in milliseconds first (so that
+ * ids made later sort after, and B-tree inserts stay local), then random
+ * bits from a per-thread pool; a forked child never hands out its
+ * parent's next ones. */
+Test(ids, uuids_are_version_7_and_a_forked_child_draws_its_own)
 {
 	char a[TBX_UUID_LEN + 1], b[TBX_UUID_LEN + 1], child[TBX_UUID_LEN + 1];
+	char hex[13];
 	int fds[2], status;
+	int64_t before, after, stamp;
 	pid_t pid;
 
 	for (int i = 0; i < 100; i++) {
+		before = tbx__now_ms();
 		tbx__uuid(a);
+		after = tbx__now_ms();
 		cr_assert(tbx__is_uuid(a, strlen(a)), "%s", a);
-		cr_assert_eq(a[14], '4', "%s", a);
+		cr_assert_eq(a[14], '7', "%s", a);
 		cr_assert(strchr("89ab", a[19]), "%s", a);
+		/* 48 bits of milliseconds: "xxxxxxxx-xxxx" */
+		memcpy(hex, a, 8);
+		memcpy(hex + 8, a + 9, 4);
+		hex[12] = '\0';
+		stamp = (int64_t)strtoll(hex, NULL, 16);
+		cr_assert(stamp >= before && stamp <= after,
+			  "%s: time %lld not in [%lld, %lld]", a,
+			  (long long)stamp, (long long)before,
+			  (long long)after);
 		tbx__uuid(b);
 		cr_assert_str_neq(a, b);
+		if (memcmp(a, b, 13) != 0) /* another millisecond */
+			cr_assert_lt(strcmp(a, b), 0, "%s after %s", b, a);
 	}
 	tbx__uuid(a); /* the pool is partly used: the fork copies it */
 	cr_assert_eq(pipe(fds), 0);
