@@ -9,6 +9,12 @@
  *   E  finish    delete finished outbox rows, one S transaction
  *   F  commit    store and commit Kafka offsets of what is done
  *
+ * When S and T are one file (worker->joined), B happens inside A: each
+ * row gets its attempt and tokens in its record's savepoint and they
+ * commit with the handler's effects, so no registration is needed and C
+ * has nothing to confirm; D and E are one transaction.  A batch then
+ * costs two synced commits (A, D+E) instead of six.
+ *
  * Every phase works on the whole batch.  A phase that fails leaves what it
  * did not finish to redelivery: F commits, per partition, only up to the
  * first record not done and makes the partition wait and restart there.
@@ -96,6 +102,50 @@ static int ingress_advance(tbx_worker_t *worker, const struct tbx_msg *msg)
 }
 
 /*
+ * Joined (one file): B inside A.  The row gets a fresh attempt and one
+ * token per outgoing message, numbered with the sequence number A took,
+ * inside the record's savepoint: they commit or roll back with the row
+ * and the handler's effects.  No registration is written, since no
+ * attempt can be persisted without the row that names it.  *created
+ * receives the token rows made.
+ */
+static int mint_in_A(tbx_worker_t *worker, const tbx__batch_t *batch,
+		     tbx__brow_t *brow, uint64_t *created)
+{
+	tbx__row_t *row = &brow->row;
+	tbx__mint_item_t few[8], *items = few;
+	int err;
+
+	*created = 0;
+	if (!worker->joined || row->msg_cnt == 0)
+		return TBX_OK; /* a row that sends nothing needs no tokens */
+	if (row->msg_cnt > sizeof(few) / sizeof(few[0]) &&
+	    !(items = malloc(row->msg_cnt * sizeof(*items))))
+		return TBX_ENOMEM;
+	tbx__uuid(row->attempt);
+	row->mint_seq = batch->mint_seq;
+	for (size_t j = 0; j < row->msg_cnt; j++) {
+		tbx__uuid(row->msgs[j].token);
+		items[j].token = row->msgs[j].token;
+		items[j].topic = row->msgs[j].topic;
+	}
+	err = tbx_tokens_mint_joined(worker->tokens, items, row->msg_cnt,
+				     batch->mint_seq, created);
+	if (items != few)
+		free(items);
+	if (err) {
+		row->attempt[0] = '\0';
+		row->mint_seq = 0;
+		for (size_t j = 0; j < row->msg_cnt; j++)
+			row->msgs[j].token[0] = '\0';
+		return err;
+	}
+	brow->recorded = 1;
+	brow->joined = 1;
+	return TBX_OK;
+}
+
+/*
  * Queues the original record for the dead-letter topic through a row of
  * its own, in a savepoint.  Headers other than tbx-* are kept, and
  * tbx-dlq-* ones say where it came from and why.
@@ -112,6 +162,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	const void *key, *payload;
 	void *blob = NULL;
 	tbx__brow_t *brow;
+	uint64_t created = 0;
 	int err;
 
 	if (snprintf(dlq_topic, sizeof(dlq_topic), "%s%s", msg->topic,
@@ -165,7 +216,8 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 			   payload_len, blob, blob_len);
 	free(blob);
 	if (!err && !(err = tbx_outbox_savepoint(worker->store))) {
-		if (!(err = tbx_outbox_row_insert(worker->store, worker->group,
+		if (!(err = mint_in_A(worker, batch, brow, &created)) &&
+		    !(err = tbx_outbox_row_insert(worker->store, worker->group,
 						  &brow->row)) &&
 		    !(err = tbx_outbox_dead_letter_add(
 			  worker->store, worker->group, &brow->row, dlq_topic,
@@ -183,6 +235,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 		 "%s [%" PRId32 "] @%" PRId64 ": dead-lettered to %s: %s",
 		 msg->topic, msg->rkm->partition, msg->rkm->offset, dlq_topic,
 		 reason);
+	batch->minted += created;
 	msg->state = TBX_MS_ROW;
 	msg->row = idx;
 	msg->part->retry_offset = -1;
@@ -256,7 +309,10 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		verdict = TBX_VERDICT_RETRY;
 	}
 	if (verdict == TBX_VERDICT_OK) {
-		if (!(err = tbx_outbox_row_insert(worker->store, worker->group,
+		uint64_t created = 0;
+
+		if (!(err = mint_in_A(worker, batch, brow, &created)) &&
+		    !(err = tbx_outbox_row_insert(worker->store, worker->group,
 						  &brow->row)) &&
 		    (!by_offset || !(err = ingress_advance(worker, msg))))
 			err = tbx_outbox_release(worker->store);
@@ -266,6 +322,7 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 			brow_pop(batch);
 			return err;
 		}
+		batch->minted += created;
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
 		part->retry_offset = -1;
@@ -562,6 +619,13 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 	tbx__crashpoint("G.marked");
 	if ((err = tbx_outbox_begin(worker->store)))
 		goto released;
+	/* Joined: one number for every token this A mints, taken before
+	 * any savepoint (a rolled-back savepoint must not take it back). */
+	batch->mint_seq = 0;
+	batch->minted = 0;
+	if (worker->joined &&
+	    (err = tbx_tokens_seq_joined(worker->tokens, &batch->mint_seq)))
+		goto fail;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
 		if (msg->part->batch_isolated && !first_of_part(batch, i)) {
@@ -582,6 +646,7 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(worker->store)))
 		goto fail;
+	worker->stats.tokens_created += batch->minted;
 	tbx__crashpoint("A.committed");
 	return TBX_OK;
 fail:
@@ -726,7 +791,7 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 	const char **attempts = NULL;
 	tbx__row_t **rows = NULL;
 	int *delivered = NULL;
-	size_t cnt = 0;
+	size_t cnt = 0, acnt = 0;
 	int err = TBX_OK;
 	char errstr[256];
 
@@ -751,13 +816,15 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 		tbx__brow_t *brow = &batch->rows[i];
 		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
 			continue;
-		attempts[cnt] = brow->row.attempt;
+		/* An attempt made in A (joined) was never registered. */
+		if (!brow->joined)
+			attempts[acnt++] = brow->row.attempt;
 		rows[cnt++] = &brow->row;
 	}
 	/* Confirm before dispatch: a finished row never leaves a
 	 * registration behind, so the sweeper may treat "no row" as an
 	 * orphan. */
-	if ((err = tbx_tokens_confirm(worker->tokens, attempts, cnt)))
+	if (acnt && (err = tbx_tokens_confirm(worker->tokens, attempts, acnt)))
 		goto out;
 	tbx__crashpoint("C.confirmed");
 	err = tbx__dispatch(worker->producer, rows, cnt, delivered, NULL,
@@ -782,22 +849,36 @@ out:
 	return err;
 }
 
-/* D: consume the incoming tokens of the delivered rows (a row's in_token
- * is its record's token; copies in the batch share it). */
-static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
+/* The incoming tokens of the delivered rows (a row's in_token is its
+ * record's token; copies in the batch share it), into a malloc'ed array. */
+static int delivered_tokens(const tbx__batch_t *batch, const char ***ids,
+			    size_t *cnt)
 {
-	const char **ids;
-	size_t cnt = 0;
-	uint64_t deleted = 0;
-	int err;
-
-	if (!(ids = calloc(batch->row_cnt ? batch->row_cnt : 1, sizeof(*ids))))
+	*cnt = 0;
+	if (!(*ids =
+		  calloc(batch->row_cnt ? batch->row_cnt : 1, sizeof(**ids))))
 		return TBX_ENOMEM;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		const tbx__brow_t *brow = &batch->rows[i];
 		if (brow->delivered && brow->row.in_token[0])
-			ids[cnt++] = brow->row.in_token;
+			(*ids)[(*cnt)++] = brow->row.in_token;
 	}
+	return TBX_OK;
+}
+
+/* D: consume the incoming tokens of the delivered rows, one T
+ * transaction.  Joined, D is part of E's transaction instead. */
+static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	const char **ids;
+	size_t cnt;
+	uint64_t deleted = 0;
+	int err;
+
+	if (worker->joined)
+		return TBX_OK;
+	if ((err = delivered_tokens(batch, &ids, &cnt)))
+		return err;
 	err = cnt ? tbx_tokens_consume(worker->tokens, worker->group, ids, cnt,
 				       &deleted)
 		  : TBX_OK;
@@ -809,35 +890,48 @@ static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
 	return TBX_OK;
 }
 
-/* E: delete finished rows.  Never before D (see architecture.md). */
+/* E: delete finished rows, one S transaction.  Never before D (see
+ * architecture.md); joined, D's deletes go first in this transaction and
+ * commit with it. */
 static int phase_finish(tbx_worker_t *worker, tbx__batch_t *batch)
 {
+	const char **ids = NULL;
+	size_t cnt = 0;
+	uint64_t deleted = 0;
 	int err, any = 0;
 
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		any |= batch->rows[i].delivered;
 	if (!any)
 		return TBX_OK;
-	if ((err = tbx_outbox_begin(worker->store)))
+	if (worker->joined && (err = delivered_tokens(batch, &ids, &cnt)))
 		return err;
+	if ((err = tbx_outbox_begin(worker->store)))
+		goto out;
+	if (cnt && (err = tbx_tokens_consume_joined(
+			worker->tokens, worker->group, ids, cnt, &deleted)))
+		goto undo;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		if (!batch->rows[i].delivered)
 			continue;
 		if ((err = tbx_outbox_row_delete(worker->store, worker->group,
-						 batch->rows[i].row.msg_id))) {
-			tbx_outbox_rollback(worker->store);
-			return err;
-		}
+						 batch->rows[i].row.msg_id)))
+			goto undo;
 	}
-	if ((err = tbx_outbox_commit(worker->store))) {
-		tbx_outbox_rollback(worker->store);
-		return err;
-	}
+	if ((err = tbx_outbox_commit(worker->store)))
+		goto undo;
+	worker->stats.tokens_consumed += deleted;
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		if (batch->rows[i].delivered)
 			batch->rows[i].finished = 1;
+	free(ids);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
+undo:
+	tbx_outbox_rollback(worker->store);
+out:
+	free(ids);
+	return err;
 }
 
 static int msg_done(const tbx__batch_t *batch, const struct tbx_msg *msg)

@@ -78,6 +78,7 @@ typedef struct tbx__brow {
 	int gone;      /**< another worker finished it meanwhile */
 	int delivered; /**< every outgoing message acknowledged */
 	int finished;  /**< deleted in E */
+	int joined;    /**< attempt made in A (one file): no registration */
 } tbx__brow_t;
 
 typedef struct tbx__batch {
@@ -85,6 +86,8 @@ typedef struct tbx__batch {
 	size_t cnt, cap;
 	tbx__brow_t *rows;
 	size_t row_cnt, row_cap;
+	int64_t mint_seq; /**< joined: the number A took for its tokens */
+	uint64_t minted;  /**< joined: token rows A created (stats) */
 } tbx__batch_t;
 
 struct tbx_ctx {
@@ -114,6 +117,8 @@ struct tbx_worker {
 	int untokened_offsets;
 	int dispatch_timeout_ms;
 	int synchronous_full;
+	/* one file for both stores: tokens commit with A and with E */
+	int joined;
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
 	tbx__sweep_cursor_t sweep_at; /* where the next cleanup goes on */

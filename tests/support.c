@@ -500,7 +500,8 @@ void tt_crash_case(const char *point, int single_file)
 	tt_records_free(recs, cnt);
 
 	/* Children run hop 1 in turn: each until its crash point kills it,
-	 * "-" until idle.  Sweeper points need the sweeper running at once. */
+	 * "-" until idle, "!<rules>" armed with rules that must never fire
+	 * (until idle).  Sweeper points need the sweeper running at once. */
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
 	snprintf(tokens_arg, sizeof(tokens_arg), "%s", tokens);
 	for (const char *p = point; *p;) {
@@ -510,9 +511,11 @@ void tt_crash_case(const char *point, int single_file)
 
 		snprintf(step, sizeof(step), "%.*s", (int)len, p);
 		p += len + (p[len] == '|');
-		clean = strcmp(step, "-") == 0;
+		clean = strcmp(step, "-") == 0 || step[0] == '!';
 		snprintf(env_crash, sizeof(env_crash), "TBX_CRASH_AT=%s",
-			 clean ? "" : step);
+			 step[0] == '!' ? step + 1
+			 : clean	? ""
+					: step);
 		char *argv[] = {prog,
 				cluster->bootstraps,
 				s1,
@@ -546,6 +549,21 @@ void tt_crash_case(const char *point, int single_file)
 		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
 					  "payload) FROM hop1"),
 			     0, "%s: a handler committed twice", point);
+		/* One file: a row's attempt and tokens commit in A, so no
+		 * row with messages lacks an attempt and nothing is ever
+		 * registered. */
+		if (single_file) {
+			cr_assert_eq(
+			    tt_count(s1, "SELECT COUNT(*) FROM tbx_outbox o "
+					 "WHERE attempt IS NULL AND EXISTS "
+					 "(SELECT 1 FROM tbx_outbox_msg m "
+					 "WHERE m.grp = o.grp AND m.msg_id = "
+					 "o.msg_id)"),
+			    0, "%s: a row with messages and no attempt", point);
+			cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM "
+						      "tbx_registrations"),
+				     0, "%s: registrations in one file", point);
+		}
 	}
 
 	/* Recovery: hop 1 restarts; hop 2 consumes what hop 1 sends. */

@@ -44,3 +44,27 @@ Test(crash, single_file_stores_survive_a_kill_after_delivery)
 {
 	tt_crash_case("C.delivered", 1);
 }
+
+/* One file: C confirms nothing (A's attempts have no registration) but
+ * passes the point before producing. */
+Test(crash, single_file_kill_before_producing_dispatches_on_redelivery)
+{
+	tt_crash_case("C.confirmed", 1);
+}
+
+Test(crash, single_file_kill_while_producing_leaves_one_effect_downstream)
+{
+	tt_crash_case("C.produced", 1);
+}
+
+/* One file: D and E commit together; afterwards neither row nor token,
+ * and the redelivery is dropped. */
+Test(crash, single_file_kill_after_D_and_E_skips_the_redelivery)
+{
+	tt_crash_case("E.deleted", 1);
+}
+
+Test(crash, single_file_kill_after_commit_loses_nothing)
+{
+	tt_crash_case("F.committed", 1);
+}

@@ -39,9 +39,35 @@ Test(crash, killed_after_recording_redispatches_same_tokens)
 	tt_crash_case("B.recorded", 0);
 }
 
+/* One file for every store: B happens inside A.  A kill in A leaves
+ * nothing (no row, no attempt, no token); a kill after A's commit leaves
+ * the row with its attempt and tokens, and redelivery goes straight to C
+ * with them. */
 Test(crash, single_file_stores_survive_a_kill_after_A)
 {
 	tt_crash_case("A.committed", 1);
+}
+
+Test(crash, single_file_kill_inside_the_handler_leaves_no_token)
+{
+	tt_crash_case("A.handled", 1);
+}
+
+Test(crash, single_file_kill_before_A_commits_leaves_no_token)
+{
+	tt_crash_case("A.before_commit", 1);
+}
+
+Test(crash, single_file_kill_after_the_guard_marker_processes_once)
+{
+	tt_crash_case("G.marked", 1);
+}
+
+/* One file: B's two transactions and D's are not reached; a worker armed
+ * to die there finishes everything alive, and nothing is registered. */
+Test(crash, single_file_never_reaches_B_or_D)
+{
+	tt_crash_case("!B.minted,B.recorded,D.consumed", 1);
 }
 
 /* G's marker committed, A not begun: the batch is taken as suspect and

@@ -490,3 +490,63 @@ Test(e2e, every_batch_runs_at_the_configured_synchronous_level)
 	check_synchronous("full", 2);
 	check_synchronous("normal", 1);
 }
+
+/*
+ * One file for every store, named two ways (store.path "…/all.db",
+ * tokens.path "…/./all.db"): the worker sees one file and takes the joined
+ * path.  B's two transactions and D's own are then never reached; the
+ * test process is armed to die there.
+ */
+Test(e2e, one_file_under_two_names_is_joined)
+{
+	char *dir = tt_tmpdir();
+	char *all = tt_path(dir, "all.db"), *alias = tt_path(dir, "./all.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop1 = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tt_hop_t hop2 = {.table = "hop2"};
+	tbx_worker_t *w[2];
+	tbx_stats_t st;
+	char err[512];
+
+	tt_cluster_topic(c, "in", 2);
+	tt_cluster_topic(c, "out", 2);
+	tt_hop_table(all, "hop1");
+	tt_hop_table(all, "hop2");
+	setenv("TBX_CRASH_AT", "B.minted,B.recorded,D.consumed", 1);
+	w[0] = tbx_worker_new(tt_conf(c->bootstraps, "g1", all, alias, NULL),
+			      err, sizeof(err));
+	cr_assert(w[0], "%s", err);
+	w[1] = tbx_worker_new(tt_conf(c->bootstraps, "g2", alias, all, NULL),
+			      err, sizeof(err));
+	cr_assert(w[1], "%s", err);
+	unsetenv("TBX_CRASH_AT");
+	cr_assert_eq(
+	    tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, &hop1),
+	    TBX_OK);
+	cr_assert_eq(
+	    tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2),
+	    TBX_OK);
+	cr_assert(tbx_worker_poll(w[0], 0) >= 0);
+	cr_assert(tbx_worker_poll(w[1], 0) >= 0);
+	tt_publish(c->bootstraps, all, "in", "Ping", 24, 3, "j");
+	want_t want = {all, "SELECT COUNT(*) FROM hop2", 24};
+	cr_assert(tt_drive(w, 2, reached, &want, 10, 60));
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM hop1"), 24);
+	cr_assert_eq(tt_count(all, "SELECT COUNT(DISTINCT payload) FROM hop2"),
+		     24);
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM tbx_registrations"),
+		     0);
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM tbx_outbox"), 0);
+	tbx_worker_stats(w[0], &st);
+	cr_assert_eq(st.tokens_created, 24, "one token per output, for g2");
+	cr_assert_eq(st.tokens_consumed, 24);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(all);
+	free(alias);
+}

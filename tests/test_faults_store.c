@@ -3,7 +3,8 @@
  * 3, … the N-th store call fails (as a failing disk would), and the
  * pipeline must still handle every message exactly once at both hops and
  * leave no outbox row, token or registration behind.  The loop ends with
- * the first N that the run never reaches.
+ * the first N that the run never reaches.  It runs with a file per store
+ * and with one file for all of them (the joined path).
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -29,11 +30,12 @@ static int round_done(void *opaque)
 	       tt_count(r->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
 }
 
-Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
+static void every_failing_store_call(int single_file)
 {
 	char *dir = tt_tmpdir();
-	char *s1 = tt_path(dir, "s1.db"), *s2 = tt_path(dir, "s2.db");
-	char *tokens = tt_path(dir, "tokens.db");
+	char *s1 = tt_path(dir, single_file ? "all.db" : "s1.db");
+	char *s2 = tt_path(dir, single_file ? "all.db" : "s2.db");
+	char *tokens = tt_path(dir, single_file ? "all.db" : "tokens.db");
 	tt_cluster_t *c = tt_cluster_new(1);
 	tt_hop_t hop1 = {
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
@@ -118,6 +120,19 @@ Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
 	free(s1);
 	free(s2);
 	free(tokens);
+}
+
+Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
+{
+	every_failing_store_call(0);
+}
+
+/* One file: A mints the tokens and D's deletes go with E; a failure
+ * anywhere in those transactions takes all of it back. */
+Test(faults, every_failing_store_call_in_one_file_is_recovered_exactly_once,
+     .timeout = 500)
+{
+	every_failing_store_call(1);
 }
 
 /* The disk fills up during a handler: A's COMMIT fails, and so does the

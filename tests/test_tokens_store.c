@@ -549,6 +549,98 @@ Test(tokens, store_on_the_service_connection_works_and_leaves_it_open)
 		     "tokens live in the service file");
 }
 
+/* One file: the joined operations write inside the service store's
+ * transaction, commit and roll back with it, and write no registration. */
+Test(tokens, joined_operations_commit_and_roll_back_with_the_caller)
+{
+	const char *path = fx_path("all.db");
+	char tok[3][TBX_UUID_LEN + 1];
+	tbx__mint_item_t items[3];
+	tbx_outbox_t *store = NULL;
+	tbx_tokens_t *t, *own;
+	char err[256];
+	int64_t seq = 0, seq2 = 0;
+	uint64_t rows = 0, deleted = 0;
+	const char *ids[1];
+
+	cr_assert_eq(tbx_outbox_open(path, NULL, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	t = fx_open_shared(path, tbx_outbox_db(store));
+	cr_assert(tbx_tokens_joinable(t));
+	fx_subscribe(t, "out", "g1");
+	fx_subscribe(t, "out", "g2");
+	for (int i = 0; i < 3; i++) {
+		tbx__uuid(tok[i]);
+		items[i].token = tok[i];
+		items[i].topic = "out";
+	}
+
+	/* Outside a transaction they refuse: nothing would commit them. */
+	cr_assert_eq(tbx_tokens_seq_joined(t, &seq), TBX_ESTATE);
+	cr_assert_eq(tbx_tokens_mint_joined(t, items, 1, 5, &rows), TBX_ESTATE);
+	ids[0] = tok[0];
+	cr_assert_eq(tbx_tokens_consume_joined(t, "g1", ids, 1, &deleted),
+		     TBX_ESTATE);
+	cr_assert_eq(fx_count_rows(t, NULL), 0);
+
+	/* Rolled back with the caller: no token, and the number is given
+	 * back (nothing minted with it exists). */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_seq_joined(t, &seq), TBX_OK);
+	cr_assert_gt(seq, 0);
+	cr_assert_eq(tbx_tokens_mint_joined(t, items, 2, seq, &rows), TBX_OK);
+	cr_assert_eq(rows, 4, "two tokens, two subscribed groups");
+	cr_assert_eq(tbx_outbox_rollback(store), TBX_OK);
+	cr_assert_eq(fx_count_rows(t, NULL), 0);
+
+	/* Committed with the caller: tokens for every group subscribed
+	 * before the number, and no registration. */
+	rows = 0;
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_seq_joined(t, &seq2), TBX_OK);
+	cr_assert_eq(tbx_tokens_mint_joined(t, items, 3, seq2, &rows), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(rows, 6);
+	cr_assert_eq(seq2, seq, "a rolled-back number is taken again");
+	cr_assert_eq(fx_count_rows(t, "g1"), 3);
+	cr_assert_eq(fx_count_regs(t, NULL), 0);
+	cr_assert_eq(fx_file_int(path, "SELECT min(mint_seq) = max(mint_seq) "
+				       "FROM tbx_tokens"),
+		     1);
+
+	/* Consume: only the group's own rows, only when committed. */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_consume_joined(t, "g1", ids, 1, &deleted),
+		     TBX_OK);
+	cr_assert_eq(deleted, 1);
+	cr_assert_eq(tbx_outbox_rollback(store), TBX_OK);
+	cr_assert_eq(fx_exists(t, tok[0], "g1"), 1);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_consume_joined(t, "g1", ids, 1, &deleted),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(fx_exists(t, tok[0], "g1"), 0);
+	cr_assert_eq(fx_exists(t, tok[0], "g2"), 1);
+
+	/* Bad arguments. */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_mint_joined(t, items, 1, 0, &rows), TBX_EINVAL);
+	cr_assert_eq(tbx_tokens_seq_joined(t, NULL), TBX_EINVAL);
+	cr_assert_eq(tbx_tokens_consume_joined(t, NULL, ids, 1, NULL),
+		     TBX_EINVAL);
+	cr_assert_eq(tbx_outbox_rollback(store), TBX_OK);
+
+	/* A store on a connection of its own cannot join anything. */
+	own = fx_open_shared(path, NULL);
+	cr_assert_not(tbx_tokens_joinable(own));
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_seq_joined(own, &seq), TBX_ESTATE);
+	cr_assert_eq(tbx_outbox_rollback(store), TBX_OK);
+	tbx_tokens_close(own);
+	tbx_tokens_close(t);
+	tbx_outbox_close(store);
+}
+
 Test(tokens, separate_files_open_independently_with_one_schema)
 {
 	tbx_outbox_t *store = NULL;

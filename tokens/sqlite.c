@@ -11,7 +11,9 @@
  * With a shared connection (one file for both stores) the service store's
  * transaction and ours must not overlap: a write here while the connection
  * is inside a transaction is refused with TBX_ESTATE instead of being
- * folded into the caller's transaction.
+ * folded into the caller's transaction.  The joined operations are the
+ * exception: they write only inside the caller's transaction, which
+ * commits them.
  *
  * @locality one thread at a time per store.
  */
@@ -345,6 +347,52 @@ static int op_mint(tbx_tokens_t *tokens, const char *send_grp,
 	return TBX_OK;
 }
 
+/* The joined operations run inside the caller's transaction on the
+ * service store's connection: never on a connection of our own (the
+ * caller's COMMIT would not cover it), never outside a transaction. */
+static int joined_check(tbx_tokens_sqlite_t *t)
+{
+	if (t->owned || sqlite3_get_autocommit(t->db)) {
+		tbx__log(TBX_LOG_ERR, "token store: a joined operation %s",
+			 t->owned ? "on a connection of its own"
+				  : "outside a transaction");
+		return TBX_ESTATE;
+	}
+	return TBX_OK;
+}
+
+static int op_seq_joined(tbx_tokens_t *tokens, int64_t *seq)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int err;
+
+	if (!seq)
+		return TBX_EINVAL;
+	if ((err = joined_check(t)))
+		return err;
+	return seq_next(t, seq);
+}
+
+static int op_mint_joined(tbx_tokens_t *tokens, const tbx__mint_item_t *items,
+			  size_t cnt, int64_t seq, uint64_t *rows)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	tbx__mint_req_t req = {NULL, NULL, items, cnt};
+	int64_t now = tbx__now_ms();
+	uint64_t created = 0;
+	int err;
+
+	if (seq <= 0 || !mint_check(NULL, &req, 1))
+		return TBX_EINVAL;
+	if ((err = joined_check(t)))
+		return err;
+	for (size_t i = 0; !err && i < cnt; i++)
+		err = tokens_add(t, &items[i], seq, now, &created);
+	if (!err && rows)
+		*rows += created;
+	return err;
+}
+
 static int reg_delete(tbx_tokens_sqlite_t *t, const char *attempt)
 {
 	sqlite3_stmt *stmt;
@@ -376,6 +424,38 @@ static int op_confirm(tbx_tokens_t *tokens, const char *const *attempts,
 	return txn_end(t, err);
 }
 
+/* D's deletes, inside the caller's transaction. */
+static int consume_in(tbx_tokens_sqlite_t *t, const char *grp,
+		      const char *const *token_ids, size_t cnt, uint64_t *n)
+{
+	int err = TBX_OK;
+
+	for (size_t i = 0; !err && i < cnt; i++) {
+		sqlite3_stmt *stmt = stmt_get(t, Q_TOKEN_DELETE);
+
+		if (!stmt)
+			err = tbx__db_fail(t->db, sql[Q_TOKEN_DELETE]);
+		else if (sqlite3_bind_text(stmt, 1, token_ids[i], -1,
+					   SQLITE_STATIC) ||
+			 sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
+			err = bind_fail(t, stmt);
+		else if (!(err = step_done(stmt)))
+			*n += (uint64_t)sqlite3_changes(t->db);
+	}
+	return err;
+}
+
+static int consume_check(const char *grp, const char *const *token_ids,
+			 size_t cnt)
+{
+	if (!grp || !token_ids)
+		return 0;
+	for (size_t i = 0; i < cnt; i++)
+		if (!token_ids[i])
+			return 0;
+	return 1;
+}
+
 static int op_consume(tbx_tokens_t *tokens, const char *grp,
 		      const char *const *token_ids, size_t cnt,
 		      uint64_t *deleted)
@@ -388,26 +468,34 @@ static int op_consume(tbx_tokens_t *tokens, const char *grp,
 		*deleted = 0;
 	if (cnt == 0)
 		return TBX_OK;
-	if (!grp || !token_ids)
+	if (!consume_check(grp, token_ids, cnt))
 		return TBX_EINVAL;
-	for (size_t i = 0; i < cnt; i++)
-		if (!token_ids[i])
-			return TBX_EINVAL;
 	if ((err = txn_begin(t)))
 		return err;
-	for (size_t i = 0; !err && i < cnt; i++) {
-		sqlite3_stmt *stmt = stmt_get(t, Q_TOKEN_DELETE);
-
-		if (!stmt)
-			err = tbx__db_fail(t->db, sql[Q_TOKEN_DELETE]);
-		else if (sqlite3_bind_text(stmt, 1, token_ids[i], -1,
-					   SQLITE_STATIC) ||
-			 sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
-			err = bind_fail(t, stmt);
-		else if (!(err = step_done(stmt)))
-			n += (uint64_t)sqlite3_changes(t->db);
-	}
+	err = consume_in(t, grp, token_ids, cnt, &n);
 	if ((err = txn_end(t, err)))
+		return err;
+	if (deleted)
+		*deleted = n;
+	return TBX_OK;
+}
+
+static int op_consume_joined(tbx_tokens_t *tokens, const char *grp,
+			     const char *const *token_ids, size_t cnt,
+			     uint64_t *deleted)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	uint64_t n = 0;
+	int err;
+
+	if (deleted)
+		*deleted = 0;
+	if (cnt == 0)
+		return TBX_OK;
+	if (!consume_check(grp, token_ids, cnt))
+		return TBX_EINVAL;
+	if ((err = joined_check(t)) ||
+	    (err = consume_in(t, grp, token_ids, cnt, &n)))
 		return err;
 	if (deleted)
 		*deleted = n;
@@ -596,6 +684,9 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .subscribe = op_subscribe,
     .subscription = op_subscription,
     .mint = op_mint,
+    .seq_joined = op_seq_joined,
+    .mint_joined = op_mint_joined,
+    .consume_joined = op_consume_joined,
     .confirm = op_confirm,
     .consume = op_consume,
     .drop_attempt = op_drop_attempt,
@@ -603,6 +694,12 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .count = op_count,
     .close = op_close,
 };
+
+int tbx_tokens_joinable(tbx_tokens_t *t)
+{
+	/* Only the SQLite backend on a shared connection can join. */
+	return t && t->ops == &sqlite_ops && !backend(t)->owned;
+}
 
 int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 			   sqlite3 *shared, tbx_tokens_t **out, char *errstr,

@@ -13,7 +13,9 @@
  *
  * A token is a row per (token id, consumer group): a group checks and
  * deletes only its own row.  Every operation that writes is one
- * transaction of its own (BEGIN IMMEDIATE … COMMIT).
+ * transaction of its own (BEGIN IMMEDIATE … COMMIT), except the joined ones,
+ * which write inside the service store's transaction on a shared
+ * connection.
  */
 #ifndef TBX_TOKENS_TOKENS_H
 #define TBX_TOKENS_TOKENS_H
@@ -69,6 +71,22 @@ typedef struct tbx_tokens_ops {
 	int (*mint)(tbx_tokens_t *tokens, const char *send_grp,
 		    const tbx__mint_req_t *reqs, size_t req_cnt, int64_t *seq,
 		    uint64_t *rows);
+	/**
+	 * The joined operations, for a store that shares the service store's
+	 * connection (one file for both): the same as seq-taking, mint and
+	 * consume, but inside the transaction open on that connection, which
+	 * the caller commits.  mint_joined writes no registrations: the
+	 * caller commits the tokens together with the outbox row that names
+	 * their attempt, so no attempt can be orphaned.  Each returns
+	 * TBX_ESTATE when the store does not share a connection or no
+	 * transaction is open.  NULL for backends that cannot join.
+	 */
+	int (*seq_joined)(tbx_tokens_t *tokens, int64_t *seq);
+	int (*mint_joined)(tbx_tokens_t *tokens, const tbx__mint_item_t *items,
+			   size_t cnt, int64_t seq, uint64_t *rows);
+	int (*consume_joined)(tbx_tokens_t *tokens, const char *grp,
+			      const char *const *token_ids, size_t cnt,
+			      uint64_t *deleted);
 	/** C's confirm: deletes the registrations of @p attempts, one txn. */
 	int (*confirm)(tbx_tokens_t *tokens, const char *const *attempts,
 		       size_t cnt);
@@ -133,6 +151,25 @@ static inline int tbx_tokens_mint(tbx_tokens_t *t, const char *send_grp,
 				  int64_t *seq, uint64_t *rows)
 {
 	return t->ops->mint(t, send_grp, reqs, cnt, seq, rows);
+}
+/** 1 when the joined operations can be used on this store. */
+int tbx_tokens_joinable(tbx_tokens_t *t);
+static inline int tbx_tokens_seq_joined(tbx_tokens_t *t, int64_t *seq)
+{
+	return t->ops->seq_joined(t, seq);
+}
+static inline int tbx_tokens_mint_joined(tbx_tokens_t *t,
+					 const tbx__mint_item_t *items,
+					 size_t cnt, int64_t seq,
+					 uint64_t *rows)
+{
+	return t->ops->mint_joined(t, items, cnt, seq, rows);
+}
+static inline int tbx_tokens_consume_joined(tbx_tokens_t *t, const char *grp,
+					    const char *const *ids, size_t cnt,
+					    uint64_t *deleted)
+{
+	return t->ops->consume_joined(t, grp, ids, cnt, deleted);
 }
 static inline int tbx_tokens_confirm(tbx_tokens_t *t,
 				     const char *const *attempts, size_t cnt)
