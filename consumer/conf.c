@@ -23,9 +23,10 @@ const tbx__prop_t tbx__props[] = {
 	 "handlers' business tables. Created if missing."},
 	{"tokens.path", TBX_PT_PATH, "", 0, 4096, NULL, "both", 0,
 	 "Token store: the SQLite file shared by every service of a pipeline "
-	 "(a sender mints tokens for the receiving groups). Empty: the "
-	 "service store file, and then the token operations share its "
-	 "connection."},
+	 "(a sender mints tokens for the receiving groups). Empty, or the "
+	 "service store's file under any name: one file for both, the "
+	 "token operations share its connection, and tokens commit with "
+	 "the handlers' transaction."},
 	{"batch.max.messages", TBX_PT_INT, "500", 1, 100000, NULL, "worker", 0,
 	 "Most records taken through the protocol as one batch. Each phase "
 	 "costs one transaction per batch, so larger batches amortise "
