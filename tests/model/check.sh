@@ -16,14 +16,23 @@ trap 'rm -rf "$tmp"' EXIT
 # name | spin -D flags, comma-separated (or -) | expectation (pass/fail)
 # The correct model runs with the default crash budget (2); the reordering
 # D-before-C, which the protocol allows, is checked with one crash to stay
-# within the time budget.
+# within the time budget.  The joined (single-file) path is small: it is
+# also checked with four crashes and with asynchronous downstream groups.
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
 consume_before_commit -DBUG_CONSUME_BEFORE_COMMIT fail
 delete_row_before_token -DBUG_DELETE_ROW_BEFORE_TOKEN fail
 unconditional_record -DBUG_UNCONDITIONAL_RECORD fail
-consume_before_dispatch -DBUG_CONSUME_BEFORE_DISPATCH,-DMAXCRASH=1 pass'
+consume_before_dispatch -DBUG_CONSUME_BEFORE_DISPATCH,-DMAXCRASH=1 pass
+joined -DJOINED pass
+joined_nocrash -DJOINED,-DNOCRASH pass
+joined_crash4 -DJOINED,-DMAXCRASH=4 pass
+joined_async -DJOINED,-DASYNC_DOWNSTREAM pass
+joined_mixed -DJOINED_MIXED pass
+joined_tokens_apart -DBUG_JOINED_TOKENS_APART fail
+joined_registered -DBUG_JOINED_REGISTERED,-DASYNC_DOWNSTREAM fail
+joined_row_before_token -DJOINED,-DBUG_DELETE_ROW_BEFORE_TOKEN fail'
 
 ok=0 bad=0 start=$(date +%s)
 while read -r name flag expect; do

@@ -12,17 +12,43 @@
  * D (consume incoming token), E (finish: delete row), F (commit offset),
  * and may crash between any two persistent steps (bounded by MAXCRASH).
  *
+ * JOINED models single-file mode (S and T one file): B happens inside A
+ * (the handled row gets its attempt and the downstream tokens in A's
+ * transaction, with no registration), C has nothing to confirm for such
+ * an attempt, and D and E are one transaction.
+ *
  * Broken variants (compile with -D...):
  *   BUG_CHECK_BEFORE_LOCK        A reads row/token before S's write lock
  *   BUG_CONSUME_BEFORE_DISPATCH  D before C (a legal reordering, see docs)
  *   BUG_CONSUME_BEFORE_COMMIT    D before A's commit (token gone, no row)
  *   BUG_DELETE_ROW_BEFORE_TOKEN  E before D
  *   BUG_UNCONDITIONAL_RECORD     B's record overwrites an existing attempt
+ *   BUG_JOINED_TOKENS_APART      JOINED, but the tokens (still without
+ *                                registration) commit in a transaction of
+ *                                their own before A's
+ *   BUG_JOINED_REGISTERED        JOINED, but A's mint also registers the
+ *                                attempt while C still skips confirm for it
+ *                                (fails with ASYNC_DOWNSTREAM)
  * Other switches:
+ *   JOINED_MIXED                 JOINED for W1 only; W2 is an older process
+ *                                on the same file (general path: rows
+ *                                without attempt, B, separate D and E)
  *   NOCRASH / MAXCRASH=n         crash budget (default 2)
  *   ASYNC_DOWNSTREAM             D1, D2 as processes of their own instead of
  *                                consuming at produce time (much larger)
  */
+
+#if defined(BUG_JOINED_TOKENS_APART) || defined(BUG_JOINED_REGISTERED) || \
+	defined(JOINED_MIXED)
+#ifndef JOINED
+#define JOINED
+#endif
+#endif
+#ifdef JOINED_MIXED
+#define JW (me == 1)       /* this worker runs the joined path */
+#else
+#define JW 1
+#endif
 
 #ifndef MAXCRASH
 #ifdef NOCRASH
@@ -100,10 +126,16 @@ proctype Worker(byte me)
 {
 	byte pos, m, a, act;
 	bit won;
+#ifdef JOINED
+	bit ja;                             /* attempt made in this A */
+#endif
 
 restart:
 	slock = (slock == me -> 0 : slock); /* a dead process holds no lock */
 	m = 0; a = 0; act = 0; won = 0;     /* volatile state is lost */
+#ifdef JOINED
+	ja = 0;
+#endif
 	pos = in_commit;                    /* resume at the committed offset */
 	do
 	:: pos >= NIN -> break
@@ -145,6 +177,24 @@ restart:
 		:: else -> skip
 		fi
 #endif
+#ifdef BUG_JOINED_TOKENS_APART
+		/* the joined mint (no registration) in a T transaction of its
+		 * own, committed before A's: a crash in between leaves tokens
+		 * that no row names and no registration lists */
+		if
+		:: act == HANDLE ->
+			atomic {
+				assert(natt < MAXATT); /* model bound */
+				natt++;
+				a = natt;
+				att_msg[a] = m;
+				TOK(a, 0) = 1;
+				TOK(a, 1) = 1
+			}
+			CRASH
+		:: else -> skip
+		fi;
+#endif
 		atomic {
 			if
 			:: act == HANDLE ->
@@ -152,7 +202,32 @@ restart:
 				effect[m]++;
 				assert(effect[m] <= 1); /* handler commits at most once */
 				row[m] = 1;
+#ifdef JOINED
+				if
+				:: JW ->
+#ifndef BUG_JOINED_TOKENS_APART
+					/* joined (mint_in_A): in the same
+					 * transaction, a new attempt and a token
+					 * row per subscribed group (D1, D2), and
+					 * no registration: the attempt cannot be
+					 * persisted without the row naming it */
+					assert(natt < MAXATT); /* model bound */
+					natt++;
+					a = natt;
+					att_msg[a] = m;
+					TOK(a, 0) = 1;
+					TOK(a, 1) = 1;
+#ifdef BUG_JOINED_REGISTERED
+					reg[a] = 1;
+#endif
+#endif
+					ja = 1;
+					row_att[m] = a /* the row carries it */
+				:: else -> row_att[m] = 0
+				fi
+#else
 				row_att[m] = 0
+#endif
 			:: act == RESUME -> a = row_att[m]
 			:: else -> skip
 			fi;
@@ -164,7 +239,8 @@ restart:
 		fi;
 		CRASH; /* A.committed */
 
-		/* ---- B: tokens (phase_tokens) */
+		/* ---- B: tokens (phase_tokens), for a row without attempt; joined,
+		 * A gave every row it made one, so B is skipped */
 		if
 		:: a == 0 ->
 			/* one T transaction: new attempt, registration, a token
@@ -227,7 +303,18 @@ restart:
 		CRASH;         /* D.consumed */
 #endif
 		/* ---- C: dispatch (phase_dispatch) */
+#ifdef JOINED
+		/* confirm, except for an attempt made in this A (never
+		 * registered); a resumed row is confirmed (finds nothing) */
+		atomic {
+			if
+			:: ja -> ja = 0
+			:: else -> reg[a] = 0
+			fi
+		}
+#else
 		reg[a] = 0;    /* confirm: delete the attempt's registration */
+#endif
 		CRASH;         /* C.confirmed */
 		atomic {       /* produce (a copy if produced before) */
 			produced[a] = 1;
@@ -245,6 +332,24 @@ restart:
 		CRASH;
 		tok_in[m] = 0;
 		CRASH;
+#elif defined(JOINED)
+#ifdef JOINED_MIXED
+		if
+		:: !JW ->      /* the older process: D, then E */
+			tok_in[m] = 0;
+			CRASH; /* D.consumed */
+			atomic { slock == 0 -> row[m] = 0; row_att[m] = 0 }
+			CRASH  /* E.deleted */
+		:: else ->
+#endif
+		/* ---- D+E: one S transaction (phase_finish, joined): D's delete
+		 * of the incoming token, then the row */
+		atomic { slock == 0 -> tok_in[m] = 0; row[m] = 0; row_att[m] = 0 }
+		CRASH          /* E.deleted */
+#ifdef JOINED_MIXED
+		fi
+#endif
+		;
 #else
 #ifndef BUG_CONSUME_BEFORE_DISPATCH
 		/* ---- D: consume the incoming token (phase_consume) */
