@@ -79,10 +79,54 @@ static void row_fill(tbx__row_t *row, const struct tbx_msg *msg, int kind)
 	row->created_ms = tbx__now_ms();
 }
 
+/* A looks up every record's id among the batch's rows (an upstream copy
+ * in the same batch joins its original's row): a hash index, not a scan,
+ * so that a batch costs O(n), not O(n^2), string compares. */
+static uint32_t id_hash(const char *id)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (; *id; id++)
+		h = (h ^ (unsigned char)*id) * 16777619u;
+	return h;
+}
+
+/* Empties the index, sized for @p cnt rows (at most one per record). */
+static int batch_ids_reset(tbx__batch_t *batch, size_t cnt)
+{
+	size_t cap = 64;
+
+	while (cap < 2 * cnt)
+		cap *= 2;
+	if (cap > batch->ids_cap) {
+		uint32_t *ids = realloc(batch->ids, cap * sizeof(*ids));
+		if (!ids)
+			return TBX_ENOMEM;
+		batch->ids = ids;
+		batch->ids_cap = cap;
+	}
+	memset(batch->ids, 0, batch->ids_cap * sizeof(*batch->ids));
+	return TBX_OK;
+}
+
+static void batch_ids_add(tbx__batch_t *batch, size_t idx)
+{
+	size_t mask = batch->ids_cap - 1;
+	size_t s = id_hash(batch->rows[idx].row.msg_id) & mask;
+
+	while (batch->ids[s])
+		s = (s + 1) & mask;
+	batch->ids[s] = (uint32_t)idx + 1;
+}
+
 static int batch_row_find(const tbx__batch_t *batch, const char *msg_id,
 			  size_t *idx)
 {
-	for (size_t i = 0; i < batch->row_cnt; i++) {
+	size_t mask = batch->ids_cap - 1;
+
+	for (size_t s = id_hash(msg_id) & mask; batch->ids[s];
+	     s = (s + 1) & mask) {
+		size_t i = batch->ids[s] - 1;
 		if (strcmp(batch->rows[i].row.msg_id, msg_id) == 0) {
 			*idx = i;
 			return 1;
@@ -450,13 +494,22 @@ static void batch_undo_rows(tbx__batch_t *batch)
 	batch->row_cnt = 0;
 }
 
-/* Is @p i the first record of its partition in the batch? */
+/* Is @p i the first record of its partition in the batch?  (Marked once
+ * per batch by mark_firsts().) */
 static int first_of_part(const tbx__batch_t *batch, size_t i)
 {
-	for (size_t j = 0; j < i; j++)
-		if (batch->msgs[j].part == batch->msgs[i].part)
-			return 0;
-	return 1;
+	return batch->msgs[i].first;
+}
+
+static void mark_firsts(tbx_worker_t *worker, tbx__batch_t *batch)
+{
+	uint64_t gen = ++worker->batch_gen;
+
+	for (size_t i = 0; i < batch->cnt; i++) {
+		tbx__part_t *part = batch->msgs[i].part;
+		batch->msgs[i].first = part->batch_mark != gen;
+		part->batch_mark = gen;
+	}
 }
 
 static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
@@ -617,6 +670,8 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 	if ((err = phase_guard(worker, batch)))
 		return err;
 	tbx__crashpoint("G.marked");
+	if ((err = batch_ids_reset(batch, batch->cnt)))
+		goto released;
 	if ((err = tbx_outbox_begin(worker->store)))
 		goto released;
 	/* Joined: one number for every token this A mints, taken before
@@ -638,8 +693,12 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 			msg->state = TBX_MS_SKIPPED;
 			continue;
 		}
+		size_t rows_before = batch->row_cnt;
+
 		if ((err = process_one(worker, batch, msg)))
 			goto fail;
+		if (batch->row_cnt > rows_before)
+			batch_ids_add(batch, batch->row_cnt - 1);
 	}
 	if ((err = guard_clear(worker, batch)))
 		goto fail;
@@ -956,12 +1015,8 @@ static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
 		tbx__part_t *part = batch->msgs[i].part;
 		int64_t next = -1, first_undone = -1;
 		tbx__mstate_t first_undone_state = TBX_MS_NEW;
-		int seen = 0;
 
-		/* first record of this partition in the batch? */
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = batch->msgs[j].part == part;
-		if (seen)
+		if (!first_of_part(batch, i))
 			continue;
 		for (size_t j = i; j < batch->cnt; j++) {
 			const struct tbx_msg *msg = &batch->msgs[j];
@@ -1018,6 +1073,7 @@ int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
 	if (batch->cnt == 0)
 		return TBX_OK;
 	worker->stats.batches++;
+	mark_firsts(worker, batch);
 	if (!(err = phase_process(worker, batch)) &&
 	    !(err = phase_tokens(worker, batch)) &&
 	    !(err = phase_dispatch(worker, batch)) &&

@@ -763,6 +763,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	tbx_worker_close(worker);
 	free(worker->batch.msgs);
 	free(worker->batch.rows);
+	free(worker->batch.ids);
 	free(worker->parts);
 	free(worker->since);
 	tbx_tokens_close(worker->tokens);

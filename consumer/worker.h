@@ -48,6 +48,7 @@ struct tbx_msg {
 	int crashes;	/**< >0: killed the worker this often alone: poison */
 	tbx__mstate_t state;
 	size_t row; /**< index in the batch's rows when TBX_MS_ROW */
+	int first;  /**< the first record of its partition in the batch */
 };
 
 /** Per assigned partition state that outlives a batch. */
@@ -65,6 +66,7 @@ typedef struct tbx__part {
 	int batch_blocked; /**< a record of this batch asked to retry */
 	int64_t batch_delay_ms;
 	int batch_isolated;    /**< suspect: one record this batch */
+	uint64_t batch_mark;   /**< the last batch that had records of it */
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
 	int guard_unreleased;  /**< this process failed to release its own
 				    marker (a full disk): not a death */
@@ -86,6 +88,10 @@ typedef struct tbx__batch {
 	size_t cnt, cap;
 	tbx__brow_t *rows;
 	size_t row_cnt, row_cap;
+	/* A's index of the batch's rows by message id: open addressing,
+	 * row index + 1 per slot (0: empty), ids_cap a power of two. */
+	uint32_t *ids;
+	size_t ids_cap;
 	int64_t mint_seq; /**< joined: the number A took for its tokens */
 	uint64_t minted;  /**< joined: token rows A created (stats) */
 } tbx__batch_t;
@@ -119,6 +125,7 @@ struct tbx_worker {
 	int synchronous_full;
 	/* one file for both stores: tokens commit with A and with E */
 	int joined;
+	uint64_t batch_gen; /* numbers batches for tbx__part_t.batch_mark */
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
 	tbx__sweep_cursor_t sweep_at; /* where the next cleanup goes on */
