@@ -54,6 +54,10 @@ static const char usage_text[] =
     "                          none)\n"
     "      --no-broker-faults  leave the brokers alone\n"
     "      --no-disk-faults    leave the disk alone\n"
+    "      --layout one|files  one: every service's store and the token\n"
+    "                          store in one file, tokenbox's default\n"
+    "                          (default); files: a file per service and\n"
+    "                          one for the tokens\n"
     "      --dir DIR           run directory (created; default: a new one\n"
     "                          under $TMPDIR or /tmp)\n"
     "      --keep              keep the run directory (it is always kept\n"
@@ -300,8 +304,10 @@ static void worker_spawn(run_t *r, proc_t *p)
 	p->serial = ++r->serial;
 	p->armed = r->o.crash_prob > 0 && ch_between(&r->rng, 0, 1) == 1;
 	snprintf(kv[n++], sizeof(kv[0]), "group.id=%s", group);
-	snprintf(kv[n++], sizeof(kv[0]), "store.path=%s/%s.db", r->store_dir,
-		 group);
+	snprintf(kv[n++], sizeof(kv[0]), "store.path=");
+	ch_store_path(kv[n - 1] + strlen("store.path="),
+		      sizeof(kv[0]) - strlen("store.path="), r->store_dir,
+		      r->o.one_file, p->group);
 	snprintf(kv[n++], sizeof(kv[0]), "tokens.path=%s", r->tokens);
 	snprintf(kv[n++], sizeof(kv[0]), "kafka.bootstrap.servers=%s",
 		 r->bootstraps);
@@ -724,12 +730,18 @@ static int settled(run_t *r)
 {
 	char db[PATH_MAX + 32];
 
+	char sql[2][128];
+
 	for (int g = 0; g < CH_GROUPS; g++) {
-		snprintf(db, sizeof(db), "%s/%s.db", r->store_dir,
+		ch_store_path(db, sizeof(db), r->store_dir, r->o.one_file, g);
+		snprintf(sql[0], sizeof(sql[0]),
+			 "SELECT COUNT(DISTINCT job) FROM %s",
+			 ch_effects_tables[g]);
+		snprintf(sql[1], sizeof(sql[1]),
+			 "SELECT COUNT(*) FROM tbx_outbox WHERE grp = '%s'",
 			 ch_group_names[g]);
-		if (ch_count(db, "SELECT COUNT(DISTINCT job) FROM "
-				 "chaos_effects") < r->o.messages ||
-		    ch_count(db, "SELECT COUNT(*) FROM tbx_outbox") != 0)
+		if (ch_count(db, sql[0]) < r->o.messages ||
+		    ch_count(db, sql[1]) != 0)
 			return 0;
 	}
 	return ch_count(r->tokens, "SELECT COUNT(*) FROM tbx_tokens") == 0 &&
@@ -743,10 +755,12 @@ static void progress(run_t *r, const char *phase)
 	long done[CH_GROUPS];
 
 	for (int g = 0; g < CH_GROUPS; g++) {
-		snprintf(db, sizeof(db), "%s/%s.db", r->store_dir,
-			 ch_group_names[g]);
-		done[g] = ch_count(
-		    db, "SELECT COUNT(DISTINCT job) FROM chaos_effects");
+		char sql[128];
+
+		ch_store_path(db, sizeof(db), r->store_dir, r->o.one_file, g);
+		snprintf(sql, sizeof(sql), "SELECT COUNT(DISTINCT job) FROM %s",
+			 ch_effects_tables[g]);
+		done[g] = ch_count(db, sql);
 	}
 	say("%s: published %ld/%d, handled a=%ld b=%ld c=%ld, kills %ld, "
 	    "crashes %ld, broker faults %ld, disk faults %ld",
@@ -852,7 +866,8 @@ static int run(run_t *r)
 	t0 = mono_ms();
 	snprintf(r->store_dir, sizeof(r->store_dir), "%s/stores", r->dir);
 	snprintf(r->logs, sizeof(r->logs), "%s/logs", r->dir);
-	snprintf(r->tokens, sizeof(r->tokens), "%s/tokens.db", r->store_dir);
+	ch_tokens_path(r->tokens, sizeof(r->tokens), r->store_dir,
+		       r->o.one_file);
 	if (mkdir(r->logs, 0755) != 0 || disk_mount(r) != 0) {
 		say("cannot set up %s: %s", r->dir, strerror(errno));
 		return 2;
@@ -874,11 +889,12 @@ static int run(run_t *r)
 	if (subscribe_groups(r) != 0)
 		return 2;
 	say("seed %llu, %d jobs, %d workers, %ds of attacks, crash "
-	    "probability %g, broker faults %s, disk faults %s; run directory "
-	    "%s",
+	    "probability %g, broker faults %s, disk faults %s, stores in %s; "
+	    "run directory %s",
 	    (unsigned long long)r->o.seed, r->o.messages, r->o.workers,
 	    r->o.duration_s, r->o.crash_prob, r->o.broker_faults ? "on" : "off",
-	    r->o.disk_faults > 0 ? "on" : "off", r->dir);
+	    r->o.disk_faults > 0 ? "on" : "off",
+	    r->o.one_file ? "one file" : "a file per service", r->dir);
 	for (int i = 0; i < r->o.workers; i++)
 		worker_spawn(r, proc_new(r, i % CH_GROUPS));
 
@@ -970,7 +986,8 @@ static int run(run_t *r)
 		usleep(100000);
 	}
 	r->fig.disk_reports = disk_reports(r);
-	rc = ch_validate(r->store_dir, r->bootstraps, r->o.messages, &r->fig);
+	rc = ch_validate(r->store_dir, r->o.one_file, r->bootstraps,
+			 r->o.messages, &r->fig);
 	if (rc < 0)
 		rc = 2;
 	if (!ok || r->fig.unclean_stops || interrupted)
@@ -1025,6 +1042,7 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	    {"crash-prob", required_argument, NULL, 'p'},
 	    {"no-broker-faults", no_argument, NULL, 'B'},
 	    {"no-disk-faults", no_argument, NULL, 'K'},
+	    {"layout", required_argument, NULL, 'L'},
 	    {"dir", required_argument, NULL, 'R'},
 	    {"keep", no_argument, NULL, 'k'},
 	    {"tokenbox", required_argument, NULL, 'T'},
@@ -1046,6 +1064,7 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	o->crash_prob = 0.002;
 	o->broker_faults = 1;
 	o->disk_faults = 1;
+	o->one_file = 1;
 	/* Defaults: the build tree, <build>/tests/chaos/tbx_chaos. */
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[n > 0 ? n : 0] = '\0';
@@ -1109,6 +1128,17 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 		case 'K':
 			o->disk_faults = 0;
 			break;
+		case 'L':
+			if (strcmp(optarg, "one") == 0 ||
+			    strcmp(optarg, "files") == 0) {
+				o->one_file = optarg[0] == 'o';
+				break;
+			}
+			fprintf(stderr,
+				"tbx_chaos: --layout: '%s' is neither 'one' "
+				"nor 'files'\n",
+				optarg);
+			return 2;
 		case 'R':
 			o->dir = optarg;
 			break;
@@ -1198,13 +1228,15 @@ int main(int argc, char **argv)
 		       (unsigned long long)r.o.seed, r.o.duration_s);
 	else
 		printf(
-		    "chaos: seed=%llu duration=%ds messages=%ld resent=%ld "
+		    "chaos: seed=%llu duration=%ds layout=%s messages=%ld "
+		    "resent=%ld "
 		    "kills=%ld crashes=%ld stops=%ld rebalances=%ld "
 		    "broker_faults=%ld disk_faults=%s handled_once=%ld "
 		    "duplicated=%ld lost=%ld dead_lettered=%ld tokens_left=%ld "
 		    "registrations_left=%ld outbox_left=%ld\n",
-		    (unsigned long long)r.o.seed, r.o.duration_s, f->published,
-		    f->resent, f->kills, f->crashes, f->terms, f->rebalances,
+		    (unsigned long long)r.o.seed, r.o.duration_s,
+		    r.o.one_file ? "one" : "files", f->published, f->resent,
+		    f->kills, f->crashes, f->terms, f->rebalances,
 		    f->broker_faults, disk, f->handled_once, f->duplicated,
 		    f->lost, f->dead_lettered, f->tokens_left,
 		    f->registrations_left, f->outbox_left);

@@ -22,6 +22,9 @@
 #define CH_LINE_MAX	 1024
 
 extern const char *const ch_group_names[CH_GROUPS]; /* svc-a, svc-b, svc-c */
+/* Each group's effects table (chaos_effects_a, _b, _c): distinct, so that
+ * the groups can share one file. */
+extern const char *const ch_effects_tables[CH_GROUPS];
 
 typedef struct ch_opts {
 	uint64_t seed;
@@ -32,6 +35,9 @@ typedef struct ch_opts {
 	double crash_prob; /* TBX_CRASH_AT='*@p' for armed workers */
 	int broker_faults; /* 0: none */
 	int disk_faults;   /* 0: none; -1: asked for but not possible */
+	int one_file;	   /* 1: every store in one file (tokenbox's
+			      default); 0: a file per service and one
+			      for the tokens */
 	int keep;	   /* keep the run directory */
 	int verbose;
 	const char *dir; /* run directory (created), or NULL: a temporary */
@@ -69,9 +75,16 @@ long ch_read_topic(const char *bootstraps, const char *topic, int parts,
 long ch_resend(const char *bootstraps, const char *topic, int parts,
 	       uint64_t *rng, long max);
 
-/* The validator: reads the stores of @p dir and the topics, fills the
- * "found" half of @p fig.  @returns 0 if the run was exactly once. */
-int ch_validate(const char *store_dir, const char *bootstraps, int messages,
-		ch_figures_t *fig);
+/* Where group @p g keeps its service store, and where the token store is,
+ * under @p store_dir in either layout. */
+void ch_store_path(char *buf, size_t size, const char *store_dir, int one_file,
+		   int g);
+void ch_tokens_path(char *buf, size_t size, const char *store_dir,
+		    int one_file);
+
+/* The validator: reads the stores under @p store_dir and the topics, fills
+ * the "found" half of @p fig.  @returns 0 if the run was exactly once. */
+int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
+		int messages, ch_figures_t *fig);
 
 #endif

@@ -7,9 +7,10 @@
  *   b  consumes "events" (JobDone):  records the job
  *   c  consumes "events" (JobDone):  records the job (a second group)
  *
- * Each handler inserts one row into chaos_effects in the handler's
- * transaction.  The table has no unique constraint on purpose: a handler
- * that took effect twice leaves two rows, which the validator counts.
+ * Each handler inserts one row into its role's table (chaos_effects_a,
+ * _b or _c) in the handler's transaction.  The table has no unique constraint
+ * on purpose: a handler that took effect twice leaves two rows, which the
+ * validator counts.
  */
 #include <sqlite3.h>
 #include <string.h>
@@ -18,27 +19,38 @@
 
 #define JOB_MAX 64
 
-static const char table_sql[] = "CREATE TABLE IF NOT EXISTS chaos_effects("
-				" job TEXT NOT NULL,"
-				" msg_id TEXT NOT NULL)";
-static const char insert_sql[] =
-    "INSERT INTO chaos_effects(job, msg_id) VALUES (?, ?)";
+/* One table per role, so that the three services can share one file. */
+static const char *const table_sql[] = {
+    "CREATE TABLE IF NOT EXISTS chaos_effects_a(job TEXT NOT NULL, "
+    "msg_id TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS chaos_effects_b(job TEXT NOT NULL, "
+    "msg_id TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS chaos_effects_c(job TEXT NOT NULL, "
+    "msg_id TEXT NOT NULL)",
+};
+static const char *const insert_sql[] = {
+    "INSERT INTO chaos_effects_a(job, msg_id) VALUES (?, ?)",
+    "INSERT INTO chaos_effects_b(job, msg_id) VALUES (?, ?)",
+    "INSERT INTO chaos_effects_c(job, msg_id) VALUES (?, ?)",
+};
+static const int roles[] = {0, 1, 2}; /* the handlers' opaque */
 
 /* @returns 0, or -1 with the reason set (a full disk, say: retried). */
-static int record(tbx_ctx_t *ctx, const tbx_msg_t *msg, const char *job,
-		  size_t len)
+static int record(tbx_ctx_t *ctx, const tbx_msg_t *msg, int role,
+		  const char *job, size_t len)
 {
 	sqlite3 *db = tbx_ctx_db(ctx);
 	sqlite3_stmt *stmt = NULL;
 	int rc;
 
-	if (sqlite3_prepare_v2(db, insert_sql, -1, &stmt, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(db, insert_sql[role], -1, &stmt, NULL) !=
+	    SQLITE_OK) {
 		/* First use in this store: the table does not exist yet. */
 		sqlite3_finalize(stmt);
 		stmt = NULL;
-		if (sqlite3_exec(db, table_sql, NULL, NULL, NULL) !=
+		if (sqlite3_exec(db, table_sql[role], NULL, NULL, NULL) !=
 			SQLITE_OK ||
-		    sqlite3_prepare_v2(db, insert_sql, -1, &stmt, NULL) !=
+		    sqlite3_prepare_v2(db, insert_sql[role], -1, &stmt, NULL) !=
 			SQLITE_OK) {
 			tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
 			sqlite3_finalize(stmt);
@@ -72,10 +84,9 @@ static tbx_verdict_t on_job(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 	const char *job;
 	size_t len;
 
-	(void)opaque;
 	if (!(job = job_of(ctx, msg, &len)))
 		return TBX_VERDICT_REJECT;
-	if (record(ctx, msg, job, len))
+	if (record(ctx, msg, *(const int *)opaque, job, len))
 		return TBX_VERDICT_RETRY;
 	tbx_out_t out = {.topic = "events",
 			 .type = "JobDone",
@@ -93,19 +104,21 @@ static tbx_verdict_t on_done(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 	const char *job;
 	size_t len;
 
-	(void)opaque;
 	if (!(job = job_of(ctx, msg, &len)))
 		return TBX_VERDICT_REJECT;
-	return record(ctx, msg, job, len) ? TBX_VERDICT_RETRY : TBX_VERDICT_OK;
+	return record(ctx, msg, *(const int *)opaque, job, len)
+		   ? TBX_VERDICT_RETRY
+		   : TBX_VERDICT_OK;
 }
 
 static int chaos_init(tbx_worker_t *worker, const char *args)
 {
 	if (strcmp(args, "role=a") == 0)
-		return tbx_worker_register(worker, "jobs", "Job", on_job, NULL);
+		return tbx_worker_register(worker, "jobs", "Job", on_job,
+					   (void *)&roles[0]);
 	if (strcmp(args, "role=b") == 0 || strcmp(args, "role=c") == 0)
 		return tbx_worker_register(worker, "events", "JobDone", on_done,
-					   NULL);
+					   (void *)&roles[args[5] - 'a']);
 	return TBX_EINVAL;
 }
 

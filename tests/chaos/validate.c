@@ -2,7 +2,7 @@
  * The validator: what the run left in the stores and the topics.
  *
  * Every job is published once (plus re-sent copies); each of the three
- * groups must have recorded it exactly once in its chaos_effects table,
+ * groups must have recorded it exactly once in its chaos_effects_* table,
  * nothing may be dead-lettered (no job is poison), and the token store
  * must end empty: no token, no registration.
  */
@@ -16,6 +16,20 @@
 #include "chaos.h"
 
 const char *const ch_group_names[CH_GROUPS] = {"svc-a", "svc-b", "svc-c"};
+const char *const ch_effects_tables[CH_GROUPS] = {
+    "chaos_effects_a", "chaos_effects_b", "chaos_effects_c"};
+
+void ch_store_path(char *buf, size_t size, const char *store_dir, int one_file,
+		   int g)
+{
+	snprintf(buf, size, "%s/%s.db", store_dir,
+		 one_file ? "all" : ch_group_names[g]);
+}
+
+void ch_tokens_path(char *buf, size_t size, const char *store_dir, int one_file)
+{
+	snprintf(buf, size, "%s/%s.db", store_dir, one_file ? "all" : "tokens");
+}
 
 uint64_t ch_rand(uint64_t *state)
 {
@@ -103,29 +117,37 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int ch_validate(const char *store_dir, const char *bootstraps, int messages,
-		ch_figures_t *fig)
+int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
+		int messages, ch_figures_t *fig)
 {
-	char db[1024], tokens[1024], dlq[64];
+	char db[1024], tokens[1024], dlq[64], sql[4][160];
 	ids_t ids = {0};
 	long events;
 
 	fig->handled_once = fig->duplicated = fig->lost = 0;
 	fig->outbox_left = 0;
 	for (int g = 0; g < CH_GROUPS; g++) {
+		const char *t = ch_effects_tables[g];
 		long once, dup, distinct, out;
 
-		snprintf(db, sizeof(db), "%s/%s.db", store_dir,
+		ch_store_path(db, sizeof(db), store_dir, one_file, g);
+		snprintf(sql[0], sizeof(sql[0]),
+			 "SELECT COUNT(*) FROM (SELECT job FROM %s GROUP BY "
+			 "job HAVING COUNT(*) = 1)",
+			 t);
+		snprintf(sql[1], sizeof(sql[1]),
+			 "SELECT COUNT(*) FROM (SELECT job FROM %s GROUP BY "
+			 "job HAVING COUNT(*) > 1)",
+			 t);
+		snprintf(sql[2], sizeof(sql[2]),
+			 "SELECT COUNT(DISTINCT job) FROM %s", t);
+		snprintf(sql[3], sizeof(sql[3]),
+			 "SELECT COUNT(*) FROM tbx_outbox WHERE grp = '%s'",
 			 ch_group_names[g]);
-		once = ch_count(db, "SELECT COUNT(*) FROM (SELECT job FROM "
-				    "chaos_effects GROUP BY job HAVING "
-				    "COUNT(*) = 1)");
-		dup = ch_count(db, "SELECT COUNT(*) FROM (SELECT job FROM "
-				   "chaos_effects GROUP BY job HAVING "
-				   "COUNT(*) > 1)");
-		distinct = ch_count(
-		    db, "SELECT COUNT(DISTINCT job) FROM chaos_effects");
-		out = ch_count(db, "SELECT COUNT(*) FROM tbx_outbox");
+		once = ch_count(db, sql[0]);
+		dup = ch_count(db, sql[1]);
+		distinct = ch_count(db, sql[2]);
+		out = ch_count(db, sql[3]);
 		if (once < 0 || dup < 0 || distinct < 0 || out < 0) {
 			fprintf(stderr, "chaos: cannot read %s\n", db);
 			return -1;
@@ -135,7 +157,7 @@ int ch_validate(const char *store_dir, const char *bootstraps, int messages,
 		fig->lost += messages > distinct ? messages - distinct : 0;
 		fig->outbox_left += out;
 	}
-	snprintf(tokens, sizeof(tokens), "%s/tokens.db", store_dir);
+	ch_tokens_path(tokens, sizeof(tokens), store_dir, one_file);
 	fig->tokens_left = ch_count(tokens, "SELECT COUNT(*) FROM tbx_tokens");
 	fig->registrations_left =
 	    ch_count(tokens, "SELECT COUNT(*) FROM tbx_registrations");
