@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -94,6 +95,16 @@ int tbx__is_uuid(const char *s, size_t len)
 		}
 	}
 	return 1;
+}
+
+int tbx__same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	if (strcmp(a, b) == 0)
+		return 1;
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 static int64_t clock_ms(clockid_t id)

@@ -25,6 +25,9 @@
 void tbx__uuid(char out[TBX_UUID_LEN + 1]);
 /** @returns 1 if @p s (of @p len bytes, not NUL-terminated) is a UUID text. */
 int tbx__is_uuid(const char *s, size_t len);
+/** 1 when @p a and @p b name one file: the same string, or the same device
+ *  and inode (a file that does not exist is no other file's). */
+int tbx__same_file(const char *a, const char *b);
 
 /** Wall clock in ms since the epoch (for ages shown to people only). */
 int64_t tbx__now_ms(void);

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "consumer/worker.h"
@@ -30,18 +29,6 @@ fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 	va_end(ap);
 	tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
 	return err;
-}
-
-/* Do two paths name one file?  The service store is open (it exists); a
- * token store that does not exist yet is another file. */
-static int same_file(const char *a, const char *b)
-{
-	struct stat sa, sb;
-
-	if (strcmp(a, b) == 0)
-		return 1;
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
-	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
@@ -86,7 +73,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	/* One file for both stores: the token operations share the
 	 * service connection, and A–B and D–E each commit as one
 	 * transaction (the joined path, see protocol.c). */
-	if (!*tokens_path || same_file(tokens_path, store_path))
+	if (!*tokens_path || tbx__same_file(tokens_path, store_path))
 		err = tbx_tokens_sqlite_open(
 		    store_path, &opts, tbx_outbox_db(worker->store),
 		    &worker->tokens, errstr, errstr_size);

@@ -456,9 +456,11 @@ static int consume_check(const char *grp, const char *const *token_ids,
 	return 1;
 }
 
-static int op_consume(tbx_tokens_t *tokens, const char *grp,
-		      const char *const *token_ids, size_t cnt,
-		      uint64_t *deleted)
+/* D's deletes: in a transaction of their own, or @p joined inside the
+ * caller's. */
+static int consume(tbx_tokens_t *tokens, const char *grp,
+		   const char *const *token_ids, size_t cnt, uint64_t *deleted,
+		   int joined)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	uint64_t n = 0;
@@ -470,36 +472,34 @@ static int op_consume(tbx_tokens_t *tokens, const char *grp,
 		return TBX_OK;
 	if (!consume_check(grp, token_ids, cnt))
 		return TBX_EINVAL;
-	if ((err = txn_begin(t)))
-		return err;
-	err = consume_in(t, grp, token_ids, cnt, &n);
-	if ((err = txn_end(t, err)))
-		return err;
+	if (joined) {
+		if ((err = joined_check(t)) ||
+		    (err = consume_in(t, grp, token_ids, cnt, &n)))
+			return err;
+	} else {
+		if ((err = txn_begin(t)))
+			return err;
+		err = consume_in(t, grp, token_ids, cnt, &n);
+		if ((err = txn_end(t, err)))
+			return err;
+	}
 	if (deleted)
 		*deleted = n;
 	return TBX_OK;
+}
+
+static int op_consume(tbx_tokens_t *tokens, const char *grp,
+		      const char *const *token_ids, size_t cnt,
+		      uint64_t *deleted)
+{
+	return consume(tokens, grp, token_ids, cnt, deleted, 0);
 }
 
 static int op_consume_joined(tbx_tokens_t *tokens, const char *grp,
 			     const char *const *token_ids, size_t cnt,
 			     uint64_t *deleted)
 {
-	tbx_tokens_sqlite_t *t = backend(tokens);
-	uint64_t n = 0;
-	int err;
-
-	if (deleted)
-		*deleted = 0;
-	if (cnt == 0)
-		return TBX_OK;
-	if (!consume_check(grp, token_ids, cnt))
-		return TBX_EINVAL;
-	if ((err = joined_check(t)) ||
-	    (err = consume_in(t, grp, token_ids, cnt, &n)))
-		return err;
-	if (deleted)
-		*deleted = n;
-	return TBX_OK;
+	return consume(tokens, grp, token_ids, cnt, deleted, 1);
 }
 
 /* @returns 1/0 in *exists, inside the caller's transaction. */

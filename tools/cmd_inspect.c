@@ -619,17 +619,6 @@ static int schema_of(insp_t *in, sqlite3 *db, int *version)
 	return 0;
 }
 
-/* 1 when @p a and @p b name one file. */
-static int same_file(const char *a, const char *b)
-{
-	struct stat sa, sb;
-
-	if (strcmp(a, b) == 0)
-		return 1;
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
-	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* Opens both files read-only (see the top of inspect.h). */
 static int insp_open(insp_t *in)
 {
@@ -642,7 +631,7 @@ static int insp_open(insp_t *in)
 	opts.readonly = 1;
 	opts.create = 0;
 	opts.busy_timeout_ms = (int)o->busy_ms;
-	in->single = !o->tokens || same_file(o->store, o->tokens);
+	in->single = !o->tokens || tbx__same_file(o->store, o->tokens);
 	in->tpath = in->single ? o->store : o->tokens;
 	if ((err = tbx_outbox_open(o->store, &opts, &in->store, errstr,
 				   sizeof(errstr))))
