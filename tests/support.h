@@ -116,6 +116,10 @@ void tt_plugin_close(tt_plugin_t *p);
  *  run a child worker with TBX_CRASH_AT=@p point, check it died by
  *  SIGKILL, recover in process, and check every invariant.  @p point may
  *  name several children run in turn, separated by '|': each a
- *  TBX_CRASH_AT value, or "-" for a child that runs until idle and exits
- *  0.  Children at "sweep.*" points run the sweeper every millisecond. */
+ *  TBX_CRASH_AT value, "-" for a child that runs until idle and exits
+ *  0, or "!<rules>" for a child armed with rules that must never fire
+ *  (it too must run until idle and exit 0).  Children at "sweep.*"
+ *  points run the sweeper every millisecond.  With @p single_file, every
+ *  death is also checked for the joined path's promises: no row with
+ *  messages lacks an attempt, and nothing is registered. */
 void tt_crash_case(const char *point, int single_file);
