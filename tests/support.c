@@ -471,6 +471,26 @@ static int crash_done(void *opaque)
 	       tt_count(e->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
 }
 
+void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
+		 const char *t1, const char *s2, const char *t2, tt_hop_t *hop1,
+		 tt_hop_t *hop2)
+{
+	char err[512];
+
+	w[0] = tbx_worker_new(tt_conf(bootstraps, "g1", s1, t1, NULL), err,
+			      sizeof(err));
+	cr_assert(w[0], "%s", err);
+	w[1] = tbx_worker_new(tt_conf(bootstraps, "g2", s2, t2, NULL), err,
+			      sizeof(err));
+	cr_assert(w[1], "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, hop1),
+	    TBX_OK);
+	cr_assert_eq(
+	    tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, hop2),
+	    TBX_OK);
+}
+
 void tt_crash_case(const char *point, int single_file)
 {
 	enum { N = 8 };
@@ -571,21 +591,8 @@ void tt_crash_case(const char *point, int single_file)
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
 	tt_hop_t hop2 = {.table = "hop2"};
 	tbx_worker_t *w[2];
-	char err[512];
-	w[0] =
-	    tbx_worker_new(tt_conf(cluster->bootstraps, "g1", s1, tokens, NULL),
-			   err, sizeof(err));
-	cr_assert(w[0], "%s", err);
-	w[1] =
-	    tbx_worker_new(tt_conf(cluster->bootstraps, "g2", s2, tokens, NULL),
-			   err, sizeof(err));
-	cr_assert(w[1], "%s", err);
-	cr_assert_eq(
-	    tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, &hop1),
-	    TBX_OK);
-	cr_assert_eq(
-	    tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2),
-	    TBX_OK);
+	tt_hop_pair(w, cluster->bootstraps, s1, tokens, s2, tokens, &hop1,
+		    &hop2);
 	crash_expect_t expect = {s1, s2, N};
 	cr_assert(tt_drive(w, 2, crash_done, &expect, 20, 90),
 		  "%s: recovery did not finish", point);

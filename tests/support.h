@@ -112,6 +112,13 @@ void tt_plugin_close(tt_plugin_t *p);
 
 #include "hop.h"
 
+/** The two hops of the crash and one-file tests, in process: @p w[0] is
+ *  group g1 on "in" (type Ping, @p hop1) with stores @p s1 and @p t1,
+ *  @p w[1] group g2 on "out" (type Pong, @p hop2) with @p s2 and @p t2. */
+void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
+		 const char *t1, const char *s2, const char *t2, tt_hop_t *hop1,
+		 tt_hop_t *hop2);
+
 /** The whole crash case of DESIGN.md's analysis for one point: publish,
  *  run a child worker with TBX_CRASH_AT=@p point, check it died by
  *  SIGKILL, recover in process, and check every invariant.  @p point may

@@ -507,26 +507,14 @@ Test(e2e, one_file_under_two_names_is_joined)
 	tt_hop_t hop2 = {.table = "hop2"};
 	tbx_worker_t *w[2];
 	tbx_stats_t st;
-	char err[512];
 
 	tt_cluster_topic(c, "in", 2);
 	tt_cluster_topic(c, "out", 2);
 	tt_hop_table(all, "hop1");
 	tt_hop_table(all, "hop2");
 	setenv("TBX_CRASH_AT", "B.minted,B.recorded,D.consumed", 1);
-	w[0] = tbx_worker_new(tt_conf(c->bootstraps, "g1", all, alias, NULL),
-			      err, sizeof(err));
-	cr_assert(w[0], "%s", err);
-	w[1] = tbx_worker_new(tt_conf(c->bootstraps, "g2", alias, all, NULL),
-			      err, sizeof(err));
-	cr_assert(w[1], "%s", err);
+	tt_hop_pair(w, c->bootstraps, all, alias, alias, all, &hop1, &hop2);
 	unsetenv("TBX_CRASH_AT");
-	cr_assert_eq(
-	    tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, &hop1),
-	    TBX_OK);
-	cr_assert_eq(
-	    tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2),
-	    TBX_OK);
 	cr_assert(tbx_worker_poll(w[0], 0) >= 0);
 	cr_assert(tbx_worker_poll(w[1], 0) >= 0);
 	tt_publish(c->bootstraps, all, "in", "Ping", 24, 3, "j");
