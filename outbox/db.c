@@ -132,6 +132,11 @@ static const char *const migrations[] = {
     " suspect_until INTEGER NOT NULL,"
     " PRIMARY KEY (grp, topic, \"partition\")"
     ") WITHOUT ROWID;",
+    /* 2 -> 3 */
+    /* The outbox holds only rows in flight: the rare queries by age
+     * (inspect, re-dispatch) scan them, and every row no longer pays
+     * an index entry on insert and on delete (performance.md). */
+    "DROP INDEX IF EXISTS tbx_outbox_created;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -30,6 +30,8 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 	tbx_outbox_close(store);
 	/* What a version 1 file looks like, with a pending row. */
 	exec(path, "DROP TABLE tbx_inflight; PRAGMA user_version = 1;"
+		   "CREATE INDEX tbx_outbox_created ON tbx_outbox "
+		   "(created_ms);"
 		   "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
 		   "in_partition, in_offset, created_ms) VALUES ('g', "
 		   "'00000000-0000-4000-8000-000000000001', 't', 0, 7, 1)");
@@ -41,6 +43,9 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
 	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_inflight"), 0);
 	cr_assert_eq(tt_count(path, "SELECT in_offset FROM tbx_outbox"), 7);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM sqlite_master WHERE "
+				    "name = 'tbx_outbox_created'"),
+		     0, "version 3 drops the outbox's created_ms index");
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

@@ -266,9 +266,10 @@ Test(db, migrations_create_the_whole_schema_and_stamp_the_file)
 			 tables[i]);
 		cr_assert_eq(fx_int(db, sql), 1, "table %s missing", tables[i]);
 	}
+	/* Dropped by version 3: queries by age scan the rows in flight. */
 	cr_assert_eq(fx_int(db, "SELECT count(*) FROM sqlite_master WHERE "
 				"name = 'tbx_outbox_created'"),
-		     1);
+		     0);
 	cr_assert_eq(fx_int(db, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
 	cr_assert_eq(fx_int(db, "PRAGMA application_id"), TBX_APPLICATION_ID);
 	cr_assert_eq(fx_int(db, "PRAGMA foreign_keys"), 1);
