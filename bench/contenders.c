@@ -32,6 +32,7 @@
 
 #include "bench/bench.h"
 #include "tokenbox/tokenbox.h"
+#include "tools/cli.h"
 
 enum kind { K_PLAIN, K_INBOX, K_TXN, K_TOKENBOX };
 static const char *const kind_names[] = {"plain", "inbox", "kafka-txn",
@@ -851,19 +852,16 @@ static void print_result(const opts_t *o, const result_t *r)
 static int parse_long(const char *name, const char *v, long min, long max,
 		      long *out)
 {
-	char *end;
-	long n;
+	long long n;
 
-	errno = 0;
-	n = strtol(v, &end, 10);
-	if (errno || end == v || *end || n < min || n > max) {
+	if (tbx_cli_to_int(v, min, max, &n) != 0) {
 		fprintf(stderr,
 			"tbx_bench contender: %s: '%s' is not an integer in "
 			"%ld..%ld\n",
 			name, v, min, max);
 		return 1;
 	}
-	*out = n;
+	*out = (long)n;
 	return 0;
 }
 

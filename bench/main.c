@@ -22,6 +22,7 @@
 #include "bench/bench.h"
 #include "tokenbox/tokenbox.h"
 #include "tokens/tokens.h"
+#include "tools/cli.h"
 
 #define NKINDS 4
 static const char *const kinds[NKINDS] = {"plain", "inbox", "kafka-txn",
@@ -174,21 +175,18 @@ static int usage_error(const char *fmt, ...)
 static int parse_num(const char *name, const char *v, long min, long max,
 		     long *out)
 {
-	char *end;
-	long n;
+	long long n;
 
 	if (!v)
 		return usage_error("%s needs a value%s", name, "");
-	errno = 0;
-	n = strtol(v, &end, 10);
-	if (errno || end == v || *end || n < min || n > max) {
+	if (tbx_cli_to_int(v, min, max, &n) != 0) {
 		fprintf(stderr,
 			"tbx_bench: %s: '%s' is not an integer in %ld..%ld "
 			"(see --help)\n",
 			name, v, min, max);
 		return 2;
 	}
-	*out = n;
+	*out = (long)n;
 	return 0;
 }
 

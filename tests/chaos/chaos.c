@@ -27,6 +27,7 @@
 #include "chaos.h"
 #include "consumer/util.h"
 #include "tokens/tokens.h"
+#include "tools/cli.h"
 
 static const char usage_text[] =
     "Usage: tbx_chaos [options]\n"
@@ -1016,18 +1017,15 @@ static void teardown(run_t *r)
 static int parse_long(const char *opt, const char *arg, long lo, long hi,
 		      long *out)
 {
-	char *end;
-	long v;
+	long long v;
 
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v < lo || v > hi) {
+	if (tbx_cli_to_int(arg, lo, hi, &v) != 0) {
 		fprintf(stderr,
 			"tbx_chaos: %s: '%s' is not an integer in %ld..%ld\n",
 			opt, arg, lo, hi);
 		return -1;
 	}
-	*out = v;
+	*out = (long)v;
 	return 0;
 }
 
