@@ -731,18 +731,16 @@ static int settled(run_t *r)
 {
 	char db[PATH_MAX + 32];
 
-	char sql[2][128];
+	char sql[128];
 
 	for (int g = 0; g < CH_GROUPS; g++) {
 		ch_store_path(db, sizeof(db), r->store_dir, r->o.one_file, g);
-		snprintf(sql[0], sizeof(sql[0]),
-			 "SELECT COUNT(DISTINCT job) FROM %s",
+		snprintf(sql, sizeof(sql), "SELECT COUNT(DISTINCT job) FROM %s",
 			 ch_effects_tables[g]);
-		snprintf(sql[1], sizeof(sql[1]),
-			 "SELECT COUNT(*) FROM tbx_outbox WHERE grp = '%s'",
-			 ch_group_names[g]);
-		if (ch_count(db, sql[0]) < r->o.messages ||
-		    ch_count(db, sql[1]) != 0)
+		if (ch_count(db, sql) < r->o.messages ||
+		    ch_count_of(
+			db, "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?1",
+			ch_group_names[g]) != 0)
 			return 0;
 	}
 	return ch_count(r->tokens, "SELECT COUNT(*) FROM tbx_tokens") == 0 &&

@@ -62,6 +62,8 @@ long ch_between(uint64_t *state, long lo, long hi);
 
 /* Store readers (read-only connections; a missing file counts 0). */
 long ch_count(const char *db, const char *sql);
+/* The same, with @p arg bound to ?1. */
+long ch_count_of(const char *db, const char *sql, const char *arg);
 
 /* Kafka: reads @p topic (partitions 0..@p parts-1) from the beginning to
  * its current end, calling @p fn for every record.  @returns the record

@@ -51,6 +51,11 @@ long ch_between(uint64_t *state, long lo, long hi)
 
 long ch_count(const char *db, const char *sql)
 {
+	return ch_count_of(db, sql, NULL);
+}
+
+long ch_count_of(const char *db, const char *sql, const char *arg)
+{
 	sqlite3 *conn = NULL;
 	sqlite3_stmt *stmt = NULL;
 	long n = 0;
@@ -66,6 +71,9 @@ long ch_count(const char *db, const char *sql)
 	if (sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL) != SQLITE_OK) {
 		/* The table appears with the first record a store handles. */
 		n = strstr(sqlite3_errmsg(conn), "no such table") ? 0 : -1;
+	} else if (arg && sqlite3_bind_text(stmt, 1, arg, -1, SQLITE_STATIC) !=
+			      SQLITE_OK) {
+		n = -1;
 	} else if (sqlite3_step(stmt) == SQLITE_ROW) {
 		n = (long)sqlite3_column_int64(stmt, 0);
 	} else {
@@ -120,7 +128,7 @@ static int cmp_str(const void *a, const void *b)
 int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 		int messages, ch_figures_t *fig)
 {
-	char db[1024], tokens[1024], dlq[64], sql[4][160];
+	char db[1024], tokens[1024], dlq[64], sql[3][160];
 	ids_t ids = {0};
 	long events;
 
@@ -141,13 +149,13 @@ int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 			 t);
 		snprintf(sql[2], sizeof(sql[2]),
 			 "SELECT COUNT(DISTINCT job) FROM %s", t);
-		snprintf(sql[3], sizeof(sql[3]),
-			 "SELECT COUNT(*) FROM tbx_outbox WHERE grp = '%s'",
-			 ch_group_names[g]);
+
 		once = ch_count(db, sql[0]);
 		dup = ch_count(db, sql[1]);
 		distinct = ch_count(db, sql[2]);
-		out = ch_count(db, sql[3]);
+		out = ch_count_of(
+		    db, "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?1",
+		    ch_group_names[g]);
 		if (once < 0 || dup < 0 || distinct < 0 || out < 0) {
 			fprintf(stderr, "chaos: cannot read %s\n", db);
 			return -1;
