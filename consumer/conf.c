@@ -78,6 +78,13 @@ const tbx__prop_t tbx__props[] = {
 	 "How often the worker writes one JSON line of counters and batch "
 	 "latency percentiles to stderr; 0 disables it (`tokenbox worker` "
 	 "uses 60000 unless set)."},
+	{"ingress.dedup.window.ms", TBX_PT_INT, "86400000", 1000, 2592000000,
+	 NULL, "publisher", 0,
+	 "How long the ingress edge remembers a caller-supplied id "
+	 "(tbx_publish_id(), `tokenbox send --id-from`): the same id with the "
+	 "same fingerprint within it is a natural duplicate and is not "
+	 "published again; with another fingerprint it is a synthetic "
+	 "duplicate and is refused. Past it, the id is new again."},
 	{"log.level", TBX_PT_ENUM, "notice", 0, 0,
 	 "error|warning|notice|info|debug", "both", 0,
 	 "Least severe level logged to stderr."},

@@ -7,19 +7,43 @@
  * minted batch for a retry with the same ids and tokens.  A crash between
  * minting and delivery leaves those tokens behind: they are never honoured
  * twice, since no record carries them.
+ *
+ * Messages queued with a caller id go through the ingress edge in the
+ * same minting transaction (tokens/tokens.h publish_mint): a natural
+ * duplicate reuses the original's id and token, or is not sent at all; a
+ * synthetic one is refused.  The batch is dispatched as one view row per
+ * message, so that every message keeps its own tbx-seq (an original's)
+ * and its own delivery outcome.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/sha256.h"
 #include "consumer/worker.h"
+
+/* What the publisher keeps per queued message besides its outgoing
+ * message: the edge's view of it and what became of it. */
+typedef struct pub_msg {
+	char *caller_id; /* NULL: none */
+	uint8_t fp[TBX_EDGE_FP_LEN];
+	int64_t seq; /* tbx-seq to send */
+	tbx__edge_verdict_t verdict;
+	tbx_outcome_t outcome;
+} pub_msg_t;
 
 struct tbx_publisher {
 	tbx_conf_t *conf;
 	tbx_tokens_t *tokens;
 	rd_kafka_t *producer;
 	tbx__row_t queue;
-	int minted; /* the queue holds a minted batch not yet delivered */
+	pub_msg_t *ext; /* one per queued message */
+	size_t ext_cap;
+	int flushed; /* the queue is the last flushed batch, finished */
+	int minted;  /* the queue holds a minted batch not yet delivered */
+	int64_t window_ms;
+	tbx_publisher_stats_t stats;
 	char errstr[512];
 };
 
@@ -63,6 +87,7 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))
 		goto fail;
 	pub->conf = conf;
+	pub->window_ms = tbx__conf_int(conf, "ingress.dedup.window.ms");
 	return pub;
 fail:
 	tbx_tokens_close(pub->tokens);
@@ -70,8 +95,63 @@ fail:
 	return NULL;
 }
 
-int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out)
+/* Forgets a finished batch before the first message of the next. */
+static void batch_reset(tbx_publisher_t *pub)
 {
+	for (size_t i = 0; i < pub->queue.msg_cnt; i++)
+		free(pub->ext[i].caller_id);
+	tbx__row_clear_msgs(&pub->queue);
+	pub->queue.mint_seq = 0;
+	pub->flushed = 0;
+}
+
+/* 1 when @p id may be a caller id: 1..TBX_CALLER_ID_MAX bytes, no control
+ * character (it is shown in errors and logs). */
+static int caller_id_ok(const char *id)
+{
+	size_t len = strlen(id);
+
+	if (len == 0 || len > TBX_CALLER_ID_MAX)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f)
+			return 0;
+	return 1;
+}
+
+static void put_len(tbx__sha256_t *h, int present, size_t len)
+{
+	uint8_t b[5] = {(uint8_t)present, (uint8_t)(len >> 24),
+			(uint8_t)(len >> 16), (uint8_t)(len >> 8),
+			(uint8_t)len};
+
+	tbx__sha256_update(h, b, sizeof(b));
+}
+
+/* SHA-256 of the type, key and payload, each length-prefixed (and marked
+ * absent or present), so that no two different messages share an input. */
+static void fingerprint(const tbx_out_t *out, uint8_t fp[TBX_EDGE_FP_LEN])
+{
+	static const char tag[] = "tbx-edge-1";
+	tbx__sha256_t h;
+
+	tbx__sha256_init(&h);
+	tbx__sha256_update(&h, tag, sizeof(tag));
+	put_len(&h, 1, strlen(out->type));
+	tbx__sha256_update(&h, out->type, strlen(out->type));
+	put_len(&h, out->key != NULL, out->key ? out->key_len : 0);
+	if (out->key)
+		tbx__sha256_update(&h, out->key, out->key_len);
+	put_len(&h, out->payload != NULL, out->payload ? out->payload_len : 0);
+	if (out->payload)
+		tbx__sha256_update(&h, out->payload, out->payload_len);
+	tbx__sha256_final(&h, fp);
+}
+
+int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
+		   const char *caller_id)
+{
+	pub_msg_t *ext;
 	void *hdrs;
 	size_t hdrs_len;
 	int err;
@@ -84,63 +164,195 @@ int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out)
 			 "tbx_publisher_flush() again to retry it");
 		return TBX_ESTATE;
 	}
+	if (pub->flushed)
+		batch_reset(pub);
+	pub->errstr[0] = '\0';
+	if (caller_id && !caller_id_ok(caller_id)) {
+		snprintf(pub->errstr, sizeof(pub->errstr),
+			 "caller id: must be 1 to %d bytes without control "
+			 "characters",
+			 TBX_CALLER_ID_MAX);
+		return TBX_EINVAL;
+	}
 	if ((err = tbx__out_prepare(out, "tbx_publish", &hdrs, &hdrs_len)))
 		return err;
+	if (pub->queue.msg_cnt == pub->ext_cap) {
+		size_t cap = pub->ext_cap ? pub->ext_cap * 2 : 16;
+
+		if (!(ext = realloc(pub->ext, cap * sizeof(*ext)))) {
+			free(hdrs);
+			return TBX_ENOMEM;
+		}
+		pub->ext = ext;
+		pub->ext_cap = cap;
+	}
+	ext = &pub->ext[pub->queue.msg_cnt];
+	memset(ext, 0, sizeof(*ext));
+	if (caller_id) {
+		if (!(ext->caller_id = tbx__strdup(caller_id))) {
+			free(hdrs);
+			return TBX_ENOMEM;
+		}
+		fingerprint(out, ext->fp);
+	}
 	err = tbx__row_add(&pub->queue, out->topic, out->type, out->key,
 			   out->key ? out->key_len : 0, out->payload,
 			   out->payload_len, hdrs, hdrs_len);
 	free(hdrs);
+	if (err) {
+		free(ext->caller_id);
+		ext->caller_id = NULL;
+	}
 	return err;
 }
 
+int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out)
+{
+	return tbx_publish_id(pub, out, NULL);
+}
+
+/* 1 when message @p i repeats the id of an earlier message of the batch
+ * (a caller id queued twice: the edge names the first one's id). */
+static int earlier_in_batch(const tbx__row_t *queue, size_t i)
+{
+	for (size_t j = 0; j < i; j++)
+		if (strcmp(queue->msgs[j].id, queue->msgs[i].id) == 0)
+			return 1;
+	return 0;
+}
+
 /* One token-store transaction for the whole queue: one sequence number,
- * one token per message, a token row per subscribed group. */
+ * one token per new message, a token row per subscribed group, and the
+ * edge's verdict on every message with a caller id. */
 static int mint(tbx_publisher_t *pub)
 {
 	tbx__row_t *queue = &pub->queue;
-	tbx__mint_item_t *items;
-	tbx__mint_req_t req;
+	tbx__edge_item_t *items;
 	int err;
 
 	if (!(items = calloc(queue->msg_cnt, sizeof(*items))))
 		return TBX_ENOMEM;
 	for (size_t i = 0; i < queue->msg_cnt; i++) {
-		tbx__uuid(queue->msgs[i].token);
-		items[i].token = queue->msgs[i].token;
 		items[i].topic = queue->msgs[i].topic;
+		items[i].caller_id = pub->ext[i].caller_id;
+		items[i].fp = pub->ext[i].fp;
+		memcpy(items[i].msg_id, queue->msgs[i].id, TBX_UUID_LEN + 1);
+		tbx__uuid(items[i].token);
 	}
-	req.attempt = NULL; /* no outbox row, so no registration */
-	req.msg_id = NULL;
-	req.items = items;
-	req.item_cnt = queue->msg_cnt;
-	err =
-	    tbx_tokens_mint(pub->tokens, NULL, &req, 1, &queue->mint_seq, NULL);
-	free(items);
+	/* The sweep keeps ahead of the inserts: the table stays bounded
+	 * by the window. */
+	err = tbx_tokens_publish_mint(pub->tokens, items, queue->msg_cnt,
+				      pub->window_ms, 2 * queue->msg_cnt + 100,
+				      NULL);
 	if (err) {
-		for (size_t i = 0; i < queue->msg_cnt; i++)
-			queue->msgs[i].token[0] = '\0';
+		free(items);
 		snprintf(pub->errstr, sizeof(pub->errstr),
 			 "minting tokens failed: %s", tbx_strerror(err));
 		return err;
 	}
+	for (size_t i = 0; i < queue->msg_cnt; i++) {
+		tbx__outmsg_t *m = &queue->msgs[i];
+		pub_msg_t *ext = &pub->ext[i];
+
+		memcpy(m->id, items[i].msg_id, TBX_UUID_LEN + 1);
+		memcpy(m->token, items[i].token, TBX_UUID_LEN + 1);
+		ext->seq = items[i].seq;
+		ext->verdict = items[i].verdict;
+		ext->outcome = TBX_OUTCOME_PENDING;
+		if (ext->verdict == TBX_EDGE_INFLIGHT &&
+		    earlier_in_batch(queue, i))
+			ext->verdict = TBX_EDGE_DONE;
+		if (ext->verdict == TBX_EDGE_DONE) {
+			ext->outcome = TBX_OUTCOME_DUPLICATE;
+			pub->stats.duplicates++;
+			tbx__log(TBX_LOG_INFO,
+				 "publish: caller id '%s' on %s: natural "
+				 "duplicate of message %s, not published again",
+				 ext->caller_id, m->topic, m->id);
+		} else if (ext->verdict == TBX_EDGE_SYNTHETIC) {
+			ext->outcome = TBX_OUTCOME_REFUSED;
+			pub->stats.refused++;
+			tbx__log(TBX_LOG_WARNING,
+				 "publish: caller id '%s' on %s refused: a "
+				 "different message was published with this "
+				 "id within ingress.dedup.window.ms "
+				 "(synthetic duplicate)",
+				 ext->caller_id, m->topic);
+		}
+	}
+	free(items);
 	pub->minted = 1;
 	return TBX_OK;
+}
+
+/* 1 when message @p i still has to be delivered. */
+static int to_send(const pub_msg_t *ext)
+{
+	return (ext->verdict == TBX_EDGE_NEW ||
+		ext->verdict == TBX_EDGE_INFLIGHT) &&
+	       ext->outcome != TBX_OUTCOME_SENT &&
+	       ext->outcome != TBX_OUTCOME_RESENT;
+}
+
+/* Marks the edge entries of the batch's delivered messages, so that a
+ * later natural duplicate is not sent again.  A failure only costs a
+ * harmless copy later (same id and token): logged, not returned. */
+static void edge_delivered(tbx_publisher_t *pub)
+{
+	tbx__row_t *queue = &pub->queue;
+	tbx__edge_item_t *items;
+	size_t n = 0;
+	int err;
+
+	for (size_t i = 0; i < queue->msg_cnt; i++)
+		n += pub->ext[i].caller_id &&
+		     (pub->ext[i].outcome == TBX_OUTCOME_SENT ||
+		      pub->ext[i].outcome == TBX_OUTCOME_RESENT);
+	if (!n)
+		return;
+	if (!(items = calloc(n, sizeof(*items)))) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	n = 0;
+	for (size_t i = 0; i < queue->msg_cnt; i++) {
+		if (!pub->ext[i].caller_id ||
+		    (pub->ext[i].outcome != TBX_OUTCOME_SENT &&
+		     pub->ext[i].outcome != TBX_OUTCOME_RESENT))
+			continue;
+		items[n].topic = queue->msgs[i].topic;
+		items[n].caller_id = pub->ext[i].caller_id;
+		memcpy(items[n].msg_id, queue->msgs[i].id, TBX_UUID_LEN + 1);
+		items[n++].verdict = TBX_EDGE_NEW;
+	}
+	err = tbx_tokens_edge_delivered(pub->tokens, items, n);
+	free(items);
+out:
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "publish: cannot record the delivery of %zu "
+			 "message(s) with caller ids: %s; a re-send within "
+			 "ingress.dedup.window.ms goes out again with the same "
+			 "id and token",
+			 n, tbx_strerror(err));
 }
 
 int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 {
 	tbx__row_t *queue;
-	tbx__row_t *rows[1];
-	int delivered = 0, err;
-	size_t undelivered = 0;
+	tbx__row_t *views = NULL, **rows = NULL;
+	int *delivered = NULL;
+	size_t *which = NULL;
+	size_t undelivered = 0, refused = 0, cnt = 0;
+	const char *first_refused = NULL;
+	int err;
 
 	if (failed)
 		*failed = 0;
 	if (!pub)
 		return TBX_EINVAL;
 	queue = &pub->queue;
-	rows[0] = queue;
-	if (queue->msg_cnt == 0)
+	if (queue->msg_cnt == 0 || pub->flushed)
 		return TBX_OK;
 	/* A retried batch keeps its tokens and ids: copies are dropped by
 	 * the receivers. */
@@ -149,16 +361,222 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 			*failed = queue->msg_cnt;
 		return err;
 	}
-	err = tbx__dispatch(pub->producer, rows, 1, &delivered, &undelivered,
-			    pub->errstr, sizeof(pub->errstr));
+	views = calloc(queue->msg_cnt, sizeof(*views));
+	rows = calloc(queue->msg_cnt, sizeof(*rows));
+	delivered = calloc(queue->msg_cnt, sizeof(*delivered));
+	which = calloc(queue->msg_cnt, sizeof(*which));
+	if (!views || !rows || !delivered || !which) {
+		err = TBX_ENOMEM;
+		snprintf(pub->errstr, sizeof(pub->errstr), "out of memory");
+		if (failed)
+			*failed = queue->msg_cnt;
+		goto out;
+	}
+	/* One view per message still to send: its own tbx-seq, its own
+	 * delivery report.  The views borrow the queue's messages. */
+	for (size_t i = 0; i < queue->msg_cnt; i++) {
+		if (!to_send(&pub->ext[i]))
+			continue;
+		views[cnt].msgs = &queue->msgs[i];
+		views[cnt].msg_cnt = views[cnt].msg_cap = 1;
+		views[cnt].mint_seq = pub->ext[i].seq;
+		rows[cnt] = &views[cnt];
+		which[cnt++] = i;
+	}
+	err =
+	    cnt ? tbx__dispatch(pub->producer, rows, cnt, delivered,
+				&undelivered, pub->errstr, sizeof(pub->errstr))
+		: TBX_OK;
+	for (size_t k = 0; k < cnt; k++) {
+		pub_msg_t *ext = &pub->ext[which[k]];
+
+		if (!delivered[k]) {
+			ext->outcome = TBX_OUTCOME_UNDELIVERED;
+			pub->stats.undelivered++;
+		} else if (ext->verdict == TBX_EDGE_INFLIGHT) {
+			ext->outcome = TBX_OUTCOME_RESENT;
+			pub->stats.resent++;
+		} else {
+			ext->outcome = TBX_OUTCOME_SENT;
+			pub->stats.sent++;
+		}
+	}
+	for (size_t i = 0; i < queue->msg_cnt; i++) {
+		if (pub->ext[i].outcome != TBX_OUTCOME_REFUSED)
+			continue;
+		if (!refused++)
+			first_refused = pub->ext[i].caller_id;
+	}
 	if (failed)
-		*failed = undelivered;
+		*failed = undelivered + refused;
 	if (err)
-		return err;
-	tbx__row_clear_msgs(queue);
-	queue->mint_seq = 0;
+		goto out;
+	edge_delivered(pub);
 	pub->minted = 0;
-	return TBX_OK;
+	pub->flushed = 1;
+	if (refused) {
+		snprintf(pub->errstr, sizeof(pub->errstr),
+			 "caller id '%s' refused: a different message was "
+			 "published with this id within "
+			 "ingress.dedup.window.ms (synthetic duplicate)%s",
+			 first_refused,
+			 refused > 1 ? "; and others (see the outcomes)" : "");
+		err = TBX_EEXIST;
+	}
+out:
+	free(views);
+	free(rows);
+	free(delivered);
+	free(which);
+	return err;
+}
+
+int tbx_publisher_outcome(const tbx_publisher_t *pub, size_t index,
+			  const char **id)
+{
+	if (!pub || index >= pub->queue.msg_cnt)
+		return -1;
+	if (id)
+		*id = pub->queue.msgs[index].id;
+	return (int)pub->ext[index].outcome;
+}
+
+void tbx_publisher_stats(const tbx_publisher_t *pub,
+			 tbx_publisher_stats_t *stats)
+{
+	if (!stats)
+		return;
+	if (!pub) {
+		memset(stats, 0, sizeof(*stats));
+		return;
+	}
+	*stats = pub->stats;
+}
+
+/* The last error librdkafka reported to the check's client. */
+typedef struct check_err {
+	char reason[384];
+	int all_down; /* every bootstrap broker failed once */
+} check_err_t;
+
+static void check_on_error(rd_kafka_t *rk, int err, const char *reason,
+			   void *opaque)
+{
+	check_err_t *ce = opaque;
+
+	/* "1/1 brokers are down" follows the reason why: keep that. */
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+		ce->all_down = 1;
+		if (ce->reason[0])
+			return;
+	}
+	snprintf(ce->reason, sizeof(ce->reason), "%s", reason);
+}
+
+static void check_on_log(const rd_kafka_t *rk, int level, const char *fac,
+			 const char *buf)
+{
+	/* Silent: the reason reaches the caller through check_on_error. */
+}
+
+/* Kafka's rule for topic names. */
+static int topic_name_ok(const char *topic)
+{
+	size_t len = strlen(topic);
+
+	if (len == 0 || len > TBX_TOPIC_MAX || strcmp(topic, ".") == 0 ||
+	    strcmp(topic, "..") == 0)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)topic[i]) && topic[i] != '.' &&
+		    topic[i] != '_' && topic[i] != '-')
+			return 0;
+	return 1;
+}
+
+int tbx_publisher_check(tbx_publisher_t *pub, const char *topic, int timeout_ms,
+			size_t *groups)
+{
+	check_err_t ce = {{0}, 0};
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_conf_t *kc;
+	rd_kafka_t *rk;
+	rd_kafka_resp_err_t rerr;
+	char rderr[256];
+	int64_t subs = 0, deadline;
+	int err, found = 0;
+
+	if (groups)
+		*groups = 0;
+	if (!pub || !topic || timeout_ms < 0)
+		return TBX_EINVAL;
+	if (!topic_name_ok(topic))
+		return tbx__seterr(pub->errstr, sizeof(pub->errstr), TBX_EINVAL,
+				   "topic '%s' is not a valid Kafka topic name "
+				   "(1 to %d of [a-zA-Z0-9._-], not '.' or "
+				   "'..')",
+				   topic, TBX_TOPIC_MAX);
+	if ((err = tbx_tokens_subscribers(pub->tokens, topic, &subs)))
+		return tbx__seterr(pub->errstr, sizeof(pub->errstr), err,
+				   "token store: cannot read the subscriptions "
+				   "of %s: %s",
+				   topic, tbx_strerror(err));
+	if (!(kc = tbx__conf_kafka(pub->conf, "producer", pub->errstr,
+				   sizeof(pub->errstr))))
+		return TBX_ECONF;
+	rd_kafka_conf_set_error_cb(kc, check_on_error);
+	rd_kafka_conf_set_log_cb(kc, check_on_log);
+	rd_kafka_conf_set_opaque(kc, &ce);
+	if (!(rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, rderr, sizeof(rderr)))) {
+		rd_kafka_conf_destroy(kc);
+		return tbx__seterr(pub->errstr, sizeof(pub->errstr), TBX_EKAFKA,
+				   "cannot create a client: %s", rderr);
+	}
+	/* Every topic: asking for this one could create it.  Short waits,
+	 * serving the error callback between them, for the reason. */
+	deadline = tbx__now_ms() + timeout_ms;
+	do {
+		int64_t left = deadline - tbx__now_ms();
+
+		rerr = rd_kafka_metadata(rk, 1, NULL, &md,
+					 left < 200 ? (int)(left > 0 ? left : 0)
+						    : 200);
+		rd_kafka_poll(rk, 0);
+	} while ((rerr == RD_KAFKA_RESP_ERR__TRANSPORT ||
+		  rerr == RD_KAFKA_RESP_ERR__TIMED_OUT) &&
+		 !ce.all_down && tbx__now_ms() < deadline);
+	if (rerr == RD_KAFKA_RESP_ERR__TRANSPORT ||
+	    rerr == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+		err = tbx__seterr(
+		    pub->errstr, sizeof(pub->errstr), TBX_ETIMEOUT,
+		    "cannot reach the brokers of %s: %s",
+		    tbx_conf_get(pub->conf, "kafka.bootstrap.servers"),
+		    ce.reason[0] ? ce.reason : rd_kafka_err2str(rerr));
+	} else if (rerr) {
+		err = tbx__seterr(pub->errstr, sizeof(pub->errstr), TBX_EKAFKA,
+				  "metadata request failed: %s%s%s",
+				  rd_kafka_err2str(rerr),
+				  ce.reason[0] ? ": " : "", ce.reason);
+	} else {
+		for (int i = 0; i < md->topic_cnt; i++)
+			found |=
+			    strcmp(md->topics[i].topic, topic) == 0 &&
+			    md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR;
+		err = found ? TBX_OK
+			    : tbx__seterr(
+				  pub->errstr, sizeof(pub->errstr), TBX_ENOENT,
+				  "topic %s does not exist on the "
+				  "brokers of %s",
+				  topic,
+				  tbx_conf_get(pub->conf, "kafka.bootstrap."
+							  "servers"));
+	}
+	if (md)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_destroy(rk);
+	if (!err && groups)
+		*groups = (size_t)subs;
+	return err;
 }
 
 void tbx_publisher_destroy(tbx_publisher_t *pub)
@@ -169,6 +587,9 @@ void tbx_publisher_destroy(tbx_publisher_t *pub)
 		rd_kafka_flush(pub->producer, 10000);
 		rd_kafka_destroy(pub->producer);
 	}
+	for (size_t i = 0; i < pub->queue.msg_cnt; i++)
+		free(pub->ext[i].caller_id);
+	free(pub->ext);
 	tbx__row_clear(&pub->queue);
 	tbx_tokens_close(pub->tokens);
 	tbx_conf_destroy(pub->conf);

@@ -137,6 +137,22 @@ static const char *const migrations[] = {
      * (inspect, re-dispatch) scan them, and every row no longer pays
      * an index entry on insert and on delete (performance.md). */
     "DROP INDEX IF EXISTS tbx_outbox_created;",
+    /* 3 -> 4 */
+    /* The ingress edge: caller-supplied ids seen by publishers within
+     * ingress.dedup.window.ms, in the token store (tokens/tokens.h). */
+    "CREATE TABLE tbx_edge ("
+    " topic TEXT NOT NULL,"
+    " caller_id TEXT NOT NULL,"
+    " fingerprint BLOB NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " token TEXT NOT NULL,"
+    " mint_seq INTEGER NOT NULL,"
+    " delivered INTEGER NOT NULL DEFAULT 0,"
+    " refused INTEGER NOT NULL DEFAULT 0,"
+    " created_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (topic, caller_id)"
+    ");"
+    "CREATE INDEX tbx_edge_created ON tbx_edge (created_ms);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

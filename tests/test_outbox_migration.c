@@ -29,7 +29,8 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 		     TBX_OK, "%s", err);
 	tbx_outbox_close(store);
 	/* What a version 1 file looks like, with a pending row. */
-	exec(path, "DROP TABLE tbx_inflight; PRAGMA user_version = 1;"
+	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge;"
+		   "PRAGMA user_version = 1;"
 		   "CREATE INDEX tbx_outbox_created ON tbx_outbox "
 		   "(created_ms);"
 		   "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
@@ -46,6 +47,8 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM sqlite_master WHERE "
 				    "name = 'tbx_outbox_created'"),
 		     0, "version 3 drops the outbox's created_ms index");
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_edge"), 0,
+		     "version 4 adds the ingress edge");
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

@@ -43,6 +43,14 @@ enum {
 	Q_COUNT_TOKENS_GRP,
 	Q_COUNT_REGS_ALL,
 	Q_COUNT_REGS_GRP,
+	Q_EDGE_SWEEP,
+	Q_EDGE_GET,
+	Q_EDGE_PUT,
+	Q_EDGE_REFUSED,
+	Q_EDGE_DELIVERED,
+	Q_EDGE_COUNT,
+	Q_EDGE_REFUSED_SUM,
+	Q_SUB_COUNT,
 	Q__COUNT
 };
 
@@ -82,6 +90,25 @@ static const char *const sql[Q__COUNT] = {
 			 "tbx_registrations",
     [Q_COUNT_REGS_GRP] = "SELECT count(DISTINCT attempt) FROM "
 			 "tbx_registrations WHERE send_grp = ?1",
+    /* The edge keeps a caller id for ingress.dedup.window.ms: oldest
+     * first, a bounded number per flush. */
+    [Q_EDGE_SWEEP] = "DELETE FROM tbx_edge WHERE rowid IN (SELECT rowid FROM "
+		     "tbx_edge WHERE created_ms < ?1 ORDER BY created_ms "
+		     "LIMIT ?2)",
+    [Q_EDGE_GET] = "SELECT fingerprint, msg_id, token, mint_seq, delivered "
+		   "FROM tbx_edge WHERE topic = ?1 AND caller_id = ?2 AND "
+		   "created_ms >= ?3",
+    /* REPLACE: an entry past the window not swept yet is superseded. */
+    [Q_EDGE_PUT] = "INSERT OR REPLACE INTO tbx_edge (topic, caller_id, "
+		   "fingerprint, msg_id, token, mint_seq, delivered, refused, "
+		   "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, 0, ?7)",
+    [Q_EDGE_REFUSED] = "UPDATE tbx_edge SET refused = refused + 1 WHERE "
+		       "topic = ?1 AND caller_id = ?2",
+    [Q_EDGE_DELIVERED] = "UPDATE tbx_edge SET delivered = 1 WHERE topic = ?1 "
+			 "AND caller_id = ?2 AND msg_id = ?3",
+    [Q_EDGE_COUNT] = "SELECT count(*) FROM tbx_edge",
+    [Q_EDGE_REFUSED_SUM] = "SELECT total(refused) FROM tbx_edge",
+    [Q_SUB_COUNT] = "SELECT count(*) FROM tbx_subscriptions WHERE topic = ?1",
 };
 
 typedef struct tbx_tokens_sqlite {
@@ -665,6 +692,186 @@ static int op_count(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
 	return TBX_OK;
 }
 
+/* Binds (topic, caller_id) of @p item as ?1 and ?2. */
+static int edge_bind_key(sqlite3_stmt *stmt, const tbx__edge_item_t *item)
+{
+	return sqlite3_bind_text(stmt, 1, item->topic, -1, SQLITE_STATIC) ||
+	       sqlite3_bind_text(stmt, 2, item->caller_id, -1, SQLITE_STATIC);
+}
+
+/* Decides one item with a caller id, inside the mint transaction.
+ * *found = 0 when the id was not seen within the window (since @p from). */
+static int edge_lookup(tbx_tokens_sqlite_t *t, tbx__edge_item_t *item,
+		       int64_t from, int *found)
+{
+	sqlite3_stmt *stmt;
+	const void *fp;
+	const unsigned char *id, *token;
+	int r, err = TBX_OK;
+
+	*found = 0;
+	if (!(stmt = stmt_get(t, Q_EDGE_GET)))
+		return tbx__db_fail(t->db, sql[Q_EDGE_GET]);
+	if (edge_bind_key(stmt, item) || sqlite3_bind_int64(stmt, 3, from))
+		return bind_fail(t, stmt);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	if (r == 0) {
+		sqlite3_reset(stmt);
+		return TBX_OK;
+	}
+	*found = 1;
+	fp = sqlite3_column_blob(stmt, 0);
+	if (sqlite3_column_bytes(stmt, 0) != TBX_EDGE_FP_LEN || !fp ||
+	    memcmp(fp, item->fp, TBX_EDGE_FP_LEN) != 0) {
+		item->verdict = TBX_EDGE_SYNTHETIC;
+		sqlite3_reset(stmt);
+		if (!(stmt = stmt_get(t, Q_EDGE_REFUSED)))
+			return tbx__db_fail(t->db, sql[Q_EDGE_REFUSED]);
+		if (edge_bind_key(stmt, item))
+			return bind_fail(t, stmt);
+		return step_done(stmt);
+	}
+	id = sqlite3_column_text(stmt, 1);
+	token = sqlite3_column_text(stmt, 2);
+	if (!id || !token || strlen((const char *)id) != TBX_UUID_LEN ||
+	    strlen((const char *)token) != TBX_UUID_LEN) {
+		tbx__log(TBX_LOG_ERR,
+			 "token store: edge entry of caller id "
+			 "'%s' is malformed",
+			 item->caller_id);
+		err = TBX_ECORRUPT;
+	} else {
+		memcpy(item->msg_id, id, TBX_UUID_LEN + 1);
+		memcpy(item->token, token, TBX_UUID_LEN + 1);
+		item->seq = sqlite3_column_int64(stmt, 3);
+		item->verdict = sqlite3_column_int(stmt, 4) ? TBX_EDGE_DONE
+							    : TBX_EDGE_INFLIGHT;
+	}
+	sqlite3_reset(stmt);
+	return err;
+}
+
+static int edge_put(tbx_tokens_sqlite_t *t, const tbx__edge_item_t *item,
+		    int64_t now)
+{
+	sqlite3_stmt *stmt;
+
+	if (!(stmt = stmt_get(t, Q_EDGE_PUT)))
+		return tbx__db_fail(t->db, sql[Q_EDGE_PUT]);
+	if (edge_bind_key(stmt, item) ||
+	    sqlite3_bind_blob(stmt, 3, item->fp, TBX_EDGE_FP_LEN,
+			      SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 4, item->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 5, item->token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 6, item->seq) ||
+	    sqlite3_bind_int64(stmt, 7, now))
+		return bind_fail(t, stmt);
+	return step_done(stmt);
+}
+
+static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
+			   size_t cnt, int64_t window_ms, size_t sweep_max,
+			   uint64_t *rows)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int64_t num = 0, now = tbx__now_ms(), from = now - window_ms;
+	uint64_t created = 0;
+	sqlite3_stmt *stmt;
+	int err, found;
+
+	if ((cnt && !items) || window_ms < 0)
+		return TBX_EINVAL;
+	for (size_t i = 0; i < cnt; i++)
+		if (!items[i].topic || (items[i].caller_id && !items[i].fp))
+			return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	if (!(stmt = stmt_get(t, Q_EDGE_SWEEP)))
+		err = tbx__db_fail(t->db, sql[Q_EDGE_SWEEP]);
+	else if (sqlite3_bind_int64(stmt, 1, from) ||
+		 sqlite3_bind_int64(stmt, 2, (int64_t)sweep_max))
+		err = bind_fail(t, stmt);
+	else
+		err = step_done(stmt);
+	if (!err)
+		err = seq_next(t, &num);
+	for (size_t i = 0; !err && i < cnt; i++) {
+		tbx__edge_item_t *item = &items[i];
+		tbx__mint_item_t mi = {item->token, item->topic};
+
+		item->verdict = TBX_EDGE_NEW;
+		found = 0;
+		if (item->caller_id &&
+		    ((err = edge_lookup(t, item, from, &found)) || found))
+			continue;
+		item->seq = num;
+		/* Recorded with its token, in one transaction: a re-send
+		 * after a crash finds the id and token that may be out. */
+		if (item->caller_id)
+			err = edge_put(t, item, now);
+		if (!err)
+			err = tokens_add(t, &mi, num, now, &created);
+	}
+	if ((err = txn_end(t, err)))
+		return err;
+	if (rows)
+		*rows = created;
+	return TBX_OK;
+}
+
+static int op_edge_delivered(tbx_tokens_t *tokens,
+			     const tbx__edge_item_t *items, size_t cnt)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int err, any = 0;
+
+	for (size_t i = 0; i < cnt; i++)
+		any |= items[i].caller_id &&
+		       (items[i].verdict == TBX_EDGE_NEW ||
+			items[i].verdict == TBX_EDGE_INFLIGHT);
+	if (!any)
+		return TBX_OK;
+	if ((err = txn_begin(t)))
+		return err;
+	for (size_t i = 0; !err && i < cnt; i++) {
+		if (!items[i].caller_id ||
+		    (items[i].verdict != TBX_EDGE_NEW &&
+		     items[i].verdict != TBX_EDGE_INFLIGHT))
+			continue;
+		if (!(stmt = stmt_get(t, Q_EDGE_DELIVERED)))
+			err = tbx__db_fail(t->db, sql[Q_EDGE_DELIVERED]);
+		else if (edge_bind_key(stmt, &items[i]) ||
+			 sqlite3_bind_text(stmt, 3, items[i].msg_id, -1,
+					   SQLITE_STATIC))
+			err = bind_fail(t, stmt);
+		else
+			err = step_done(stmt);
+	}
+	return txn_end(t, err);
+}
+
+static int op_edge_count(tbx_tokens_t *tokens, int64_t *entries,
+			 int64_t *refused)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int err;
+
+	if (entries && (err = count_one(t, Q_EDGE_COUNT, NULL, entries)))
+		return err;
+	if (refused && (err = count_one(t, Q_EDGE_REFUSED_SUM, NULL, refused)))
+		return err;
+	return TBX_OK;
+}
+
+static int op_subscribers(tbx_tokens_t *tokens, const char *topic, int64_t *cnt)
+{
+	if (!topic || !cnt)
+		return TBX_EINVAL;
+	return count_one(backend(tokens), Q_SUB_COUNT, topic, cnt);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
@@ -692,6 +899,10 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .drop_attempt = op_drop_attempt,
     .registrations = op_registrations,
     .count = op_count,
+    .publish_mint = op_publish_mint,
+    .edge_delivered = op_edge_delivered,
+    .edge_count = op_edge_count,
+    .subscribers = op_subscribers,
     .close = op_close,
 };
 

@@ -10,6 +10,9 @@
  * grp)) tbx_registrations(attempt, token, send_grp, msg_id, created_ms, PRIMARY
  * KEY(attempt, token)) tbx_subscriptions(topic, grp, since_seq, created_ms,
  *                     PRIMARY KEY(topic, grp))
+ *   tbx_edge(topic, caller_id, fingerprint, msg_id, token, mint_seq,
+ *            delivered, refused, created_ms, PRIMARY KEY(topic, caller_id))
+ *                                      caller ids seen by publishers
  *
  * A token is a row per (token id, consumer group): a group checks and
  * deletes only its own row.  Every operation that writes is one
@@ -48,6 +51,30 @@ typedef struct tbx__reg {
 	char msg_id[TBX_MSGID_MAX + 1];
 	int64_t created_ms;
 } tbx__reg_t;
+
+/** What the ingress edge decided for one message of a publisher's flush. */
+typedef enum tbx__edge_verdict {
+	TBX_EDGE_NEW = 0,   /**< minted now: tokens created, id recorded */
+	TBX_EDGE_INFLIGHT,  /**< natural duplicate of a message not known to
+			       be delivered: send again with its id, token
+			       and sequence number */
+	TBX_EDGE_DONE,	    /**< natural duplicate of a delivered message */
+	TBX_EDGE_SYNTHETIC, /**< same caller id, another fingerprint */
+} tbx__edge_verdict_t;
+
+/** One message of a publisher's flush (tbx_tokens_publish_mint). */
+typedef struct tbx__edge_item {
+	const char *topic;
+	const char *caller_id; /**< NULL: no edge entry, always minted */
+	const uint8_t *fp;     /**< TBX_EDGE_FP_LEN bytes with caller_id */
+	char
+	    msg_id[TBX_UUID_LEN + 1]; /**< in: fresh id; out: the one to send */
+	char token[TBX_UUID_LEN + 1]; /**< in: fresh token; out: to send */
+	int64_t seq;		      /**< out: tbx-seq to send */
+	tbx__edge_verdict_t verdict;  /**< out */
+} tbx__edge_item_t;
+
+#define TBX_EDGE_FP_LEN 32
 
 typedef struct tbx_tokens_ops {
 	const char *name;
@@ -112,6 +139,29 @@ typedef struct tbx_tokens_ops {
 	 *  @p grp as sender (NULL: all).  Either out pointer may be NULL. */
 	int (*count)(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
 		     int64_t *registrations);
+	/**
+	 * The publisher's mint, with the ingress edge, in one transaction:
+	 * removes up to @p sweep_max edge entries older than @p window_ms,
+	 * takes the next sequence number, then per item in order: without a
+	 * caller id, or with one not seen within the window, mints the
+	 * item's token (a row per subscribed group) and records the caller
+	 * id; with one seen, sets the verdict (the original's id, token and
+	 * sequence number for a natural duplicate; a synthetic one adds to
+	 * the entry's refused count).  *rows as for mint.
+	 */
+	int (*publish_mint)(tbx_tokens_t *tokens, tbx__edge_item_t *items,
+			    size_t cnt, int64_t window_ms, size_t sweep_max,
+			    uint64_t *rows);
+	/** Marks the edge entries of delivered items (those with a caller
+	 *  id and verdict NEW or INFLIGHT), one txn. */
+	int (*edge_delivered)(tbx_tokens_t *tokens,
+			      const tbx__edge_item_t *items, size_t cnt);
+	/** Edge entries, and synthetic duplicates refused against them. */
+	int (*edge_count)(tbx_tokens_t *tokens, int64_t *entries,
+			  int64_t *refused);
+	/** Groups subscribed to @p topic.  A read. */
+	int (*subscribers)(tbx_tokens_t *tokens, const char *topic,
+			   int64_t *cnt);
 	/** Closes and frees. */
 	void (*close)(tbx_tokens_t *tokens);
 } tbx_tokens_ops_t;
@@ -206,6 +256,29 @@ static inline int tbx_tokens_count(tbx_tokens_t *t, const char *grp,
 				   int64_t *token_rows, int64_t *registrations)
 {
 	return t->ops->count(t, grp, token_rows, registrations);
+}
+static inline int tbx_tokens_publish_mint(tbx_tokens_t *t,
+					  tbx__edge_item_t *items, size_t cnt,
+					  int64_t window_ms, size_t sweep_max,
+					  uint64_t *rows)
+{
+	return t->ops->publish_mint(t, items, cnt, window_ms, sweep_max, rows);
+}
+static inline int tbx_tokens_edge_delivered(tbx_tokens_t *t,
+					    const tbx__edge_item_t *items,
+					    size_t cnt)
+{
+	return t->ops->edge_delivered(t, items, cnt);
+}
+static inline int tbx_tokens_edge_count(tbx_tokens_t *t, int64_t *entries,
+					int64_t *refused)
+{
+	return t->ops->edge_count(t, entries, refused);
+}
+static inline int tbx_tokens_subscribers(tbx_tokens_t *t, const char *topic,
+					 int64_t *cnt)
+{
+	return t->ops->subscribers(t, topic, cnt);
 }
 static inline void tbx_tokens_close(tbx_tokens_t *t)
 {

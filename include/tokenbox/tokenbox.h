@@ -318,19 +318,110 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
  * name), TBX_ENOMEM, or TBX_ESTATE while a failed flush is pending.
  */
 int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out);
+
+/** Longest caller-supplied id, in bytes. */
+#define TBX_CALLER_ID_MAX 255
+
 /**
- * Mints the tokens of every queued message in one token-store transaction,
- * produces them and waits for every delivery report (at most
- * dispatch.timeout.ms).
+ * Queues @p out (copied) under a caller-supplied id @p caller_id (copied;
+ * NULL: the same as tbx_publish()): the id the message has outside the
+ * pipeline, e.g. an order number or an upstream event id, 1 to
+ * TBX_CALLER_ID_MAX bytes without control characters.
  *
- * On failure the batch stays queued with its ids and tokens: call
- * tbx_publisher_flush() again to retry it, and receivers handle each
- * message once however many copies the retries deliver.  Until then
- * tbx_publish() refuses new messages.
- * @returns TBX_OK when all were delivered; else an error, and @p failed
- * (may be NULL) tells how many were not.
+ * At the flush, the ingress edge (a table in the token store, shared by
+ * every publisher of the pipeline, docs/architecture.md "Ingress edge")
+ * compares the message with what was published under the same (topic,
+ * caller id) within ingress.dedup.window.ms, by a SHA-256 fingerprint of
+ * its type, key and payload (extra headers are not part of it):
+ *  - not seen: published with a fresh tbx-id and token, and remembered;
+ *  - same fingerprint, a *natural duplicate* (a retry of the same message):
+ *    not published again when the original was delivered
+ *    (TBX_OUTCOME_DUPLICATE); when its delivery was never confirmed (a
+ *    publisher that failed or died), sent again with the original's
+ *    tbx-id, token and tbx-seq (TBX_OUTCOME_RESENT), so receivers take
+ *    it at most once whichever copies arrive;
+ *  - another fingerprint, a *synthetic duplicate* (a different message
+ *    reusing the id): refused, never published (TBX_OUTCOME_REFUSED), a
+ *    WARN log line names the id, and tbx_publisher_flush() returns
+ *    TBX_EEXIST.
+ * The message's tbx-id is a UUID minted by tokenbox, not @p caller_id.
+ * @returns TBX_OK, TBX_EINVAL (as tbx_publish(), or a bad @p caller_id),
+ * TBX_ENOMEM, or TBX_ESTATE while a failed flush is pending.
+ */
+int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
+		   const char *caller_id);
+
+/**
+ * Mints the tokens of every queued message in one token-store transaction
+ * (which also checks caller ids against the ingress edge, see
+ * tbx_publish_id()), produces them and waits for every delivery report
+ * (at most dispatch.timeout.ms).
+ *
+ * On a delivery failure the batch stays queued with its ids and tokens:
+ * call tbx_publisher_flush() again to send the undelivered messages
+ * again, and receivers handle each message once however many copies the
+ * retries deliver.  Until then tbx_publish() refuses new messages.
+ * @returns TBX_OK when every message was delivered or was a natural
+ * duplicate; TBX_EEXIST when the rest was, but one or more messages were
+ * refused as synthetic duplicates (the batch is finished); else an error
+ * and the batch stays.  @p failed (may be NULL) receives how many
+ * messages were not delivered, refused ones included.
+ * tbx_publisher_outcome() tells which.
  */
 int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed);
+
+/** What became of one message of the last flushed batch. */
+typedef enum tbx_outcome {
+	TBX_OUTCOME_PENDING = 0,    /**< not flushed, or its minting failed */
+	TBX_OUTCOME_SENT = 1,	    /**< delivered */
+	TBX_OUTCOME_RESENT = 2,	    /**< natural duplicate whose original's
+					 delivery was unconfirmed: delivered
+					 again with the original's id and token */
+	TBX_OUTCOME_DUPLICATE = 3,  /**< natural duplicate of a delivered
+					 message (or of one earlier in the
+					 batch): not published again */
+	TBX_OUTCOME_REFUSED = 4,    /**< synthetic duplicate: not published */
+	TBX_OUTCOME_UNDELIVERED = 5 /**< delivery failed; still queued */
+} tbx_outcome_t;
+
+/**
+ * @returns the outcome of message @p index (0-based, in the order queued)
+ * of the batch of the last tbx_publisher_flush() call, or -1 when there is
+ * no such message.  @p id (may be NULL) receives its tbx-id (the
+ * original's for a natural duplicate), borrowed until the next
+ * tbx_publish*() or tbx_publisher_destroy().
+ */
+int tbx_publisher_outcome(const tbx_publisher_t *pub, size_t index,
+			  const char **id);
+
+/** Publisher counters since tbx_publisher_new().  Only ever appended. */
+typedef struct tbx_publisher_stats {
+	uint64_t sent;	      /**< delivered with a fresh id and token */
+	uint64_t resent;      /**< natural duplicates delivered again */
+	uint64_t duplicates;  /**< natural duplicates not published again */
+	uint64_t refused;     /**< synthetic duplicates refused */
+	uint64_t undelivered; /**< failed deliveries (per flush attempt) */
+} tbx_publisher_stats_t;
+
+/** Copies the counters into @p stats. */
+void tbx_publisher_stats(const tbx_publisher_t *pub,
+			 tbx_publisher_stats_t *stats);
+/**
+ * Checks, before anything is published, what a first flush would find:
+ * that @p topic is a valid Kafka topic name, that the brokers answer a
+ * metadata request within @p timeout_ms, and that @p topic exists there
+ * (topics are not created by the check).  A separate short-lived client
+ * with the publisher's Kafka settings makes the request, so that a
+ * failure carries librdkafka's own reason (e.g. "Connection refused"),
+ * which tbx_publisher_errstr() then returns.  @p groups (may be NULL)
+ * receives the number of consumer groups subscribed to @p topic in the
+ * token store: 0 means the messages would carry tokens for no group.
+ * @returns TBX_OK, TBX_EINVAL (invalid name), TBX_ETIMEOUT (no broker
+ * answered), TBX_ENOENT (no such topic), TBX_EKAFKA or a store error.
+ */
+int tbx_publisher_check(tbx_publisher_t *pub, const char *topic, int timeout_ms,
+			size_t *groups);
+
 /** Frees the publisher and its conf.  A batch still queued is dropped;
  *  if it was minted, its tokens stay in the token store unused. */
 void tbx_publisher_destroy(tbx_publisher_t *pub);
