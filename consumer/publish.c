@@ -558,18 +558,27 @@ int tbx_publisher_check(tbx_publisher_t *pub, const char *topic, int timeout_ms,
 				  rd_kafka_err2str(rerr),
 				  ce.reason[0] ? ": " : "", ce.reason);
 	} else {
-		for (int i = 0; i < md->topic_cnt; i++)
-			found |=
-			    strcmp(md->topics[i].topic, topic) == 0 &&
-			    md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR;
-		err = found ? TBX_OK
-			    : tbx__seterr(
-				  pub->errstr, sizeof(pub->errstr), TBX_ENOENT,
-				  "topic %s does not exist on the "
-				  "brokers of %s",
-				  topic,
-				  tbx_conf_get(pub->conf, "kafka.bootstrap."
-							  "servers"));
+		rd_kafka_resp_err_t terr = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+		for (int i = 0; i < md->topic_cnt && !found; i++)
+			if (strcmp(md->topics[i].topic, topic) == 0) {
+				found = 1;
+				terr = md->topics[i].err;
+			}
+		if (found && terr == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+			found = 0;
+		if (!found)
+			err = tbx__seterr(
+			    pub->errstr, sizeof(pub->errstr), TBX_ENOENT,
+			    "topic %s does not exist on the brokers of %s",
+			    topic,
+			    tbx_conf_get(pub->conf, "kafka.bootstrap.servers"));
+		else if (terr)
+			err = tbx__seterr(pub->errstr, sizeof(pub->errstr),
+					  TBX_EKAFKA, "topic %s: %s", topic,
+					  rd_kafka_err2str(terr));
+		else
+			err = TBX_OK;
 	}
 	if (md)
 		rd_kafka_metadata_destroy(md);

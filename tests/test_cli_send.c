@@ -113,13 +113,17 @@ Test(cli_send, a_line_over_1_mib_is_refused_naming_its_number, .timeout = 120)
 	char *input = malloc(len + 1);
 	char *dir = tt_tmpdir();
 	char *tokens = tt_path(dir, "tokens.db");
-	/* Nothing is sent before the long line: no broker is needed. */
+	tt_cluster_t *c = tt_cluster_new(1);
+	/* Nothing is sent before the long line. */
 	const char *args[] = {"send",	     "--bootstrap-servers",
-			      "127.0.0.1:1", "--topic",
+			      c->bootstraps, "--topic",
 			      "in",	     "--type",
 			      "Line",	     "--tokens",
 			      tokens,	     NULL};
 	cc_result_t res;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_subscribe(tokens, "in", "readers");
 
 	memset(input, 'x', len);
 	input[len] = '\n';
@@ -131,6 +135,7 @@ Test(cli_send, a_line_over_1_mib_is_refused_naming_its_number, .timeout = 120)
 	cr_assert_eq(cc_lines(res.err), 1, "%s", res.err);
 	cc_result_free(&res);
 	free(input);
+	tt_cluster_destroy(c);
 	tt_rmrf(dir);
 	free(dir);
 	free(tokens);
@@ -182,4 +187,129 @@ Test(cli_send, help_exits_0, .timeout = 60)
 	cr_assert(cc_exited(res.status, 0));
 	cr_assert(strstr(res.out, "Usage: tokenbox send"), "%s", res.out);
 	cc_result_free(&res);
+}
+
+typedef struct drained {
+	tbx_worker_t *w;
+	uint64_t records;
+} drained_t;
+
+static int consumed_all(void *opaque)
+{
+	drained_t *d = opaque;
+	tbx_stats_t st;
+
+	tbx_worker_stats(d->w, &st);
+	return st.consumed >= d->records;
+}
+
+/* Three `tokenbox send` processes, one after the other, send order-1: the
+ * second as it was (natural duplicate: not sent again), the third changed
+ * (synthetic duplicate: refused).  One effect downstream. */
+Test(cli_send, a_caller_id_resent_by_another_send_takes_effect_once,
+     .timeout = 240)
+{
+	char *dir = tt_tmpdir();
+	char *tokens = tt_path(dir, "tokens.db");
+	char *store = tt_path(dir, "s1.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop = {.table = "hop1"};
+	char err[256];
+	cc_result_t res;
+	tt_record_t *recs;
+	size_t cnt;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_hop_table(store, "hop1");
+	tbx_worker_t *w =
+	    tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens, NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
+		     TBX_OK);
+	cr_assert(tbx_worker_poll(w, 0) >= 0); /* subscribes g1 */
+
+	const char *args[] = {"send", "-b",	   c->bootstraps, "-t",	  "in",
+			      "-T",   "Ping",	   "-S",	  tokens, "-K",
+			      ":",    "--id-from", "key",	  NULL};
+	res = cc_run_with(args, "order-1:one\n", 12, 60000);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert_str_eq(res.out, "sent 1 messages to in\n");
+	cc_result_free(&res);
+
+	res = cc_run_with(args, "order-1:one\n", 12, 60000);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert_str_eq(res.out, "sent 0 messages to in (1 natural "
+				  "duplicates not sent again)\n");
+	cc_result_free(&res);
+
+	res = cc_run_with(args, "order-1:CHANGED\n", 16, 60000);
+	cr_assert(cc_exited(res.status, 3), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.err, "line 1: caller id 'order-1' refused"), "%s",
+		  res.err);
+	cc_result_free(&res);
+
+	cnt = tt_read_topic(c->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 1, "one record for order-1");
+	tt_records_free(recs, cnt);
+	drained_t d = {w, 1};
+	cr_assert(tt_drive(&w, 1, consumed_all, &d, 5, 60));
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1"), 1,
+		     "one effect downstream");
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1 WHERE "
+				     "payload = 'CHANGED'"),
+		     0);
+	tbx_worker_destroy(w);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(tokens);
+	free(store);
+}
+
+/* The broker takes the metadata but refuses every Produce: the lines are
+ * named, nothing is reported as sent, and the status is 1. */
+Test(cli_send, undelivered_lines_are_named, .timeout = 180)
+{
+	char *dir = tt_tmpdir();
+	char *tokens = tt_path(dir, "tokens.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	cc_result_t res;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_subscribe(tokens, "in", "readers");
+	/* Retriable: the producer tries until dispatch.timeout.ms. */
+	rd_kafka_resp_err_t errs[2000];
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+		errs[i] = RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
+	rd_kafka_mock_push_request_errors_array(
+	    c->mock, TT_API_PRODUCE, sizeof(errs) / sizeof(errs[0]), errs);
+	const char *args[] = {"send",
+			      "-b",
+			      c->bootstraps,
+			      "-t",
+			      "in",
+			      "-T",
+			      "Ping",
+			      "-S",
+			      tokens,
+			      "-X",
+			      "dispatch.timeout.ms=1000",
+			      "-X",
+			      "log.level=error",
+			      NULL};
+	res = cc_run_with(args, "a\nb\nc\n", 6, 120000);
+	cr_assert(cc_exited(res.status, 1), "status %d: %s", res.status,
+		  res.err);
+	cr_assert_str_empty(res.out);
+	cr_assert(strstr(res.err, "lines 1-3 not delivered to in"), "%s",
+		  res.err);
+	cc_result_free(&res);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(tokens);
 }
