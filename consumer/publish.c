@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/publish.h"
 #include "consumer/sha256.h"
 #include "consumer/worker.h"
 
@@ -27,6 +28,7 @@
  * message: the edge's view of it and what became of it. */
 typedef struct pub_msg {
 	char *caller_id; /* NULL: none */
+	char *grp;	 /* NULL: every subscribed group; else only this one */
 	uint8_t fp[TBX_EDGE_FP_LEN];
 	int64_t seq; /* tbx-seq to send */
 	tbx__edge_verdict_t verdict;
@@ -98,8 +100,10 @@ fail:
 /* Forgets a finished batch before the first message of the next. */
 static void batch_reset(tbx_publisher_t *pub)
 {
-	for (size_t i = 0; i < pub->queue.msg_cnt; i++)
+	for (size_t i = 0; i < pub->queue.msg_cnt; i++) {
 		free(pub->ext[i].caller_id);
+		free(pub->ext[i].grp);
+	}
 	tbx__row_clear_msgs(&pub->queue);
 	pub->queue.mint_seq = 0;
 	pub->flushed = 0;
@@ -148,8 +152,31 @@ static void fingerprint(const tbx_out_t *out, uint8_t fp[TBX_EDGE_FP_LEN])
 	tbx__sha256_final(&h, fp);
 }
 
-int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
-		   const char *caller_id)
+/* Appends @p h, encoded, to the header blob *hdrs. */
+static int hdrs_append(void **hdrs, size_t *hdrs_len, const tbx_header_t *h)
+{
+	void *one, *joined;
+	size_t one_len;
+	int err;
+
+	if ((err = tbx__hdrs_encode(h, 1, &one, &one_len)))
+		return err;
+	if (!(joined = realloc(*hdrs, *hdrs_len + one_len))) {
+		free(one);
+		return TBX_ENOMEM;
+	}
+	memcpy((char *)joined + *hdrs_len, one, one_len);
+	free(one);
+	*hdrs = joined;
+	*hdrs_len += one_len;
+	return TBX_OK;
+}
+
+/* Queues @p out; @p extra (a reserved header) is appended to its
+ * headers, and @p grp limits its tokens to one group. */
+static int queue_msg(tbx_publisher_t *pub, const tbx_out_t *out,
+		     const char *caller_id, const tbx_header_t *extra,
+		     const char *grp)
 {
 	pub_msg_t *ext;
 	void *hdrs;
@@ -176,6 +203,10 @@ int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
 	}
 	if ((err = tbx__out_prepare(out, "tbx_publish", &hdrs, &hdrs_len)))
 		return err;
+	if (extra && (err = hdrs_append(&hdrs, &hdrs_len, extra))) {
+		free(hdrs);
+		return err;
+	}
 	if (pub->queue.msg_cnt == pub->ext_cap) {
 		size_t cap = pub->ext_cap ? pub->ext_cap * 2 : 16;
 
@@ -188,22 +219,42 @@ int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
 	}
 	ext = &pub->ext[pub->queue.msg_cnt];
 	memset(ext, 0, sizeof(*ext));
-	if (caller_id) {
-		if (!(ext->caller_id = tbx__strdup(caller_id))) {
-			free(hdrs);
-			return TBX_ENOMEM;
-		}
-		fingerprint(out, ext->fp);
+	if ((caller_id && !(ext->caller_id = tbx__strdup(caller_id))) ||
+	    (grp && !(ext->grp = tbx__strdup(grp)))) {
+		free(ext->caller_id);
+		free(hdrs);
+		return TBX_ENOMEM;
 	}
+	if (caller_id)
+		fingerprint(out, ext->fp);
 	err = tbx__row_add(&pub->queue, out->topic, out->type, out->key,
 			   out->key ? out->key_len : 0, out->payload,
 			   out->payload_len, hdrs, hdrs_len);
 	free(hdrs);
 	if (err) {
 		free(ext->caller_id);
-		ext->caller_id = NULL;
+		free(ext->grp);
+		memset(ext, 0, sizeof(*ext));
 	}
 	return err;
+}
+
+int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
+		   const char *caller_id)
+{
+	return queue_msg(pub, out, caller_id, NULL, NULL);
+}
+
+int tbx__publish_replay(tbx_publisher_t *pub, const tbx_out_t *out,
+			const char *caller_id, const char *replay_of,
+			const char *grp)
+{
+	tbx_header_t h = {"tbx-replay-of", replay_of,
+			  replay_of ? strlen(replay_of) : 0};
+
+	if (!replay_of || !*replay_of || !grp || !*grp)
+		return TBX_EINVAL;
+	return queue_msg(pub, out, caller_id, &h, grp);
 }
 
 int tbx_publish(tbx_publisher_t *pub, const tbx_out_t *out)
@@ -235,6 +286,7 @@ static int mint(tbx_publisher_t *pub)
 	for (size_t i = 0; i < queue->msg_cnt; i++) {
 		items[i].topic = queue->msgs[i].topic;
 		items[i].caller_id = pub->ext[i].caller_id;
+		items[i].grp = pub->ext[i].grp;
 		items[i].fp = pub->ext[i].fp;
 		memcpy(items[i].msg_id, queue->msgs[i].id, TBX_UUID_LEN + 1);
 		tbx__uuid(items[i].token);
@@ -596,8 +648,10 @@ void tbx_publisher_destroy(tbx_publisher_t *pub)
 		rd_kafka_flush(pub->producer, 10000);
 		rd_kafka_destroy(pub->producer);
 	}
-	for (size_t i = 0; i < pub->queue.msg_cnt; i++)
+	for (size_t i = 0; i < pub->queue.msg_cnt; i++) {
 		free(pub->ext[i].caller_id);
+		free(pub->ext[i].grp);
+	}
 	free(pub->ext);
 	tbx__row_clear(&pub->queue);
 	tbx_tokens_close(pub->tokens);

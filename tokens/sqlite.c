@@ -51,6 +51,7 @@ enum {
 	Q_EDGE_COUNT,
 	Q_EDGE_REFUSED_SUM,
 	Q_SUB_COUNT,
+	Q_TOKENS_ADD_GRP,
 	Q__COUNT
 };
 
@@ -109,6 +110,10 @@ static const char *const sql[Q__COUNT] = {
     [Q_EDGE_COUNT] = "SELECT count(*) FROM tbx_edge",
     [Q_EDGE_REFUSED_SUM] = "SELECT total(refused) FROM tbx_edge",
     [Q_SUB_COUNT] = "SELECT count(*) FROM tbx_subscriptions WHERE topic = ?1",
+    [Q_TOKENS_ADD_GRP] = "INSERT INTO tbx_tokens (token, grp, mint_seq, "
+			 "created_ms) SELECT ?1, grp, ?2, ?3 FROM "
+			 "tbx_subscriptions WHERE topic = ?4 AND since_seq < "
+			 "?2 AND grp = ?5",
 };
 
 typedef struct tbx_tokens_sqlite {
@@ -770,6 +775,28 @@ static int edge_put(tbx_tokens_sqlite_t *t, const tbx__edge_item_t *item,
 	return step_done(stmt);
 }
 
+/* tokens_add() for one group only. */
+static int tokens_add_grp(tbx_tokens_sqlite_t *t, const tbx__mint_item_t *item,
+			  const char *grp, int64_t seq, int64_t now,
+			  uint64_t *rows)
+{
+	sqlite3_stmt *stmt;
+	int err;
+
+	if (!(stmt = stmt_get(t, Q_TOKENS_ADD_GRP)))
+		return tbx__db_fail(t->db, sql[Q_TOKENS_ADD_GRP]);
+	if (sqlite3_bind_text(stmt, 1, item->token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 2, seq) ||
+	    sqlite3_bind_int64(stmt, 3, now) ||
+	    sqlite3_bind_text(stmt, 4, item->topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 5, grp, -1, SQLITE_STATIC))
+		return bind_fail(t, stmt);
+	if ((err = step_done(stmt)))
+		return err;
+	*rows += (uint64_t)sqlite3_changes(t->db);
+	return TBX_OK;
+}
+
 static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 			   size_t cnt, int64_t window_ms, size_t sweep_max,
 			   uint64_t *rows)
@@ -810,8 +837,11 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		 * after a crash finds the id and token that may be out. */
 		if (item->caller_id)
 			err = edge_put(t, item, now);
-		if (!err)
+		if (!err && !item->grp)
 			err = tokens_add(t, &mi, num, now, &created);
+		else if (!err)
+			err = tokens_add_grp(t, &mi, item->grp, num, now,
+					     &created);
 	}
 	if ((err = txn_end(t, err)))
 		return err;

@@ -66,7 +66,9 @@ typedef enum tbx__edge_verdict {
 typedef struct tbx__edge_item {
 	const char *topic;
 	const char *caller_id; /**< NULL: no edge entry, always minted */
-	const uint8_t *fp;     /**< TBX_EDGE_FP_LEN bytes with caller_id */
+	const char *grp;   /**< NULL: tokens for every subscribed group; else
+			      for this group only (a dead letter's replay) */
+	const uint8_t *fp; /**< TBX_EDGE_FP_LEN bytes with caller_id */
 	char
 	    msg_id[TBX_UUID_LEN + 1]; /**< in: fresh id; out: the one to send */
 	char token[TBX_UUID_LEN + 1]; /**< in: fresh token; out: to send */

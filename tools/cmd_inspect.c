@@ -25,13 +25,12 @@
 #include "tools/cli.h"
 #include "tools/inspect.h"
 
-enum { OPT_BUSY = 256, OPT_BATCH };
+enum { OPT_BUSY = 256, OPT_BATCH, OPT_CHECK };
 
 static void usage(void)
 {
 	printf(
-	    "Usage: tokenbox inspect --store PATH [--tokens PATH] [--json] "
-	    "COMMAND\n"
+	    "Usage: tokenbox inspect -s STORE [-S TOKENS] [--json] COMMAND\n"
 	    "\n"
 	    "Looks into a service store (--store) and the token store "
 	    "(--tokens; without\n"
@@ -67,15 +66,22 @@ static void usage(void)
 	    "stores)\n"
 	    "  dead-letters list       dead-lettered records, newest first\n"
 	    "  dead-letters show ID    one record (its number, or its message "
-	    "id)\n"
+	    "id); with\n"
+	    "                          -b and --topic, also its key, payload "
+	    "and headers\n"
+	    "                          as read from the dead-letter topic\n"
+	    "  dead-letters replay     re-publish --topic's dead letters of a "
+	    "group to\n"
+	    "                          their original topic (writes the token "
+	    "store)\n"
 	    "\n"
 	    "Options:\n"
 	    "  -s, --store PATH        the service store (required)\n"
-	    "  -t, --tokens PATH       the token store (default: the --store "
+	    "  -S, --tokens PATH       the token store (default: the --store "
 	    "file)\n"
 	    "  -j, --json              print one JSON document instead of "
 	    "tables\n"
-	    "  -c, --check             exit 1 on a finding: status: orphans, "
+	    "      --check             exit 1 on a finding: status: orphans, "
 	    "or rows older\n"
 	    "                          than --older-than; orphans: any; a "
 	    "list: any row\n"
@@ -99,8 +105,16 @@ static void usage(void)
 	    "      --batch N           registrations per sweep (cleanup), rows "
 	    "per round\n"
 	    "                          (redispatch); default %d\n"
-	    "  -b, --bootstrap-servers B  redispatch: Kafka brokers, "
-	    "host:port[,...]\n"
+	    "  -b, --bootstrap-servers B  redispatch, dead-letters: Kafka "
+	    "brokers,\n"
+	    "                          host:port[,...]\n"
+	    "  -t, --topic T           dead-letters replay and show: the "
+	    "dead-letter topic\n"
+	    "  -c, --config FILE       redispatch, dead-letters: Kafka "
+	    "settings in the\n"
+	    "                          worker's key=value format (e.g. "
+	    "security)\n"
+	    "  -X KEY=VALUE            one setting, after --config\n"
 	    "      --busy-timeout MS   wait at most MS for a lock (default "
 	    "%d)\n"
 	    "  -h, --help              show this help\n"
@@ -120,6 +134,25 @@ static void usage(void)
 	    "judged unless named with --group, since against another "
 	    "group's store every\n"
 	    "registration would look orphaned.\n"
+	    "\n"
+	    "dead-letters replay reads --topic from its beginning and "
+	    "re-publishes each\n"
+	    "dead letter that --group (default: the one group with dead "
+	    "letters in the\n"
+	    "store) recorded, at most --limit (default all), to its original "
+	    "topic: a\n"
+	    "fresh id and token minted for that group only, the original key, "
+	    "payload,\n"
+	    "type and headers, and tbx-replay-of = the original message id.  "
+	    "A dead\n"
+	    "letter replayed before (within ingress.dedup.window.ms) is not "
+	    "sent again.\n"
+	    "\n"
+	    "Short options are those of every command: -s service store, -S "
+	    "token store\n"
+	    "(it was -t), -t a topic, -c a configuration file (--check has no "
+	    "short form\n"
+	    "now).\n"
 	    "\n"
 	    "redispatch takes rows older than --older-than (default 10m: "
 	    "younger rows\n"
@@ -144,31 +177,43 @@ static const struct {
 	const char *name;
 	unsigned cmds;
 } scoped[] = {
-    {'c', "--check",
+    {OPT_CHECK, "--check",
      M(C_STATUS) | M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_ORPHANS) |
 	 M(C_DL_LIST)},
     {'o', "--older-than",
      M(C_STATUS) | M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_DL_LIST) |
 	 M(C_REDISPATCH)},
     {'l', "--limit",
-     M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_DL_LIST) | M(C_REDISPATCH)},
+     M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_DL_LIST) | M(C_REDISPATCH) |
+	 M(C_DL_REPLAY)},
     {'g', "--group",
      M(C_OUTBOX_LIST) | M(C_OUTBOX_SHOW) | M(C_TOKENS_LIST) | M(C_ORPHANS) |
-	 M(C_CLEANUP) | M(C_REDISPATCH) | M(C_DL_LIST) | M(C_DL_SHOW)},
+	 M(C_CLEANUP) | M(C_REDISPATCH) | M(C_DL_LIST) | M(C_DL_SHOW) |
+	 M(C_DL_REPLAY)},
     {'n', "--dry-run", M(C_CLEANUP)},
     {OPT_BATCH, "--batch", M(C_CLEANUP) | M(C_REDISPATCH)},
-    {'b', "--bootstrap-servers", M(C_REDISPATCH)},
+    {'b', "--bootstrap-servers",
+     M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
+    {'c', "--config", M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
+    {'X', "-X", M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
+    {'t', "--topic", M(C_DL_REPLAY) | M(C_DL_SHOW)},
 };
 
 static const struct {
 	const char *name, *sub;
 	insp_cmd_t cmd;
 } commands[] = {
-    {"status", NULL, C_STATUS},		 {"outbox", "list", C_OUTBOX_LIST},
-    {"outbox", "show", C_OUTBOX_SHOW},	 {"tokens", "list", C_TOKENS_LIST},
-    {"tokens", "show", C_TOKENS_SHOW},	 {"orphans", NULL, C_ORPHANS},
-    {"cleanup", NULL, C_CLEANUP},	 {"redispatch", NULL, C_REDISPATCH},
-    {"dead-letters", "list", C_DL_LIST}, {"dead-letters", "show", C_DL_SHOW},
+    {"status", NULL, C_STATUS},
+    {"outbox", "list", C_OUTBOX_LIST},
+    {"outbox", "show", C_OUTBOX_SHOW},
+    {"tokens", "list", C_TOKENS_LIST},
+    {"tokens", "show", C_TOKENS_SHOW},
+    {"orphans", NULL, C_ORPHANS},
+    {"cleanup", NULL, C_CLEANUP},
+    {"redispatch", NULL, C_REDISPATCH},
+    {"dead-letters", "list", C_DL_LIST},
+    {"dead-letters", "show", C_DL_SHOW},
+    {"dead-letters", "replay", C_DL_REPLAY},
 };
 
 static int is_show(insp_cmd_t cmd)
@@ -179,7 +224,7 @@ static int is_show(insp_cmd_t cmd)
 /* Turns the operands into a command.  @returns 0 or TBX_EXIT_USAGE. */
 static int parse_operands(int argc, char **argv, insp_opts_t *o)
 {
-	const char *name, *sub;
+	const char *name, *sub, *subs;
 	int known = 0;
 
 	if (optind >= argc)
@@ -212,16 +257,15 @@ static int parse_operands(int argc, char **argv, insp_opts_t *o)
 				     "unknown command '%s' (see 'tokenbox "
 				     "help inspect')",
 				     name);
+	subs = strcmp(name, "dead-letters") == 0 ? "list, show or replay"
+						 : "list or show";
 	if (o->cmd == C_NONE && sub)
 		return tbx_cli_usage(INSPECT_CMD,
-				     "%s: unknown subcommand '%s' (list or "
-				     "show)",
-				     name, sub);
+				     "%s: unknown subcommand '%s' (%s)", name,
+				     sub, subs);
 	if (o->cmd == C_NONE)
-		return tbx_cli_usage(INSPECT_CMD,
-				     "%s: a subcommand is needed: list or "
-				     "show",
-				     name);
+		return tbx_cli_usage(
+		    INSPECT_CMD, "%s: a subcommand is needed: %s", name, subs);
 	if (is_show(o->cmd)) {
 		if (optind >= argc)
 			return tbx_cli_usage(INSPECT_CMD,
@@ -244,9 +288,11 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 {
 	static const struct option longopts[] = {
 	    {"store", required_argument, NULL, 's'},
-	    {"tokens", required_argument, NULL, 't'},
+	    {"tokens", required_argument, NULL, 'S'},
 	    {"json", no_argument, NULL, 'j'},
-	    {"check", no_argument, NULL, 'c'},
+	    {"check", no_argument, NULL, OPT_CHECK},
+	    {"config", required_argument, NULL, 'c'},
+	    {"topic", required_argument, NULL, 't'},
 	    {"older-than", required_argument, NULL, 'o'},
 	    {"limit", required_argument, NULL, 'l'},
 	    {"group", required_argument, NULL, 'g'},
@@ -267,8 +313,8 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 	/* Every argument could be a --group: room for all of them. */
 	if (!(o->groups = calloc((size_t)argc + 1, sizeof(*o->groups))))
 		return tbx_cli_usage(INSPECT_CMD, "out of memory");
-	while ((c = tbx_cli_getopt(INSPECT_CMD, argc, argv, "s:t:jco:l:g:nb:h",
-				   longopts)) != -1) {
+	while ((c = tbx_cli_getopt(INSPECT_CMD, argc, argv,
+				   "s:S:jc:X:t:o:l:g:nb:h", longopts)) != -1) {
 		for (size_t i = 0; i < sizeof(scoped) / sizeof(scoped[0]); i++)
 			if (scoped[i].val == c)
 				seen[i] = 1;
@@ -276,14 +322,30 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 		case 's':
 			o->store = optarg;
 			break;
-		case 't':
+		case 'S':
 			o->tokens = optarg;
 			break;
 		case 'j':
 			o->json = 1;
 			break;
-		case 'c':
+		case OPT_CHECK:
 			o->check = 1;
+			break;
+		case 'c':
+			if ((rc = tbx_cli_conf_file(INSPECT_CMD, &o->conf,
+						    optarg)))
+				return rc;
+			break;
+		case 'X':
+			if ((rc = tbx_cli_conf_override(INSPECT_CMD, &o->conf,
+							optarg)))
+				return rc;
+			break;
+		case 't':
+			if (!*optarg)
+				return tbx_cli_usage(INSPECT_CMD,
+						     "--topic: empty value");
+			o->topic = optarg;
 			break;
 		case 'o':
 			if ((rc = insp_parse_duration("--older-than", optarg,
@@ -343,8 +405,34 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 	if (!*o->store || (o->tokens && !*o->tokens))
 		return tbx_cli_usage(INSPECT_CMD, "%s: empty path",
 				     *o->store ? "--tokens" : "--store");
+	if (o->cmd == C_DL_REPLAY || (o->cmd == C_DL_SHOW && o->topic)) {
+		if (!o->topic)
+			return tbx_cli_usage(INSPECT_CMD,
+					     "dead-letters replay: --topic "
+					     "(the dead-letter topic) is "
+					     "required");
+		if ((!o->servers || !*o->servers) && !o->conf.file &&
+		    !o->conf.override_cnt)
+			return tbx_cli_usage(INSPECT_CMD,
+					     "%s: --bootstrap-servers is "
+					     "required",
+					     o->cmd_name);
+		if (o->group_cnt > 1)
+			return tbx_cli_usage(INSPECT_CMD,
+					     "%s: one --group at most",
+					     o->cmd_name);
+		if (o->cmd == C_DL_REPLAY && !limit_seen)
+			o->limit = 0;
+	}
+	if (o->cmd == C_DL_SHOW && !o->topic &&
+	    (o->servers || o->conf.file || o->conf.override_cnt))
+		return tbx_cli_usage(INSPECT_CMD,
+				     "dead-letters show: --topic (the "
+				     "dead-letter topic) is needed to read "
+				     "the record from Kafka");
 	if (o->cmd == C_REDISPATCH) {
-		if (!o->servers || !*o->servers)
+		if ((!o->servers || !*o->servers) && !o->conf.file &&
+		    !o->conf.override_cnt)
 			return tbx_cli_usage(INSPECT_CMD,
 					     "redispatch: --bootstrap-servers "
 					     "is required");
@@ -1261,6 +1349,7 @@ int tbx_cmd_inspect(int argc, char **argv)
 	tbx__log_setup(TBX_LOG_ERR - 1, INSPECT_CMD);
 	if ((rc = parse_args(argc, argv, &o))) {
 		free(o.groups);
+		tbx_cli_conf_free(&o.conf);
 		return rc < 0 ? INSPECT_EXIT_OK : rc;
 	}
 	if ((rc = now_ms(&in.now_ms)) || (rc = insp_open(&in)))
@@ -1271,6 +1360,9 @@ int tbx_cmd_inspect(int argc, char **argv)
 		goto out;
 	case C_REDISPATCH:
 		rc = insp_redispatch(&in);
+		goto out;
+	case C_DL_REPLAY:
+		rc = insp_dl_replay(&in);
 		goto out;
 	default:
 		break;
@@ -1310,5 +1402,6 @@ int tbx_cmd_inspect(int argc, char **argv)
 out:
 	insp_close(&in);
 	free(o.groups);
+	tbx_cli_conf_free(&o.conf);
 	return rc;
 }

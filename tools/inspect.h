@@ -30,6 +30,7 @@
 #include <stdio.h>
 
 #include "outbox/outbox.h"
+#include "tools/cli_conf.h"
 #include "tokens/sweep.h"
 
 #define INSPECT_CMD "inspect"
@@ -61,6 +62,7 @@ typedef enum insp_cmd {
 	C_REDISPATCH,
 	C_DL_LIST,
 	C_DL_SHOW,
+	C_DL_REPLAY,
 } insp_cmd_t;
 
 typedef struct insp_opts {
@@ -73,6 +75,8 @@ typedef struct insp_opts {
 	const char **groups; /**< --group values (borrowed from argv) */
 	size_t group_cnt;
 	const char *servers;
+	const char *topic;   /**< --topic: a dead-letter topic */
+	tbx_cli_conf_t conf; /**< --config and -X */
 	insp_cmd_t cmd;
 	char cmd_name[32]; /**< "outbox list", for messages */
 	const char *id;	   /**< operand of `show` */
@@ -134,6 +138,16 @@ int insp_outbox_list(insp_t *in);
 int insp_outbox_show(insp_t *in);
 int insp_dl_list(insp_t *in);
 int insp_dl_show(insp_t *in);
+/** `dead-letters replay` (inspect_replay.c). */
+int insp_dl_replay(insp_t *in);
+/** Prints the dead-letter record of (@p in_topic, @p partition, @p offset)
+ *  read from --topic (`dead-letters show` with --bootstrap-servers):
+ *  key, payload and headers.  @returns 0, or an exit status. */
+int insp_dl_record_print(insp_t *in, const char *in_topic, int64_t partition,
+			 int64_t offset);
+/** A configuration for a Kafka client of inspect: --config, -X, then
+ *  --bootstrap-servers.  NULL after reporting why. */
+tbx_conf_t *insp_kafka_conf(insp_t *in);
 /** Prints a loaded outbox row (human) or returns it as JSON. */
 void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row);
 /** @p msg_count: the row's outgoing messages (they are included when

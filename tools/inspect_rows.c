@@ -555,6 +555,14 @@ int insp_dl_show(insp_t *in)
 				printf("\n");
 				insp_row_print(in, grp, &row);
 			}
+			if (in->o->topic &&
+			    insp_dl_record_print(
+				in, col(stmt, 3), sqlite3_column_int64(stmt, 4),
+				sqlite3_column_int64(stmt, 5))) {
+				tbx__row_clear(&row);
+				r = -1;
+				break;
+			}
 		}
 		tbx__row_clear(&row);
 		shown++;

@@ -979,14 +979,14 @@ static int redispatch_group(insp_t *in, const char *grp, int64_t before,
 {
 	const insp_opts_t *o = in->o;
 	char busy[24];
-	tbx_conf_t *conf = tbx_conf_new();
+	/* --config and -X (checked by insp_redispatch), then ours. */
+	tbx_conf_t *conf = insp_kafka_conf(in);
 	tbx_worker_t *worker;
 	size_t batch = (size_t)o->batch;
 	const char *kv[][2] = {
 	    {"group.id", grp},
 	    {"store.path", o->store},
 	    {"tokens.path", in->single ? "" : in->tpath},
-	    {"kafka.bootstrap.servers", o->servers},
 	    {"store.busy.timeout.ms", busy},
 	    {"log.level", "error"},
 	    /* No sweeps or polls: the handle only redispatches. */
@@ -1050,6 +1050,13 @@ int insp_redispatch(insp_t *in)
 	cJSON *doc = NULL, *arr = NULL;
 	int rc = INSPECT_EXIT_ERROR, failed = -1;
 
+	{
+		tbx_conf_t *check = insp_kafka_conf(in);
+
+		if (!check)
+			goto out;
+		tbx_conf_destroy(check);
+	}
 	if (in->o->group_cnt) {
 		if (!(groups = calloc(in->o->group_cnt, sizeof(*groups))))
 			goto oom;

@@ -1,0 +1,569 @@
+/*
+ * `inspect dead-letters replay` and the Kafka half of `dead-letters show`
+ * (tools/inspect.h): reading a dead-letter topic from its beginning.
+ *
+ * A dead letter carries its origin in tbx-dlq-topic, -partition and
+ * -offset; the service store's tbx_dead_letters rows say which group
+ * recorded it.  Replay re-publishes the dead letters one group recorded to
+ * their original topic with a fresh id and a token minted for that group
+ * only (tbx__publish_replay): the other groups subscribed to the topic
+ * handled the original and drop the replay as a duplicate.  Its caller id
+ * on the ingress edge is "replay:<the dead letter's tbx-id>", so a second
+ * replay of the same dead letter within ingress.dedup.window.ms is a
+ * natural duplicate and is not sent again.
+ */
+#include <inttypes.h>
+#include <strings.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/publish.h"
+#include "consumer/worker.h"
+#include "tools/cli.h"
+#include "tools/inspect.h"
+
+/* Bounds on the waits for the brokers, ms. */
+#define REPLAY_META_MS 10000
+#define REPLAY_READ_MS 30000
+
+tbx_conf_t *insp_kafka_conf(insp_t *in)
+{
+	const insp_opts_t *o = in->o;
+	tbx_conf_t *conf = tbx_conf_new();
+	char errstr[512];
+
+	if (!conf) {
+		tbx_cli_usage(INSPECT_CMD, "out of memory");
+		return NULL;
+	}
+	if (tbx_cli_conf_apply(INSPECT_CMD, &o->conf, conf)) {
+		tbx_conf_destroy(conf);
+		return NULL;
+	}
+	if (o->servers && tbx_conf_set(conf, "kafka.bootstrap.servers",
+				       o->servers, errstr, sizeof(errstr))) {
+		tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+		tbx_conf_destroy(conf);
+		return NULL;
+	}
+	if (!tbx_conf_get(conf, "kafka.bootstrap.servers")) {
+		tbx_cli_usage(INSPECT_CMD,
+			      "%s: --bootstrap-servers is required (or "
+			      "kafka.bootstrap.servers in the configuration)",
+			      o->cmd_name);
+		tbx_conf_destroy(conf);
+		return NULL;
+	}
+	return conf;
+}
+
+/* A reader of every record of one topic, up to its end when it started. */
+typedef struct dlq_reader {
+	rd_kafka_t *rk;
+	rd_kafka_topic_partition_list_t *parts;
+	int64_t *high; /* per partition: the end to read to */
+	int *done;
+	int left;
+} dlq_reader_t;
+
+static void reader_close(dlq_reader_t *r)
+{
+	if (r->rk) {
+		rd_kafka_consumer_close(r->rk);
+		rd_kafka_destroy(r->rk);
+	}
+	if (r->parts)
+		rd_kafka_topic_partition_list_destroy(r->parts);
+	free(r->high);
+	free(r->done);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Opens a reader of o->topic.  @returns 0 or an exit status (reported). */
+static int reader_open(insp_t *in, dlq_reader_t *r)
+{
+	const char *topic = in->o->topic;
+	char errstr[512], group[64];
+	const struct rd_kafka_metadata *md = NULL;
+	tbx_conf_t *conf = insp_kafka_conf(in);
+	rd_kafka_conf_t *kc;
+	rd_kafka_resp_err_t err;
+	int pcnt = -1, rc = INSPECT_EXIT_ERROR;
+
+	memset(r, 0, sizeof(*r));
+	if (!conf)
+		return INSPECT_EXIT_ERROR;
+	kc = tbx__conf_kafka(conf, "consumer", errstr, sizeof(errstr));
+	tbx_conf_destroy(conf);
+	if (!kc)
+		return tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+	/* Partitions are assigned, never subscribed: the group only names
+	 * the client, and no offset is committed. */
+	snprintf(group, sizeof(group), "tokenbox-inspect-%ld", (long)getpid());
+	if (rd_kafka_conf_set(kc, "group.id", group, errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(kc, "enable.auto.commit", "false", errstr,
+			      sizeof(errstr)) ||
+	    rd_kafka_conf_set(kc, "enable.partition.eof", "true", errstr,
+			      sizeof(errstr))) {
+		rd_kafka_conf_destroy(kc);
+		return tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+	}
+	if (!(r->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, errstr,
+				   sizeof(errstr)))) {
+		rd_kafka_conf_destroy(kc);
+		return tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+	}
+	err = rd_kafka_metadata(r->rk, 1, NULL, &md, REPLAY_META_MS);
+	if (err) {
+		rc = tbx_cli_usage(INSPECT_CMD,
+				   "%s: cannot read the metadata: %s",
+				   in->o->cmd_name, rd_kafka_err2str(err));
+		goto fail;
+	}
+	for (int i = 0; i < md->topic_cnt; i++)
+		if (strcmp(md->topics[i].topic, topic) == 0 &&
+		    !md->topics[i].err)
+			pcnt = md->topics[i].partition_cnt;
+	rd_kafka_metadata_destroy(md);
+	if (pcnt < 0) {
+		rc = tbx_cli_usage(INSPECT_CMD, "%s: topic %s does not exist",
+				   in->o->cmd_name, topic);
+		goto fail;
+	}
+	r->parts = rd_kafka_topic_partition_list_new(pcnt);
+	r->high = calloc((size_t)pcnt + 1, sizeof(*r->high));
+	r->done = calloc((size_t)pcnt + 1, sizeof(*r->done));
+	if (!r->parts || !r->high || !r->done) {
+		rc = tbx_cli_usage(INSPECT_CMD, "out of memory");
+		goto fail;
+	}
+	for (int p = 0; p < pcnt; p++) {
+		int64_t low = 0;
+
+		err = rd_kafka_query_watermark_offsets(
+		    r->rk, topic, p, &low, &r->high[p], REPLAY_META_MS);
+		if (err) {
+			rc = tbx_cli_usage(INSPECT_CMD,
+					   "%s: %s [%d]: cannot read the "
+					   "offsets: %s",
+					   in->o->cmd_name, topic, p,
+					   rd_kafka_err2str(err));
+			goto fail;
+		}
+		r->done[p] = r->high[p] <= low;
+		r->left += !r->done[p];
+		rd_kafka_topic_partition_list_add(r->parts, topic, p)->offset =
+		    RD_KAFKA_OFFSET_BEGINNING;
+	}
+	if ((err = rd_kafka_assign(r->rk, r->parts))) {
+		rc = tbx_cli_usage(INSPECT_CMD, "%s: %s", in->o->cmd_name,
+				   rd_kafka_err2str(err));
+		goto fail;
+	}
+	return 0;
+fail:
+	reader_close(r);
+	return rc;
+}
+
+/*
+ * The next record below the ends, or NULL when every partition is read
+ * (*rc 0) or on an error (*rc an exit status, reported).  The caller
+ * destroys the record.
+ */
+static rd_kafka_message_t *reader_next(insp_t *in, dlq_reader_t *r, int *rc)
+{
+	int64_t deadline = tbx__now_ms() + REPLAY_READ_MS;
+
+	*rc = 0;
+	while (r->left > 0) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, 100);
+		int p;
+
+		if (!m) {
+			if (tbx__now_ms() < deadline)
+				continue;
+			*rc = tbx_cli_usage(
+			    INSPECT_CMD, "%s: %s: no record within %d ms",
+			    in->o->cmd_name, in->o->topic, REPLAY_READ_MS);
+			return NULL;
+		}
+		deadline = tbx__now_ms() + REPLAY_READ_MS;
+		p = m->partition;
+		if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+			*rc = tbx_cli_usage(INSPECT_CMD, "%s: %s: %s",
+					    in->o->cmd_name, in->o->topic,
+					    rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+			return NULL;
+		}
+		if (p < 0 || p >= r->parts->cnt || r->done[p]) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		if (m->err || m->offset + 1 >= r->high[p]) {
+			r->done[p] = 1;
+			r->left--;
+		}
+		if (m->err || m->offset >= r->high[p]) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		return m;
+	}
+	return NULL;
+}
+
+/* Header @p name of @p m as a NUL-terminated copy in @p buf ("" when
+ * absent or too long). */
+static const char *hdr(const rd_kafka_message_t *m, const char *name, char *buf,
+		       size_t size)
+{
+	rd_kafka_headers_t *h = NULL;
+	const void *v;
+	size_t len;
+
+	buf[0] = '\0';
+	if (rd_kafka_message_headers(m, &h) || !h ||
+	    rd_kafka_header_get_last(h, name, &v, &len) || !v || len >= size)
+		return buf;
+	memcpy(buf, v, len);
+	buf[len] = '\0';
+	return buf;
+}
+
+/* The origin of a dead letter.  @returns 1 when its headers carry one. */
+static int origin(const rd_kafka_message_t *m, char *topic, size_t size,
+		  int64_t *partition, int64_t *offset)
+{
+	char num[32];
+	char *end;
+
+	if (!*hdr(m, "tbx-dlq-topic", topic, size))
+		return 0;
+	*partition =
+	    strtoll(hdr(m, "tbx-dlq-partition", num, sizeof(num)), &end, 10);
+	if (!num[0] || *end)
+		return 0;
+	*offset = strtoll(hdr(m, "tbx-dlq-offset", num, sizeof(num)), &end, 10);
+	return num[0] && !*end;
+}
+
+/* 1 when group @p grp recorded the dead letter of this origin in S. */
+static int recorded_by(insp_t *in, const char *grp, const char *topic,
+		       int64_t partition, int64_t offset, int *found)
+{
+	sqlite3_stmt *stmt = insp_prepare(
+	    in, in->sdb,
+	    "SELECT 1 FROM tbx_dead_letters WHERE grp = ?1 AND in_topic = ?2 "
+	    "AND in_partition = ?3 AND in_offset = ?4 AND dlq_topic = ?5");
+	int r;
+
+	if (!stmt)
+		return -1;
+	sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, partition);
+	sqlite3_bind_int64(stmt, 4, offset);
+	sqlite3_bind_text(stmt, 5, in->o->topic, -1, SQLITE_STATIC);
+	r = insp_step(in, stmt);
+	sqlite3_finalize(stmt);
+	if (r < 0)
+		return -1;
+	*found = r == SQLITE_ROW;
+	return 0;
+}
+
+/* The group whose dead letters are replayed: --group, or the only group
+ * with dead letters of --topic in the store.  @returns 0 or an exit
+ * status. */
+static int replay_group(insp_t *in, char **grp)
+{
+	sqlite3_stmt *stmt;
+	int r, n = 0;
+
+	if (in->o->group_cnt) {
+		*grp = tbx__strdup(in->o->groups[0]);
+		return *grp ? 0 : tbx_cli_usage(INSPECT_CMD, "out of memory");
+	}
+	if (!(stmt = insp_prepare(in, in->sdb,
+				  "SELECT DISTINCT grp FROM tbx_dead_letters "
+				  "WHERE dlq_topic = ?1 ORDER BY grp")))
+		return INSPECT_EXIT_ERROR;
+	sqlite3_bind_text(stmt, 1, in->o->topic, -1, SQLITE_STATIC);
+	*grp = NULL;
+	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
+		if (n++ == 0)
+			*grp = tbx__strdup(
+			    (const char *)sqlite3_column_text(stmt, 0));
+	}
+	sqlite3_finalize(stmt);
+	if (r < 0)
+		return INSPECT_EXIT_ERROR;
+	if (n == 1 && *grp)
+		return 0;
+	free(*grp);
+	*grp = NULL;
+	if (n == 0)
+		return tbx_cli_usage(INSPECT_CMD,
+				     "dead-letters replay: the store records "
+				     "no dead letter sent to %s",
+				     in->o->topic);
+	return tbx_cli_usage(INSPECT_CMD,
+			     "dead-letters replay: several groups sent dead "
+			     "letters to %s: name one with --group",
+			     in->o->topic);
+}
+
+/* 1 when @p grp is subscribed to @p topic in the token store. */
+static int subscribed(insp_t *in, const char *topic, const char *grp, int *yes)
+{
+	int64_t n = 0;
+	sqlite3_stmt *stmt = insp_prepare(in, in->tdb,
+					  "SELECT count(*) FROM "
+					  "tbx_subscriptions WHERE topic = ?1 "
+					  "AND grp = ?2");
+
+	if (!stmt)
+		return -1;
+	sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC);
+	if (insp_step(in, stmt) == SQLITE_ROW)
+		n = sqlite3_column_int64(stmt, 0);
+	else
+		n = -1;
+	sqlite3_finalize(stmt);
+	if (n < 0)
+		return -1;
+	*yes = n > 0;
+	return 0;
+}
+
+typedef struct replayed {
+	size_t sent, again, skipped, failed;
+} replayed_t;
+
+/* Flushes the queued replays and counts their outcomes.  @returns 0 or an
+ * exit status. */
+static int replay_flush(tbx_publisher_t *pub, size_t queued, replayed_t *res)
+{
+	size_t failed = 0;
+	int err = TBX_OK;
+
+	if (!queued)
+		return 0;
+	for (int i = 0; i < 3; i++)
+		if (!(err = tbx_publisher_flush(pub, &failed)) ||
+		    err == TBX_EEXIST)
+			break;
+	for (size_t i = 0; i < queued; i++) {
+		switch (tbx_publisher_outcome(pub, i, NULL)) {
+		case TBX_OUTCOME_SENT:
+		case TBX_OUTCOME_RESENT:
+			res->sent++;
+			break;
+		case TBX_OUTCOME_DUPLICATE:
+			res->again++;
+			break;
+		default:
+			res->failed++;
+			break;
+		}
+	}
+	if (err && err != TBX_EEXIST)
+		return tbx_cli_usage(INSPECT_CMD, "dead-letters replay: %s",
+				     tbx_publisher_errstr(pub));
+	return 0;
+}
+
+/* Queues the replay of dead letter @p m (from @p topic). */
+static int replay_one(insp_t *in, tbx_publisher_t *pub, const char *grp,
+		      const rd_kafka_message_t *m, const char *topic)
+{
+	rd_kafka_headers_t *hs = NULL;
+	tbx_header_t *extra = NULL;
+	size_t cnt = 0, n = 0;
+	char type[TBX_TYPE_MAX + 1], dlq_id[TBX_MSGID_MAX + 1],
+	    own_id[TBX_MSGID_MAX + 1], caller[TBX_MSGID_MAX + 64];
+	const char *name;
+	const void *v;
+	size_t len;
+	int err;
+
+	if (!rd_kafka_message_headers(m, &hs) && hs)
+		cnt = rd_kafka_header_cnt(hs);
+	if (cnt && !(extra = calloc(cnt, sizeof(*extra))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < cnt; i++) {
+		if (rd_kafka_header_get_all(hs, i, &name, &v, &len))
+			break;
+		if (strncasecmp(name, "tbx-", 4) == 0)
+			continue; /* ours: tbx-id, tbx-dlq-*, ... */
+		extra[n++] = (tbx_header_t){name, v, len};
+	}
+	hdr(m, "tbx-type", type, sizeof(type));
+	hdr(m, "tbx-dlq-id", dlq_id, sizeof(dlq_id));
+	if (!*hdr(m, "tbx-id", own_id, sizeof(own_id)))
+		snprintf(own_id, sizeof(own_id), "%s:%" PRId32 ":%" PRId64,
+			 in->o->topic, m->partition, m->offset);
+	snprintf(caller, sizeof(caller), "replay:%s", own_id);
+	tbx_out_t out = {.topic = topic,
+			 .type = *type ? type : "tbx.dead-letter",
+			 .key = m->key,
+			 .key_len = m->key ? m->key_len : 0,
+			 .payload = m->payload,
+			 .payload_len = m->payload ? m->len : 0,
+			 .headers = extra,
+			 .header_cnt = n};
+	err = tbx__publish_replay(pub, &out, caller, *dlq_id ? dlq_id : own_id,
+				  grp);
+	free(extra);
+	return err;
+}
+
+int insp_dl_replay(insp_t *in)
+{
+	const insp_opts_t *o = in->o;
+	dlq_reader_t r;
+	tbx_publisher_t *pub = NULL;
+	tbx_conf_t *conf = NULL;
+	replayed_t res = {0};
+	rd_kafka_message_t *m;
+	char *grp = NULL, errstr[512], topic[TBX_TOPIC_MAX + 1];
+	int64_t partition, offset;
+	size_t queued = 0, considered = 0;
+	int rc, found, yes, err;
+
+	memset(&r, 0, sizeof(r));
+	if ((rc = replay_group(in, &grp)))
+		return rc;
+	if (!(conf = insp_kafka_conf(in))) {
+		rc = INSPECT_EXIT_ERROR;
+		goto out;
+	}
+	if (tbx_conf_set(conf, "tokens.path", in->tpath, errstr,
+			 sizeof(errstr)) ||
+	    tbx_conf_set(conf, "log.level", "error", errstr, sizeof(errstr))) {
+		rc = tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+		goto out;
+	}
+	if (!(pub = tbx_publisher_new(conf, errstr, sizeof(errstr)))) {
+		rc = tbx_cli_usage(INSPECT_CMD, "dead-letters replay: %s",
+				   errstr);
+		goto out;
+	}
+	conf = NULL;
+	tbx__log_setup(TBX_LOG_ERR - 1, INSPECT_CMD);
+	if ((rc = reader_open(in, &r)))
+		goto out;
+	while ((m = reader_next(in, &r, &rc))) {
+		if (!origin(m, topic, sizeof(topic), &partition, &offset) ||
+		    recorded_by(in, grp, topic, partition, offset, &found) ||
+		    !found) {
+			/* Another group's, or not a dead letter. */
+			res.skipped++;
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		if (o->limit && (long long)considered >= o->limit) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		considered++;
+		if (subscribed(in, topic, grp, &yes) || !yes) {
+			tbx_cli_note(INSPECT_CMD,
+				     "dead-letters replay: %s [%" PRId32
+				     "] @%" PRId64 ": %s is not subscribed "
+				     "to %s in the token store: not replayed "
+				     "(it would be dropped as a duplicate)",
+				     o->topic, m->partition, m->offset, grp,
+				     topic);
+			res.failed++;
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		err = replay_one(in, pub, grp, m, topic);
+		rd_kafka_message_destroy(m);
+		if (err) {
+			rc = tbx_cli_usage(INSPECT_CMD,
+					   "dead-letters replay: %s",
+					   tbx_strerror(err));
+			goto out;
+		}
+		if (++queued == 500) {
+			if ((rc = replay_flush(pub, queued, &res)))
+				goto out;
+			queued = 0;
+		}
+	}
+	if (rc || (rc = replay_flush(pub, queued, &res)))
+		goto out;
+	printf("replayed %zu dead letters of %s from %s", res.sent, grp,
+	       o->topic);
+	if (res.again)
+		printf(", %zu replayed before (not sent again)", res.again);
+	if (res.skipped)
+		printf(", %zu records of other groups skipped", res.skipped);
+	printf("\n");
+	rc = INSPECT_EXIT_OK;
+	if (res.failed)
+		rc = tbx_cli_usage(INSPECT_CMD,
+				   "dead-letters replay: %zu dead letters not "
+				   "replayed",
+				   res.failed);
+out:
+	reader_close(&r);
+	tbx_publisher_destroy(pub);
+	tbx_conf_destroy(conf);
+	free(grp);
+	return rc;
+}
+
+int insp_dl_record_print(insp_t *in, const char *in_topic, int64_t partition,
+			 int64_t offset)
+{
+	dlq_reader_t r;
+	rd_kafka_message_t *m;
+	char topic[TBX_TOPIC_MAX + 1];
+	int64_t p, o;
+	int rc, shown = 0;
+
+	if ((rc = reader_open(in, &r)))
+		return rc;
+	while (!shown && (m = reader_next(in, &r, &rc))) {
+		rd_kafka_headers_t *hs = NULL;
+		const char *name;
+		const void *v;
+		size_t len, cnt = 0;
+		char at[64];
+
+		if (!origin(m, topic, sizeof(topic), &p, &o) ||
+		    strcmp(topic, in_topic) != 0 || p != partition ||
+		    o != offset) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		shown = 1;
+		printf("\n");
+		snprintf(at, sizeof(at), "%s [%" PRId32 "] @%" PRId64,
+			 in->o->topic, m->partition, m->offset);
+		insp_kv("record", at, 0);
+		insp_bytes_print("key", m->key, m->key_len, 2, 0, "(none)");
+		insp_bytes_print("payload", m->payload, m->len, 2, 0, "(null)");
+		if (!rd_kafka_message_headers(m, &hs) && hs)
+			cnt = rd_kafka_header_cnt(hs);
+		snprintf(at, sizeof(at), "%zu", cnt);
+		insp_kv("headers", at, 2);
+		for (size_t i = 0; i < cnt; i++)
+			if (!rd_kafka_header_get_all(hs, i, &name, &v, &len))
+				insp_bytes_print(name, v, len, 4, 20, "(null)");
+		rd_kafka_message_destroy(m);
+	}
+	reader_close(&r);
+	if (rc)
+		return rc;
+	if (!shown)
+		printf("\n  (no record of it in %s)\n", in->o->topic);
+	return 0;
+}
