@@ -27,7 +27,7 @@ static const struct command {
     {"send", tbx_cmd_send,
      "publish lines of stdin to a topic, with tokens minted"},
     {"inspect", tbx_cmd_inspect,
-     "look into the stores; clean up orphans, redispatch stuck rows"},
+     "look into the stores; clean up, redispatch, replay dead letters"},
     {"mock-cluster", tbx_cmd_mock_cluster,
      "host librdkafka's mock Kafka cluster until stopped"},
     {"version", cmd_version,
