@@ -252,6 +252,16 @@ Test(cli_send, a_caller_id_resent_by_another_send_takes_effect_once,
 		  res.err);
 	cc_result_free(&res);
 
+	/* The refusal is visible in the token store. */
+	const char *status[] = {"inspect", "-s", tokens, "status", NULL};
+	res = cc_run(status);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "Ingress edge: 1 caller ids within "
+				  "ingress.dedup.window.ms, 1 synthetic "
+				  "duplicates refused"),
+		  "%s", res.out);
+	cc_result_free(&res);
+
 	cnt = tt_read_topic(c->bootstraps, "in", &recs);
 	cr_assert_eq(cnt, 1, "one record for order-1");
 	tt_records_free(recs, cnt);

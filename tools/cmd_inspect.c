@@ -787,6 +787,7 @@ typedef struct status {
 	size_t outbox_n, tokens_n, regs_n, dls_n;
 	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
 	int64_t seq;
+	int64_t edge, edge_refused; /* the ingress edge (schema 4) */
 } status_t;
 
 static void counts_free(grp_counts_t *g, size_t n)
@@ -1273,6 +1274,13 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		insp_tbl_free(tbl);
 	}
 
+	if (st->edge) {
+		printf("\nIngress edge: %" PRId64 " caller ids within "
+		       "ingress.dedup.window.ms, %" PRId64
+		       " synthetic duplicates refused\n",
+		       st->edge, st->edge_refused);
+	}
+
 	if (t->tokened) {
 		printf("\n");
 		insp_wrap("note: ",
@@ -1303,6 +1311,15 @@ static int cmd_status(insp_t *in)
 
 	memset(&st, 0, sizeof(st));
 	if (status_gather(in, &st, in->now_ms - stuck_ms)) {
+		status_free(&st);
+		return INSPECT_EXIT_ERROR;
+	}
+	/* Shown only when in use: the edge is a publisher's table. */
+	if (in->schema[1] >= 4 &&
+	    (insp_count(in, in->tdb, "SELECT count(*) FROM tbx_edge", NULL,
+			&st.edge) ||
+	     insp_count(in, in->tdb, "SELECT total(refused) FROM tbx_edge",
+			NULL, &st.edge_refused))) {
 		status_free(&st);
 		return INSPECT_EXIT_ERROR;
 	}
