@@ -323,3 +323,71 @@ Test(cli_send, undelivered_lines_are_named, .timeout = 180)
 	free(dir);
 	free(tokens);
 }
+
+/* A `tokenbox send` killed after producing, before its delivery was
+ * recorded: the line re-sent by another one goes out with the same id and
+ * token, and takes effect once. */
+Test(cli_send, a_send_killed_in_flight_is_resent_with_its_token, .timeout = 240)
+{
+	char *dir = tt_tmpdir();
+	char *tokens = tt_path(dir, "tokens.db");
+	char *store = tt_path(dir, "s1.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop = {.table = "hop1"};
+	char err[256];
+	cc_result_t res;
+	tt_record_t *recs;
+	size_t cnt;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_hop_table(store, "hop1");
+	tbx_worker_t *w =
+	    tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens, NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
+		     TBX_OK);
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+
+	const char *args[] = {"send", "-b",	   c->bootstraps, "-t",	  "in",
+			      "-T",   "Ping",	   "-S",	  tokens, "-K",
+			      ":",    "--id-from", "key",	  NULL};
+	setenv("TBX_CRASH_AT", "C.produced", 1);
+	res = cc_run_with(args, "order-5:five\n", 13, 60000);
+	unsetenv("TBX_CRASH_AT");
+	cr_assert(res.status != -1 && WIFSIGNALED(res.status) &&
+		      WTERMSIG(res.status) == SIGKILL,
+		  "status %d: %s", res.status, res.err);
+	cc_result_free(&res);
+	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_edge WHERE "
+				      "delivered = 0"),
+		     1);
+
+	res = cc_run_with(args, "order-5:five\n", 13, 60000);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert_str_eq(res.out, "sent 1 messages to in\n");
+	cc_result_free(&res);
+	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 1,
+		     "the re-send carries the first send's token");
+
+	/* One or two copies, one id and one token. */
+	cnt = tt_read_topic(c->bootstraps, "in", &recs);
+	cr_assert(cnt >= 1 && cnt <= 2, "%zu records", cnt);
+	for (size_t i = 1; i < cnt; i++) {
+		cr_assert_str_eq(recs[i].id, recs[0].id);
+		cr_assert_str_eq(recs[i].token, recs[0].token);
+	}
+	tt_records_free(recs, cnt);
+	drained_t d = {w, cnt};
+	cr_assert(tt_drive(&w, 1, consumed_all, &d, 5, 60));
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1"), 1,
+		     "one effect downstream");
+	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	tbx_worker_destroy(w);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(tokens);
+	free(store);
+}
