@@ -424,6 +424,11 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 		if (o->cmd == C_DL_REPLAY && !limit_seen)
 			o->limit = 0;
 	}
+	if (o->cmd == C_DL_SHOW && o->topic && o->json)
+		return tbx_cli_usage(INSPECT_CMD,
+				     "dead-letters show: --topic reads the "
+				     "record for the text form only; leave "
+				     "out --json or --topic");
 	if (o->cmd == C_DL_SHOW && !o->topic &&
 	    (o->servers || o->conf.file || o->conf.override_cnt))
 		return tbx_cli_usage(INSPECT_CMD,
