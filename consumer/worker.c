@@ -164,7 +164,7 @@ tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
 	memset(part, 0, sizeof(*part));
 	tbx__strlcpy(part->topic, topic, sizeof(part->topic));
 	part->partition = partition;
-	part->retry_offset = -1;
+	part->count_offset = -1;
 	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++)
 		if (strcmp(tbx_router_topic(worker->router, i), topic) == 0)
 			part->since = worker->since[i];
@@ -476,8 +476,7 @@ static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
 	msg->rkm = rkm;
 	msg->part = part;
 	tbx__msg_parse(msg);
-	msg->attempt =
-	    part->retry_offset == rkm->offset ? part->retry_attempts + 1 : 1;
+	msg->attempt = 1; /* G counts earlier RETRYs from the store */
 	worker->stats.consumed++;
 	return 1;
 }
