@@ -1184,26 +1184,21 @@ int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
 	return err;
 }
 
-int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
-			   size_t limit, size_t *finished)
+/* Takes the rows @p ids through B–E exactly as a redelivery would: safe
+ * against concurrent workers (B's conditional record, C's same ids and
+ * tokens, D and E idempotent).  *finished receives the rows done; rows
+ * left (an undelivered message) make it TBX_EDELIVERY. */
+static int resume_rows(tbx_worker_t *worker, const tbx__msgid_t *ids,
+		       size_t cnt, size_t *finished)
 {
 	tbx__batch_t *batch = &worker->batch;
-	tbx__msgid_t *ids = NULL;
-	size_t cnt = 0;
-	int err;
+	int err = TBX_OK;
 
 	*finished = 0;
-	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
-					 created_before_ms, limit, &ids, &cnt)))
-		return err;
-	if (cnt == 0)
-		return TBX_OK;
 	if (!worker->producer &&
 	    !(worker->producer = tbx__producer_new(worker->conf, worker->errstr,
-						   sizeof(worker->errstr)))) {
-		free(ids);
+						   sizeof(worker->errstr))))
 		return TBX_EKAFKA;
-	}
 	for (size_t i = 0; i < cnt && !err; i++) {
 		tbx__brow_t *brow;
 		size_t idx;
@@ -1221,20 +1216,78 @@ int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 		}
 		brow->recorded = brow->row.attempt[0] != '\0';
 	}
-	free(ids);
-	/* The rows go through B–E exactly as a redelivery would take them:
-	 * concurrent workers are safe (B's conditional record, C's same ids
-	 * and tokens, D and E idempotent). */
 	if (!err && !(err = phase_tokens(worker, batch)) &&
 	    !(err = phase_dispatch(worker, batch)) &&
 	    !(err = phase_consume(worker, batch)))
 		err = phase_finish(worker, batch);
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		*finished += batch->rows[i].finished || batch->rows[i].gone;
-	/* Rows left (an undelivered message) stay for a later run: an
-	 * error for the caller. */
+	/* Rows left stay for a later run: an error for the caller. */
 	if (!err && *finished < batch->row_cnt)
 		err = TBX_EDELIVERY;
 	tbx__batch_reset(batch);
+	return err;
+}
+
+int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
+			   size_t limit, size_t *finished)
+{
+	tbx__msgid_t *ids = NULL;
+	size_t cnt = 0;
+	int err;
+
+	*finished = 0;
+	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
+					 created_before_ms, limit, &ids, &cnt)))
+		return err;
+	if (cnt)
+		err = resume_rows(worker, ids, cnt, finished);
+	free(ids);
+	return err;
+}
+
+int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
+			int32_t partition, int64_t committed, size_t limit,
+			size_t *found, size_t *finished)
+{
+	tbx__msgid_t *ids = NULL;
+	size_t cnt = 0;
+	int err;
+
+	*found = *finished = 0;
+	if ((err = tbx_outbox_rows_below(worker->store, worker->group, topic,
+					 partition, committed, limit, &ids,
+					 &cnt)))
+		return err;
+	if (cnt == 0)
+		return TBX_OK;
+	*found = cnt;
+	worker->stats.stuck_rows += cnt;
+	tbx__log(TBX_LOG_WARNING,
+		 "%s [%" PRId32 "]: %zu outbox row(s) below the committed "
+		 "offset %" PRId64
+		 " (the first: %s): their records will not be delivered "
+		 "again (retention, an offset reset); finishing them",
+		 topic, partition, cnt, committed, ids[0].id);
+	/* Marked for inspect: a mark that stays says the pass could not
+	 * finish the row.  A failed mark only loses that hint. */
+	if (!(err = tbx_outbox_begin(worker->store))) {
+		int64_t now = tbx__now_ms();
+		for (size_t i = 0; i < cnt && !err; i++)
+			err = tbx_outbox_row_mark_stuck(
+			    worker->store, worker->group, ids[i].id, now);
+		if (err || (err = tbx_outbox_commit(worker->store)))
+			tbx_outbox_rollback(worker->store);
+	}
+	err = resume_rows(worker, ids, cnt, finished);
+	worker->stats.rows_recovered += *finished;
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "%s [%" PRId32 "]: %zu of %zu row(s) below the "
+			 "committed offset left for the next recovery pass: "
+			 "%s",
+			 topic, partition, cnt - *finished, cnt,
+			 tbx_strerror(err));
+	free(ids);
 	return err;
 }

@@ -136,6 +136,9 @@ struct tbx_worker {
 	uint64_t batch_gen; /* numbers batches for tbx__part_t.batch_mark */
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
+	/* the recovery pass: every interval, and after an assignment */
+	int64_t recovery_interval_ms, next_recovery_ms;
+	int recovery_due;
 	tbx__sweep_cursor_t sweep_at; /* where the next cleanup goes on */
 	char dlq_suffix[65];
 	/* assigned partitions */
@@ -176,6 +179,17 @@ void tbx__batch_reset(tbx__batch_t *batch);
  */
 int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 			   size_t limit, size_t *finished);
+/**
+ * The recovery pass for one owned partition: finishes (B–E, as
+ * tbx__worker_redispatch) at most @p limit of the group's rows whose
+ * record lies below @p committed, the partition's committed offset:
+ * records that will not be delivered again.  Counted, logged at WARN and
+ * marked in the store (stuck_ms) first.  *found and *finished receive
+ * the rows found and finished.
+ */
+int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
+			int32_t partition, int64_t committed, size_t limit,
+			size_t *found, size_t *finished);
 
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */
