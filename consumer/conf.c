@@ -62,6 +62,13 @@ const tbx__prop_t tbx__props[] = {
 	 "disables it."},
 	{"cleanup.batch.size", TBX_PT_INT, "1000", 1, 1000000, NULL, "worker",
 	 0, "Most registrations examined per cleanup run."},
+	{"recovery.interval.ms", TBX_PT_INT, "60000", 0, 86400000, NULL,
+	 "worker", 0,
+	 "How often the worker looks for outbox rows of its partitions whose "
+	 "record lies below the committed offset (left by retention or an "
+	 "offset reset: the record will not come back) and finishes them: "
+	 "dispatch, consume the incoming token, delete. It also does so when "
+	 "partitions are assigned. 0 keeps only the pass on assignment."},
 	{"dispatch.timeout.ms", TBX_PT_INT, "30000", 1000, 3600000, NULL,
 	 "both", 0,
 	 "Delivery timeout of outgoing messages (librdkafka "

@@ -282,7 +282,6 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	batch->minted += created;
 	msg->state = TBX_MS_ROW;
 	msg->row = idx;
-	msg->part->retry_offset = -1;
 	worker->stats.dead_lettered++;
 	return TBX_OK;
 }
@@ -369,7 +368,6 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		batch->minted += created;
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
-		part->retry_offset = -1;
 		worker->stats.processed++;
 		return TBX_OK;
 	}
@@ -385,8 +383,12 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		worker->stats.retries++;
 		if (attempts <= worker->retry_max) {
 			free(ctx.error);
-			part->retry_offset = msg->rkm->offset;
-			part->retry_attempts = attempts;
+			/* Counted in the store with A (guard_clear). */
+			if (part->count_offset != msg->rkm->offset) {
+				part->count_offset = msg->rkm->offset;
+				part->crashes = 0;
+			}
+			part->retries = attempts;
 			part->batch_blocked = 1;
 			part->batch_delay_ms =
 			    tbx__backoff_ms(worker, attempts);
@@ -525,10 +527,16 @@ static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
 /*
  * G: before any handler runs, commit per partition the offsets this A
  * covers.  A marker still there at the next batch means that A never
- * committed: the process died in it (or A failed).  The partition is then
- * suspect up to the end of that range and processed one record per batch;
- * a record whose lone attempts died retry.max times in a row (at least
- * once) is dead-lettered without its handler.  The marker commits with
+ * committed: the process died in it (or A failed).  Its partitions are
+ * then suspect up to the end of their ranges, and while any partition of
+ * a batch is suspect, A takes one record of the whole batch: the first
+ * record of the first suspect partition.  A death counts against a
+ * record only when its A covered that record and no other, of any
+ * partition (lone), so whatever else was in a batch that died is never
+ * blamed; a record whose lone As died retry.max times (at least once) is
+ * dead-lettered without its handler.  The counts (deaths and RETRY
+ * verdicts) live in the same row, for one record per partition, so they
+ * outlast rebalances and restarts.  The marker commits with
  * synchronous=NORMAL: a process crash does not lose it (the OS has it),
  * and a power cut only loses a count.
  */
@@ -536,61 +544,127 @@ static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	int limit = worker->retry_max > 0 ? worker->retry_max : 1;
 	sqlite3 *db = tbx_outbox_db(worker->store);
+	size_t chosen = SIZE_MAX;
 	int err;
 
 	if ((err = tbx__db_exec(db, "PRAGMA synchronous=NORMAL")))
 		return err;
 	if ((err = tbx_outbox_begin(worker->store)))
 		goto out;
+	/* What the partitions left: deaths, suspicion and counts. */
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
 		tbx__part_t *part = msg->part;
-		tbx__inflight_t f, next;
-		int64_t a = msg->rkm->offset, suspect = -1;
-		int found, crashes = 0;
+		tbx__inflight_t f = {-1, -1, 0, -1, 0, -1, 0};
+		int64_t a = msg->rkm->offset, suspect;
+		int found;
 
 		if (!first_of_part(batch, i))
 			continue;
 		if ((err = tbx_outbox_inflight_get(worker->store, worker->group,
 						   part->topic, part->partition,
 						   &f, &found)))
-			break;
+			goto fail;
+		part->guard_found = found;
+		part->guard_dirty = 0;
 		/* A marker this process failed to release (its A failed,
 		 * then so did the release: a full disk) is no death. */
 		if (found && f.first >= 0 && part->guard_unreleased)
 			f.first = f.last = -1;
 		part->guard_unreleased = 0;
-		if (found) {
-			suspect = f.suspect_until;
-			if (f.first >= 0) { /* an A that never committed */
-				if (f.last > suspect)
-					suspect = f.last;
-				if (f.first == f.last && f.first == a)
-					crashes = f.crashes + 1;
+		suspect = f.suspect_until;
+		if (f.first >= 0) { /* an A that never committed */
+			if (f.last > suspect)
+				suspect = f.last;
+			if (f.lone) { /* its only record: the death is its */
+				if (f.count_offset != f.first) {
+					f.count_offset = f.first;
+					f.retries = f.crashes = 0;
+				}
+				f.crashes++;
 			}
+			f.first = f.last = -1;
+			f.lone = 0;
+			part->guard_dirty = 1;
 		}
-		part->suspect_until = suspect >= a ? suspect : -1;
-		part->batch_isolated = suspect >= a;
-		next.first = a;
-		next.last =
-		    part->batch_isolated ? a : last_offset_of_part(batch, i);
-		next.crashes = part->batch_isolated ? crashes : 0;
-		next.suspect_until = part->suspect_until;
-		if (part->batch_isolated && crashes >= limit)
-			msg->crashes = crashes;
-		if (part->batch_isolated)
-			tbx__log(TBX_LOG_WARNING,
-				 "%s [%" PRId32 "] @%" PRId64
-				 ": an earlier batch died before committing; "
-				 "one record at a time up to offset %" PRId64
-				 " (this one: %d earlier deaths)",
-				 part->topic, part->partition, a, suspect,
-				 crashes);
-		if ((err = tbx_outbox_inflight_put(worker->store, worker->group,
-						   part->topic, part->partition,
-						   &next)))
-			break;
+		if (f.count_offset >= 0 && f.count_offset < a) {
+			/* The partition is past it: done, or skipped. */
+			f.count_offset = -1;
+			f.retries = f.crashes = 0;
+			part->guard_dirty = 1;
+		}
+		if (suspect >= 0 && suspect < a) {
+			suspect = -1;
+			part->guard_dirty = 1;
+		}
+		part->suspect_until = suspect;
+		part->count_offset = f.count_offset;
+		part->retries = f.retries;
+		part->crashes = f.crashes;
+		if (suspect >= 0 && chosen == SIZE_MAX)
+			chosen = i;
 	}
+	batch->isolating = chosen != SIZE_MAX;
+	batch->isolated = chosen;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		struct tbx_msg *msg = &batch->msgs[i];
+		if (msg->rkm->offset != msg->part->count_offset)
+			continue;
+		msg->attempt = msg->part->retries + 1;
+		if (msg->part->crashes >= limit)
+			msg->crashes = msg->part->crashes;
+	}
+	if (batch->isolating) {
+		struct tbx_msg *msg = &batch->msgs[chosen];
+		tbx__log(TBX_LOG_WARNING,
+			 "%s [%" PRId32 "] @%" PRId64
+			 ": an earlier batch died before committing; one "
+			 "record at a time up to offset %" PRId64
+			 " (this one: %d earlier deaths alone)",
+			 msg->part->topic, msg->part->partition,
+			 msg->rkm->offset, msg->part->suspect_until,
+			 msg->rkm->offset == msg->part->count_offset
+			     ? msg->part->crashes
+			     : 0);
+	}
+	/* What this A covers: every record, or the one isolated. */
+	for (size_t i = 0; i < batch->cnt && !err; i++) {
+		tbx__part_t *part = batch->msgs[i].part;
+		int covers =
+		    !batch->isolating || part == batch->msgs[chosen].part;
+		tbx__inflight_t next = {-1,
+					-1,
+					part->crashes,
+					part->suspect_until,
+					0,
+					part->count_offset,
+					part->retries};
+
+		if (!first_of_part(batch, i))
+			continue;
+		part->batch_isolated = batch->isolating;
+		if (covers) {
+			next.first = batch->msgs[i].rkm->offset;
+			next.last = batch->isolating
+					? next.first
+					: last_offset_of_part(batch, i);
+			next.lone = batch->isolating || batch->cnt == 1;
+		} else if (!part->guard_dirty) {
+			continue; /* not touched by this batch */
+		}
+		if (next.first < 0 && next.suspect_until < 0 &&
+		    next.count_offset < 0)
+			err = part->guard_found
+				  ? tbx_outbox_inflight_delete(
+					worker->store, worker->group,
+					part->topic, part->partition)
+				  : TBX_OK;
+		else
+			err = tbx_outbox_inflight_put(
+			    worker->store, worker->group, part->topic,
+			    part->partition, &next);
+	}
+fail:
 	/* A failed COMMIT may leave the transaction open: roll it back. */
 	if (err || (err = tbx_outbox_commit(worker->store)))
 		tbx_outbox_rollback(worker->store);
@@ -601,7 +675,14 @@ out:;
 	return err ? err : err2;
 }
 
-/* Inside A's transaction: the A is over for these partitions. */
+/* Does this A cover @p part (see phase_guard)? */
+static int guard_covers(const tbx__batch_t *batch, const tbx__part_t *part)
+{
+	return !batch->isolating || part == batch->msgs[batch->isolated].part;
+}
+
+/* Inside A's transaction: the A is over for the partitions it covered;
+ * the counts go with it (a RETRY verdict counted, a record done). */
 static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	for (size_t i = 0; i < batch->cnt; i++) {
@@ -609,22 +690,36 @@ static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
 		int64_t last = -1;
 		int err;
 
-		if (!first_of_part(batch, i))
+		if (!first_of_part(batch, i) || !guard_covers(batch, part))
 			continue;
-		for (size_t j = i; j < batch->cnt; j++)
-			if (batch->msgs[j].part == part &&
-			    batch->msgs[j].state != TBX_MS_SKIPPED)
-				last = batch->msgs[j].rkm->offset;
-		if (part->suspect_until > last) {
-			tbx__inflight_t f = {-1, -1, 0, part->suspect_until};
+		for (size_t j = i; j < batch->cnt; j++) {
+			const struct tbx_msg *msg = &batch->msgs[j];
+			if (msg->part != part || msg->state == TBX_MS_SKIPPED)
+				continue;
+			last = msg->rkm->offset;
+			if (msg->rkm->offset == part->count_offset &&
+			    (msg->state == TBX_MS_ROW ||
+			     msg->state == TBX_MS_DROPPED)) {
+				part->count_offset = -1;
+				part->retries = part->crashes = 0;
+			}
+		}
+		tbx__inflight_t f = {
+		    -1,
+		    -1,
+		    part->crashes,
+		    part->suspect_until > last ? part->suspect_until : -1,
+		    0,
+		    part->count_offset,
+		    part->retries};
+		if (f.suspect_until >= 0 || f.count_offset >= 0)
 			err = tbx_outbox_inflight_put(
 			    worker->store, worker->group, part->topic,
 			    part->partition, &f);
-		} else {
+		else
 			err = tbx_outbox_inflight_delete(
 			    worker->store, worker->group, part->topic,
 			    part->partition);
-		}
 		if (err)
 			return err;
 	}
@@ -635,7 +730,7 @@ static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
  * death.  If the release fails too (the failure that failed A, a full
  * disk, often fails it as well), the partitions remember in memory that
  * the marker is theirs; a marker found after a restart or by another
- * worker still counts. */
+ * worker still counts.  The counts stay as G found them. */
 static void guard_release(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	int err;
@@ -643,12 +738,12 @@ static void guard_release(tbx_worker_t *worker, tbx__batch_t *batch)
 	if (!(err = tbx_outbox_begin(worker->store))) {
 		for (size_t i = 0; i < batch->cnt && !err; i++) {
 			tbx__part_t *part = batch->msgs[i].part;
-			tbx__inflight_t f = {-1, -1, 0, part->suspect_until};
 
-			if (first_of_part(batch, i))
-				err = tbx_outbox_inflight_put(
+			if (first_of_part(batch, i) &&
+			    guard_covers(batch, part))
+				err = tbx_outbox_inflight_release(
 				    worker->store, worker->group, part->topic,
-				    part->partition, &f);
+				    part->partition);
 		}
 		if (err || (err = tbx_outbox_commit(worker->store)))
 			tbx_outbox_rollback(worker->store);
@@ -667,6 +762,7 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 		batch->msgs[i].part->batch_isolated = 0;
 		batch->msgs[i].part->suspect_until = -1;
 	}
+	batch->isolating = 0;
 	if ((err = phase_guard(worker, batch)))
 		return err;
 	tbx__crashpoint("G.marked");
@@ -683,7 +779,7 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 		goto fail;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
-		if (msg->part->batch_isolated && !first_of_part(batch, i)) {
+		if (batch->isolating && i != batch->isolated) {
 			msg->state = TBX_MS_SKIPPED;
 			continue;
 		}
@@ -1088,26 +1184,21 @@ int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
 	return err;
 }
 
-int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
-			   size_t limit, size_t *finished)
+/* Takes the rows @p ids through B–E exactly as a redelivery would: safe
+ * against concurrent workers (B's conditional record, C's same ids and
+ * tokens, D and E idempotent).  *finished receives the rows done; rows
+ * left (an undelivered message) make it TBX_EDELIVERY. */
+static int resume_rows(tbx_worker_t *worker, const tbx__msgid_t *ids,
+		       size_t cnt, size_t *finished)
 {
 	tbx__batch_t *batch = &worker->batch;
-	tbx__msgid_t *ids = NULL;
-	size_t cnt = 0;
-	int err;
+	int err = TBX_OK;
 
 	*finished = 0;
-	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
-					 created_before_ms, limit, &ids, &cnt)))
-		return err;
-	if (cnt == 0)
-		return TBX_OK;
 	if (!worker->producer &&
 	    !(worker->producer = tbx__producer_new(worker->conf, worker->errstr,
-						   sizeof(worker->errstr)))) {
-		free(ids);
+						   sizeof(worker->errstr))))
 		return TBX_EKAFKA;
-	}
 	for (size_t i = 0; i < cnt && !err; i++) {
 		tbx__brow_t *brow;
 		size_t idx;
@@ -1125,20 +1216,78 @@ int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 		}
 		brow->recorded = brow->row.attempt[0] != '\0';
 	}
-	free(ids);
-	/* The rows go through B–E exactly as a redelivery would take them:
-	 * concurrent workers are safe (B's conditional record, C's same ids
-	 * and tokens, D and E idempotent). */
 	if (!err && !(err = phase_tokens(worker, batch)) &&
 	    !(err = phase_dispatch(worker, batch)) &&
 	    !(err = phase_consume(worker, batch)))
 		err = phase_finish(worker, batch);
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		*finished += batch->rows[i].finished || batch->rows[i].gone;
-	/* Rows left (an undelivered message) stay for a later run: an
-	 * error for the caller. */
+	/* Rows left stay for a later run: an error for the caller. */
 	if (!err && *finished < batch->row_cnt)
 		err = TBX_EDELIVERY;
 	tbx__batch_reset(batch);
+	return err;
+}
+
+int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
+			   size_t limit, size_t *finished)
+{
+	tbx__msgid_t *ids = NULL;
+	size_t cnt = 0;
+	int err;
+
+	*finished = 0;
+	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
+					 created_before_ms, limit, &ids, &cnt)))
+		return err;
+	if (cnt)
+		err = resume_rows(worker, ids, cnt, finished);
+	free(ids);
+	return err;
+}
+
+int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
+			int32_t partition, int64_t committed, size_t limit,
+			size_t *found, size_t *finished)
+{
+	tbx__msgid_t *ids = NULL;
+	size_t cnt = 0;
+	int err;
+
+	*found = *finished = 0;
+	if ((err = tbx_outbox_rows_below(worker->store, worker->group, topic,
+					 partition, committed, limit, &ids,
+					 &cnt)))
+		return err;
+	if (cnt == 0)
+		return TBX_OK;
+	*found = cnt;
+	worker->stats.stuck_rows += cnt;
+	tbx__log(TBX_LOG_WARNING,
+		 "%s [%" PRId32 "]: %zu outbox row(s) below the committed "
+		 "offset %" PRId64
+		 " (the first: %s): their records will not be delivered "
+		 "again (retention, an offset reset); finishing them",
+		 topic, partition, cnt, committed, ids[0].id);
+	/* Marked for inspect: a mark that stays says the pass could not
+	 * finish the row.  A failed mark only loses that hint. */
+	if (!(err = tbx_outbox_begin(worker->store))) {
+		int64_t now = tbx__now_ms();
+		for (size_t i = 0; i < cnt && !err; i++)
+			err = tbx_outbox_row_mark_stuck(
+			    worker->store, worker->group, ids[i].id, now);
+		if (err || (err = tbx_outbox_commit(worker->store)))
+			tbx_outbox_rollback(worker->store);
+	}
+	err = resume_rows(worker, ids, cnt, finished);
+	worker->stats.rows_recovered += *finished;
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "%s [%" PRId32 "]: %zu of %zu row(s) below the "
+			 "committed offset left for the next recovery pass: "
+			 "%s",
+			 topic, partition, cnt - *finished, cnt,
+			 tbx_strerror(err));
+	free(ids);
 	return err;
 }

@@ -104,6 +104,8 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->cleanup_interval_ms =
 	    tbx__conf_int(conf, "cleanup.interval.ms");
 	worker->cleanup_batch = tbx__conf_int(conf, "cleanup.batch.size");
+	worker->recovery_interval_ms =
+	    tbx__conf_int(conf, "recovery.interval.ms");
 	worker->shutdown_timeout_ms =
 	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
 	worker->stats_interval_ms = tbx__conf_int(conf, "stats.interval.ms");
@@ -164,7 +166,7 @@ tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
 	memset(part, 0, sizeof(*part));
 	tbx__strlcpy(part->topic, topic, sizeof(part->topic));
 	part->partition = partition;
-	part->retry_offset = -1;
+	part->count_offset = -1;
 	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++)
 		if (strcmp(tbx_router_topic(worker->router, i), topic) == 0)
 			part->since = worker->since[i];
@@ -300,6 +302,9 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 			tbx__part_get(worker, parts->elems[i].topic,
 				      parts->elems[i].partition, 1);
 		tbx__log(TBX_LOG_INFO, "assigned %d partition(s)", parts->cnt);
+		/* At the next poll, outside the callback: rows of these
+		 * partitions left below their committed offset. */
+		worker->recovery_due = 1;
 		if (coop)
 			error = rd_kafka_incremental_assign(rk, parts);
 		else
@@ -389,6 +394,8 @@ static int start(tbx_worker_t *worker)
 		return err;
 	}
 	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
+	worker->next_recovery_ms =
+	    tbx__mono_ms() + worker->recovery_interval_ms;
 	worker->next_stats_ms = tbx__mono_ms() + worker->stats_interval_ms;
 	worker->started = 1;
 	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
@@ -476,8 +483,7 @@ static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
 	msg->rkm = rkm;
 	msg->part = part;
 	tbx__msg_parse(msg);
-	msg->attempt =
-	    part->retry_offset == rkm->offset ? part->retry_attempts + 1 : 1;
+	msg->attempt = 1; /* G counts earlier RETRYs from the store */
 	worker->stats.consumed++;
 	return 1;
 }
@@ -574,6 +580,8 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"attempts_lost", st->attempts_lost},
 	    {"orphans_swept", st->orphans_swept},
 	    {"batches", st->batches},
+	    {"stuck_rows", st->stuck_rows},
+	    {"rows_recovered", st->rows_recovered},
 	};
 	cJSON *obj;
 	char *text;
@@ -614,6 +622,55 @@ static void maybe_stats(tbx_worker_t *worker)
 	}
 }
 
+/*
+ * The recovery pass: rows whose record lies below its partition's
+ * committed offset are never delivered again (retention deleted the
+ * record, an offset reset or auto.offset.reset jumped past it), so no
+ * redelivery resumes them.  After an assignment and every
+ * recovery.interval.ms, the owner finishes those of its partitions.
+ * Safe against another worker on the same rows for the reasons
+ * tbx__worker_redispatch is (docs/architecture.md).
+ */
+static void maybe_recover(tbx_worker_t *worker)
+{
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_resp_err_t rerr;
+	int64_t now = tbx__mono_ms();
+
+	if (!worker->recovery_due && (worker->recovery_interval_ms <= 0 ||
+				      now < worker->next_recovery_ms))
+		return;
+	worker->recovery_due = 0;
+	worker->next_recovery_ms = now + worker->recovery_interval_ms;
+	if (worker->part_cnt == 0)
+		return;
+	list = rd_kafka_topic_partition_list_new((int)worker->part_cnt);
+	for (size_t i = 0; i < worker->part_cnt; i++)
+		rd_kafka_topic_partition_list_add(list, worker->parts[i].topic,
+						  worker->parts[i].partition);
+	rerr = rd_kafka_committed(worker->consumer, list, 10000);
+	if (rerr) {
+		/* Tried again at the next interval. */
+		tbx__log(TBX_LOG_WARNING,
+			 "recovery pass: committed offsets not known: %s",
+			 rd_kafka_err2str(rerr));
+		rd_kafka_topic_partition_list_destroy(list);
+		return;
+	}
+	for (int i = 0; i < list->cnt; i++) {
+		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		size_t found, finished;
+
+		/* No offset committed yet: nothing lies below it. */
+		if (tp->err || tp->offset < 0)
+			continue;
+		tbx__worker_recover(worker, tp->topic, tp->partition,
+				    tp->offset, (size_t)worker->cleanup_batch,
+				    &found, &finished);
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
 static void maybe_cleanup(tbx_worker_t *worker)
 {
 	int64_t now = tbx__mono_ms();
@@ -636,6 +693,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 	if (!worker->started && (err = start(worker)))
 		return -err;
 	resume_due(worker);
+	maybe_recover(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		tbx__batch_reset(&worker->batch);

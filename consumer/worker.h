@@ -57,15 +57,21 @@ typedef struct tbx__part {
 	int32_t partition;
 	int paused; /**< waiting for resume_at_ms */
 	int64_t resume_at_ms;
-	int64_t seek_offset;  /**< where to restart when resuming */
-	int64_t retry_offset; /**< record whose handler asked to retry */
-	int retry_attempts;   /**< RETRY verdicts for retry_offset */
+	int64_t seek_offset; /**< where to restart when resuming */
+	/* Counts for one record of the partition, loaded from the service
+	 * store by G at every batch (tbx_inflight) and saved with A. */
+	int64_t count_offset; /**< the record counted; -1: none */
+	int retries;	      /**< RETRY verdicts counted for it */
+	int crashes;	      /**< lone deaths counted for it */
 	int64_t since;	      /**< subscription number of the topic */
 	int failures;	      /**< consecutive batches left unfinished */
 	/* per batch */
 	int batch_blocked; /**< a record of this batch asked to retry */
 	int64_t batch_delay_ms;
-	int batch_isolated;    /**< suspect: one record this batch */
+	int batch_isolated;    /**< a suspect range in the batch: one record
+				    of all partitions this batch */
+	int guard_found;       /**< G found a tbx_inflight row */
+	int guard_dirty;       /**< G changed it without covering the part */
 	uint64_t batch_mark;   /**< the last batch that had records of it */
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
 	int guard_unreleased;  /**< this process failed to release its own
@@ -92,6 +98,8 @@ typedef struct tbx__batch {
 	 * row index + 1 per slot (0: empty), ids_cap a power of two. */
 	uint32_t *ids;
 	size_t ids_cap;
+	int isolating;	  /**< a suspect partition: A takes one record */
+	size_t isolated;  /**< that record's index when isolating */
 	int64_t mint_seq; /**< joined: the number A took for its tokens */
 	uint64_t minted;  /**< joined: token rows A created (stats) */
 } tbx__batch_t;
@@ -128,6 +136,9 @@ struct tbx_worker {
 	uint64_t batch_gen; /* numbers batches for tbx__part_t.batch_mark */
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
+	/* the recovery pass: every interval, and after an assignment */
+	int64_t recovery_interval_ms, next_recovery_ms;
+	int recovery_due;
 	tbx__sweep_cursor_t sweep_at; /* where the next cleanup goes on */
 	char dlq_suffix[65];
 	/* assigned partitions */
@@ -168,6 +179,17 @@ void tbx__batch_reset(tbx__batch_t *batch);
  */
 int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 			   size_t limit, size_t *finished);
+/**
+ * The recovery pass for one owned partition: finishes (B–E, as
+ * tbx__worker_redispatch) at most @p limit of the group's rows whose
+ * record lies below @p committed, the partition's committed offset:
+ * records that will not be delivered again.  Counted, logged at WARN and
+ * marked in the store (stuck_ms) first.  *found and *finished receive
+ * the rows found and finished.
+ */
+int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
+			int32_t partition, int64_t committed, size_t limit,
+			size_t *found, size_t *finished);
 
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */

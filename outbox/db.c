@@ -153,6 +153,24 @@ static const char *const migrations[] = {
     " PRIMARY KEY (topic, caller_id)"
     ");"
     "CREATE INDEX tbx_edge_created ON tbx_edge (created_ms);",
+    /* 4 -> 5 */
+    /* Poison isolation and counts that last (consumer/protocol.c,
+     * phase_guard): lone says the A in progress covered one record and
+     * no other of any partition, so that a death counts against that
+     * record only; count_offset is the partition's record that the
+     * RETRY verdicts (retries) and lone deaths (crashes) were counted
+     * for.  A version 3 marker counted deaths per partition: its count
+     * stays with its record, and its A in progress blames nobody. */
+    "ALTER TABLE tbx_inflight ADD COLUMN lone INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tbx_inflight ADD COLUMN count_offset INTEGER NOT NULL"
+    " DEFAULT -1;"
+    "ALTER TABLE tbx_inflight ADD COLUMN retries INTEGER NOT NULL"
+    " DEFAULT 0;"
+    "UPDATE tbx_inflight SET count_offset = first_offset WHERE crashes > 0;"
+    /* The recovery pass marks a row it found below its partition's
+     * committed offset (its record will not come back); inspect flags
+     * the marked rows that are still there. */
+    "ALTER TABLE tbx_outbox ADD COLUMN stuck_ms INTEGER;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -43,6 +43,9 @@ enum {
 	Q_INFLIGHT_GET,
 	Q_INFLIGHT_PUT,
 	Q_INFLIGHT_DEL,
+	Q_INFLIGHT_RELEASE,
+	Q_ROWS_BELOW,
+	Q_MARK_STUCK,
 	Q__COUNT
 };
 
@@ -96,17 +99,29 @@ static const char *const sql[Q__COUNT] = {
     [Q_ROWS_OLDER] = "SELECT msg_id FROM tbx_outbox WHERE grp = ?1 AND "
 		     "created_ms <= ?2 ORDER BY created_ms, msg_id LIMIT ?3",
     [Q_INFLIGHT_GET] = "SELECT first_offset, last_offset, crashes, "
-		       "suspect_until FROM tbx_inflight WHERE grp = ?1 AND "
-		       "topic = ?2 AND \"partition\" = ?3",
+		       "suspect_until, lone, count_offset, retries FROM "
+		       "tbx_inflight WHERE grp = ?1 AND topic = ?2 AND "
+		       "\"partition\" = ?3",
     [Q_INFLIGHT_PUT] = "INSERT INTO tbx_inflight (grp, topic, \"partition\", "
-		       "first_offset, last_offset, crashes, suspect_until) "
-		       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (grp, "
-		       "topic, \"partition\") DO UPDATE SET first_offset = "
+		       "first_offset, last_offset, crashes, suspect_until, "
+		       "lone, count_offset, retries) VALUES (?1, ?2, ?3, ?4, "
+		       "?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (grp, topic, "
+		       "\"partition\") DO UPDATE SET first_offset = "
 		       "excluded.first_offset, last_offset = "
 		       "excluded.last_offset, crashes = excluded.crashes, "
-		       "suspect_until = excluded.suspect_until",
+		       "suspect_until = excluded.suspect_until, lone = "
+		       "excluded.lone, count_offset = excluded.count_offset, "
+		       "retries = excluded.retries",
     [Q_INFLIGHT_DEL] = "DELETE FROM tbx_inflight WHERE grp = ?1 AND topic = "
 		       "?2 AND \"partition\" = ?3",
+    [Q_INFLIGHT_RELEASE] = "UPDATE tbx_inflight SET first_offset = -1, "
+			   "last_offset = -1, lone = 0 WHERE grp = ?1 AND "
+			   "topic = ?2 AND \"partition\" = ?3",
+    [Q_ROWS_BELOW] = "SELECT msg_id FROM tbx_outbox WHERE grp = ?1 AND "
+		     "in_topic = ?2 AND in_partition = ?3 AND in_offset < ?4 "
+		     "ORDER BY in_offset, msg_id LIMIT ?5",
+    [Q_MARK_STUCK] = "UPDATE tbx_outbox SET stuck_ms = ?3 WHERE grp = ?1 "
+		     "AND msg_id = ?2 AND stuck_ms IS NULL",
 };
 
 struct tbx_outbox {
@@ -802,25 +817,13 @@ int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows)
 	return count_step(stmt, rows);
 }
 
-int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
-			  int64_t created_before_ms, size_t limit,
-			  tbx__msgid_t **out, size_t *cnt)
+/* Collects the msg_id column of a bound statement's rows. */
+static int collect_ids(sqlite3_stmt *stmt, tbx__msgid_t **out, size_t *cnt)
 {
-	sqlite3_stmt *stmt;
 	tbx__msgid_t *ids = NULL;
 	size_t n = 0, cap = 0;
 	int r;
 
-	*out = NULL;
-	*cnt = 0;
-	if (!grp || limit == 0)
-		return TBX_EINVAL;
-	if (!(stmt = stmt_get(store, Q_ROWS_OLDER)))
-		return tbx__db_fail(store->db, sql[Q_ROWS_OLDER]);
-	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_int64(stmt, 2, created_before_ms) ||
-	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)limit))
-		return bind_fail(store, stmt);
 	while ((r = tbx__db_step(stmt)) == 1) {
 		const char *id = (const char *)sqlite3_column_text(stmt, 0);
 		if (n == cap) {
@@ -844,6 +847,65 @@ int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
 	*out = ids;
 	*cnt = n;
 	return TBX_OK;
+}
+
+int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
+			  int64_t created_before_ms, size_t limit,
+			  tbx__msgid_t **out, size_t *cnt)
+{
+	sqlite3_stmt *stmt;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!grp || limit == 0)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(store, Q_ROWS_OLDER)))
+		return tbx__db_fail(store->db, sql[Q_ROWS_OLDER]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 2, created_before_ms) ||
+	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)limit))
+		return bind_fail(store, stmt);
+	return collect_ids(stmt, out, cnt);
+}
+
+int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
+			  const char *topic, int32_t partition, int64_t offset,
+			  size_t limit, tbx__msgid_t **out, size_t *cnt)
+{
+	sqlite3_stmt *stmt;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!grp || !topic || limit == 0)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(store, Q_ROWS_BELOW)))
+		return tbx__db_fail(store->db, sql[Q_ROWS_BELOW]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 3, partition) ||
+	    sqlite3_bind_int64(stmt, 4, offset) ||
+	    sqlite3_bind_int64(stmt, 5, (sqlite3_int64)limit))
+		return bind_fail(store, stmt);
+	return collect_ids(stmt, out, cnt);
+}
+
+int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
+			      const char *msg_id, int64_t now_ms)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!grp || !msg_id)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(store, Q_MARK_STUCK)))
+		return tbx__db_fail(store->db, sql[Q_MARK_STUCK]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 3, now_ms))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
 }
 
 static int inflight_bind(tbx_outbox_t *store, int q, const char *grp,
@@ -879,6 +941,9 @@ int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
 		f->last = sqlite3_column_int64(stmt, 1);
 		f->crashes = sqlite3_column_int(stmt, 2);
 		f->suspect_until = sqlite3_column_int64(stmt, 3);
+		f->lone = sqlite3_column_int(stmt, 4);
+		f->count_offset = sqlite3_column_int64(stmt, 5);
+		f->retries = sqlite3_column_int(stmt, 6);
 		*found = 1;
 	}
 	sqlite3_reset(stmt);
@@ -898,7 +963,10 @@ int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
 	if (sqlite3_bind_int64(stmt, 4, f->first) ||
 	    sqlite3_bind_int64(stmt, 5, f->last) ||
 	    sqlite3_bind_int(stmt, 6, f->crashes) ||
-	    sqlite3_bind_int64(stmt, 7, f->suspect_until))
+	    sqlite3_bind_int64(stmt, 7, f->suspect_until) ||
+	    sqlite3_bind_int(stmt, 8, f->lone) ||
+	    sqlite3_bind_int64(stmt, 9, f->count_offset) ||
+	    sqlite3_bind_int(stmt, 10, f->retries))
 		return bind_fail(store, stmt);
 	r = tbx__db_step(stmt);
 	sqlite3_reset(stmt);
@@ -913,6 +981,20 @@ int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
 
 	if ((err = inflight_bind(store, Q_INFLIGHT_DEL, grp, topic, partition,
 				 &stmt)))
+		return err;
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
+				const char *topic, int32_t partition)
+{
+	sqlite3_stmt *stmt;
+	int err, r;
+
+	if ((err = inflight_bind(store, Q_INFLIGHT_RELEASE, grp, topic,
+				 partition, &stmt)))
 		return err;
 	r = tbx__db_step(stmt);
 	sqlite3_reset(stmt);

@@ -162,9 +162,14 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
  */
 typedef struct tbx__inflight {
 	int64_t first, last;   /**< range of the A in progress; -1: none */
-	int crashes;	       /**< uncommitted single-record As at first */
+	int crashes;	       /**< lone As at count_offset that died */
 	int64_t suspect_until; /**< process one record at a time up to here;
 				    -1: not suspect */
+	int lone;	       /**< the A covers first and no other record of
+				    any partition (schema 4) */
+	int64_t count_offset;  /**< the record crashes and retries count
+				    for; -1: none (schema 4) */
+	int retries;	       /**< RETRY verdicts at count_offset */
 } tbx__inflight_t;
 
 /** *found = 0 when the partition has no row. */
@@ -178,6 +183,10 @@ int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
 /** Delete, inside the caller's transaction. */
 int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
 			       const char *topic, int32_t partition);
+/** Ends the A in progress (first = last = -1, lone = 0) and keeps the
+ *  suspicion and the counts, inside the caller's transaction. */
+int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
+				const char *topic, int32_t partition);
 
 /** A message id, for listings. */
 typedef struct tbx__msgid {
@@ -190,6 +199,17 @@ typedef struct tbx__msgid {
 int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
 			  int64_t created_before_ms, size_t limit,
 			  tbx__msgid_t **out, size_t *cnt);
+
+/** Ids of @p grp's rows whose record lies below @p offset in @p topic
+ *  [@p partition], lowest offset first, at most @p limit, into a
+ *  malloc'ed array (*out, caller frees; NULL when *cnt is 0). */
+int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
+			  const char *topic, int32_t partition, int64_t offset,
+			  size_t limit, tbx__msgid_t **out, size_t *cnt);
+/** Marks the row as found stuck by the recovery pass at @p now_ms (wall
+ *  clock) unless it is marked already (caller's transaction or none). */
+int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
+			      const char *msg_id, int64_t now_ms);
 
 /** Counts rows pending for @p grp (NULL: all groups). */
 int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows);

@@ -35,6 +35,18 @@ void tt_hop_table(const char *store, const char *table)
 	sqlite3_close(db);
 }
 
+/* Is @p payload one of the comma-separated @p list? */
+static int listed(const char *list, const char *payload, size_t plen)
+{
+	while (list && payload && *list) {
+		size_t len = strcspn(list, ",");
+		if (len == plen && memcmp(list, payload, plen) == 0)
+			return 1;
+		list += len + (list[len] == ',');
+	}
+	return 0;
+}
+
 tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 {
 	const tt_hop_t *hop = opaque;
@@ -46,8 +58,7 @@ tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 	char sql[256];
 	int rc;
 
-	if (hop->die_on && payload && plen == strlen(hop->die_on) &&
-	    memcmp(payload, hop->die_on, plen) == 0)
+	if (listed(hop->die_on, payload, plen))
 		kill(getpid(), SIGKILL); /* a handler that crashes the worker */
 	if (hop->reject && payload && plen == strlen(hop->reject) &&
 	    memcmp(payload, hop->reject, plen) == 0) {

@@ -15,7 +15,8 @@ typedef struct tt_hop {
 	const char *reject; /**< payload to REJECT, or NULL */
 	const char *retry;  /**< payload to RETRY, or NULL ("*": every one) */
 	int retry_times;
-	const char *die_on; /**< payload whose handler kills the process */
+	const char *die_on; /**< payloads whose handler kills the process,
+			       comma-separated */
 } tt_hop_t;
 
 /** Creates the hop's table in the store file. */

@@ -1272,3 +1272,57 @@ Test(cli_inspect, works_on_the_stores_the_demo_leaves, .timeout = 600)
 	free(payments);
 	free(tokens);
 }
+
+/* A row a worker's recovery pass found below its partition's committed
+ * offset and could not finish is a finding of status --check, however
+ * young it is. */
+Test(cli_inspect, status_check_flags_rows_found_below_the_committed_offset,
+     .timeout = 120)
+{
+	char *dir = tt_tmpdir();
+	char *s = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	tbx__row_t row;
+	cc_result_t res;
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(s, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	fx_row(&row, "00000000-0000-7000-8000-000000000001", "orders", 0, 7,
+	       "00000000-0000-7000-8000-000000000002", tbx__now_ms());
+	cr_assert_eq(tbx_outbox_row_insert(store, "g", &row), TBX_OK);
+	tbx__row_clear(&row);
+	tbx_outbox_close(store);
+
+	res = INSPECT("--store", s, "status", "--check", "--older-than", "1d");
+	cr_assert_eq(exit_code(&res), 0, "a young row is no finding: %s%s",
+		     res.out, res.err);
+	cc_result_free(&res);
+
+	cr_assert_eq(tbx_outbox_open(s, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx_outbox_row_mark_stuck(
+			 store, "g", "00000000-0000-7000-8000-000000000001",
+			 tbx__now_ms()),
+		     TBX_OK);
+	tbx_outbox_close(store);
+	res = INSPECT("--store", s, "status", "--check", "--older-than", "1d");
+	cr_assert_eq(exit_code(&res), 1, "%s%s", res.out, res.err);
+	cr_assert(strstr(res.out, "1 below the committed offset"), "%s",
+		  res.out);
+	cr_assert(strstr(res.out, "recovery pass"), "%s", res.out);
+	cc_result_free(&res);
+	res = INSPECT("--store", s, "status", "--json");
+	cr_assert_eq(exit_code(&res), 0, "%s%s", res.out, res.err);
+	cJSON *doc = cJSON_Parse(res.out);
+	const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(doc, "outbox"), "below_committed");
+	cr_assert(cJSON_IsNumber(n) && n->valuedouble == 1, "%s", res.out);
+	cJSON_Delete(doc);
+	cc_result_free(&res);
+	tt_rmrf(dir);
+	free(dir);
+	free(s);
+}

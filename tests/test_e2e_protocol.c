@@ -538,3 +538,75 @@ Test(e2e, one_file_under_two_names_is_joined)
 	free(all);
 	free(alias);
 }
+
+static int retry_calls;
+
+static tbx_verdict_t count_calls(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				 void *opaque)
+{
+	retry_calls++;
+	return tt_hop_handle(ctx, msg, opaque);
+}
+
+static int two_calls(void *opaque)
+{
+	(void)opaque;
+	return retry_calls >= 2;
+}
+
+static tbx_worker_t *retrying_worker(env_t *e, tt_hop_t *hop)
+{
+	char err[512];
+	tbx_worker_t *w = tbx_worker_new(
+	    tt_conf(e->cluster->bootstraps, "g1", e->s1, e->tokens, "retry.max",
+		    "3", "retry.backoff.ms", "10", NULL),
+	    err, sizeof(err));
+
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", count_calls, hop),
+		     TBX_OK);
+	return w;
+}
+
+/* RETRY verdicts are counted in the service store: a worker restarted in
+ * the middle of a record's retries goes on counting, and the handler runs
+ * 1 + retry.max times in all. */
+Test(e2e, retry_max_holds_across_a_worker_restart)
+{
+	env_t e;
+	tt_hop_t hop = {.table = "hop1", .retry = "m-0", .retry_times = 100};
+	tt_record_t *recs;
+	tbx_worker_t *w;
+	size_t cnt;
+	const void *v;
+	size_t len;
+
+	env_init(&e);
+	retry_calls = 0;
+	w = retrying_worker(&e, &hop);
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 1, 1, "m");
+	/* Two attempts, both asked to retry; then the worker goes away. */
+	cr_assert(tt_drive(&w, 1, two_calls, NULL, 0, 60));
+	cr_assert_eq(retry_calls, 2);
+	tbx_worker_destroy(w);
+
+	w = retrying_worker(&e, &hop);
+	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	cr_assert_eq(retry_calls, 4, "1 attempt + retry.max retries, not %d",
+		     retry_calls);
+	cnt = read_dlq(&e, &recs);
+	cr_assert_eq(cnt, 1);
+	cr_assert_eq(rd_kafka_header_get_last(recs[0].headers,
+					      "tbx-dlq-attempts", &v, &len),
+		     0);
+	cr_assert(len == 1 && memcmp(v, "4", 1) == 0);
+	cr_assert(strstr(recs[0].dlq_error, "retries exhausted"));
+	tt_records_free(recs, cnt);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 0);
+	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM tbx_inflight"), 0,
+		     "the count goes with its record");
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}

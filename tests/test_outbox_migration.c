@@ -30,6 +30,7 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 	tbx_outbox_close(store);
 	/* What a version 1 file looks like, with a pending row. */
 	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge;"
+		   "ALTER TABLE tbx_outbox DROP COLUMN stuck_ms;"
 		   "PRAGMA user_version = 1;"
 		   "CREATE INDEX tbx_outbox_created ON tbx_outbox "
 		   "(created_ms);"
@@ -49,6 +50,58 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 		     0, "version 3 drops the outbox's created_ms index");
 	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_edge"), 0,
 		     "version 4 adds the ingress edge");
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+Test(migration, a_version_3_marker_keeps_its_count_and_blames_nobody)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	tbx__inflight_t f;
+	char err[256];
+	int found;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	/* What a version 3 file looks like: a death counted at offset 4
+	 * of one partition, an A in progress on another. */
+	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge; ALTER TABLE "
+		   "tbx_outbox DROP "
+		   "COLUMN stuck_ms; PRAGMA user_version = 3;"
+		   "CREATE TABLE tbx_inflight (grp TEXT NOT NULL, topic TEXT "
+		   "NOT NULL, \"partition\" INTEGER NOT NULL, first_offset "
+		   "INTEGER NOT NULL, last_offset INTEGER NOT NULL, crashes "
+		   "INTEGER NOT NULL, suspect_until INTEGER NOT NULL, PRIMARY "
+		   "KEY (grp, topic, \"partition\")) WITHOUT ROWID;"
+		   "INSERT INTO tbx_inflight VALUES ('g', 't', 0, 4, 4, 1, 9),"
+		   " ('g', 't', 1, 2, 6, 0, 6)");
+
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tbx_outbox_inflight_get(store, "g", "t", 0, &f, &found),
+		     TBX_OK);
+	cr_assert(found);
+	cr_assert_eq(f.count_offset, 4, "the death stays with its record");
+	cr_assert_eq(f.crashes, 1);
+	cr_assert_eq(f.retries, 0);
+	cr_assert_eq(f.lone, 0, "an A in progress of version 3 blames nobody");
+	cr_assert_eq(f.suspect_until, 9);
+	cr_assert_eq(tbx_outbox_inflight_get(store, "g", "t", 1, &f, &found),
+		     TBX_OK);
+	cr_assert_eq(f.count_offset, -1);
+	cr_assert_eq(f.lone, 0);
+	cr_assert_eq(f.first, 2);
+	tbx_outbox_close(store);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_outbox WHERE "
+				    "stuck_ms IS NOT NULL"),
+		     0);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

@@ -82,9 +82,12 @@ static void usage(void)
 	    "  -j, --json              print one JSON document instead of "
 	    "tables\n"
 	    "      --check             exit 1 on a finding: status: orphans, "
-	    "or rows older\n"
-	    "                          than --older-than; orphans: any; a "
-	    "list: any row\n"
+	    "rows older\n"
+	    "                          than --older-than, or rows a worker "
+	    "found below\n"
+	    "                          their committed offset; orphans: any; "
+	    "a list: any\n"
+	    "                          row\n"
 	    "  -o, --older-than DUR    only rows at least DUR old (lists, "
 	    "redispatch); for\n"
 	    "                          status, the age from which a row "
@@ -862,8 +865,9 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 
 	if (gather(in, in->sdb,
 		   "SELECT grp, sum(attempt IS NULL), sum(attempt IS NOT "
-		   "NULL), sum(created_ms <= ?1), 0, 0, min(created_ms) FROM "
-		   "tbx_outbox GROUP BY grp ORDER BY grp",
+		   "NULL), sum(created_ms <= ?1), sum(stuck_ms IS NOT NULL), "
+		   "0, min(created_ms) FROM tbx_outbox GROUP BY grp ORDER BY "
+		   "grp",
 		   stuck_before, 5, &st->outbox, &st->outbox_n) ||
 	    gather(in, in->tdb,
 		   "SELECT grp, count(*), min(created_ms) FROM tbx_tokens "
@@ -967,7 +971,7 @@ static void add_time(insp_t *in, cJSON *o, const char *created_key,
 }
 
 typedef struct totals {
-	int64_t processed, tokened, stuck, oldest;
+	int64_t processed, tokened, stuck, below, oldest;
 	int64_t tokens, tokens_oldest;
 	int64_t attempts, reg_tokens, orphans, unchecked;
 	int64_t dl, dl_pending;
@@ -981,6 +985,7 @@ static void status_totals(const status_t *st, totals_t *t)
 		t->processed += g->n[0];
 		t->tokened += g->n[1];
 		t->stuck += g->n[2];
+		t->below += g->n[3];
 		if (!t->oldest || g->oldest_ms < t->oldest)
 			t->oldest = g->oldest_ms;
 	}
@@ -1028,6 +1033,7 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	insp_json_add_int(o, "tokened", t->tokened);
 	insp_json_add_int(o, "stuck_after_ms", stuck_ms);
 	insp_json_add_int(o, "stuck", t->stuck);
+	insp_json_add_int(o, "below_committed", t->below);
 	add_time(in, o, "oldest_created_ms", "oldest_age_ms", t->oldest,
 		 st->outbox_n > 0);
 	arr = cJSON_AddArrayToObject(o, "groups");
@@ -1038,6 +1044,7 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 		insp_json_add_int(g, "processed", c->n[0]);
 		insp_json_add_int(g, "tokened", c->n[1]);
 		insp_json_add_int(g, "stuck", c->n[2]);
+		insp_json_add_int(g, "below_committed", c->n[3]);
 		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
 			 c->oldest_ms, 1);
 	}
@@ -1125,6 +1132,8 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 	if (st->outbox_n)
 		printf(", oldest %s, %" PRId64 " older than %s", age, t->stuck,
 		       dur);
+	if (t->below)
+		printf(", %" PRId64 " below the committed offset", t->below);
 	printf("\n");
 	if (st->outbox_n) {
 		snprintf(head, sizeof(head), "OLDER THAN %s", dur);
@@ -1293,6 +1302,15 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 			  "dispatched and awaits its token consume and "
 			  "delete (D, E); the stores do not tell which.");
 	}
+	if (t->below) {
+		printf("\n");
+		insp_wrap("note: ",
+			  "a worker's recovery pass found rows below their "
+			  "partition's committed offset (their records will "
+			  "not be delivered again: retention, an offset "
+			  "reset) and could not finish them yet; its log "
+			  "says why.  `redispatch` finishes them too.");
+	}
 	for (size_t i = 0; i < st->regs_n; i++) {
 		if (st->regs[i].checked)
 			continue;
@@ -1329,7 +1347,7 @@ static int cmd_status(insp_t *in)
 		return INSPECT_EXIT_ERROR;
 	}
 	status_totals(&st, &t);
-	rc = in->o->check && (t.orphans > 0 || t.stuck > 0)
+	rc = in->o->check && (t.orphans > 0 || t.stuck > 0 || t.below > 0)
 		 ? INSPECT_EXIT_FINDING
 		 : INSPECT_EXIT_OK;
 	if (in->o->json)

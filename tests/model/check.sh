@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Model-check tests/model/tokenbox.pml with spin: the protocol as built must
-# pass (errors: 0); each deliberately broken variant must fail (errors > 0).
+# Model-check tests/model/tokenbox.pml and poison.pml with spin: the
+# protocol as built must pass (errors: 0); each deliberately broken variant
+# must fail (errors > 0).
 # See docs/model.md.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-model="$here/tokenbox.pml"
 for tool in spin gcc timeout; do
 	command -v "$tool" >/dev/null || { echo "check.sh: $tool not found" >&2; exit 2; }
 done
@@ -22,11 +22,14 @@ esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tbx-model.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# name | spin -D flags, comma-separated (or -) | expectation (pass/fail)
+# name | spin -D flags, comma-separated (or -) | expectation (pass/fail) |
+# model file (default tokenbox.pml)
 # The correct model runs with the default crash budget (2); the reordering
 # D-before-C, which the protocol allows, is checked with one crash to stay
 # within the time budget.  The joined (single-file) path is small: it is
 # also checked with four crashes and with asynchronous downstream groups.
+# The recovery pass runs beside one worker.  poison.pml checks the guard's
+# blame rule (phase G), apart from the exactly-once state.
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
@@ -41,16 +44,22 @@ joined_async -DJOINED,-DASYNC_DOWNSTREAM pass
 joined_mixed -DJOINED_MIXED pass
 joined_tokens_apart -DBUG_JOINED_TOKENS_APART fail
 joined_registered -DBUG_JOINED_REGISTERED,-DASYNC_DOWNSTREAM fail
-joined_row_before_token -DJOINED,-DBUG_DELETE_ROW_BEFORE_TOKEN fail'
+joined_row_before_token -DJOINED,-DBUG_DELETE_ROW_BEFORE_TOKEN fail
+recovery -DRECOVERY pass
+recovery_remint -DBUG_RECOVERY_REMINT fail
+poison - pass poison.pml
+poison_one -DPOISON=2 pass poison.pml
+poison_per_partition -DBUG_PER_PARTITION fail poison.pml'
 
 ok=0 bad=0 start=$(date +%s)
-while read -r name flag expect; do
+while read -r name flag expect file; do
+	file=${file:-tokenbox.pml}
 	dir="$tmp/$name"
 	mkdir -p "$dir"
-	cp "$model" "$dir/"
+	cp "$here/$file" "$dir/"
 	if [ "$flag" = - ]; then flag=; else flag=${flag//,/ }; fi
 	t0=$(date +%s)
-	if ! (cd "$dir" && spin -a $flag tokenbox.pml >spin.log 2>&1 &&
+	if ! (cd "$dir" && spin -a $flag "$file" >spin.log 2>&1 &&
 	      gcc -w -O2 -DSAFETY -DCOLLAPSE -o pan pan.c >gcc.log 2>&1); then
 		echo "FAIL  $name: spin/gcc failed"; cat "$dir"/*.log; bad=$((bad + 1)); continue
 	fi

@@ -29,7 +29,15 @@
  *   BUG_JOINED_REGISTERED        JOINED, but A's mint also registers the
  *                                attempt while C still skips confirm for it
  *                                (fails with ASYNC_DOWNSTREAM)
+ *   BUG_RECOVERY_REMINT          RECOVERY, but the pass mints an attempt of
+ *                                its own for every row it resumes and
+ *                                records it over the one recorded
  * Other switches:
+ *   RECOVERY                     a recovery pass runs alongside: it resumes
+ *                                any outbox row at any time through B-E, as
+ *                                the pass for rows below the committed
+ *                                offset does, without a handler (general
+ *                                path only)
  *   JOINED_MIXED                 JOINED for W1 only; W2 is an older process
  *                                on the same file (general path: rows
  *                                without attempt, B, separate D and E)
@@ -43,6 +51,14 @@
 #ifndef JOINED
 #define JOINED
 #endif
+#endif
+#ifdef BUG_RECOVERY_REMINT
+#ifndef RECOVERY
+#define RECOVERY
+#endif
+#endif
+#if defined(RECOVERY) && defined(JOINED)
+#error "RECOVERY models the general path only"
 #endif
 #ifdef JOINED_MIXED
 #define JW (me == 1)       /* this worker runs the joined path */
@@ -89,6 +105,16 @@ byte dproc[NMSG * NGRP];   /* downstream effects per (outgoing msg, group) */
 /* ---- bookkeeping ---- */
 byte crashes;
 byte wdone;
+#ifdef RECOVERY
+/* One worker: the pass is the second party on the rows (a second worker
+ * as well makes the search too large for the suite). */
+#define NWORK 1
+bit  rdone;                /* the recovery pass has stopped */
+#define ALLDONE (wdone == NWORK && rdone)
+#else
+#define NWORK 2
+#define ALLDONE (wdone == NWORK)
+#endif
 
 #define CRASH \
 	if \
@@ -422,7 +448,7 @@ proctype Sweeper()
 		:: else -> skip
 		fi;
 		a = 0; m = 0; verdict = 0
-	:: wdone == 2 && !ANYREG -> break
+	:: ALLDONE && !ANYREG -> break
 	od
 }
 
@@ -446,9 +472,130 @@ proctype Downstream(byte g)
 		assert(DPROC(att_msg[a], g) <= 1); /* processed at most once */
 		a = 0
 	   }
-	:: wdone == 2 && !CONS(g) -> break
+	:: ALLDONE && !CONS(g) -> break
 	od
 }
+
+#ifdef RECOVERY
+/* ------------------------------------------------------------------ */
+/* The recovery pass (consumer/worker.c maybe_recover, protocol.c       */
+/* tbx__worker_recover): finishes rows whose record will not be         */
+/* delivered again, through B-E exactly as a redelivery resumes a row.  */
+/* The pass takes only rows below the committed offset of its own       */
+/* partitions; the model lets it take any row at any time, beside two  */
+/* workers that may be handling the same record: a concurrent owner.    */
+/* ------------------------------------------------------------------ */
+proctype Recovery()
+{
+	byte m, a;
+	bit won;
+
+restart:
+	m = 0; a = 0; won = 0;
+	do
+	:: atomic {
+		(row[0] || row[1]) ->
+		/* read the row (tbx_outbox_row_load) */
+		if
+		:: row[0] -> m = 0
+		:: row[1] -> m = 1
+		fi;
+		a = row_att[m]
+	   }
+#ifdef BUG_RECOVERY_REMINT
+		/* a fresh attempt for every row, recorded over the other */
+		atomic {
+			assert(natt < MAXATT);
+			natt++;
+			a = natt;
+			att_msg[a] = m;
+			reg[a] = 1;
+			TOK(a, 0) = 1;
+			TOK(a, 1) = 1
+		}
+		CRASH;
+		atomic {
+			slock == 0 ->
+			if
+			:: row[m] -> row_att[m] = a
+			:: else -> a = 0
+			fi
+		}
+		CRASH;
+		if
+		:: a == 0 -> goto next
+		:: else -> skip
+		fi;
+#else
+		if
+		:: a == 0 ->
+			/* B: mint, then record WHERE attempt IS NULL */
+			atomic {
+				assert(natt < MAXATT); /* model bound */
+				natt++;
+				a = natt;
+				att_msg[a] = m;
+				reg[a] = 1;
+				TOK(a, 0) = 1;
+				TOK(a, 1) = 1
+			}
+			CRASH;
+			atomic {
+				slock == 0 ->
+				if
+				:: row[m] && row_att[m] == 0 -> row_att[m] = a; won = 1
+				:: else -> won = 0
+				fi
+			}
+			CRASH;
+			if
+			:: won -> won = 0
+			:: else ->
+				atomic {
+					if
+					:: reg[a] -> reg[a] = 0; TOK(a, 0) = 0; TOK(a, 1) = 0
+					:: else -> skip
+					fi
+				}
+				CRASH;
+				atomic {
+					slock == 0 ->
+					if
+					:: row[m] -> a = row_att[m]
+					:: else -> a = 0
+					fi
+				}
+				if
+				:: a == 0 -> goto next /* another worker finished it */
+				:: else -> skip
+				fi
+			fi
+		:: else -> skip
+		fi;
+#endif
+		/* C: confirm, produce */
+		reg[a] = 0;
+		CRASH;
+		atomic {
+			produced[a] = 1;
+#ifndef ASYNC_DOWNSTREAM
+			CONSUME(a, 0);
+			CONSUME(a, 1)
+#endif
+		}
+		CRASH;
+		/* D, then E */
+		tok_in[m] = 0;
+		CRASH;
+		atomic { slock == 0 -> row[m] = 0; row_att[m] = 0 }
+		CRASH;
+next:
+		m = 0; a = 0
+	:: wdone == NWORK && !row[0] && !row[1] -> break
+	od;
+	rdone = 1
+}
+#endif
 
 init
 {
@@ -458,8 +605,13 @@ init
 		inq[0] = 0; inq[1] = 1; inq[2] = 0; /* m0, m1, m0 re-sent */
 		tok_in[0] = 1; tok_in[1] = 1;
 		run Worker(1);
+#if NWORK > 1
 		run Worker(2);
+#endif
 		run Sweeper();
+#ifdef RECOVERY
+		run Recovery();
+#endif
 #ifdef ASYNC_DOWNSTREAM
 		run Downstream(0);
 		run Downstream(1);
