@@ -155,6 +155,19 @@ void tbx__part_block(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
 /** Retry delay for the n-th attempt (1-based), with jitter. */
 int64_t tbx__backoff_ms(tbx_worker_t *worker, int attempt);
 
+/**
+ * A worker for `tokenbox worker --check-config`: @p conf's required keys
+ * checked, each store file opened read-only when it exists (else its
+ * directory must be writable), nothing created, no Kafka client.
+ * Handlers can be registered on it; tbx_worker_poll() refuses it.
+ * On success it owns @p conf.
+ */
+tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
+				    size_t errstr_size);
+/** Topics with a handler registered, and the i-th of them. */
+size_t tbx__worker_topic_count(const tbx_worker_t *worker);
+const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);
+
 /* protocol.c */
 /** Takes the collected batch through A–F.  @returns TBX_OK or the error
  *  that stopped a phase (what is unfinished is retried via redelivery). */
