@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/metrics.h"
 #include "consumer/util.h"
 
 /* clang-format off */
@@ -101,6 +102,19 @@ const tbx__prop_t tbx__props[] = {
 	 "filters by it); 'json': one object per line with ts, level, pid, "
 	 "tag and msg. 'auto': journal when stderr is the journal's stream "
 	 "(JOURNAL_STREAM names it), else text."},
+	{"metrics.listen", TBX_PT_STR, "", 0, 300, NULL, "worker", 0,
+	 "HOST:PORT (or PORT, on 127.0.0.1) where a thread of the worker "
+	 "serves its metrics in the Prometheus text format on GET /metrics "
+	 "(and librdkafka's statistics on GET /stats.json); empty: off. "
+	 "PORT 0 picks a free port, logged at start."},
+	{"metrics.textfile", TBX_PT_PATH, "", 0, 4096, NULL, "worker", 0,
+	 "File rewritten (atomically, by rename) every metrics.interval.ms "
+	 "with the same metrics, for node_exporter's textfile collector "
+	 "(give it a name ending in .prom); empty: off."},
+	{"metrics.interval.ms", TBX_PT_INT, "5000", 100, 3600000, NULL,
+	 "worker", 0,
+	 "How often the worker refreshes the metrics served on "
+	 "metrics.listen and written to metrics.textfile."},
 	{"worker.id", TBX_PT_STR, "", 0, 128, NULL, "worker", 0,
 	 "Name shown in logs; empty: <group.id>/<pid>."},
 	{NULL, 0, NULL, 0, 0, NULL, NULL, 0, NULL},
@@ -365,6 +379,14 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 				   name);
 	if ((err = check_value(prop, value, errstr, errstr_size)))
 		return err;
+	if (strcmp(name, "metrics.listen") == 0) {
+		char host[300];
+		int port;
+		if ((err =
+			 tbx__metrics_parse_listen(value, host, sizeof(host),
+						   &port, errstr, errstr_size)))
+			return err;
+	}
 	char *copy = strdup(value);
 	if (!copy)
 		return TBX_ENOMEM;

@@ -402,9 +402,14 @@ void tbx__log(int level, const char *fmt, ...)
 	log_emit(level, msg, NULL, NULL);
 }
 
-void tbx__log_object(const char *what, const char *json)
+void tbx__log_object(int level, const char *what, const char *json)
 {
-	log_emit(TBX_LOG_INFO, "", what, json);
+	log_emit(level, "", what, json);
+}
+
+int tbx__log_enabled(int level)
+{
+	return level <= log_level;
 }
 
 /*

@@ -80,12 +80,14 @@ int tbx__log_get_format(void);
  *  kafka.producer.debug) is set, and log.format. */
 void tbx__log_configure(const tbx_conf_t *conf, const char *tag);
 /**
- * Logs @p what followed by the JSON object text @p json, whatever the
- * level (its own setting switches it on): "<ts> INFO tag[pid] what {...}"
- * in text, "<6>what {...}" in journal, and the object as the member
+ * Logs @p what followed by the JSON object text @p json at @p level,
+ * whatever log.level (the caller decides): "<ts> INFO tag[pid] what {...}"
+ * in text, "<6>tag: what {...}" in journal, and the object as the member
  * @p what of the line's object in JSON.
  */
-void tbx__log_object(const char *what, const char *json);
+void tbx__log_object(int level, const char *what, const char *json);
+/** 1 when a line at @p level would be logged. */
+int tbx__log_enabled(int level);
 
 /*
  * Crash points (fault injection for tests and the chaos harness).

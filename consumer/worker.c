@@ -115,6 +115,11 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
+	if (tbx__worker_metrics_start(worker, errstr, errstr_size)) {
+		worker->conf = NULL;
+		goto fail;
+	}
+	tbx__worker_metrics_refresh(worker, 1);
 	return worker;
 fail:
 	tbx_tokens_close(worker->tokens);
@@ -477,6 +482,7 @@ static int start(tbx_worker_t *worker)
 	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
 	worker->next_stats_ms = tbx__mono_ms() + worker->stats_interval_ms;
 	worker->started = 1;
+	tbx__worker_metrics_refresh(worker, 1);
 	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
 	return TBX_OK;
 }
@@ -506,6 +512,8 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 	rd_kafka_conf_set_rebalance_cb(kc, on_rebalance);
 	rd_kafka_conf_set_log_cb(kc, on_consumer_log);
 	rd_kafka_conf_set_error_cb(kc, on_consumer_error);
+	/* kafka.statistics.interval.ms: the JSON goes to the metrics. */
+	rd_kafka_conf_set_stats_cb(kc, tbx__worker_on_stats);
 	rd_kafka_conf_set_opaque(kc, worker);
 	worker->consumer =
 	    rd_kafka_new(RD_KAFKA_CONSUMER, kc, rderr, sizeof(rderr));
@@ -688,7 +696,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	text = cJSON_PrintUnformatted(obj);
 	cJSON_Delete(obj);
 	if (text)
-		tbx__log_object("stats", text);
+		tbx__log_object(TBX_LOG_INFO, "stats", text);
 	free(text);
 }
 
@@ -728,8 +736,10 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 		worker->lat_next = (worker->lat_next + 1) % 1024;
 		if (worker->lat_cnt < 1024)
 			worker->lat_cnt++;
+		tbx__worker_metrics_batch(worker, tbx__mono_ms() - began);
 	}
 	maybe_stats(worker);
+	tbx__worker_metrics_refresh(worker, 0);
 	if (err && !tbx_err_is_retriable(err) && err != TBX_EDELIVERY &&
 	    err != TBX_ESTORE)
 		return -err;
@@ -826,6 +836,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	if (!worker)
 		return;
 	tbx_worker_close(worker);
+	tbx__worker_metrics_stop(worker);
 	free(worker->batch.msgs);
 	free(worker->batch.rows);
 	free(worker->batch.ids);
