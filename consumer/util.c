@@ -541,6 +541,17 @@ void tbx__crashpoints_arm(void)
 	pthread_once(&crash_once, crash_init);
 }
 
+void tbx__crashpoints_rearm(void)
+{
+	pthread_once(&crash_once, crash_init);
+	pthread_mutex_lock(&crash_lock);
+	crash_armed = 0;
+	crash_rule_cnt = 0;
+	memset(crash_rules, 0, sizeof(crash_rules));
+	crash_init();
+	pthread_mutex_unlock(&crash_lock);
+}
+
 void tbx__crashpoint(const char *name)
 {
 	int die = 0;

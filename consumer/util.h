@@ -102,5 +102,8 @@ void tbx__crashpoint(const char *name);
 /** Reads TBX_CRASH_AT now (workers and publishers do, when created), so
  *  that a malformed value stops the process at once. */
 void tbx__crashpoints_arm(void);
+/** Forgets the rules and reads TBX_CRASH_AT again: for a process forked
+ *  after they were read (the handler test kit). */
+void tbx__crashpoints_rearm(void);
 
 #endif
