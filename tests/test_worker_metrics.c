@@ -315,3 +315,67 @@ Test(metrics, the_server_refuses_what_is_not_a_scrape, .timeout = 120)
 	free(dir);
 	free(store);
 }
+
+typedef struct progress {
+	tbx_worker_t *w;
+	uint64_t processed;
+} progress_t;
+
+static int processed_at_least(void *opaque)
+{
+	progress_t *p = opaque;
+	tbx_stats_t st;
+
+	tbx_worker_stats(p->w, &st);
+	return st.processed >= p->processed;
+}
+
+Test(metrics, consumer_lag_counts_the_records_not_read_yet, .timeout = 180)
+{
+	char *dir = tt_tmpdir();
+	char *store = tt_path(dir, "s1.db"), *tokens = tt_path(dir, "t.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop = {.table = "hop1"};
+	char err[512], *r;
+	const char *series = "tokenbox_consumer_lag{group=\"g1\",topic=\"in\","
+			     "partition=\"0\"}";
+	double lag;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_hop_table(store, "hop1");
+	tbx_worker_t *w = tbx_worker_new(
+	    tt_conf(c->bootstraps, "g1", store, tokens, "metrics.listen", "0",
+		    "batch.max.messages", "1", NULL),
+	    err, sizeof(err));
+	cr_assert(w, "%s", err);
+	tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop);
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	tt_publish(c->bootstraps, tokens, "in", "Ping", 5, 1, "m");
+
+	/* One record of five handled: four are left to read. */
+	progress_t p = {w, 1};
+	cr_assert(tt_drive(&w, 1, processed_at_least, &p, 0, 60));
+	tbx__worker_metrics_refresh(w, 1);
+	r = http(tbx__metrics_port(w->metrics),
+		 "GET /metrics HTTP/1.1\r\n\r\n");
+	lag = value_of(body_of(r), series);
+	free(r);
+	p.processed = 5;
+	cr_assert(tt_drive(&w, 1, processed_at_least, &p, 0, 60));
+	cr_expect_gt(lag, 0, "lag %g after one record of five", lag);
+	cr_expect_leq(lag, 4);
+
+	/* All read: none left. */
+	tbx__worker_metrics_refresh(w, 1);
+	r = http(tbx__metrics_port(w->metrics),
+		 "GET /metrics HTTP/1.1\r\n\r\n");
+	cr_expect_eq(value_of(body_of(r), series), 0, "%s", r);
+	free(r);
+
+	tbx_worker_destroy(w);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+}
