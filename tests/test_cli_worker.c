@@ -866,6 +866,7 @@ Test(cli_worker, error_lines_take_the_log_format, .timeout = 60)
 			      "-X",	"log.format=json", NULL};
 	const char *forced[] = {"worker", "--config",	     conf,
 				"-X",	  "log.format=text", NULL};
+	const char *bad_option[] = {"worker", "--frob", NULL};
 	char *err, ts[64];
 	cJSON *obj;
 	int status;
@@ -875,6 +876,13 @@ Test(cli_worker, error_lines_take_the_log_format, .timeout = 60)
 	status = run_env(plain, "JOURNAL_STREAM", "@STDERR@", &err);
 	cr_expect(cc_exited(status, 2), "status %d", status);
 	cr_expect(strncmp(err, "<3>tokenbox worker: no plugin= given", 36) == 0,
+		  "%s", err);
+	free(err);
+	/* a bad option too */
+	status = run_env(bad_option, "JOURNAL_STREAM", "@STDERR@", &err);
+	cr_expect(cc_exited(status, 2), "status %d", status);
+	cr_expect(strncmp(err, "<3>tokenbox worker: unknown option '--frob'",
+			  43) == 0,
 		  "%s", err);
 	free(err);
 	/* JOURNAL_STREAM naming another file: text */

@@ -257,6 +257,12 @@ __attribute__((format(printf, 2, 3))) static void say(int level,
 	va_end(ap);
 }
 
+/* tbx_cli_getopt()'s errors, through the logger like the rest. */
+static void report(const char *cmd, const char *msg)
+{
+	tbx__log(TBX_LOG_ERR, "tokenbox %s: %s", cmd ? cmd : CMD, msg);
+}
+
 static int out_of_memory(void)
 {
 	return wfail("out of memory");
@@ -894,6 +900,7 @@ int tbx_cmd_worker(int argc, char **argv)
 	 * cleanly, not kill it (the default action). */
 	if ((rc = install_signals()))
 		goto out;
+	tbx_cli_set_reporter(report);
 	if ((rc = parse_args(argc, argv, &o))) {
 		rc = rc < 0 ? TBX_EXIT_OK : rc;
 		goto out;
@@ -945,5 +952,6 @@ out:
 	free(o.overrides);
 	notify_close();
 	stop_signal_thread();
+	tbx_cli_set_reporter(NULL);
 	return rc;
 }
