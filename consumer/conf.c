@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/metrics.h"
 #include "consumer/util.h"
 
 /* clang-format off */
@@ -82,9 +83,10 @@ const tbx__prop_t tbx__props[] = {
 	 "`tokenbox worker` exits after this long whatever is pending "
 	 "(the protocol recovers on restart)."},
 	{"stats.interval.ms", TBX_PT_INT, "0", 0, 86400000, NULL, "worker", 0,
-	 "How often the worker writes one JSON line of counters and batch "
-	 "latency percentiles to stderr; 0 disables it (`tokenbox worker` "
-	 "uses 60000 unless set)."},
+	 "How often the worker logs one line of counters and batch "
+	 "latency percentiles, a JSON object, whatever log.level (in text: "
+	 "the line's prefix, 'stats', the object); 0 disables it "
+	 "(`tokenbox worker` uses 60000 unless set)."},
 	{"ingress.dedup.window.ms", TBX_PT_INT, "86400000", 1000, 2592000000,
 	 NULL, "publisher", 0,
 	 "How long the ingress edge remembers a caller-supplied id "
@@ -94,7 +96,32 @@ const tbx__prop_t tbx__props[] = {
 	 "duplicate and is refused. Past it, the id is new again."},
 	{"log.level", TBX_PT_ENUM, "notice", 0, 0,
 	 "error|warning|notice|info|debug", "both", 0,
-	 "Least severe level logged to stderr."},
+	 "Least severe level logged to stderr. A kafka debug key "
+	 "(kafka.debug, kafka.consumer.debug, kafka.producer.debug) "
+	 "implies 'debug': librdkafka logs its debug contexts at that "
+	 "level."},
+	{"log.format", TBX_PT_ENUM, "auto", 0, 0, "auto|text|journal|json",
+	 "both", 0,
+	 "Form of the lines on stderr. 'text': an RFC 3339 UTC time with "
+	 "milliseconds, the level, the worker's name and pid, the message; "
+	 "'journal': a syslog priority prefix <N> and the message, for "
+	 "systemd's journal (which stamps the time; `journalctl -p` "
+	 "filters by it); 'json': one object per line with ts, level, pid, "
+	 "tag and msg. 'auto': journal when stderr is the journal's stream "
+	 "(JOURNAL_STREAM names it), else text."},
+	{"metrics.listen", TBX_PT_STR, "", 0, 300, NULL, "worker", 0,
+	 "HOST:PORT (or PORT, on 127.0.0.1) where a thread of the worker "
+	 "serves its metrics in the Prometheus text format on GET /metrics "
+	 "(and librdkafka's statistics on GET /stats.json); empty: off. "
+	 "PORT 0 picks a free port, logged at start."},
+	{"metrics.textfile", TBX_PT_PATH, "", 0, 4096, NULL, "worker", 0,
+	 "File rewritten (atomically, by rename) every metrics.interval.ms "
+	 "with the same metrics, for node_exporter's textfile collector "
+	 "(give it a name ending in .prom); empty: off."},
+	{"metrics.interval.ms", TBX_PT_INT, "5000", 100, 3600000, NULL,
+	 "worker", 0,
+	 "How often the worker refreshes the metrics served on "
+	 "metrics.listen and written to metrics.textfile."},
 	{"worker.id", TBX_PT_STR, "", 0, 128, NULL, "worker", 0,
 	 "Name shown in logs; empty: <group.id>/<pid>."},
 	{NULL, 0, NULL, 0, 0, NULL, NULL, 0, NULL},
@@ -359,6 +386,14 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 				   name);
 	if ((err = check_value(prop, value, errstr, errstr_size)))
 		return err;
+	if (strcmp(name, "metrics.listen") == 0) {
+		char host[300];
+		int port;
+		if ((err =
+			 tbx__metrics_parse_listen(value, host, sizeof(host),
+						   &port, errstr, errstr_size)))
+			return err;
+	}
 	char *copy = strdup(value);
 	if (!copy)
 		return TBX_ENOMEM;

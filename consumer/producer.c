@@ -49,6 +49,15 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac,
 		 "librdkafka %s: %s", fac, buf);
 }
 
+/* kafka.statistics.interval.ms: the producer's statistics are logged at
+ * debug level (the consumer's also go to the worker's metrics). */
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+	if (tbx__log_enabled(TBX_LOG_DEBUG))
+		tbx__log_object(TBX_LOG_DEBUG, "rdkafka_producer_stats", json);
+	return 0;
+}
+
 rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			      size_t errstr_size)
 {
@@ -78,6 +87,7 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 	rd_kafka_conf_set_dr_msg_cb(kc, on_delivery);
 	rd_kafka_conf_set_error_cb(kc, on_error);
 	rd_kafka_conf_set_log_cb(kc, on_log);
+	rd_kafka_conf_set_stats_cb(kc, on_stats);
 	rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, rderr, sizeof(rderr));
 	if (!rk) {
 		rd_kafka_conf_destroy(kc);

@@ -60,9 +60,34 @@ int tbx__log_level(const char *name);
  *  every line (e.g. the worker id); @p tag is copied, NULL keeps
  *  the current one. */
 void tbx__log_setup(int level, const char *tag);
-/** Logs one line to stderr with a timestamp.  Thread-safe. */
+/** Logs one line to stderr in the log format (timestamped in text and
+ *  JSON).  Thread-safe. */
 void tbx__log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/** Log formats (log.format). */
+enum { TBX_LOGF_TEXT = 0, TBX_LOGF_JOURNAL = 1, TBX_LOGF_JSON = 2 };
+/** Format of a log.format value; "auto" (or NULL): journal when standard
+ *  error is the systemd journal's stream (JOURNAL_STREAM names its device
+ *  and inode), else text. */
+int tbx__log_format(const char *name);
+/** Sets the process-wide format (default: tbx__log_format("auto")). */
+void tbx__log_set_format(int format);
+/** @returns the format in use. */
+int tbx__log_get_format(void);
+/** Level, format and tag from @p conf: log.level, raised to debug when a
+ *  kafka debug key (kafka.debug, kafka.consumer.debug,
+ *  kafka.producer.debug) is set, and log.format. */
+void tbx__log_configure(const tbx_conf_t *conf, const char *tag);
+/**
+ * Logs @p what followed by the JSON object text @p json at @p level,
+ * whatever log.level (the caller decides): "<ts> INFO tag[pid] what {...}"
+ * in text, "<6>tag: what {...}" in journal, and the object as the member
+ * @p what of the line's object in JSON.
+ */
+void tbx__log_object(int level, const char *what, const char *json);
+/** 1 when a line at @p level would be logged. */
+int tbx__log_enabled(int level);
 
 /*
  * Crash points (fault injection for tests and the chaos harness).
@@ -77,5 +102,8 @@ void tbx__crashpoint(const char *name);
 /** Reads TBX_CRASH_AT now (workers and publishers do, when created), so
  *  that a malformed value stops the process at once. */
 void tbx__crashpoints_arm(void);
+/** Forgets the rules and reads TBX_CRASH_AT again: for a process forked
+ *  after they were read (the handler test kit). */
+void tbx__crashpoints_rearm(void);
 
 #endif

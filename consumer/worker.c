@@ -9,14 +9,17 @@
  * drops the records of revoked partitions from it.
  */
 #include <cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "consumer/worker.h"
+#include "outbox/db.h"
 #include "tokens/sweep.h"
 
 __attribute__((format(printf, 3, 4))) static int
@@ -58,7 +61,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	else
 		snprintf(tag, sizeof(tag), "%s/%d", worker->group,
 			 (int)getpid());
-	tbx__log_setup(tbx__log_level(tbx__conf_str(conf, "log.level")), tag);
+	tbx__log_configure(conf, tag);
 
 	tbx__db_opts_init(&opts);
 	opts.synchronous_full =
@@ -114,6 +117,11 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
+	if (tbx__worker_metrics_start(worker, errstr, errstr_size)) {
+		worker->conf = NULL;
+		goto fail;
+	}
+	tbx__worker_metrics_refresh(worker, 1);
 	return worker;
 fail:
 	tbx_tokens_close(worker->tokens);
@@ -121,6 +129,89 @@ fail:
 	tbx_router_destroy(worker->router);
 	free(worker);
 	return NULL;
+}
+
+/* Checks one store file for --check-config: an existing file is opened
+ * read-only (a tokenbox file of a schema this tokenbox knows); a missing
+ * one needs a directory the worker can create it in. */
+static int check_store(const char *key, const char *path,
+		       const tbx__db_opts_t *opts, char *errstr,
+		       size_t errstr_size)
+{
+	char dir[4096];
+	const char *slash;
+	sqlite3 *db = NULL;
+	struct stat st;
+	int err;
+
+	if (stat(path, &st) == 0) {
+		err = tbx__db_open(path, opts, &db, errstr, errstr_size);
+		sqlite3_close_v2(db);
+		return err;
+	}
+	slash = strrchr(path, '/');
+	if (!slash)
+		tbx__strlcpy(dir, ".", sizeof(dir));
+	else if (slash == path)
+		tbx__strlcpy(dir, "/", sizeof(dir));
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	if (access(dir, W_OK | X_OK) != 0)
+		return tbx__seterr(errstr, errstr_size, TBX_EIO,
+				   "%s: %s does not exist, and it cannot be "
+				   "created in %s: %s",
+				   key, path, dir, strerror(errno));
+	return TBX_OK;
+}
+
+tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
+				    size_t errstr_size)
+{
+	tbx__db_opts_t opts;
+	tbx_worker_t *worker;
+	const char *store_path, *tokens_path;
+
+	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size))
+		return NULL;
+	tbx__db_opts_init(&opts);
+	opts.readonly = 1;
+	opts.busy_timeout_ms =
+	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
+	store_path = tbx__conf_str(conf, "store.path");
+	tokens_path = tbx__conf_str(conf, "tokens.path");
+	if (check_store("store.path", store_path, &opts, errstr, errstr_size))
+		return NULL;
+	if (*tokens_path && !tbx__same_file(tokens_path, store_path) &&
+	    check_store("tokens.path", tokens_path, &opts, errstr, errstr_size))
+		return NULL;
+	if (!(worker = calloc(1, sizeof(*worker))) ||
+	    !(worker->router = tbx_router_new())) {
+		free(worker);
+		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
+		return NULL;
+	}
+	tbx__strlcpy(worker->group, tbx__conf_str(conf, "group.id"),
+		     sizeof(worker->group));
+	/* Never started: tbx_worker_poll() refuses it. */
+	worker->closed = 1;
+	atomic_init(&worker->stop, 1);
+	worker->conf = conf;
+	return worker;
+}
+
+size_t tbx__worker_topic_count(const tbx_worker_t *worker)
+{
+	return tbx_router_topic_count(worker->router);
+}
+
+const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i)
+{
+	return tbx_router_topic(worker->router, i);
+}
+
+const char *tbx_worker_conf_get(const tbx_worker_t *worker, const char *name)
+{
+	return worker ? tbx_conf_get(worker->conf, name) : NULL;
 }
 
 int tbx_worker_register(tbx_worker_t *worker, const char *topic,
@@ -398,6 +489,7 @@ static int start(tbx_worker_t *worker)
 	    tbx__mono_ms() + worker->recovery_interval_ms;
 	worker->next_stats_ms = tbx__mono_ms() + worker->stats_interval_ms;
 	worker->started = 1;
+	tbx__worker_metrics_refresh(worker, 1);
 	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
 	return TBX_OK;
 }
@@ -427,6 +519,8 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 	rd_kafka_conf_set_rebalance_cb(kc, on_rebalance);
 	rd_kafka_conf_set_log_cb(kc, on_consumer_log);
 	rd_kafka_conf_set_error_cb(kc, on_consumer_error);
+	/* kafka.statistics.interval.ms: the JSON goes to the metrics. */
+	rd_kafka_conf_set_stats_cb(kc, tbx__worker_on_stats);
 	rd_kafka_conf_set_opaque(kc, worker);
 	worker->consumer =
 	    rd_kafka_new(RD_KAFKA_CONSUMER, kc, rderr, sizeof(rderr));
@@ -557,7 +651,7 @@ static int cmp_float(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* One JSON line of counters to stderr, written with one write(2). */
+/* One line of counters, a JSON object, through the logger. */
 static void maybe_stats(tbx_worker_t *worker)
 {
 	int64_t now = tbx__mono_ms(), pending = -1;
@@ -609,17 +703,9 @@ static void maybe_stats(tbx_worker_t *worker)
 	cJSON_AddNumberToObject(obj, "batch_ms_p99", (double)p99);
 	text = cJSON_PrintUnformatted(obj);
 	cJSON_Delete(obj);
-	if (text) {
-		size_t len = strlen(text);
-		char *line = realloc(text, len + 2);
-		if (line) {
-			line[len] = '\n';
-			ssize_t w = write(STDERR_FILENO, line, len + 1);
-			(void)w;
-			text = line;
-		}
-		free(text);
-	}
+	if (text)
+		tbx__log_object(TBX_LOG_INFO, "stats", text);
+	free(text);
 }
 
 /*
@@ -708,8 +794,10 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 		worker->lat_next = (worker->lat_next + 1) % 1024;
 		if (worker->lat_cnt < 1024)
 			worker->lat_cnt++;
+		tbx__worker_metrics_batch(worker, tbx__mono_ms() - began);
 	}
 	maybe_stats(worker);
+	tbx__worker_metrics_refresh(worker, 0);
 	if (err && !tbx_err_is_retriable(err) && err != TBX_EDELIVERY &&
 	    err != TBX_ESTORE)
 		return -err;
@@ -806,6 +894,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	if (!worker)
 		return;
 	tbx_worker_close(worker);
+	tbx__worker_metrics_stop(worker);
 	free(worker->batch.msgs);
 	free(worker->batch.rows);
 	free(worker->batch.ids);

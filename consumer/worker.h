@@ -104,6 +104,10 @@ typedef struct tbx__batch {
 	uint64_t minted;  /**< joined: token rows A created (stats) */
 } tbx__batch_t;
 
+/** Buckets of the batch duration histogram (metrics_render.c). */
+#define TBX_BATCH_BUCKETS 14
+extern const double tbx__batch_bounds_ms[TBX_BATCH_BUCKETS];
+
 struct tbx_ctx {
 	tbx_worker_t *worker;
 	const struct tbx_msg *msg;
@@ -150,6 +154,14 @@ struct tbx_worker {
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;
+	/* metrics (metrics_render.c): the batch duration histogram, in
+	 * TBX_BATCH_BUCKETS buckets of upper bounds tbx__batch_bounds_ms[],
+	 * and the last statistics JSON of librdkafka's consumer */
+	struct tbx__metrics *metrics;
+	int64_t metrics_interval_ms, next_metrics_ms;
+	uint64_t batch_hist[TBX_BATCH_BUCKETS + 1]; /* last: +Inf */
+	double batch_sum_ms;
+	char *rd_stats;
 	/* subscribed topics and their subscription numbers */
 	int64_t *since;
 	tbx_stats_t stats;
@@ -165,6 +177,35 @@ void tbx__part_block(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
 		     int64_t delay_ms);
 /** Retry delay for the n-th attempt (1-based), with jitter. */
 int64_t tbx__backoff_ms(tbx_worker_t *worker, int attempt);
+
+/**
+ * A worker for `tokenbox worker --check-config`: @p conf's required keys
+ * checked, each store file opened read-only when it exists (else its
+ * directory must be writable), nothing created, no Kafka client.
+ * Handlers can be registered on it; tbx_worker_poll() refuses it.
+ * On success it owns @p conf.
+ */
+tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
+				    size_t errstr_size);
+/** Topics with a handler registered, and the i-th of them. */
+size_t tbx__worker_topic_count(const tbx_worker_t *worker);
+const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);
+
+/* metrics_render.c */
+/** Starts the metrics server and textfile of the configuration (none
+ *  when off).  @returns TBX_OK or an error with worker->errstr set. */
+int tbx__worker_metrics_start(tbx_worker_t *worker, char *errstr,
+			      size_t errstr_size);
+/** Counts one batch of @p ms in the histogram. */
+void tbx__worker_metrics_batch(tbx_worker_t *worker, int64_t ms);
+/** Renders and hands over the metrics when metrics.interval.ms passed,
+ *  or at once with @p now. */
+void tbx__worker_metrics_refresh(tbx_worker_t *worker, int now);
+/** librdkafka's stats_cb for the consumer: keeps the JSON for the
+ *  metrics and /stats.json, and logs it at debug level. */
+int tbx__worker_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
+/** Stops and frees what tbx__worker_metrics_start() made. */
+void tbx__worker_metrics_stop(tbx_worker_t *worker);
 
 /* protocol.c */
 /** Takes the collected batch through A–F.  @returns TBX_OK or the error

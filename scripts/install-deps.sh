@@ -4,10 +4,13 @@
 # Runs as root, or through sudo when not root.
 set -euo pipefail
 
+# groff-base: the test that the man pages (made from the --help texts)
+# render without warnings.
 packages=(
 	build-essential cmake pkg-config
 	librdkafka-dev libsqlite3-dev uuid-dev libcjson-dev libcriterion-dev
 	sqlite3 kcat clang-format spin ca-certificates git
+	groff-base
 )
 
 missing=()

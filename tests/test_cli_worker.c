@@ -6,9 +6,12 @@
  * restart finishes the work exactly once, shutdown.timeout.ms bounds a
  * slow drain.
  */
+#include <cJSON.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "cli_child.h"
 #include "support.h"
@@ -460,8 +463,20 @@ static void run_error_cases(const error_case_t *cases, size_t cnt)
 
 		if (text)
 			write_file(conf, text);
-		for (size_t j = 0; c->args[j]; j++)
-			args[n++] = c->args[j];
+		char *owned[6] = {NULL};
+		for (size_t j = 0; c->args[j]; j++) {
+			const char *at = strstr(c->args[j], "@CONF@");
+			if (at) {
+				/* "KEY=@CONF@": the configuration file */
+				size_t len = strlen(c->args[j]) + strlen(conf);
+				owned[j] = malloc(len);
+				cr_assert(owned[j]);
+				snprintf(owned[j], len, "%.*s%s",
+					 (int)(at - c->args[j]), c->args[j],
+					 conf);
+			}
+			args[n++] = owned[j] ? owned[j] : c->args[j];
+		}
 		args[n] = NULL;
 		res = cc_run(args);
 		cr_assert(cc_exited(res.status, 2), "case %zu: status %d: %s",
@@ -476,6 +491,8 @@ static void run_error_cases(const error_case_t *cases, size_t cnt)
 		cr_expect(strstr(res.err, "tokenbox worker: "), "case %zu: %s",
 			  i, res.err);
 		cc_result_free(&res);
+		for (size_t j = 0; j < 6; j++)
+			free(owned[j]);
 		free(text);
 		free(store);
 		free(conf);
@@ -659,4 +676,376 @@ Test(cli_worker, help_tells_the_format_keys_signals_and_exit_codes,
 		cr_expect(strstr(res.out, want[i]), "'%s' not in:\n%s", want[i],
 			  res.out);
 	cc_result_free(&res);
+}
+
+/* ---- logs, signals and systemd ------------------------------------- */
+
+/** The device:inode of @p path, as systemd's JOURNAL_STREAM gives them. */
+static void journal_stream_of(const char *path, char *out, size_t size)
+{
+	struct stat st;
+
+	cr_assert(stat(path, &st) == 0, "%s: %s", path, strerror(errno));
+	snprintf(out, size, "%llu:%llu", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+}
+
+/** 1 when @p line starts with an RFC 3339 UTC time with milliseconds. */
+static int timestamped(const char *line)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:dd.dddZ ";
+
+	for (size_t i = 0; shape[i]; i++) {
+		char c = line[i];
+		if (shape[i] == 'd' ? !(c >= '0' && c <= '9') : c != shape[i])
+			return 0;
+	}
+	return 1;
+}
+
+Test(cli_worker, sighup_drains_and_exits_0_with_journal_priorities,
+     .timeout = 240)
+{
+	/* log.level stays at notice: the kafka debug key must imply
+	 * debug for librdkafka's group lines to show. */
+	setup_t s =
+	    setup_new("reply=hello.replies", "log.level = notice\n"
+					     "kafka.consumer.debug = cgrp\n");
+	char stream[64], *log, *line, *save = NULL;
+	int status, debug_lines = 0, lines = 0;
+	pid_t pid;
+
+	/* The log file is the worker's stderr: systemd names it so. */
+	write_file(s.log, "");
+	journal_stream_of(s.log, stream, sizeof(stream));
+	setenv("JOURNAL_STREAM", stream, 1);
+	pid = start_subscribed(&s, NULL);
+	unsetenv("JOURNAL_STREAM");
+	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 5, 1,
+		   "hi");
+	assert_log(wait_for(s.store, HELLO_ROWS, 5, WAIT_MS), &s,
+		   "the hello rows did not appear");
+
+	kill(pid, SIGHUP);
+	status = cc_wait(pid, WAIT_MS);
+	log = read_text(s.log);
+	cr_assert(cc_exited(status, 0), "status %d:\n%s", status, log);
+	/* "<N>" then the worker's name, "hello/<pid>: " */
+	cr_expect(strstr(log, ": tokenbox worker: SIGHUP: finishing the "
+			      "batch in hand"),
+		  "%s", log);
+	cr_expect(strstr(log, ": tokenbox worker: stopped: 5 consumed, 5 "
+			      "processed"),
+		  "%s", log);
+	cr_expect(strstr(log, "<5>hello/"), "%s", log);
+	assert_exactly_once(&s, 5);
+	for (line = strtok_r(log, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		lines++;
+		cr_expect(line[0] == '<' && line[1] >= '0' && line[1] <= '7' &&
+			      line[2] == '>',
+			  "no priority prefix: '%s'", line);
+		debug_lines += strncmp(line, "<7>", 3) == 0 &&
+			       strstr(line, "librdkafka CGRP") != NULL;
+	}
+	cr_expect_gt(lines, 2);
+	cr_expect_gt(debug_lines, 0, "no librdkafka debug line");
+	free(log);
+	setup_free(&s);
+}
+
+/** Receives one datagram from @p fd within @p timeout_ms into @p buf
+ *  (NUL-terminated).  @returns its length, or -1 on timeout. */
+static ssize_t recv_within(int fd, char *buf, size_t size, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	ssize_t n;
+
+	if (poll(&pfd, 1, timeout_ms) <= 0)
+		return -1;
+	n = recv(fd, buf, size - 1, 0);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
+Test(cli_worker, systemd_is_notified_ready_watchdog_and_stopping,
+     .timeout = 240)
+{
+	setup_t s = setup_new("", "stats.interval.ms = 100\n");
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	char *sock = tt_path(s.dir, "notify.sock"), buf[512], *log, *line,
+	     *save = NULL;
+	int fd = socket(AF_UNIX, SOCK_DGRAM, 0), watchdogs = 0, ready = 0,
+	    stopping = 0, stats = 0, status;
+	pid_t pid;
+
+	cr_assert(fd >= 0);
+	cr_assert(strlen(sock) < sizeof(addr.sun_path));
+	memcpy(addr.sun_path, sock, strlen(sock) + 1);
+	cr_assert(bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0,
+		  "bind %s: %s", sock, strerror(errno));
+	setenv("NOTIFY_SOCKET", sock, 1);
+	setenv("WATCHDOG_USEC", "200000", 1);
+	pid = start_subscribed(&s, NULL);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+
+	/* READY=1 first, then the watchdog's pings every 100 ms. */
+	while (watchdogs < 3 &&
+	       recv_within(fd, buf, sizeof(buf), WAIT_MS) > 0) {
+		if (strncmp(buf, "READY=1\n", 8) == 0) {
+			cr_expect_eq(watchdogs, 0, "READY after a ping");
+			cr_expect(strstr(buf, "STATUS=group hello: "
+					      "subscribed to 1 topic"),
+				  "%s", buf);
+			ready++;
+		} else if (strcmp(buf, "WATCHDOG=1") == 0) {
+			watchdogs++;
+		}
+	}
+	cr_assert_eq(ready, 1);
+	cr_assert_eq(watchdogs, 3);
+	kill(pid, SIGTERM);
+	while (!stopping && recv_within(fd, buf, sizeof(buf), WAIT_MS) > 0)
+		stopping = strcmp(buf, "STOPPING=1") == 0;
+	status = cc_wait(pid, WAIT_MS);
+	cr_expect(stopping, "no STOPPING=1");
+	log = read_text(s.log);
+	cr_expect(cc_exited(status, 0), "status %d:\n%s", status, log);
+	/* Not the journal: every line, the stats included, is timestamped. */
+	for (line = strtok_r(log, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		cr_expect(timestamped(line), "no time: '%s'", line);
+		stats += strstr(line, " stats {\"ts_ms\":") != NULL;
+	}
+	cr_expect_gt(stats, 0, "no stats line");
+	free(log);
+	close(fd);
+	free(sock);
+	setup_free(&s);
+}
+
+/** Runs `tokenbox worker ARGS` with @p env_name=@p env_value set (NULL:
+ *  none) and stderr in a file; @returns the status, *err the stderr. */
+static int run_env(const char *const args[], const char *env_name,
+		   const char *env_value, char **err)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "stderr");
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), status;
+	pid_t pid;
+
+	cr_assert(fd >= 0);
+	if (env_name && strcmp(env_value, "@STDERR@") == 0) {
+		char stream[64];
+		journal_stream_of(path, stream, sizeof(stream));
+		setenv(env_name, stream, 1);
+	} else if (env_name) {
+		setenv(env_name, env_value, 1);
+	}
+	pid = cc_fork(args, -1, -1, fd, &fd, 1);
+	if (env_name)
+		unsetenv(env_name);
+	close(fd);
+	status = cc_wait(pid, WAIT_MS);
+	*err = read_text(path);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+	return status;
+}
+
+Test(cli_worker, error_lines_take_the_log_format, .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *text = expand(GOOD_CONF, dir, "");
+	const char *plain[] = {"worker", "--config", conf, NULL};
+	const char *json[] = {"worker", "--config",	   conf,
+			      "-X",	"log.format=json", NULL};
+	const char *forced[] = {"worker", "--config",	     conf,
+				"-X",	  "log.format=text", NULL};
+	const char *bad_option[] = {"worker", "--frob", NULL};
+	char *err, ts[64];
+	cJSON *obj;
+	int status;
+
+	write_file(conf, text);
+	/* stderr is the journal's stream: a priority, no time */
+	status = run_env(plain, "JOURNAL_STREAM", "@STDERR@", &err);
+	cr_expect(cc_exited(status, 2), "status %d", status);
+	cr_expect(strncmp(err, "<3>tokenbox worker: no plugin= given", 36) == 0,
+		  "%s", err);
+	free(err);
+	/* a bad option too */
+	status = run_env(bad_option, "JOURNAL_STREAM", "@STDERR@", &err);
+	cr_expect(cc_exited(status, 2), "status %d", status);
+	cr_expect(strncmp(err, "<3>tokenbox worker: unknown option '--frob'",
+			  43) == 0,
+		  "%s", err);
+	free(err);
+	/* JOURNAL_STREAM naming another file: text */
+	status = run_env(plain, "JOURNAL_STREAM", "1:1", &err);
+	cr_expect(cc_exited(status, 2));
+	cr_expect(timestamped(err) && strstr(err, " ERROR [") &&
+		      strstr(err, "] tokenbox worker: no plugin= given"),
+		  "%s", err);
+	free(err);
+	/* log.format=text wins over the journal */
+	status = run_env(forced, "JOURNAL_STREAM", "@STDERR@", &err);
+	cr_expect(cc_exited(status, 2));
+	cr_expect(timestamped(err), "%s", err);
+	free(err);
+	/* json: one object per line */
+	status = run_env(json, NULL, NULL, &err);
+	cr_expect(cc_exited(status, 2));
+	cr_expect_eq(cc_lines(err), 1, "%s", err);
+	obj = cJSON_Parse(err);
+	cr_assert(obj, "not JSON: %s", err);
+	cr_expect_str_eq(cJSON_GetObjectItem(obj, "level")->valuestring,
+			 "error");
+	snprintf(ts, sizeof(ts), "%s ",
+		 cJSON_GetObjectItem(obj, "ts")->valuestring);
+	cr_expect(timestamped(ts) && strlen(ts) == 25, "%s", err);
+	cr_expect(strstr(cJSON_GetObjectItem(obj, "msg")->valuestring,
+			 "tokenbox worker: no plugin= given"),
+		  "%s", err);
+	cJSON_Delete(obj);
+	free(err);
+	free(text);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
+Test(cli_worker, a_plugin_that_registers_nothing_exits_2, .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
+			    plugin_path("tbx_empty"));
+	const char *args[] = {"worker", "--config", conf, NULL};
+	cc_result_t res;
+
+	write_file(conf, text);
+	res = cc_run(args);
+	cr_expect(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.err, "tokenbox worker: no plugin registered a "
+				  "handler"),
+		  "%s", res.err);
+	cc_result_free(&res);
+	free(text);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
+/* ---- --check-config ------------------------------------------------- */
+
+Test(cli_worker, check_config_passes_a_good_one_and_creates_nothing,
+     .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *store = tt_path(dir, "service.db");
+	char *link = tt_path(dir, "plugins");
+	char examples[4096];
+	/* relative to the file's directory, whatever the current one */
+	char *text = expand(GOOD_CONF "plugin=plugins/libtbx_hello.so\n"
+				      "plugin.args=topic=greetings\n",
+			    dir, "");
+	const char *args[] = {"worker", "--config", conf, "--check-config",
+			      NULL};
+	cc_result_t res;
+	struct stat st;
+
+	snprintf(examples, sizeof(examples), "%s", plugin_path("tbx_hello"));
+	*strrchr(examples, '/') = '\0';
+	cr_assert(symlink(examples, link) == 0, "%s", strerror(errno));
+	write_file(conf, text);
+	res = cc_run(args);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.out, "configuration OK: group g, store "), "%s",
+		  res.out);
+	cr_expect(strstr(res.out, "topic greetings\n"), "%s", res.out);
+	cr_expect(strstr(res.out, "/plugins/libtbx_hello.so\n"), "%s", res.out);
+	cr_expect(stat(store, &st) != 0, "%s was created", store);
+	cc_result_free(&res);
+	free(text);
+	free(link);
+	free(store);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
+Test(cli_worker, check_config_refuses_with_exit_2_and_the_reason,
+     .timeout = 120)
+{
+	static const error_case_t cases[] = {
+	    /* the store is no tokenbox file */
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"-X", "store.path=@CONF@", "--check-config"},
+	     {"w.conf", "not a tokenbox"},
+	     0},
+	    /* the store cannot be created */
+	    {GOOD_CONF "plugin=@PLUGIN@\n",
+	     {"-X", "store.path=/proc/no/such/dir/s.db", "--check-config"},
+	     {"store.path", "/proc/no/such/dir", "cannot be created"},
+	     0},
+	    /* no plugin, and a plugin that registers nothing */
+	    {GOOD_CONF, {"--check-config"}, {"no plugin= given"}, 0},
+	    {GOOD_CONF "plugin=@DIR@/../missing.so\n",
+	     {"--check-config"},
+	     {"missing.so", "cannot load"},
+	     0},
+	    /* a plugin whose init refuses its arguments */
+	    {GOOD_CONF "plugin=@PLUGIN@\nplugin.args=frob=1\n",
+	     {"--check-config"},
+	     {"tbx_plugin_init failed"},
+	     2},
+	    /* a required key */
+	    {"group.id=g\nstore.path=@DIR@/s.db\nplugin=@PLUGIN@\n",
+	     {"--check-config"},
+	     {"kafka.bootstrap.servers", "required"},
+	     0},
+	};
+
+	run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
+     .timeout = 60)
+{
+	static const char *const confs[] = {
+	    "examples/orders/order-service.conf",
+	    "examples/orders/payment-service.conf",
+	    "examples/vouchers/vouchers.conf", "examples/mailer/mailer.conf"};
+	char *dir = tt_tmpdir();
+	char store[4200], tokens[4200], conf[4200];
+
+	/* The test runs in the build's tests folder: a plugin= path taken
+	 * from the current directory would not be found. */
+	snprintf(store, sizeof(store), "store.path=%s/s.db", dir);
+	snprintf(tokens, sizeof(tokens), "tokens.path=%s/t.db", dir);
+	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++) {
+		const char *args[] = {
+		    "worker", "--config",	conf, "-X", store, "-X",
+		    tokens,   "--check-config", NULL};
+		cc_result_t res;
+
+		snprintf(conf, sizeof(conf), "%s/%s", getenv("TBX_SOURCE_DIR"),
+			 confs[i]);
+		res = cc_run(args);
+		cr_expect(cc_exited(res.status, 0), "%s: status %d: %s",
+			  confs[i], res.status, res.err);
+		cr_expect(strstr(res.out, "configuration OK"), "%s: %s",
+			  confs[i], res.out);
+		cc_result_free(&res);
+	}
+	tt_rmrf(dir);
+	free(dir);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "support.h"
+#include "tokenbox/testkit.h"
 
 #define WORKERS 2
 #define USERS	100 /* u001..u100 */
@@ -259,4 +260,106 @@ Test(example_mailer, init_takes_no_arguments)
 	 * which has polled already. */
 	cr_assert_eq(e.plugin.init(e.w[0], NULL), TBX_ESTATE);
 	env_fini(&e);
+}
+
+/* ---- unit tests with the handler test kit ---------------------------- */
+
+static tbx_testkit_t *mailer_kit(tt_plugin_t *plugin)
+{
+	char err[512];
+	tbx_testkit_t *kit = tbx_testkit_new("mailer", err, sizeof(err));
+
+	cr_assert(kit, "%s", err);
+	cr_assert_eq(tbx_testkit_plugin(kit, plugin->init, ""), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(tbx_testkit_topic(kit, "emails", 1), TBX_OK);
+	return kit;
+}
+
+static tbx_out_t job_msg(const char *payload)
+{
+	return (tbx_out_t){.topic = "campaign-jobs",
+			   .type = "CampaignSelected",
+			   .key = "job-1",
+			   .key_len = 5,
+			   .payload = payload,
+			   .payload_len = strlen(payload)};
+}
+
+Test(example_mailer, a_job_emails_each_user_it_names_once)
+{
+	tt_plugin_t plugin;
+	tbx_testkit_outcome_t outcome;
+
+	tt_plugin_open(&plugin, "libtbx_mailer.so");
+	tbx_testkit_t *kit = mailer_kit(&plugin);
+	tbx_out_t in = job_msg("{\"campaign\":\"spring\",\"users\":[\"u001\","
+			       "\"u002\",\"u001\"]}");
+
+	cr_assert_eq(tbx_testkit_handle(kit, &in, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_PROCESSED);
+	cr_assert_eq(
+	    tt_count(tbx_testkit_store_path(kit), "SELECT COUNT(*) FROM sent"),
+	    2);
+	cr_assert_eq(tbx_testkit_sent_count(kit), 2);
+	for (size_t i = 0; i < 2; i++) {
+		const tbx_testkit_sent_t *m = tbx_testkit_sent(kit, i);
+		cr_assert_str_eq(m->topic, "emails");
+		cr_assert_str_eq(m->type, "EmailRequested");
+		cr_assert(strstr(m->payload, "\"spring\""), "%s", m->payload);
+	}
+	/* A second job naming u002 again sends nothing new. */
+	in = job_msg("{\"campaign\":\"spring\",\"users\":[\"u002\"]}");
+	cr_assert_eq(tbx_testkit_handle(kit, &in, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_PROCESSED);
+	cr_assert_eq(tbx_testkit_sent_count(kit), 2);
+	tbx_testkit_destroy(kit);
+	tt_plugin_close(&plugin);
+}
+
+Test(example_mailer, a_job_that_is_no_job_sends_nothing)
+{
+	tt_plugin_t plugin;
+	tbx_testkit_outcome_t outcome;
+
+	tt_plugin_open(&plugin, "libtbx_mailer.so");
+	tbx_testkit_t *kit = mailer_kit(&plugin);
+	tbx_out_t in = job_msg("{\"campaign\":\"spring\",\"users\":[\"u001\","
+			       "7]}");
+
+	cr_assert_eq(tbx_testkit_handle(kit, &in, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_DEAD_LETTERED);
+	cr_assert_eq(tbx_testkit_sent_count(kit), 1);
+	cr_assert_str_eq(tbx_testkit_sent(kit, 0)->topic, "campaign-jobs.dlq");
+	tbx_testkit_destroy(kit);
+	tt_plugin_close(&plugin);
+}
+
+Test(example_mailer, a_crash_after_the_commit_still_emails_once, .timeout = 300)
+{
+	tt_plugin_t plugin;
+	tbx_testkit_outcome_t outcome;
+
+	tt_plugin_open(&plugin, "libtbx_mailer.so");
+	tbx_testkit_t *kit = mailer_kit(&plugin);
+	tbx_out_t in = job_msg("{\"campaign\":\"spring\",\"users\":[\"u001\","
+			       "\"u002\"]}");
+	size_t cnt;
+
+	cr_assert_eq(tbx_testkit_crash_at(kit, "A.committed"), TBX_OK);
+	cr_assert_eq(tbx_testkit_handle(kit, &in, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_PROCESSED);
+	cr_assert_eq(
+	    tt_count(tbx_testkit_store_path(kit), "SELECT COUNT(*) FROM sent"),
+	    2);
+	/* Committed before the crash, dispatched by the recovery: each
+	 * email once. */
+	cnt = tbx_testkit_sent_count(kit);
+	cr_assert_eq(cnt, 2);
+	tbx_testkit_destroy(kit);
+	tt_plugin_close(&plugin);
 }

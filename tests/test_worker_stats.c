@@ -62,9 +62,11 @@ Test(stats, json_line_reports_the_counters_of_the_work_done)
 	FILE *f = fopen(log, "r");
 	cr_assert(f);
 	while (fgets(line, sizeof(line), f)) {
-		if (line[0] != '{')
+		/* "<time> INFO <tag>[<pid>] stats {...}" */
+		char *json = strstr(line, " stats {");
+		if (!json)
 			continue;
-		cJSON *obj = cJSON_Parse(line);
+		cJSON *obj = cJSON_Parse(json + 7);
 		cr_assert(obj, "not JSON: %s", line);
 		lines++;
 		cJSON_Delete(last);

@@ -13,11 +13,22 @@
 static void vreport(const char *cmd, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
+static tbx_cli_report_fn reporter;
+
+void tbx_cli_set_reporter(tbx_cli_report_fn fn)
+{
+	reporter = fn;
+}
+
 static void vreport(const char *cmd, const char *fmt, va_list ap)
 {
 	char msg[1024];
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (reporter) {
+		reporter(cmd, msg);
+		return;
+	}
 	fprintf(stderr, "tokenbox%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "",
 		msg);
 	fflush(stderr);

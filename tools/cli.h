@@ -51,6 +51,14 @@ int tbx_cli_fail(const char *cmd, const char *fmt, ...)
 void tbx_cli_note(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/** Writes the line of tbx_cli_usage()/_fail()/_note() for @p cmd. */
+typedef void (*tbx_cli_report_fn)(const char *cmd, const char *msg);
+/**
+ * Makes those lines go to @p fn instead of stderr (NULL: stderr again),
+ * for a command whose lines go through a logger.
+ */
+void tbx_cli_set_reporter(tbx_cli_report_fn fn);
+
 /**
  * The checks of tbx_cli_parse_int() without the message, for input that
  * is not a command line.

@@ -1,6 +1,6 @@
 /*
  * `tokenbox worker`: one worker process whose handlers come from plugins,
- * run until SIGTERM or SIGINT.
+ * run until SIGTERM, SIGINT or SIGHUP.
  *
  * Start-up goes in this order, so that nothing is created before the
  * configuration is known to be good:
@@ -10,31 +10,50 @@
  *      key, the value and why it refuses one;
  *   2. every plugin is dlopen()ed and its ABI version checked;
  *   3. tbx_worker_new(): required keys, stores opened (created, migrated);
- *   4. every plugin's tbx_plugin_init() registers its handlers;
- *   5. tbx_worker_run() until a signal.
+ *   4. every plugin's tbx_plugin_init() registers its handlers; a worker
+ *      left without any handler is a configuration error;
+ *   5. tbx_worker_poll() until a signal; the first poll subscribes, and
+ *      then systemd is told READY=1 (when NOTIFY_SOCKET is set).
+ * --check-config stops after 4, with a worker that opens the stores
+ * read-only and creates nothing.
  *
- * Shutdown.  The first SIGTERM/SIGINT calls tbx_worker_stop(), so that
- * tbx_worker_run() finishes the batch in hand (dispatch, commit), leaves
+ * Shutdown.  The first SIGTERM/SIGINT/SIGHUP calls tbx_worker_stop(), so
+ * that the poll loop finishes the batch in hand (dispatch, commit), leaves
  * the group and returns; the command then destroys the worker (closing the
- * stores), unloads the plugins and exits 0.  The same signal arms a timer
+ * stores), unloads the plugins and exits 0.  The same signal starts a bound
  * of shutdown.timeout.ms that ends the process with status 1 if that takes
- * too long, and a second SIGTERM/SIGINT ends it at once with 128 + signal.
- * Both exits are safe: the protocol resumes unfinished work on restart.
+ * too long, and a second signal ends it at once with 128 + signal.  Both
+ * exits are safe: the protocol resumes unfinished work on restart.  The
+ * signals are blocked in every thread and taken by one thread of the
+ * command with sigwaitinfo(), so that what it does (log through the
+ * library's logger, stop the worker) needs no async-signal safety.
  *
- * Only the public API is used, like any program embedding the library, plus
- * dlopen() for the plugins; the executable exports the API to them (see
- * CMakeLists.txt).
+ * Every line the command writes to stderr goes through the library's
+ * logger (log.format), like the worker's own.
+ *
+ * The public API is used, like any program embedding the library, plus
+ * dlopen() for the plugins (the executable exports the API to them, see
+ * CMakeLists.txt) and three internals: the logger, the read-only worker of
+ * --check-config and the count of topics handled.
  */
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "consumer/util.h"
+#include "consumer/worker.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 
@@ -47,25 +66,33 @@
 static void usage(void)
 {
 	printf(
-	    "Usage: tokenbox worker [--config FILE] [-X KEY=VALUE]...\n"
+	    "Usage: tokenbox worker [--config FILE] [-X KEY=VALUE]... "
+	    "[--check-config]\n"
 	    "\n"
 	    "Runs one tokenbox worker -- a member of one Kafka consumer group "
 	    "whose\n"
-	    "handlers come from plugins -- until SIGTERM or SIGINT.\n"
+	    "handlers come from plugins -- until SIGTERM, SIGINT or SIGHUP.\n"
 	    "\n"
 	    "Options:\n"
 	    "  -c, --config FILE  read the configuration from FILE\n"
-	    "  -X KEY=VALUE       set KEY after FILE was read; repeat for "
-	    "more keys\n"
+	    "  -X KEY=VALUE       set KEY after FILE was read; repeat for more "
+	    "keys\n"
 	    "                     (the last value of a key wins)\n"
+	    "      --check-config check the configuration, load the plugins "
+	    "and run\n"
+	    "                     their init, check the stores read-only "
+	    "(creating\n"
+	    "                     nothing), print a summary and exit 0, or 2 "
+	    "with the\n"
+	    "                     reason; no Kafka client is started\n"
 	    "  -h, --help         show this help\n"
 	    "\n"
 	    "Configuration.  FILE holds one KEY=VALUE per line, as "
 	    "librdkafka's tools\n"
-	    "read them: spaces around the key and the value are removed; "
-	    "blank lines\n"
-	    "and lines whose first non-blank character is '#' are skipped "
-	    "(a '#'\n"
+	    "read them: spaces around the key and the value are removed; blank "
+	    "lines\n"
+	    "and lines whose first non-blank character is '#' are skipped (a "
+	    "'#'\n"
 	    "elsewhere is part of the value).  The keys are those of\n"
 	    "docs/configuration.md; 'kafka.' ones go to librdkafka.  Each is "
 	    "checked\n"
@@ -77,18 +104,20 @@ static void usage(void)
 	    "Two keys\n"
 	    "belong to this command:\n"
 	    "  plugin=PATH        load the handler plugin PATH, a shared "
-	    "object "
-	    "(as\n"
-	    "                     dlopen(3) finds it: give a path with a '/'); "
-	    "repeat\n"
-	    "                     for more plugins.  At least one is "
+	    "object;\n"
+	    "                     repeat for more plugins.  At least one is "
 	    "required.\n"
+	    "                     A relative PATH with a '/' is taken from "
+	    "FILE's\n"
+	    "                     directory (from the current one with -X); a "
+	    "bare\n"
+	    "                     name is searched as dlopen(3) does.\n"
 	    "  plugin.args=TEXT   passed to the tbx_plugin_init() of the "
 	    "plugin named\n"
 	    "                     last before it (default: empty)\n"
-	    "Unless set, stats.interval.ms is 60000 here: one JSON line of "
-	    "counters on\n"
-	    "standard error a minute.\n"
+	    "Unless set, stats.interval.ms is 60000 here: one line of counters "
+	    "a\n"
+	    "minute.\n"
 	    "\n"
 	    "Plugins.  A plugin exports tbx_plugin_abi_version() and "
 	    "tbx_plugin_init()\n"
@@ -98,35 +127,54 @@ static void usage(void)
 	    "another\n"
 	    "plugin ABI version than this tokenbox's (%d) is refused.  Its "
 	    "init\n"
-	    "registers handlers; one that fails stops the command.  See\n"
-	    "docs/handlers.md.\n"
+	    "registers handlers; one that fails stops the command, and so does "
+	    "a\n"
+	    "worker left without any handler.  See docs/handlers.md.\n"
 	    "\n"
-	    "Signals.  The first SIGTERM or SIGINT stops the worker after the "
-	    "batch in\n"
-	    "hand: the batch is finished, dispatched and committed, the worker "
-	    "leaves\n"
-	    "the group, the stores are closed, and the command exits 0.  If "
-	    "that takes\n"
-	    "longer than shutdown.timeout.ms (default 30000), the command "
-	    "exits "
-	    "1.  A\n"
-	    "second SIGTERM or SIGINT exits at once with status 128 + signal "
-	    "(143 for\n"
-	    "SIGTERM, 130 for SIGINT).  Both are safe: the protocol resumes "
-	    "unfinished\n"
-	    "work on restart, though the partitions wait for the group's "
-	    "session\n"
-	    "timeout before another member gets them.\n"
+	    "Signals.  The first SIGTERM, SIGINT or SIGHUP stops the worker "
+	    "after the\n"
+	    "batch in hand: the batch is finished, dispatched and committed, "
+	    "the\n"
+	    "worker leaves the group, the stores are closed, and the command "
+	    "exits 0\n"
+	    "(SIGHUP reloads nothing: restart the worker to apply a new\n"
+	    "configuration).  If that takes longer than shutdown.timeout.ms "
+	    "(default\n"
+	    "30000), the command exits 1.  A second signal exits at once with "
+	    "status\n"
+	    "128 + signal (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP).  "
+	    "Both are\n"
+	    "safe: the protocol resumes unfinished work on restart, though "
+	    "the\n"
+	    "partitions wait for the group's session timeout before another "
+	    "member\n"
+	    "gets them.\n"
 	    "\n"
-	    "Logs go to standard error (log.level).\n"
+	    "Logs go to standard error, one line each (log.level, log.format): "
+	    "in text\n"
+	    "each line starts with its UTC time; under systemd (JOURNAL_STREAM "
+	    "names\n"
+	    "standard error) each starts with a syslog priority <N> for the "
+	    "journal.\n"
 	    "\n"
-	    "Exit status: 0 after a clean stop; 1 when the worker failed (a "
-	    "store that\n"
-	    "cannot be opened, a fatal store or Kafka error) or "
-	    "shutdown.timeout.ms\n"
-	    "passed; 2 for a bad command line, configuration or plugin "
-	    "(nothing was\n"
-	    "consumed); 128 + N after a second signal N.\n"
+	    "systemd.  With NOTIFY_SOCKET set (Type=notify) the command sends "
+	    "READY=1\n"
+	    "once the worker has subscribed (its first poll), WATCHDOG=1 from "
+	    "its poll\n"
+	    "loop when WATCHDOG_USEC is set, and STOPPING=1 when a signal "
+	    "stops it.\n"
+	    "\n"
+	    "Exit status: 0 after a clean stop (or --check-config found no "
+	    "problem);\n"
+	    "1 when the worker failed (a store that cannot be opened, a fatal "
+	    "store or\n"
+	    "Kafka error) or shutdown.timeout.ms passed; 2 for a bad command "
+	    "line,\n"
+	    "configuration or plugin, a plugin that registers no handler, or "
+	    "a\n"
+	    "problem --check-config found (nothing was consumed); 128 + N "
+	    "after a\n"
+	    "second signal N.\n"
 	    "\n"
 	    "Example:\n"
 	    "  $ cat /etc/tokenbox/billing.conf\n"
@@ -137,6 +185,8 @@ static void usage(void)
 	    "  tokens.path=/var/lib/pipeline/tokens.db\n"
 	    "  plugin=/usr/local/lib/tokenbox/billing.so\n"
 	    "  plugin.args=currency=EUR\n"
+	    "  $ tokenbox worker --config /etc/tokenbox/billing.conf "
+	    "--check-config\n"
 	    "  $ tokenbox worker --config /etc/tokenbox/billing.conf -X "
 	    "log.level=info\n",
 	    TBX_PLUGIN_ABI_VERSION);
@@ -155,17 +205,73 @@ typedef struct worker_cmd {
 	tbx_conf_t *conf; /* ours until tbx_worker_new() succeeds */
 	plugin_t *plugins;
 	size_t plugin_cnt, plugin_cap;
-	int stats_set; /* stats.interval.ms was configured */
+	int stats_set;	      /* stats.interval.ms was configured */
+	const char *base_dir; /* of the file being read; NULL for -X */
 } worker_cmd_t;
+
+/* The command's own lines go through the library's logger, in the same
+ * format as the worker's: "tokenbox worker: <message>". */
+__attribute__((format(printf, 3, 0))) static int
+vsay(int level, int status, const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	tbx__log(level, "tokenbox " CMD ": %s", msg);
+	return status;
+}
+
+/* An error of the command line, the configuration or a plugin.
+ * @returns TBX_EXIT_USAGE. */
+__attribute__((format(printf, 1, 2))) static int wusage(const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vsay(TBX_LOG_ERR, TBX_EXIT_USAGE, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* A failure at run time.  @returns TBX_EXIT_FAIL. */
+__attribute__((format(printf, 1, 2))) static int wfail(const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vsay(TBX_LOG_ERR, TBX_EXIT_FAIL, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* News at @p level. */
+__attribute__((format(printf, 2, 3))) static void say(int level,
+						      const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(level, 0, fmt, ap);
+	va_end(ap);
+}
+
+/* tbx_cli_getopt()'s errors, through the logger like the rest. */
+static void report(const char *cmd, const char *msg)
+{
+	tbx__log(TBX_LOG_ERR, "tokenbox %s: %s", cmd ? cmd : CMD, msg);
+}
 
 static int out_of_memory(void)
 {
-	return tbx_cli_fail(CMD, "out of memory");
+	return wfail("out of memory");
 }
 
 static int plugin_add(worker_cmd_t *w, const char *where, const char *path)
 {
 	plugin_t *p;
+	char *full = NULL;
 
 	if (w->plugin_cnt == w->plugin_cap) {
 		size_t cap = w->plugin_cap ? w->plugin_cap * 2 : 4;
@@ -175,9 +281,18 @@ static int plugin_add(worker_cmd_t *w, const char *where, const char *path)
 		w->plugins = grown;
 		w->plugin_cap = cap;
 	}
+	/* A relative path with a '/' is the file's neighbour, so that a
+	 * configuration works from any directory; a bare name stays a name
+	 * for dlopen()'s search. */
+	if (w->base_dir && path[0] != '/' && strchr(path, '/')) {
+		size_t n = strlen(w->base_dir) + strlen(path) + 2;
+		if (!(full = malloc(n)))
+			return out_of_memory();
+		snprintf(full, n, "%s/%s", w->base_dir, path);
+	}
 	p = &w->plugins[w->plugin_cnt];
 	memset(p, 0, sizeof(*p));
-	p->path = strdup(path);
+	p->path = full ? full : strdup(path);
 	p->where = strdup(where);
 	if (!p->path || !p->where) {
 		free(p->path);
@@ -200,18 +315,16 @@ static int apply(worker_cmd_t *w, const char *where, const char *key,
 
 	if (strcmp(key, "plugin") == 0) {
 		if (!*value)
-			return tbx_cli_usage(CMD, "%s: plugin: empty path",
-					     where);
+			return wusage("%s: plugin: empty path", where);
 		return plugin_add(w, where, value);
 	}
 	if (strcmp(key, "plugin.args") == 0) {
 		char *copy;
 
 		if (!w->plugin_cnt)
-			return tbx_cli_usage(CMD,
-					     "%s: plugin.args=%s: no plugin= "
-					     "before it to apply to",
-					     where, value);
+			return wusage("%s: plugin.args=%s: no plugin= "
+				      "before it to apply to",
+				      where, value);
 		if (!(copy = strdup(value)))
 			return out_of_memory();
 		free(w->plugins[w->plugin_cnt - 1].args);
@@ -222,7 +335,7 @@ static int apply(worker_cmd_t *w, const char *where, const char *key,
 	if (err == TBX_ENOMEM)
 		return out_of_memory();
 	if (err)
-		return tbx_cli_usage(CMD, "%s: %s", where, errstr);
+		return wusage("%s: %s", where, errstr);
 	if (strcmp(key, "stats.interval.ms") == 0)
 		w->stats_set = 1;
 	return 0;
@@ -245,46 +358,50 @@ static char *trim(char *s)
 static int read_config(worker_cmd_t *w, const char *path)
 {
 	FILE *f = fopen(path, "r");
-	char *line = NULL, *where = NULL;
+	char *line = NULL, *where = NULL, *dir = NULL;
+	const char *slash = strrchr(path, '/');
 	size_t cap = 0, lineno = 0, where_size;
 	ssize_t n;
 	int rc = 0;
 
 	if (!f)
-		return tbx_cli_usage(CMD, "%s: cannot open: %s", path,
-				     strerror(errno));
+		return wusage("%s: cannot open: %s", path, strerror(errno));
 	where_size = strlen(path) + 24;
-	if (!(where = malloc(where_size))) {
+	dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
+		    : strdup(".");
+	if (!(where = malloc(where_size)) || !dir) {
+		free(where);
+		free(dir);
 		fclose(f);
 		return out_of_memory();
 	}
+	w->base_dir = dir;
 	while (!rc && (n = getline(&line, &cap, f)) != -1) {
 		char *s, *eq;
 
 		lineno++;
 		snprintf(where, where_size, "%s:%zu", path, lineno);
 		if (strlen(line) != (size_t)n) {
-			rc = tbx_cli_usage(CMD, "%s: contains a NUL byte",
-					   where);
+			rc = wusage("%s: contains a NUL byte", where);
 			break;
 		}
 		s = trim(line);
 		if (!*s || *s == '#')
 			continue;
 		if (!(eq = strchr(s, '=')) || eq == s) {
-			rc = tbx_cli_usage(CMD, "%s: expected key=value%s",
-					   where,
-					   eq ? " (the key is empty)" : "");
+			rc = wusage("%s: expected key=value%s", where,
+				    eq ? " (the key is empty)" : "");
 			break;
 		}
 		*eq = '\0';
 		rc = apply(w, where, trim(s), trim(eq + 1));
 	}
 	if (!rc && ferror(f))
-		rc = tbx_cli_usage(CMD, "%s: cannot read: %s", path,
-				   strerror(errno));
+		rc = wusage("%s: cannot read: %s", path, strerror(errno));
 	free(line);
 	free(where);
+	w->base_dir = NULL;
+	free(dir);
 	fclose(f);
 	return rc;
 }
@@ -297,7 +414,7 @@ static int apply_override(worker_cmd_t *w, const char *arg)
 	int rc;
 
 	if (!eq || eq == arg)
-		return tbx_cli_usage(CMD, "-X '%s': expected key=value", arg);
+		return wusage("-X '%s': expected key=value", arg);
 	if (!(key = strndup(arg, (size_t)(eq - arg))))
 		return out_of_memory();
 	rc = apply(w, "-X", key, eq + 1);
@@ -328,14 +445,13 @@ static int plugin_load(plugin_t *p)
 
 	dlerror();
 	if (!(p->handle = dlopen(p->path, RTLD_NOW | RTLD_LOCAL)))
-		return tbx_cli_usage(CMD, "%s: plugin %s: cannot load: %s",
-				     p->where, p->path, dl_reason(p->path));
+		return wusage("%s: plugin %s: cannot load: %s", p->where,
+			      p->path, dl_reason(p->path));
 	/* ISO C has no cast from void * to a function pointer; POSIX
 	 * guarantees the representation is the same. */
 	sym = dlsym(p->handle, "tbx_plugin_abi_version");
 	if (!sym)
-		return tbx_cli_usage(
-		    CMD,
+		return wusage(
 		    "%s: plugin %s: not a tokenbox plugin: it does not "
 		    "export tbx_plugin_abi_version() (TBX_PLUGIN() of "
 		    "<tokenbox/plugin.h> defines it)",
@@ -343,19 +459,17 @@ static int plugin_load(plugin_t *p)
 	memcpy(&abi_version, &sym, sizeof(abi_version));
 	version = abi_version();
 	if (version != TBX_PLUGIN_ABI_VERSION)
-		return tbx_cli_usage(CMD,
-				     "%s: plugin %s: built for plugin ABI "
-				     "version %d, but this tokenbox (%s) has "
-				     "version %d: rebuild the plugin against "
-				     "this tokenbox's headers",
-				     p->where, p->path, version, tbx_version(),
-				     TBX_PLUGIN_ABI_VERSION);
+		return wusage("%s: plugin %s: built for plugin ABI "
+			      "version %d, but this tokenbox (%s) has "
+			      "version %d: rebuild the plugin against "
+			      "this tokenbox's headers",
+			      p->where, p->path, version, tbx_version(),
+			      TBX_PLUGIN_ABI_VERSION);
 	sym = dlsym(p->handle, "tbx_plugin_init");
 	if (!sym)
-		return tbx_cli_usage(CMD,
-				     "%s: plugin %s: not a tokenbox plugin: "
-				     "it does not export tbx_plugin_init()",
-				     p->where, p->path);
+		return wusage("%s: plugin %s: not a tokenbox plugin: "
+			      "it does not export tbx_plugin_init()",
+			      p->where, p->path);
 	memcpy(&p->init, &sym, sizeof(p->init));
 	return 0;
 }
@@ -376,99 +490,228 @@ static int lacks_required_key(const tbx_conf_t *conf)
 }
 
 /*
- * Signals.  Everything the handlers touch is set up before they are
- * installed, and they only read it, write(2) prepared lines, set the
- * worker's stop flag, arm a timer and _exit(): all async-signal-safe.
+ * Signals.  SIGTERM, SIGINT and SIGHUP are blocked in every thread (the
+ * mask is set before any thread exists, and threads inherit it) and taken
+ * by one thread with sigwaitinfo().  The first one stops the worker and
+ * starts the shutdown bound; a second one, or the end of the bound, ends
+ * the process with _exit().  SIGUSR1 from the main thread, with sig_quit
+ * set, ends the thread.
  */
-static tbx_worker_t *volatile running; /* NULL until created, and again
-					  before it is destroyed */
-static volatile sig_atomic_t stop_count;
-static timer_t shutdown_timer;
-static int have_timer;
-static struct itimerspec shutdown_in;
-static unsigned shutdown_alarm_s; /* alarm() fallback, rounded up */
-static char stop_line[2][256], second_line[2][160], timeout_line[256];
+static pthread_mutex_t running_lock = PTHREAD_MUTEX_INITIALIZER;
+static tbx_worker_t *running; /* under running_lock: NULL until created,
+				 and again before it is destroyed */
+static atomic_int stop_count, sig_quit;
+static atomic_llong shutdown_ms = 30000;
+static sigset_t sig_set;
+static pthread_t sig_thread;
+static int have_sig_thread;
 
-static void say(const char *line)
+static const char *sig_name(int sig)
 {
-	ssize_t w = write(STDERR_FILENO, line, strlen(line));
-	(void)w; /* nothing to do about a lost log line */
+	return sig == SIGTERM  ? "SIGTERM"
+	       : sig == SIGINT ? "SIGINT"
+	       : sig == SIGHUP ? "SIGHUP"
+			       : "signal";
 }
 
-/* Called by the SIGINT/SIGTERM handler of tools/cli.c, which has set
- * tbx_cli_stop_signal and blocks both signals while it runs. */
-static void on_stop(void *opaque)
+static void *signal_main(void *arg)
 {
-	int sig = tbx_cli_stop_signal;
-	int i = sig == SIGINT;
+	struct timespec deadline = {0, 0};
+	int stopping = 0;
 
-	(void)opaque;
-	if (stop_count++) {
-		say(second_line[i]);
-		_exit(128 + sig);
-	}
-	tbx_worker_stop(running);
-	say(stop_line[i]);
-	if (!have_timer ||
-	    timer_settime(shutdown_timer, 0, &shutdown_in, NULL) != 0)
-		alarm(shutdown_alarm_s);
-}
+	(void)arg;
+	for (;;) {
+		siginfo_t si;
+		int sig;
 
-static void on_shutdown_timeout(int sig)
-{
-	(void)sig;
-	say(timeout_line);
-	_exit(TBX_EXIT_FAIL);
-}
-
-static int install_signals(long long timeout_ms)
-{
-	static const char *const names[2] = {"SIGTERM", "SIGINT"};
-	struct sigevent sev;
-	struct sigaction sa;
-
-	for (int i = 0; i < 2; i++) {
-		snprintf(stop_line[i], sizeof(stop_line[i]),
-			 "tokenbox worker: %s: finishing the batch in hand, "
+		if (!stopping) {
+			sig = sigwaitinfo(&sig_set, &si);
+		} else {
+			struct timespec now, left;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			left.tv_sec = deadline.tv_sec - now.tv_sec;
+			left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
+			if (left.tv_nsec < 0) {
+				left.tv_sec--;
+				left.tv_nsec += 1000000000L;
+			}
+			if (left.tv_sec < 0)
+				left.tv_sec = left.tv_nsec = 0;
+			sig = sigtimedwait(&sig_set, &si, &left);
+			if (sig < 0 && errno == EAGAIN) {
+				tbx__log(TBX_LOG_ERR,
+					 "tokenbox " CMD ": the worker did not "
+					 "stop within shutdown.timeout.ms "
+					 "(%lld ms): exiting with status 1; "
+					 "unfinished work resumes on restart",
+					 (long long)atomic_load(&shutdown_ms));
+				_exit(TBX_EXIT_FAIL);
+			}
+		}
+		if (sig < 0)
+			continue; /* EINTR */
+		if (sig == SIGUSR1) {
+			if (atomic_load(&sig_quit))
+				return NULL;
+			continue;
+		}
+		if (atomic_fetch_add(&stop_count, 1)) {
+			tbx__log(TBX_LOG_WARNING,
+				 "tokenbox " CMD ": second signal (%s): "
+				 "exiting at once; unfinished work resumes "
+				 "on restart",
+				 sig_name(sig));
+			_exit(128 + sig);
+		}
+		tbx__log(TBX_LOG_NOTICE,
+			 "tokenbox " CMD ": %s: finishing the batch in hand, "
 			 "then stopping (shutdown.timeout.ms=%lld); a second "
-			 "signal exits at once\n",
-			 names[i], timeout_ms);
-		snprintf(second_line[i], sizeof(second_line[i]),
-			 "tokenbox worker: second signal (%s): exiting at "
-			 "once; unfinished work resumes on restart\n",
-			 names[i]);
+			 "signal exits at once",
+			 sig_name(sig), (long long)atomic_load(&shutdown_ms));
+		pthread_mutex_lock(&running_lock);
+		if (running)
+			tbx_worker_stop(running);
+		pthread_mutex_unlock(&running_lock);
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += (time_t)(atomic_load(&shutdown_ms) / 1000);
+		deadline.tv_nsec +=
+		    (long)(atomic_load(&shutdown_ms) % 1000) * 1000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+		stopping = 1;
 	}
-	snprintf(timeout_line, sizeof(timeout_line),
-		 "tokenbox worker: the worker did not stop within "
-		 "shutdown.timeout.ms (%lld ms): exiting with status 1; "
-		 "unfinished work resumes on restart\n",
-		 timeout_ms);
+}
 
-	shutdown_in.it_value.tv_sec = (time_t)(timeout_ms / 1000);
-	shutdown_in.it_value.tv_nsec = (long)(timeout_ms % 1000) * 1000000;
-	shutdown_alarm_s = (unsigned)((timeout_ms + 999) / 1000);
-	memset(&sev, 0, sizeof(sev));
-	sev.sigev_notify = SIGEV_SIGNAL;
-	sev.sigev_signo = SIGALRM;
-	/* Called twice (at start and once the bound is known): one timer. */
-	if (!have_timer)
-		have_timer =
-		    timer_create(CLOCK_MONOTONIC, &sev, &shutdown_timer) == 0;
+static void set_running(tbx_worker_t *worker)
+{
+	pthread_mutex_lock(&running_lock);
+	running = worker;
+	/* A signal during start-up: stop as soon as it runs. */
+	if (worker && atomic_load(&stop_count))
+		tbx_worker_stop(worker);
+	pthread_mutex_unlock(&running_lock);
+}
 
+static int install_signals(void)
+{
+	struct sigaction sa;
+	int err = 0;
+
+	sigemptyset(&sig_set);
+	sigaddset(&sig_set, SIGTERM);
+	sigaddset(&sig_set, SIGINT);
+	sigaddset(&sig_set, SIGHUP);
+	sigaddset(&sig_set, SIGUSR1);
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_shutdown_timeout;
+	sa.sa_handler = SIG_IGN;
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGALRM, &sa, NULL) != 0 ||
-	    tbx_cli_on_stop(on_stop, NULL) != 0)
-		return tbx_cli_fail(CMD, "cannot install signal handlers: %s",
-				    strerror(errno));
+	/* A closed socket or pipe is an error return, not death. */
+	if (sigaction(SIGPIPE, &sa, NULL) != 0 ||
+	    (err = pthread_sigmask(SIG_BLOCK, &sig_set, NULL)) != 0 ||
+	    (err = pthread_create(&sig_thread, NULL, signal_main, NULL)) != 0)
+		return wfail("cannot set up signal handling: %s",
+			     strerror(err ? err : errno));
+	have_sig_thread = 1;
 	return 0;
+}
+
+static void stop_signal_thread(void)
+{
+	if (!have_sig_thread)
+		return;
+	atomic_store(&sig_quit, 1);
+	pthread_kill(sig_thread, SIGUSR1);
+	pthread_join(sig_thread, NULL);
+	have_sig_thread = 0;
+}
+
+/*
+ * systemd's notification protocol (sd_notify(3)), spoken directly: one
+ * datagram of "KEY=VALUE" lines to the AF_UNIX socket NOTIFY_SOCKET names
+ * (a path, or '@' for the abstract namespace).  Without NOTIFY_SOCKET
+ * nothing is sent.
+ */
+static int notify_fd = -1;
+static struct sockaddr_un notify_addr;
+static socklen_t notify_len;
+static long long watchdog_ms; /* ping interval; 0: no watchdog */
+
+static void notify_open(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	const char *usec = getenv("WATCHDOG_USEC");
+	const char *wpid = getenv("WATCHDOG_PID");
+	size_t len;
+	long long v;
+
+	if (path && *path) {
+		len = strlen(path);
+		if ((path[0] != '/' && path[0] != '@') ||
+		    len >= sizeof(notify_addr.sun_path)) {
+			say(TBX_LOG_WARNING,
+			    "NOTIFY_SOCKET='%s' is neither a socket path nor "
+			    "an abstract name: systemd is not notified",
+			    path);
+		} else {
+			memset(&notify_addr, 0, sizeof(notify_addr));
+			notify_addr.sun_family = AF_UNIX;
+			memcpy(notify_addr.sun_path, path, len);
+			if (path[0] == '@')
+				notify_addr.sun_path[0] = '\0';
+			notify_len =
+			    (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+					len);
+			notify_fd =
+			    socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+			if (notify_fd < 0)
+				say(TBX_LOG_WARNING,
+				    "NOTIFY_SOCKET: cannot create a socket: "
+				    "%s: systemd is not notified",
+				    strerror(errno));
+		}
+	}
+	/* WATCHDOG_PID, when set, names the process meant. */
+	if (notify_fd >= 0 && usec && *usec &&
+	    (!wpid || !*wpid ||
+	     (tbx_cli_to_int(wpid, 1, INT32_MAX, &v) == 0 &&
+	      v == (long long)getpid()))) {
+		if (tbx_cli_to_int(usec, 1, INT64_MAX, &v) == 0)
+			watchdog_ms = v / 2000 > 0 ? v / 2000 : 1;
+		else
+			say(TBX_LOG_WARNING,
+			    "WATCHDOG_USEC='%s' is not a positive integer: "
+			    "no watchdog pings",
+			    usec);
+	}
+}
+
+static void notify(const char *msg)
+{
+	static int warned;
+
+	if (notify_fd < 0)
+		return;
+	if (sendto(notify_fd, msg, strlen(msg), MSG_NOSIGNAL,
+		   (const struct sockaddr *)&notify_addr, notify_len) < 0 &&
+	    !warned++)
+		say(TBX_LOG_WARNING, "cannot notify systemd (%.*s): %s",
+		    (int)strcspn(msg, "\n"), msg, strerror(errno));
+}
+
+static void notify_close(void)
+{
+	if (notify_fd >= 0)
+		close(notify_fd);
+	notify_fd = -1;
 }
 
 typedef struct worker_opts {
 	const char *config;
 	const char **overrides; /* -X arguments, in order */
 	size_t override_cnt;
+	int check; /* --check-config */
 } worker_opts_t;
 
 /* @returns 0, -1 after --help, or an exit status. */
@@ -476,6 +719,7 @@ static int parse_args(int argc, char **argv, worker_opts_t *o)
 {
 	static const struct option longopts[] = {
 	    {"config", required_argument, NULL, 'c'},
+	    {"check-config", no_argument, NULL, 'C'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -488,16 +732,16 @@ static int parse_args(int argc, char **argv, worker_opts_t *o)
 		switch (c) {
 		case 'c':
 			if (o->config)
-				return tbx_cli_usage(
-				    CMD,
-				    "--config given twice "
-				    "('%s', '%s'): give one "
-				    "file, and -X for the rest",
-				    o->config, optarg);
+				return wusage("--config given twice "
+					      "('%s', '%s'): give one "
+					      "file, and -X for the rest",
+					      o->config, optarg);
 			if (!*optarg)
-				return tbx_cli_usage(CMD, "--config: empty "
-							  "value");
+				return wusage("--config: empty value");
 			o->config = optarg;
+			break;
+		case 'C':
+			o->check = 1;
 			break;
 		case 'X':
 			o->overrides[o->override_cnt++] = optarg;
@@ -510,17 +754,14 @@ static int parse_args(int argc, char **argv, worker_opts_t *o)
 		}
 	}
 	if (optind < argc)
-		return tbx_cli_usage(CMD,
-				     "unexpected argument '%s' (the "
-				     "configuration file goes after --config)",
-				     argv[optind]);
+		return wusage("unexpected argument '%s' (the "
+			      "configuration file goes after --config)",
+			      argv[optind]);
 	return 0;
 }
 
-/* Reads the configuration and loads the plugins.  @returns 0 or an exit
- * status. */
-static int configure(worker_cmd_t *w, const worker_opts_t *o,
-		     long long *timeout_ms)
+/* Reads the configuration.  @returns 0 or an exit status. */
+static int configure(worker_cmd_t *w, const worker_opts_t *o)
 {
 	char errstr[512];
 	const char *v;
@@ -533,20 +774,73 @@ static int configure(worker_cmd_t *w, const worker_opts_t *o,
 	for (size_t i = 0; i < o->override_cnt; i++)
 		if ((rc = apply_override(w, o->overrides[i])))
 			return rc;
+	/* From here on, lines have the configured level and format. */
+	tbx__log_configure(w->conf, NULL);
 	if (!w->plugin_cnt)
-		return tbx_cli_usage(CMD,
-				     "no plugin= given: nothing would handle "
-				     "messages (see 'tokenbox help worker')");
+		return wusage("no plugin= given: nothing would handle "
+			      "messages (see 'tokenbox help worker')");
 	if (!w->stats_set &&
 	    tbx_conf_set(w->conf, "stats.interval.ms", STATS_DEFAULT_MS, errstr,
 			 sizeof(errstr)))
-		return tbx_cli_fail(CMD, "%s", errstr);
+		return wfail("%s", errstr);
 	/* Range-checked when set (100..3600000), else the default. */
 	v = tbx_conf_get(w->conf, "shutdown.timeout.ms");
-	*timeout_ms = v ? strtoll(v, NULL, 10) : 0;
-	if (*timeout_ms <= 0)
-		return tbx_cli_fail(CMD, "shutdown.timeout.ms: no value");
+	if (!v || strtoll(v, NULL, 10) <= 0)
+		return wfail("shutdown.timeout.ms: no value");
+	atomic_store(&shutdown_ms, strtoll(v, NULL, 10));
 	return 0;
+}
+
+/* Runs every plugin's init on @p worker, then checks that some handler
+ * was registered.  @returns 0 or an exit status. */
+static int plugins_init(worker_cmd_t *w, tbx_worker_t *worker)
+{
+	int err;
+
+	for (size_t i = 0; i < w->plugin_cnt; i++) {
+		plugin_t *p = &w->plugins[i];
+		if ((err = p->init(worker, p->args ? p->args : "")))
+			return wusage("%s: plugin %s: tbx_plugin_init failed "
+				      "(code %d: %s)",
+				      p->where, p->path, err,
+				      tbx_strerror(err));
+	}
+	if (tbx__worker_topic_count(worker) == 0)
+		return wusage("no plugin registered a handler "
+			      "(tbx_worker_register() in tbx_plugin_init()): "
+			      "nothing would consume; %zu plugin(s) loaded, "
+			      "the first %s",
+			      w->plugin_cnt, w->plugins[0].path);
+	return 0;
+}
+
+/* --check-config: the checks of a start, read-only, and a summary on
+ * standard output.  @returns an exit status. */
+static int check_config(worker_cmd_t *w)
+{
+	char errstr[512];
+	tbx_worker_t *worker;
+	int rc;
+
+	if (!(worker = tbx__worker_new_check(w->conf, errstr, sizeof(errstr))))
+		return wusage("%s", errstr);
+	w->conf = NULL; /* the worker owns it */
+	if ((rc = plugins_init(w, worker))) {
+		tbx_worker_destroy(worker);
+		return rc;
+	}
+	printf("configuration OK: group %s, store %s, token store %s\n",
+	       tbx_worker_conf_get(worker, "group.id"),
+	       tbx_worker_conf_get(worker, "store.path"),
+	       *tbx_worker_conf_get(worker, "tokens.path")
+		   ? tbx_worker_conf_get(worker, "tokens.path")
+		   : "(the same file)");
+	for (size_t i = 0; i < w->plugin_cnt; i++)
+		printf("plugin %s\n", w->plugins[i].path);
+	for (size_t i = 0; i < tbx__worker_topic_count(worker); i++)
+		printf("topic %s\n", tbx__worker_topic(worker, i));
+	tbx_worker_destroy(worker);
+	return TBX_EXIT_OK;
 }
 
 static void print_stats(const tbx_worker_t *worker)
@@ -554,15 +848,44 @@ static void print_stats(const tbx_worker_t *worker)
 	tbx_stats_t st;
 
 	tbx_worker_stats(worker, &st);
-	fprintf(stderr,
-		"tokenbox worker: stopped: %llu consumed, %llu processed, "
-		"%llu duplicates dropped, %llu dead-lettered, %llu "
-		"dispatched\n",
-		(unsigned long long)st.consumed,
-		(unsigned long long)st.processed,
-		(unsigned long long)st.duplicates_dropped,
-		(unsigned long long)st.dead_lettered,
-		(unsigned long long)st.dispatched);
+	say(TBX_LOG_NOTICE,
+	    "stopped: %llu consumed, %llu processed, %llu duplicates "
+	    "dropped, %llu dead-lettered, %llu dispatched",
+	    (unsigned long long)st.consumed, (unsigned long long)st.processed,
+	    (unsigned long long)st.duplicates_dropped,
+	    (unsigned long long)st.dead_lettered,
+	    (unsigned long long)st.dispatched);
+}
+
+/* tbx_worker_run() with systemd's notifications: READY=1 once the first
+ * poll has subscribed, WATCHDOG=1 from the loop, STOPPING=1 at the end.
+ * @returns TBX_OK or the error that ended the loop. */
+static int run(tbx_worker_t *worker)
+{
+	long long next_ping = 0;
+	int ready = 0, r = 0;
+	char status[160];
+
+	while (!atomic_load(&stop_count)) {
+		if ((r = tbx_worker_poll(worker, 100)) < 0)
+			break;
+		if (!ready) {
+			snprintf(status, sizeof(status),
+				 "READY=1\nSTATUS=group %s: subscribed to %zu "
+				 "topic(s)",
+				 tbx_worker_conf_get(worker, "group.id"),
+				 tbx__worker_topic_count(worker));
+			notify(status);
+			ready = 1;
+		}
+		if (watchdog_ms && tbx__mono_ms() >= next_ping) {
+			notify("WATCHDOG=1");
+			next_ping = tbx__mono_ms() + watchdog_ms;
+		}
+	}
+	notify("STOPPING=1");
+	tbx_worker_close(worker);
+	return r < 0 ? -r : TBX_OK;
 }
 
 int tbx_cmd_worker(int argc, char **argv)
@@ -571,60 +894,49 @@ int tbx_cmd_worker(int argc, char **argv)
 	worker_cmd_t w = {0};
 	tbx_worker_t *worker = NULL;
 	char errstr[512];
-	long long timeout_ms = 0;
 	int rc, err;
 
 	/* First of all: a SIGTERM during start-up must stop the worker
-	 * cleanly, not kill it (the default action).  The bound is re-armed
-	 * once the configuration is read. */
-	if ((rc = install_signals(30000)))
+	 * cleanly, not kill it (the default action). */
+	if ((rc = install_signals()))
 		goto out;
+	tbx_cli_set_reporter(report);
 	if ((rc = parse_args(argc, argv, &o))) {
 		rc = rc < 0 ? TBX_EXIT_OK : rc;
 		goto out;
 	}
-	if ((rc = configure(&w, &o, &timeout_ms)))
-		goto out;
-	if ((rc = install_signals(timeout_ms)))
+	if ((rc = configure(&w, &o)))
 		goto out;
 	for (size_t i = 0; i < w.plugin_cnt; i++)
 		if ((rc = plugin_load(&w.plugins[i])))
 			goto out;
+	if (o.check) {
+		rc = check_config(&w);
+		goto out;
+	}
+	notify_open();
 
 	/* On success the worker owns the configuration. */
 	if (!(worker = tbx_worker_new(w.conf, errstr, sizeof(errstr)))) {
-		rc =
-		    lacks_required_key(w.conf) ? TBX_EXIT_USAGE : TBX_EXIT_FAIL;
-		tbx_cli_usage(CMD, "%s", errstr);
+		rc = lacks_required_key(w.conf) ? wusage("%s", errstr)
+						: wfail("%s", errstr);
 		goto out;
 	}
 	w.conf = NULL;
-	for (size_t i = 0; i < w.plugin_cnt; i++) {
-		plugin_t *p = &w.plugins[i];
-		if ((err = p->init(worker, p->args ? p->args : ""))) {
-			rc = tbx_cli_usage(CMD,
-					   "%s: plugin %s: tbx_plugin_init "
-					   "failed (code %d: %s)",
-					   p->where, p->path, err,
-					   tbx_strerror(err));
-			goto out;
-		}
-	}
+	if ((rc = plugins_init(&w, worker)))
+		goto out;
 
-	running = worker;
-	if (stop_count) /* a signal came during start-up */
-		tbx_worker_stop(worker);
-	err = tbx_worker_run(worker);
-	running = NULL;
+	set_running(worker);
+	err = run(worker);
 	if (err) {
-		rc = tbx_cli_fail(CMD, "worker failed: %s: %s",
-				  tbx_err_name(err), tbx_worker_errstr(worker));
+		rc = wfail("worker failed: %s: %s", tbx_err_name(err),
+			   tbx_worker_errstr(worker));
 		goto out;
 	}
 	print_stats(worker);
 	rc = TBX_EXIT_OK;
 out:
-	running = NULL;
+	set_running(NULL);
 	/* Handlers and their state belong to the plugins: the worker goes
 	 * first, then the plugins, last loaded first. */
 	tbx_worker_destroy(worker);
@@ -638,7 +950,8 @@ out:
 	}
 	free(w.plugins);
 	free(o.overrides);
-	if (have_timer)
-		timer_delete(shutdown_timer);
+	notify_close();
+	stop_signal_thread();
+	tbx_cli_set_reporter(NULL);
 	return rc;
 }

@@ -21,7 +21,7 @@ static const struct command {
 	const char *summary;
 } commands[] = {
     {"worker", tbx_cmd_worker,
-     "run a worker whose handlers come from plugins, until SIGTERM"},
+     "run a worker whose handlers come from plugins, until a signal"},
     {"demo", tbx_cmd_demo,
      "run a two-hop pipeline through duplicates and a restart"},
     {"send", tbx_cmd_send,

@@ -55,9 +55,9 @@ __attribute__((destructor)) static void hello_unload(void)
 }
 
 /*
- * A plugin is not told where the service store is, so the table is made
- * here, in the handler's savepoint: it commits with the first message
- * handled, and costs a schema lookup afterwards.
+ * The table is made here, in the handler's savepoint, rather than in init
+ * through tbx_worker_conf_get(worker, "store.path"): it commits with the
+ * first message handled, and costs a schema lookup afterwards.
  */
 static const char hello_ddl[] =
     "CREATE TABLE IF NOT EXISTS hello ("

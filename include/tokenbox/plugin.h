@@ -23,15 +23,22 @@
  * own TBX_PLUGIN_ABI_VERSION, then calls tbx_plugin_init() once, before the
  * worker's first poll, with the plugin.args text ("" when not set).  The
  * function registers the plugin's handlers and returns TBX_OK, or an error
- * code (tbx_err_t) that stops the command.  @p worker is borrowed: it stays
- * valid until the command destroys it, which happens before the plugin is
- * unloaded.
+ * code (tbx_err_t) that stops the command; a worker left without any
+ * handler stops it too.  @p worker is borrowed: it stays valid until the
+ * command destroys it, which happens before the plugin is unloaded.
+ * tbx_worker_conf_get(worker, "store.path") tells the init where the
+ * service store is (and "group.id", "tokens.path" the rest).  Under
+ * `tokenbox worker --check-config` the init runs too, on a worker whose
+ * stores are not open: it should register and check its arguments, and
+ * leave other work to the handlers.
  *
  * A plugin does NOT link libtokenbox: the `tokenbox` process already holds
  * the library and exports its API to plugins; a second copy would split
  * the library's global state.  Leave the tbx_* symbols undefined (shared
  * objects may) and compile with this header's directory on the include
- * path: `cc -shared -fPIC $(pkg-config --cflags tokenbox) p.c -o p.so`.
+ * path, which the CMake target tokenbox::plugin (find_package(tokenbox))
+ * and the pkg-config module tokenbox-plugin carry, and nothing else:
+ * `cc -shared -fPIC $(pkg-config --cflags tokenbox-plugin) p.c -o p.so`.
  * docs/handlers.md has the rules and a CMake recipe.
  */
 #ifndef TOKENBOX_PLUGIN_H

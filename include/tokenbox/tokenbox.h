@@ -268,6 +268,14 @@ int tbx_worker_close(tbx_worker_t *worker);
 /** Closes (if needed) and frees the worker and the conf it owns. */
 void tbx_worker_destroy(tbx_worker_t *worker);
 
+/**
+ * @returns the worker's configuration value of @p name, as tbx_conf_get()
+ * (e.g. "store.path", the service store a plugin's handlers write
+ * through; "group.id").  Borrowed: valid until tbx_worker_destroy().
+ * Plugins call it in tbx_plugin_init() to learn where they run.
+ */
+const char *tbx_worker_conf_get(const tbx_worker_t *worker, const char *name);
+
 /** @returns the text of the last error, "" if none.  Borrowed: valid until
  *  the next call on @p worker. */
 const char *tbx_worker_errstr(const tbx_worker_t *worker);

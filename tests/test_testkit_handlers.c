@@ -1,0 +1,146 @@
+/*
+ * The handler test kit with handlers registered directly: outcomes of
+ * each verdict, retries up to retry.max, the message's headers as the
+ * handler sees them, and the kit's errors.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenbox/testkit.h"
+
+typedef struct seen {
+	int calls;
+	tbx_verdict_t verdict;
+	char tenant[32];
+} seen_t;
+
+/* Records the call and the "tenant" header, sends one Echo when OK. */
+static tbx_verdict_t on_ping(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
+{
+	seen_t *s = opaque;
+	const void *v;
+	size_t len, plen;
+	const void *payload = tbx_msg_payload(msg, &plen);
+
+	s->calls++;
+	if (tbx_msg_header(msg, "tenant", &v, &len) == TBX_OK && v &&
+	    len < sizeof(s->tenant)) {
+		memcpy(s->tenant, v, len);
+		s->tenant[len] = '\0';
+	}
+	if (s->verdict == TBX_VERDICT_OK) {
+		tbx_out_t out = {.topic = "echoes",
+				 .type = "Echo",
+				 .payload = payload,
+				 .payload_len = plen};
+		if (tbx_ctx_send(ctx, &out) != TBX_OK)
+			return TBX_VERDICT_RETRY;
+	} else {
+		tbx_ctx_set_error(ctx, "told to");
+	}
+	return s->verdict;
+}
+
+static tbx_testkit_t *kit_new(seen_t *s)
+{
+	char err[512];
+	tbx_testkit_t *kit = tbx_testkit_new("pinger", err, sizeof(err));
+
+	cr_assert(kit, "%s", err);
+	cr_assert_eq(tbx_testkit_set(kit, "retry.max", "2"), TBX_OK);
+	cr_assert_eq(tbx_testkit_register(kit, "pings", "Ping", on_ping, s),
+		     TBX_OK, "%s", tbx_testkit_errstr(kit));
+	cr_assert_eq(tbx_testkit_topic(kit, "echoes", 1), TBX_OK);
+	return kit;
+}
+
+static const tbx_header_t tenant = {"tenant", "acme", 4};
+static const tbx_out_t ping = {.topic = "pings",
+			       .type = "Ping",
+			       .payload = "hi",
+			       .payload_len = 2,
+			       .headers = &tenant,
+			       .header_cnt = 1};
+
+Test(testkit, ok_is_processed_and_its_message_listed)
+{
+	seen_t s = {.verdict = TBX_VERDICT_OK};
+	tbx_testkit_t *kit = kit_new(&s);
+	tbx_testkit_outcome_t outcome;
+
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_expect_eq(outcome, TBX_TESTKIT_PROCESSED);
+	cr_expect_eq(s.calls, 1);
+	cr_expect_str_eq(s.tenant, "acme");
+	cr_assert_eq(tbx_testkit_sent_count(kit), 1);
+	cr_expect_str_eq(tbx_testkit_sent(kit, 0)->topic, "echoes");
+	cr_expect_str_eq(tbx_testkit_sent(kit, 0)->type, "Echo");
+	cr_expect_str_eq(tbx_testkit_sent(kit, 0)->payload, "hi");
+	cr_expect_null(tbx_testkit_sent(kit, 1));
+	/* The worker runs: its configuration is fixed. */
+	cr_expect_eq(tbx_testkit_set(kit, "retry.max", "3"), TBX_ESTATE);
+	tbx_testkit_destroy(kit);
+}
+
+Test(testkit, reject_and_exhausted_retries_are_dead_lettered)
+{
+	seen_t s = {.verdict = TBX_VERDICT_REJECT};
+	tbx_testkit_t *kit = kit_new(&s);
+	tbx_testkit_outcome_t outcome;
+	const tbx_testkit_sent_t *dl;
+
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_expect_eq(outcome, TBX_TESTKIT_DEAD_LETTERED);
+	cr_expect_eq(s.calls, 1);
+
+	/* RETRY: the first attempt and retry.max (2) more. */
+	s.calls = 0;
+	s.verdict = TBX_VERDICT_RETRY;
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_expect_eq(outcome, TBX_TESTKIT_DEAD_LETTERED);
+	cr_expect_eq(s.calls, 3);
+	cr_assert_eq(tbx_testkit_sent_count(kit), 2);
+	for (size_t i = 0; i < 2; i++) {
+		dl = tbx_testkit_sent(kit, i);
+		cr_expect_str_eq(dl->topic, "pings.dlq");
+		cr_expect(dl->dlq_error && strstr(dl->dlq_error, "told to"),
+			  "%s", dl->dlq_error ? dl->dlq_error : "(none)");
+	}
+	tbx_testkit_destroy(kit);
+}
+
+Test(testkit, a_message_without_a_handler_is_dead_lettered)
+{
+	seen_t s = {.verdict = TBX_VERDICT_OK};
+	tbx_testkit_t *kit = kit_new(&s);
+	tbx_testkit_outcome_t outcome;
+	tbx_out_t other = ping;
+
+	other.type = "Pong";
+	cr_assert_eq(tbx_testkit_handle(kit, &other, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_expect_eq(outcome, TBX_TESTKIT_DEAD_LETTERED);
+	cr_expect_eq(s.calls, 0);
+	tbx_testkit_destroy(kit);
+}
+
+Test(testkit, misuse_is_refused_with_a_reason)
+{
+	seen_t s = {.verdict = TBX_VERDICT_OK};
+	tbx_testkit_t *kit = kit_new(&s);
+	char err[256];
+
+	cr_expect_null(tbx_testkit_new("", err, sizeof(err)));
+	cr_expect_eq(tbx_testkit_set(kit, "no.such.key", "1"), TBX_ECONF);
+	cr_expect(strstr(tbx_testkit_errstr(kit), "no.such.key"), "%s",
+		  tbx_testkit_errstr(kit));
+	cr_expect_eq(tbx_testkit_redeliver(kit, NULL), TBX_ESTATE);
+	cr_expect_eq(tbx_testkit_crash_at(kit, "A.*"), TBX_EINVAL);
+	cr_expect_eq(tbx_testkit_topic(kit, "x", 0), TBX_EINVAL);
+	tbx_testkit_destroy(kit);
+}
