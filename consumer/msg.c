@@ -44,17 +44,24 @@ void tbx__msg_parse(struct tbx_msg *msg)
 {
 	rd_kafka_message_t *rkm = msg->rkm;
 	rd_kafka_headers_t *hdrs = NULL;
+
+	msg->topic = rd_kafka_topic_name(rkm->rkt);
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		hdrs = NULL;
+	tbx__msg_parse_headers(msg, hdrs, rkm->partition, rkm->offset);
+}
+
+void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
+			    int32_t partition, int64_t offset)
+{
 	char seq[24];
 	int r;
 
-	msg->topic = rd_kafka_topic_name(rkm->rkt);
 	msg->id[0] = msg->token[0] = msg->cause[0] = msg->type[0] = '\0';
 	msg->has_type = 0;
 	msg->seq = 0;
 	msg->malformed = NULL;
 	msg->untokened = 0;
-	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
-		hdrs = NULL;
 
 	r = header_text(hdrs, "tbx-type", msg->type, sizeof(msg->type), 0);
 	msg->has_type = r == 1;
@@ -74,7 +81,7 @@ void tbx__msg_parse(struct tbx_msg *msg)
 		/* A stable id for records without one: the same on every
 		 * redelivery of this record. */
 		snprintf(msg->id, sizeof(msg->id), "u:%s:%" PRId32 ":%" PRId64,
-			 msg->topic, rkm->partition, rkm->offset);
+			 msg->topic, partition, offset);
 
 	r = header_text(hdrs, "tbx-token", msg->token, sizeof(msg->token), 1);
 	if (r < 0 && !msg->malformed)

@@ -235,6 +235,10 @@ int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */
 void tbx__msg_parse(struct tbx_msg *msg);
+/** The header part of tbx__msg_parse(): @p hdrs (NULL: none) of the record
+ *  at @p partition, @p offset of msg->topic, which is set. */
+void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
+			    int32_t partition, int64_t offset);
 /** Checks an outgoing message (topic name, type, reserved header names)
  *  and encodes its headers into *hdrs (malloc'ed, NULL when none).
  *  @returns TBX_OK, TBX_EINVAL (logged with the reason) or TBX_ENOMEM. */

@@ -11,6 +11,7 @@ packages=(
 	librdkafka-dev libsqlite3-dev uuid-dev libcjson-dev libcriterion-dev
 	sqlite3 kcat clang-format spin ca-certificates git
 	groff-base
+	clang-14 libclang-rt-14-dev
 )
 
 missing=()

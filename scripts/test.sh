@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole check, as CI runs it: dependencies, a -Werror build and its
-# tests, an ASan+UBSan build and its tests, clang-format, and a scan for
-# banned string functions.  Every step runs (a failed build skips only its
-# own tests); the last line sums up, and the exit status is 0 only if all
-# passed.
+# tests, an ASan+UBSan build and its tests, a bounded run of the fuzz
+# targets, clang-format, and a scan for banned string functions.  Every
+# step runs (a failed build skips only its own tests); the last line sums
+# up, and the exit status is 0 only if all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -60,8 +60,13 @@ else
 	skip asan-tests
 fi
 
+# The fuzz targets (fuzz/) built with clang and libFuzzer, each run for a
+# bounded time on its checked-in corpus; the corpus alone runs in both
+# suites above as the fuzz_*_corpus tests.
+step fuzz bash scripts/fuzz.sh --time 20
+
 dirs=()
-for d in consumer outbox tokens handlers tools tests include examples bench; do
+for d in consumer outbox tokens handlers tools tests include examples bench fuzz; do
 	[[ -d $d ]] && dirs+=("$d")
 done
 
