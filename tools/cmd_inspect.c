@@ -921,7 +921,7 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 		insp_json_add_int(s, "created_ms",
 				  sqlite3_column_int64(stmt, 3));
 		insp_json_add_int(s, "age_ms",
-				  in->now_ms - sqlite3_column_int64(stmt, 3));
+				  insp_age(in, sqlite3_column_int64(stmt, 3)));
 	}
 	sqlite3_finalize(stmt);
 	if (rc != SQLITE_DONE)
@@ -967,7 +967,7 @@ static void add_time(insp_t *in, cJSON *o, const char *created_key,
 		return;
 	}
 	insp_json_add_int(o, created_key, ms);
-	insp_json_add_int(o, age_key, in->now_ms - ms);
+	insp_json_add_int(o, age_key, insp_age(in, ms));
 }
 
 typedef struct totals {
@@ -1123,7 +1123,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 	else
 		printf("tokens  %s (schema %d)\n", in->tpath, in->schema[1]);
 
-	insp_fmt_age(in->now_ms - t->oldest, age, sizeof(age));
+	insp_fmt_age(insp_age(in, t->oldest), age, sizeof(age));
 	printf("\nOutbox: %s pending (%" PRId64 " processed, %" PRId64
 	       " tokened)",
 	       insp_count_of(n1, sizeof(n1), t->processed + t->tokened, "row",
@@ -1142,7 +1142,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 						   "TOKENED", "OLDEST", head});
 		for (size_t i = 0; i < st->outbox_n; i++) {
 			const grp_counts_t *g = &st->outbox[i];
-			insp_fmt_age(in->now_ms - g->oldest_ms, age,
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
 				     sizeof(age));
 			insp_tbl_cell(tbl, g->grp);
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
@@ -1154,7 +1154,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		insp_tbl_free(tbl);
 	}
 
-	insp_fmt_age(in->now_ms - t->tokens_oldest, age, sizeof(age));
+	insp_fmt_age(insp_age(in, t->tokens_oldest), age, sizeof(age));
 	printf("\nTokens: %s",
 	       insp_count_of(n1, sizeof(n1), t->tokens, "row", "rows"));
 	if (st->tokens_n)
@@ -1165,7 +1165,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		    "Lrr", (const char *const[]){"GROUP", "TOKENS", "OLDEST"});
 		for (size_t i = 0; i < st->tokens_n; i++) {
 			const grp_counts_t *g = &st->tokens[i];
-			insp_fmt_age(in->now_ms - g->oldest_ms, age,
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
 				     sizeof(age));
 			insp_tbl_cell(tbl, g->grp);
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
@@ -1190,7 +1190,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 				   "WINNERS", "TOKENS", "OLDEST"});
 		for (size_t i = 0; i < st->regs_n; i++) {
 			const grp_counts_t *g = &st->regs[i];
-			insp_fmt_age(in->now_ms - g->oldest_ms, age,
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
 				     sizeof(age));
 			insp_tbl_cell(tbl, g->grp);
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
@@ -1277,7 +1277,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 							 "PENDING", "LATEST"});
 		for (size_t i = 0; i < st->dls_n; i++) {
 			const grp_counts_t *g = &st->dls[i];
-			insp_fmt_age(in->now_ms - g->oldest_ms, age,
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
 				     sizeof(age));
 			insp_tbl_cell(tbl, g->grp);
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);

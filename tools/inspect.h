@@ -205,6 +205,9 @@ void insp_tbl_free(insp_tbl_t *t);
 
 /** "45s", "12m05s", "3h04m", "2d03h"; negative ages print as "0s". */
 void insp_fmt_age(int64_t ms, char *buf, size_t size);
+/** Milliseconds from @p then_ms, a time read from a store, to in->now_ms;
+ *  saturated at INT64_MIN/INT64_MAX, since the file may hold any value. */
+int64_t insp_age(const insp_t *in, int64_t then_ms);
 /** "2023-11-14T22:13:20.000Z"; "-" for 0. */
 void insp_fmt_time(int64_t ms, char *buf, size_t size);
 /** Parses "10m": an integer and one of ms|s|m|h|d.  @returns 0, or

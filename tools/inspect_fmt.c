@@ -301,6 +301,15 @@ void insp_fmt_age(int64_t ms, char *buf, size_t size)
 			 s % 86400 / 3600);
 }
 
+int64_t insp_age(const insp_t *in, int64_t then_ms)
+{
+	int64_t age;
+
+	if (__builtin_sub_overflow(in->now_ms, then_ms, &age))
+		return then_ms < 0 ? INT64_MAX : INT64_MIN;
+	return age;
+}
+
 void insp_fmt_time(int64_t ms, char *buf, size_t size)
 {
 	time_t sec = (time_t)(ms / 1000);

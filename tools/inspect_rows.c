@@ -65,7 +65,7 @@ cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 		cJSON_AddNullToObject(o, "mint_seq");
 	insp_json_add_str(o, "error", row->error);
 	insp_json_add_int(o, "created_ms", row->created_ms);
-	insp_json_add_int(o, "age_ms", in->now_ms - row->created_ms);
+	insp_json_add_int(o, "age_ms", insp_age(in, row->created_ms));
 	insp_json_add_int(o, "message_count", msg_count);
 	if (!with_messages)
 		return o;
@@ -109,7 +109,7 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row)
 	char when[40], age[32], buf[512];
 
 	insp_fmt_time(row->created_ms, when, sizeof(when));
-	insp_fmt_age(in->now_ms - row->created_ms, age, sizeof(age));
+	insp_fmt_age(insp_age(in, row->created_ms), age, sizeof(age));
 	insp_kv("outbox row", row->msg_id, 0);
 	insp_kv("group", grp, 2);
 	insp_kv("state",
@@ -241,7 +241,7 @@ int insp_outbox_list(insp_t *in)
 			    insp_row_json(in, grp ? grp : "", &row,
 					  sqlite3_column_int64(stmt, 11), 0));
 		} else {
-			insp_fmt_age(in->now_ms - row.created_ms, age,
+			insp_fmt_age(insp_age(in, row.created_ms), age,
 				     sizeof(age));
 			insp_tbl_cell(tbl, age);
 			insp_tbl_cell(tbl, grp);
@@ -388,7 +388,7 @@ static cJSON *dl_json(insp_t *in, sqlite3_stmt *stmt)
 			  (const char *)sqlite3_column_text(stmt, 7));
 	insp_json_add_int(o, "attempts", sqlite3_column_int64(stmt, 8));
 	insp_json_add_int(o, "created_ms", created);
-	insp_json_add_int(o, "age_ms", in->now_ms - created);
+	insp_json_add_int(o, "age_ms", insp_age(in, created));
 	insp_json_add_str(o, "state",
 			  sqlite3_column_int(stmt, 10) ? "pending" : "sent");
 	return o;
@@ -435,7 +435,7 @@ int insp_dl_list(insp_t *in)
 			cJSON_AddItemToArray(arr, dl_json(in, stmt));
 			continue;
 		}
-		insp_fmt_age(in->now_ms - sqlite3_column_int64(stmt, 9), age,
+		insp_fmt_age(insp_age(in, sqlite3_column_int64(stmt, 9)), age,
 			     sizeof(age));
 		insp_tbl_cellf(tbl, "%lld",
 			       (long long)sqlite3_column_int64(stmt, 0));
@@ -472,7 +472,7 @@ static void dl_print(insp_t *in, sqlite3_stmt *stmt)
 	int64_t created = sqlite3_column_int64(stmt, 9);
 
 	insp_fmt_time(created, when, sizeof(when));
-	insp_fmt_age(in->now_ms - created, age, sizeof(age));
+	insp_fmt_age(insp_age(in, created), age, sizeof(age));
 	snprintf(buf, sizeof(buf), "%lld",
 		 (long long)sqlite3_column_int64(stmt, 0));
 	insp_kv("dead letter", buf, 0);

@@ -170,10 +170,10 @@ int insp_tokens_list(insp_t *in)
 			insp_json_add_int(o, "mint_seq",
 					  sqlite3_column_int64(stmt, 2));
 			insp_json_add_int(o, "created_ms", created);
-			insp_json_add_int(o, "age_ms", in->now_ms - created);
+			insp_json_add_int(o, "age_ms", insp_age(in, created));
 			continue;
 		}
-		insp_fmt_age(in->now_ms - created, age, sizeof(age));
+		insp_fmt_age(insp_age(in, created), age, sizeof(age));
 		insp_tbl_cell(tbl, age);
 		insp_tbl_cell(tbl, token);
 		insp_tbl_cell(tbl, grp);
@@ -236,10 +236,10 @@ static int token_rows(insp_t *in, const char *token, cJSON *doc, int *found)
 			insp_json_add_int(o, "mint_seq",
 					  sqlite3_column_int64(stmt, 1));
 			insp_json_add_int(o, "created_ms", created);
-			insp_json_add_int(o, "age_ms", in->now_ms - created);
+			insp_json_add_int(o, "age_ms", insp_age(in, created));
 			continue;
 		}
-		insp_fmt_age(in->now_ms - created, age, sizeof(age));
+		insp_fmt_age(insp_age(in, created), age, sizeof(age));
 		insp_fmt_time(created, when, sizeof(when));
 		insp_tbl_cell(tbl, col(stmt, 0));
 		insp_tbl_cellf(tbl, "%lld",
@@ -333,12 +333,13 @@ static int token_registration(insp_t *in, const char *token, cJSON *doc,
 			insp_json_add_str(o, "msg_id", reg.reg.msg_id);
 			insp_json_add_int(o, "created_ms", reg.reg.created_ms);
 			insp_json_add_int(o, "age_ms",
-					  in->now_ms - reg.reg.created_ms);
+					  insp_age(in, reg.reg.created_ms));
 			insp_json_add_str(o, "verdict",
 					  insp_verdict_key(reg.verdict));
 			continue;
 		}
-		insp_fmt_age(in->now_ms - reg.reg.created_ms, age, sizeof(age));
+		insp_fmt_age(insp_age(in, reg.reg.created_ms), age,
+			     sizeof(age));
 		insp_kv("attempt", reg.reg.attempt, 2);
 		snprintf(buf, sizeof(buf), "%s ago by %s, for outbox row %s",
 			 age, reg.grp, reg.reg.msg_id);
@@ -514,10 +515,10 @@ static void orphan_row(judged_t *j, const insp_reg_t *r, int64_t rows)
 		insp_json_add_int(o, "token_rows", rows);
 		insp_json_add_int(o, "created_ms", r->reg.created_ms);
 		insp_json_add_int(o, "age_ms",
-				  j->in->now_ms - r->reg.created_ms);
+				  insp_age(j->in, r->reg.created_ms));
 		return;
 	}
-	insp_fmt_age(j->in->now_ms - r->reg.created_ms, age, sizeof(age));
+	insp_fmt_age(insp_age(j->in, r->reg.created_ms), age, sizeof(age));
 	insp_tbl_cell(j->tbl, age);
 	insp_tbl_cell(j->tbl, r->grp);
 	insp_tbl_cell(j->tbl, r->reg.attempt);
@@ -768,7 +769,7 @@ static void on_swept(void *opaque, const tbx__reg_t *reg, int verdict,
 	}
 	if (s->listed++ >= CLEANUP_LISTED)
 		return;
-	insp_fmt_age(s->in->now_ms - reg->created_ms, age, sizeof(age));
+	insp_fmt_age(insp_age(s->in, reg->created_ms), age, sizeof(age));
 	insp_tbl_cell(s->tbl, age);
 	insp_tbl_cell(s->tbl, s->grp);
 	insp_tbl_cell(s->tbl, reg->attempt);
