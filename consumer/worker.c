@@ -22,6 +22,9 @@
 #include "outbox/db.h"
 #include "tokens/sweep.h"
 
+/* How long after a refused offset commit it is sent again, ms. */
+#define RECOMMIT_DELAY_MS 500
+
 __attribute__((format(printf, 3, 4))) static int
 fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 {
@@ -429,6 +432,50 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	}
 }
 
+/*
+ * The result of an offset commit.  The group refuses commits while it
+ * rebalances (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID);
+ * a member that keeps its partitions through the rebalance (cooperative
+ * assignment) and has nothing more to process would not commit again, and
+ * the group's committed offsets would stay behind the records it
+ * processed.  So a refused commit is sent again from the poll loop: the
+ * stored offsets of the partitions still assigned.
+ */
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+		      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+	tbx_worker_t *worker = opaque;
+	rd_kafka_resp_err_t first = err;
+
+	for (int i = 0; offsets && !first && i < offsets->cnt; i++)
+		first = offsets->elems[i].err;
+	if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET)
+		return;
+	worker->stats.commits_retried++;
+	if (!worker->recommit) {
+		worker->recommit = 1;
+		worker->next_recommit_ms = tbx__mono_ms() + RECOMMIT_DELAY_MS;
+	}
+	/* Refusals of a rebalance are expected; anything else is news. */
+	tbx__log(first == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS ||
+			 first == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION ||
+			 first == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID
+		     ? TBX_LOG_INFO
+		     : TBX_LOG_WARNING,
+		 "offset commit refused (%s): committing again in %d ms",
+		 rd_kafka_err2str(first), RECOMMIT_DELAY_MS);
+}
+
+/* Sends the commit on_commit() asked for, once it is due. */
+static void recommit_due(tbx_worker_t *worker)
+{
+	if (!worker->recommit || !worker->consumer ||
+	    tbx__mono_ms() < worker->next_recommit_ms)
+		return;
+	worker->recommit = 0;
+	rd_kafka_commit(worker->consumer, NULL, 1);
+}
+
 static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac,
 			    const char *buf)
 {
@@ -517,6 +564,7 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 	    !tbx_conf_get(worker->conf, "kafka.consumer.auto.offset.reset"))
 		rd_kafka_conf_set(kc, "auto.offset.reset", "earliest", NULL, 0);
 	rd_kafka_conf_set_rebalance_cb(kc, on_rebalance);
+	rd_kafka_conf_set_offset_commit_cb(kc, on_commit);
 	rd_kafka_conf_set_log_cb(kc, on_consumer_log);
 	rd_kafka_conf_set_error_cb(kc, on_consumer_error);
 	/* kafka.statistics.interval.ms: the JSON goes to the metrics. */
@@ -676,6 +724,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"batches", st->batches},
 	    {"stuck_rows", st->stuck_rows},
 	    {"rows_recovered", st->rows_recovered},
+	    {"commits_retried", st->commits_retried},
 	};
 	cJSON *obj;
 	char *text;
@@ -780,6 +829,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 		return -err;
 	resume_due(worker);
 	maybe_recover(worker);
+	recommit_due(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		tbx__batch_reset(&worker->batch);

@@ -151,6 +151,10 @@ struct tbx_worker {
 	tbx__batch_t batch;
 	int shutdown_timeout_ms;
 	int64_t stats_interval_ms, next_stats_ms;
+	/* An offset commit was refused: commit the stored offsets again
+	 * from the poll loop, no sooner than next_recommit_ms. */
+	int recommit;
+	int64_t next_recommit_ms;
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;

@@ -296,9 +296,11 @@ typedef struct tbx_stats {
 	uint64_t attempts_lost;	  /**< token sets discarded: another won */
 	uint64_t orphans_swept;	  /**< registrations removed as orphans */
 	uint64_t batches;
-	uint64_t stuck_rows;	 /**< outbox rows the recovery pass found
-				      below their committed offset */
-	uint64_t rows_recovered; /**< of those, rows it finished */
+	uint64_t stuck_rows;	  /**< outbox rows the recovery pass found
+				       below their committed offset */
+	uint64_t rows_recovered;  /**< of those, rows it finished */
+	uint64_t commits_retried; /**< offset commits the group refused
+				     (e.g. during a rebalance), sent again */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
