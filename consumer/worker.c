@@ -392,6 +392,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	rd_kafka_error_t *error = NULL;
 
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		worker->assigned_once = 1;
 		for (int i = 0; i < parts->cnt; i++)
 			tbx__part_get(worker, parts->elems[i].topic,
 				      parts->elems[i].partition, 1);
@@ -908,6 +909,51 @@ static void leave_group(tbx_worker_t *worker)
 	}
 }
 
+/* 1 when the consumer was configured with the cooperative-sticky
+ * assignor (alone or among others). */
+static int sticky_assignor(rd_kafka_t *rk)
+{
+	char value[256];
+	size_t size = sizeof(value);
+
+	return rd_kafka_conf_get(rd_kafka_conf(rk),
+				 "partition.assignment.strategy", value,
+				 &size) == RD_KAFKA_CONF_OK &&
+	       strstr(value, "cooperative-sticky") != NULL;
+}
+
+/*
+ * librdkafka 2.0.2 aborts in rd_kafka_destroy() (assertion 'assignor_state'
+ * in rd_kafka_sticky_assignor_state_destroy, librdkafka issue 4312, fixed
+ * in 2.3.0) when a cooperative-sticky consumer is destroyed after its first
+ * JoinGroup response and before its first SyncGroup response: the assignor
+ * is chosen, its state not yet made.  Leaving the group in between makes
+ * it discard the SyncGroup response, so the window never closes.  A
+ * worker stopped before its first assignment therefore first waits for
+ * it (serving the rebalance callback), at most half of
+ * shutdown.timeout.ms.  @returns 1 when the consumer may be destroyed.
+ */
+static int await_first_assignment(tbx_worker_t *worker)
+{
+	rd_kafka_t *rk = worker->consumer;
+	int64_t deadline = tbx__mono_ms() + worker->shutdown_timeout_ms / 2;
+
+	if (worker->assigned_once || !sticky_assignor(rk))
+		return 1;
+	tbx__log(TBX_LOG_INFO, "stopping before the first assignment: "
+			       "waiting for it before leaving the group");
+	while (!worker->assigned_once && tbx__mono_ms() < deadline) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 100);
+		if (rkm)
+			rd_kafka_message_destroy(rkm);
+		tbx__batch_reset(&worker->batch);
+	}
+	if (worker->assigned_once ||
+	    strcmp(rd_kafka_rebalance_protocol(rk), "NONE") == 0)
+		return 1;
+	return 0;
+}
+
 int tbx_worker_close(tbx_worker_t *worker)
 {
 	if (!worker || worker->closed)
@@ -922,9 +968,20 @@ int tbx_worker_close(tbx_worker_t *worker)
 		if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
 			tbx__log(TBX_LOG_INFO, "final commit: %s",
 				 rd_kafka_err2str(err));
-		leave_group(worker);
-		rd_kafka_consumer_close(worker->consumer);
-		rd_kafka_destroy(worker->consumer);
+		if (await_first_assignment(worker)) {
+			leave_group(worker);
+			rd_kafka_consumer_close(worker->consumer);
+			rd_kafka_destroy(worker->consumer);
+		} else {
+			/* Destroying it would abort the process. */
+			tbx__log(
+			    TBX_LOG_WARNING,
+			    "the group assigned nothing within %lld ms of "
+			    "the stop: the consumer is left open "
+			    "(librdkafka 2.0.2 would abort destroying it); "
+			    "the group drops it after its session timeout",
+			    (long long)worker->shutdown_timeout_ms / 2);
+		}
 		worker->consumer = NULL;
 	}
 	if (worker->producer) {

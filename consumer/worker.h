@@ -155,6 +155,7 @@ struct tbx_worker {
 	 * from the poll loop, no sooner than next_recommit_ms. */
 	int recommit;
 	int64_t next_recommit_ms;
+	int assigned_once; /* the rebalance callback assigned at least once */
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;
