@@ -141,6 +141,8 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {"orphans_swept_total", st->orphans_swept,
 	     "Registrations removed as orphans."},
 	    {"batches_total", st->batches, "Batches processed."},
+	    {"commits_retried_total", st->commits_retried,
+	     "Offset commits the group refused, sent again."},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
