@@ -741,6 +741,7 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	    {"group.id", o->group},
 	    {"store.path", store_path},
 	    {"tokens.path", o->separate_tokens ? tokens_path : ""},
+	    {"tokens.create", "true"},
 	    {"kafka.producer.compression.type", "lz4"},
 	    {"kafka.consumer.fetch.wait.max.ms", BENCH_FETCH_WAIT_MS},
 	    {"kafka.consumer.session.timeout.ms", BENCH_SESSION_TIMEOUT_MS},

@@ -27,7 +27,24 @@ const tbx__prop_t tbx__props[] = {
 	 "(a sender mints tokens for the receiving groups). Empty, or the "
 	 "service store's file under any name: one file for both, the "
 	 "token operations share its connection, and tokens commit with "
-	 "the handlers' transaction."},
+	 "the handlers' transaction. A separate token store must exist "
+	 "(`tokenbox init --tokens PATH` creates one) unless tokens.create "
+	 "is true: a worker pointed at a misspelt path would otherwise "
+	 "make an empty store and take every record for a duplicate. "
+	 "Publishers never create it."},
+	{"tokens.create", TBX_PT_ENUM, "false", 0, 0, "false|true", "worker",
+	 0,
+	 "'true' lets the worker create a token store (tokens.path) that "
+	 "does not exist. The service store, and in single-file mode the "
+	 "token tables in it, are always created."},
+	{"token.store.mismatch", TBX_PT_ENUM, "dlq", 0, 0, "dlq|stop",
+	 "worker", 0,
+	 "A record whose tbx-store header names another token store than "
+	 "the worker's (its token was minted elsewhere, so its absence here "
+	 "proves nothing): 'dlq' dead-letters it with a reason naming both "
+	 "ids; 'stop' stops the worker with an error before the record is "
+	 "processed (`tokenbox worker` exits with status 3). Records "
+	 "without the header are checked as before."},
 	{"batch.max.messages", TBX_PT_INT, "500", 1, 100000, NULL, "worker", 0,
 	 "Most records taken through the protocol as one batch. Each phase "
 	 "costs one transaction per batch, so larger batches amortise "

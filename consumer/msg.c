@@ -58,6 +58,7 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 	int r;
 
 	msg->id[0] = msg->token[0] = msg->cause[0] = msg->type[0] = '\0';
+	msg->store[0] = '\0';
 	msg->has_type = 0;
 	msg->seq = 0;
 	msg->malformed = NULL;
@@ -95,6 +96,14 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 		/* Its copies would get other derived ids and each find no
 		 * outbox row while the token lives: a token needs its id. */
 		msg->malformed = "tbx-token without a valid tbx-id";
+	/* The token store that minted the token; absent from older
+	 * senders (then the token is looked up in ours, as always). */
+	r = header_text(hdrs, "tbx-store", msg->store, sizeof(msg->store), 1);
+	if (r < 0) {
+		msg->store[0] = '\0';
+		if (!msg->malformed)
+			msg->malformed = "tbx-store is not a UUID";
+	}
 	r = header_text(hdrs, "tbx-seq", seq, sizeof(seq), 0);
 	if (r == 1) {
 		char *end;
@@ -184,29 +193,12 @@ struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx)
 	return tbx_outbox_db(ctx->worker->store);
 }
 
-/* Kafka's own rule for topic names. */
-static int topic_valid(const char *topic)
-{
-	size_t len = strlen(topic);
-
-	if (len == 0 || len > TBX_TOPIC_MAX || strcmp(topic, ".") == 0 ||
-	    strcmp(topic, "..") == 0)
-		return 0;
-	for (size_t i = 0; i < len; i++) {
-		char c = topic[i];
-		if (!isalnum((unsigned char)c) && c != '.' && c != '_' &&
-		    c != '-')
-			return 0;
-	}
-	return 1;
-}
-
 int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
 		     size_t *hdrs_len)
 {
 	*hdrs = NULL;
 	*hdrs_len = 0;
-	if (!out || !out->topic || !topic_valid(out->topic)) {
+	if (!out || !out->topic || !tbx__topic_valid(out->topic)) {
 		tbx__log(TBX_LOG_ERR,
 			 "%s: topic '%s' is not a valid Kafka topic "
 			 "name",

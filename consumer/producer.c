@@ -98,8 +98,9 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 	return rk;
 }
 
-static int produce_one(rd_kafka_t *rk, const tbx__row_t *row,
-		       const tbx__outmsg_t *m, dr_slot_t *slot)
+static int produce_one(rd_kafka_t *rk, const char *store_id,
+		       const tbx__row_t *row, const tbx__outmsg_t *m,
+		       dr_slot_t *slot)
 {
 	char seq[24];
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
@@ -113,6 +114,9 @@ static int produce_one(rd_kafka_t *rk, const tbx__row_t *row,
 	if (m->token[0]) {
 		rd_kafka_header_add(hdrs, "tbx-token", -1, m->token, -1);
 		rd_kafka_header_add(hdrs, "tbx-seq", -1, seq, -1);
+		if (store_id && *store_id)
+			rd_kafka_header_add(hdrs, "tbx-store", -1, store_id,
+					    -1);
 	}
 	rd_kafka_header_add(hdrs, "tbx-type", -1, m->type, -1);
 	if (tbx__is_uuid(row->msg_id, strlen(row->msg_id)))
@@ -151,9 +155,9 @@ static int produce_one(rd_kafka_t *rk, const tbx__row_t *row,
 	return TBX_OK;
 }
 
-int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
-		  int *delivered, size_t *undelivered, char *errstr,
-		  size_t errstr_size)
+int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
+		  tbx__row_t *const *rows, size_t cnt, int *delivered,
+		  size_t *undelivered, char *errstr, size_t errstr_size)
 {
 	size_t total = 0, k = 0, pending;
 	dr_slot_t *slots;
@@ -169,8 +173,8 @@ int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
 		if (!rows[i])
 			continue;
 		for (size_t j = 0; j < rows[i]->msg_cnt; j++, k++)
-			produce_one(producer, rows[i], &rows[i]->msgs[j],
-				    &slots[k]);
+			produce_one(producer, store_id, rows[i],
+				    &rows[i]->msgs[j], &slots[k]);
 	}
 	tbx__crashpoint("C.produced");
 	/* Wait for every report: bounded by message.timeout.ms. */

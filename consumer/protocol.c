@@ -286,6 +286,62 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	return TBX_OK;
 }
 
+/*
+ * A record whose token was minted in another token store (tbx-store):
+ * its token's absence from ours proves nothing, so it is never a
+ * duplicate.  Dead-lettered with both ids (deduplicated by the ingress
+ * offset, as malformed records are), or, with token.store.mismatch=stop,
+ * TBX_EMISMATCH stops the worker before anything of it is committed.
+ */
+static int store_mismatch(tbx_worker_t *worker, tbx__batch_t *batch,
+			  struct tbx_msg *msg)
+{
+	char reason[TBX_TOPIC_MAX + 256];
+	int64_t next;
+	int err;
+
+	if ((err = tbx_outbox_ingress_get(worker->store, worker->group,
+					  msg->topic, msg->rkm->partition,
+					  &next)))
+		return err;
+	if (next >= 0 && msg->rkm->offset < next) {
+		/* Dead-lettered already: a redelivery. */
+		msg->state = TBX_MS_DROPPED;
+		worker->stats.duplicates_dropped++;
+		return TBX_OK;
+	}
+	worker->stats.store_mismatches++;
+	snprintf(reason, sizeof(reason),
+		 "token store mismatch: the record was minted in token store "
+		 "%s, this group's token store is %s (check tokens.path)",
+		 msg->store, worker->store_id);
+	snprintf(worker->mismatch_detail, sizeof(worker->mismatch_detail),
+		 "%s [%" PRId32 "] @%" PRId64 ": %s", msg->topic,
+		 msg->rkm->partition, msg->rkm->offset, reason);
+	tbx__log(TBX_LOG_ERR, "%s%s", worker->mismatch_detail,
+		 worker->mismatch_stop ? "; stopping the worker "
+					 "(token.store.mismatch=stop)"
+				       : "; dead-lettered");
+	if (worker->mismatch_stop) {
+		snprintf(worker->errstr, sizeof(worker->errstr),
+			 "%.440s; stopped (token.store.mismatch=stop)",
+			 worker->mismatch_detail);
+		return TBX_EMISMATCH;
+	}
+	if ((err = dead_letter(worker, batch, msg, reason, 0, 1)))
+		return err;
+	/* Seen by `inspect status`; commits or rolls back with A. */
+	if (!(err = tbx_outbox_savepoint(worker->store))) {
+		if ((err = tbx_outbox_alarm_add(worker->store, worker->group,
+						"store_mismatch",
+						worker->mismatch_detail)))
+			tbx_outbox_undo(worker->store);
+		else
+			err = tbx_outbox_release(worker->store);
+	}
+	return err;
+}
+
 /* Runs the handler in a savepoint; OK inserts the outbox row with it. */
 static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		       struct tbx_msg *msg, int by_offset)
@@ -445,6 +501,12 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 		return TBX_OK;
 	}
 
+	/* A token minted in another token store was never ours either,
+	 * whatever its number. */
+	if (!msg->malformed && !msg->untokened && msg->store[0] &&
+	    strcmp(msg->store, worker->store_id) != 0)
+		return store_mismatch(worker, batch, msg);
+
 	/* A token minted before this group subscribed was never ours. */
 	if (!msg->untokened && msg->seq < msg->part->since)
 		msg->untokened = 1;
@@ -477,9 +539,11 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 	if ((err = tbx_tokens_exists(worker->tokens, msg->token, worker->group,
 				     &exists)))
 		return err;
+	worker->dup_window_seen++;
 	if (!exists) {
 		msg->state = TBX_MS_DROPPED;
 		worker->stats.duplicates_dropped++;
+		worker->dup_window_dropped++;
 		return TBX_OK;
 	}
 	/* 3. The handler. */
@@ -982,8 +1046,8 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 	if (acnt && (err = tbx_tokens_confirm(worker->tokens, attempts, acnt)))
 		goto out;
 	tbx__crashpoint("C.confirmed");
-	err = tbx__dispatch(worker->producer, rows, cnt, delivered, NULL,
-			    errstr, sizeof(errstr));
+	err = tbx__dispatch(worker->producer, worker->store_id, rows, cnt,
+			    delivered, NULL, errstr, sizeof(errstr));
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	tbx__crashpoint("C.delivered");
@@ -1162,6 +1226,64 @@ static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
 	tbx__crashpoint("F.committed");
 }
 
+/* Records an alarm in a transaction of its own (best effort: the log
+ * line has been written already). */
+static void alarm_commit(tbx_worker_t *worker, const char *name,
+			 const char *detail)
+{
+	if (tbx_outbox_begin(worker->store))
+		return;
+	if (tbx_outbox_alarm_add(worker->store, worker->group, name, detail) ||
+	    tbx_outbox_commit(worker->store))
+		tbx_outbox_rollback(worker->store);
+}
+
+/* Tokened records looked up per judgement, the share of them dropped
+ * for having no token that makes a warning, and the least time between
+ * two warnings. */
+#define DUP_WINDOW	100
+#define DUP_SHARE_PCT	50
+#define DUP_WARN_GAP_MS 60000
+
+/*
+ * A duplicate is a record whose token is gone: normally one redelivered
+ * after a crash or a rebalance, a small share of the traffic.  Most of
+ * a window dropped so means tokens this group never had, which the
+ * token store alone cannot tell from finished work.
+ */
+static void duplicate_share_check(tbx_worker_t *worker)
+{
+	char detail[512];
+	int64_t now;
+
+	if (worker->dup_window_seen < DUP_WINDOW)
+		return;
+	now = tbx__mono_ms();
+	if (worker->dup_window_dropped * 100 >
+		worker->dup_window_seen * DUP_SHARE_PCT &&
+	    (!worker->dup_warned_ms ||
+	     now - worker->dup_warned_ms >= DUP_WARN_GAP_MS)) {
+		worker->dup_warned_ms = now;
+		worker->stats.duplicate_alarms++;
+		snprintf(detail, sizeof(detail),
+			 "%" PRIu64 " of the last %" PRIu64
+			 " tokened records were dropped as duplicates (no "
+			 "outbox row, no token for group %s in token store "
+			 "%s)",
+			 worker->dup_window_dropped, worker->dup_window_seen,
+			 worker->group, worker->store_id);
+		tbx__log(TBX_LOG_WARNING,
+			 "%s; likely causes: tokens.path names another token "
+			 "store than the senders' (a typo, or left out), the "
+			 "token store was recreated or restored from a "
+			 "backup, the group was unsubscribed while it ran, "
+			 "or records were re-produced by hand",
+			 detail);
+		alarm_commit(worker, "duplicate_share", detail);
+	}
+	worker->dup_window_seen = worker->dup_window_dropped = 0;
+}
+
 int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	int err;
@@ -1175,12 +1297,15 @@ int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
 	    !(err = phase_dispatch(worker, batch)) &&
 	    !(err = phase_consume(worker, batch)))
 		err = phase_finish(worker, batch);
-	if (err)
+	if (err == TBX_EMISMATCH)
+		alarm_commit(worker, "store_mismatch", worker->mismatch_detail);
+	else if (err)
 		tbx__log(TBX_LOG_WARNING,
 			 "batch of %zu left unfinished: %s (redelivery "
 			 "resumes it)",
 			 batch->cnt, tbx_strerror(err));
 	phase_commit(worker, batch);
+	duplicate_share_check(worker);
 	return err;
 }
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "consumer/publish.h"
 #include "consumer/sha256.h"
@@ -46,6 +47,7 @@ struct tbx_publisher {
 	int minted;  /* the queue holds a minted batch not yet delivered */
 	int64_t window_ms;
 	tbx_publisher_stats_t stats;
+	char store_id[TBX_UUID_LEN + 1]; /* tbx-store of what it mints */
 	char errstr[512];
 };
 
@@ -83,9 +85,26 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	    strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0;
 	opts.busy_timeout_ms =
 	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
+	/* Never created here: a publisher that made an empty store at a
+	 * misspelt path would mint tokens no worker ever sees. */
+	opts.create = 0;
 	if (tbx_tokens_sqlite_open(path, &opts, NULL, &pub->tokens, errstr,
-				   errstr_size))
+				   errstr_size)) {
+		if (access(path, F_OK) != 0)
+			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
+				    "token store %s does not exist; a "
+				    "publisher never creates one: create it "
+				    "with 'tokenbox init --tokens %s' (or "
+				    "start a worker with tokens.create=true), "
+				    "or fix the path",
+				    path, path);
 		goto fail;
+	}
+	if (tbx_tokens_store_id(pub->tokens, pub->store_id)) {
+		tbx__seterr(errstr, errstr_size, TBX_ESTORE,
+			    "%s: cannot read the token store's id", path);
+		goto fail;
+	}
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))
 		goto fail;
 	pub->conf = conf;
@@ -435,10 +454,10 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 		rows[cnt] = &views[cnt];
 		which[cnt++] = i;
 	}
-	err =
-	    cnt ? tbx__dispatch(pub->producer, rows, cnt, delivered,
-				&undelivered, pub->errstr, sizeof(pub->errstr))
-		: TBX_OK;
+	err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows, cnt,
+				  delivered, &undelivered, pub->errstr,
+				  sizeof(pub->errstr))
+		  : TBX_OK;
 	for (size_t k = 0; k < cnt; k++) {
 		pub_msg_t *ext = &pub->ext[which[k]];
 

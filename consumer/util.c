@@ -1,6 +1,7 @@
 /* Internal helpers: ids, clocks, error text, logging, crash points. */
 #include "consumer/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -105,6 +106,22 @@ int tbx__same_file(const char *a, const char *b)
 		return 1;
 	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
 	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int tbx__topic_valid(const char *topic)
+{
+	size_t len = topic ? strlen(topic) : 0;
+
+	if (len == 0 || len > TBX_TOPIC_MAX || strcmp(topic, ".") == 0 ||
+	    strcmp(topic, "..") == 0)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = topic[i];
+		if (!isalnum((unsigned char)c) && c != '.' && c != '_' &&
+		    c != '-')
+			return 0;
+	}
+	return 1;
 }
 
 static int64_t clock_ms(clockid_t id)

@@ -29,6 +29,11 @@ int tbx__is_uuid(const char *s, size_t len);
  *  and inode (a file that does not exist is no other file's). */
 int tbx__same_file(const char *a, const char *b);
 
+/** 1 when @p topic is a name Kafka accepts: 1 to 249 characters of
+ *  [a-zA-Z0-9._-], and not "." or "..".  A regular expression ("^…") is
+ *  none. */
+int tbx__topic_valid(const char *topic);
+
 /** Wall clock in ms since the epoch (for ages shown to people only). */
 int64_t tbx__now_ms(void);
 /** Monotonic clock in ms (for timeouts and backoff). */

@@ -79,16 +79,38 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	/* One file for both stores: the token operations share the
 	 * service connection, and A–B and D–E each commit as one
 	 * transaction (the joined path, see protocol.c). */
-	if (!*tokens_path || tbx__same_file(tokens_path, store_path))
+	if (!*tokens_path || tbx__same_file(tokens_path, store_path)) {
 		err = tbx_tokens_sqlite_open(
 		    store_path, &opts, tbx_outbox_db(worker->store),
 		    &worker->tokens, errstr, errstr_size);
-	else
+	} else {
+		/* A separate token store is the pipeline's, shared with its
+		 * senders: one made here at a misspelt path would be empty
+		 * and every record would look finished. */
+		opts.create =
+		    strcmp(tbx__conf_str(conf, "tokens.create"), "true") == 0;
 		err = tbx_tokens_sqlite_open(tokens_path, &opts, NULL,
 					     &worker->tokens, errstr,
 					     errstr_size);
+		if (err == TBX_ENOENT)
+			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
+				    "tokens.path: token store %s does not "
+				    "exist; create it with 'tokenbox init "
+				    "--tokens %s', or set tokens.create=true "
+				    "to let the worker create it, or fix the "
+				    "path",
+				    tokens_path, tokens_path);
+	}
 	if (err)
 		goto fail;
+	if ((err = tbx_tokens_store_id(worker->tokens, worker->store_id))) {
+		tbx__seterr(errstr, errstr_size, err,
+			    "%s: cannot read the token store's id",
+			    *tokens_path ? tokens_path : store_path);
+		goto fail;
+	}
+	worker->mismatch_stop =
+	    strcmp(tbx__conf_str(conf, "token.store.mismatch"), "stop") == 0;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
 	if (!(worker->router = tbx_router_new())) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
@@ -224,6 +246,21 @@ int tbx_worker_register(tbx_worker_t *worker, const char *topic,
 		return TBX_EINVAL;
 	if (worker->started)
 		return TBX_ESTATE;
+	/* Tokens are minted per topic name: a pattern would subscribe the
+	 * group to topics whose senders mint nothing for it. */
+	if (topic && *topic == '^')
+		return fail(worker, TBX_EINVAL,
+			    "topic '%s': pattern subscriptions are not "
+			    "supported (senders mint tokens per topic name "
+			    "and cannot know which groups a pattern "
+			    "covers); register each topic by its name",
+			    topic);
+	if (topic && !tbx__topic_valid(topic))
+		return fail(worker, TBX_EINVAL,
+			    "topic '%s' is not a Kafka topic name (1 to 249 "
+			    "characters of a-z, A-Z, 0-9, '.', '_', '-'; "
+			    "not '.' or '..')",
+			    topic);
 	return tbx_router_add(worker->router, topic, type, fn, opaque);
 }
 
@@ -726,6 +763,8 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"stuck_rows", st->stuck_rows},
 	    {"rows_recovered", st->rows_recovered},
 	    {"commits_retried", st->commits_retried},
+	    {"store_mismatches", st->store_mismatches},
+	    {"duplicate_alarms", st->duplicate_alarms},
 	};
 	cJSON *obj;
 	char *text;
@@ -807,6 +846,39 @@ static void maybe_recover(tbx_worker_t *worker)
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
+/*
+ * Records that the group still uses its subscriptions (for `inspect
+ * status`, which flags those no worker used for long).  One that was
+ * removed meanwhile (`inspect unsubscribe`) is taken again: senders
+ * stopped minting for the group, and with the old number its records
+ * would look finished; with a new one, those minted in between are
+ * untokened and go by ingress.untokened.
+ */
+static void touch_subscriptions(tbx_worker_t *worker)
+{
+	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++) {
+		const char *topic = tbx_router_topic(worker->router, i);
+		int found = 1;
+
+		if (tbx_tokens_touch(worker->tokens, topic, worker->group,
+				     &found) ||
+		    found)
+			continue;
+		tbx__log(TBX_LOG_ERR,
+			 "the subscription of group %s to %s was removed from "
+			 "the token store while the group runs; subscribing "
+			 "again (records sent meanwhile have no token for "
+			 "this group: ingress.untokened decides)",
+			 worker->group, topic);
+		if (tbx_tokens_subscribe(worker->tokens, topic, worker->group,
+					 &worker->since[i]))
+			continue;
+		for (size_t j = 0; j < worker->part_cnt; j++)
+			if (strcmp(worker->parts[j].topic, topic) == 0)
+				worker->parts[j].since = worker->since[i];
+	}
+}
+
 static void maybe_cleanup(tbx_worker_t *worker)
 {
 	int64_t now = tbx__mono_ms();
@@ -815,6 +887,7 @@ static void maybe_cleanup(tbx_worker_t *worker)
 		return;
 	worker->next_cleanup_ms = now + worker->cleanup_interval_ms;
 	tbx_worker_cleanup(worker, 0, NULL);
+	touch_subscriptions(worker);
 }
 
 int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)

@@ -38,6 +38,7 @@ struct tbx_msg {
 	char id[TBX_MSGID_MAX + 1];
 	char token[TBX_UUID_LEN + 1]; /**< "" when absent */
 	char cause[TBX_UUID_LEN + 1]; /**< "" when absent */
+	char store[TBX_UUID_LEN + 1]; /**< tbx-store, "" when absent */
 	char type[TBX_TYPE_MAX + 1];
 	int has_type;
 	int64_t seq; /**< tbx-seq, 0 when absent */
@@ -137,7 +138,15 @@ struct tbx_worker {
 	int synchronous_full;
 	/* one file for both stores: tokens commit with A and with E */
 	int joined;
-	uint64_t batch_gen; /* numbers batches for tbx__part_t.batch_mark */
+	/* the token store's id (tbx-store of what this worker mints) */
+	char store_id[TBX_UUID_LEN + 1];
+	int mismatch_stop; /* token.store.mismatch=stop */
+	char mismatch_detail[TBX_TOPIC_MAX + 512]; /* the last one seen */
+	/* records dropped as duplicates (no row, no token) in the current
+	 * window, out of the tokened records looked up */
+	uint64_t dup_window_seen, dup_window_dropped;
+	int64_t dup_warned_ms; /* monotonic time of the last warning */
+	uint64_t batch_gen;    /* numbers batches for tbx__part_t.batch_mark */
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
 	/* the recovery pass: every interval, and after an assignment */
@@ -255,12 +264,13 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			      size_t errstr_size);
 /**
  * Produces every outgoing message of @p rows (NULL entries skipped) with
- * the tbx-* headers and waits for every delivery report.  delivered[i] = 1
- * when all messages of rows[i] were acknowledged.
+ * the tbx-* headers (tbx-store = @p store_id with every token) and waits for
+ * every delivery report.  delivered[i] = 1 when all messages of rows[i] were
+ * acknowledged.
  * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
  */
-int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
-		  int *delivered, size_t *undelivered, char *errstr,
-		  size_t errstr_size);
+int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
+		  tbx__row_t *const *rows, size_t cnt, int *delivered,
+		  size_t *undelivered, char *errstr, size_t errstr_size);
 
 #endif

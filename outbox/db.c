@@ -171,6 +171,36 @@ static const char *const migrations[] = {
      * committed offset (its record will not come back); inspect flags
      * the marked rows that are still there. */
     "ALTER TABLE tbx_outbox ADD COLUMN stuck_ms INTEGER;",
+    /* 5 -> 6 */
+    /* The file's identity: a random (version 4) UUID made once, when the
+     * file is created or first migrated to this version, and kept by every
+     * later migration.  Records carry their token store's id (tbx-store),
+     * so that a worker can tell a token minted in another store from a
+     * finished message. */
+    "CREATE TABLE tbx_store_info ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " store_id TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL"
+    ");"
+    "INSERT INTO tbx_store_info (id, store_id, created_ms) VALUES (1,"
+    " lower(hex(randomblob(4))) || '-' || lower(hex(randomblob(2))) ||"
+    " '-4' || substr(lower(hex(randomblob(2))), 2) || '-' ||"
+    " substr('89ab', 1 + (abs(random()) % 4), 1) ||"
+    " substr(lower(hex(randomblob(2))), 2) || '-' ||"
+    " lower(hex(randomblob(6))),"
+    " CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));"
+    /* Alarms a worker raised, per group, for `inspect status --check`. */
+    "CREATE TABLE tbx_alarms ("
+    " grp TEXT NOT NULL,"
+    " name TEXT NOT NULL,"
+    " count INTEGER NOT NULL,"
+    " first_ms INTEGER NOT NULL,"
+    " last_ms INTEGER NOT NULL,"
+    " detail TEXT,"
+    " PRIMARY KEY (grp, name)"
+    ") WITHOUT ROWID;"
+    /* When a worker last started or confirmed the subscription. */
+    "ALTER TABLE tbx_subscriptions ADD COLUMN used_ms INTEGER;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

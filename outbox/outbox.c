@@ -46,6 +46,7 @@ enum {
 	Q_INFLIGHT_RELEASE,
 	Q_ROWS_BELOW,
 	Q_MARK_STUCK,
+	Q_ALARM_ADD,
 	Q__COUNT
 };
 
@@ -122,6 +123,10 @@ static const char *const sql[Q__COUNT] = {
 		     "ORDER BY in_offset, msg_id LIMIT ?5",
     [Q_MARK_STUCK] = "UPDATE tbx_outbox SET stuck_ms = ?3 WHERE grp = ?1 "
 		     "AND msg_id = ?2 AND stuck_ms IS NULL",
+    [Q_ALARM_ADD] = "INSERT INTO tbx_alarms (grp, name, count, first_ms, "
+		    "last_ms, detail) VALUES (?1, ?2, 1, ?3, ?3, ?4) ON "
+		    "CONFLICT (grp, name) DO UPDATE SET count = count + 1, "
+		    "last_ms = excluded.last_ms, detail = excluded.detail",
 };
 
 struct tbx_outbox {
@@ -996,6 +1001,26 @@ int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
 	if ((err = inflight_bind(store, Q_INFLIGHT_RELEASE, grp, topic,
 				 partition, &stmt)))
 		return err;
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp, const char *name,
+			 const char *detail)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!grp || !name)
+		return TBX_EINVAL;
+	if (!(stmt = stmt_get(store, Q_ALARM_ADD)))
+		return tbx__db_fail(store->db, sql[Q_ALARM_ADD]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, name, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 3, tbx__now_ms()) ||
+	    bind_opt_text(stmt, 4, detail))
+		return bind_fail(store, stmt);
 	r = tbx__db_step(stmt);
 	sqlite3_reset(stmt);
 	return r < 0 ? -r : TBX_OK;

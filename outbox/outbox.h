@@ -214,4 +214,12 @@ int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
 /** Counts rows pending for @p grp (NULL: all groups). */
 int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows);
 
+/**
+ * Counts one more occurrence of alarm @p name of @p grp (tbx_alarms:
+ * count, first and last time, the latest @p detail), inside the caller's
+ * transaction or savepoint.  `tokenbox inspect status` shows them.
+ */
+int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp, const char *name,
+			 const char *detail);
+
 #endif

@@ -36,6 +36,7 @@ int main(int argc, char **argv)
 	    {"kafka.bootstrap.servers", argv[1]},
 	    {"store.path", argv[2]},
 	    {"tokens.path", argv[3]},
+	    {"tokens.create", "true"},
 	    {"group.id", argv[4]},
 	    {"kafka.consumer.session.timeout.ms", "3000"},
 	    {"kafka.consumer.heartbeat.interval.ms", "300"},

@@ -139,6 +139,8 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 	    {"retry.backoff.ms", "20"},
 	    {"retry.backoff.max.ms", "200"},
 	    {"log.level", "warning"},
+	    /* The fixtures make their token stores with the workers. */
+	    {"tokens.create", tokens && *tokens ? "true" : NULL},
 	};
 
 	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) {
@@ -173,6 +175,19 @@ void tt_subscribe(const char *tokens, const char *topic, const char *group)
 	tbx_tokens_close(t);
 }
 
+void tt_tokens_init(const char *tokens)
+{
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(tokens, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	tbx_tokens_close(t);
+}
+
 void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
 		const char *type, int cnt, int key_cnt, const char *prefix)
 {
@@ -181,6 +196,7 @@ void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
 	tbx_publisher_t *pub;
 	size_t failed;
 
+	tt_tokens_init(tokens); /* a publisher never creates it */
 	tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, NULL, 0);
 	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
 	tbx_conf_set(conf, "log.level", "warning", NULL, 0);

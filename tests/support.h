@@ -47,6 +47,8 @@ void tt_cluster_destroy(tt_cluster_t *cluster);
 tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 		    const char *store, const char *tokens, ...);
 
+/** Creates the token store @p tokens if missing (`tokenbox init`). */
+void tt_tokens_init(const char *tokens);
 /** Records subscriptions (topic, group) in the token store @p tokens. */
 void tt_subscribe(const char *tokens, const char *topic, const char *group);
 

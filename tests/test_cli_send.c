@@ -127,6 +127,7 @@ Test(cli_send, a_line_over_1_mib_is_refused_naming_its_number, .timeout = 120)
 
 	memset(input, 'x', len);
 	input[len] = '\n';
+	tt_subscribe(tokens, "in", "readers"); /* send never creates it */
 	res = cc_run_with(args, input, len + 1, 60000);
 	cr_assert(cc_exited(res.status, 1), "status %d", res.status);
 	cr_assert_str_empty(res.out);

@@ -237,6 +237,7 @@ static setup_t setup_new(const char *plugin_args, const char *extra)
 		 "group.id = hello\n"
 		 "store.path = %s\n"
 		 "tokens.path = %s\n"
+		 "tokens.create = true\n"
 		 "\n"
 		 "# a killed member is noticed in 3 s\n"
 		 "kafka.consumer.session.timeout.ms = 3000\n"

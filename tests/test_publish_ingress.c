@@ -53,6 +53,7 @@ Test(publish, invalid_messages_are_refused)
 	tbx_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0);
 	tbx_conf_set(conf, "kafka.log_level", "0", NULL, 0);
 	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
+	tt_tokens_init(tokens);
 	tbx_publisher_t *pub = tbx_publisher_new(conf, err, sizeof(err));
 	cr_assert(pub, "%s", err);
 	tbx_out_t bad_topic = {.topic = "a topic", .type = "T"};

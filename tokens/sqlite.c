@@ -52,6 +52,8 @@ enum {
 	Q_EDGE_REFUSED_SUM,
 	Q_SUB_COUNT,
 	Q_TOKENS_ADD_GRP,
+	Q_SUB_TOUCH,
+	Q_STORE_ID,
 	Q__COUNT
 };
 
@@ -65,7 +67,7 @@ static const char *const sql[Q__COUNT] = {
     [Q_SUB_GET] = "SELECT since_seq FROM tbx_subscriptions WHERE topic = ?1 "
 		  "AND grp = ?2",
     [Q_SUB_ADD] = "INSERT INTO tbx_subscriptions (topic, grp, since_seq, "
-		  "created_ms) VALUES (?1, ?2, ?3, ?4)",
+		  "created_ms, used_ms) VALUES (?1, ?2, ?3, ?4, ?4)",
     [Q_REG_ADD] = "INSERT INTO tbx_registrations (attempt, token, send_grp, "
 		  "msg_id, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
     /* A group subscribed at since_seq gets the tokens of messages minted
@@ -114,6 +116,9 @@ static const char *const sql[Q__COUNT] = {
 			 "created_ms) SELECT ?1, grp, ?2, ?3 FROM "
 			 "tbx_subscriptions WHERE topic = ?4 AND since_seq < "
 			 "?2 AND grp = ?5",
+    [Q_SUB_TOUCH] = "UPDATE tbx_subscriptions SET used_ms = ?3 WHERE "
+		    "topic = ?1 AND grp = ?2",
+    [Q_STORE_ID] = "SELECT store_id FROM tbx_store_info WHERE id = 1",
 };
 
 typedef struct tbx_tokens_sqlite {
@@ -251,16 +256,84 @@ static int op_subscription(tbx_tokens_t *tokens, const char *topic,
 	return sub_get(backend(tokens), topic, grp, since);
 }
 
+/* used_ms of (topic, grp) = now, inside the caller's transaction;
+ * *found = 0 when there is no such subscription. */
+static int sub_touch(tbx_tokens_sqlite_t *t, const char *topic, const char *grp,
+		     int *found)
+{
+	sqlite3_stmt *stmt;
+	int err;
+
+	if (!(stmt = stmt_get(t, Q_SUB_TOUCH)))
+		return tbx__db_fail(t->db, sql[Q_SUB_TOUCH]);
+	if (sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 3, tbx__now_ms()))
+		return bind_fail(t, stmt);
+	if ((err = step_done(stmt)))
+		return err;
+	*found = sqlite3_changes(t->db) > 0;
+	return TBX_OK;
+}
+
+static int op_touch(tbx_tokens_t *tokens, const char *topic, const char *grp,
+		    int *found)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	int err;
+
+	*found = 0;
+	if (!topic || !grp)
+		return TBX_EINVAL;
+	if ((err = txn_begin(t)))
+		return err;
+	err = sub_touch(t, topic, grp, found);
+	return txn_end(t, err);
+}
+
+static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	const char *id;
+	int r, err = TBX_OK;
+
+	out[0] = '\0';
+	if (!(stmt = stmt_get(t, Q_STORE_ID)))
+		return tbx__db_fail(t->db, sql[Q_STORE_ID]);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	id = r == 1 ? (const char *)sqlite3_column_text(stmt, 0) : NULL;
+	if (!id || !tbx__is_uuid(id, strlen(id))) {
+		tbx__log(TBX_LOG_ERR, "token store: no valid store id in "
+				      "tbx_store_info");
+		err = TBX_ESTORE;
+	} else {
+		tbx__strlcpy(out, id, TBX_UUID_LEN + 1);
+	}
+	sqlite3_reset(stmt);
+	return err;
+}
+
 static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
 			const char *grp, int64_t *since)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	sqlite3_stmt *stmt;
 	int64_t seq = 0;
-	int err;
+	int err, found;
 
 	if (!topic || !grp)
 		return TBX_EINVAL;
+	/* Senders mint per topic name: a pattern or a name Kafka refuses
+	 * would be a subscription no record ever matches. */
+	if (!tbx__topic_valid(topic)) {
+		tbx__log(TBX_LOG_ERR,
+			 "token store: '%s' is not a Kafka topic name; not "
+			 "subscribed",
+			 topic);
+		return TBX_EINVAL;
+	}
 	if ((err = txn_begin(t)))
 		return err;
 	/* Under the write lock: a subscription is taken once, and its
@@ -277,6 +350,8 @@ static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
 			err = bind_fail(t, stmt);
 		else
 			err = step_done(stmt);
+	} else if (!err) {
+		err = sub_touch(t, topic, grp, &found);
 	}
 	if ((err = txn_end(t, err)))
 		return err;
@@ -928,6 +1003,8 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .consume = op_consume,
     .drop_attempt = op_drop_attempt,
     .registrations = op_registrations,
+    .store_id = op_store_id,
+    .touch = op_touch,
     .count = op_count,
     .publish_mint = op_publish_mint,
     .edge_delivered = op_edge_delivered,

@@ -9,10 +9,11 @@
  * subscribe tbx_tokens(token, grp, mint_seq, created_ms, PRIMARY KEY(token,
  * grp)) tbx_registrations(attempt, token, send_grp, msg_id, created_ms, PRIMARY
  * KEY(attempt, token)) tbx_subscriptions(topic, grp, since_seq, created_ms,
- *                     PRIMARY KEY(topic, grp))
+ *                     used_ms, PRIMARY KEY(topic, grp))
  *   tbx_edge(topic, caller_id, fingerprint, msg_id, token, mint_seq,
  *            delivered, refused, created_ms, PRIMARY KEY(topic, caller_id))
  *                                      caller ids seen by publishers
+ *   tbx_store_info(id = 1, store_id, created_ms)  the file's identity
  *
  * A token is a row per (token id, consumer group): a group checks and
  * deletes only its own row.  Every operation that writes is one
@@ -137,6 +138,14 @@ typedef struct tbx_tokens_ops {
 	int (*registrations)(tbx_tokens_t *tokens, const char *send_grp,
 			     const tbx__reg_t *after, size_t limit,
 			     tbx__reg_t **out, size_t *cnt);
+	/** The store's id (a UUID made when the file was created, see
+	 *  outbox/db.c) into @p out.  A read. */
+	int (*store_id)(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1]);
+	/** Records that (topic, grp) is in use now (used_ms), one txn;
+	 *  *found = 0 when the subscription no longer exists (removed by
+	 *  `inspect unsubscribe`). */
+	int (*touch)(tbx_tokens_t *tokens, const char *topic, const char *grp,
+		     int *found);
 	/** Counts token rows of @p grp (NULL: all) and registrations of
 	 *  @p grp as sender (NULL: all).  Either out pointer may be NULL. */
 	int (*count)(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
@@ -281,6 +290,16 @@ static inline int tbx_tokens_subscribers(tbx_tokens_t *t, const char *topic,
 					 int64_t *cnt)
 {
 	return t->ops->subscribers(t, topic, cnt);
+}
+static inline int tbx_tokens_store_id(tbx_tokens_t *t,
+				      char out[TBX_UUID_LEN + 1])
+{
+	return t->ops->store_id(t, out);
+}
+static inline int tbx_tokens_touch(tbx_tokens_t *t, const char *topic,
+				   const char *grp, int *found)
+{
+	return t->ops->touch(t, topic, grp, found);
 }
 static inline void tbx_tokens_close(tbx_tokens_t *t)
 {

@@ -29,6 +29,7 @@ int tbx_cmd_send(int argc, char **argv);
 int tbx_cmd_demo(int argc, char **argv);
 int tbx_cmd_worker(int argc, char **argv);
 int tbx_cmd_inspect(int argc, char **argv);
+int tbx_cmd_init(int argc, char **argv);
 
 /**
  * Prints "tokenbox CMD: <message>" and a newline to stderr.

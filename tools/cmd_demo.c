@@ -896,8 +896,9 @@ static int demo_setup(demo_t *d)
 		hop_t *hop = &d->hops[i];
 		const char *kv[] = {
 		    "group.id", hop->group, "store.path", hop->path,
-		    "tokens.path", d->tokens_path, "kafka.bootstrap.servers",
-		    d->bootstraps, "log.level", "warning",
+		    "tokens.path", d->tokens_path, "tokens.create", "true",
+		    "kafka.bootstrap.servers", d->bootstraps, "log.level",
+		    "warning",
 		    /* The mock rebalances a group that a
 		     * member left after the session timeout
 		     * less 1 s: a short one keeps the

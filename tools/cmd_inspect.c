@@ -25,7 +25,7 @@
 #include "tools/cli.h"
 #include "tools/inspect.h"
 
-enum { OPT_BUSY = 256, OPT_BATCH, OPT_CHECK };
+enum { OPT_BUSY = 256, OPT_BATCH, OPT_CHECK, OPT_IDLE, OPT_YES };
 
 static void usage(void)
 {
@@ -74,6 +74,14 @@ static void usage(void)
 	    "group to\n"
 	    "                          their original topic (writes the token "
 	    "store)\n"
+	    "  unsubscribe --group G --topic T [--yes]\n"
+	    "                          remove the subscription of a retired "
+	    "group G to T,\n"
+	    "                          and G's token rows once it has no "
+	    "subscription\n"
+	    "                          left (writes the token store; without "
+	    "--yes it only\n"
+	    "                          says what it would remove)\n"
 	    "\n"
 	    "Options:\n"
 	    "  -s, --store PATH        the service store (required)\n"
@@ -83,11 +91,14 @@ static void usage(void)
 	    "tables\n"
 	    "      --check             exit 1 on a finding: status: orphans, "
 	    "rows older\n"
-	    "                          than --older-than, or rows a worker "
-	    "found below\n"
-	    "                          their committed offset; orphans: any; "
-	    "a list: any\n"
-	    "                          row\n"
+	    "                          than --older-than, rows a worker found "
+	    "below their\n"
+	    "                          committed offset, alarms a worker "
+	    "raised (store\n"
+	    "                          mismatches, duplicate shares), "
+	    "subscriptions unused\n"
+	    "                          for --idle-after; orphans: any; a "
+	    "list: any row\n"
 	    "  -o, --older-than DUR    only rows at least DUR old (lists, "
 	    "redispatch); for\n"
 	    "                          status, the age from which a row "
@@ -112,12 +123,20 @@ static void usage(void)
 	    "brokers,\n"
 	    "                          host:port[,...]\n"
 	    "  -t, --topic T           dead-letters replay and show: the "
-	    "dead-letter topic\n"
+	    "dead-letter topic;\n"
+	    "                          unsubscribe: the subscribed topic\n"
 	    "  -c, --config FILE       redispatch, dead-letters: Kafka "
 	    "settings in the\n"
 	    "                          worker's key=value format (e.g. "
 	    "security)\n"
 	    "  -X KEY=VALUE            one setting, after --config\n"
+	    "      --idle-after DUR    status: a subscription no worker used "
+	    "for DUR is\n"
+	    "                          idle; unsubscribe: refuse one used "
+	    "more recently\n"
+	    "                          (default 1d)\n"
+	    "      --yes               unsubscribe: remove, not only say what "
+	    "would go\n"
 	    "      --busy-timeout MS   wait at most MS for a lock (default "
 	    "%d)\n"
 	    "  -h, --help              show this help\n"
@@ -183,6 +202,8 @@ static const struct {
     {OPT_CHECK, "--check",
      M(C_STATUS) | M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_ORPHANS) |
 	 M(C_DL_LIST)},
+    {OPT_IDLE, "--idle-after", M(C_STATUS) | M(C_UNSUBSCRIBE)},
+    {OPT_YES, "--yes", M(C_UNSUBSCRIBE)},
     {'o', "--older-than",
      M(C_STATUS) | M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_DL_LIST) |
 	 M(C_REDISPATCH)},
@@ -192,14 +213,14 @@ static const struct {
     {'g', "--group",
      M(C_OUTBOX_LIST) | M(C_OUTBOX_SHOW) | M(C_TOKENS_LIST) | M(C_ORPHANS) |
 	 M(C_CLEANUP) | M(C_REDISPATCH) | M(C_DL_LIST) | M(C_DL_SHOW) |
-	 M(C_DL_REPLAY)},
+	 M(C_DL_REPLAY) | M(C_UNSUBSCRIBE)},
     {'n', "--dry-run", M(C_CLEANUP)},
     {OPT_BATCH, "--batch", M(C_CLEANUP) | M(C_REDISPATCH)},
     {'b', "--bootstrap-servers",
      M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
     {'c', "--config", M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
     {'X', "-X", M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
-    {'t', "--topic", M(C_DL_REPLAY) | M(C_DL_SHOW)},
+    {'t', "--topic", M(C_DL_REPLAY) | M(C_DL_SHOW) | M(C_UNSUBSCRIBE)},
 };
 
 static const struct {
@@ -217,6 +238,7 @@ static const struct {
     {"dead-letters", "list", C_DL_LIST},
     {"dead-letters", "show", C_DL_SHOW},
     {"dead-letters", "replay", C_DL_REPLAY},
+    {"unsubscribe", NULL, C_UNSUBSCRIBE},
 };
 
 static int is_show(insp_cmd_t cmd)
@@ -233,9 +255,9 @@ static int parse_operands(int argc, char **argv, insp_opts_t *o)
 	if (optind >= argc)
 		return tbx_cli_usage(INSPECT_CMD,
 				     "a command is needed: status, outbox, "
-				     "tokens, orphans, cleanup, redispatch or "
-				     "dead-letters (see 'tokenbox help "
-				     "inspect')");
+				     "tokens, orphans, cleanup, redispatch, "
+				     "dead-letters or unsubscribe (see "
+				     "'tokenbox help inspect')");
 	name = argv[optind++];
 	sub = optind < argc ? argv[optind] : NULL;
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -286,6 +308,17 @@ static int parse_operands(int argc, char **argv, insp_opts_t *o)
 	return 0;
 }
 
+/* A recorded pattern: printable, and no longer than a topic name. */
+static int pattern_text(const char *s)
+{
+	size_t len = strlen(s);
+
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return len > 1 && len <= TBX_TOPIC_MAX;
+}
+
 /* @returns 0, -1 after printing the help, or TBX_EXIT_USAGE. */
 static int parse_args(int argc, char **argv, insp_opts_t *o)
 {
@@ -303,6 +336,8 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 	    {"batch", required_argument, NULL, OPT_BATCH},
 	    {"bootstrap-servers", required_argument, NULL, 'b'},
 	    {"busy-timeout", required_argument, NULL, OPT_BUSY},
+	    {"idle-after", required_argument, NULL, OPT_IDLE},
+	    {"yes", no_argument, NULL, OPT_YES},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -313,6 +348,7 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 	o->older_ms = -1;
 	o->limit = INSPECT_DEFAULT_LIMIT;
 	o->batch = INSPECT_DEFAULT_BATCH;
+	o->idle_ms = INSPECT_DEFAULT_IDLE_MS;
 	/* Every argument could be a --group: room for all of them. */
 	if (!(o->groups = calloc((size_t)argc + 1, sizeof(*o->groups))))
 		return tbx_cli_usage(INSPECT_CMD, "out of memory");
@@ -386,6 +422,14 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 						    3600000, &o->busy_ms)))
 				return rc;
 			break;
+		case OPT_IDLE:
+			if ((rc = insp_parse_duration("--idle-after", optarg,
+						      &o->idle_ms)))
+				return rc;
+			break;
+		case OPT_YES:
+			o->yes = 1;
+			break;
 		case 'h':
 			usage();
 			return -1;
@@ -438,6 +482,24 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 				     "dead-letters show: --topic (the "
 				     "dead-letter topic) is needed to read "
 				     "the record from Kafka");
+	if (o->cmd == C_UNSUBSCRIBE) {
+		if (o->group_cnt != 1)
+			return tbx_cli_usage(INSPECT_CMD,
+					     "unsubscribe: one --group is "
+					     "needed");
+		if (!o->topic)
+			return tbx_cli_usage(INSPECT_CMD,
+					     "unsubscribe: --topic is needed");
+		/* A recorded pattern ("^…", from before they were refused)
+		 * may be removed too. */
+		if (o->topic[0] == '^' ? !pattern_text(o->topic)
+				       : !tbx__topic_valid(o->topic))
+			return tbx_cli_usage(INSPECT_CMD,
+					     "--topic: '%s' is not a Kafka "
+					     "topic name (1 to 249 characters "
+					     "of a-z, A-Z, 0-9, '.', '_', '-')",
+					     o->topic);
+	}
 	if (o->cmd == C_REDISPATCH) {
 		if ((!o->servers || !*o->servers) && !o->conf.file &&
 		    !o->conf.override_cnt)
@@ -794,8 +856,10 @@ typedef struct status {
 	grp_counts_t *outbox, *tokens, *regs, *dls;
 	size_t outbox_n, tokens_n, regs_n, dls_n;
 	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
+	cJSON *alarms;
 	int64_t seq;
 	int64_t edge, edge_refused; /* the ingress edge (schema 4) */
+	int64_t idle_subs, alarm_cnt;
 } status_t;
 
 static void counts_free(grp_counts_t *g, size_t n)
@@ -905,13 +969,20 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	if (!st->subs || !st->ingress)
 		return -1;
 	if (!(stmt = insp_prepare(in, in->tdb,
-				  "SELECT topic, grp, since_seq, created_ms "
-				  "FROM tbx_subscriptions ORDER BY topic, "
-				  "grp")))
+				  "SELECT topic, grp, since_seq, created_ms, "
+				  "coalesce(used_ms, created_ms) FROM "
+				  "tbx_subscriptions ORDER BY topic, grp")))
 		return -1;
 	while ((rc = insp_step(in, stmt)) == SQLITE_ROW) {
 		cJSON *s = cJSON_CreateObject();
+		int64_t used = sqlite3_column_int64(stmt, 4);
+		int idle = in->now_ms - used >= in->o->idle_ms;
+
 		cJSON_AddItemToArray(st->subs, s);
+		insp_json_add_int(s, "used_ms", used);
+		insp_json_add_int(s, "unused_for_ms", in->now_ms - used);
+		cJSON_AddBoolToObject(s, "idle", idle);
+		st->idle_subs += idle;
 		insp_json_add_str(s, "topic",
 				  (const char *)sqlite3_column_text(stmt, 0));
 		insp_json_add_str(s, "group",
@@ -922,6 +993,30 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 				  sqlite3_column_int64(stmt, 3));
 		insp_json_add_int(s, "age_ms",
 				  insp_age(in, sqlite3_column_int64(stmt, 3)));
+	}
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE)
+		return -1;
+	/* Alarms the workers of this service store raised. */
+	if (!(st->alarms = cJSON_CreateArray()) ||
+	    !(stmt = insp_prepare(in, in->sdb,
+				  "SELECT grp, name, count, first_ms, "
+				  "last_ms, detail FROM tbx_alarms ORDER BY "
+				  "grp, name")))
+		return -1;
+	while ((rc = insp_step(in, stmt)) == SQLITE_ROW) {
+		cJSON *s = cJSON_CreateObject();
+		cJSON_AddItemToArray(st->alarms, s);
+		insp_json_add_str(s, "group",
+				  (const char *)sqlite3_column_text(stmt, 0));
+		insp_json_add_str(s, "alarm",
+				  (const char *)sqlite3_column_text(stmt, 1));
+		insp_json_add_int(s, "count", sqlite3_column_int64(stmt, 2));
+		insp_json_add_int(s, "first_ms", sqlite3_column_int64(stmt, 3));
+		insp_json_add_int(s, "last_ms", sqlite3_column_int64(stmt, 4));
+		insp_json_add_str(s, "detail",
+				  (const char *)sqlite3_column_text(stmt, 5));
+		st->alarm_cnt += sqlite3_column_int64(stmt, 2);
 	}
 	sqlite3_finalize(stmt);
 	if (rc != SQLITE_DONE)
@@ -955,6 +1050,7 @@ static void status_free(status_t *st)
 	counts_free(st->dls, st->dls_n);
 	cJSON_Delete(st->subs);
 	cJSON_Delete(st->ingress);
+	cJSON_Delete(st->alarms);
 }
 
 /* Adds "<prefix>created_ms" and "<prefix>age_ms" (null when none). */
@@ -1091,8 +1187,11 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 
 	o = cJSON_AddObjectToObject(doc, "subscriptions");
 	insp_json_add_int(o, "sequence", st->seq);
+	insp_json_add_int(o, "idle_after_ms", in->o->idle_ms);
+	insp_json_add_int(o, "idle", st->idle_subs);
 	cJSON_AddItemToObject(o, "list", cJSON_Duplicate(st->subs, 1));
 	cJSON_AddItemToObject(doc, "ingress", cJSON_Duplicate(st->ingress, 1));
+	cJSON_AddItemToObject(doc, "alarms", cJSON_Duplicate(st->alarms, 1));
 
 	o = cJSON_AddObjectToObject(doc, "dead_letters");
 	insp_json_add_int(o, "recorded", t->dl);
@@ -1215,13 +1314,15 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		insp_tbl_free(tbl);
 	}
 
-	printf("\nSubscriptions: %d (sequence at %" PRId64 ")\n",
-	       cJSON_GetArraySize(st->subs), st->seq);
+	insp_fmt_duration(in->o->idle_ms, dur, sizeof(dur));
+	printf("\nSubscriptions: %d (sequence at %" PRId64 "), %" PRId64
+	       " unused for %s or more\n",
+	       cJSON_GetArraySize(st->subs), st->seq, st->idle_subs, dur);
 	if (cJSON_GetArraySize(st->subs)) {
 		const cJSON *s;
-		tbl =
-		    insp_tbl_new("LLrr", (const char *const[]){"TOPIC", "GROUP",
-							       "SINCE", "AGE"});
+		tbl = insp_tbl_new(
+		    "LLrrr", (const char *const[]){"TOPIC", "GROUP", "SINCE",
+						   "AGE", "UNUSED FOR"});
 		cJSON_ArrayForEach(s, st->subs)
 		{
 			insp_fmt_age((int64_t)cJSON_GetObjectItem(s, "age_ms")
@@ -1236,6 +1337,15 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 			    (int64_t)cJSON_GetObjectItem(s, "since_seq")
 				->valuedouble);
 			insp_tbl_cell(tbl, age);
+			insp_fmt_age(
+			    (int64_t)cJSON_GetObjectItem(s, "unused_for_ms")
+				->valuedouble,
+			    age, sizeof(age));
+			insp_tbl_cellf(
+			    tbl, "%s%s", age,
+			    cJSON_IsTrue(cJSON_GetObjectItem(s, "idle"))
+				? " (idle)"
+				: "");
 		}
 		insp_tbl_print(tbl, 2);
 		insp_tbl_free(tbl);
@@ -1295,6 +1405,42 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		       st->edge, st->edge_refused);
 	}
 
+	printf("\nAlarms: %d\n", cJSON_GetArraySize(st->alarms));
+	if (cJSON_GetArraySize(st->alarms)) {
+		const cJSON *s;
+		tbl = insp_tbl_new(
+		    "LLrr",
+		    (const char *const[]){"GROUP", "ALARM", "COUNT", "LAST"});
+		cJSON_ArrayForEach(s, st->alarms)
+		{
+			insp_fmt_age(in->now_ms - (int64_t)cJSON_GetObjectItem(
+						      s, "last_ms")
+						      ->valuedouble,
+				     age, sizeof(age));
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "group")->valuestring);
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "alarm")->valuestring);
+			insp_tbl_cellf(tbl, "%" PRId64,
+				       (int64_t)cJSON_GetObjectItem(s, "count")
+					   ->valuedouble);
+			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+		cJSON_ArrayForEach(s, st->alarms)
+		{
+			const cJSON *d = cJSON_GetObjectItem(s, "detail");
+			if (!cJSON_IsString(d))
+				continue;
+			snprintf(note, sizeof(note), "%s %s: %s",
+				 cJSON_GetObjectItem(s, "group")->valuestring,
+				 cJSON_GetObjectItem(s, "alarm")->valuestring,
+				 d->valuestring);
+			insp_wrap("  last: ", note);
+		}
+	}
+
 	if (t->tokened) {
 		printf("\n");
 		insp_wrap("note: ",
@@ -1347,7 +1493,8 @@ static int cmd_status(insp_t *in)
 		return INSPECT_EXIT_ERROR;
 	}
 	status_totals(&st, &t);
-	rc = in->o->check && (t.orphans > 0 || t.stuck > 0 || t.below > 0)
+	rc = in->o->check && (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
+			      st.alarm_cnt > 0 || st.idle_subs > 0)
 		 ? INSPECT_EXIT_FINDING
 		 : INSPECT_EXIT_OK;
 	if (in->o->json)
@@ -1403,6 +1550,9 @@ int tbx_cmd_inspect(int argc, char **argv)
 		goto out;
 	case C_DL_REPLAY:
 		rc = insp_dl_replay(&in);
+		goto out;
+	case C_UNSUBSCRIBE:
+		rc = insp_unsubscribe(&in);
 		goto out;
 	default:
 		break;

@@ -59,6 +59,11 @@
 
 #define CMD "worker"
 
+/* Exit status when a record from another token store stopped the worker
+ * (token.store.mismatch=stop): distinct from a failure, so that a
+ * supervisor does not restart into the same record. */
+#define EXIT_STORE_MISMATCH 3
+
 /* stats.interval.ms of the command unless configured: the library's
  * default is 0 (off), a long-running service wants the line. */
 #define STATS_DEFAULT_MS "60000"
@@ -166,15 +171,20 @@ static void usage(void)
 	    "\n"
 	    "Exit status: 0 after a clean stop (or --check-config found no "
 	    "problem);\n"
-	    "1 when the worker failed (a store that cannot be opened, a fatal "
-	    "store or\n"
-	    "Kafka error) or shutdown.timeout.ms passed; 2 for a bad command "
+	    "1 when the worker failed (a store that cannot be opened, such as "
+	    "a\n"
+	    "tokens.path that does not exist, a fatal store or Kafka error) "
+	    "or\n"
+	    "shutdown.timeout.ms passed; 2 for a bad command "
 	    "line,\n"
 	    "configuration or plugin, a plugin that registers no handler, or "
 	    "a\n"
-	    "problem --check-config found (nothing was consumed); 128 + N "
-	    "after a\n"
-	    "second signal N.\n"
+	    "problem --check-config found (nothing was consumed); 3 when a "
+	    "record\n"
+	    "minted in another token store (its tbx-store header) stopped the "
+	    "worker\n"
+	    "under token.store.mismatch=stop (the record is not consumed: fix\n"
+	    "tokens.path and restart); 128 + N after a second signal N.\n"
 	    "\n"
 	    "Example:\n"
 	    "  $ cat /etc/tokenbox/billing.conf\n"
@@ -928,6 +938,11 @@ int tbx_cmd_worker(int argc, char **argv)
 
 	set_running(worker);
 	err = run(worker);
+	if (err == TBX_EMISMATCH) {
+		wfail("stopped: %s", tbx_worker_errstr(worker));
+		rc = EXIT_STORE_MISMATCH;
+		goto out;
+	}
 	if (err) {
 		rc = wfail("worker failed: %s: %s", tbx_err_name(err),
 			   tbx_worker_errstr(worker));

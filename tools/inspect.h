@@ -45,6 +45,9 @@
 #define INSPECT_DEFAULT_STUCK_MS (10 * 60 * 1000)
 /** Default --batch of cleanup and redispatch. */
 #define INSPECT_DEFAULT_BATCH 1000
+/** Default --idle-after: a subscription no worker used for this long is a
+ *  finding of status --check, and unsubscribe refuses younger ones. */
+#define INSPECT_DEFAULT_IDLE_MS (24 * 60 * 60 * 1000LL)
 /** Default --busy-timeout, ms. */
 #define INSPECT_DEFAULT_BUSY_MS 5000
 /** Columns of a terminal the tables fit in. */
@@ -63,6 +66,7 @@ typedef enum insp_cmd {
 	C_DL_LIST,
 	C_DL_SHOW,
 	C_DL_REPLAY,
+	C_UNSUBSCRIBE,
 } insp_cmd_t;
 
 typedef struct insp_opts {
@@ -77,6 +81,8 @@ typedef struct insp_opts {
 	const char *servers;
 	const char *topic;   /**< --topic: a dead-letter topic */
 	tbx_cli_conf_t conf; /**< --config and -X */
+	int yes;	     /**< --yes (unsubscribe) */
+	int64_t idle_ms;     /**< --idle-after */
 	insp_cmd_t cmd;
 	char cmd_name[32]; /**< "outbox list", for messages */
 	const char *id;	   /**< operand of `show` */
@@ -163,6 +169,7 @@ int insp_tokens_show(insp_t *in);
 int insp_orphans(insp_t *in);
 int insp_cleanup(insp_t *in);
 int insp_redispatch(insp_t *in);
+int insp_unsubscribe(insp_t *in);
 
 /** One attempt's registrations. */
 typedef struct insp_reg {

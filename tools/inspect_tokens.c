@@ -1168,3 +1168,156 @@ out:
 	free(res);
 	return rc;
 }
+
+/*
+ * unsubscribe: removes (topic, group) from the token store, so that
+ * senders stop minting token rows for a retired group, and the group's
+ * token rows once it has no subscription left (tokens do not record their
+ * topic: while the group subscribes to another topic they are kept).  One
+ * transaction on a connection of its own.  A subscription used less than
+ * --idle-after ago is refused: a worker of the group may still run, and
+ * records sent for it would carry no token of its own.
+ */
+static int unsub_count(insp_t *in, sqlite3 *db, const char *sql, const char *p1,
+		       const char *p2, int64_t *out, int *found)
+{
+	sqlite3_stmt *stmt = insp_prepare(in, db, sql);
+	int rc;
+
+	*out = 0;
+	if (!stmt)
+		return -1;
+	if (sqlite3_bind_text(stmt, 1, p1, -1, SQLITE_STATIC) != SQLITE_OK ||
+	    (p2 &&
+	     sqlite3_bind_text(stmt, 2, p2, -1, SQLITE_STATIC) != SQLITE_OK)) {
+		sqlite3_finalize(stmt);
+		return insp_store_fail(in->tpath, TBX_ESTORE, db), -1;
+	}
+	rc = insp_step(in, stmt);
+	if (rc == SQLITE_ROW)
+		*out = sqlite3_column_int64(stmt, 0);
+	if (found)
+		*found = rc == SQLITE_ROW;
+	sqlite3_finalize(stmt);
+	return rc < 0 ? -1 : 0;
+}
+
+int insp_unsubscribe(insp_t *in)
+{
+	const char *grp = in->o->groups[0], *topic = in->o->topic;
+	tbx__db_opts_t opts;
+	sqlite3 *db = NULL;
+	char errstr[512] = "", age[32], dur[32];
+	int64_t used = 0, others = 0, rows = 0, deleted = 0;
+	int found = 0, rc = INSPECT_EXIT_ERROR, err;
+
+	tbx__db_opts_init(&opts);
+	opts.create = 0;
+	opts.busy_timeout_ms = (int)in->o->busy_ms;
+	if ((err = tbx__db_open(in->tpath, &opts, &db, errstr, sizeof(errstr))))
+		return tbx_cli_usage(INSPECT_CMD, "%s",
+				     *errstr ? errstr : tbx_strerror(err));
+	if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) !=
+	    SQLITE_OK) {
+		rc = insp_store_fail(
+		    in->tpath, tbx__db_err(sqlite3_extended_errcode(db)), db);
+		goto out;
+	}
+	if (unsub_count(in, db,
+			"SELECT coalesce(used_ms, created_ms) FROM "
+			"tbx_subscriptions WHERE grp = ?1 AND topic = ?2",
+			grp, topic, &used, &found) ||
+	    unsub_count(in, db,
+			"SELECT count(*) FROM tbx_subscriptions WHERE grp = ?1 "
+			"AND topic <> ?2",
+			grp, topic, &others, NULL) ||
+	    unsub_count(in, db,
+			"SELECT count(*) FROM tbx_tokens WHERE grp = ?1", grp,
+			NULL, &rows, NULL))
+		goto out;
+	if (!found) {
+		tbx_cli_note(INSPECT_CMD,
+			     "%s: group %s has no subscription to %s",
+			     in->tpath, grp, topic);
+		rc = INSPECT_EXIT_FINDING;
+		goto out;
+	}
+	insp_fmt_age(in->now_ms - used, age, sizeof(age));
+	insp_fmt_duration(in->o->idle_ms, dur, sizeof(dur));
+	if (in->now_ms - used < in->o->idle_ms) {
+		rc = tbx_cli_usage(
+		    INSPECT_CMD,
+		    "unsubscribe: a worker of %s used its subscription to %s "
+		    "%s ago, less than --idle-after %s: stop every worker of "
+		    "the group first (a running one would take the records "
+		    "sent afterwards for finished work), then wait, or give "
+		    "a shorter --idle-after",
+		    grp, topic, age, dur);
+		goto out;
+	}
+	if (in->o->yes) {
+		sqlite3_stmt *stmt = insp_prepare(
+		    in, db,
+		    "DELETE FROM tbx_subscriptions WHERE grp = ?1 AND topic = "
+		    "?2");
+		if (!stmt)
+			goto out;
+		sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC);
+		err = insp_step(in, stmt) != SQLITE_DONE;
+		sqlite3_finalize(stmt);
+		if (err)
+			goto out;
+		if (!others) {
+			if (!(stmt = insp_prepare(in, db,
+						  "DELETE FROM tbx_tokens "
+						  "WHERE grp = ?1")))
+				goto out;
+			sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
+			err = insp_step(in, stmt) != SQLITE_DONE;
+			sqlite3_finalize(stmt);
+			if (err)
+				goto out;
+			deleted = sqlite3_changes(db);
+		}
+		if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+			rc = insp_store_fail(
+			    in->tpath,
+			    tbx__db_err(sqlite3_extended_errcode(db)), db);
+			goto out;
+		}
+	}
+	if (in->o->json) {
+		cJSON *doc = cJSON_CreateObject();
+		insp_json_add_str(doc, "group", grp);
+		insp_json_add_str(doc, "topic", topic);
+		insp_json_add_int(doc, "unused_for_ms", in->now_ms - used);
+		cJSON_AddBoolToObject(doc, "removed", in->o->yes);
+		insp_json_add_int(doc, "other_subscriptions", others);
+		insp_json_add_int(doc, "token_rows",
+				  in->o->yes ? deleted : (others ? 0 : rows));
+		cJSON_AddBoolToObject(doc, "token_rows_kept", others > 0);
+		rc = insp_json_print(doc, INSPECT_EXIT_OK);
+		goto out;
+	}
+	printf("%s subscription of %s to %s (unused for %s)\n",
+	       in->o->yes ? "removed the" : "would remove the", grp, topic,
+	       age);
+	if (others)
+		printf("kept %s's %" PRId64 " token row(s): tokens do not "
+		       "record their topic, and %s still subscribes to %" PRId64
+		       " other topic(s)\n",
+		       grp, rows, grp, others);
+	else
+		printf("%s %" PRId64 " token row(s) of %s\n",
+		       in->o->yes ? "removed" : "would remove",
+		       in->o->yes ? deleted : rows, grp);
+	if (!in->o->yes)
+		printf("nothing removed: add --yes to remove them\n");
+	rc = INSPECT_EXIT_OK;
+out:
+	if (db && !sqlite3_get_autocommit(db))
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	sqlite3_close_v2(db);
+	return rc;
+}

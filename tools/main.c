@@ -24,6 +24,8 @@ static const struct command {
      "run a worker whose handlers come from plugins, until a signal"},
     {"demo", tbx_cmd_demo,
      "run a two-hop pipeline through duplicates and a restart"},
+    {"init", tbx_cmd_init,
+     "create a token store or a service store and print its id"},
     {"send", tbx_cmd_send,
      "publish lines of stdin to a topic, with tokens minted"},
     {"inspect", tbx_cmd_inspect,

@@ -69,7 +69,8 @@ const char *tbx_version(void);
 	XX(TIMEOUT, 1, "timed out")                                            \
 	XX(HEADER, 0, "malformed tbx-* header")                                \
 	XX(PLUGIN, 0, "plugin could not be loaded")                            \
-	XX(STOPPED, 0, "worker is stopping")
+	XX(STOPPED, 0, "worker is stopping")                                   \
+	XX(MISMATCH, 0, "record minted in another token store")
 
 typedef enum tbx_err {
 #define TBX__ERR_ENUM(name, retriable, msg) TBX_E##name,
@@ -296,11 +297,16 @@ typedef struct tbx_stats {
 	uint64_t attempts_lost;	  /**< token sets discarded: another won */
 	uint64_t orphans_swept;	  /**< registrations removed as orphans */
 	uint64_t batches;
-	uint64_t stuck_rows;	  /**< outbox rows the recovery pass found
-				       below their committed offset */
-	uint64_t rows_recovered;  /**< of those, rows it finished */
-	uint64_t commits_retried; /**< offset commits the group refused
-				     (e.g. during a rebalance), sent again */
+	uint64_t stuck_rows;	   /**< outbox rows the recovery pass found
+					below their committed offset */
+	uint64_t rows_recovered;   /**< of those, rows it finished */
+	uint64_t commits_retried;  /**< offset commits the group refused
+				      (e.g. during a rebalance), sent again */
+	uint64_t store_mismatches; /**< records minted in another token store
+				      (tbx-store): dead-lettered, or the
+				      worker stopped */
+	uint64_t duplicate_alarms; /**< warnings that an unusual share of
+				      records was dropped as duplicates */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */

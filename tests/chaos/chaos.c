@@ -297,9 +297,9 @@ static void last_line(const char *path, char *out, size_t size)
 
 static void worker_spawn(run_t *r, proc_t *p)
 {
-	char kv[12][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
+	char kv[13][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
 	const char *group = ch_group_names[p->group];
-	char *argv[2 + 2 * 12 + 1];
+	char *argv[2 + 2 * 13 + 1];
 	int k = 0, n = 0;
 
 	p->serial = ++r->serial;
@@ -310,6 +310,7 @@ static void worker_spawn(run_t *r, proc_t *p)
 		      sizeof(kv[0]) - strlen("store.path="), r->store_dir,
 		      r->o.one_file, p->group);
 	snprintf(kv[n++], sizeof(kv[0]), "tokens.path=%s", r->tokens);
+	snprintf(kv[n++], sizeof(kv[0]), "tokens.create=true");
 	snprintf(kv[n++], sizeof(kv[0]), "kafka.bootstrap.servers=%s",
 		 r->bootstraps);
 	snprintf(kv[n++], sizeof(kv[0]), "plugin=%s", r->o.plugin);
