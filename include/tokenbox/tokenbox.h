@@ -220,8 +220,10 @@ typedef struct tbx_worker tbx_worker_t;
 
 /**
  * Creates a worker.  Required keys: group.id, store.path,
- * kafka.bootstrap.servers.  Opens (and creates or migrates) the stores;
- * connects lazily.
+ * kafka.bootstrap.servers.  Opens (and migrates) the stores, creating the
+ * service store if missing; a separate token store (tokens.path) must
+ * exist unless tokens.create=true (TBX_ENOENT otherwise, with @p errstr
+ * naming the path and how to create it).  Connects lazily.
  *
  * On success the worker owns @p conf; on failure the caller still owns it
  * and @p errstr says why.
@@ -232,8 +234,11 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr,
 /**
  * Routes messages of @p topic whose tbx-type is @p type to @p fn.  A NULL
  * @p type registers the topic's catch-all.  Messages of a subscribed topic
- * with no matching handler are dead-lettered.  Call before the first
- * tbx_worker_poll()/tbx_worker_run().  @p opaque is passed to @p fn as is.
+ * with no matching handler are dead-lettered.  @p topic must be a Kafka
+ * topic name; a pattern ("^…") is refused with TBX_EINVAL, since senders
+ * mint tokens per topic name (tbx_worker_errstr() says why).  Call before
+ * the first tbx_worker_poll()/tbx_worker_run().  @p opaque is passed to
+ * @p fn as is.
  * @returns TBX_OK, TBX_EEXIST, TBX_EINVAL, TBX_ESTATE or TBX_ENOMEM.
  */
 int tbx_worker_register(tbx_worker_t *worker, const char *topic,
@@ -327,6 +332,8 @@ typedef struct tbx_publisher tbx_publisher_t;
 
 /**
  * Required keys: tokens.path (or store.path), kafka.bootstrap.servers.
+ * The token store must exist: a publisher never creates one (`tokenbox
+ * init` does).  Every record it mints carries the store's id (tbx-store).
  * On success the publisher owns @p conf; on failure the caller does.
  */
 tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
