@@ -39,10 +39,11 @@ const tbx__prop_t tbx__props[] = {
 	 "token tables in it, are always created."},
 	{"token.store.mismatch", TBX_PT_ENUM, "dlq", 0, 0, "dlq|stop",
 	 "worker", 0,
-	 "A record whose tbx-store header names another token store than "
-	 "the worker's (its token was minted elsewhere, so its absence here "
-	 "proves nothing): 'dlq' dead-letters it with a reason naming both "
-	 "ids; 'stop' stops the worker with an error before the record is "
+	 "A record whose token this worker's token store cannot judge (its "
+	 "tbx-store header names another store, or its tbx-seq is a number "
+	 "the store never issued: restored from an older backup), so that "
+	 "the token's absence proves nothing: 'dlq' dead-letters it with a "
+	 "reason naming the ids; 'stop' stops the worker with an error before the record is "
 	 "processed (`tokenbox worker` exits with status 3). Records "
 	 "without the header are checked as before."},
 	{"batch.max.messages", TBX_PT_INT, "500", 1, 100000, NULL, "worker", 0,

@@ -287,16 +287,16 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 }
 
 /*
- * A record whose token was minted in another token store (tbx-store):
- * its token's absence from ours proves nothing, so it is never a
- * duplicate.  Dead-lettered with both ids (deduplicated by the ingress
- * offset, as malformed records are), or, with token.store.mismatch=stop,
- * TBX_EMISMATCH stops the worker before anything of it is committed.
+ * A record whose token was minted in another token store (tbx-store), or
+ * whose number this store never issued: its token's absence from ours
+ * proves nothing, so it is never a duplicate.  Dead-lettered with
+ * @p reason (deduplicated by the ingress offset, as malformed records
+ * are), or, with token.store.mismatch=stop, TBX_EMISMATCH stops the
+ * worker before anything of it is committed.
  */
 static int store_mismatch(tbx_worker_t *worker, tbx__batch_t *batch,
-			  struct tbx_msg *msg)
+			  struct tbx_msg *msg, const char *reason)
 {
-	char reason[TBX_TOPIC_MAX + 256];
 	int64_t next;
 	int err;
 
@@ -311,10 +311,6 @@ static int store_mismatch(tbx_worker_t *worker, tbx__batch_t *batch,
 		return TBX_OK;
 	}
 	worker->stats.store_mismatches++;
-	snprintf(reason, sizeof(reason),
-		 "token store mismatch: the record was minted in token store "
-		 "%s, this group's token store is %s (check tokens.path)",
-		 msg->store, worker->store_id);
 	snprintf(worker->mismatch_detail, sizeof(worker->mismatch_detail),
 		 "%s [%" PRId32 "] @%" PRId64 ": %s", msg->topic,
 		 msg->rkm->partition, msg->rkm->offset, reason);
@@ -504,8 +500,16 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 	/* A token minted in another token store was never ours either,
 	 * whatever its number. */
 	if (!msg->malformed && !msg->untokened && msg->store[0] &&
-	    strcmp(msg->store, worker->store_id) != 0)
-		return store_mismatch(worker, batch, msg);
+	    strcmp(msg->store, worker->store_id) != 0) {
+		char reason[256];
+
+		snprintf(reason, sizeof(reason),
+			 "token store mismatch: the record was minted in token "
+			 "store %s, this group's token store is %s (check "
+			 "tokens.path)",
+			 msg->store, worker->store_id);
+		return store_mismatch(worker, batch, msg, reason);
+	}
 
 	/* A token minted before this group subscribed was never ours. */
 	if (!msg->untokened && msg->seq < msg->part->since)
@@ -541,6 +545,26 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 		return err;
 	worker->dup_window_seen++;
 	if (!exists) {
+		int64_t cur;
+
+		/* A number this store never issued: the token was minted in
+		 * a history it does not have (restored from an older backup,
+		 * or another store for a sender without tbx-store). */
+		if ((err = tbx_tokens_seq_current(worker->tokens, &cur)))
+			return err;
+		if (msg->seq > cur) {
+			char reason[256];
+
+			worker->dup_window_seen--;
+			snprintf(reason, sizeof(reason),
+				 "token store mismatch: the record's tbx-seq "
+				 "%" PRId64 " was never issued by this group's "
+				 "token store %s (its sequence is at %" PRId64
+				 "): restored from an older backup, or another "
+				 "store",
+				 msg->seq, worker->store_id, cur);
+			return store_mismatch(worker, batch, msg, reason);
+		}
 		msg->state = TBX_MS_DROPPED;
 		worker->stats.duplicates_dropped++;
 		worker->dup_window_dropped++;

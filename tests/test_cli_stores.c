@@ -628,3 +628,71 @@ Test(cli_stores, a_group_dropping_most_records_as_duplicates_is_warned,
 	cr_assert(cc_exited(stop_worker(pid), 0));
 	env_free(&e);
 }
+
+static void copy_file(const char *from, const char *to)
+{
+	char *text = NULL;
+	size_t len = 0, n;
+	char chunk[65536];
+	FILE *in = fopen(from, "rb"), *out;
+
+	cr_assert(in, "%s: %s", from, strerror(errno));
+	cc_append(&text, &len, "", 0);
+	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
+		cc_append(&text, &len, chunk, n);
+	fclose(in);
+	out = fopen(to, "wb");
+	cr_assert(out, "%s: %s", to, strerror(errno));
+	cr_assert_eq(fwrite(text, 1, len, out), len);
+	cr_assert_eq(fclose(out), 0);
+	free(text);
+}
+
+Test(cli_stores, a_token_store_restored_from_an_older_backup_drops_nothing,
+     .timeout = 240)
+{
+	env_t e = env_new();
+	char setting[600], *backup = tt_path(e.dir, "backup.db"), *log;
+	char *wal = tt_path(e.dir, "tokens.db-wal"),
+	     *shm = tt_path(e.dir, "tokens.db-shm");
+	const char *extra[] = {setting, NULL};
+	cc_result_t res;
+	pid_t pid;
+	int status;
+
+	init_tokens(e.tokens);
+	snprintf(setting, sizeof(setting), "tokens.path=%s", e.tokens);
+	pid = worker_start(&e, extra);
+	assert_log(wait_for(e.tokens, SUBSCRIBED, 1), &e,
+		   "the worker did not subscribe");
+	cr_assert(cc_exited(stop_worker(pid), 0));
+	/* Every process closed the store: the backup is the whole file. */
+	copy_file(e.tokens, backup);
+	res = send_lines(&e, e.tokens, "one\ntwo\nthree\n");
+	cr_assert(cc_exited(res.status, 0), "send: %s", res.err);
+	cc_result_free(&res);
+	/* Restored: the three tokens, and the numbers they took, are gone
+	 * (the id is the same: it is the same store). */
+	unlink(wal);
+	unlink(shm);
+	copy_file(backup, e.tokens);
+	cr_assert_eq(query(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+
+	pid = worker_start(&e, extra);
+	assert_log(wait_for(e.store,
+			    "SELECT COUNT(*) FROM tbx_dead_letters WHERE "
+			    "error LIKE '%never issued%'",
+			    3),
+		   &e, "the records were not dead-lettered");
+	status = stop_worker(pid);
+	log = read_text(e.log);
+	cr_assert(cc_exited(status, 0), "status %d:\n%s", status, log);
+	cr_expect(strstr(log, "3 consumed, 0 processed, 0 duplicates dropped, "
+			      "3 dead-lettered"),
+		  "%s", log);
+	free(log);
+	free(backup);
+	free(wal);
+	free(shm);
+	env_free(&e);
+}

@@ -291,6 +291,21 @@ static int op_touch(tbx_tokens_t *tokens, const char *topic, const char *grp,
 	return txn_end(t, err);
 }
 
+static int op_seq_current(tbx_tokens_t *tokens, int64_t *seq)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(t, Q_SEQ_GET)))
+		return tbx__db_fail(t->db, sql[Q_SEQ_GET]);
+	if ((r = tbx__db_step(stmt)) < 0)
+		return -r;
+	*seq = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
+	sqlite3_reset(stmt);
+	return r == 1 ? TBX_OK : TBX_ESTORE;
+}
+
 static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
@@ -1004,6 +1019,7 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .drop_attempt = op_drop_attempt,
     .registrations = op_registrations,
     .store_id = op_store_id,
+    .seq_current = op_seq_current,
     .touch = op_touch,
     .count = op_count,
     .publish_mint = op_publish_mint,

@@ -141,6 +141,9 @@ typedef struct tbx_tokens_ops {
 	/** The store's id (a UUID made when the file was created, see
 	 *  outbox/db.c) into @p out.  A read. */
 	int (*store_id)(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1]);
+	/** The sequence's current value (the last number taken).  A read;
+	 *  on a shared connection, inside the caller's transaction. */
+	int (*seq_current)(tbx_tokens_t *tokens, int64_t *seq);
 	/** Records that (topic, grp) is in use now (used_ms), one txn;
 	 *  *found = 0 when the subscription no longer exists (removed by
 	 *  `inspect unsubscribe`). */
@@ -295,6 +298,10 @@ static inline int tbx_tokens_store_id(tbx_tokens_t *t,
 				      char out[TBX_UUID_LEN + 1])
 {
 	return t->ops->store_id(t, out);
+}
+static inline int tbx_tokens_seq_current(tbx_tokens_t *t, int64_t *seq)
+{
+	return t->ops->seq_current(t, seq);
 }
 static inline int tbx_tokens_touch(tbx_tokens_t *t, const char *topic,
 				   const char *grp, int *found)
