@@ -30,6 +30,11 @@
 
 #include "consumer/worker.h"
 
+/* A partition whose first this many batches' worth of tokened records
+ * after an assignment are all dropped as duplicates is more than the
+ * redelivery of what the previous owner left uncommitted. */
+#define DUP_PREFIX_BATCHES 4
+
 void tbx__batch_reset(tbx__batch_t *batch)
 {
 	for (size_t i = 0; i < batch->cnt; i++)
@@ -543,7 +548,12 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 	if ((err = tbx_tokens_exists(worker->tokens, msg->token, worker->group,
 				     &exists)))
 		return err;
-	worker->dup_window_seen++;
+	/* After an assignment the records the previous owner finished but
+	 * did not commit come again, all dropped: that prefix ends with the
+	 * partition's first record that has work.  Drops are judged by
+	 * their share after it, and by the prefix's length. */
+	if (msg->part->settled)
+		worker->dup_window_seen++;
 	if (!exists) {
 		int64_t cur;
 
@@ -555,7 +565,8 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 		if (msg->seq > cur) {
 			char reason[256];
 
-			worker->dup_window_seen--;
+			if (msg->part->settled)
+				worker->dup_window_seen--;
 			snprintf(reason, sizeof(reason),
 				 "token store mismatch: the record's tbx-seq "
 				 "%" PRId64 " was never issued by this group's "
@@ -567,9 +578,17 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 		}
 		msg->state = TBX_MS_DROPPED;
 		worker->stats.duplicates_dropped++;
-		worker->dup_window_dropped++;
+		if (msg->part->settled)
+			worker->dup_window_dropped++;
+		else if (++msg->part->prefix_drops ==
+			 (uint64_t)DUP_PREFIX_BATCHES *
+			     (uint64_t)worker->batch_max)
+			snprintf(worker->dup_prefix, sizeof(worker->dup_prefix),
+				 "%s [%" PRId32 "]: %" PRIu64, msg->topic,
+				 msg->rkm->partition, msg->part->prefix_drops);
 		return TBX_OK;
 	}
+	msg->part->settled = 1;
 	/* 3. The handler. */
 	return run_handler(worker, batch, msg, 0);
 }
@@ -1264,7 +1283,8 @@ static void alarm_commit(tbx_worker_t *worker, const char *name,
 
 /* Tokened records looked up per judgement, the share of them dropped
  * for having no token that makes a warning, and the least time between
- * two warnings. */
+ * two warnings (DUP_PREFIX_BATCHES, the longest redelivery after an
+ * assignment taken for normal, in batches, is at the top of the file). */
 #define DUP_WINDOW	100
 #define DUP_SHARE_PCT	50
 #define DUP_WARN_GAP_MS 60000
@@ -1277,25 +1297,35 @@ static void alarm_commit(tbx_worker_t *worker, const char *name,
  */
 static void duplicate_share_check(tbx_worker_t *worker)
 {
-	char detail[512];
-	int64_t now;
+	char detail[TBX_TOPIC_MAX + 512];
+	int64_t now = tbx__mono_ms();
+	int share, prefix = worker->dup_prefix[0] != '\0';
 
-	if (worker->dup_window_seen < DUP_WINDOW)
-		return;
-	now = tbx__mono_ms();
-	if (worker->dup_window_dropped * 100 >
-		worker->dup_window_seen * DUP_SHARE_PCT &&
+	share = worker->dup_window_seen >= DUP_WINDOW &&
+		worker->dup_window_dropped * 100 >
+		    worker->dup_window_seen * DUP_SHARE_PCT;
+	if ((share || prefix) &&
 	    (!worker->dup_warned_ms ||
 	     now - worker->dup_warned_ms >= DUP_WARN_GAP_MS)) {
 		worker->dup_warned_ms = now;
 		worker->stats.duplicate_alarms++;
-		snprintf(detail, sizeof(detail),
-			 "%" PRIu64 " of the last %" PRIu64
-			 " tokened records were dropped as duplicates (no "
-			 "outbox row, no token for group %s in token store "
-			 "%s)",
-			 worker->dup_window_dropped, worker->dup_window_seen,
-			 worker->group, worker->store_id);
+		if (share)
+			snprintf(detail, sizeof(detail),
+				 "%" PRIu64 " of the last %" PRIu64
+				 " tokened records were dropped as duplicates "
+				 "(no outbox row, no token for group %s in "
+				 "token store %s)",
+				 worker->dup_window_dropped,
+				 worker->dup_window_seen, worker->group,
+				 worker->store_id);
+		else
+			snprintf(detail, sizeof(detail),
+				 "%s tokened records in a row were dropped as "
+				 "duplicates since the partition was assigned, "
+				 "none handled (no outbox row, no token for "
+				 "group %s in token store %s)",
+				 worker->dup_prefix, worker->group,
+				 worker->store_id);
 		tbx__log(TBX_LOG_WARNING,
 			 "%s; likely causes: tokens.path names another token "
 			 "store than the senders' (a typo, or left out), the "
@@ -1305,7 +1335,9 @@ static void duplicate_share_check(tbx_worker_t *worker)
 			 detail);
 		alarm_commit(worker, "duplicate_share", detail);
 	}
-	worker->dup_window_seen = worker->dup_window_dropped = 0;
+	worker->dup_prefix[0] = '\0';
+	if (worker->dup_window_seen >= DUP_WINDOW)
+		worker->dup_window_seen = worker->dup_window_dropped = 0;
 }
 
 int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)

@@ -77,6 +77,9 @@ typedef struct tbx__part {
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
 	int guard_unreleased;  /**< this process failed to release its own
 				    marker (a full disk): not a death */
+	int settled; /**< a tokened record had work since the assignment:
+			the redelivered prefix is over */
+	uint64_t prefix_drops; /**< duplicates dropped before that */
 } tbx__part_t;
 
 /** An outbox row in flight in this batch. */
@@ -146,7 +149,9 @@ struct tbx_worker {
 	 * window, out of the tokened records looked up */
 	uint64_t dup_window_seen, dup_window_dropped;
 	int64_t dup_warned_ms; /* monotonic time of the last warning */
-	uint64_t batch_gen;    /* numbers batches for tbx__part_t.batch_mark */
+	char dup_prefix[TBX_TOPIC_MAX + 64]; /* a partition whose prefix of
+						duplicates grew too long */
+	uint64_t batch_gen; /* numbers batches for tbx__part_t.batch_mark */
 	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
 	/* the recovery pass: every interval, and after an assignment */
