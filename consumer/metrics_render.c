@@ -143,6 +143,12 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {"batches_total", st->batches, "Batches processed."},
 	    {"commits_retried_total", st->commits_retried,
 	     "Offset commits the group refused, sent again."},
+	    {"store_mismatches_total", st->store_mismatches,
+	     "Records minted in another token store: dead-lettered or "
+	     "stopped the worker."},
+	    {"duplicate_alarms_total", st->duplicate_alarms,
+	     "Warnings that more records were dropped as duplicates than "
+	     "redeliveries explain."},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
