@@ -169,7 +169,9 @@ tbx_testkit_t *tbx_testkit_new(const char *group, char *errstr,
 	if (conf_set(kit, "kafka.bootstrap.servers", kit->bootstraps) ||
 	    conf_set(kit, "group.id", group) ||
 	    conf_set(kit, "store.path", kit->store) ||
-	    conf_set(kit, "tokens.path", kit->tokens)) {
+	    conf_set(kit, "tokens.path", kit->tokens) ||
+	    /* the kit's own token store, made with its worker */
+	    conf_set(kit, "tokens.create", "true")) {
 		tbx__seterr(errstr, errstr_size, TBX_ECONF, "%s", kit->errstr);
 		tbx_testkit_destroy(kit);
 		return NULL;
