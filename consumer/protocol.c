@@ -317,6 +317,15 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		return dead_letter(worker, batch, msg, reason, msg->crashes,
 				   by_offset);
 	}
+	if (part->broke_next == msg->rkm->offset + 1) {
+		/* Its handler tried to commit A; it would again. */
+		part->broke_next = 0;
+		return dead_letter(worker, batch, msg,
+				   "the handler tried to commit the worker's "
+				   "transaction (refused: COMMIT on "
+				   "tbx_ctx_db() is not allowed)",
+				   msg->attempt, by_offset);
+	}
 	if (!(brow = brow_new(batch, &idx)))
 		return TBX_ENOMEM;
 	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
@@ -329,20 +338,37 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 	ctx.worker = worker;
 	ctx.msg = msg;
 	ctx.row = &brow->row;
+	tbx__guard_enter(worker, msg);
 	verdict = route->fn(&ctx, msg, route->opaque);
+	tbx__guard_leave(worker);
 	tbx__crashpoint("A.handled");
 	if (sqlite3_get_autocommit(db)) {
-		/* The handler ended the batch's transaction with COMMIT or
-		 * ROLLBACK: what it committed has no outbox row.  Refuse to
-		 * go on rather than guess. */
+		/* A's transaction is gone, and with it everything of the
+		 * batch: nothing committed (the guard refuses COMMIT), so
+		 * the batch is simply retried. */
 		free(ctx.error);
 		brow_pop(batch);
-		snprintf(worker->errstr, sizeof(worker->errstr),
-			 "handler for %s ended the worker's transaction "
-			 "(COMMIT/ROLLBACK on tbx_ctx_db() is not allowed)",
-			 msg->topic);
+		if (worker->guard.commit_refused) {
+			/* Its handler would do it again: dead-letter it. */
+			part->broke_next = msg->rkm->offset + 1;
+			snprintf(worker->errstr, sizeof(worker->errstr),
+				 "%s [%" PRId32 "] @%" PRId64
+				 ": the handler tried to commit the worker's "
+				 "transaction; the batch was rolled back and "
+				 "the record is dead-lettered",
+				 msg->topic, msg->rkm->partition,
+				 msg->rkm->offset);
+		} else {
+			snprintf(worker->errstr, sizeof(worker->errstr),
+				 "%s [%" PRId32 "] @%" PRId64
+				 ": the worker's transaction ended while the "
+				 "handler ran (a ROLLBACK on tbx_ctx_db(), "
+				 "or a store error); the batch is retried",
+				 msg->topic, msg->rkm->partition,
+				 msg->rkm->offset);
+		}
 		tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
-		return TBX_ESTATE;
+		return TBX_ESTORE;
 	}
 	if (verdict == TBX_VERDICT_OK && ctx.send_failed) {
 		tbx__log(TBX_LOG_WARNING,

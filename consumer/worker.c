@@ -90,6 +90,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	if (err)
 		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
+	tbx__guard_install(worker);
 	if (!(worker->router = tbx_router_new())) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		goto fail;
@@ -726,6 +727,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"stuck_rows", st->stuck_rows},
 	    {"rows_recovered", st->rows_recovered},
 	    {"commits_retried", st->commits_retried},
+	    {"handler_refused", st->handler_refused},
 	};
 	cJSON *obj;
 	char *text;

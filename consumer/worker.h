@@ -76,6 +76,9 @@ typedef struct tbx__part {
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
 	int guard_unreleased;  /**< this process failed to release its own
 				    marker (a full disk): not a death */
+	int64_t broke_next;    /**< offset + 1 of a record whose handler
+				    tried to commit A (refused, A rolled
+				    back): dead-lettered next; 0: none */
 } tbx__part_t;
 
 /** An outbox row in flight in this batch. */
@@ -115,6 +118,20 @@ struct tbx_ctx {
 	char *error;	 /**< tbx_ctx_set_error() */
 	int send_failed; /**< a tbx_ctx_send() failed: never commit */
 };
+
+/* Armed while a handler runs: the service connection's authorizer and
+ * commit hook refuse what would end or escape A's transaction
+ * (guard.c). */
+typedef struct tbx__guard {
+	struct tbx_worker *worker;
+	int active;
+	const char *topic; /**< the record in hand, for the log */
+	int32_t partition;
+	int64_t offset;
+	int refused;	    /**< statements refused in this handler call */
+	int commit_refused; /**< the commit hook turned a COMMIT into a
+			       ROLLBACK: A's transaction is gone */
+} tbx__guard_t;
 
 struct tbx_worker {
 	tbx_conf_t *conf;
@@ -171,6 +188,7 @@ struct tbx_worker {
 	int64_t *since;
 	tbx_stats_t stats;
 	unsigned rand_state;
+	tbx__guard_t guard;
 };
 
 /* worker.c */
@@ -236,6 +254,14 @@ int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
 			int32_t partition, int64_t committed, size_t limit,
 			size_t *found, size_t *finished);
+
+/* guard.c */
+/** Installs the authorizer and the commit hook on the service store's
+ *  connection, disarmed.  Once per worker. */
+void tbx__guard_install(tbx_worker_t *worker);
+/** Arms the guard for the handler call of @p msg. */
+void tbx__guard_enter(tbx_worker_t *worker, const struct tbx_msg *msg);
+void tbx__guard_leave(tbx_worker_t *worker);
 
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */

@@ -170,6 +170,9 @@ struct sqlite3;
  * holds this message's effects.  Borrowed, valid during the handler call.
  * The handler must not BEGIN, COMMIT, ROLLBACK or RELEASE on it; it may use
  * nested SAVEPOINTs of its own and must release them before returning.
+ * While the handler runs, the connection refuses (SQLITE_AUTH) BEGIN,
+ * COMMIT, ROLLBACK, savepoints named tbx_*, ATTACH, DETACH and pragmas that
+ * change durability or journaling (docs/handlers.md).
  */
 struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx);
 
@@ -301,6 +304,10 @@ typedef struct tbx_stats {
 	uint64_t rows_recovered;  /**< of those, rows it finished */
 	uint64_t commits_retried; /**< offset commits the group refused
 				     (e.g. during a rebalance), sent again */
+	uint64_t handler_refused; /**< statements a handler issued on
+				     tbx_ctx_db() that would end or escape
+				     the transaction (COMMIT, BEGIN, …),
+				     refused */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
