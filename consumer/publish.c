@@ -435,10 +435,10 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 		rows[cnt] = &views[cnt];
 		which[cnt++] = i;
 	}
-	err =
-	    cnt ? tbx__dispatch(pub->producer, rows, cnt, delivered,
-				&undelivered, pub->errstr, sizeof(pub->errstr))
-		: TBX_OK;
+	err = cnt ? tbx__dispatch(pub->producer, rows, cnt, delivered,
+				  &undelivered, NULL, pub->errstr,
+				  sizeof(pub->errstr))
+		  : TBX_OK;
 	for (size_t k = 0; k < cnt; k++) {
 		pub_msg_t *ext = &pub->ext[which[k]];
 

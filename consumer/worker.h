@@ -279,14 +279,25 @@ int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
 /* producer.c */
 rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			      size_t errstr_size);
+/** Replaces worker->producer after a fatal error (counted and logged),
+ *  or creates it when there is none.  @returns TBX_OK when there is a
+ *  usable producer. */
+int tbx__producer_check(tbx_worker_t *worker);
+/** 1 when retrying a delivery that failed with @p err cannot succeed
+ *  (the message or its topic is refused): the table in producer.c. */
+int tbx__kafka_err_permanent(rd_kafka_resp_err_t err);
+/** The producer's message.max.bytes (librdkafka's default without one). */
+int64_t tbx__producer_max_bytes(rd_kafka_t *producer);
 /**
  * Produces every outgoing message of @p rows (NULL entries skipped) with
  * the tbx-* headers and waits for every delivery report.  delivered[i] = 1
- * when all messages of rows[i] were acknowledged.
+ * when all messages of rows[i] were acknowledged.  @p errs (may be NULL)
+ * receives each message's result, rows in order, messages in order.  A
+ * NULL @p producer delivers nothing (RD_KAFKA_RESP_ERR__FATAL).
  * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
  */
 int tbx__dispatch(rd_kafka_t *producer, tbx__row_t *const *rows, size_t cnt,
-		  int *delivered, size_t *undelivered, char *errstr,
-		  size_t errstr_size);
+		  int *delivered, size_t *undelivered,
+		  rd_kafka_resp_err_t *errs, char *errstr, size_t errstr_size);
 
 #endif

@@ -31,6 +31,8 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 	/* What a version 1 file looks like, with a pending row. */
 	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge;"
 		   "ALTER TABLE tbx_outbox DROP COLUMN stuck_ms;"
+		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+		   "COLUMN dispatch_failures;"
 		   "PRAGMA user_version = 1;"
 		   "CREATE INDEX tbx_outbox_created ON tbx_outbox "
 		   "(created_ms);"
@@ -50,6 +52,9 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 		     0, "version 3 drops the outbox's created_ms index");
 	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_edge"), 0,
 		     "version 4 adds the ingress edge");
+	cr_assert_eq(tt_count(path, "SELECT dispatch_failures FROM tbx_outbox"),
+		     0, "version 6 counts permanent delivery failures");
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_undelivered"), 0);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);
@@ -74,6 +79,8 @@ Test(migration, a_version_3_marker_keeps_its_count_and_blames_nobody)
 	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge; ALTER TABLE "
 		   "tbx_outbox DROP "
 		   "COLUMN stuck_ms; PRAGMA user_version = 3;"
+		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+		   "COLUMN dispatch_failures;"
 		   "CREATE TABLE tbx_inflight (grp TEXT NOT NULL, topic TEXT "
 		   "NOT NULL, \"partition\" INTEGER NOT NULL, first_offset "
 		   "INTEGER NOT NULL, last_offset INTEGER NOT NULL, crashes "

@@ -172,9 +172,11 @@ static void usage(void)
 	    "line,\n"
 	    "configuration or plugin, a plugin that registers no handler, or "
 	    "a\n"
-	    "problem --check-config found (nothing was consumed); 128 + N "
-	    "after a\n"
-	    "second signal N.\n"
+	    "problem --check-config found (nothing was consumed); 75 after a "
+	    "fatal\n"
+	    "Kafka consumer error (the client cannot go on: restart the "
+	    "process);\n"
+	    "128 + N after a second signal N.\n"
 	    "\n"
 	    "Example:\n"
 	    "  $ cat /etc/tokenbox/billing.conf\n"
@@ -931,6 +933,8 @@ int tbx_cmd_worker(int argc, char **argv)
 	if (err) {
 		rc = wfail("worker failed: %s: %s", tbx_err_name(err),
 			   tbx_worker_errstr(worker));
+		if (err == TBX_EFATAL)
+			rc = TBX_EXIT_RESTART;
 		goto out;
 	}
 	print_stats(worker);

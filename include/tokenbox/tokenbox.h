@@ -69,7 +69,8 @@ const char *tbx_version(void);
 	XX(TIMEOUT, 1, "timed out")                                            \
 	XX(HEADER, 0, "malformed tbx-* header")                                \
 	XX(PLUGIN, 0, "plugin could not be loaded")                            \
-	XX(STOPPED, 0, "worker is stopping")
+	XX(STOPPED, 0, "worker is stopping")                                   \
+	XX(FATAL, 0, "fatal Kafka client error: restart the process")
 
 typedef enum tbx_err {
 #define TBX__ERR_ENUM(name, retriable, msg) TBX_E##name,
@@ -308,6 +309,16 @@ typedef struct tbx_stats {
 				     tbx_ctx_db() that would end or escape
 				     the transaction (COMMIT, BEGIN, …),
 				     refused */
+	uint64_t dispatch_failed_permanent; /**< deliveries of outgoing
+					       messages that failed with a
+					       permanent error */
+	uint64_t undeliverable;	     /**< outgoing messages given up after
+					dispatch.retry.max retries */
+	uint64_t undelivered_stored; /**< of those, kept in the service
+					store (the dead-letter topic did
+					not take them either) */
+	uint64_t producer_restarts;  /**< producers replaced after a fatal
+					error */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
