@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_child.h"
 #include "consumer/worker.h"
 #include "support.h"
 
@@ -181,7 +182,7 @@ Test(delivery,
      an_oversized_reply_is_kept_in_the_store_and_the_partition_goes_on)
 {
 	env_t e;
-	const char *list[] = {"a", "big", "c"};
+	const char *payloads[] = {"a", "big", "c"};
 	tt_record_t *recs;
 	size_t cnt;
 	tbx_stats_t st;
@@ -189,7 +190,7 @@ Test(delivery,
 	env_init(&e);
 	tt_subscribe(e.tokens, "out", "downstream");
 	tbx_worker_t *w = worker(&e, NULL, NULL);
-	publish(&e, list, 3);
+	publish(&e, payloads, 3);
 	want_t want = {e.store, "SELECT COUNT(*) FROM tbx_undelivered", 1};
 	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
 		  "the reply was never given up");
@@ -219,6 +220,44 @@ Test(delivery,
 	cr_assert_eq(st.undelivered_stored, 1);
 	cr_assert_eq(st.dispatch_failed_permanent, 2);
 	tbx_worker_destroy(w);
+
+	/* An operator sees it, and once the limit allows it (the inspect
+	 * command's producer takes up to 1 MB), sends it as it was. */
+	const char *status[] = {"inspect", "-s",     e.store,	"-t",
+				e.tokens,  "status", "--check", NULL};
+	cc_result_t res = cc_run(status);
+	cr_assert(cc_exited(res.status, 1), "status --check: %s", res.err);
+	cr_assert(strstr(res.out, "Undelivered"), "%s", res.out);
+	cc_result_free(&res);
+	const char *list[] = {"inspect",     "-s",   e.store, "--json",
+			      "undelivered", "list", NULL};
+	res = cc_run(list);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "out") && strstr(res.out, "too large"), "%s",
+		  res.out);
+	cc_result_free(&res);
+	const char *show[] = {"inspect",     "-s",   e.store, "--json",
+			      "undelivered", "show", "1",     NULL};
+	res = cc_run(show);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "\"bytes\":\t6000") ||
+		      strstr(res.out, "6000"),
+		  "%s", res.out);
+	cc_result_free(&res);
+	const char *resend[] = {"inspect", "-s", e.store, "undelivered",
+				"resend",  "1",	 "-b",	  e.cluster->bootstraps,
+				NULL};
+	res = cc_run(resend);
+	cr_assert(cc_exited(res.status, 0), "resend: %s", res.err);
+	cc_result_free(&res);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_undelivered"),
+		     0);
+	cnt = tt_read_topic(e.cluster->bootstraps, "out", &recs);
+	cr_assert_eq(cnt, 3);
+	cr_assert_eq(strlen(recs[2].payload), BIG);
+	cr_assert_not_null(recs[2].token, "sent with its token");
+	cr_assert_not_null(recs[2].seq);
+	tt_records_free(recs, cnt);
 	env_fini(&e);
 }
 
