@@ -223,7 +223,7 @@ Test(delivery,
 
 	/* An operator sees it, and once the limit allows it (the inspect
 	 * command's producer takes up to 1 MB), sends it as it was. */
-	const char *status[] = {"inspect", "-s",     e.store,	"-t",
+	const char *status[] = {"inspect", "-s",     e.store,	"--tokens",
 				e.tokens,  "status", "--check", NULL};
 	cc_result_t res = cc_run(status);
 	cr_assert(cc_exited(res.status, 1), "status --check: %s", res.err);
