@@ -61,7 +61,9 @@ const tbx__prop_t tbx__props[] = {
 	{"retry.backoff.max.ms", TBX_PT_INT, "10000", 1, 3600000, NULL,
 	 "worker", 0, "Upper bound of the retry delay."},
 	{"dlq.suffix", TBX_PT_STR, ".dlq", 1, 64, NULL, "worker", 0,
-	 "Dead-letter topic of topic T is T followed by this suffix."},
+	 "Dead-letter topic of topic T is T followed by this suffix. Only "
+	 "the characters Kafka allows in topic names: ASCII letters, "
+	 "digits, '.', '_' and '-'."},
 	{"ingress.untokened", TBX_PT_ENUM, "reject", 0, 0, "reject|offsets",
 	 "worker", 0,
 	 "Records without a usable token (no tbx-token header, or minted "
@@ -93,6 +95,15 @@ const tbx__prop_t tbx__props[] = {
 	 "Delivery timeout of outgoing messages (librdkafka "
 	 "message.timeout.ms). A failed delivery leaves the outbox row; the "
 	 "partition retries it after a backoff."},
+	{"dispatch.retry.max", TBX_PT_INT, "3", 0, 1000, NULL, "worker", 0,
+	 "Retries after the first attempt for an outgoing message whose "
+	 "delivery fails with a permanent error (too large, invalid, no "
+	 "such topic: docs/architecture.md lists them). When they are used "
+	 "up the message is dead-lettered to the incoming topic's "
+	 "dead-letter topic, or, if that fails too, kept in the service "
+	 "store's tbx_undelivered table (`tokenbox inspect undelivered`); "
+	 "its outbox row finishes and the partition goes on. Transient "
+	 "errors are retried without limit."},
 	{"shutdown.timeout.ms", TBX_PT_INT, "30000", 100, 3600000, NULL,
 	 "worker", 0,
 	 "Bound on draining at shutdown. tbx_worker_close() waits at most "
@@ -411,6 +422,21 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 			 tbx__metrics_parse_listen(value, host, sizeof(host),
 						   &port, errstr, errstr_size)))
 			return err;
+	}
+	if (strcmp(prop->name, "dlq.suffix") == 0) {
+		/* Derived topic names must be topic names (Kafka's rule). */
+		for (const char *c = value; *c; c++)
+			if (!(*c >= 'a' && *c <= 'z') &&
+			    !(*c >= 'A' && *c <= 'Z') &&
+			    !(*c >= '0' && *c <= '9') && *c != '.' &&
+			    *c != '_' && *c != '-')
+				return tbx__seterr(
+				    errstr, errstr_size, TBX_ECONF,
+				    "dlq.suffix: value '%s' would make invalid "
+				    "dead-letter topic names: Kafka allows "
+				    "only ASCII letters, digits, '.', '_' and "
+				    "'-' (found '%c')",
+				    value, *c);
 	}
 	char *copy = strdup(value);
 	if (!copy)

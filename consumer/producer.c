@@ -14,6 +14,57 @@
 
 enum { DR_PENDING = 0, DR_OK = 1, DR_FAILED = 2 };
 
+/*
+ * Delivery errors that retrying the same message cannot cure: the broker
+ * (or librdkafka before it) refuses the message itself or its topic.
+ * Every other error is transient (a broker away, a leader moving, a
+ * timeout, the producer restarted): it is retried without limit.  After
+ * dispatch.retry.max retries of a permanent one the message is
+ * dead-lettered (protocol.c).  docs/architecture.md shows this table.
+ */
+static const struct {
+	rd_kafka_resp_err_t err;
+	const char *why;
+} permanent_errs[] = {
+    {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, "larger than message.max.bytes"},
+    {RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE, "batch larger than allowed"},
+    {RD_KAFKA_RESP_ERR_INVALID_MSG, "corrupt message"},
+    {RD_KAFKA_RESP_ERR__BAD_MSG, "malformed message"},
+    {RD_KAFKA_RESP_ERR_INVALID_RECORD, "record refused by the broker"},
+    {RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, "timestamp out of range"},
+    {RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT, "message format"},
+    {RD_KAFKA_RESP_ERR_POLICY_VIOLATION, "broker policy"},
+    {RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION, "invalid topic name"},
+    {RD_KAFKA_RESP_ERR__INVALID_ARG, "invalid topic or message"},
+    /* librdkafka reports a missing topic only after
+     * topic.metadata.propagation.max.ms: a broker that creates topics
+     * would have created it by then. */
+    {RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, "no such topic"},
+    {RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC, "no such topic"},
+    {RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION, "no such partition"},
+};
+
+int tbx__kafka_err_permanent(rd_kafka_resp_err_t err)
+{
+	for (size_t i = 0;
+	     i < sizeof(permanent_errs) / sizeof(permanent_errs[0]); i++)
+		if (permanent_errs[i].err == err)
+			return 1;
+	return 0;
+}
+
+int64_t tbx__producer_max_bytes(rd_kafka_t *producer)
+{
+	char buf[32];
+	size_t size = sizeof(buf);
+
+	if (producer &&
+	    rd_kafka_conf_get(rd_kafka_conf(producer), "message.max.bytes", buf,
+			      &size) == RD_KAFKA_CONF_OK)
+		return strtoll(buf, NULL, 10);
+	return 1000000; /* librdkafka's default */
+}
+
 typedef struct dr_slot {
 	int status;
 	rd_kafka_resp_err_t err;
@@ -84,6 +135,18 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 	if (!tbx_conf_get(conf, "kafka.linger.ms") &&
 	    !tbx_conf_get(conf, "kafka.producer.linger.ms"))
 		rd_kafka_conf_set(kc, "linger.ms", "1", NULL, 0);
+	/* A message to a topic that does not exist fails with UNKNOWN_TOPIC
+	 * (permanent) only after this long; past dispatch.timeout.ms it
+	 * would time out first (transient) and be retried for ever. */
+	if (!tbx_conf_get(conf, "kafka.topic.metadata.propagation.max.ms") &&
+	    !tbx_conf_get(conf,
+			  "kafka.producer.topic.metadata.propagation.max.ms")) {
+		char half[24];
+		snprintf(half, sizeof(half), "%" PRId64,
+			 tbx__conf_int(conf, "dispatch.timeout.ms") / 2);
+		rd_kafka_conf_set(kc, "topic.metadata.propagation.max.ms", half,
+				  NULL, 0);
+	}
 	rd_kafka_conf_set_dr_msg_cb(kc, on_delivery);
 	rd_kafka_conf_set_error_cb(kc, on_error);
 	rd_kafka_conf_set_log_cb(kc, on_log);
@@ -157,11 +220,25 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 
 int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 		  tbx__row_t *const *rows, size_t cnt, int *delivered,
-		  size_t *undelivered, char *errstr, size_t errstr_size)
+		  size_t *undelivered, rd_kafka_resp_err_t *errs, char *errstr,
+		  size_t errstr_size)
 {
 	size_t total = 0, k = 0, pending;
 	dr_slot_t *slots;
 	int err = TBX_OK;
+
+	if (!producer) { /* a fatal error destroyed it; none yet */
+		for (size_t i = 0; i < cnt; i++) {
+			delivered[i] = 0;
+			for (size_t j = 0;
+			     errs && rows[i] && j < rows[i]->msg_cnt; j++, k++)
+				errs[k] = RD_KAFKA_RESP_ERR__FATAL;
+		}
+		if (undelivered)
+			*undelivered = cnt;
+		return tbx__seterr(errstr, errstr_size, TBX_EKAFKA,
+				   "no producer (it is being recreated)");
+	}
 
 	for (size_t i = 0; i < cnt; i++)
 		if (rows[i])
@@ -195,6 +272,10 @@ int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 		}
 		delivered[i] = 1;
 		for (size_t j = 0; j < rows[i]->msg_cnt; j++, k++) {
+			if (errs)
+				errs[k] = slots[k].status == DR_OK
+					      ? RD_KAFKA_RESP_ERR_NO_ERROR
+					      : slots[k].err;
 			if (slots[k].status == DR_OK)
 				continue;
 			delivered[i] = 0;
@@ -208,4 +289,49 @@ int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 	}
 	free(slots);
 	return err;
+}
+
+/*
+ * A fatal error (the idempotent producer lost track of its sequence
+ * numbers: OUT_OF_ORDER_SEQUENCE_NUMBER, an expired producer id, ...)
+ * leaves the producer unable to send anything again.  It is replaced by
+ * a new one, with a new producer id.  That is safe: every message the
+ * old one did not deliver stays in its outbox row, and the next dispatch
+ * sends it again with the same tbx-id and tbx-token, so a copy the old
+ * producer did deliver is dropped downstream; the idempotent producer
+ * only ever deduplicated its own retries, which tokens cover anyway.
+ * Also creates the producer when there is none (a creation failed).
+ */
+int tbx__producer_check(tbx_worker_t *worker)
+{
+	char reason[512];
+	rd_kafka_resp_err_t err;
+
+	if (worker->producer) {
+		err = rd_kafka_fatal_error(worker->producer, reason,
+					   sizeof(reason));
+		if (!err)
+			return TBX_OK;
+		worker->stats.producer_restarts++;
+		tbx__log(TBX_LOG_ERR,
+			 "producer: fatal error %s: %s; replacing the "
+			 "producer (undelivered messages are sent again "
+			 "with their ids and tokens)",
+			 rd_kafka_err2name(err), reason);
+		/* Every dispatch waited for its reports: no message of
+		 * ours is left in it.  Purge what may be, then destroy. */
+		rd_kafka_purge(worker->producer, RD_KAFKA_PURGE_F_QUEUE |
+						     RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_poll(worker->producer, 0);
+		rd_kafka_destroy(worker->producer);
+		worker->producer = NULL;
+	}
+	worker->producer = tbx__producer_new(worker->conf, worker->errstr,
+					     sizeof(worker->errstr));
+	if (!worker->producer) {
+		tbx__log(TBX_LOG_ERR, "producer: %s; tried again next batch",
+			 worker->errstr);
+		return TBX_EKAFKA;
+	}
+	return TBX_OK;
 }

@@ -194,6 +194,73 @@ static int mint_in_A(tbx_worker_t *worker, const tbx__batch_t *batch,
 	return TBX_OK;
 }
 
+/* <topic><dlq.suffix>, the topic part shortened when the name would pass
+ * Kafka's limit (the suffix was checked when it was configured). */
+static void dlq_topic_of(const tbx_worker_t *worker, const char *topic,
+			 char dlq_topic[TBX_TOPIC_MAX + 1])
+{
+	if (snprintf(dlq_topic, TBX_TOPIC_MAX + 1, "%s%s", topic,
+		     worker->dlq_suffix) >= TBX_TOPIC_MAX + 1)
+		snprintf(dlq_topic, TBX_TOPIC_MAX + 1, "%.*s%s",
+			 (int)(TBX_TOPIC_MAX - strlen(worker->dlq_suffix)),
+			 topic, worker->dlq_suffix);
+}
+
+/* The most of a dead letter's tbx-dlq-error header. */
+#define DLQ_REASON_MAX 1024
+
+/* Bytes librdkafka counts for a message against message.max.bytes, an
+ * upper bound: the record's fixed overhead, key, value, and per header
+ * its name, value and two length varints; @p type is the tbx-type, for
+ * the tbx-* headers produce_one() adds (tbx-id, tbx-token, tbx-seq,
+ * tbx-type, tbx-cause). */
+static size_t wire_size(size_t key_len, size_t payload_len,
+			const tbx_header_t *hdrs, size_t cnt, const char *type)
+{
+	size_t size = 64 + key_len + payload_len;
+
+	for (size_t i = 0; i < cnt; i++)
+		size += 10 + strlen(hdrs[i].name) + hdrs[i].len;
+	size += 5 * 10 + sizeof("tbx-id") + sizeof("tbx-token") +
+		sizeof("tbx-seq") + sizeof("tbx-type") + sizeof("tbx-cause") +
+		3 * TBX_UUID_LEN + 20 + strlen(type);
+	return size;
+}
+
+/*
+ * Fits the tbx-dlq-error header (@p hdr, whose value is the reason) so
+ * that tokenbox's own headers never make a dead letter too large for the
+ * producer's message.max.bytes: at most DLQ_REASON_MAX bytes, less when
+ * the message is near the limit, cut on a UTF-8 boundary and marked with
+ * "...".  @p buf holds the shortened text.
+ */
+static void dlq_reason_fit(const tbx_worker_t *worker, tbx_header_t *hdr,
+			   size_t others, char *buf, size_t buf_size)
+{
+	int64_t limit = tbx__producer_max_bytes(worker->producer);
+	int64_t room = limit - (int64_t)others;
+	size_t keep = hdr->len;
+
+	if (room < 0)
+		room = 0; /* over without it: delivery decides */
+	if ((int64_t)keep > room)
+		keep = (size_t)room;
+	if (keep > DLQ_REASON_MAX)
+		keep = DLQ_REASON_MAX;
+	if (keep >= buf_size)
+		keep = buf_size - 1;
+	if (keep == hdr->len)
+		return;
+	keep = keep > 3 ? keep - 3 : 0;
+	while (keep &&
+	       (((const unsigned char *)hdr->value)[keep] & 0xc0) == 0x80)
+		keep--; /* not inside a UTF-8 sequence */
+	memcpy(buf, hdr->value, keep);
+	memcpy(buf + keep, "...", 4);
+	hdr->value = buf;
+	hdr->len = strlen(buf);
+}
+
 /*
  * Queues the original record for the dead-letter topic through a row of
  * its own, in a savepoint.  Headers other than tbx-* are kept, and
@@ -204,6 +271,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 		       int by_offset)
 {
 	char dlq_topic[TBX_TOPIC_MAX + 1], num[2][24], att[12];
+	char fitted[DLQ_REASON_MAX + 4];
 	const char *type = msg->has_type ? msg->type : "tbx.dead-letter";
 	rd_kafka_headers_t *in = NULL;
 	tbx_header_t *hdrs = NULL;
@@ -214,12 +282,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	uint64_t created = 0;
 	int err;
 
-	if (snprintf(dlq_topic, sizeof(dlq_topic), "%s%s", msg->topic,
-		     worker->dlq_suffix) >= (int)sizeof(dlq_topic))
-		/* Kafka refuses longer names; keep the suffix. */
-		snprintf(dlq_topic, sizeof(dlq_topic), "%.*s%s",
-			 (int)(TBX_TOPIC_MAX - strlen(worker->dlq_suffix)),
-			 msg->topic, worker->dlq_suffix);
+	dlq_topic_of(worker, msg->topic, dlq_topic);
 	if (rd_kafka_message_headers(msg->rkm, &in) !=
 	    RD_KAFKA_RESP_ERR_NO_ERROR)
 		in = NULL;
@@ -247,6 +310,20 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-offset", num[1], strlen(num[1])};
 	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-attempts", att, strlen(att)};
 	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-id", msg->id, strlen(msg->id)};
+	key = tbx_msg_key(msg, &key_len);
+	payload = tbx_msg_payload(msg, &payload_len);
+	/* The reason is the one header whose size tokenbox does not
+	 * control: it must not push the dead letter over the limit. */
+	for (size_t i = 0; i < hcnt; i++)
+		if (strcmp(hdrs[i].name, "tbx-dlq-error") == 0) {
+			size_t len = hdrs[i].len;
+			hdrs[i].len = 0;
+			size_t others =
+			    wire_size(key_len, payload_len, hdrs, hcnt, type);
+			hdrs[i].len = len;
+			dlq_reason_fit(worker, &hdrs[i], others, fitted,
+				       sizeof(fitted));
+		}
 	err = tbx__hdrs_encode(hdrs, hcnt, &blob, &blob_len);
 	free(hdrs);
 	if (err)
@@ -259,8 +336,6 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	row_fill(&brow->row, msg, TBX_ROW_DEAD_LETTER);
 	brow->fresh = 1;
 	brow->row.error = tbx__strdup(reason);
-	key = tbx_msg_key(msg, &key_len);
-	payload = tbx_msg_payload(msg, &payload_len);
 	err = tbx__row_add(&brow->row, dlq_topic, type, key, key_len, payload,
 			   payload_len, blob, blob_len);
 	free(blob);
@@ -374,6 +449,15 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		return dead_letter(worker, batch, msg, reason, msg->crashes,
 				   by_offset);
 	}
+	if (part->broke_next == msg->rkm->offset + 1) {
+		/* Its handler tried to commit A; it would again. */
+		part->broke_next = 0;
+		return dead_letter(worker, batch, msg,
+				   "the handler tried to commit the worker's "
+				   "transaction (refused: COMMIT on "
+				   "tbx_ctx_db() is not allowed)",
+				   msg->attempt, by_offset);
+	}
 	if (!(brow = brow_new(batch, &idx)))
 		return TBX_ENOMEM;
 	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
@@ -386,20 +470,37 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 	ctx.worker = worker;
 	ctx.msg = msg;
 	ctx.row = &brow->row;
+	tbx__guard_enter(worker, msg);
 	verdict = route->fn(&ctx, msg, route->opaque);
+	tbx__guard_leave(worker);
 	tbx__crashpoint("A.handled");
 	if (sqlite3_get_autocommit(db)) {
-		/* The handler ended the batch's transaction with COMMIT or
-		 * ROLLBACK: what it committed has no outbox row.  Refuse to
-		 * go on rather than guess. */
+		/* A's transaction is gone, and with it everything of the
+		 * batch: nothing committed (the guard refuses COMMIT), so
+		 * the batch is simply retried. */
 		free(ctx.error);
 		brow_pop(batch);
-		snprintf(worker->errstr, sizeof(worker->errstr),
-			 "handler for %s ended the worker's transaction "
-			 "(COMMIT/ROLLBACK on tbx_ctx_db() is not allowed)",
-			 msg->topic);
+		if (worker->guard.commit_refused) {
+			/* Its handler would do it again: dead-letter it. */
+			part->broke_next = msg->rkm->offset + 1;
+			snprintf(worker->errstr, sizeof(worker->errstr),
+				 "%s [%" PRId32 "] @%" PRId64
+				 ": the handler tried to commit the worker's "
+				 "transaction; the batch was rolled back and "
+				 "the record is dead-lettered",
+				 msg->topic, msg->rkm->partition,
+				 msg->rkm->offset);
+		} else {
+			snprintf(worker->errstr, sizeof(worker->errstr),
+				 "%s [%" PRId32 "] @%" PRId64
+				 ": the worker's transaction ended while the "
+				 "handler ran (a ROLLBACK on tbx_ctx_db(), "
+				 "or a store error); the batch is retried",
+				 msg->topic, msg->rkm->partition,
+				 msg->rkm->offset);
+		}
 		tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
-		return TBX_ESTATE;
+		return TBX_ESTORE;
 	}
 	if (verdict == TBX_VERDICT_OK && ctx.send_failed) {
 		tbx__log(TBX_LOG_WARNING,
@@ -1047,13 +1148,199 @@ out:
 	return err;
 }
 
+/*
+ * Dead-letters the messages of @p row whose delivery failed with a
+ * permanent error (@p errs, one per message), after @p failures
+ * attempts: to the incoming topic's dead-letter topic, without a token
+ * (a report for an operator: no receiving group has a token for it) and
+ * with the message's own tbx-id; what that does not take either — and
+ * every message of a row that is itself a dead letter — is kept whole
+ * in tbx_undelivered, from where `tokenbox inspect undelivered resend`
+ * sends it as it was (its token still waits downstream).  A crash before
+ * E gives the messages up again on redelivery: the dead-letter topic may
+ * get a copy with the same tbx-id, tbx_undelivered keeps one line.
+ * @returns TBX_OK when each such message went one way or the other.
+ */
+static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
+		   const rd_kafka_resp_err_t *errs, int failures)
+{
+	char dlq_topic[TBX_TOPIC_MAX + 1], att[12], reason[512];
+	char fitted[DLQ_REASON_MAX + 4];
+	rd_kafka_resp_err_t *dlq_errs = NULL;
+	tbx__row_t dl, *dlp = &dl;
+	int delivered = 0, err = TBX_OK;
+	size_t k = 0;
+
+	tbx__row_init(&dl);
+	tbx__strlcpy(dl.msg_id, row->msg_id, sizeof(dl.msg_id));
+	snprintf(att, sizeof(att), "%d", failures);
+	dlq_topic_of(worker, row->in_topic, dlq_topic);
+	/* A dead letter that cannot be delivered is not dead-lettered
+	 * again: it goes to the table. */
+	for (size_t j = 0; row->kind != TBX_ROW_DEAD_LETTER && j < row->msg_cnt;
+	     j++) {
+		const tbx__outmsg_t *m = &row->msgs[j];
+		tbx_header_t *hdrs, h;
+		size_t cnt = 0, pos = 0, blob_len = 0;
+		void *blob = NULL;
+
+		if (!errs[j] || !tbx__kafka_err_permanent(errs[j]))
+			continue;
+		snprintf(reason, sizeof(reason),
+			 "undeliverable to %s after %d attempts: %s", m->topic,
+			 failures, rd_kafka_err2str(errs[j]));
+		while (tbx__hdrs_next(m->headers, m->headers_len, &pos, &h) ==
+		       1)
+			cnt++;
+		if (!(hdrs = calloc(cnt + 4, sizeof(*hdrs)))) {
+			err = TBX_ENOMEM;
+			break;
+		}
+		cnt = pos = 0;
+		while (tbx__hdrs_next(m->headers, m->headers_len, &pos, &h) ==
+		       1)
+			hdrs[cnt++] = h;
+		hdrs[cnt++] =
+		    (tbx_header_t){"tbx-dlq-topic", m->topic, strlen(m->topic)};
+		hdrs[cnt++] =
+		    (tbx_header_t){"tbx-dlq-attempts", att, strlen(att)};
+		hdrs[cnt++] =
+		    (tbx_header_t){"tbx-dlq-id", m->id, strlen(m->id)};
+		hdrs[cnt] = (tbx_header_t){"tbx-dlq-error", reason, 0};
+		size_t others = wire_size(m->key_len, m->payload_len, hdrs,
+					  cnt + 1, m->type);
+		hdrs[cnt].len = strlen(reason);
+		dlq_reason_fit(worker, &hdrs[cnt], others, fitted,
+			       sizeof(fitted));
+		cnt++;
+		err = tbx__hdrs_encode(hdrs, cnt, &blob, &blob_len);
+		free(hdrs);
+		if (!err)
+			err = tbx__row_add(&dl, dlq_topic, m->type, m->key,
+					   m->key_len, m->payload,
+					   m->payload_len, blob, blob_len);
+		free(blob);
+		if (err)
+			break;
+		/* The message's own id: a copy per give-up, one id. */
+		tbx__strlcpy(dl.msgs[dl.msg_cnt - 1].id, m->id,
+			     sizeof(dl.msgs[0].id));
+	}
+	if (!err && dl.msg_cnt) {
+		char errstr[256];
+
+		if (!(dlq_errs = calloc(dl.msg_cnt, sizeof(*dlq_errs))))
+			err = TBX_ENOMEM;
+		else
+			tbx__dispatch(worker->producer, worker->store_id, &dlp,
+				      1, &delivered, NULL, dlq_errs, errstr,
+				      sizeof(errstr));
+	}
+	if (err)
+		goto out;
+	/* What the dead-letter topic did not take: the service store. */
+	if ((err = tbx_outbox_begin(worker->store)))
+		goto out;
+	for (size_t j = 0; j < row->msg_cnt && !err; j++) {
+		const tbx__outmsg_t *m = &row->msgs[j];
+		int to_table = row->kind == TBX_ROW_DEAD_LETTER;
+
+		if (!errs[j] || !tbx__kafka_err_permanent(errs[j]))
+			continue;
+		if (!to_table)
+			to_table = dlq_errs[k++] != RD_KAFKA_RESP_ERR_NO_ERROR;
+		snprintf(reason, sizeof(reason),
+			 "undeliverable to %s after %d attempts: %s", m->topic,
+			 failures, rd_kafka_err2str(errs[j]));
+		if (to_table)
+			err = tbx_outbox_undelivered_add(worker->store,
+							 worker->group, row, m,
+							 reason, failures);
+	}
+	if (err || (err = tbx_outbox_commit(worker->store))) {
+		tbx_outbox_rollback(worker->store);
+		goto out;
+	}
+	k = 0;
+	for (size_t j = 0; j < row->msg_cnt; j++) {
+		const tbx__outmsg_t *m = &row->msgs[j];
+		int to_table = row->kind == TBX_ROW_DEAD_LETTER;
+
+		if (!errs[j] || !tbx__kafka_err_permanent(errs[j]))
+			continue;
+		if (!to_table)
+			to_table = dlq_errs[k++] != RD_KAFKA_RESP_ERR_NO_ERROR;
+		worker->stats.undeliverable++;
+		worker->stats.undelivered_stored += to_table;
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: message %s to %s given up after %d "
+			 "attempts (%s): %s",
+			 row->msg_id, m->id, m->topic, failures,
+			 rd_kafka_err2str(errs[j]),
+			 to_table ? "kept in the service store's "
+				    "tbx_undelivered (tokenbox inspect "
+				    "undelivered)"
+				  : "dead-lettered");
+	}
+out:
+	free(dlq_errs);
+	tbx__row_clear(&dl);
+	return err;
+}
+
+/*
+ * After C: a row whose delivery failed with a permanent error counts the
+ * failure in S; once dispatch.retry.max retries are used up, and no
+ * message of the row failed transiently, its permanently failed
+ * messages are given up (give_up) and the row counts as delivered, so it
+ * finishes and its partition goes on.
+ */
+static void permanent_failures(tbx_worker_t *worker, tbx__row_t **rows,
+			       size_t cnt, int *delivered,
+			       const rd_kafka_resp_err_t *errs)
+{
+	int64_t retry_max = tbx__conf_int(worker->conf, "dispatch.retry.max");
+	size_t k = 0;
+
+	for (size_t i = 0; i < cnt; k += rows[i]->msg_cnt, i++) {
+		int perm = 0, transient = 0, failures;
+
+		if (delivered[i])
+			continue;
+		for (size_t j = 0; j < rows[i]->msg_cnt; j++) {
+			if (!errs[k + j])
+				continue;
+			if (tbx__kafka_err_permanent(errs[k + j]))
+				perm++;
+			else
+				transient++;
+		}
+		if (!perm)
+			continue;
+		worker->stats.dispatch_failed_permanent += (uint64_t)perm;
+		if (tbx_outbox_dispatch_failed(worker->store, worker->group,
+					       rows[i]->msg_id, &failures) ||
+		    failures == 0)
+			continue; /* gone, or not counted: next time */
+		tbx__log(TBX_LOG_WARNING,
+			 "outbox row %s: delivery failed with a permanent "
+			 "error (attempt %d of %" PRId64 ")",
+			 rows[i]->msg_id, failures, 1 + retry_max);
+		if (failures <= retry_max || transient)
+			continue;
+		if (give_up(worker, rows[i], errs + k, failures) == TBX_OK)
+			delivered[i] = 1;
+	}
+}
+
 /* C: confirm, produce, await every report. */
 static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 {
 	const char **attempts = NULL;
 	tbx__row_t **rows = NULL;
 	int *delivered = NULL;
-	size_t cnt = 0, acnt = 0;
+	rd_kafka_resp_err_t *errs = NULL;
+	size_t cnt = 0, acnt = 0, msgs = 0;
 	int err = TBX_OK;
 	char errstr[256];
 
@@ -1061,15 +1348,18 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 		tbx__brow_t *brow = &batch->rows[i];
 		if (brow->row.msg_cnt == 0 && !brow->gone)
 			brow->delivered = 1; /* nothing to send */
-		else if (brow->recorded && !brow->gone)
+		else if (brow->recorded && !brow->gone) {
 			cnt++;
+			msgs += brow->row.msg_cnt;
+		}
 	}
 	if (cnt == 0)
 		return TBX_OK;
 	attempts = calloc(cnt, sizeof(*attempts));
 	rows = calloc(cnt, sizeof(*rows));
 	delivered = calloc(cnt, sizeof(*delivered));
-	if (!attempts || !rows || !delivered) {
+	errs = calloc(msgs, sizeof(*errs));
+	if (!attempts || !rows || !delivered || !errs) {
 		err = TBX_ENOMEM;
 		goto out;
 	}
@@ -1089,11 +1379,17 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 	if (acnt && (err = tbx_tokens_confirm(worker->tokens, attempts, acnt)))
 		goto out;
 	tbx__crashpoint("C.confirmed");
+	tbx__producer_check(worker);
 	err = tbx__dispatch(worker->producer, worker->store_id, rows, cnt,
-			    delivered, NULL, errstr, sizeof(errstr));
+			    delivered, NULL, errs, errstr, sizeof(errstr));
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	tbx__crashpoint("C.delivered");
+	/* A fatal error during this dispatch: a new producer for the
+	 * retry. */
+	tbx__producer_check(worker);
+	if (err)
+		permanent_failures(worker, rows, cnt, delivered, errs);
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
@@ -1108,6 +1404,7 @@ out:
 	free(attempts);
 	free(rows);
 	free(delivered);
+	free(errs);
 	return err;
 }
 

@@ -455,7 +455,7 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 		which[cnt++] = i;
 	}
 	err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows, cnt,
-				  delivered, &undelivered, pub->errstr,
+				  delivered, &undelivered, NULL, pub->errstr,
 				  sizeof(pub->errstr))
 		  : TBX_OK;
 	for (size_t k = 0; k < cnt; k++) {

@@ -112,6 +112,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->mismatch_stop =
 	    strcmp(tbx__conf_str(conf, "token.store.mismatch"), "stop") == 0;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
+	tbx__guard_install(worker);
 	if (!(worker->router = tbx_router_new())) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		goto fail;
@@ -696,9 +697,7 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 			wait = 100; /* notice tbx_worker_stop() promptly */
 		rkm = rd_kafka_consumer_poll(worker->consumer, (int)wait);
 		polled = 1;
-		if (!rkm)
-			continue;
-		if (rkm->err) {
+		if (rkm && rkm->err) {
 			if (rkm->err == RD_KAFKA_RESP_ERR__MAX_POLL_EXCEEDED)
 				/* The group moved our partitions elsewhere
 				 * while a batch ran; its work stays exactly
@@ -715,13 +714,25 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 				tbx__log(TBX_LOG_WARNING, "consume: %s",
 					 rd_kafka_message_errstr(rkm));
 			rd_kafka_message_destroy(rkm);
-			char fatal[256];
-			if (rd_kafka_fatal_error(worker->consumer, fatal,
-						 sizeof(fatal)))
-				return fail(worker, TBX_EKAFKA,
-					    "fatal consumer error: %s", fatal);
-			continue;
+			rkm = NULL;
 		}
+		/* A fatal error (fenced by a newer member with the same
+		 * group.instance.id, ...) ends the consumer for good: stop,
+		 * so that a supervisor starts a fresh process.  It reaches
+		 * the error callback, not always a message. */
+		char fatal[256];
+		rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(
+		    worker->consumer, fatal, sizeof(fatal));
+		if (ferr) {
+			if (rkm)
+				rd_kafka_message_destroy(rkm);
+			return fail(worker, TBX_EFATAL,
+				    "fatal consumer error %s: %s; the worker "
+				    "stops (restart it)",
+				    rd_kafka_err2name(ferr), fatal);
+		}
+		if (!rkm)
+			continue;
 		if (batch_push(worker, rkm) < 0)
 			return TBX_ENOMEM;
 		if (worker->batch.cnt == 1)
@@ -765,6 +776,11 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"commits_retried", st->commits_retried},
 	    {"store_mismatches", st->store_mismatches},
 	    {"duplicate_alarms", st->duplicate_alarms},
+	    {"handler_refused", st->handler_refused},
+	    {"dispatch_failed_permanent", st->dispatch_failed_permanent},
+	    {"undeliverable", st->undeliverable},
+	    {"undelivered_stored", st->undelivered_stored},
+	    {"producer_restarts", st->producer_restarts},
 	};
 	cJSON *obj;
 	char *text;
@@ -1033,6 +1049,16 @@ int tbx_worker_close(tbx_worker_t *worker)
 		return TBX_OK;
 	worker->closed = 1;
 	tbx__batch_reset(&worker->batch);
+	if (worker->consumer &&
+	    rd_kafka_fatal_error(worker->consumer, NULL, 0)) {
+		/* After a fatal error the consumer can neither commit nor
+		 * leave the group, and librdkafka 2.0.2's close waits for
+		 * ever for a group that will not answer: destroy it
+		 * locally.  What it did not commit is redelivered. */
+		rd_kafka_destroy_flags(worker->consumer,
+				       RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+		worker->consumer = NULL;
+	}
 	if (worker->consumer) {
 		/* Offsets of finished batches were stored; an async commit
 		 * may still be in flight: commit them synchronously. */

@@ -80,6 +80,9 @@ typedef struct tbx__part {
 	int settled; /**< a tokened record had work since the assignment:
 			the redelivered prefix is over */
 	uint64_t prefix_drops; /**< duplicates dropped before that */
+	int64_t broke_next;    /**< offset + 1 of a record whose handler
+				    tried to commit A (refused, A rolled
+				    back): dead-lettered next; 0: none */
 } tbx__part_t;
 
 /** An outbox row in flight in this batch. */
@@ -119,6 +122,20 @@ struct tbx_ctx {
 	char *error;	 /**< tbx_ctx_set_error() */
 	int send_failed; /**< a tbx_ctx_send() failed: never commit */
 };
+
+/* Armed while a handler runs: the service connection's authorizer and
+ * commit hook refuse what would end or escape A's transaction
+ * (guard.c). */
+typedef struct tbx__guard {
+	struct tbx_worker *worker;
+	int active;
+	const char *topic; /**< the record in hand, for the log */
+	int32_t partition;
+	int64_t offset;
+	int refused;	    /**< statements refused in this handler call */
+	int commit_refused; /**< the commit hook turned a COMMIT into a
+			       ROLLBACK: A's transaction is gone */
+} tbx__guard_t;
 
 struct tbx_worker {
 	tbx_conf_t *conf;
@@ -185,6 +202,7 @@ struct tbx_worker {
 	int64_t *since;
 	tbx_stats_t stats;
 	unsigned rand_state;
+	tbx__guard_t guard;
 };
 
 /* worker.c */
@@ -251,6 +269,14 @@ int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
 			int32_t partition, int64_t committed, size_t limit,
 			size_t *found, size_t *finished);
 
+/* guard.c */
+/** Installs the authorizer and the commit hook on the service store's
+ *  connection, disarmed.  Once per worker. */
+void tbx__guard_install(tbx_worker_t *worker);
+/** Arms the guard for the handler call of @p msg. */
+void tbx__guard_enter(tbx_worker_t *worker, const struct tbx_msg *msg);
+void tbx__guard_leave(tbx_worker_t *worker);
+
 /* msg.c */
 /** Reads and checks the tbx-* headers of @p msg->rkm. */
 void tbx__msg_parse(struct tbx_msg *msg);
@@ -267,15 +293,27 @@ int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
 /* producer.c */
 rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			      size_t errstr_size);
+/** Replaces worker->producer after a fatal error (counted and logged),
+ *  or creates it when there is none.  @returns TBX_OK when there is a
+ *  usable producer. */
+int tbx__producer_check(tbx_worker_t *worker);
+/** 1 when retrying a delivery that failed with @p err cannot succeed
+ *  (the message or its topic is refused): the table in producer.c. */
+int tbx__kafka_err_permanent(rd_kafka_resp_err_t err);
+/** The producer's message.max.bytes (librdkafka's default without one). */
+int64_t tbx__producer_max_bytes(rd_kafka_t *producer);
 /**
  * Produces every outgoing message of @p rows (NULL entries skipped) with
  * the tbx-* headers (tbx-store = @p store_id with every token) and waits for
  * every delivery report.  delivered[i] = 1 when all messages of rows[i] were
- * acknowledged.
+ * acknowledged.  @p errs (may be NULL) receives each message's result, rows
+ * in order, messages in order.  A NULL @p producer delivers nothing
+ * (RD_KAFKA_RESP_ERR__FATAL).
  * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
  */
 int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 		  tbx__row_t *const *rows, size_t cnt, int *delivered,
-		  size_t *undelivered, char *errstr, size_t errstr_size);
+		  size_t *undelivered, rd_kafka_resp_err_t *errs, char *errstr,
+		  size_t errstr_size);
 
 #endif

@@ -201,6 +201,31 @@ static const char *const migrations[] = {
     ") WITHOUT ROWID;"
     /* When a worker last started or confirmed the subscription. */
     "ALTER TABLE tbx_subscriptions ADD COLUMN used_ms INTEGER;",
+    /* 6 -> 7 */
+    /* Permanent delivery failures: how often a row's dispatch failed
+     * with an error that retrying does not cure, and the outgoing
+     * messages given up on that the dead-letter topic did not take
+     * either, kept whole (the original tbx-* headers included) so that
+     * `tokenbox inspect undelivered resend` can send them as they were. */
+    "ALTER TABLE tbx_outbox ADD COLUMN dispatch_failures INTEGER NOT NULL"
+    " DEFAULT 0;"
+    "CREATE TABLE tbx_undelivered ("
+    " id INTEGER PRIMARY KEY,"
+    " grp TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " out_id TEXT NOT NULL,"
+    " topic TEXT NOT NULL,"
+    " type TEXT NOT NULL,"
+    " key BLOB,"
+    " payload BLOB,"
+    " headers BLOB,"
+    " token TEXT,"
+    " mint_seq INTEGER,"
+    " error TEXT NOT NULL,"
+    " attempts INTEGER NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " UNIQUE (grp, out_id)"
+    ");",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -47,6 +47,8 @@ enum {
 	Q_ROWS_BELOW,
 	Q_MARK_STUCK,
 	Q_ALARM_ADD,
+	Q_DISPATCH_FAILED,
+	Q_UNDELIVERED_ADD,
 	Q__COUNT
 };
 
@@ -127,6 +129,16 @@ static const char *const sql[Q__COUNT] = {
 		    "last_ms, detail) VALUES (?1, ?2, 1, ?3, ?3, ?4) ON "
 		    "CONFLICT (grp, name) DO UPDATE SET count = count + 1, "
 		    "last_ms = excluded.last_ms, detail = excluded.detail",
+    [Q_DISPATCH_FAILED] = "UPDATE tbx_outbox SET dispatch_failures = "
+			  "dispatch_failures + 1 WHERE grp = ?1 AND msg_id = "
+			  "?2 RETURNING dispatch_failures",
+    /* One line per outgoing message however often it is given up on (a
+     * crash before E gives it up again on redelivery). */
+    [Q_UNDELIVERED_ADD] = "INSERT INTO tbx_undelivered (grp, msg_id, "
+			  "out_id, topic, type, key, payload, headers, token, "
+			  "mint_seq, error, attempts, created_ms) VALUES (?1, "
+			  "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+			  "ON CONFLICT (grp, out_id) DO NOTHING",
 };
 
 struct tbx_outbox {
@@ -803,6 +815,57 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
 	    bind_opt_text(stmt, 7, row->error) ||
 	    sqlite3_bind_int(stmt, 8, attempts) ||
 	    sqlite3_bind_int64(stmt, 9, tbx__now_ms()))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_dispatch_failed(tbx_outbox_t *store, const char *grp,
+			       const char *msg_id, int *failures)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	*failures = 0;
+	if (!(stmt = stmt_get(store, Q_DISPATCH_FAILED)))
+		return tbx__db_fail(store->db, sql[Q_DISPATCH_FAILED]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
+		return bind_fail(store, stmt);
+	r = tbx__db_step(stmt);
+	if (r == 1)
+		*failures = sqlite3_column_int(stmt, 0);
+	/* Step to the end: RETURNING applies its UPDATE as it goes. */
+	while (r == 1)
+		r = tbx__db_step(stmt);
+	sqlite3_reset(stmt);
+	return r < 0 ? -r : TBX_OK;
+}
+
+int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, const tbx__outmsg_t *m,
+			       const char *error, int attempts)
+{
+	sqlite3_stmt *stmt;
+	int r;
+
+	if (!(stmt = stmt_get(store, Q_UNDELIVERED_ADD)))
+		return tbx__db_fail(store->db, sql[Q_UNDELIVERED_ADD]);
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 3, m->id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 4, m->topic, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 5, m->type, -1, SQLITE_STATIC) ||
+	    bind_blob(stmt, 6, m->key, m->key_len) ||
+	    bind_blob(stmt, 7, m->payload, m->payload_len) ||
+	    bind_blob(stmt, 8, m->headers, m->headers_len) ||
+	    bind_opt_text(stmt, 9, m->token) ||
+	    (row->mint_seq ? sqlite3_bind_int64(stmt, 10, row->mint_seq)
+			   : sqlite3_bind_null(stmt, 10)) ||
+	    sqlite3_bind_text(stmt, 11, error, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int(stmt, 12, attempts) ||
+	    sqlite3_bind_int64(stmt, 13, tbx__now_ms()))
 		return bind_fail(store, stmt);
 	r = tbx__db_step(stmt);
 	sqlite3_reset(stmt);

@@ -155,6 +155,22 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
 			       int attempts);
 
 /**
+ * Counts one more dispatch of row (grp, msg_id) that failed with a
+ * permanent error (its own S transaction, or the caller's).  *failures
+ * receives the count after it, 0 when the row is gone.
+ */
+int tbx_outbox_dispatch_failed(tbx_outbox_t *store, const char *grp,
+			       const char *msg_id, int *failures);
+/**
+ * Keeps outgoing message @p m of @p row, given up on, in tbx_undelivered
+ * with its tbx-id, token and headers (caller's txn).  A second call for
+ * the same message changes nothing.
+ */
+int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, const tbx__outmsg_t *m,
+			       const char *error, int attempts);
+
+/**
  * Crash detection, per (group, topic, partition): the offsets an A is
  * about to process, committed before its handlers run.  If it is still
  * there at the next batch, that A never committed: the process died in it

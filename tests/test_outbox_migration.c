@@ -35,6 +35,8 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 		   "ALTER TABLE tbx_outbox DROP COLUMN stuck_ms;"
 		   "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
 		   "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
+		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+		   "COLUMN dispatch_failures;"
 		   "PRAGMA user_version = 1;"
 		   "CREATE INDEX tbx_outbox_created ON tbx_outbox "
 		   "(created_ms);"
@@ -54,6 +56,9 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 		     0, "version 3 drops the outbox's created_ms index");
 	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_edge"), 0,
 		     "version 4 adds the ingress edge");
+	cr_assert_eq(tt_count(path, "SELECT dispatch_failures FROM tbx_outbox"),
+		     0, "version 6 counts permanent delivery failures");
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_undelivered"), 0);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);
@@ -80,6 +85,8 @@ Test(migration, a_version_3_marker_keeps_its_count_and_blames_nobody)
 		   "COLUMN stuck_ms;"
 		   "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
 		   "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
+		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+		   "COLUMN dispatch_failures;"
 		   "PRAGMA user_version = 3;"
 		   "CREATE TABLE tbx_inflight (grp TEXT NOT NULL, topic TEXT "
 		   "NOT NULL, \"partition\" INTEGER NOT NULL, first_offset "
@@ -128,6 +135,8 @@ static void make_version_5(const char *path)
 	tbx_outbox_close(store);
 	exec(path, "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
 		   "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
+		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+		   "COLUMN dispatch_failures;"
 		   "INSERT INTO tbx_subscriptions (topic, grp, since_seq, "
 		   "created_ms) VALUES ('t', 'g', 1, 5);"
 		   "INSERT INTO tbx_tokens (token, grp, mint_seq, created_ms) "

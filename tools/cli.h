@@ -18,6 +18,9 @@
 #define TBX_EXIT_OK    0 /* done, or stopped by SIGINT/SIGTERM */
 #define TBX_EXIT_FAIL  1 /* the command could not do its work */
 #define TBX_EXIT_USAGE 2 /* bad command line; nothing was done */
+/* `tokenbox worker`: a fatal Kafka client error; restarting the process
+ * is the cure (EX_TEMPFAIL of sysexits.h). */
+#define TBX_EXIT_RESTART 75
 
 /*
  * Command entry points.  argv[0] is the command's name ("mock-cluster");

@@ -82,6 +82,16 @@ static void usage(void)
 	    "                          left (writes the token store; without "
 	    "--yes it only\n"
 	    "                          says what it would remove)\n"
+	    "  undelivered list        outgoing messages given up after "
+	    "permanent delivery\n"
+	    "                          failures that the dead-letter topic "
+	    "did not take\n"
+	    "                          either, newest first\n"
+	    "  undelivered show ID     one of them (its number), with key, "
+	    "payload, headers\n"
+	    "  undelivered resend ID   send it again as it was (same tbx-id "
+	    "and token), then\n"
+	    "                          remove it (writes the service store)\n"
 	    "\n"
 	    "Options:\n"
 	    "  -s, --store PATH        the service store (required)\n"
@@ -93,12 +103,13 @@ static void usage(void)
 	    "rows older\n"
 	    "                          than --older-than, rows a worker found "
 	    "below their\n"
-	    "                          committed offset, alarms a worker "
-	    "raised (store\n"
-	    "                          mismatches, duplicate shares), "
-	    "subscriptions unused\n"
-	    "                          for --idle-after; orphans: any; a "
-	    "list: any row\n"
+	    "                          committed offset, undelivered messages, "
+	    "alarms a\n"
+	    "                          worker raised (store mismatches, "
+	    "duplicate shares),\n"
+	    "                          subscriptions unused for --idle-after; "
+	    "orphans: any;\n"
+	    "                          a list: any row\n"
 	    "  -o, --older-than DUR    only rows at least DUR old (lists, "
 	    "redispatch); for\n"
 	    "                          status, the age from which a row "
@@ -119,8 +130,10 @@ static void usage(void)
 	    "      --batch N           registrations per sweep (cleanup), rows "
 	    "per round\n"
 	    "                          (redispatch); default %d\n"
-	    "  -b, --bootstrap-servers B  redispatch, dead-letters: Kafka "
-	    "brokers,\n"
+	    "  -b, --bootstrap-servers B  redispatch, dead-letters, "
+	    "undelivered "
+	    "resend:\n"
+	    "                          Kafka brokers,\n"
 	    "                          host:port[,...]\n"
 	    "  -t, --topic T           dead-letters replay and show: the "
 	    "dead-letter topic;\n"
@@ -201,7 +214,7 @@ static const struct {
 } scoped[] = {
     {OPT_CHECK, "--check",
      M(C_STATUS) | M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_ORPHANS) |
-	 M(C_DL_LIST)},
+	 M(C_DL_LIST) | M(C_UD_LIST)},
     {OPT_IDLE, "--idle-after", M(C_STATUS) | M(C_UNSUBSCRIBE)},
     {OPT_YES, "--yes", M(C_UNSUBSCRIBE)},
     {'o', "--older-than",
@@ -209,15 +222,16 @@ static const struct {
 	 M(C_REDISPATCH)},
     {'l', "--limit",
      M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_DL_LIST) | M(C_REDISPATCH) |
-	 M(C_DL_REPLAY)},
+	 M(C_DL_REPLAY) | M(C_UD_LIST)},
     {'g', "--group",
      M(C_OUTBOX_LIST) | M(C_OUTBOX_SHOW) | M(C_TOKENS_LIST) | M(C_ORPHANS) |
 	 M(C_CLEANUP) | M(C_REDISPATCH) | M(C_DL_LIST) | M(C_DL_SHOW) |
-	 M(C_DL_REPLAY) | M(C_UNSUBSCRIBE)},
+	 M(C_DL_REPLAY) | M(C_UNSUBSCRIBE) | M(C_UD_LIST) | M(C_UD_SHOW) |
+	 M(C_UD_RESEND)},
     {'n', "--dry-run", M(C_CLEANUP)},
     {OPT_BATCH, "--batch", M(C_CLEANUP) | M(C_REDISPATCH)},
     {'b', "--bootstrap-servers",
-     M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
+     M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW) | M(C_UD_RESEND)},
     {'c', "--config", M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
     {'X', "-X", M(C_REDISPATCH) | M(C_DL_REPLAY) | M(C_DL_SHOW)},
     {'t', "--topic", M(C_DL_REPLAY) | M(C_DL_SHOW) | M(C_UNSUBSCRIBE)},
@@ -239,11 +253,15 @@ static const struct {
     {"dead-letters", "show", C_DL_SHOW},
     {"dead-letters", "replay", C_DL_REPLAY},
     {"unsubscribe", NULL, C_UNSUBSCRIBE},
+    {"undelivered", "list", C_UD_LIST},
+    {"undelivered", "show", C_UD_SHOW},
+    {"undelivered", "resend", C_UD_RESEND},
 };
 
 static int is_show(insp_cmd_t cmd)
 {
-	return cmd == C_OUTBOX_SHOW || cmd == C_TOKENS_SHOW || cmd == C_DL_SHOW;
+	return cmd == C_OUTBOX_SHOW || cmd == C_TOKENS_SHOW ||
+	       cmd == C_DL_SHOW || cmd == C_UD_SHOW || cmd == C_UD_RESEND;
 }
 
 /* Turns the operands into a command.  @returns 0 or TBX_EXIT_USAGE. */
@@ -253,11 +271,12 @@ static int parse_operands(int argc, char **argv, insp_opts_t *o)
 	int known = 0;
 
 	if (optind >= argc)
-		return tbx_cli_usage(INSPECT_CMD,
-				     "a command is needed: status, outbox, "
-				     "tokens, orphans, cleanup, redispatch, "
-				     "dead-letters or unsubscribe (see "
-				     "'tokenbox help inspect')");
+		return tbx_cli_usage(
+		    INSPECT_CMD,
+		    "a command is needed: status, outbox, "
+		    "tokens, orphans, cleanup, redispatch, "
+		    "dead-letters, undelivered or unsubscribe (see "
+		    "'tokenbox help inspect')");
 	name = argv[optind++];
 	sub = optind < argc ? argv[optind] : NULL;
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -282,8 +301,9 @@ static int parse_operands(int argc, char **argv, insp_opts_t *o)
 				     "unknown command '%s' (see 'tokenbox "
 				     "help inspect')",
 				     name);
-	subs = strcmp(name, "dead-letters") == 0 ? "list, show or replay"
-						 : "list or show";
+	subs = strcmp(name, "dead-letters") == 0  ? "list, show or replay"
+	       : strcmp(name, "undelivered") == 0 ? "list, show or resend"
+						  : "list or show";
 	if (o->cmd == C_NONE && sub)
 		return tbx_cli_usage(INSPECT_CMD,
 				     "%s: unknown subcommand '%s' (%s)", name,
@@ -294,13 +314,12 @@ static int parse_operands(int argc, char **argv, insp_opts_t *o)
 	if (is_show(o->cmd)) {
 		if (optind >= argc)
 			return tbx_cli_usage(INSPECT_CMD,
-					     "%s show: an id is needed (%s "
-					     "show ID)",
-					     name, name);
+					     "%s: an id is needed (%s ID)",
+					     o->cmd_name, o->cmd_name);
 		o->id = argv[optind++];
 		if (!*o->id)
-			return tbx_cli_usage(INSPECT_CMD, "%s show: empty id",
-					     name);
+			return tbx_cli_usage(INSPECT_CMD, "%s: empty id",
+					     o->cmd_name);
 	}
 	if (optind < argc)
 		return tbx_cli_usage(INSPECT_CMD, "unexpected argument '%s'",
@@ -500,6 +519,10 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 					     "of a-z, A-Z, 0-9, '.', '_', '-')",
 					     o->topic);
 	}
+	if (o->cmd == C_UD_RESEND && (!o->servers || !*o->servers))
+		return tbx_cli_usage(INSPECT_CMD,
+				     "undelivered resend: --bootstrap-servers "
+				     "is required");
 	if (o->cmd == C_REDISPATCH) {
 		if ((!o->servers || !*o->servers) && !o->conf.file &&
 		    !o->conf.override_cnt)
@@ -857,6 +880,7 @@ typedef struct status {
 	size_t outbox_n, tokens_n, regs_n, dls_n;
 	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
 	cJSON *alarms;
+	int64_t undelivered; /* tbx_undelivered lines */
 	int64_t seq;
 	int64_t edge, edge_refused; /* the ingress edge (schema 4) */
 	int64_t idle_subs, alarm_cnt;
@@ -927,7 +951,9 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	sqlite3_stmt *stmt;
 	int rc;
 
-	if (gather(in, in->sdb,
+	if (insp_count(in, in->sdb, "SELECT count(*) FROM tbx_undelivered",
+		       NULL, &st->undelivered) ||
+	    gather(in, in->sdb,
 		   "SELECT grp, sum(attempt IS NULL), sum(attempt IS NOT "
 		   "NULL), sum(created_ms <= ?1), sum(stuck_ms IS NOT NULL), "
 		   "0, min(created_ms) FROM tbx_outbox GROUP BY grp ORDER BY "
@@ -1193,6 +1219,8 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	cJSON_AddItemToObject(doc, "ingress", cJSON_Duplicate(st->ingress, 1));
 	cJSON_AddItemToObject(doc, "alarms", cJSON_Duplicate(st->alarms, 1));
 
+	o = cJSON_AddObjectToObject(doc, "undelivered");
+	insp_json_add_int(o, "messages", st->undelivered);
 	o = cJSON_AddObjectToObject(doc, "dead_letters");
 	insp_json_add_int(o, "recorded", t->dl);
 	insp_json_add_int(o, "pending", t->dl_pending);
@@ -1441,6 +1469,16 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		}
 	}
 
+	if (st->undelivered) {
+		char line[200];
+		snprintf(line, sizeof(line),
+			 "%" PRId64 " outgoing message(s) given up after "
+			 "permanent delivery failures; see 'tokenbox inspect "
+			 "undelivered list'.",
+			 st->undelivered);
+		printf("\n");
+		insp_wrap("Undelivered: ", line);
+	}
 	if (t->tokened) {
 		printf("\n");
 		insp_wrap("note: ",
@@ -1493,8 +1531,9 @@ static int cmd_status(insp_t *in)
 		return INSPECT_EXIT_ERROR;
 	}
 	status_totals(&st, &t);
-	rc = in->o->check && (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
-			      st.alarm_cnt > 0 || st.idle_subs > 0)
+	rc = in->o->check &&
+		     (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
+		      st.alarm_cnt > 0 || st.idle_subs > 0 || st.undelivered)
 		 ? INSPECT_EXIT_FINDING
 		 : INSPECT_EXIT_OK;
 	if (in->o->json)
@@ -1548,6 +1587,9 @@ int tbx_cmd_inspect(int argc, char **argv)
 	case C_REDISPATCH:
 		rc = insp_redispatch(&in);
 		goto out;
+	case C_UD_RESEND:
+		rc = insp_ud_resend(&in);
+		goto out;
 	case C_DL_REPLAY:
 		rc = insp_dl_replay(&in);
 		goto out;
@@ -1583,6 +1625,12 @@ int tbx_cmd_inspect(int argc, char **argv)
 		break;
 	case C_DL_SHOW:
 		rc = insp_dl_show(&in);
+		break;
+	case C_UD_LIST:
+		rc = insp_ud_list(&in);
+		break;
+	case C_UD_SHOW:
+		rc = insp_ud_show(&in);
 		break;
 	default:
 		rc = tbx_cli_usage(INSPECT_CMD, "internal: no command");

@@ -184,7 +184,11 @@ static void usage(void)
 	    "minted in another token store (its tbx-store header) stopped the "
 	    "worker\n"
 	    "under token.store.mismatch=stop (the record is not consumed: fix\n"
-	    "tokens.path and restart); 128 + N after a second signal N.\n"
+	    "tokens.path and restart); 75 after a fatal Kafka consumer error "
+	    "(the\n"
+	    "client cannot go on: restart the process); 128 + N after a "
+	    "second\n"
+	    "signal N.\n"
 	    "\n"
 	    "Example:\n"
 	    "  $ cat /etc/tokenbox/billing.conf\n"
@@ -946,6 +950,8 @@ int tbx_cmd_worker(int argc, char **argv)
 	if (err) {
 		rc = wfail("worker failed: %s: %s", tbx_err_name(err),
 			   tbx_worker_errstr(worker));
+		if (err == TBX_EFATAL)
+			rc = TBX_EXIT_RESTART;
 		goto out;
 	}
 	print_stats(worker);

@@ -67,6 +67,9 @@ typedef enum insp_cmd {
 	C_DL_SHOW,
 	C_DL_REPLAY,
 	C_UNSUBSCRIBE,
+	C_UD_LIST,
+	C_UD_SHOW,
+	C_UD_RESEND,
 } insp_cmd_t;
 
 typedef struct insp_opts {
@@ -160,6 +163,14 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row);
  *  @p with_messages). */
 cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 		     int64_t msg_count, int with_messages);
+
+/*
+ * inspect_undelivered.c
+ */
+int insp_ud_list(insp_t *in);
+int insp_ud_show(insp_t *in);
+/** Re-sends one line as it was first sent; writes the service store. */
+int insp_ud_resend(insp_t *in);
 
 /*
  * inspect_tokens.c

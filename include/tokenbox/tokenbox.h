@@ -70,7 +70,8 @@ const char *tbx_version(void);
 	XX(HEADER, 0, "malformed tbx-* header")                                \
 	XX(PLUGIN, 0, "plugin could not be loaded")                            \
 	XX(STOPPED, 0, "worker is stopping")                                   \
-	XX(MISMATCH, 0, "record minted in another token store")
+	XX(MISMATCH, 0, "record minted in another token store")                \
+	XX(FATAL, 0, "fatal Kafka client error: restart the process")
 
 typedef enum tbx_err {
 #define TBX__ERR_ENUM(name, retriable, msg) TBX_E##name,
@@ -171,6 +172,9 @@ struct sqlite3;
  * holds this message's effects.  Borrowed, valid during the handler call.
  * The handler must not BEGIN, COMMIT, ROLLBACK or RELEASE on it; it may use
  * nested SAVEPOINTs of its own and must release them before returning.
+ * While the handler runs, the connection refuses (SQLITE_AUTH) BEGIN,
+ * COMMIT, ROLLBACK, savepoints named tbx_*, ATTACH, DETACH and pragmas that
+ * change durability or journaling (docs/handlers.md).
  */
 struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx);
 
@@ -302,16 +306,30 @@ typedef struct tbx_stats {
 	uint64_t attempts_lost;	  /**< token sets discarded: another won */
 	uint64_t orphans_swept;	  /**< registrations removed as orphans */
 	uint64_t batches;
-	uint64_t stuck_rows;	   /**< outbox rows the recovery pass found
-					below their committed offset */
-	uint64_t rows_recovered;   /**< of those, rows it finished */
-	uint64_t commits_retried;  /**< offset commits the group refused
-				      (e.g. during a rebalance), sent again */
-	uint64_t store_mismatches; /**< records minted in another token store
-				      (tbx-store): dead-lettered, or the
-				      worker stopped */
-	uint64_t duplicate_alarms; /**< warnings that an unusual share of
-				      records was dropped as duplicates */
+	uint64_t stuck_rows;	  /**< outbox rows the recovery pass found
+				       below their committed offset */
+	uint64_t rows_recovered;  /**< of those, rows it finished */
+	uint64_t commits_retried; /**< offset commits the group refused
+				     (e.g. during a rebalance), sent again */
+	uint64_t handler_refused; /**< statements a handler issued on
+				     tbx_ctx_db() that would end or escape
+				     the transaction (COMMIT, BEGIN, …),
+				     refused */
+	uint64_t dispatch_failed_permanent; /**< deliveries of outgoing
+					       messages that failed with a
+					       permanent error */
+	uint64_t undeliverable;	     /**< outgoing messages given up after
+					dispatch.retry.max retries */
+	uint64_t undelivered_stored; /**< of those, kept in the service
+					store (the dead-letter topic did
+					not take them either) */
+	uint64_t producer_restarts;  /**< producers replaced after a fatal
+					error */
+	uint64_t store_mismatches;   /**< records minted in another token store
+					(tbx-store): dead-lettered, or the
+					worker stopped */
+	uint64_t duplicate_alarms;   /**< warnings that an unusual share of
+					records was dropped as duplicates */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */

@@ -49,7 +49,10 @@ recovery -DRECOVERY pass
 recovery_remint -DBUG_RECOVERY_REMINT fail
 poison - pass poison.pml
 poison_one -DPOISON=2 pass poison.pml
-poison_per_partition -DBUG_PER_PARTITION fail poison.pml'
+poison_per_partition -DBUG_PER_PARTITION fail poison.pml
+giveup -DGIVEUP,-DMAXCRASH=1 pass
+joined_giveup -DJOINED,-DGIVEUP pass
+giveup_loses -DGIVEUP,-DBUG_GIVEUP_LOSES fail'
 
 ok=0 bad=0 start=$(date +%s)
 while read -r name flag expect file; do

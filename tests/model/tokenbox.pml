@@ -32,12 +32,21 @@
  *   BUG_RECOVERY_REMINT          RECOVERY, but the pass mints an attempt of
  *                                its own for every row it resumes and
  *                                records it over the one recorded
+ *   BUG_GIVEUP_LOSES             GIVEUP, but a message given up is dropped
+ *                                instead of kept for a re-send
  * Other switches:
  *   RECOVERY                     a recovery pass runs alongside: it resumes
  *                                any outbox row at any time through B-E, as
  *                                the pass for rows below the committed
  *                                offset does, without a handler (general
  *                                path only)
+ *   GIVEUP                       C may find an outgoing message refused for
+ *                                good: after its retries it is given up —
+ *                                kept in S (tbx_undelivered) with its attempt
+ *                                and token, not produced — and the row
+ *                                finishes; an operator re-sends it once the
+ *                                workers are done (inspect undelivered
+ *                                resend)
  *   JOINED_MIXED                 JOINED for W1 only; W2 is an older process
  *                                on the same file (general path: rows
  *                                without attempt, B, separate D and E)
@@ -99,6 +108,8 @@ byte effect[NMSG];         /* committed handler effects of message m */
 
 /* ---- output topic and downstream ---- */
 bit  produced[MAXATT + 1]; /* a record with this attempt's token is in Kafka */
+byte kept[NMSG];           /* GIVEUP: attempt of outgoing msg m kept in S's
+			      tbx_undelivered, 0 = none */
 byte dproc[NMSG * NGRP];   /* downstream effects per (outgoing msg, group) */
 #define DPROC(m, g) dproc[(m) * NGRP + (g)]
 
@@ -343,11 +354,27 @@ restart:
 #endif
 		CRASH;         /* C.confirmed */
 		atomic {       /* produce (a copy if produced before) */
+#ifdef GIVEUP
+			if
+			:: kept[m] == 0 && !produced[a] ->
+				/* refused for good, retries used up: given up
+				 * (one S transaction, before D and E) */
+#ifndef BUG_GIVEUP_LOSES
+				kept[m] = a
+#else
+				skip
+#endif
+			:: kept[m] != 0 -> skip /* given up before a crash */
+			:: kept[m] == 0 ->
+#endif
 			produced[a] = 1;
 #ifndef ASYNC_DOWNSTREAM
 			/* downstream D1, D2 consume the record at once */
 			CONSUME(a, 0);
 			CONSUME(a, 1)
+#endif
+#ifdef GIVEUP
+			fi
 #endif
 		}
 		CRASH;         /* C.produced / C.delivered */
@@ -451,6 +478,35 @@ proctype Sweeper()
 	:: ALLDONE && !ANYREG -> break
 	od
 }
+
+#ifdef GIVEUP
+/* The operator, once the workers are done: `inspect undelivered resend`
+ * produces each kept message with its own attempt's token. */
+proctype Operator()
+{
+	byte m, a;
+
+	wdone == NWORK;
+	m = 0;
+	do
+	:: m < NMSG ->
+		atomic {
+			a = kept[m];
+			if
+			:: a != 0 ->
+				produced[a] = 1;
+				CONSUME(a, 0);
+				CONSUME(a, 1);
+				kept[m] = 0
+			:: else -> skip
+			fi;
+			m++;
+			a = 0
+		}
+	:: else -> break
+	od
+}
+#endif
 
 /* ------------------------------------------------------------------ */
 /* A downstream group: check + effect + delete its own token, atomic.  */
@@ -611,6 +667,9 @@ init
 		run Sweeper();
 #ifdef RECOVERY
 		run Recovery();
+#endif
+#ifdef GIVEUP
+		run Operator();
 #endif
 #ifdef ASYNC_DOWNSTREAM
 		run Downstream(0);

@@ -1,0 +1,451 @@
+/*
+ * Outgoing messages that can never be delivered, and Kafka clients that
+ * fail for good: every record still ends — processed, dead-lettered, or
+ * kept in the service store — and the partition goes on.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_child.h"
+#include "consumer/worker.h"
+#include "support.h"
+
+#define BIG 6000 /* over the workers' message.max.bytes below */
+
+/* payload "big": a reply too large to send; "lost": a reply to a topic
+ * that does not exist; "reject-long": REJECT with a 5000-byte reason;
+ * "near-limit…" and anything else: a reply with the same payload to
+ * "out", unless the payload starts with "reject". */
+static tbx_verdict_t handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
+{
+	sqlite3 *db = tbx_ctx_db(ctx);
+	sqlite3_stmt *stmt;
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+	char *text = strndup(payload ? payload : "", len);
+	tbx_out_t out = {.topic = "out", .type = "Reply"};
+	tbx_verdict_t verdict = TBX_VERDICT_OK;
+	char *big = NULL;
+
+	(void)opaque;
+	if (strncmp(text, "reject", 6) == 0) {
+		char reason[5001];
+		memset(reason, 'r', sizeof(reason) - 1);
+		reason[sizeof(reason) - 1] = '\0';
+		tbx_ctx_set_error(ctx, reason);
+		free(text);
+		return TBX_VERDICT_REJECT;
+	}
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO effects(msg_id, payload) "
+			       "VALUES (?, ?)",
+			       -1, &stmt, NULL) != SQLITE_OK) {
+		free(text);
+		return TBX_VERDICT_RETRY;
+	}
+	sqlite3_bind_text(stmt, 1, tbx_msg_id(msg), -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 2, text, -1, SQLITE_TRANSIENT);
+	if (sqlite3_step(stmt) != SQLITE_DONE)
+		verdict = TBX_VERDICT_RETRY;
+	sqlite3_finalize(stmt);
+	out.payload = text;
+	out.payload_len = strlen(text);
+	if (strcmp(text, "big") == 0) {
+		big = malloc(BIG);
+		memset(big, 'b', BIG);
+		out.payload = big;
+		out.payload_len = BIG;
+	} else if (strcmp(text, "lost") == 0) {
+		out.topic = "nowhere";
+	}
+	if (verdict == TBX_VERDICT_OK && tbx_ctx_send(ctx, &out) != TBX_OK)
+		verdict = TBX_VERDICT_RETRY;
+	free(big);
+	free(text);
+	return verdict;
+}
+
+typedef struct env {
+	char *dir, *store, *tokens;
+	tt_cluster_t *cluster;
+} env_t;
+
+static void env_init(env_t *e)
+{
+	sqlite3 *db;
+
+	e->dir = tt_tmpdir();
+	e->store = tt_path(e->dir, "s.db");
+	e->tokens = tt_path(e->dir, "t.db");
+	e->cluster = tt_cluster_new(1);
+	tt_cluster_topic(e->cluster, "in", 1);
+	tt_cluster_topic(e->cluster, "out", 1);
+	tt_cluster_topic(e->cluster, "in.dlq", 1);
+	cr_assert_eq(sqlite3_open(e->store, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db,
+				  "CREATE TABLE effects(id INTEGER PRIMARY "
+				  "KEY, msg_id TEXT, payload TEXT)",
+				  NULL, NULL, NULL),
+		     SQLITE_OK);
+	sqlite3_close(db);
+}
+
+static void env_fini(env_t *e)
+{
+	tt_cluster_destroy(e->cluster);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->store);
+	free(e->tokens);
+}
+
+/* A worker whose producer takes messages up to 4096 bytes, retrying a
+ * permanent failure once; more "key", "value" pairs may follow. */
+static tbx_worker_t *worker(env_t *e, const char *k1, const char *v1)
+{
+	char err[512];
+	tbx_worker_t *w = tbx_worker_new(
+	    tt_conf(e->cluster->bootstraps, "g", e->store, e->tokens,
+		    "kafka.producer.message.max.bytes", "4096",
+		    "dispatch.retry.max", "1", k1, v1, NULL),
+	    err, sizeof(err));
+
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", NULL, handle, NULL), TBX_OK);
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	return w;
+}
+
+static void publish(env_t *e, const char *const *payloads, size_t cnt)
+{
+	char err[512];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+
+	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
+		     NULL, 0);
+	tbx_conf_set(conf, "tokens.path", e->tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "error", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	for (size_t i = 0; i < cnt; i++) {
+		tbx_out_t out = {.topic = "in",
+				 .type = "Ask",
+				 .key = "k",
+				 .key_len = 1,
+				 .payload = payloads[i],
+				 .payload_len = strlen(payloads[i])};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+}
+
+typedef struct want {
+	const char *db, *sql;
+	int64_t n;
+} want_t;
+
+static int reached(void *opaque)
+{
+	want_t *w = opaque;
+
+	return tt_count(w->db, w->sql) >= w->n;
+}
+
+/* Every record finished: no outbox row, no token left. */
+static void assert_finished(env_t *e)
+{
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM tbx_outbox"), 0,
+		     "an outbox row was left");
+	cr_assert_eq(tt_count(e->tokens, "SELECT COUNT(*) FROM tbx_tokens "
+					 "WHERE grp = 'g'"),
+		     0, "an incoming token was left");
+}
+
+static const char *header(const tt_record_t *rec, const char *name)
+{
+	const void *v;
+	size_t len;
+	static char buf[2048];
+
+	if (rd_kafka_header_get_last(rec->headers, name, &v, &len))
+		return NULL;
+	snprintf(buf, sizeof(buf), "%.*s", (int)len, (const char *)v);
+	return buf;
+}
+
+Test(delivery,
+     an_oversized_reply_is_kept_in_the_store_and_the_partition_goes_on)
+{
+	env_t e;
+	const char *payloads[] = {"a", "big", "c"};
+	tt_record_t *recs;
+	size_t cnt;
+	tbx_stats_t st;
+
+	env_init(&e);
+	tt_subscribe(e.tokens, "out", "downstream");
+	tbx_worker_t *w = worker(&e, NULL, NULL);
+	publish(&e, payloads, 3);
+	want_t want = {e.store, "SELECT COUNT(*) FROM tbx_undelivered", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+		  "the reply was never given up");
+	want_t all = {e.store,
+		      "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, reached, &all, 10, 60),
+		  "the partition stalled");
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	assert_finished(&e);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"), 3);
+	cnt = tt_read_topic(e.cluster->bootstraps, "out", &recs);
+	cr_assert_eq(cnt, 2, "replies a and c: %zu", cnt);
+	tt_records_free(recs, cnt);
+	/* The dead-letter topic could not take it either (as large). */
+	cr_assert_eq(tt_count(e.store,
+			      "SELECT COUNT(*) FROM tbx_undelivered WHERE "
+			      "topic = 'out' AND length(payload) = 6000 AND "
+			      "token IS NOT NULL AND mint_seq IS NOT NULL AND "
+			      "attempts = 2 AND error LIKE '%too large%'"),
+		     1);
+	/* Its token waits downstream for a re-send. */
+	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens t "
+					"WHERE grp = 'downstream'"),
+		     3);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.undeliverable, 1);
+	cr_assert_eq(st.undelivered_stored, 1);
+	cr_assert_eq(st.dispatch_failed_permanent, 2);
+	tbx_worker_destroy(w);
+
+	/* An operator sees it, and once the limit allows it (the inspect
+	 * command's producer takes up to 1 MB), sends it as it was. */
+	const char *status[] = {"inspect", "-s",     e.store,	"--tokens",
+				e.tokens,  "status", "--check", NULL};
+	cc_result_t res = cc_run(status);
+	cr_assert(cc_exited(res.status, 1), "status --check: %s", res.err);
+	cr_assert(strstr(res.out, "Undelivered"), "%s", res.out);
+	cc_result_free(&res);
+	const char *list[] = {"inspect",     "-s",   e.store, "--json",
+			      "undelivered", "list", NULL};
+	res = cc_run(list);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "out") && strstr(res.out, "too large"), "%s",
+		  res.out);
+	cc_result_free(&res);
+	const char *show[] = {"inspect",     "-s",   e.store, "--json",
+			      "undelivered", "show", "1",     NULL};
+	res = cc_run(show);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "\"bytes\":\t6000") ||
+		      strstr(res.out, "6000"),
+		  "%s", res.out);
+	cc_result_free(&res);
+	const char *resend[] = {"inspect", "-s", e.store, "undelivered",
+				"resend",  "1",	 "-b",	  e.cluster->bootstraps,
+				NULL};
+	res = cc_run(resend);
+	cr_assert(cc_exited(res.status, 0), "resend: %s", res.err);
+	cc_result_free(&res);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_undelivered"),
+		     0);
+	cnt = tt_read_topic(e.cluster->bootstraps, "out", &recs);
+	cr_assert_eq(cnt, 3);
+	cr_assert_eq(strlen(recs[2].payload), BIG);
+	cr_assert_not_null(recs[2].token, "sent with its token");
+	cr_assert_not_null(recs[2].seq);
+	tt_records_free(recs, cnt);
+	env_fini(&e);
+}
+
+Test(delivery, a_reply_to_a_missing_topic_is_dead_lettered_without_auto_create)
+{
+	env_t e;
+	const char *list[] = {"a", "lost", "c"};
+	tt_record_t *recs;
+	size_t cnt;
+	tbx_stats_t st;
+
+	env_init(&e);
+	/* The broker neither has nor creates the topic (the mock cluster
+	 * creates every topic asked for: it is told to answer as a broker
+	 * with auto.create.topics.enable=false would). */
+	rd_kafka_mock_topic_set_error(e.cluster->mock, "nowhere",
+				      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+	tbx_worker_t *w = worker(
+	    &e, "kafka.producer.topic.metadata.propagation.max.ms", "1000");
+	publish(&e, list, 3);
+	want_t want = {e.store,
+		       "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 120),
+		  "the partition stalled");
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	assert_finished(&e);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_undelivered"),
+		     0);
+	cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 1, "%zu", cnt);
+	cr_assert_str_eq(recs[0].payload, "lost");
+	cr_assert_str_eq(header(&recs[0], "tbx-dlq-topic"), "nowhere");
+	cr_assert(strstr(header(&recs[0], "tbx-dlq-error"), "nowhere"));
+	cr_assert_null(recs[0].token, "no group has a token for it");
+	cr_assert_not_null(recs[0].id);
+	tt_records_free(recs, cnt);
+	cnt = tt_read_topic(e.cluster->bootstraps, "out", &recs);
+	cr_assert_eq(cnt, 2);
+	tt_records_free(recs, cnt);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.undeliverable, 1);
+	cr_assert_eq(st.undelivered_stored, 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* A record near the limit, rejected with a long reason: tokenbox's own
+ * headers shrink so that the dead letter still fits. */
+Test(delivery, the_dead_letter_headers_never_push_it_over_the_limit)
+{
+	env_t e;
+	char payload[3601];
+	const char *list[] = {payload, "reject-long", "c"};
+	tt_record_t *recs;
+	size_t cnt;
+
+	memcpy(payload, "reject", 6);
+	memset(payload + 6, 'p', sizeof(payload) - 7);
+	payload[sizeof(payload) - 1] = '\0';
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, NULL, NULL);
+	publish(&e, list, 3);
+	want_t want = {e.store,
+		       "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+		  "the partition stalled");
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	assert_finished(&e);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_undelivered"),
+		     0);
+	cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 2);
+	for (size_t i = 0; i < cnt; i++) {
+		size_t len = strlen(recs[i].dlq_error);
+		cr_assert(len <= 1024, "reason of %zu bytes", len);
+	}
+	cr_assert_eq(strlen(recs[0].payload), 3600);
+	cr_assert(strlen(recs[0].dlq_error) < 400,
+		  "the reason was not shortened to fit");
+	cr_assert(strcmp(recs[0].dlq_error + strlen(recs[0].dlq_error) - 3,
+			 "...") == 0,
+		  "%s", recs[0].dlq_error);
+	cr_assert(strlen(recs[1].dlq_error) > 500, "shortened needlessly");
+	tt_records_free(recs, cnt);
+	/* The stores keep the whole reason. */
+	cr_assert(tt_count(e.store, "SELECT MIN(length(error)) FROM "
+				    "tbx_dead_letters") > 500);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* Nothing can make this dead letter fit: after its retries it is kept in
+ * the service store, and the partition goes on. */
+Test(delivery, a_dead_letter_too_large_to_send_is_kept_in_the_store)
+{
+	env_t e;
+	char payload[4081];
+	const char *list[] = {payload, "c"};
+
+	memcpy(payload, "reject", 6);
+	memset(payload + 6, 'p', sizeof(payload) - 7);
+	payload[sizeof(payload) - 1] = '\0';
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, NULL, NULL);
+	publish(&e, list, 2);
+	want_t want = {e.store,
+		       "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+		  "the partition stalled");
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	assert_finished(&e);
+	cr_assert_eq(tt_count(e.store,
+			      "SELECT COUNT(*) FROM tbx_undelivered WHERE "
+			      "topic = 'in.dlq' AND length(payload) = 4080"),
+		     1);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
+		     1);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+Test(delivery, an_invalid_dlq_suffix_is_refused_when_configured)
+{
+	tbx_conf_t *conf = tbx_conf_new();
+	char err[512];
+
+	cr_assert_eq(tbx_conf_set(conf, "dlq.suffix", "/dlq", err, sizeof(err)),
+		     TBX_ECONF);
+	cr_assert(strstr(err, "dlq.suffix") && strstr(err, "topic"), "%s", err);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "dlq.suffix", ".dead letters", err, sizeof(err)),
+	    TBX_ECONF);
+	cr_assert_eq(tbx_conf_set(conf, "dlq.suffix", "-dead_letters.v2", err,
+				  sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_conf_destroy(conf);
+}
+
+/* One pushed OUT_OF_ORDER_SEQUENCE_NUMBER is fatal for the idempotent
+ * producer: the worker replaces it and every reply is delivered. */
+Test(fatal, a_fatal_producer_error_replaces_the_producer)
+{
+	env_t e;
+	const char *list[] = {"a", "b", "c", "d"};
+	tt_record_t *recs;
+	size_t cnt;
+	tbx_stats_t st;
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, NULL, NULL);
+	publish(&e, list, 4);
+	rd_kafka_mock_push_request_errors(
+	    e.cluster->mock, TT_API_PRODUCE, 1,
+	    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+	want_t want = {e.store, "SELECT COUNT(*) FROM effects", 4};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 20, 90));
+	assert_finished(&e);
+	cnt = tt_read_topic(e.cluster->bootstraps, "out", &recs);
+	cr_assert_geq(cnt, 4);
+	tt_records_free(recs, cnt);
+	tbx_worker_stats(w, &st);
+	cr_assert_geq(st.producer_restarts, 1);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"), 4);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* A fatal consumer error ends the worker with TBX_EFATAL (and
+ * `tokenbox worker` with status 75). */
+Test(fatal, a_fatal_consumer_error_ends_the_worker)
+{
+	env_t e;
+	int r = 0;
+	int64_t deadline;
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, NULL, NULL);
+	cr_assert_eq(
+	    rd_kafka_test_fatal_error(
+		w->consumer, RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID, "test"),
+	    RD_KAFKA_RESP_ERR_NO_ERROR);
+	deadline = tbx__mono_ms() + 30000 * tt_time_factor();
+	while (tbx__mono_ms() < deadline && (r = tbx_worker_poll(w, 100)) >= 0)
+		;
+	cr_assert_eq(r, -TBX_EFATAL, "poll returned %d", r);
+	cr_assert(strstr(tbx_worker_errstr(w), "fatal"), "%s",
+		  tbx_worker_errstr(w));
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}

@@ -1,0 +1,259 @@
+/*
+ * A handler cannot end or escape the batch's transaction: whatever it runs
+ * on tbx_ctx_db() — COMMIT, BEGIN, ROLLBACK, RELEASE of tokenbox's
+ * savepoint, ATTACH, a pragma that weakens durability — is refused, the
+ * handler sees the error, and every message still takes effect once.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/worker.h"
+#include "support.h"
+
+/* What the hostile handler tries, one per record, in turn. */
+static const char *const attacks[] = {
+    "COMMIT; BEGIN IMMEDIATE",
+    "COMMIT",
+    "END",
+    "ROLLBACK",
+    "BEGIN",
+    "RELEASE tbx_msg",
+    "ROLLBACK TO tbx_msg",
+    "SAVEPOINT tbx_mine",
+    "ATTACH ':memory:' AS other",
+    "DETACH main",
+    "PRAGMA synchronous = OFF",
+    "PRAGMA main.synchronous = 0",
+    "PRAGMA journal_mode = DELETE",
+    "PRAGMA locking_mode = EXCLUSIVE",
+    "PRAGMA wal_checkpoint(TRUNCATE)",
+    "PRAGMA foreign_keys = OFF",
+    "PRAGMA user_version = 99",
+};
+#define ATTACKS (sizeof(attacks) / sizeof(attacks[0]))
+
+typedef struct hostile {
+	int calls;
+	int refused[ATTACKS]; /* SQLITE_AUTH seen */
+	int other[ATTACKS];   /* any other result */
+	char errmsg[ATTACKS][128];
+	sqlite3_stmt *commit; /* prepared before the worker ran */
+} hostile_t;
+
+static int effect(sqlite3 *db, const tbx_msg_t *msg)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(db, "INSERT INTO effects(msg_id) VALUES (?)", -1,
+			       &stmt, NULL) != SQLITE_OK)
+		return 0;
+	sqlite3_bind_text(stmt, 1, tbx_msg_id(msg), -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE;
+}
+
+/* Record i tries attacks[i % ATTACKS] after its effect, then returns OK
+ * whatever happened: the effect must still commit once. */
+static tbx_verdict_t hostile_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				    void *opaque)
+{
+	hostile_t *h = opaque;
+	sqlite3 *db = tbx_ctx_db(ctx);
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+	int i = atoi(payload ? payload : "0") % (int)ATTACKS;
+	int rc;
+
+	h->calls++;
+	if (!effect(db, msg))
+		return TBX_VERDICT_RETRY;
+	rc = sqlite3_exec(db, attacks[i], NULL, NULL, NULL);
+	if ((rc & 0xff) == SQLITE_AUTH)
+		h->refused[i]++;
+	else
+		h->other[i]++;
+	snprintf(h->errmsg[i], sizeof(h->errmsg[i]), "%s", sqlite3_errmsg(db));
+	return TBX_VERDICT_OK;
+}
+
+static tbx_verdict_t commit_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				   void *opaque)
+{
+	hostile_t *h = opaque;
+	sqlite3 *db = tbx_ctx_db(ctx);
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+
+	h->calls++;
+	if (!effect(db, msg))
+		return TBX_VERDICT_RETRY;
+	if (payload && len == 6 && memcmp(payload, "commit", 6) == 0) {
+		int rc = sqlite3_step(h->commit);
+		sqlite3_reset(h->commit);
+		h->other[0] = rc;
+		snprintf(h->errmsg[0], sizeof(h->errmsg[0]), "%s",
+			 sqlite3_errmsg(db));
+	}
+	return TBX_VERDICT_OK;
+}
+
+typedef struct env {
+	char *dir, *store, *tokens;
+	tt_cluster_t *cluster;
+} env_t;
+
+static void env_init(env_t *e)
+{
+	e->dir = tt_tmpdir();
+	e->store = tt_path(e->dir, "s.db");
+	e->tokens = tt_path(e->dir, "t.db");
+	e->cluster = tt_cluster_new(1);
+	tt_cluster_topic(e->cluster, "in", 1);
+	tt_cluster_topic(e->cluster, "in.dlq", 1);
+	tt_hop_table(e->store, "effects");
+}
+
+static void env_fini(env_t *e)
+{
+	tt_cluster_destroy(e->cluster);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->store);
+	free(e->tokens);
+}
+
+static tbx_worker_t *worker(env_t *e, tbx_handler_fn fn, hostile_t *h)
+{
+	char err[512];
+	tbx_worker_t *w = tbx_worker_new(
+	    tt_conf(e->cluster->bootstraps, "g", e->store, e->tokens, NULL),
+	    err, sizeof(err));
+
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", NULL, fn, h), TBX_OK);
+	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	return w;
+}
+
+typedef struct want {
+	const char *db, *sql;
+	int64_t n;
+} want_t;
+
+static int reached(void *opaque)
+{
+	want_t *w = opaque;
+
+	return tt_count(w->db, w->sql) >= w->n;
+}
+
+static void publish(env_t *e, const char *const *payloads, size_t cnt)
+{
+	char err[512];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+
+	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
+		     NULL, 0);
+	tbx_conf_set(conf, "tokens.path", e->tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "error", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	for (size_t i = 0; i < cnt; i++) {
+		tbx_out_t out = {.topic = "in",
+				 .type = "Hit",
+				 .key = "k",
+				 .key_len = 1,
+				 .payload = payloads[i],
+				 .payload_len = strlen(payloads[i])};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+}
+
+Test(guard, every_statement_that_ends_or_escapes_the_transaction_is_refused)
+{
+	env_t e;
+	hostile_t h = {0};
+	char payloads[ATTACKS][8];
+	const char *list[ATTACKS];
+	tbx_stats_t st;
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, hostile_handle, &h);
+	for (size_t i = 0; i < ATTACKS; i++) {
+		snprintf(payloads[i], sizeof(payloads[i]), "%zu", i);
+		list[i] = payloads[i];
+	}
+	publish(&e, list, ATTACKS);
+	want_t want = {e.store, "SELECT COUNT(*) FROM effects", ATTACKS};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+		  "the worker did not process every record");
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	for (size_t i = 0; i < ATTACKS; i++) {
+		cr_expect_eq(h.refused[i], 1, "'%s' was not refused (%s)",
+			     attacks[i], h.errmsg[i]);
+		cr_expect_eq(h.other[i], 0, "'%s' ran (%s)", attacks[i],
+			     h.errmsg[i]);
+	}
+	/* One effect per message, each committed with its outbox row and
+	 * finished; the worker never stopped. */
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"),
+		     (int64_t)ATTACKS);
+	cr_assert_eq(
+	    tt_count(e.store, "SELECT COUNT(DISTINCT msg_id) FROM effects"),
+	    (int64_t)ATTACKS);
+	cr_assert_eq(h.calls, (int)ATTACKS, "handlers ran again");
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_outbox"), 0);
+	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(tt_count(e.store, "PRAGMA user_version"),
+		     TBX_SCHEMA_VERSION);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.handler_refused, ATTACKS, "refused: %llu",
+		     (unsigned long long)st.handler_refused);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* A COMMIT prepared outside the handler escapes the authorizer: the
+ * commit hook refuses it, SQLite rolls the batch back, and the record is
+ * dead-lettered without its handler; the others take effect once. */
+Test(guard, a_commit_prepared_before_the_handler_is_rolled_back)
+{
+	env_t e;
+	hostile_t h = {0};
+	const char *list[] = {"a", "commit", "b"};
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, commit_handle, &h);
+	cr_assert_eq(sqlite3_prepare_v2(tbx_outbox_db(w->store), "COMMIT", -1,
+					&h.commit, NULL),
+		     SQLITE_OK);
+	publish(&e, list, 3);
+	want_t want = {e.store, "SELECT COUNT(*) FROM effects", 2};
+	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	cr_assert_eq(h.other[0] & 0xff, SQLITE_CONSTRAINT,
+		     "COMMIT gave %d (%s)", h.other[0], h.errmsg[0]);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"), 2);
+	cr_assert_eq(
+	    tt_count(e.store, "SELECT COUNT(DISTINCT msg_id) FROM effects"), 2);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_outbox"), 0);
+	cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 1);
+	cr_assert_str_eq(recs[0].payload, "commit");
+	cr_assert(recs[0].dlq_error &&
+		  strstr(recs[0].dlq_error, "tried to commit"));
+	tt_records_free(recs, cnt);
+	sqlite3_finalize(h.commit);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
