@@ -51,6 +51,7 @@ Apache Kafka $KAFKA_VERSION on 127.0.0.1, in KRaft combined mode.
   --node I        the node for kill and restart
 
 Environment: TBX_KAFKA_VERSION (default $KAFKA_VERSION),
+TBX_KAFKA_PORT_BASE (the default of --port-base),
 TBX_KAFKA_HEAP_MB (default 512), XDG_CACHE_HOME (the cache is
 \${XDG_CACHE_HOME:-~/.cache}/tokenbox/kafka-VERSION).
 Needs Java 17+ and Maven (Debian: default-jdk-headless, maven; installed
@@ -71,7 +72,7 @@ cmd=${1:-}
 shift
 brokers=1
 dir=/tmp/tokenbox-kafka
-port_base=39000
+port_base=${TBX_KAFKA_PORT_BASE:-39000}
 node=
 while (($#)); do
 	case $1 in
@@ -148,8 +149,10 @@ fetch() {
 </project>
 EOF
 	echo "$prog: fetching Apache Kafka $KAFKA_VERSION into $cache" >&2
-	if ! (cd "$cache" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
-		-DincludeScope=runtime -DoutputDirectory="$cache/libs" >&2); then
+	# Maven 3.8 colours its output even with -B: the escapes are taken out.
+	if ! (cd "$cache" && mvn -q -B dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$cache/libs" 2>&1 |
+		sed 's/\x1b\[[0-9;]*m//g' >&2); then
 		die "Maven could not fetch org.apache.kafka:kafka_2.13:$KAFKA_VERSION" \
 			"(is Maven Central reachable?)"
 	fi

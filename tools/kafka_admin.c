@@ -254,3 +254,110 @@ out:
 	rd_kafka_destroy(rk);
 	return rc;
 }
+
+/* One DeleteGroups round: @returns the groups left non-empty, or -1. */
+static int delete_groups_once(rd_kafka_t *rk, const char *const *names,
+			      size_t cnt, long long deadline, char *errstr,
+			      size_t errstr_size)
+{
+	rd_kafka_DeleteGroup_t *dg[256];
+	rd_kafka_queue_t *q;
+	rd_kafka_event_t *ev;
+	size_t n = 0;
+	int non_empty = 0;
+
+	for (; n < cnt && n < sizeof(dg) / sizeof(dg[0]); n++)
+		dg[n] = rd_kafka_DeleteGroup_new(names[n]);
+	q = rd_kafka_queue_new(rk);
+	rd_kafka_DeleteGroups(rk, dg, n, NULL, q);
+	rd_kafka_DeleteGroup_destroy_array(dg, n);
+	if (!(ev = admin_wait(q, deadline))) {
+		rd_kafka_queue_destroy(q);
+		snprintf(errstr, errstr_size, "no answer to DeleteGroups");
+		return -1;
+	}
+	if (rd_kafka_event_error(ev)) {
+		snprintf(errstr, errstr_size, "DeleteGroups: %s",
+			 rd_kafka_event_error_string(ev));
+		non_empty = -1;
+	} else {
+		size_t rn = 0;
+		const rd_kafka_group_result_t **gr =
+		    rd_kafka_DeleteGroups_result_groups(
+			rd_kafka_event_DeleteGroups_result(ev), &rn);
+		for (size_t i = 0; i < rn && non_empty >= 0; i++) {
+			const rd_kafka_error_t *ge =
+			    rd_kafka_group_result_error(gr[i]);
+			rd_kafka_resp_err_t err =
+			    ge ? rd_kafka_error_code(ge)
+			       : RD_KAFKA_RESP_ERR_NO_ERROR;
+			if (err == RD_KAFKA_RESP_ERR_NON_EMPTY_GROUP) {
+				non_empty++;
+				snprintf(errstr, errstr_size,
+					 "consumer group %s stays non-empty",
+					 rd_kafka_group_result_name(gr[i]));
+			} else if (err &&
+				   err !=
+				       RD_KAFKA_RESP_ERR_GROUP_ID_NOT_FOUND) {
+				snprintf(errstr, errstr_size,
+					 "cannot delete consumer group %s: %s",
+					 rd_kafka_group_result_name(gr[i]),
+					 rd_kafka_error_string(ge));
+				non_empty = -1;
+			}
+		}
+	}
+	rd_kafka_event_destroy(ev);
+	rd_kafka_queue_destroy(q);
+	return non_empty;
+}
+
+int tbx_cli_delete_groups(const char *bootstraps, const char *const *names,
+			  size_t cnt, int timeout_ms, char *errstr,
+			  size_t errstr_size)
+{
+	long long deadline = now_ms() + timeout_ms;
+	rd_kafka_t *rk = admin_client(bootstraps, errstr, errstr_size);
+	int rc = -1;
+
+	if (!rk)
+		return -1;
+	for (;;) {
+		const struct rd_kafka_group_list *list = NULL;
+		const char *all[256];
+		const char *const *which = names;
+		size_t n = cnt;
+		int left;
+
+		if (!names) {
+			rd_kafka_resp_err_t err =
+			    rd_kafka_list_groups(rk, NULL, &list, 10000);
+			if (err) {
+				snprintf(errstr, errstr_size,
+					 "cannot list the consumer groups: %s",
+					 rd_kafka_err2str(err));
+				break;
+			}
+			for (n = 0; n < (size_t)list->group_cnt &&
+				    n < sizeof(all) / sizeof(all[0]);
+			     n++)
+				all[n] = list->groups[n].group;
+			which = all;
+		}
+		left = n ? delete_groups_once(rk, which, n, deadline, errstr,
+					      errstr_size)
+			 : 0;
+		if (list)
+			rd_kafka_group_list_destroy(list);
+		if (left <= 0) {
+			rc = left;
+			break;
+		}
+		if (now_ms() >= deadline)
+			break;
+		struct timespec ts = {0, 200 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	rd_kafka_destroy(rk);
+	return rc;
+}

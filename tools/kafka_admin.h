@@ -30,4 +30,16 @@ int tbx_cli_delete_topics(const char *bootstraps, const char *const *names,
 			  size_t cnt, int timeout_ms, char *errstr,
 			  size_t errstr_size);
 
+/**
+ * Deletes the consumer groups @p names (@p cnt of them; NULL: every group
+ * the cluster lists), with their committed offsets.  A group with members
+ * cannot be deleted: a member that just left, or was killed and has not
+ * yet timed out, keeps it so for a while, and such groups are tried again
+ * until @p timeout_ms.  A group that does not exist is not an error.
+ * @returns 0, or -1 with a message in @p errstr.
+ */
+int tbx_cli_delete_groups(const char *bootstraps, const char *const *names,
+			  size_t cnt, int timeout_ms, char *errstr,
+			  size_t errstr_size);
+
 #endif
