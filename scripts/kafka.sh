@@ -202,6 +202,7 @@ num.io.threads=4
 num.recovery.threads.per.data.dir=1
 background.threads=4
 log.segment.bytes=67108864
+leader.imbalance.check.interval.seconds=20
 EOF
 	cat >"$nd/log4j2.xml" <<EOF
 <Configuration status="warn">
