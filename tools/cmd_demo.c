@@ -1,6 +1,8 @@
 /*
  * `tokenbox demo`: a two-hop pipeline on an embedded librdkafka mock
- * cluster, with what exactly-once has to survive mixed in.
+ * cluster (or, with --bootstrap-servers, on an existing cluster, in topics
+ * and groups named after the run), with what exactly-once has to survive
+ * mixed in.
  *
  *   publisher --orders--> order-service --payments--> payment-service
  *
