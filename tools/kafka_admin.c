@@ -325,26 +325,31 @@ int tbx_cli_delete_groups(const char *bootstraps, const char *const *names,
 	for (;;) {
 		const struct rd_kafka_group_list *list = NULL;
 		const char *all[256];
-		const char *const *which = names;
-		size_t n = cnt;
+		size_t n = 0;
 		int left;
+		/* Only groups the cluster lists: DeleteGroups of one that
+		 * does not exist waits for a coordinator, which a fresh
+		 * cluster without __consumer_offsets never has. */
+		rd_kafka_resp_err_t err =
+		    rd_kafka_list_groups(rk, NULL, &list, 10000);
 
-		if (!names) {
-			rd_kafka_resp_err_t err =
-			    rd_kafka_list_groups(rk, NULL, &list, 10000);
-			if (err) {
-				snprintf(errstr, errstr_size,
-					 "cannot list the consumer groups: %s",
-					 rd_kafka_err2str(err));
-				break;
-			}
-			for (n = 0; n < (size_t)list->group_cnt &&
-				    n < sizeof(all) / sizeof(all[0]);
-			     n++)
-				all[n] = list->groups[n].group;
-			which = all;
+		if (err) {
+			snprintf(errstr, errstr_size,
+				 "cannot list the consumer groups: %s",
+				 rd_kafka_err2str(err));
+			break;
 		}
-		left = n ? delete_groups_once(rk, which, n, deadline, errstr,
+		for (int i = 0;
+		     i < list->group_cnt && n < sizeof(all) / sizeof(all[0]);
+		     i++) {
+			int wanted = !names;
+			for (size_t j = 0; j < cnt && !wanted; j++)
+				wanted = strcmp(names[j],
+						list->groups[i].group) == 0;
+			if (wanted)
+				all[n++] = list->groups[i].group;
+		}
+		left = n ? delete_groups_once(rk, all, n, deadline, errstr,
 					      errstr_size)
 			 : 0;
 		if (list)
