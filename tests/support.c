@@ -103,9 +103,9 @@ const char *tt_real_kafka(void)
 }
 
 /* Empties the real cluster of what earlier tests left: every topic but
- * the broker's own, and every consumer group that has no members left
- * (a killed member's group empties after its session timeout; its
- * offsets went with the topics). */
+ * the broker's own, and every consumer group with its offsets, waiting
+ * for the members that just left or were killed (until their session
+ * times out) to be gone. */
 static void real_reset(const char *bootstraps)
 {
 	rd_kafka_t *rk = plain_client(RD_KAFKA_PRODUCER, bootstraps);

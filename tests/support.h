@@ -42,9 +42,9 @@ typedef struct tt_cluster {
 } tt_cluster_t;
 
 /** An in-process mock cluster of @p brokers, or in the `kafka` tier the
- *  real cluster, emptied of the topics and groups of earlier tests (the
- *  tier's tests run one at a time).  Fault injection through @c mock is
- *  for the mock only. */
+ *  real cluster (whatever its size), emptied of the topics and groups of
+ *  earlier tests (the tier's tests run one at a time).  Fault injection
+ *  through @c mock is for the mock only. */
 tt_cluster_t *tt_cluster_new(int brokers);
 void tt_cluster_topic(tt_cluster_t *cluster, const char *topic, int partitions);
 void tt_cluster_destroy(tt_cluster_t *cluster);
