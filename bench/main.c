@@ -23,6 +23,7 @@
 #include "tokenbox/tokenbox.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
+#include "tools/kafka_admin.h"
 
 #define NKINDS 4
 static const char *const kinds[NKINDS] = {"plain", "inbox", "kafka-txn",
@@ -35,7 +36,7 @@ static const char usage_text[] =
     "                 [--storage-messages N] [--sweeps 0|1]\n"
     "                 [--contenders LIST] [--downstream 0|1]\n"
     "                 [--token-store single|separate] [--out DIR]\n"
-    "                 [--tokenbox PATH] [--keep]\n"
+    "                 [--tokenbox PATH] [--keep] [--bootstrap-servers B]\n"
     "\n"
     "Runs one workload (consume a record, write one row to a business table\n"
     "in an SQLite store, produce one record; 200-byte payloads, 8\n"
@@ -80,6 +81,11 @@ static const char usage_text[] =
     "  --contenders LIST     comma-separated subset of plain, inbox,\n"
     "                        kafka-txn, tokenbox (default: all four)\n"
     "  --keep                keep the stores under the work directory\n"
+    "  --bootstrap-servers B run on the Apache Kafka cluster at B instead of\n"
+    "                        a mock-cluster: the topics (replication factor\n"
+    "                        of the broker's default) and groups carry a\n"
+    "                        prefix of the run, bench-<pid>-, and stay;\n"
+    "                        kafka-txn's transactions are real ones there\n"
     "  -h, --help            show this help\n"
     "\n"
     "The last line of standard output is one summary:\n"
@@ -95,6 +101,8 @@ typedef struct cfg {
 	int quick, json, keep;
 	unsigned mask; /* contenders to run, bit per kind */
 	char out[PATH_MAX], tokenbox[PATH_MAX], self[PATH_MAX], work[256];
+	const char *bootstrap; /* a real cluster, or NULL: the mock */
+	char prefix[32];       /* of topics and groups on a real cluster */
 } cfg_t;
 
 static cfg_t cfg;
@@ -310,9 +318,10 @@ static void run_plan(run_t *r, int kind, long messages, long batch,
 	r->messages = messages;
 	r->batch = batch;
 	r->downstream = (int)cfg.downstream;
-	snprintf(r->in, sizeof(r->in), "in-%s-%d", tag, n);
-	snprintf(r->out, sizeof(r->out), "out-%s-%d", tag, n);
-	snprintf(r->group, sizeof(r->group), "%s-%s-%d", kinds[kind], tag, n);
+	snprintf(r->in, sizeof(r->in), "%sin-%s-%d", cfg.prefix, tag, n);
+	snprintf(r->out, sizeof(r->out), "%sout-%s-%d", cfg.prefix, tag, n);
+	snprintf(r->group, sizeof(r->group), "%s%s-%s-%d", cfg.prefix,
+		 kinds[kind], tag, n);
 	snprintf(r->dir, sizeof(r->dir), "%s/run-%d", cfg.work, n);
 	snprintf(spec, sizeof(spec), "%s:%d", r->in, BENCH_PARTITIONS);
 	argv_push("--topic");
@@ -322,10 +331,47 @@ static void run_plan(run_t *r, int kind, long messages, long batch,
 	argv_push(spec);
 }
 
+/* A real cluster: the planned topics ("--topic name:partitions" in
+ * cluster_argv) created through the admin API. */
+static void real_cluster_start(void)
+{
+	const char *names[64];
+	int parts[64];
+	size_t cnt = 0;
+	char err[512];
+
+	snprintf(bootstraps, sizeof(bootstraps), "%s", cfg.bootstrap);
+	for (int i = 0; i + 1 < cluster_argc; i++) {
+		char *colon;
+		if (strcmp(cluster_argv[i], "--topic") != 0)
+			continue;
+		colon = strrchr(cluster_argv[++i], ':');
+		if (!colon)
+			continue;
+		*colon = '\0';
+		names[cnt] = cluster_argv[i];
+		parts[cnt++] = atoi(colon + 1);
+		if (cnt == sizeof(names) / sizeof(names[0])) {
+			if (tbx_cli_create_topics(bootstraps, names, parts, cnt,
+						  120000, err, sizeof(err)))
+				fail("%s: %s", bootstraps, err);
+			cnt = 0;
+		}
+	}
+	if (cnt && tbx_cli_create_topics(bootstraps, names, parts, cnt, 120000,
+					 err, sizeof(err)))
+		fail("%s: %s", bootstraps, err);
+}
+
 static void cluster_start(void)
 {
 	char bootfile[PATH_MAX + 16];
 	FILE *f;
+
+	if (cfg.bootstrap) {
+		real_cluster_start();
+		return;
+	}
 
 	snprintf(bootfile, sizeof(bootfile), "%s/bootstrap", cfg.work);
 	argv_push("--bootstrap-file");
@@ -825,6 +871,15 @@ static int parse_args(int argc, char **argv)
 			cfg.json = 1;
 		} else if (strcmp(a, "--keep") == 0) {
 			cfg.keep = 1;
+		} else if (strcmp(a, "--bootstrap-servers") == 0) {
+			if (!val || !*val || strlen(val) >= sizeof(bootstraps))
+				return usage_error("--bootstrap-servers: want "
+						   "host:port[,host:port...]%s",
+						   "");
+			cfg.bootstrap = val;
+			snprintf(cfg.prefix, sizeof(cfg.prefix), "bench-%ld-",
+				 (long)getpid());
+			i++;
 		} else if (strcmp(a, "--contenders") == 0) {
 			char list[256], *tok, *save = NULL;
 			if (!val || !*val || strlen(val) >= sizeof(list))
@@ -1007,7 +1062,9 @@ int bench_driver_main(int argc, char **argv)
 			s_runs[i].downstream = 0;
 		}
 	cluster_start();
-	progress("mock cluster %s, work directory %s\n", bootstraps, cfg.work);
+	progress("%s %s, work directory %s\n",
+		 cfg.bootstrap ? "Apache Kafka at" : "mock cluster", bootstraps,
+		 cfg.work);
 
 	/* Interleaved: plain inbox kafka-txn tokenbox, plain inbox ... */
 	for (long i = 0; i < reps * NKINDS; i++)
@@ -1024,9 +1081,11 @@ int bench_driver_main(int argc, char **argv)
 	if (cfg.storage_messages)
 		for (int i = 0; i < 2; i++)
 			s_res[i] = storage_run(&s_runs[i]);
-	kill(cluster_pid, SIGTERM);
-	waitpid(cluster_pid, NULL, 0);
-	cluster_pid = 0;
+	if (cluster_pid > 0) {
+		kill(cluster_pid, SIGTERM);
+		waitpid(cluster_pid, NULL, 0);
+		cluster_pid = 0;
+	}
 
 	/* Figures per contender: medians over the repetitions. */
 	cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
@@ -1097,6 +1156,8 @@ int bench_driver_main(int argc, char **argv)
 	}
 	cJSON_AddStringToObject(root, "tokenbox", tbx_version());
 	cJSON_AddStringToObject(root, "librdkafka", rd_kafka_version_str());
+	cJSON_AddStringToObject(root, "cluster",
+				cfg.bootstrap ? cfg.bootstrap : "mock");
 	cJSON_AddNumberToObject(root, "messages", (double)cfg.messages);
 	cJSON_AddNumberToObject(root, "reps", (double)reps);
 	cJSON_AddNumberToObject(root, "partitions", BENCH_PARTITIONS);
@@ -1182,10 +1243,16 @@ int bench_driver_main(int argc, char **argv)
 	len += (size_t)snprintf(text + len,                                    \
 				len < sizeof(text) ? sizeof(text) - len : 0,   \
 				__VA_ARGS__)
-	OUT("tokenbox %s bench, %s, %ld CPUs; librdkafka %s, `tokenbox "
-	    "mock-cluster`\n",
-	    tbx_version(), date, sysconf(_SC_NPROCESSORS_ONLN),
-	    rd_kafka_version_str());
+	if (cfg.bootstrap)
+		OUT("tokenbox %s bench, %s, %ld CPUs; librdkafka %s, Apache "
+		    "Kafka at %s\n",
+		    tbx_version(), date, sysconf(_SC_NPROCESSORS_ONLN),
+		    rd_kafka_version_str(), cfg.bootstrap);
+	else
+		OUT("tokenbox %s bench, %s, %ld CPUs; librdkafka %s, `tokenbox "
+		    "mock-cluster`\n",
+		    tbx_version(), date, sysconf(_SC_NPROCESSORS_ONLN),
+		    rd_kafka_version_str());
 	OUT("workload: %ld records per run, %d partitions, %d-byte payloads, "
 	    "batches of up to %d records / %d ms; every store WAL + "
 	    "synchronous=FULL; %ld interleaved run(s), medians\n\n",
@@ -1205,10 +1272,11 @@ int bench_driver_main(int argc, char **argv)
 			snprintf(p99, sizeof(p99), "%.1f", lat99[k]);
 		}
 		OUT("| %s%s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s |\n",
-		    kinds[k], k == TXN ? " (*)" : "", agg[k].rate, p50, p99,
-		    agg[k].txn_per_k, agg[k].sync_per_k, agg[k].rss_mb, rows);
+		    kinds[k], k == TXN && !cfg.bootstrap ? " (*)" : "",
+		    agg[k].rate, p50, p99, agg[k].txn_per_k, agg[k].sync_per_k,
+		    agg[k].rss_mb, rows);
 	}
-	if (HAS(TXN))
+	if (HAS(TXN) && !cfg.bootstrap)
 		OUT("\n(*) librdkafka's mock cluster writes no transaction "
 		    "markers and "
 		    "drops TxnOffsetCommit: kafka-txn's row is a lower bound "

@@ -12,6 +12,7 @@ packages=(
 	sqlite3 kcat clang-format spin ca-certificates git
 	groff-base
 	clang-14 libclang-rt-14-dev
+	default-jdk-headless maven
 )
 
 missing=()

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The whole check, as CI runs it: dependencies, a -Werror build and its
-# tests, an ASan+UBSan build and its tests, a bounded run of the fuzz
-# targets, clang-format, and a scan for banned string functions.  Every
-# step runs (a failed build skips only its own tests); the last line sums
-# up, and the exit status is 0 only if all passed.
+# The whole check, as CI runs it: dependencies, a real Apache Kafka broker
+# (scripts/kafka.sh), a -Werror build and its tests, an ASan+UBSan build
+# and its tests -- each suite with its `kafka` tier against that broker --,
+# a bounded run of the fuzz targets, clang-format, and a scan for banned
+# string functions.  Every step runs (a failed build skips only its own
+# tests); the last line sums up, and the exit status is 0 only if all
+# passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -30,6 +32,27 @@ if ! bash scripts/install-deps.sh; then
 	echo "test.sh: FAIL: the dependencies could not be installed" >&2
 	exit 1
 fi
+
+# One broker for both suites' kafka tier, stopped however this ends.  If
+# it does not start, the tier's tests skip and the step fails the run.
+kafka_dir=$(mktemp -d /tmp/tokenbox-kafka.XXXXXX)
+stop_kafka() {
+	bash scripts/kafka.sh stop --dir "$kafka_dir" >/dev/null 2>&1
+	if ((${#failed[@]} == 0)); then
+		rm -rf "$kafka_dir"
+	else
+		echo "test.sh: the broker's logs stay in $kafka_dir" >&2
+	fi
+}
+trap stop_kafka EXIT
+start_kafka() {
+	local b
+	b=$(bash scripts/kafka.sh start --dir "$kafka_dir") || return 1
+	export TBX_KAFKA_BOOTSTRAP=$b
+	echo "test.sh: Apache Kafka at $b (logs in $kafka_dir)"
+}
+unset TBX_KAFKA_BOOTSTRAP
+step kafka-broker start_kafka
 
 if step build bash scripts/build.sh --dir build; then
 	step tests ctest --test-dir build --output-on-failure -j4

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tokens/tokens.h"
+#include "tools/kafka_admin.h"
 
 int tt_time_factor(void)
 {
@@ -88,11 +89,62 @@ static rd_kafka_t *plain_client(rd_kafka_type_t type, const char *bootstraps)
 	return rk;
 }
 
+const char *tt_real_kafka(void)
+{
+	const char *tier = getenv("TBX_KAFKA_TIER");
+	const char *b = getenv("TBX_KAFKA_BOOTSTRAP");
+
+	if (!tier || strcmp(tier, "1") != 0)
+		return NULL;
+	cr_assert(b && *b,
+		  "the kafka tier needs TBX_KAFKA_BOOTSTRAP (scripts/kafka.sh "
+		  "start prints it)");
+	return b;
+}
+
+/* Empties the real cluster of what earlier tests left: every topic but
+ * the broker's own, and every consumer group with its offsets, waiting
+ * for the members that just left or were killed (until their session
+ * times out) to be gone. */
+static void real_reset(const char *bootstraps)
+{
+	rd_kafka_t *rk = plain_client(RD_KAFKA_PRODUCER, bootstraps);
+	const struct rd_kafka_metadata *md;
+	const char *names[256];
+	size_t cnt = 0;
+	char err[512];
+
+	cr_assert_eq(rd_kafka_metadata(rk, 1, NULL, &md, 10000),
+		     RD_KAFKA_RESP_ERR_NO_ERROR, "metadata of %s", bootstraps);
+	for (int i = 0; i < md->topic_cnt && cnt < 256; i++)
+		if (strncmp(md->topics[i].topic, "__", 2) != 0)
+			names[cnt++] = md->topics[i].topic;
+	cr_assert_eq(tbx_cli_delete_topics(bootstraps, names, cnt, 60000, err,
+					   sizeof(err)),
+		     0, "%s", err);
+	rd_kafka_metadata_destroy(md);
+	/* A member that just left or was killed keeps its group non-empty
+	 * for a moment, or until its session times out. */
+	cr_assert_eq(tbx_cli_delete_groups(bootstraps, NULL, 0,
+					   60000 * tt_time_factor(), err,
+					   sizeof(err)),
+		     0, "%s", err);
+	rd_kafka_destroy(rk);
+}
+
 tt_cluster_t *tt_cluster_new(int brokers)
 {
 	tt_cluster_t *c = calloc(1, sizeof(*c));
 	char err[256];
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_t *conf;
+	const char *real = tt_real_kafka();
+
+	if (real) {
+		snprintf(c->bootstraps, sizeof(c->bootstraps), "%s", real);
+		real_reset(c->bootstraps);
+		return c;
+	}
+	conf = rd_kafka_conf_new();
 
 	rd_kafka_conf_set_log_cb(conf, quiet_log);
 	c->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
@@ -106,6 +158,15 @@ tt_cluster_t *tt_cluster_new(int brokers)
 
 void tt_cluster_topic(tt_cluster_t *c, const char *topic, int partitions)
 {
+	if (!c->mock) {
+		char err[512];
+		const char *names[] = {topic};
+		cr_assert_eq(tbx_cli_create_topics(c->bootstraps, names,
+						   &partitions, 1, 60000, err,
+						   sizeof(err)),
+			     0, "%s", err);
+		return;
+	}
 	cr_assert_eq(rd_kafka_mock_topic_create(c->mock, topic, partitions, 1),
 		     RD_KAFKA_RESP_ERR_NO_ERROR);
 }
@@ -114,8 +175,10 @@ void tt_cluster_destroy(tt_cluster_t *c)
 {
 	if (!c)
 		return;
-	rd_kafka_mock_cluster_destroy(c->mock);
-	rd_kafka_destroy(c->rk);
+	if (c->mock)
+		rd_kafka_mock_cluster_destroy(c->mock);
+	if (c->rk)
+		rd_kafka_destroy(c->rk);
 	free(c);
 }
 

@@ -31,12 +31,20 @@ void tt_rmrf(const char *dir);
 /** malloc'ed "dir/name". */
 char *tt_path(const char *dir, const char *name);
 
+/** The real cluster of the `kafka` tier: TBX_KAFKA_BOOTSTRAP when the
+ *  test runs in that tier (ctest sets TBX_KAFKA_TIER=1), else NULL. */
+const char *tt_real_kafka(void);
+
 typedef struct tt_cluster {
 	rd_kafka_t *rk;
-	rd_kafka_mock_cluster_t *mock;
-	char bootstraps[256];
+	rd_kafka_mock_cluster_t *mock; /**< NULL on a real cluster */
+	char bootstraps[1024];
 } tt_cluster_t;
 
+/** An in-process mock cluster of @p brokers, or in the `kafka` tier the
+ *  real cluster (whatever its size), emptied of the topics and groups of
+ *  earlier tests (the tier's tests run one at a time).  Fault injection
+ *  through @c mock is for the mock only. */
 tt_cluster_t *tt_cluster_new(int brokers);
 void tt_cluster_topic(tt_cluster_t *cluster, const char *topic, int partitions);
 void tt_cluster_destroy(tt_cluster_t *cluster);

@@ -99,6 +99,8 @@ Test(cli_demo, bad_arguments_exit_2_naming_the_option, .timeout = 120)
 	    {{"--messages"}, "--messages"},
 	    {{"--seed", "-1"}, "--seed"},
 	    {{"--keep", ""}, "--keep"},
+	    {{"--bootstrap-servers", ""}, "--bootstrap-servers"},
+	    {{"--bootstrap-servers"}, "--bootstrap-servers"},
 	    {{"--frobnicate"}, "--frobnicate"},
 	    {{"surplus"}, "surplus"},
 	};

@@ -86,18 +86,22 @@ Test(publish, failed_flush_is_retried_with_the_same_ids_and_tokens)
 	char *tokens = tt_path(dir, "tokens.db");
 	char *store = tt_path(dir, "s1.db");
 	tt_cluster_t *c = tt_cluster_new(1);
-	char err[256];
+	char err[256], timeout[32];
 	size_t failed = 0;
 	tt_record_t *recs;
 	size_t cnt;
 
+	/* The failing flush fails at once (the error is not retriable); the
+	 * retry needs its deliveries within the timeout, on a loaded
+	 * machine too. */
+	snprintf(timeout, sizeof(timeout), "%d", 1000 * tt_time_factor());
 	tt_cluster_topic(c, "in", 1);
 	tt_subscribe(tokens, "in", "g1");
 	tt_hop_table(store, "hop1");
 	tbx_conf_t *conf = tbx_conf_new();
 	tbx_conf_set(conf, "kafka.bootstrap.servers", c->bootstraps, NULL, 0);
 	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
-	tbx_conf_set(conf, "dispatch.timeout.ms", "1000", NULL, 0);
+	tbx_conf_set(conf, "dispatch.timeout.ms", timeout, NULL, 0);
 	tbx_conf_set(conf, "log.level", "error", NULL, 0);
 	tbx_publisher_t *pub = tbx_publisher_new(conf, err, sizeof(err));
 	cr_assert(pub, "%s", err);

@@ -1,6 +1,8 @@
 /*
  * `tokenbox demo`: a two-hop pipeline on an embedded librdkafka mock
- * cluster, with what exactly-once has to survive mixed in.
+ * cluster (or, with --bootstrap-servers, on an existing cluster, in topics
+ * and groups named after the run), with what exactly-once has to survive
+ * mixed in.
  *
  *   publisher --orders--> order-service --payments--> payment-service
  *
@@ -41,6 +43,7 @@
 
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
+#include "tools/kafka_admin.h"
 
 #define CMD "demo"
 
@@ -54,6 +57,7 @@
 #define DEMO_TIMEOUT_S	      120
 #define DEMO_READ_MAX	      2000 /* records read back per round */
 #define DEMO_MAX_SEED	      9007199254740991LL /* 2^53 - 1: exact in JSON */
+#define DEMO_ADMIN_TIMEOUT_MS 60000
 
 static int64_t mono_ms(void)
 {
@@ -123,8 +127,9 @@ static int order_parse(const void *payload, size_t len, order_t *order)
  * demo needs to watch it.
  */
 typedef struct hop {
-	const char *group;
-	const char *topic; /* consumed */
+	const char *group;    /* the service's name: stores, output */
+	const char *group_id; /* its consumer group on the cluster */
+	const char *topic;    /* consumed */
 	const char *type;
 	const char *create_sql;
 	const char *insert_sql;
@@ -652,8 +657,11 @@ static void usage(void)
 {
 	printf("Usage: tokenbox demo [--messages N] [--json] [--keep DIR] "
 	       "[--seed S]\n"
+	       "                     [--bootstrap-servers B]\n"
 	       "\n"
-	       "Runs a two-hop pipeline on an embedded mock Kafka cluster:\n"
+	       "Runs a two-hop pipeline on an embedded mock Kafka cluster, or "
+	       "on the\n"
+	       "Kafka cluster at B:\n"
 	       "  publisher --orders--> order-service --payments--> "
 	       "payment-service\n"
 	       "with about 10%% of the records re-produced byte for byte at "
@@ -671,6 +679,17 @@ static void usage(void)
 	       "  -s, --seed S      seed of customers, amounts and duplicate "
 	       "picks\n"
 	       "                    (0..%lld, default: random, printed)\n"
+	       "  -b, --bootstrap-servers B\n"
+	       "                    run on an existing cluster instead of "
+	       "the embedded\n"
+	       "                    mock: the run creates its own topics "
+	       "(admin API,\n"
+	       "                    broker's default replication factor) and "
+	       "groups,\n"
+	       "                    named tokenbox-demo-<run>.orders etc., and "
+	       "leaves them\n"
+	       "                    there (the broker may also auto-create "
+	       "topics)\n"
 	       "  -h, --help        show this help\n"
 	       "\n"
 	       "Exit status: 0 when every order took effect exactly once, 1 "
@@ -688,6 +707,7 @@ typedef struct result {
 	double elapsed_s;
 	int timed_out;
 	int exactly_once;
+	const char *cluster; /* bootstrap servers, or NULL: the mock */
 } result_t;
 
 static cJSON *stats_json(const tbx_stats_t *s, int instances)
@@ -722,6 +742,10 @@ static int print_json(const result_t *r, hop_t *hops, int64_t n,
 
 	if (!o)
 		return -1;
+	if (r->cluster)
+		cJSON_AddStringToObject(o, "cluster", r->cluster);
+	else
+		cJSON_AddStringToObject(o, "cluster", "mock");
 	cJSON_AddNumberToObject(o, "messages", (double)n);
 	cJSON_AddNumberToObject(o, "customers", (double)customers);
 	cJSON_AddNumberToObject(o, "seed", (double)seed);
@@ -782,6 +806,8 @@ static void print_summary(const result_t *r, const hop_t *hops, int64_t n,
 
 	printf("tokenbox demo: %" PRId64 " orders, publisher -> %s -> %s\n", n,
 	       hops[0].group, hops[1].group);
+	printf("  cluster              %s\n",
+	       r->cluster ? r->cluster : "embedded mock");
 	printf("  customers            %" PRId64 " (seed %lld)\n", customers,
 	       seed);
 	printf("  duplicates injected  %" PRId64 " (orders %" PRId64
@@ -830,7 +856,12 @@ typedef struct demo {
 	char tokens_path[PATH_MAX];
 	rd_kafka_t *mock_rk; /* hosts the mock cluster */
 	rd_kafka_mock_cluster_t *mock;
-	char bootstraps[256];
+	const char *cluster; /* --bootstrap-servers, or NULL: the mock */
+	char bootstraps[1024];
+	/* Per hop: the topic it consumes, its dead-letter topic, its group
+	 * id.  On an existing cluster they carry the run's name, so that a
+	 * run never meets an earlier one's records or committed offsets. */
+	char names[2][3][128];
 	tbx_publisher_t *pub;
 	hop_t hops[2];
 	rd_kafka_t *reader, *dup_producer;
@@ -838,15 +869,81 @@ typedef struct demo {
 	char errstr[PATH_MAX + 1024];
 } demo_t;
 
+/* Names the topics and groups: as they are on the mock, with a prefix
+ * unique to the run on an existing cluster. */
+static void demo_names(demo_t *d)
+{
+	char prefix[64] = "";
+
+	if (d->cluster)
+		snprintf(prefix, sizeof(prefix), "tokenbox-demo-%lld-%ld.",
+			 d->seed, (long)getpid());
+	for (int i = 0; i < 2; i++) {
+		hop_t *hop = &d->hops[i];
+		snprintf(d->names[i][0], sizeof(d->names[i][0]), "%s%s", prefix,
+			 hop->topic);
+		snprintf(d->names[i][1], sizeof(d->names[i][1]), "%s%s.dlq",
+			 prefix, hop->topic);
+		snprintf(d->names[i][2], sizeof(d->names[i][2]), "%s%s", prefix,
+			 hop->group);
+	}
+	for (int i = 0; i < 2; i++) {
+		d->hops[i].topic = d->names[i][0];
+		d->hops[i].group_id = d->names[i][2];
+		d->hops[i].next_topic = i == 0 ? d->names[1][0] : NULL;
+	}
+}
+
+/* The cluster: the embedded mock, or the one at --bootstrap-servers with
+ * the run's topics created through the admin API. */
+static int demo_cluster(demo_t *d)
+{
+	char *es = d->errstr;
+	size_t esz = sizeof(d->errstr);
+	rd_kafka_resp_err_t err;
+
+	if (d->cluster) {
+		const char *names[4] = {d->names[0][0], d->names[0][1],
+					d->names[1][0], d->names[1][1]};
+		const int parts[4] = {DEMO_PARTITIONS, 1, DEMO_PARTITIONS, 1};
+
+		snprintf(d->bootstraps, sizeof(d->bootstraps), "%s",
+			 d->cluster);
+		if (tbx_cli_create_topics(d->bootstraps, names, parts, 4,
+					  DEMO_ADMIN_TIMEOUT_MS, es, esz))
+			return tbx_cli_fail(CMD, "%s: %s", d->bootstraps, es);
+		if (!d->json)
+			fprintf(stderr, "  cluster %s, topics %s and %s\n",
+				d->bootstraps, names[0], names[2]);
+		return TBX_EXIT_OK;
+	}
+	if (!(d->mock_rk = client_new(RD_KAFKA_PRODUCER, NULL, es, esz)))
+		return tbx_cli_fail(CMD, "cannot create a Kafka client: %s",
+				    es);
+	if (!(d->mock = rd_kafka_mock_cluster_new(d->mock_rk, 1)))
+		return tbx_cli_fail(CMD, "cannot start the mock cluster");
+	snprintf(d->bootstraps, sizeof(d->bootstraps), "%s",
+		 rd_kafka_mock_cluster_bootstraps(d->mock));
+	for (int i = 0; i < 2; i++) {
+		if ((err = rd_kafka_mock_topic_create(d->mock, d->names[i][0],
+						      DEMO_PARTITIONS, 1)) ||
+		    (err = rd_kafka_mock_topic_create(d->mock, d->names[i][1],
+						      1, 1)))
+			return tbx_cli_fail(CMD, "cannot create topic %s: %s",
+					    d->names[i][0],
+					    rd_kafka_err2str(err));
+	}
+	return TBX_EXIT_OK;
+}
+
 static int demo_setup(demo_t *d)
 {
-	static const char *const topics[] = {"orders", "payments"};
-	static const char *const dlqs[] = {"orders.dlq", "payments.dlq"};
 	rd_kafka_topic_partition_list_t *parts;
 	char *es = d->errstr;
 	size_t esz = sizeof(d->errstr);
 	tbx_conf_t *pub_conf;
 	rd_kafka_resp_err_t err;
+	int rc;
 
 	/* Stores. */
 	if (d->keep) {
@@ -873,21 +970,8 @@ static int demo_setup(demo_t *d)
 			     d->hops[i].group) >= (int)sizeof(d->hops[i].path))
 			return tbx_cli_usage(CMD, "--keep: path too long");
 
-	/* The cluster. */
-	if (!(d->mock_rk = client_new(RD_KAFKA_PRODUCER, NULL, es, esz)))
-		return tbx_cli_fail(CMD, "cannot create a Kafka client: %s",
-				    es);
-	if (!(d->mock = rd_kafka_mock_cluster_new(d->mock_rk, 1)))
-		return tbx_cli_fail(CMD, "cannot start the mock cluster");
-	snprintf(d->bootstraps, sizeof(d->bootstraps), "%s",
-		 rd_kafka_mock_cluster_bootstraps(d->mock));
-	for (int i = 0; i < 2; i++) {
-		if ((err = rd_kafka_mock_topic_create(d->mock, topics[i],
-						      DEMO_PARTITIONS, 1)) ||
-		    (err = rd_kafka_mock_topic_create(d->mock, dlqs[i], 1, 1)))
-			return tbx_cli_fail(CMD, "cannot create topic %s: %s",
-					    topics[i], rd_kafka_err2str(err));
-	}
+	if ((rc = demo_cluster(d)))
+		return rc;
 
 	/* The services.  Each subscribes (first poll) before anything is
 	 * published: records minted before a group subscribed would be
@@ -895,7 +979,7 @@ static int demo_setup(demo_t *d)
 	for (int i = 0; i < 2; i++) {
 		hop_t *hop = &d->hops[i];
 		const char *kv[] = {
-		    "group.id", hop->group, "store.path", hop->path,
+		    "group.id", hop->group_id, "store.path", hop->path,
 		    "tokens.path", d->tokens_path, "tokens.create", "true",
 		    "kafka.bootstrap.servers", d->bootstraps, "log.level",
 		    "warning",
@@ -903,8 +987,12 @@ static int demo_setup(demo_t *d)
 		     * member left after the session timeout
 		     * less 1 s: a short one keeps the
 		     * restart quick.  Heartbeats come from
-		     * librdkafka's own thread. */
-		    "kafka.consumer.session.timeout.ms", "3000",
+		     * librdkafka's own thread.  A broker
+		     * refuses less than its
+		     * group.min.session.timeout.ms, 6 s by
+		     * default. */
+		    "kafka.consumer.session.timeout.ms",
+		    d->cluster ? "6000" : "3000",
 		    "kafka.consumer.heartbeat.interval.ms", "300", NULL};
 		if (!(hop->conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
@@ -947,7 +1035,8 @@ static int demo_setup(demo_t *d)
 		return tbx_cli_fail(CMD, "out of memory");
 	for (int i = 0; i < 2; i++)
 		for (int32_t p = 0; p < DEMO_PARTITIONS; p++)
-			rd_kafka_topic_partition_list_add(parts, topics[i], p)
+			rd_kafka_topic_partition_list_add(parts,
+							  d->hops[i].topic, p)
 			    ->offset = RD_KAFKA_OFFSET_BEGINNING;
 	err = rd_kafka_assign(d->reader, parts);
 	rd_kafka_topic_partition_list_destroy(parts);
@@ -955,7 +1044,7 @@ static int demo_setup(demo_t *d)
 		return tbx_cli_fail(CMD, "reader: assign: %s",
 				    rd_kafka_err2str(err));
 	for (int i = 0; i < 2; i++) {
-		d->injs[i].topic = topics[i];
+		d->injs[i].topic = d->hops[i].topic;
 		d->injs[i].hop = &d->hops[i];
 		if (!(d->injs[i].seen = calloc((size_t)d->n + 1, 1)))
 			return tbx_cli_fail(CMD, "out of memory");
@@ -980,8 +1069,10 @@ static void demo_fini(demo_t *d)
 	for (int i = 0; i < 2; i++)
 		hop_fini(&d->hops[i]);
 	/* Clients first: they would log the cluster's going. */
-	rd_kafka_mock_cluster_destroy(d->mock);
-	rd_kafka_destroy(d->mock_rk);
+	if (d->mock)
+		rd_kafka_mock_cluster_destroy(d->mock);
+	if (d->mock_rk)
+		rd_kafka_destroy(d->mock_rk);
 	if (d->dir_made)
 		temp_dir_remove(d->dir);
 }
@@ -1003,7 +1094,7 @@ static int publish_chunk(demo_t *d, int64_t *published, uint64_t *rng)
 		int plen = snprintf(payload, sizeof(payload),
 				    "{\"order\":\"%" PRId64 "\",\"amount\":%d}",
 				    i, 100 + (int)(rng_next(rng) % 99900));
-		tbx_out_t out = {.topic = "orders",
+		tbx_out_t out = {.topic = d->hops[0].topic,
 				 .type = "OrderPlaced",
 				 .key = key,
 				 .key_len = (size_t)klen,
@@ -1161,6 +1252,7 @@ static int demo_result(demo_t *d, result_t *res)
 			 sizeof(d->errstr)))
 		return tbx_cli_fail(CMD, "cannot read the stores: %s",
 				    d->errstr);
+	res->cluster = d->cluster;
 	res->exactly_once = !res->timed_out && res->orders_rows == d->n &&
 			    res->orders_distinct == d->n &&
 			    res->payments_rows == d->n &&
@@ -1175,6 +1267,7 @@ int tbx_cmd_demo(int argc, char **argv)
 	    {"json", no_argument, NULL, 'j'},
 	    {"keep", required_argument, NULL, 'k'},
 	    {"seed", required_argument, NULL, 's'},
+	    {"bootstrap-servers", required_argument, NULL, 'b'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -1213,7 +1306,7 @@ int tbx_cmd_demo(int argc, char **argv)
 	long long v;
 	int c, rc;
 
-	while ((c = tbx_cli_getopt(CMD, argc, argv, "n:jk:s:h", longopts)) !=
+	while ((c = tbx_cli_getopt(CMD, argc, argv, "n:jk:s:b:h", longopts)) !=
 	       -1) {
 		switch (c) {
 		case 'n':
@@ -1236,6 +1329,16 @@ int tbx_cmd_demo(int argc, char **argv)
 				return TBX_EXIT_USAGE;
 			d.seed = v;
 			break;
+		case 'b':
+			if (!*optarg || strlen(optarg) >= sizeof(d.bootstraps))
+				return tbx_cli_usage(
+				    CMD,
+				    "--bootstrap-servers: want "
+				    "host:port[,host:port...] "
+				    "(1..%zu characters)",
+				    sizeof(d.bootstraps) - 1);
+			d.cluster = optarg;
+			break;
 		case 'h':
 			usage();
 			return TBX_EXIT_OK;
@@ -1255,6 +1358,7 @@ int tbx_cmd_demo(int argc, char **argv)
 				     (uint64_t)getpid()) &
 			 0x7fffffff;
 	d.customers = d.n / 10 > 0 ? d.n / 10 : 1;
+	demo_names(&d);
 	if (tbx_cli_on_stop(NULL, NULL))
 		return tbx_cli_fail(CMD, "cannot install signal handlers: %s",
 				    strerror(errno));

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <librdkafka/rdkafka.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
@@ -28,6 +29,7 @@
 #include "consumer/util.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
+#include "tools/kafka_admin.h"
 
 static const char usage_text[] =
     "Usage: tbx_chaos [options]\n"
@@ -67,6 +69,20 @@ static const char usage_text[] =
     "                          this build's tests)\n"
     "      --plugin PATH       the chaos handler plugin (default: next to\n"
     "                          this program)\n"
+    "  -b, --bootstrap-servers B\n"
+    "                          run on this Apache Kafka cluster instead of\n"
+    "                          a mock-cluster process: its topics jobs,\n"
+    "                          events, *.dlq and groups svc-a..c are\n"
+    "                          deleted and created afresh.  Broker faults\n"
+    "                          there need --kafka-dir\n"
+    "      --kafka-dir DIR     the cluster's scripts/kafka.sh directory:\n"
+    "                          broker faults become nodes killed (SIGKILL,\n"
+    "                          also the groups' coordinator's) or stopped\n"
+    "                          (SIGTERM, a controller each) and restarted,\n"
+    "                          one at a time; leaders and coordinators move\n"
+    "                          with them\n"
+    "      --kafka-script PATH scripts/kafka.sh (default: this source\n"
+    "                          tree's)\n"
     "  -v, --verbose           log every action; twice: workers log at\n"
     "                          level info\n"
     "  -h, --help              show this help\n"
@@ -99,7 +115,7 @@ typedef struct run {
 	uint64_t rng;
 	char dir[PATH_MAX - 64], store_dir[PATH_MAX], logs[PATH_MAX];
 	char tokens[PATH_MAX + 16];
-	char bootstraps[256];
+	char bootstraps[1024];
 	int mounted;
 	/* the mock cluster and its control channel */
 	pid_t mc_pid;
@@ -116,6 +132,12 @@ typedef struct run {
 	int64_t rtt_clear_at;
 	int64_t disk_free_at;
 	char ballast[PATH_MAX + 16];
+	/* a real cluster's node taken down (0: none), its broker process,
+	 * when it comes back, and the kafka.sh restart bringing it */
+	int node_down, node_count;
+	pid_t node_pid, restart_pid;
+	int64_t node_up_at;
+	int restart_failed;
 	/* publisher thread */
 	pthread_t pub_thread;
 	atomic_long published;
@@ -580,6 +602,145 @@ static const req_fault_t req_faults[] = {
  * sent again while its first one is pending in the mock.  Every group is
  * coordinated by broker CH_COORDINATOR, set before any worker starts. */
 
+/*
+ * Broker faults on a real cluster started by scripts/kafka.sh --dir DIR:
+ * node I's broker process is DIR/node-I/pid, and `kafka.sh restart`
+ * brings it back on its storage.
+ */
+
+static pid_t node_pid(run_t *r, int node)
+{
+	char path[PATH_MAX];
+	long pid = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/node-%d/pid", r->o.kafka_dir, node);
+	if ((f = fopen(path, "r"))) {
+		if (fscanf(f, "%ld", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	return (pid_t)pid;
+}
+
+/* The node whose broker leads the __consumer_offsets partition of
+ * @p group: its coordinator (Utils.abs(groupId.hashCode()) % partitions,
+ * as the broker computes it).  0 if unknown. */
+static int coordinator_of(run_t *r, const char *group)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	const struct rd_kafka_metadata *md;
+	rd_kafka_topic_t *rkt;
+	rd_kafka_t *rk;
+	int32_t h = 0;
+	int node = 0;
+
+	rd_kafka_conf_set(conf, "bootstrap.servers", r->bootstraps, NULL, 0);
+	rd_kafka_conf_set(conf, "log_level", "0", NULL, 0);
+	if (!(rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, NULL, 0))) {
+		rd_kafka_conf_destroy(conf);
+		return 0;
+	}
+	for (const char *c = group; *c; c++)
+		h = (int32_t)((uint32_t)h * 31u + (unsigned char)*c);
+	h = h == INT32_MIN ? 0 : h < 0 ? -h : h;
+	rkt = rd_kafka_topic_new(rk, "__consumer_offsets", NULL);
+	if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == 0) {
+		if (md->topic_cnt == 1 && md->topics[0].partition_cnt > 0) {
+			const struct rd_kafka_metadata_topic *t =
+			    &md->topics[0];
+			int32_t p = h % t->partition_cnt;
+			for (int i = 0; i < t->partition_cnt; i++)
+				if (t->partitions[i].id == p)
+					node = t->partitions[i].leader;
+		}
+		rd_kafka_metadata_destroy(md);
+	}
+	rd_kafka_topic_destroy(rkt);
+	rd_kafka_destroy(rk);
+	return node > 0 && node <= r->node_count ? node : 0;
+}
+
+static void real_broker_fault(run_t *r)
+{
+	long kind = ch_between(&r->rng, 0, 2);
+	int node = (int)ch_between(&r->rng, 1, r->node_count);
+	const char *group = ch_group_names[ch_between(&r->rng, 0, 2)];
+	pid_t pid;
+
+	if (r->node_down || r->node_count < 2)
+		return; /* one at a time: the others keep every partition */
+	if (kind == 1 && !(node = coordinator_of(r, group)))
+		return;
+	if ((pid = node_pid(r, node)) <= 0 || kill(pid, 0) != 0)
+		return;
+	kill(pid, kind == 2 ? SIGTERM : SIGKILL);
+	r->node_down = node;
+	r->node_pid = pid;
+	r->node_up_at = mono_ms() + ch_between(&r->rng, 1000, 5000);
+	r->fig.broker_faults++;
+	VERBOSE(r, "broker fault: node %d %s%s%s", node,
+		kind == 2 ? "stopped (SIGTERM)" : "killed (SIGKILL)",
+		kind == 1 ? ", coordinator of " : "", kind == 1 ? group : "");
+}
+
+/* Brings the node taken down back once its time came (@p all: now, and
+ * waits for it). */
+static void real_node_expire(run_t *r, int all)
+{
+	int status;
+
+	if (!r->node_down)
+		return;
+	if (!r->restart_pid) {
+		if (!all && mono_ms() < r->node_up_at)
+			return;
+		/* A stopped broker finishes its controlled shutdown first. */
+		for (int64_t dl = mono_ms() + 60000;
+		     kill(r->node_pid, 0) == 0 && (all || mono_ms() < dl);) {
+			if (!all)
+				return;
+			usleep(100000);
+		}
+		char node[16], log[PATH_MAX + 32];
+		snprintf(node, sizeof(node), "%d", r->node_down);
+		snprintf(log, sizeof(log), "%s/kafka-restart.log", r->logs);
+		if ((r->restart_pid = fork()) == 0) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+			}
+			char *argv[] = {"bash",
+					r->o.kafka_script,
+					"restart",
+					"--node",
+					node,
+					"--dir",
+					(char *)r->o.kafka_dir,
+					NULL};
+			execvp(argv[0], argv);
+			_exit(127);
+		}
+		if (r->restart_pid < 0) {
+			r->restart_pid = 0;
+			return;
+		}
+	}
+	if (waitpid(r->restart_pid, &status, all ? 0 : WNOHANG) !=
+	    r->restart_pid)
+		return;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		say("node %d did not restart (see %s/kafka-restart.log)",
+		    r->node_down, r->logs);
+		r->restart_failed = 1;
+	} else {
+		VERBOSE(r, "node %d back", r->node_down);
+	}
+	r->restart_pid = 0;
+	r->node_down = 0;
+}
+
 static void broker_fault(run_t *r)
 {
 	int64_t now = mono_ms();
@@ -587,6 +748,10 @@ static void broker_fault(run_t *r)
 	int b = (int)ch_between(&r->rng, 1, CH_BROKERS);
 	int ok = -1;
 
+	if (r->o.bootstrap) {
+		real_broker_fault(r);
+		return;
+	}
 	switch (kind) {
 	case 0: /* a broker down for a while (one at a time), never the
 		 * groups' coordinator (see below) */
@@ -632,6 +797,7 @@ static void faults_expire(run_t *r, int all)
 {
 	int64_t now = mono_ms();
 
+	real_node_expire(r, all);
 	if (r->broker_down && (all || now >= r->broker_up_at)) {
 		ctl(r, "broker up %d", r->broker_down);
 		r->broker_down = 0;
@@ -642,7 +808,7 @@ static void faults_expire(run_t *r, int all)
 	}
 	if (r->disk_free_at && (all || now >= r->disk_free_at))
 		disk_free(r);
-	if (all && r->o.broker_faults)
+	if (all && r->o.broker_faults && !r->o.bootstrap)
 		for (size_t i = 0;
 		     i < sizeof(req_faults) / sizeof(req_faults[0]); i++)
 			ctl(r, "clear %s", req_faults[i].request);
@@ -858,6 +1024,41 @@ static int subscribe_groups(run_t *r)
 	return rc ? -1 : 0;
 }
 
+/* A real cluster: the pipeline's topics and groups afresh, and its
+ * nodes for broker faults. */
+static int real_setup(run_t *r)
+{
+	const char *topics[4] = {CH_JOBS, CH_EVENTS, CH_JOBS ".dlq",
+				 CH_EVENTS ".dlq"};
+	const int parts[4] = {CH_PARTITIONS, CH_PARTITIONS, 1, 1};
+	char err[512], path[PATH_MAX];
+	FILE *f;
+
+	snprintf(r->bootstraps, sizeof(r->bootstraps), "%s", r->o.bootstrap);
+	if (tbx_cli_delete_topics(r->bootstraps, topics, 4, 60000, err,
+				  sizeof(err)) ||
+	    tbx_cli_delete_groups(r->bootstraps, ch_group_names, CH_GROUPS,
+				  60000, err, sizeof(err)) ||
+	    tbx_cli_create_topics(r->bootstraps, topics, parts, 4, 60000, err,
+				  sizeof(err))) {
+		say("%s: %s", r->bootstraps, err);
+		return -1;
+	}
+	if (!r->o.kafka_dir) {
+		r->o.broker_faults = 0;
+		return 0;
+	}
+	snprintf(path, sizeof(path), "%s/brokers", r->o.kafka_dir);
+	if (!(f = fopen(path, "r")) || fscanf(f, "%d", &r->node_count) != 1) {
+		say("--kafka-dir: %s: no cluster of scripts/kafka.sh", path);
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	return 0;
+}
+
 static int run(run_t *r)
 {
 	int64_t end, next_attack, next_progress;
@@ -872,17 +1073,22 @@ static int run(run_t *r)
 		say("cannot set up %s: %s", r->dir, strerror(errno));
 		return 2;
 	}
-	if (mc_start(r) != 0 ||
-	    ctl_line(r, r->bootstraps, sizeof(r->bootstraps), 30000) != 0) {
+	if (r->o.bootstrap) {
+		if (real_setup(r) != 0)
+			return 2;
+	} else if (mc_start(r) != 0 ||
+		   ctl_line(r, r->bootstraps, sizeof(r->bootstraps), 30000) !=
+		       0) {
 		say("mock-cluster did not start (see %s/mock-cluster.log)",
 		    r->logs);
 		return 2;
 	}
-	if (r->o.broker_faults && ctl(r, "help") != 0) {
+	if (r->o.broker_faults && !r->o.bootstrap && ctl(r, "help") != 0) {
 		say("mock-cluster has no control channel");
 		return 2;
 	}
-	for (int g = 0; g < CH_GROUPS && r->o.broker_faults; g++)
+	for (int g = 0; g < CH_GROUPS && r->o.broker_faults && !r->o.bootstrap;
+	     g++)
 		if (ctl(r, "coordinator group %s %d", ch_group_names[g],
 			CH_COORDINATOR) != 0)
 			return 2;
@@ -992,6 +1198,8 @@ static int run(run_t *r)
 		rc = 2;
 	if (!ok || r->fig.unclean_stops || interrupted)
 		rc = rc ? rc : 1;
+	if (r->restart_failed)
+		rc = 2;
 	return rc;
 }
 
@@ -1044,6 +1252,9 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	    {"keep", no_argument, NULL, 'k'},
 	    {"tokenbox", required_argument, NULL, 'T'},
 	    {"plugin", required_argument, NULL, 'P'},
+	    {"bootstrap-servers", required_argument, NULL, 'b'},
+	    {"kafka-dir", required_argument, NULL, 'Z'},
+	    {"kafka-script", required_argument, NULL, 'S'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -1068,7 +1279,9 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	const char *here = dirname(self);
 	snprintf(o->plugin, sizeof(o->plugin), "%s/libtbx_chaos.so", here);
 	snprintf(o->tokenbox, sizeof(o->tokenbox), "%s/../../tokenbox", here);
-	while ((c = getopt_long(argc, argv, "s:d:D:m:w:p:vh", longopts,
+	snprintf(o->kafka_script, sizeof(o->kafka_script),
+		 "%s/scripts/kafka.sh", TBX_CHAOS_SOURCE_DIR);
+	while ((c = getopt_long(argc, argv, "s:d:D:m:w:p:b:vh", longopts,
 				NULL)) != -1) {
 		switch (c) {
 		case 's': {
@@ -1149,6 +1362,21 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 		case 'P':
 			snprintf(o->plugin, sizeof(o->plugin), "%s", optarg);
 			break;
+		case 'b':
+			if (!*optarg) {
+				fprintf(stderr, "tbx_chaos: "
+						"--bootstrap-servers: empty\n");
+				return 2;
+			}
+			o->bootstrap = optarg;
+			break;
+		case 'Z':
+			o->kafka_dir = optarg;
+			break;
+		case 'S':
+			snprintf(o->kafka_script, sizeof(o->kafka_script), "%s",
+				 optarg);
+			break;
 		case 'v':
 			o->verbose++;
 			break;
@@ -1168,6 +1396,16 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	if (access(o->tokenbox, X_OK) != 0) {
 		fprintf(stderr, "tbx_chaos: --tokenbox: %s: %s\n", o->tokenbox,
 			strerror(errno));
+		return 2;
+	}
+	if (o->kafka_dir && !o->bootstrap) {
+		fprintf(stderr, "tbx_chaos: --kafka-dir needs "
+				"--bootstrap-servers\n");
+		return 2;
+	}
+	if (o->kafka_dir && access(o->kafka_script, R_OK) != 0) {
+		fprintf(stderr, "tbx_chaos: --kafka-script: %s: %s\n",
+			o->kafka_script, strerror(errno));
 		return 2;
 	}
 	if (access(o->plugin, R_OK) != 0) {

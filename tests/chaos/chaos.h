@@ -42,6 +42,11 @@ typedef struct ch_opts {
 	int verbose;
 	const char *dir; /* run directory (created), or NULL: a temporary */
 	char tokenbox[512], plugin[512];
+	/* A real Kafka cluster instead of the mock (NULL: the mock), and
+	 * the scripts/kafka.sh directory of its nodes (NULL: no broker
+	 * faults there). */
+	const char *bootstrap, *kafka_dir;
+	char kafka_script[512];
 } ch_opts_t;
 
 /* The figures of one run. */
