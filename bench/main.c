@@ -402,6 +402,22 @@ static void cluster_start(void)
 	bootstraps[strcspn(bootstraps, "\n")] = '\0';
 }
 
+/* Creates the token store at @p tokens_path if it does not exist: every
+ * contender's records are published with tokens, and a publisher never
+ * creates a token store. */
+static void token_store_create(const char *tokens_path)
+{
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	char err[512];
+
+	tbx__db_opts_init(&opts);
+	if (tbx_tokens_sqlite_open(tokens_path, &opts, NULL, &t, err,
+				   sizeof(err)))
+		fail("create the token store %s: %s", tokens_path, err);
+	tbx_tokens_close(t);
+}
+
 static void subscribe(const char *tokens_path, const char *topic,
 		      const char *group)
 {
@@ -441,6 +457,7 @@ static void run_prepare(const run_t *r)
 	if (mkdir(r->dir, 0700) && errno != EEXIST)
 		fail("mkdir %s: %s", r->dir, strerror(errno));
 	path_in(tokens, sizeof(tokens), r, token_file(r));
+	token_store_create(tokens);
 	if (r->kind == TOKENBOX) {
 		subscribe(tokens, r->in, r->group);
 		if (r->downstream)
