@@ -19,7 +19,7 @@ fail() {
 
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" ||
 	{ cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
-for page in tokenbox tokenbox-worker tokenbox-send tokenbox-inspect; do
+for page in tokenbox tokenbox-worker tokenbox-send tokenbox-inspect tokenbox-init; do
 	[[ -s $prefix/share/man/man1/$page.1 ]] || fail "no man page $page.1"
 done
 unit=$prefix/lib/systemd/system/tokenbox-worker@.service
@@ -27,7 +27,10 @@ unit=$prefix/lib/systemd/system/tokenbox-worker@.service
 grep -q "^ExecStart=$prefix/bin/tokenbox worker\|^ExecStart=/.*/bin/tokenbox worker" "$unit" ||
 	fail "the unit does not start the tokenbox command"
 grep -qx "Type=notify" "$unit" || fail "the unit is not Type=notify"
-grep -qx "RestartPreventExitStatus=2" "$unit" || fail "no RestartPreventExitStatus=2"
+# 2: configuration or plugin errors; 3: a token-store mismatch that stopped
+# the worker (operations.md): a restart would fail the same way.
+grep -qx "RestartPreventExitStatus=2 3" "$unit" ||
+	fail "no RestartPreventExitStatus=2 3"
 
 # find_package(tokenbox) + tokenbox::plugin
 cmake -S "$src" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$prefix" \
