@@ -3,6 +3,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,45 +78,87 @@ static char *trim(char *s)
 	return s;
 }
 
-static int read_file(const char *cmd, const char *path, tbx_conf_t *conf)
+/* Formats one error of the file and hands it to @p report. */
+__attribute__((format(printf, 3, 4))) static int
+report_error(tbx_cli_conf_report_fn report, void *arg, const char *fmt, ...)
+{
+	char msg[8192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return report(arg, msg);
+}
+
+int tbx_cli_conf_read(const char *path, tbx_cli_conf_set_fn take,
+		      tbx_cli_conf_report_fn report, void *arg)
 {
 	FILE *f = fopen(path, "r");
-	char *line = NULL, where[4200];
+	/* fopen() took the path, so it fits PATH_MAX (a longer one is
+	 * only cut in messages). */
+	char *line = NULL, where[PATH_MAX + 24];
 	size_t cap = 0, lineno = 0;
 	ssize_t n;
 	int rc = 0;
 
 	if (!f)
-		return tbx_cli_usage(cmd, "%s: cannot open: %s", path,
-				     strerror(errno));
+		return report_error(report, arg, "%s: cannot open: %s", path,
+				    strerror(errno));
 	while (!rc && (n = getline(&line, &cap, f)) != -1) {
 		char *s, *eq;
 
 		lineno++;
 		snprintf(where, sizeof(where), "%s:%zu", path, lineno);
 		if (strlen(line) != (size_t)n) {
-			rc = tbx_cli_usage(cmd, "%s: contains a NUL byte",
-					   where);
+			rc = report_error(report, arg,
+					  "%s: contains a NUL byte", where);
 			break;
 		}
 		s = trim(line);
 		if (!*s || *s == '#')
 			continue;
 		if (!(eq = strchr(s, '=')) || eq == s) {
-			rc = tbx_cli_usage(cmd, "%s: expected key=value%s",
-					   where,
-					   eq ? " (the key is empty)" : "");
+			rc = report_error(report, arg,
+					  "%s: expected key=value%s", where,
+					  eq ? " (the key is empty)" : "");
 			break;
 		}
 		*eq = '\0';
-		rc = set(cmd, conf, where, trim(s), trim(eq + 1));
+		rc = take(arg, where, trim(s), trim(eq + 1));
 	}
 	if (!rc && ferror(f))
-		rc = tbx_cli_usage(cmd, "%s: cannot read: %s", path,
-				   strerror(errno));
+		rc = report_error(report, arg, "%s: cannot read: %s", path,
+				  strerror(errno));
 	free(line);
 	fclose(f);
 	return rc;
+}
+
+/* What read_file() hands to tbx_cli_conf_read(). */
+typedef struct file_ctx {
+	const char *cmd;
+	tbx_conf_t *conf;
+} file_ctx_t;
+
+static int file_set(void *arg, const char *where, const char *key,
+		    const char *value)
+{
+	file_ctx_t *fc = arg;
+
+	return set(fc->cmd, fc->conf, where, key, value);
+}
+
+static int file_report(void *arg, const char *msg)
+{
+	return tbx_cli_usage(((file_ctx_t *)arg)->cmd, "%s", msg);
+}
+
+static int read_file(const char *cmd, const char *path, tbx_conf_t *conf)
+{
+	file_ctx_t fc = {cmd, conf};
+
+	return tbx_cli_conf_read(path, file_set, file_report, &fc);
 }
 
 int tbx_cli_conf_apply(const char *cmd, const tbx_cli_conf_t *cc,

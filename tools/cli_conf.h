@@ -36,4 +36,22 @@ int tbx_cli_conf_apply(const char *cmd, const tbx_cli_conf_t *cc,
 		       tbx_conf_t *conf);
 void tbx_cli_conf_free(tbx_cli_conf_t *cc);
 
+/** Takes one KEY=VALUE of a properties file; @p where is "PATH:LINE".
+ *  @returns 0 to go on, or an exit status that ends the reading. */
+typedef int (*tbx_cli_conf_set_fn)(void *arg, const char *where,
+				   const char *key, const char *value);
+/** Reports an error of the file (@p msg names PATH or PATH:LINE) the
+ *  caller's way.  @returns the exit status to return. */
+typedef int (*tbx_cli_conf_report_fn)(void *arg, const char *msg);
+/**
+ * Reads the properties file @p path, the one format of `tokenbox worker
+ * --config` and of the other commands' --config: KEY=VALUE lines, white
+ * space around key and value trimmed, blank lines and '#' comments
+ * skipped.  Calls @p take for each pair in order; a file that cannot be
+ * opened or read, a NUL byte or a line without a key goes to @p report.
+ * @returns 0, or the first non-zero status of @p take or @p report.
+ */
+int tbx_cli_conf_read(const char *path, tbx_cli_conf_set_fn take,
+		      tbx_cli_conf_report_fn report, void *arg);
+
 #endif

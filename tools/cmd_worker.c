@@ -36,7 +36,6 @@
  * CMakeLists.txt) and three internals: the logger, the read-only worker of
  * --check-config and the count of topics handled.
  */
-#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +55,7 @@
 #include "consumer/worker.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
+#include "tools/cli_conf.h"
 
 #define CMD "worker"
 
@@ -355,68 +355,34 @@ static int apply(worker_cmd_t *w, const char *where, const char *key,
 	return 0;
 }
 
-/* Removes leading and trailing white space in place. */
-static char *trim(char *s)
+static int config_set(void *arg, const char *where, const char *key,
+		      const char *value)
 {
-	char *end;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	end = s + strlen(s);
-	while (end > s && isspace((unsigned char)end[-1]))
-		*--end = '\0';
-	return s;
+	return apply(arg, where, key, value);
 }
 
-/* Reads the properties file @p path.  @returns 0 or an exit status. */
+static int config_report(void *arg, const char *msg)
+{
+	(void)arg;
+	return wusage("%s", msg);
+}
+
+/* Reads the properties file @p path; plugin= paths in it are relative to
+ * its directory.  @returns 0 or an exit status. */
 static int read_config(worker_cmd_t *w, const char *path)
 {
-	FILE *f = fopen(path, "r");
-	char *line = NULL, *where = NULL, *dir = NULL;
 	const char *slash = strrchr(path, '/');
-	size_t cap = 0, lineno = 0, where_size;
-	ssize_t n;
-	int rc = 0;
+	char *dir =
+	    slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
+		  : strdup(".");
+	int rc;
 
-	if (!f)
-		return wusage("%s: cannot open: %s", path, strerror(errno));
-	where_size = strlen(path) + 24;
-	dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
-		    : strdup(".");
-	if (!(where = malloc(where_size)) || !dir) {
-		free(where);
-		free(dir);
-		fclose(f);
+	if (!dir)
 		return out_of_memory();
-	}
 	w->base_dir = dir;
-	while (!rc && (n = getline(&line, &cap, f)) != -1) {
-		char *s, *eq;
-
-		lineno++;
-		snprintf(where, where_size, "%s:%zu", path, lineno);
-		if (strlen(line) != (size_t)n) {
-			rc = wusage("%s: contains a NUL byte", where);
-			break;
-		}
-		s = trim(line);
-		if (!*s || *s == '#')
-			continue;
-		if (!(eq = strchr(s, '=')) || eq == s) {
-			rc = wusage("%s: expected key=value%s", where,
-				    eq ? " (the key is empty)" : "");
-			break;
-		}
-		*eq = '\0';
-		rc = apply(w, where, trim(s), trim(eq + 1));
-	}
-	if (!rc && ferror(f))
-		rc = wusage("%s: cannot read: %s", path, strerror(errno));
-	free(line);
-	free(where);
+	rc = tbx_cli_conf_read(path, config_set, config_report, w);
 	w->base_dir = NULL;
 	free(dir);
-	fclose(f);
 	return rc;
 }
 
