@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "consumer/metrics.h"
-#include "consumer/util.h"
+#include "base/util.h"
 
 /* clang-format off */
 const tbx__prop_t tbx__props[] = {

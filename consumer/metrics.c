@@ -25,7 +25,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "consumer/util.h"
+#include "base/util.h"
 
 typedef struct conn {
 	int fd; /* -1: free */

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "consumer/publish.h"
-#include "consumer/sha256.h"
+#include "base/sha256.h"
 #include "consumer/worker.h"
 
 /* What the publisher keeps per queued message besides its outgoing

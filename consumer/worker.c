@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "consumer/worker.h"
-#include "outbox/db.h"
+#include "store/db.h"
 #include "tokens/sweep.h"
 
 /* How long after a refused offset commit it is sent again, ms. */

@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 
 #include "consumer/conf.h"
-#include "consumer/util.h"
+#include "base/util.h"
 #include "handlers/router.h"
 #include "outbox/outbox.h"
 #include "tokens/sweep.h"

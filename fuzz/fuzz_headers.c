@@ -21,7 +21,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "consumer/util.h"
+#include "base/util.h"
 #include "consumer/worker.h"
 #include "fuzz/fuzz.h"
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox/db_int.h"
+#include "store/db_int.h"
 
 enum {
 	Q_BEGIN,

@@ -1,7 +1,7 @@
 /*
  * The service store S: outbox rows, ingress offsets, dead-letter records.
  *
- * Schema (version 1; migrations in outbox/db.c):
+ * Schema (version 1; migrations in store/db.c):
  *
  *   tbx_outbox(grp, msg_id, in_topic, in_partition, in_offset, in_token,
  *              attempt, mint_seq, kind, error, created_ms,
@@ -37,8 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "consumer/util.h"
-#include "outbox/db.h"
+#include "base/util.h"
+#include "store/db.h"
 
 typedef struct tbx_outbox tbx_outbox_t;
 

@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "consumer/util.h"
+#include "base/util.h"
 #include "consumer/worker.h"
 
 #define KIT_TIMEOUT_MS 120000

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox/db.h"
+#include "store/db.h"
 #include "support.h"
 
 typedef struct round {

@@ -1,6 +1,6 @@
 /*
  * The service store S and the database layer under both stores: opening,
- * migrating and refusing files (outbox/db.c), outbox rows and their
+ * migrating and refusing files (store/db.c), outbox rows and their
  * lifecycle invariants (outbox/outbox.c), the headers blob (outbox/hdrs.c).
  */
 #include <criterion/criterion.h>
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "outbox/db.h"
+#include "store/db.h"
 #include "outbox/outbox.h"
 
 #define GRP "g1"

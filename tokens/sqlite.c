@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox/db_int.h"
+#include "store/db_int.h"
 #include "tokens/tokens.h"
 
 enum {

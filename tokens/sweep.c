@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer/util.h"
+#include "base/util.h"
 
 int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 			const tbx__reg_t *reg, int *verdict,

@@ -3,7 +3,7 @@
  * server-backed store can be added without touching the protocol, and its
  * SQLite backend.
  *
- * Tables (in every tokenbox database file, see outbox/db.c):
+ * Tables (in every tokenbox database file, see store/db.c):
  *
  *   tbx_seq(id = 1, value)                      one sequence: mint and
  * subscribe tbx_tokens(token, grp, mint_seq, created_ms, PRIMARY KEY(token,
@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "consumer/util.h"
-#include "outbox/db.h"
+#include "base/util.h"
+#include "store/db.h"
 
 typedef struct tbx_tokens tbx_tokens_t;
 
@@ -139,7 +139,7 @@ typedef struct tbx_tokens_ops {
 			     const tbx__reg_t *after, size_t limit,
 			     tbx__reg_t **out, size_t *cnt);
 	/** The store's id (a UUID made when the file was created, see
-	 *  outbox/db.c) into @p out.  A read. */
+	 *  store/db.c) into @p out.  A read. */
 	int (*store_id)(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1]);
 	/** The sequence's current value (the last number taken).  A read;
 	 *  on a shared connection, inside the caller's transaction. */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "consumer/util.h"
+#include "base/util.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"

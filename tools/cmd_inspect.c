@@ -20,8 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "consumer/util.h"
-#include "outbox/db.h"
+#include "base/util.h"
+#include "store/db.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"
 

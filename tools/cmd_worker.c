@@ -51,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "consumer/util.h"
+#include "base/util.h"
 #include "consumer/worker.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "chaos.h"
-#include "consumer/util.h"
+#include "base/util.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
 #include "tools/kafka_admin.h"

@@ -6,8 +6,8 @@
  * each, and the unused tables of a file stay empty.  The schema version is
  * PRAGMA user_version; PRAGMA application_id marks the file as tokenbox's.
  */
-#ifndef TBX_OUTBOX_DB_H
-#define TBX_OUTBOX_DB_H
+#ifndef TBX_STORE_DB_H
+#define TBX_STORE_DB_H
 
 #include <sqlite3.h>
 #include <stddef.h>

@@ -1,9 +1,9 @@
 /*
  * Statement helpers shared by the SQLite stores (outbox/outbox.c and
- * tokens/sqlite.c), on top of outbox/db.h.  Internal to those two files.
+ * tokens/sqlite.c), on top of store/db.h.  Internal to those two files.
  */
-#ifndef TBX_OUTBOX_DB_INT_H
-#define TBX_OUTBOX_DB_INT_H
+#ifndef TBX_STORE_DB_INT_H
+#define TBX_STORE_DB_INT_H
 
 #include <sqlite3.h>
 

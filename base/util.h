@@ -2,8 +2,8 @@
  * Internal helpers shared by every part: ids, clocks, error text, logging,
  * crash points.  Internal across files: tbx__ prefix.
  */
-#ifndef TBX_CONSUMER_UTIL_H
-#define TBX_CONSUMER_UTIL_H
+#ifndef TBX_BASE_UTIL_H
+#define TBX_BASE_UTIL_H
 
 #include <stdarg.h>
 #include <stddef.h>

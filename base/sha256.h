@@ -3,8 +3,8 @@
  *
  * @locality any thread; a context is used by one thread at a time.
  */
-#ifndef TBX_CONSUMER_SHA256_H
-#define TBX_CONSUMER_SHA256_H
+#ifndef TBX_BASE_SHA256_H
+#define TBX_BASE_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -14,7 +14,7 @@
  * once serialise on the write lock (the second re-reads the version under
  * the lock and finds nothing left to do).
  */
-#include "outbox/db.h"
+#include "store/db.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -23,8 +23,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "consumer/util.h"
-#include "outbox/db_int.h"
+#include "base/util.h"
+#include "store/db_int.h"
 
 /*
  * The whole schema: outbox tables (outbox/outbox.h) and token tables

@@ -1,5 +1,5 @@
 /* Internal helpers: ids, clocks, error text, logging, crash points. */
-#include "consumer/util.h"
+#include "base/util.h"
 
 #include <ctype.h>
 #include <errno.h>

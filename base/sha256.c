@@ -3,7 +3,7 @@
  * fingerprints it computes are compared, never secret, and its cost is
  * small next to the fsync of the flush that uses them.
  */
-#include "consumer/sha256.h"
+#include "base/sha256.h"
 
 #include <string.h>
 
