@@ -2,10 +2,10 @@
  * The service store S (outbox/outbox.h): outbox rows and their outgoing
  * messages, ingress offsets and dead-letter records.
  *
- * Every statement is prepared once per store and cached in stmts[] (see
- * tbx__db_stmt); every value is bound.  A statement is reset as soon as its
- * caller is done with it, so that none holds a read snapshot or a lock
- * between calls.
+ * Every statement is prepared once per store and cached (store/stmt.h);
+ * every value is bound.  A statement is reset as soon as its caller is
+ * done with it, so that none holds a read snapshot or a lock between
+ * calls.
  *
  * @locality one thread at a time per store (the worker's).
  */
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/db_int.h"
+#include "store/stmt.h"
 
 enum {
 	Q_BEGIN,
@@ -143,54 +143,9 @@ static const char *const sql[Q__COUNT] = {
 
 struct tbx_outbox {
 	sqlite3 *db;
-	sqlite3_stmt *stmts[Q__COUNT];
+	tbx__stmts_t stmts;
+	sqlite3_stmt *slots[Q__COUNT];
 };
-
-/* The cached statement @p q, reset and unbound; NULL on failure (logged). */
-static sqlite3_stmt *stmt_get(tbx_outbox_t *store, int q)
-{
-	return tbx__db_stmt(store->db, &store->stmts[q], sql[q]);
-}
-
-/* Runs a statement that returns no rows and needs no parameters. */
-static int run(tbx_outbox_t *store, int q)
-{
-	sqlite3_stmt *stmt = stmt_get(store, q);
-	int r;
-
-	if (!stmt)
-		return tbx__db_fail(store->db, sql[q]);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
-}
-
-/* Binds text, or NULL for an empty string (optional columns). */
-static int bind_opt_text(sqlite3_stmt *stmt, int i, const char *s)
-{
-	if (!s || !*s)
-		return sqlite3_bind_null(stmt, i);
-	return sqlite3_bind_text(stmt, i, s, -1, SQLITE_STATIC);
-}
-
-/* Binds a blob; a NULL pointer binds SQL NULL (no key, null value), a
- * non-NULL pointer of length 0 an empty blob. */
-static int bind_blob(sqlite3_stmt *stmt, int i, const void *p, size_t len)
-{
-	if (!p)
-		return sqlite3_bind_null(stmt, i);
-	return sqlite3_bind_blob64(stmt, i, p, (sqlite3_uint64)len,
-				   SQLITE_STATIC);
-}
-
-/* A failed bind: log, map, and leave the statement clean. */
-static int bind_fail(tbx_outbox_t *store, sqlite3_stmt *stmt)
-{
-	int err = tbx__db_fail(store->db, sqlite3_sql(stmt));
-
-	sqlite3_reset(stmt);
-	return err;
-}
 
 /*
  * Rows in memory.
@@ -351,6 +306,7 @@ int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
 		free(store);
 		return err;
 	}
+	tbx__stmts_init(&store->stmts, store->db, sql, store->slots, Q__COUNT);
 	*out = store;
 	return TBX_OK;
 }
@@ -359,8 +315,7 @@ void tbx_outbox_close(tbx_outbox_t *store)
 {
 	if (!store)
 		return;
-	for (int q = 0; q < Q__COUNT; q++)
-		sqlite3_finalize(store->stmts[q]);
+	tbx__stmts_finalize(&store->stmts);
 	/* _v2: a token store sharing this connection may still hold
 	 * statements; the connection goes when they are finalized. */
 	sqlite3_close_v2(store->db);
@@ -374,12 +329,12 @@ sqlite3 *tbx_outbox_db(tbx_outbox_t *store)
 
 int tbx_outbox_begin(tbx_outbox_t *store)
 {
-	return run(store, Q_BEGIN);
+	return tbx__stmt_run(&store->stmts, Q_BEGIN);
 }
 
 int tbx_outbox_commit(tbx_outbox_t *store)
 {
-	return run(store, Q_COMMIT);
+	return tbx__stmt_run(&store->stmts, Q_COMMIT);
 }
 
 int tbx_outbox_rollback(tbx_outbox_t *store)
@@ -389,24 +344,24 @@ int tbx_outbox_rollback(tbx_outbox_t *store)
 	 * then. */
 	if (sqlite3_get_autocommit(store->db))
 		return TBX_OK;
-	return run(store, Q_ROLLBACK);
+	return tbx__stmt_run(&store->stmts, Q_ROLLBACK);
 }
 
 int tbx_outbox_savepoint(tbx_outbox_t *store)
 {
-	return run(store, Q_SAVEPOINT);
+	return tbx__stmt_run(&store->stmts, Q_SAVEPOINT);
 }
 
 int tbx_outbox_release(tbx_outbox_t *store)
 {
-	return run(store, Q_RELEASE);
+	return tbx__stmt_run(&store->stmts, Q_RELEASE);
 }
 
 int tbx_outbox_undo(tbx_outbox_t *store)
 {
-	int err = run(store, Q_ROLLBACK_TO);
+	int err = tbx__stmt_run(&store->stmts, Q_ROLLBACK_TO);
 
-	return err ? err : run(store, Q_RELEASE);
+	return err ? err : tbx__stmt_run(&store->stmts, Q_RELEASE);
 }
 
 int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
@@ -414,19 +369,19 @@ int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
 			char attempt[TBX_UUID_LEN + 1])
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
 	*found = 0;
 	if (attempt)
 		attempt[0] = '\0';
-	if (!(stmt = stmt_get(store, Q_ROW_FIND)))
-		return tbx__db_fail(store->db, sql[Q_ROW_FIND]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_FIND, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	if (r == 1) {
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (hit) {
 		const char *a = (const char *)sqlite3_column_text(stmt, 0);
 		*found = 1;
 		if (attempt && a)
@@ -441,31 +396,29 @@ static int msg_insert(tbx_outbox_t *store, const char *grp,
 {
 	const tbx__outmsg_t *m = &row->msgs[i];
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
-	if (!(stmt = stmt_get(store, Q_MSG_INSERT)))
-		return tbx__db_fail(store->db, sql[Q_MSG_INSERT]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_MSG_INSERT, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)i) ||
 	    sqlite3_bind_text(stmt, 4, m->id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 5, m->topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 6, m->type, -1, SQLITE_STATIC) ||
-	    bind_blob(stmt, 7, m->key, m->key_len) ||
-	    bind_blob(stmt, 8, m->payload, m->payload_len) ||
-	    bind_blob(stmt, 9, m->headers, m->headers_len) ||
-	    bind_opt_text(stmt, 10, m->token))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+	    tbx__bind_blob(stmt, 7, m->key, m->key_len) ||
+	    tbx__bind_blob(stmt, 8, m->payload, m->payload_len) ||
+	    tbx__bind_blob(stmt, 9, m->headers, m->headers_len) ||
+	    tbx__bind_opt_text(stmt, 10, m->token))
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
 			  const tbx__row_t *row)
 {
 	sqlite3_stmt *stmt;
-	int r, err;
+	int err;
 
 	if (!grp || !tbx_outbox_row_check(row)) {
 		tbx__log(TBX_LOG_ERR,
@@ -474,26 +427,24 @@ int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
 			 row ? row->msg_id : "(null)");
 		return TBX_EINVAL;
 	}
-	if (!(stmt = stmt_get(store, Q_ROW_INSERT)))
-		return tbx__db_fail(store->db, sql[Q_ROW_INSERT]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_INSERT, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 3, row->in_topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 4, row->in_partition) ||
 	    sqlite3_bind_int64(stmt, 5, row->in_offset) ||
-	    bind_opt_text(stmt, 6, row->in_token) ||
-	    bind_opt_text(stmt, 7, row->attempt) ||
+	    tbx__bind_opt_text(stmt, 6, row->in_token) ||
+	    tbx__bind_opt_text(stmt, 7, row->attempt) ||
 	    (row->attempt[0] ? sqlite3_bind_int64(stmt, 8, row->mint_seq)
 			     : sqlite3_bind_null(stmt, 8)) ||
 	    sqlite3_bind_int(stmt, 9, row->kind) ||
-	    bind_opt_text(stmt, 10, row->error) ||
+	    tbx__bind_opt_text(stmt, 10, row->error) ||
 	    sqlite3_bind_int64(
 		stmt, 11, row->created_ms ? row->created_ms : tbx__now_ms()))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	if (r < 0)
-		return -r;
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
+		return err;
 	for (size_t i = 0; i < row->msg_cnt; i++)
 		if ((err = msg_insert(store, grp, row, i)))
 			return err;
@@ -542,16 +493,16 @@ static int row_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
 {
 	sqlite3_stmt *stmt;
 	const char *error;
-	int r, err;
+	int hit, err;
 
-	if (!(stmt = stmt_get(store, Q_ROW_GET)))
-		return tbx__db_fail(store->db, sql[Q_ROW_GET]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_GET, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	if (r == 0) {
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (!hit) {
 		sqlite3_reset(stmt);
 		return TBX_ENOENT;
 	}
@@ -579,14 +530,14 @@ static int msgs_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
 		    tbx__row_t *row)
 {
 	sqlite3_stmt *stmt;
-	int r = 0, err = TBX_OK;
+	int hit, err;
 
-	if (!(stmt = stmt_get(store, Q_MSG_GET)))
-		return tbx__db_fail(store->db, sql[Q_MSG_GET]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_MSG_GET, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	while (!err && (r = tbx__db_step(stmt)) == 1) {
+		return tbx__stmt_bind_fail(stmt);
+	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
 		tbx__outmsg_t *m = row_grow(row);
 		const char *topic, *type;
 
@@ -615,8 +566,6 @@ static int msgs_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
 			m->headers = NULL;
 		}
 	}
-	if (!err && r < 0)
-		return -r;
 	sqlite3_reset(stmt);
 	return err;
 }
@@ -633,11 +582,11 @@ int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
 		return TBX_ENOENT;
 	}
 	tbx__row_clear(row);
-	if ((err = run(store, Q_LOAD_BEGIN)))
+	if ((err = tbx__stmt_run(&store->stmts, Q_LOAD_BEGIN)))
 		return err;
 	if (!(err = row_get(store, grp, id, row)))
 		err = msgs_get(store, grp, id, row);
-	end = run(store, Q_LOAD_END);
+	end = tbx__stmt_run(&store->stmts, Q_LOAD_END);
 	if (!err)
 		err = end;
 	if (err)
@@ -645,37 +594,23 @@ int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
 	return err;
 }
 
-/* @returns the count from a one-row count(*) statement already bound. */
-static int count_step(sqlite3_stmt *stmt, int64_t *n)
-{
-	int r = tbx__db_step(stmt);
-
-	if (r < 0)
-		return -r;
-	*n = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
-	sqlite3_reset(stmt);
-	return TBX_OK;
-}
-
 static int set_token(tbx_outbox_t *store, const char *grp,
 		     const tbx__row_t *row, size_t i)
 {
 	const tbx__outmsg_t *m = &row->msgs[i];
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
-	if (!(stmt = stmt_get(store, Q_SET_TOKEN)))
-		return tbx__db_fail(store->db, sql[Q_SET_TOKEN]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_SET_TOKEN, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, m->token, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 3, row->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 4, (sqlite3_int64)i) ||
 	    sqlite3_bind_text(stmt, 5, m->id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	if (r < 0)
-		return -r;
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
+		return err;
 	if (sqlite3_changes(store->db) != 1) {
 		tbx__log(TBX_LOG_ERR,
 			 "outbox row %s: message %zu (%s) is not in the store; "
@@ -691,7 +626,7 @@ int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
 {
 	sqlite3_stmt *stmt;
 	int64_t untokened;
-	int r, err;
+	int err;
 
 	*won = 0;
 	/* The row in hand must be TOKENED: attempt, mint_seq, every token. */
@@ -702,17 +637,15 @@ int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
 			 row ? row->msg_id : "(null)");
 		return TBX_EINVAL;
 	}
-	if (!(stmt = stmt_get(store, Q_SET_ATTEMPT)))
-		return tbx__db_fail(store->db, sql[Q_SET_ATTEMPT]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_SET_ATTEMPT, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, row->attempt, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 2, row->mint_seq) ||
 	    sqlite3_bind_text(stmt, 3, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 4, row->msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	if (r < 0)
-		return -r;
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
+		return err;
 	/* 0: another attempt was recorded first, or the row is gone; its
 	 * tokens must not be touched. */
 	if (sqlite3_changes(store->db) != 1)
@@ -722,12 +655,12 @@ int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
 			return err;
 	/* TOKENED means every stored message has a token, not only those
 	 * this row in memory knows of. */
-	if (!(stmt = stmt_get(store, Q_UNTOKENED)))
-		return tbx__db_fail(store->db, sql[Q_UNTOKENED]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_UNTOKENED, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	if ((err = count_step(stmt, &untokened)))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_int64(stmt, &untokened)))
 		return err;
 	if (untokened) {
 		tbx__log(TBX_LOG_ERR,
@@ -744,34 +677,32 @@ int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
 			  const char *msg_id)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
-	if (!(stmt = stmt_get(store, Q_ROW_DELETE)))
-		return tbx__db_fail(store->db, sql[Q_ROW_DELETE]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_DELETE, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,
 			   const char *topic, int32_t partition, int64_t *next)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
 	*next = -1;
-	if (!(stmt = stmt_get(store, Q_INGRESS_GET)))
-		return tbx__db_fail(store->db, sql[Q_INGRESS_GET]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_INGRESS_GET, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 3, partition))
-		return bind_fail(store, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	if (r == 1)
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (hit)
 		*next = sqlite3_column_int64(stmt, 0);
 	sqlite3_reset(stmt);
 	return TBX_OK;
@@ -781,18 +712,16 @@ int tbx_outbox_ingress_set(tbx_outbox_t *store, const char *grp,
 			   const char *topic, int32_t partition, int64_t next)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
-	if (!(stmt = stmt_get(store, Q_INGRESS_SET)))
-		return tbx__db_fail(store->db, sql[Q_INGRESS_SET]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_INGRESS_SET, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 3, partition) ||
 	    sqlite3_bind_int64(stmt, 4, next))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
@@ -800,47 +729,44 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
 			       int attempts)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
 	if (!grp || !row || !dlq_topic)
 		return TBX_EINVAL;
-	if (!(stmt = stmt_get(store, Q_DEAD_LETTER)))
-		return tbx__db_fail(store->db, sql[Q_DEAD_LETTER]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_DEAD_LETTER, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 3, row->in_topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 4, row->in_partition) ||
 	    sqlite3_bind_int64(stmt, 5, row->in_offset) ||
 	    sqlite3_bind_text(stmt, 6, dlq_topic, -1, SQLITE_STATIC) ||
-	    bind_opt_text(stmt, 7, row->error) ||
+	    tbx__bind_opt_text(stmt, 7, row->error) ||
 	    sqlite3_bind_int(stmt, 8, attempts) ||
 	    sqlite3_bind_int64(stmt, 9, tbx__now_ms()))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_dispatch_failed(tbx_outbox_t *store, const char *grp,
 			       const char *msg_id, int *failures)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
 	*failures = 0;
-	if (!(stmt = stmt_get(store, Q_DISPATCH_FAILED)))
-		return tbx__db_fail(store->db, sql[Q_DISPATCH_FAILED]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_DISPATCH_FAILED, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	if (r == 1)
+		return tbx__stmt_bind_fail(stmt);
+	if (!(err = tbx__stmt_step(stmt, &hit)) && hit)
 		*failures = sqlite3_column_int(stmt, 0);
 	/* Step to the end: RETURNING applies its UPDATE as it goes. */
-	while (r == 1)
-		r = tbx__db_step(stmt);
+	while (!err && hit)
+		err = tbx__stmt_step(stmt, &hit);
 	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+	return err;
 }
 
 int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
@@ -848,41 +774,40 @@ int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
 			       const char *error, int attempts)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
-	if (!(stmt = stmt_get(store, Q_UNDELIVERED_ADD)))
-		return tbx__db_fail(store->db, sql[Q_UNDELIVERED_ADD]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_UNDELIVERED_ADD, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 3, m->id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 4, m->topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 5, m->type, -1, SQLITE_STATIC) ||
-	    bind_blob(stmt, 6, m->key, m->key_len) ||
-	    bind_blob(stmt, 7, m->payload, m->payload_len) ||
-	    bind_blob(stmt, 8, m->headers, m->headers_len) ||
-	    bind_opt_text(stmt, 9, m->token) ||
+	    tbx__bind_blob(stmt, 6, m->key, m->key_len) ||
+	    tbx__bind_blob(stmt, 7, m->payload, m->payload_len) ||
+	    tbx__bind_blob(stmt, 8, m->headers, m->headers_len) ||
+	    tbx__bind_opt_text(stmt, 9, m->token) ||
 	    (row->mint_seq ? sqlite3_bind_int64(stmt, 10, row->mint_seq)
 			   : sqlite3_bind_null(stmt, 10)) ||
 	    sqlite3_bind_text(stmt, 11, error, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 12, attempts) ||
 	    sqlite3_bind_int64(stmt, 13, tbx__now_ms()))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows)
 {
 	int q = grp ? Q_COUNT_GRP : Q_COUNT_ALL;
 	sqlite3_stmt *stmt;
+	int err;
 
 	*rows = 0;
-	if (!(stmt = stmt_get(store, q)))
-		return tbx__db_fail(store->db, sql[q]);
+	if ((err = tbx__stmt_get(&store->stmts, q, &stmt)))
+		return err;
 	if (grp && sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC))
-		return bind_fail(store, stmt);
-	return count_step(stmt, rows);
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_int64(stmt, rows);
 }
 
 /* Collects the msg_id column of a bound statement's rows. */
@@ -890,9 +815,9 @@ static int collect_ids(sqlite3_stmt *stmt, tbx__msgid_t **out, size_t *cnt)
 {
 	tbx__msgid_t *ids = NULL;
 	size_t n = 0, cap = 0;
-	int r;
+	int hit, err;
 
-	while ((r = tbx__db_step(stmt)) == 1) {
+	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
 		const char *id = (const char *)sqlite3_column_text(stmt, 0);
 		if (n == cap) {
 			size_t grown = cap ? cap * 2 : 16;
@@ -908,9 +833,9 @@ static int collect_ids(sqlite3_stmt *stmt, tbx__msgid_t **out, size_t *cnt)
 		tbx__strlcpy(ids[n++].id, id ? id : "", sizeof(ids[0].id));
 	}
 	sqlite3_reset(stmt);
-	if (r < 0) {
+	if (err) {
 		free(ids);
-		return -r;
+		return err;
 	}
 	*out = ids;
 	*cnt = n;
@@ -922,17 +847,18 @@ int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
 			  tbx__msgid_t **out, size_t *cnt)
 {
 	sqlite3_stmt *stmt;
+	int err;
 
 	*out = NULL;
 	*cnt = 0;
 	if (!grp || limit == 0)
 		return TBX_EINVAL;
-	if (!(stmt = stmt_get(store, Q_ROWS_OLDER)))
-		return tbx__db_fail(store->db, sql[Q_ROWS_OLDER]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROWS_OLDER, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 2, created_before_ms) ||
 	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)limit))
-		return bind_fail(store, stmt);
+		return tbx__stmt_bind_fail(stmt);
 	return collect_ids(stmt, out, cnt);
 }
 
@@ -941,19 +867,20 @@ int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
 			  size_t limit, tbx__msgid_t **out, size_t *cnt)
 {
 	sqlite3_stmt *stmt;
+	int err;
 
 	*out = NULL;
 	*cnt = 0;
 	if (!grp || !topic || limit == 0)
 		return TBX_EINVAL;
-	if (!(stmt = stmt_get(store, Q_ROWS_BELOW)))
-		return tbx__db_fail(store->db, sql[Q_ROWS_BELOW]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROWS_BELOW, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 3, partition) ||
 	    sqlite3_bind_int64(stmt, 4, offset) ||
 	    sqlite3_bind_int64(stmt, 5, (sqlite3_int64)limit))
-		return bind_fail(store, stmt);
+		return tbx__stmt_bind_fail(stmt);
 	return collect_ids(stmt, out, cnt);
 }
 
@@ -961,19 +888,17 @@ int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
 			      const char *msg_id, int64_t now_ms)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
 	if (!grp || !msg_id)
 		return TBX_EINVAL;
-	if (!(stmt = stmt_get(store, Q_MARK_STUCK)))
-		return tbx__db_fail(store->db, sql[Q_MARK_STUCK]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_MARK_STUCK, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 3, now_ms))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 static int inflight_bind(tbx_outbox_t *store, int q, const char *grp,
@@ -981,13 +906,14 @@ static int inflight_bind(tbx_outbox_t *store, int q, const char *grp,
 			 sqlite3_stmt **out)
 {
 	sqlite3_stmt *stmt;
+	int err;
 
-	if (!(stmt = stmt_get(store, q)))
-		return tbx__db_fail(store->db, sql[q]);
+	if ((err = tbx__stmt_get(&store->stmts, q, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 3, partition))
-		return bind_fail(store, stmt);
+		return tbx__stmt_bind_fail(stmt);
 	*out = stmt;
 	return TBX_OK;
 }
@@ -997,14 +923,13 @@ int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
 			    tbx__inflight_t *f, int *found)
 {
 	sqlite3_stmt *stmt;
-	int err, r;
+	int hit, err;
 
 	*found = 0;
 	if ((err = inflight_bind(store, Q_INFLIGHT_GET, grp, topic, partition,
 				 &stmt)))
 		return err;
-	r = tbx__db_step(stmt);
-	if (r == 1) {
+	if (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
 		f->first = sqlite3_column_int64(stmt, 0);
 		f->last = sqlite3_column_int64(stmt, 1);
 		f->crashes = sqlite3_column_int(stmt, 2);
@@ -1015,7 +940,7 @@ int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
 		*found = 1;
 	}
 	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+	return err;
 }
 
 int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
@@ -1023,7 +948,7 @@ int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
 			    const tbx__inflight_t *f)
 {
 	sqlite3_stmt *stmt;
-	int err, r;
+	int err;
 
 	if ((err = inflight_bind(store, Q_INFLIGHT_PUT, grp, topic, partition,
 				 &stmt)))
@@ -1035,56 +960,48 @@ int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
 	    sqlite3_bind_int(stmt, 8, f->lone) ||
 	    sqlite3_bind_int64(stmt, 9, f->count_offset) ||
 	    sqlite3_bind_int(stmt, 10, f->retries))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
 			       const char *topic, int32_t partition)
 {
 	sqlite3_stmt *stmt;
-	int err, r;
+	int err;
 
 	if ((err = inflight_bind(store, Q_INFLIGHT_DEL, grp, topic, partition,
 				 &stmt)))
 		return err;
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
 				const char *topic, int32_t partition)
 {
 	sqlite3_stmt *stmt;
-	int err, r;
+	int err;
 
 	if ((err = inflight_bind(store, Q_INFLIGHT_RELEASE, grp, topic,
 				 partition, &stmt)))
 		return err;
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+	return tbx__stmt_done(stmt);
 }
 
 int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp, const char *name,
 			 const char *detail)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
 	if (!grp || !name)
 		return TBX_EINVAL;
-	if (!(stmt = stmt_get(store, Q_ALARM_ADD)))
-		return tbx__db_fail(store->db, sql[Q_ALARM_ADD]);
+	if ((err = tbx__stmt_get(&store->stmts, Q_ALARM_ADD, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, name, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 3, tbx__now_ms()) ||
-	    bind_opt_text(stmt, 4, detail))
-		return bind_fail(store, stmt);
-	r = tbx__db_step(stmt);
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
+	    tbx__bind_opt_text(stmt, 4, detail))
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }

@@ -267,21 +267,10 @@ int tbx__db_err(int sqlite_rc)
 	}
 }
 
-/* A lock held too long is worth a warning; anything else is an error. */
-static int log_level_for(int sqlite_rc)
+int tbx__db_log_level(int sqlite_rc)
 {
 	return tbx__db_err(sqlite_rc) == TBX_EBUSY ? TBX_LOG_WARNING
 						   : TBX_LOG_ERR;
-}
-
-int tbx__db_fail(sqlite3 *db, const char *what)
-{
-	int rc = sqlite3_errcode(db);
-	int err = tbx__db_err(rc);
-
-	tbx__log(log_level_for(rc), "sqlite: %s: %s", what ? what : "",
-		 sqlite3_errmsg(db));
-	return err == TBX_OK ? TBX_ESTORE : err;
 }
 
 static long fault_countdown;
@@ -305,7 +294,7 @@ void tbx__fault_disk_full(int on)
 	fault_full = on;
 }
 
-static int fault_hit(const char *what)
+int tbx__db_fault_hit(const char *what)
 {
 	if (fault_full && what && strncmp(what, "COMMIT", 6) == 0) {
 		tbx__log(TBX_LOG_INFO, "fault injected: full disk: %s", what);
@@ -323,60 +312,17 @@ int tbx__db_exec(sqlite3 *db, const char *sql)
 	char *msg = NULL;
 	int rc, err;
 
-	if (strncmp(sql, "ROLLBACK", 8) != 0 && fault_hit(sql))
+	if (strncmp(sql, "ROLLBACK", 8) != 0 && tbx__db_fault_hit(sql))
 		return TBX_EIO;
 	rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
 
 	if (rc == SQLITE_OK)
 		return TBX_OK;
-	tbx__log(log_level_for(rc), "sqlite: %s: %s", sql,
+	tbx__log(tbx__db_log_level(rc), "sqlite: %s: %s", sql,
 		 msg ? msg : sqlite3_errstr(rc));
 	sqlite3_free(msg);
 	err = tbx__db_err(rc);
 	return err == TBX_OK ? TBX_ESTORE : err;
-}
-
-sqlite3_stmt *tbx__db_stmt(sqlite3 *db, sqlite3_stmt **slot, const char *sql)
-{
-	if (*slot) {
-		/* A statement left stepped would pin a read snapshot (and
-		 * its lock) across calls: always start from a clean state. */
-		sqlite3_reset(*slot);
-		sqlite3_clear_bindings(*slot);
-		return *slot;
-	}
-	if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot,
-			       NULL) != SQLITE_OK) {
-		tbx__log(log_level_for(sqlite3_errcode(db)),
-			 "sqlite: prepare %s: %s", sql, sqlite3_errmsg(db));
-		sqlite3_finalize(*slot);
-		*slot = NULL;
-		return NULL;
-	}
-	return *slot;
-}
-
-int tbx__db_step(sqlite3_stmt *stmt)
-{
-	sqlite3 *db;
-	int rc, err;
-
-	if (fault_hit(sqlite3_sql(stmt))) {
-		sqlite3_reset(stmt);
-		return -TBX_EIO;
-	}
-	rc = sqlite3_step(stmt);
-
-	if (rc == SQLITE_ROW)
-		return 1;
-	if (rc == SQLITE_DONE)
-		return 0;
-	db = sqlite3_db_handle(stmt);
-	tbx__log(log_level_for(rc), "sqlite: %s: %s", sqlite3_sql(stmt),
-		 sqlite3_errmsg(db));
-	err = tbx__db_err(rc);
-	sqlite3_reset(stmt);
-	return -(err == TBX_OK ? TBX_ESTORE : err);
 }
 
 /* Reads a one-integer pragma.  @returns the SQLite result code. */

@@ -47,13 +47,6 @@ int tbx__db_err(int sqlite_rc);
  */
 int tbx__db_exec(sqlite3 *db, const char *sql);
 
-/**
- * Returns the cached prepared statement for @p sql in @p slot, preparing it
- * on first use; resets and clears bindings before returning it.
- * @returns NULL on failure (logged).
- */
-sqlite3_stmt *tbx__db_stmt(sqlite3 *db, sqlite3_stmt **slot, const char *sql);
-
 /*
  * Countdown fault injection (SQLite's faultsim, curl's torture mode): the
  * n-th store call from now (a statement step, or a BEGIN/COMMIT/SAVEPOINT/

@@ -1,24 +1,16 @@
 /*
- * Statement helpers shared by the SQLite stores (outbox/outbox.c and
- * tokens/sqlite.c), on top of store/db.h.  Internal to those two files.
+ * What store/db.c shares with the rest of store/ (store/stmt.c).
+ * Internal to store/.
  */
 #ifndef TBX_STORE_DB_INT_H
 #define TBX_STORE_DB_INT_H
 
-#include <sqlite3.h>
+/** The log level of a failed SQLite call: a lock held too long is worth a
+ *  warning, anything else is an error. */
+int tbx__db_log_level(int sqlite_rc);
 
-/**
- * Steps @p stmt once.
- * @returns 1 for a row, 0 when the statement is done, or a negated tbx_err_t
- * (logged with the statement's text and SQLite's message; the statement is
- * reset so that it holds no lock).
- */
-int tbx__db_step(sqlite3_stmt *stmt);
-
-/**
- * Logs the connection's last SQLite error with @p what and maps it.
- * @returns a tbx_err_t, never TBX_OK (TBX_ESTORE when SQLite reports none).
- */
-int tbx__db_fail(sqlite3 *db, const char *what);
+/** The countdown fault of store/db.h: 1 when the store call @p what (its
+ *  SQL text) is the one to fail now (logged). */
+int tbx__db_fault_hit(const char *what);
 
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "store/db.h"
+#include "store/stmt.h"
 #include "outbox/outbox.h"
 
 #define GRP "g1"

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/db_int.h"
+#include "store/stmt.h"
 #include "tokens/tokens.h"
 
 enum {
@@ -125,43 +125,13 @@ typedef struct tbx_tokens_sqlite {
 	struct tbx_tokens base; /* first: the ops see a tbx_tokens_t */
 	sqlite3 *db;
 	int owned; /* 0: the service store's connection, not ours to close */
-	sqlite3_stmt *stmts[Q__COUNT];
+	tbx__stmts_t stmts;
+	sqlite3_stmt *slots[Q__COUNT];
 } tbx_tokens_sqlite_t;
 
 static tbx_tokens_sqlite_t *backend(tbx_tokens_t *tokens)
 {
 	return (tbx_tokens_sqlite_t *)tokens;
-}
-
-static sqlite3_stmt *stmt_get(tbx_tokens_sqlite_t *t, int q)
-{
-	return tbx__db_stmt(t->db, &t->stmts[q], sql[q]);
-}
-
-static int bind_fail(tbx_tokens_sqlite_t *t, sqlite3_stmt *stmt)
-{
-	int err = tbx__db_fail(t->db, sqlite3_sql(stmt));
-
-	sqlite3_reset(stmt);
-	return err;
-}
-
-/* Steps a statement that returns no rows; @returns TBX_OK or the error. */
-static int step_done(sqlite3_stmt *stmt)
-{
-	int r = tbx__db_step(stmt);
-
-	sqlite3_reset(stmt);
-	return r < 0 ? -r : TBX_OK;
-}
-
-static int run(tbx_tokens_sqlite_t *t, int q)
-{
-	sqlite3_stmt *stmt = stmt_get(t, q);
-
-	if (!stmt)
-		return tbx__db_fail(t->db, sql[q]);
-	return step_done(stmt);
 }
 
 static int txn_begin(tbx_tokens_sqlite_t *t)
@@ -171,7 +141,7 @@ static int txn_begin(tbx_tokens_sqlite_t *t)
 				      "connection is inside a transaction");
 		return TBX_ESTATE;
 	}
-	return run(t, Q_BEGIN);
+	return tbx__stmt_run(&t->stmts, Q_BEGIN);
 }
 
 /* Commits when @p err is TBX_OK, else (or when COMMIT fails) rolls back.
@@ -179,9 +149,9 @@ static int txn_begin(tbx_tokens_sqlite_t *t)
 static int txn_end(tbx_tokens_sqlite_t *t, int err)
 {
 	if (!err)
-		err = run(t, Q_COMMIT);
+		err = tbx__stmt_run(&t->stmts, Q_COMMIT);
 	if (err && !sqlite3_get_autocommit(t->db))
-		run(t, Q_ROLLBACK);
+		tbx__stmt_run(&t->stmts, Q_ROLLBACK);
 	return err;
 }
 
@@ -189,21 +159,21 @@ static int txn_end(tbx_tokens_sqlite_t *t, int err)
 static int seq_next(tbx_tokens_sqlite_t *t, int64_t *seq)
 {
 	sqlite3_stmt *stmt;
-	int err, r;
+	int hit, err;
 
-	if ((err = run(t, Q_SEQ_NEXT)))
+	if ((err = tbx__stmt_run(&t->stmts, Q_SEQ_NEXT)))
 		return err;
 	if (sqlite3_changes(t->db) != 1) {
 		tbx__log(TBX_LOG_ERR, "token store: tbx_seq has no row 1");
 		return TBX_ESTORE;
 	}
-	if (!(stmt = stmt_get(t, Q_SEQ_GET)))
-		return tbx__db_fail(t->db, sql[Q_SEQ_GET]);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	*seq = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
+	if ((err = tbx__stmt_get(&t->stmts, Q_SEQ_GET, &stmt)))
+		return err;
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	*seq = hit ? sqlite3_column_int64(stmt, 0) : 0;
 	sqlite3_reset(stmt);
-	return r == 1 ? TBX_OK : TBX_ESTORE;
+	return hit ? TBX_OK : TBX_ESTORE;
 }
 
 static int op_exists(tbx_tokens_t *tokens, const char *token, const char *grp,
@@ -211,19 +181,19 @@ static int op_exists(tbx_tokens_t *tokens, const char *token, const char *grp,
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
 	*exists = 0;
 	if (!token || !grp)
 		return TBX_EINVAL;
-	if (!(stmt = stmt_get(t, Q_EXISTS)))
-		return tbx__db_fail(t->db, sql[Q_EXISTS]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_EXISTS, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	*exists = r == 1;
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	*exists = hit;
 	sqlite3_reset(stmt);
 	return TBX_OK;
 }
@@ -233,19 +203,19 @@ static int sub_get(tbx_tokens_sqlite_t *t, const char *topic, const char *grp,
 		   int64_t *since)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
-	if (!(stmt = stmt_get(t, Q_SUB_GET)))
-		return tbx__db_fail(t->db, sql[Q_SUB_GET]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_SUB_GET, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	if (r == 1)
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (hit)
 		*since = sqlite3_column_int64(stmt, 0);
 	sqlite3_reset(stmt);
-	return r == 1 ? TBX_OK : TBX_ENOENT;
+	return hit ? TBX_OK : TBX_ENOENT;
 }
 
 static int op_subscription(tbx_tokens_t *tokens, const char *topic,
@@ -264,13 +234,13 @@ static int sub_touch(tbx_tokens_sqlite_t *t, const char *topic, const char *grp,
 	sqlite3_stmt *stmt;
 	int err;
 
-	if (!(stmt = stmt_get(t, Q_SUB_TOUCH)))
-		return tbx__db_fail(t->db, sql[Q_SUB_TOUCH]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_SUB_TOUCH, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 3, tbx__now_ms()))
-		return bind_fail(t, stmt);
-	if ((err = step_done(stmt)))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
 		return err;
 	*found = sqlite3_changes(t->db) > 0;
 	return TBX_OK;
@@ -295,15 +265,15 @@ static int op_seq_current(tbx_tokens_t *tokens, int64_t *seq)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
-	if (!(stmt = stmt_get(t, Q_SEQ_GET)))
-		return tbx__db_fail(t->db, sql[Q_SEQ_GET]);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	*seq = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
+	if ((err = tbx__stmt_get(&t->stmts, Q_SEQ_GET, &stmt)))
+		return err;
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	*seq = hit ? sqlite3_column_int64(stmt, 0) : 0;
 	sqlite3_reset(stmt);
-	return r == 1 ? TBX_OK : TBX_ESTORE;
+	return hit ? TBX_OK : TBX_ESTORE;
 }
 
 static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
@@ -311,14 +281,14 @@ static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	sqlite3_stmt *stmt;
 	const char *id;
-	int r, err = TBX_OK;
+	int hit, err;
 
 	out[0] = '\0';
-	if (!(stmt = stmt_get(t, Q_STORE_ID)))
-		return tbx__db_fail(t->db, sql[Q_STORE_ID]);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	id = r == 1 ? (const char *)sqlite3_column_text(stmt, 0) : NULL;
+	if ((err = tbx__stmt_get(&t->stmts, Q_STORE_ID, &stmt)))
+		return err;
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	id = hit ? (const char *)sqlite3_column_text(stmt, 0) : NULL;
 	if (!id || !tbx__is_uuid(id, strlen(id))) {
 		tbx__log(TBX_LOG_ERR, "token store: no valid store id in "
 				      "tbx_store_info");
@@ -356,15 +326,17 @@ static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
 	 * group expects). */
 	err = sub_get(t, topic, grp, &seq);
 	if (err == TBX_ENOENT && !(err = seq_next(t, &seq))) {
-		if (!(stmt = stmt_get(t, Q_SUB_ADD)))
-			err = tbx__db_fail(t->db, sql[Q_SUB_ADD]);
-		else if (sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC) ||
-			 sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
-			 sqlite3_bind_int64(stmt, 3, seq) ||
-			 sqlite3_bind_int64(stmt, 4, tbx__now_ms()))
-			err = bind_fail(t, stmt);
-		else
-			err = step_done(stmt);
+		if (!(err = tbx__stmt_get(&t->stmts, Q_SUB_ADD, &stmt))) {
+			if (sqlite3_bind_text(stmt, 1, topic, -1,
+					      SQLITE_STATIC) ||
+			    sqlite3_bind_text(stmt, 2, grp, -1,
+					      SQLITE_STATIC) ||
+			    sqlite3_bind_int64(stmt, 3, seq) ||
+			    sqlite3_bind_int64(stmt, 4, tbx__now_ms()))
+				err = tbx__stmt_bind_fail(stmt);
+			else
+				err = tbx__stmt_done(stmt);
+		}
 	} else if (!err) {
 		err = sub_touch(t, topic, grp, &found);
 	}
@@ -398,16 +370,17 @@ static int reg_add(tbx_tokens_sqlite_t *t, const char *send_grp,
 		   const tbx__mint_req_t *req, const char *token, int64_t now)
 {
 	sqlite3_stmt *stmt;
+	int err;
 
-	if (!(stmt = stmt_get(t, Q_REG_ADD)))
-		return tbx__db_fail(t->db, sql[Q_REG_ADD]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_REG_ADD, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, req->attempt, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, token, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 3, send_grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 4, req->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 5, now))
-		return bind_fail(t, stmt);
-	return step_done(stmt);
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 static int tokens_add(tbx_tokens_sqlite_t *t, const tbx__mint_item_t *item,
@@ -416,14 +389,14 @@ static int tokens_add(tbx_tokens_sqlite_t *t, const tbx__mint_item_t *item,
 	sqlite3_stmt *stmt;
 	int err;
 
-	if (!(stmt = stmt_get(t, Q_TOKENS_ADD)))
-		return tbx__db_fail(t->db, sql[Q_TOKENS_ADD]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_TOKENS_ADD, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, item->token, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 2, seq) ||
 	    sqlite3_bind_int64(stmt, 3, now) ||
 	    sqlite3_bind_text(stmt, 4, item->topic, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	if ((err = step_done(stmt)))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
 		return err;
 	*rows += (uint64_t)sqlite3_changes(t->db);
 	return TBX_OK;
@@ -518,12 +491,13 @@ static int op_mint_joined(tbx_tokens_t *tokens, const tbx__mint_item_t *items,
 static int reg_delete(tbx_tokens_sqlite_t *t, const char *attempt)
 {
 	sqlite3_stmt *stmt;
+	int err;
 
-	if (!(stmt = stmt_get(t, Q_REG_DELETE)))
-		return tbx__db_fail(t->db, sql[Q_REG_DELETE]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_REG_DELETE, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	return step_done(stmt);
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 static int op_confirm(tbx_tokens_t *tokens, const char *const *attempts,
@@ -553,15 +527,15 @@ static int consume_in(tbx_tokens_sqlite_t *t, const char *grp,
 	int err = TBX_OK;
 
 	for (size_t i = 0; !err && i < cnt; i++) {
-		sqlite3_stmt *stmt = stmt_get(t, Q_TOKEN_DELETE);
+		sqlite3_stmt *stmt;
 
-		if (!stmt)
-			err = tbx__db_fail(t->db, sql[Q_TOKEN_DELETE]);
-		else if (sqlite3_bind_text(stmt, 1, token_ids[i], -1,
-					   SQLITE_STATIC) ||
-			 sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
-			err = bind_fail(t, stmt);
-		else if (!(err = step_done(stmt)))
+		if ((err = tbx__stmt_get(&t->stmts, Q_TOKEN_DELETE, &stmt)))
+			break;
+		if (sqlite3_bind_text(stmt, 1, token_ids[i], -1,
+				      SQLITE_STATIC) ||
+		    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC))
+			err = tbx__stmt_bind_fail(stmt);
+		else if (!(err = tbx__stmt_done(stmt)))
 			*n += (uint64_t)sqlite3_changes(t->db);
 	}
 	return err;
@@ -628,15 +602,15 @@ static int op_consume_joined(tbx_tokens_t *tokens, const char *grp,
 static int reg_exists(tbx_tokens_sqlite_t *t, const char *attempt, int *exists)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int hit, err;
 
-	if (!(stmt = stmt_get(t, Q_REG_EXISTS)))
-		return tbx__db_fail(t->db, sql[Q_REG_EXISTS]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_REG_EXISTS, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	*exists = r == 1;
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	*exists = hit;
 	sqlite3_reset(stmt);
 	return TBX_OK;
 }
@@ -664,12 +638,14 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 	 */
 	err = reg_exists(t, attempt, &exists);
 	if (!err && exists) {
-		if (!(stmt = stmt_get(t, Q_REG_TOKENS_DELETE)))
-			err = tbx__db_fail(t->db, sql[Q_REG_TOKENS_DELETE]);
-		else if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
-			err = bind_fail(t, stmt);
-		else if (!(err = step_done(stmt)))
-			n = (uint64_t)sqlite3_changes(t->db);
+		if (!(err = tbx__stmt_get(&t->stmts, Q_REG_TOKENS_DELETE,
+					  &stmt))) {
+			if (sqlite3_bind_text(stmt, 1, attempt, -1,
+					      SQLITE_STATIC))
+				err = tbx__stmt_bind_fail(stmt);
+			else if (!(err = tbx__stmt_done(stmt)))
+				n = (uint64_t)sqlite3_changes(t->db);
+		}
 		if (!err)
 			err = reg_delete(t, attempt);
 	}
@@ -689,7 +665,7 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 	tbx__reg_t *regs = NULL;
 	size_t n = 0, cap = 0;
 	sqlite3_stmt *stmt;
-	int r, err = TBX_OK;
+	int hit, err;
 
 	*out = NULL;
 	*cnt = 0;
@@ -697,8 +673,8 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 		return TBX_EINVAL;
 	if (limit == 0)
 		return TBX_OK;
-	if (!(stmt = stmt_get(t, Q_REG_LIST)))
-		return tbx__db_fail(t->db, sql[Q_REG_LIST]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_REG_LIST, &stmt)))
+		return err;
 	/* (c, attempt) > (INT64_MIN, '') holds for every registration. */
 	if (sqlite3_bind_text(stmt, 1, send_grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(
@@ -707,10 +683,10 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 			       after ? after->created_ms : INT64_MIN) ||
 	    sqlite3_bind_text(stmt, 4, after ? after->attempt : "", -1,
 			      SQLITE_STATIC))
-		return bind_fail(t, stmt);
+		return tbx__stmt_bind_fail(stmt);
 	/* One statement, one snapshot; copied out, then reset: no statement
 	 * stays active between calls. */
-	while ((r = tbx__db_step(stmt)) == 1) {
+	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
 		const char *attempt =
 		    (const char *)sqlite3_column_text(stmt, 0);
 		const char *msg_id = (const char *)sqlite3_column_text(stmt, 1);
@@ -742,8 +718,6 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 		regs[n].created_ms = sqlite3_column_int64(stmt, 2);
 		n++;
 	}
-	if (!err && r < 0)
-		err = -r;
 	sqlite3_reset(stmt);
 	if (err || n == 0) {
 		free(regs);
@@ -757,17 +731,13 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 static int count_one(tbx_tokens_sqlite_t *t, int q, const char *grp, int64_t *n)
 {
 	sqlite3_stmt *stmt;
-	int r;
+	int err;
 
-	if (!(stmt = stmt_get(t, q)))
-		return tbx__db_fail(t->db, sql[q]);
+	if ((err = tbx__stmt_get(&t->stmts, q, &stmt)))
+		return err;
 	if (grp && sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	*n = r == 1 ? sqlite3_column_int64(stmt, 0) : 0;
-	sqlite3_reset(stmt);
-	return TBX_OK;
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_int64(stmt, n);
 }
 
 static int op_count(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,
@@ -802,16 +772,16 @@ static int edge_lookup(tbx_tokens_sqlite_t *t, tbx__edge_item_t *item,
 	sqlite3_stmt *stmt;
 	const void *fp;
 	const unsigned char *id, *token;
-	int r, err = TBX_OK;
+	int hit, err;
 
 	*found = 0;
-	if (!(stmt = stmt_get(t, Q_EDGE_GET)))
-		return tbx__db_fail(t->db, sql[Q_EDGE_GET]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_EDGE_GET, &stmt)))
+		return err;
 	if (edge_bind_key(stmt, item) || sqlite3_bind_int64(stmt, 3, from))
-		return bind_fail(t, stmt);
-	if ((r = tbx__db_step(stmt)) < 0)
-		return -r;
-	if (r == 0) {
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (!hit) {
 		sqlite3_reset(stmt);
 		return TBX_OK;
 	}
@@ -821,11 +791,11 @@ static int edge_lookup(tbx_tokens_sqlite_t *t, tbx__edge_item_t *item,
 	    memcmp(fp, item->fp, TBX_EDGE_FP_LEN) != 0) {
 		item->verdict = TBX_EDGE_SYNTHETIC;
 		sqlite3_reset(stmt);
-		if (!(stmt = stmt_get(t, Q_EDGE_REFUSED)))
-			return tbx__db_fail(t->db, sql[Q_EDGE_REFUSED]);
+		if ((err = tbx__stmt_get(&t->stmts, Q_EDGE_REFUSED, &stmt)))
+			return err;
 		if (edge_bind_key(stmt, item))
-			return bind_fail(t, stmt);
-		return step_done(stmt);
+			return tbx__stmt_bind_fail(stmt);
+		return tbx__stmt_done(stmt);
 	}
 	id = sqlite3_column_text(stmt, 1);
 	token = sqlite3_column_text(stmt, 2);
@@ -851,9 +821,10 @@ static int edge_put(tbx_tokens_sqlite_t *t, const tbx__edge_item_t *item,
 		    int64_t now)
 {
 	sqlite3_stmt *stmt;
+	int err;
 
-	if (!(stmt = stmt_get(t, Q_EDGE_PUT)))
-		return tbx__db_fail(t->db, sql[Q_EDGE_PUT]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_EDGE_PUT, &stmt)))
+		return err;
 	if (edge_bind_key(stmt, item) ||
 	    sqlite3_bind_blob(stmt, 3, item->fp, TBX_EDGE_FP_LEN,
 			      SQLITE_STATIC) ||
@@ -861,8 +832,8 @@ static int edge_put(tbx_tokens_sqlite_t *t, const tbx__edge_item_t *item,
 	    sqlite3_bind_text(stmt, 5, item->token, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 6, item->seq) ||
 	    sqlite3_bind_int64(stmt, 7, now))
-		return bind_fail(t, stmt);
-	return step_done(stmt);
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 /* tokens_add() for one group only. */
@@ -873,15 +844,15 @@ static int tokens_add_grp(tbx_tokens_sqlite_t *t, const tbx__mint_item_t *item,
 	sqlite3_stmt *stmt;
 	int err;
 
-	if (!(stmt = stmt_get(t, Q_TOKENS_ADD_GRP)))
-		return tbx__db_fail(t->db, sql[Q_TOKENS_ADD_GRP]);
+	if ((err = tbx__stmt_get(&t->stmts, Q_TOKENS_ADD_GRP, &stmt)))
+		return err;
 	if (sqlite3_bind_text(stmt, 1, item->token, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 2, seq) ||
 	    sqlite3_bind_int64(stmt, 3, now) ||
 	    sqlite3_bind_text(stmt, 4, item->topic, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 5, grp, -1, SQLITE_STATIC))
-		return bind_fail(t, stmt);
-	if ((err = step_done(stmt)))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
 		return err;
 	*rows += (uint64_t)sqlite3_changes(t->db);
 	return TBX_OK;
@@ -904,13 +875,13 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 			return TBX_EINVAL;
 	if ((err = txn_begin(t)))
 		return err;
-	if (!(stmt = stmt_get(t, Q_EDGE_SWEEP)))
-		err = tbx__db_fail(t->db, sql[Q_EDGE_SWEEP]);
-	else if (sqlite3_bind_int64(stmt, 1, from) ||
-		 sqlite3_bind_int64(stmt, 2, (int64_t)sweep_max))
-		err = bind_fail(t, stmt);
-	else
-		err = step_done(stmt);
+	if (!(err = tbx__stmt_get(&t->stmts, Q_EDGE_SWEEP, &stmt))) {
+		if (sqlite3_bind_int64(stmt, 1, from) ||
+		    sqlite3_bind_int64(stmt, 2, (int64_t)sweep_max))
+			err = tbx__stmt_bind_fail(stmt);
+		else
+			err = tbx__stmt_done(stmt);
+	}
 	if (!err)
 		err = seq_next(t, &num);
 	for (size_t i = 0; !err && i < cnt; i++) {
@@ -960,14 +931,15 @@ static int op_edge_delivered(tbx_tokens_t *tokens,
 		    (items[i].verdict != TBX_EDGE_NEW &&
 		     items[i].verdict != TBX_EDGE_INFLIGHT))
 			continue;
-		if (!(stmt = stmt_get(t, Q_EDGE_DELIVERED)))
-			err = tbx__db_fail(t->db, sql[Q_EDGE_DELIVERED]);
-		else if (edge_bind_key(stmt, &items[i]) ||
-			 sqlite3_bind_text(stmt, 3, items[i].msg_id, -1,
-					   SQLITE_STATIC))
-			err = bind_fail(t, stmt);
-		else
-			err = step_done(stmt);
+		if (!(err =
+			  tbx__stmt_get(&t->stmts, Q_EDGE_DELIVERED, &stmt))) {
+			if (edge_bind_key(stmt, &items[i]) ||
+			    sqlite3_bind_text(stmt, 3, items[i].msg_id, -1,
+					      SQLITE_STATIC))
+				err = tbx__stmt_bind_fail(stmt);
+			else
+				err = tbx__stmt_done(stmt);
+		}
 	}
 	return txn_end(t, err);
 }
@@ -998,8 +970,7 @@ static void op_close(tbx_tokens_t *tokens)
 
 	if (!t)
 		return;
-	for (int q = 0; q < Q__COUNT; q++)
-		sqlite3_finalize(t->stmts[q]);
+	tbx__stmts_finalize(&t->stmts);
 	if (t->owned)
 		sqlite3_close_v2(t->db);
 	free(t);
@@ -1063,6 +1034,7 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 		}
 		t->owned = 1;
 	}
+	tbx__stmts_init(&t->stmts, t->db, sql, t->slots, Q__COUNT);
 	*out = &t->base;
 	return TBX_OK;
 }
