@@ -557,10 +557,6 @@ static pid_t spawn_wrapped(char *const argv[], int *out_fd)
 	}
 	if (n == 0)
 		fail("TBX_BENCH_CONTENDER_WRAP: no command in '%s'", env);
-	if (all[0][0] != '/')
-		fail("TBX_BENCH_CONTENDER_WRAP: '%s' is not an absolute path "
-		     "(the command is run without a PATH search)",
-		     all[0]);
 	for (size_t i = 0; i <= argc; i++)
 		all[n + i] = argv[i];
 	pid = spawn(all, out_fd);
@@ -1039,6 +1035,21 @@ static int parse_args(int argc, char **argv)
 	if (access(cfg.tokenbox, X_OK) != 0)
 		return usage_error("--tokenbox: cannot run '%s': %s",
 				   cfg.tokenbox, strerror(errno));
+	/* Checked before anything starts (spawn_wrapped() runs it). */
+	const char *wrap = getenv("TBX_BENCH_CONTENDER_WRAP");
+	if (wrap && *wrap) {
+		char cmd[PATH_MAX];
+		size_t len = strcspn(wrap + strspn(wrap, " "), " ");
+
+		snprintf(cmd, sizeof(cmd), "%.*s", (int)len,
+			 wrap + strspn(wrap, " "));
+		if (cmd[0] != '/' || access(cmd, X_OK) != 0)
+			return usage_error(
+			    "TBX_BENCH_CONTENDER_WRAP: cannot run "
+			    "'%s' (an absolute path, run without "
+			    "a PATH search)",
+			    cmd);
+	}
 	if (!cfg.out[0])
 		snprintf(cfg.out, sizeof(cfg.out), "%s/bench/results",
 			 TBX_BENCH_SOURCE_DIR);
