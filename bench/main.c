@@ -92,7 +92,10 @@ static const char usage_text[] =
     "  bench: tokenbox/plain=R tokenbox/inbox=R tokenbox/kafka-txn=R "
     "tokens_left=N\n"
     "Exit status: 0 when every run completed, 1 when one failed, 2 for a bad\n"
-    "command line.\n";
+    "command line.\n"
+    "\n"
+    "Environment: TBX_BENCH_CONTENDER_WRAP=\"/abs/command args\" runs each\n"
+    "contender process under that command (bench/profile: callgrind).\n";
 
 typedef struct cfg {
 	long messages, reps, lat_messages, lat_rate, storage_messages, sweeps;
@@ -527,6 +530,40 @@ static void publish(tbx_publisher_t *pub, const run_t *r, long first, long cnt,
 		fail("flush: %s", tbx_publisher_errstr(pub));
 }
 
+/*
+ * Spawns a contender, under the command that TBX_BENCH_CONTENDER_WRAP
+ * names when it is set (words split at spaces, no quoting): bench/profile
+ * runs the contender under callgrind so.  Only the contender: the driver,
+ * its publisher and the mock cluster run as they are.
+ */
+static pid_t spawn_wrapped(char *const argv[], int *out_fd)
+{
+	const char *env = getenv("TBX_BENCH_CONTENDER_WRAP");
+	char *words, *tok, *save = NULL, *all[96];
+	size_t n = 0, argc = 0;
+	pid_t pid;
+
+	if (!env || !*env)
+		return spawn(argv, out_fd);
+	while (argv[argc])
+		argc++;
+	if (!(words = strdup(env)))
+		fail("out of memory%s", "");
+	for (tok = strtok_r(words, " ", &save); tok;
+	     tok = strtok_r(NULL, " ", &save)) {
+		if (n + argc + 1 >= sizeof(all) / sizeof(all[0]))
+			fail("TBX_BENCH_CONTENDER_WRAP: too many words%s", "");
+		all[n++] = tok;
+	}
+	if (n == 0)
+		fail("TBX_BENCH_CONTENDER_WRAP: no command in '%s'", env);
+	for (size_t i = 0; i <= argc; i++)
+		all[n + i] = argv[i];
+	pid = spawn(all, out_fd);
+	free(words);
+	return pid;
+}
+
 static child_t contender_start(const run_t *r, long messages, int until_rows,
 			       int samples)
 {
@@ -560,7 +597,7 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 			cfg.separate_tokens ? "separate" : "single",
 			until_rows ? "--until-rows" : NULL,
 			NULL};
-	c.pid = spawn(argv, &c.fd);
+	c.pid = spawn_wrapped(argv, &c.fd);
 	return c;
 }
 
@@ -998,6 +1035,21 @@ static int parse_args(int argc, char **argv)
 	if (access(cfg.tokenbox, X_OK) != 0)
 		return usage_error("--tokenbox: cannot run '%s': %s",
 				   cfg.tokenbox, strerror(errno));
+	/* Checked before anything starts (spawn_wrapped() runs it). */
+	const char *wrap = getenv("TBX_BENCH_CONTENDER_WRAP");
+	if (wrap && *wrap) {
+		char cmd[PATH_MAX];
+		size_t len = strcspn(wrap + strspn(wrap, " "), " ");
+
+		snprintf(cmd, sizeof(cmd), "%.*s", (int)len,
+			 wrap + strspn(wrap, " "));
+		if (cmd[0] != '/' || access(cmd, X_OK) != 0)
+			return usage_error(
+			    "TBX_BENCH_CONTENDER_WRAP: cannot run "
+			    "'%s' (an absolute path, run without "
+			    "a PATH search)",
+			    cmd);
+	}
 	if (!cfg.out[0])
 		snprintf(cfg.out, sizeof(cfg.out), "%s/bench/results",
 			 TBX_BENCH_SOURCE_DIR);

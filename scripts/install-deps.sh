@@ -5,12 +5,12 @@
 set -euo pipefail
 
 # groff-base: the test that the man pages (made from the --help texts)
-# render without warnings.
+# render without warnings.  valgrind: bench/profile (callgrind).
 packages=(
 	build-essential cmake pkg-config
 	librdkafka-dev libsqlite3-dev uuid-dev libcjson-dev libcriterion-dev
 	sqlite3 kcat clang-format spin ca-certificates git
-	groff-base
+	groff-base valgrind
 	clang-14 libclang-rt-14-dev
 	default-jdk-headless maven
 )
