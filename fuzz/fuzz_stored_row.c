@@ -1,7 +1,7 @@
 /*
  * Fuzz target: an outbox row and its outgoing messages as the worker and
  * `tokenbox inspect` read them back from the service store
- * (tbx_outbox_row_load() and tbx_outbox_row_check() in outbox/outbox.c,
+ * (tbx_outbox_row_load() and tbx_outbox_row_check() in outbox/sqlite.c,
  * insp_row_json() and insp_row_print() in tools/inspect_rows.c).  SQLite's
  * columns take any type whatever the schema says, and the file may have
  * been written by anybody, so every column is fuzzed: NULL, an integer, a

@@ -39,6 +39,7 @@
 
 #include "base/util.h"
 #include "store/db.h"
+#include "store/filter.h"
 
 typedef struct tbx_outbox tbx_outbox_t;
 
@@ -84,6 +85,9 @@ void tbx__row_clear(tbx__row_t *row);
 int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
 		 const void *key, size_t key_len, const void *payload,
 		 size_t payload_len, const void *headers, size_t headers_len);
+/** Appends a zeroed message slot (a backend loading a row fills it).
+ *  @returns NULL when out of memory. */
+tbx__outmsg_t *tbx__row_grow(tbx__row_t *row);
 /** Drops every outgoing message (the row stays). */
 void tbx__row_clear_msgs(tbx__row_t *row);
 /** Asserts the lifecycle invariants above; @returns 1 when they hold. */
@@ -98,77 +102,6 @@ int tbx__hdrs_encode(const tbx_header_t *hdrs, size_t cnt, void **out,
  *  -1 when the blob is malformed. */
 int tbx__hdrs_next(const void *blob, size_t len, size_t *pos,
 		   tbx_header_t *hdr);
-
-/** Opens the store (see tbx__db_open).  *out owned by the caller. */
-int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
-		    tbx_outbox_t **out, char *errstr, size_t errstr_size);
-/** Closes the store and its connection.  NULL is a no-op. */
-void tbx_outbox_close(tbx_outbox_t *store);
-/** The connection (borrowed; handlers write business tables through it). */
-sqlite3 *tbx_outbox_db(tbx_outbox_t *store);
-
-/* Transactions: BEGIN IMMEDIATE (takes the write lock), COMMIT, ROLLBACK;
- * one savepoint level for a message ("SAVEPOINT tbx_msg"). */
-int tbx_outbox_begin(tbx_outbox_t *store);
-int tbx_outbox_commit(tbx_outbox_t *store);
-int tbx_outbox_rollback(tbx_outbox_t *store);
-int tbx_outbox_savepoint(tbx_outbox_t *store);
-int tbx_outbox_release(tbx_outbox_t *store);
-/** ROLLBACK TO and RELEASE: undoes the message's writes. */
-int tbx_outbox_undo(tbx_outbox_t *store);
-
-/**
- * Looks up the row (grp, msg_id).  *found = 0/1; @p attempt (may be NULL)
- * receives the attempt id or "" when the row has none.
- */
-int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
-			const char *msg_id, int *found,
-			char attempt[TBX_UUID_LEN + 1]);
-/** Inserts @p row and its outgoing messages (inside the caller's txn). */
-int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
-			  const tbx__row_t *row);
-/** Loads the row and its messages into @p row (cleared first).
- *  @returns TBX_OK or TBX_ENOENT. */
-int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
-			const char *msg_id, tbx__row_t *row);
-/**
- * B's record: UPDATE … SET attempt WHERE attempt IS NULL, then the tokens of
- * the messages and mint_seq, inside the caller's transaction.  *won = 1 when
- * this attempt was recorded, 0 when the row has another attempt or is gone.
- */
-int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
-			       const tbx__row_t *row, int *won);
-/** Deletes the row and its messages (E), inside the caller's txn. */
-int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
-			  const char *msg_id);
-
-/** Next offset to process for untokened ingress; *next = -1 when none. */
-int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,
-			   const char *topic, int32_t partition, int64_t *next);
-/** Sets it (upsert), inside the caller's txn. */
-int tbx_outbox_ingress_set(tbx_outbox_t *store, const char *grp,
-			   const char *topic, int32_t partition, int64_t next);
-
-/** Records a dead-lettered message for inspection (caller's txn). */
-int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
-			       const tbx__row_t *row, const char *dlq_topic,
-			       int attempts);
-
-/**
- * Counts one more dispatch of row (grp, msg_id) that failed with a
- * permanent error (its own S transaction, or the caller's).  *failures
- * receives the count after it, 0 when the row is gone.
- */
-int tbx_outbox_dispatch_failed(tbx_outbox_t *store, const char *grp,
-			       const char *msg_id, int *failures);
-/**
- * Keeps outgoing message @p m of @p row, given up on, in tbx_undelivered
- * with its tbx-id, token and headers (caller's txn).  A second call for
- * the same message changes nothing.
- */
-int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
-			       const tbx__row_t *row, const tbx__outmsg_t *m,
-			       const char *error, int attempts);
 
 /**
  * Crash detection, per (group, topic, partition): the offsets an A is
@@ -188,54 +121,585 @@ typedef struct tbx__inflight {
 	int retries;	       /**< RETRY verdicts at count_offset */
 } tbx__inflight_t;
 
-/** *found = 0 when the partition has no row. */
-int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
-			    const char *topic, int32_t partition,
-			    tbx__inflight_t *f, int *found);
-/** Upsert, inside the caller's transaction. */
-int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
-			    const char *topic, int32_t partition,
-			    const tbx__inflight_t *f);
-/** Delete, inside the caller's transaction. */
-int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
-			       const char *topic, int32_t partition);
-/** Ends the A in progress (first = last = -1, lone = 0) and keeps the
- *  suspicion and the counts, inside the caller's transaction. */
-int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
-				const char *topic, int32_t partition);
-
 /** A message id, for listings. */
 typedef struct tbx__msgid {
 	char id[TBX_MSGID_MAX + 1];
 } tbx__msgid_t;
 
-/** Ids of @p grp's rows created at or before @p created_before_ms (wall
- *  clock), oldest first, at most @p limit, into a malloc'ed array (*out,
- *  caller frees; NULL when *cnt is 0). */
-int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
-			  int64_t created_before_ms, size_t limit,
-			  tbx__msgid_t **out, size_t *cnt);
+/** A dead-letter record (tbx_dead_letters), for inspection. */
+typedef struct tbx__dl_rec {
+	int64_t id; /**< its number */
+	const char *grp, *msg_id, *in_topic, *dlq_topic;
+	const char *error; /**< NULL: none */
+	int64_t in_partition, in_offset, attempts, created_ms;
+	int pending; /**< its dead-letter outbox row is not finished */
+} tbx__dl_rec_t;
 
-/** Ids of @p grp's rows whose record lies below @p offset in @p topic
- *  [@p partition], lowest offset first, at most @p limit, into a
- *  malloc'ed array (*out, caller frees; NULL when *cnt is 0). */
-int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
-			  const char *topic, int32_t partition, int64_t offset,
-			  size_t limit, tbx__msgid_t **out, size_t *cnt);
-/** Marks the row as found stuck by the recovery pass at @p now_ms (wall
- *  clock) unless it is marked already (caller's transaction or none). */
-int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
-			      const char *msg_id, int64_t now_ms);
+/** An outgoing message given up on (tbx_undelivered). */
+typedef struct tbx__ud_rec {
+	int64_t id; /**< its number */
+	const char *grp, *msg_id, *out_id, *topic, *type, *error;
+	const char *token;		     /**< NULL: none */
+	const void *key, *payload, *headers; /**< NULL: none */
+	size_t key_len, payload_len, headers_len;
+	int64_t mint_seq, attempts, created_ms;
+} tbx__ud_rec_t;
 
-/** Counts rows pending for @p grp (NULL: all groups). */
-int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows);
+/** An alarm a worker raised (tbx_outbox_alarm_add). */
+typedef struct tbx__alarm {
+	const char *grp, *name;
+	const char *detail; /**< NULL: none */
+	int64_t count, first_ms, last_ms;
+} tbx__alarm_t;
+
+/** An ingress offset (tbx_outbox_ingress_set). */
+typedef struct tbx__ingress {
+	const char *grp, *topic;
+	int64_t partition, next_offset;
+} tbx__ingress_t;
+
+/** An outbox row that carries a token (outgoing: @p seq, @p out_id,
+ *  @p topic, @p type) or consumes it (incoming: @p topic, @p partition,
+ *  @p offset). */
+typedef struct tbx__token_use {
+	const char *grp, *msg_id, *topic;
+	const char *out_id, *type; /**< outgoing only */
+	int64_t seq;		   /**< outgoing only */
+	int64_t partition, offset; /**< incoming only */
+} tbx__token_use_t;
+
+typedef int (*tbx__row_fn)(void *opaque, const char *grp, const tbx__row_t *row,
+			   int64_t msg_cnt);
+typedef int (*tbx__dl_fn)(void *opaque, const tbx__dl_rec_t *rec);
+typedef int (*tbx__ud_fn)(void *opaque, const tbx__ud_rec_t *rec);
+typedef int (*tbx__alarm_fn)(void *opaque, const tbx__alarm_t *alarm);
+typedef int (*tbx__ingress_fn)(void *opaque, const tbx__ingress_t *ingress);
+typedef int (*tbx__token_use_fn)(void *opaque, const tbx__token_use_t *use);
 
 /**
- * Counts one more occurrence of alarm @p name of @p grp (tbx_alarms:
- * count, first and last time, the latest @p detail), inside the caller's
- * transaction or savepoint.  `tokenbox inspect status` shows them.
+ * The service store's interface: a struct of function pointers, so that a
+ * server-backed store can be added beside the SQLite backend
+ * (outbox/sqlite.c) without touching the protocol.  Call sites use the
+ * tbx_outbox_* wrappers below.  Every call returns TBX_OK or a tbx_err_t.
  */
-int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp, const char *name,
+typedef struct tbx_outbox_ops {
+	const char *name;
+	/** Closes the store and its connection. */
+	void (*close)(tbx_outbox_t *store);
+
+	/* Transactions: begin takes the write lock (BEGIN IMMEDIATE);
+	 * one savepoint level for a message ("SAVEPOINT tbx_msg"); undo is
+	 * ROLLBACK TO and RELEASE: it undoes the message's writes. */
+	int (*begin)(tbx_outbox_t *store);
+	int (*commit)(tbx_outbox_t *store);
+	int (*rollback)(tbx_outbox_t *store);
+	int (*savepoint)(tbx_outbox_t *store);
+	int (*release)(tbx_outbox_t *store);
+	int (*undo)(tbx_outbox_t *store);
+
+	/** Looks up the row (grp, msg_id).  *found = 0/1; @p attempt (may
+	 *  be NULL) receives the attempt id or "" when the row has none. */
+	int (*row_find)(tbx_outbox_t *store, const char *grp,
+			const char *msg_id, int *found,
+			char attempt[TBX_UUID_LEN + 1]);
+	/** Inserts @p row and its outgoing messages (caller's txn). */
+	int (*row_insert)(tbx_outbox_t *store, const char *grp,
+			  const tbx__row_t *row);
+	/** Loads the row and its messages into @p row (cleared first), from
+	 *  one snapshot.  TBX_ENOENT when there is none. */
+	int (*row_load)(tbx_outbox_t *store, const char *grp,
+			const char *msg_id, tbx__row_t *row);
+	/** B's record: sets the attempt only where the row has none, then
+	 *  the tokens of the messages and mint_seq, inside the caller's
+	 *  transaction.  *won = 1 when this attempt was recorded, 0 when the
+	 *  row has another attempt or is gone. */
+	int (*row_set_attempt)(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, int *won);
+	/** Deletes the row and its messages (E), inside the caller's txn. */
+	int (*row_delete)(tbx_outbox_t *store, const char *grp,
+			  const char *msg_id);
+
+	/** Next offset to process for untokened ingress; *next = -1 when
+	 *  none.  ingress_set: upsert, inside the caller's txn. */
+	int (*ingress_get)(tbx_outbox_t *store, const char *grp,
+			   const char *topic, int32_t partition, int64_t *next);
+	int (*ingress_set)(tbx_outbox_t *store, const char *grp,
+			   const char *topic, int32_t partition, int64_t next);
+
+	/** Records a dead-lettered message for inspection (caller's txn). */
+	int (*dead_letter_add)(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, const char *dlq_topic,
+			       int attempts);
+	/** Counts one more dispatch of row (grp, msg_id) that failed with a
+	 *  permanent error (its own transaction, or the caller's).
+	 *  *failures receives the count after it, 0 when the row is gone. */
+	int (*dispatch_failed)(tbx_outbox_t *store, const char *grp,
+			       const char *msg_id, int *failures);
+	/** Keeps outgoing message @p m of @p row, given up on, whole with
+	 *  its tbx-id, token and headers (caller's txn).  A second call for
+	 *  the same message changes nothing. */
+	int (*undelivered_add)(tbx_outbox_t *store, const char *grp,
+			       const tbx__row_t *row, const tbx__outmsg_t *m,
+			       const char *error, int attempts);
+
+	/** The crash marker of (grp, topic, partition): get (*found = 0
+	 *  when none), put (upsert), delete, and release (ends the A in
+	 *  progress, keeps the suspicion and the counts); the writes inside
+	 *  the caller's transaction. */
+	int (*inflight_get)(tbx_outbox_t *store, const char *grp,
+			    const char *topic, int32_t partition,
+			    tbx__inflight_t *f, int *found);
+	int (*inflight_put)(tbx_outbox_t *store, const char *grp,
+			    const char *topic, int32_t partition,
+			    const tbx__inflight_t *f);
+	int (*inflight_delete)(tbx_outbox_t *store, const char *grp,
+			       const char *topic, int32_t partition);
+	int (*inflight_release)(tbx_outbox_t *store, const char *grp,
+				const char *topic, int32_t partition);
+
+	/** Ids of @p grp's rows created at or before @p created_before_ms
+	 *  (wall clock), oldest first, at most @p limit, into a malloc'ed
+	 *  array (*out, caller frees; NULL when *cnt is 0). */
+	int (*rows_older)(tbx_outbox_t *store, const char *grp,
+			  int64_t created_before_ms, size_t limit,
+			  tbx__msgid_t **out, size_t *cnt);
+	/** Ids of @p grp's rows whose record lies below @p offset in
+	 *  @p topic [@p partition], lowest offset first, at most @p limit,
+	 *  as rows_older. */
+	int (*rows_below)(tbx_outbox_t *store, const char *grp,
+			  const char *topic, int32_t partition, int64_t offset,
+			  size_t limit, tbx__msgid_t **out, size_t *cnt);
+	/** Marks the row as found stuck by the recovery pass at @p now_ms
+	 *  unless it is marked already (caller's transaction or none). */
+	int (*row_mark_stuck)(tbx_outbox_t *store, const char *grp,
+			      const char *msg_id, int64_t now_ms);
+	/** Counts rows pending for @p grp (NULL: all groups). */
+	int (*count)(tbx_outbox_t *store, const char *grp, int64_t *rows);
+	/** Counts one more occurrence of alarm @p name of @p grp (count,
+	 *  first and last time, the latest @p detail), inside the caller's
+	 *  transaction or savepoint. */
+	int (*alarm_add)(tbx_outbox_t *store, const char *grp, const char *name,
 			 const char *detail);
+
+	/*
+	 * The read side and the repairs of `tokenbox inspect`.  A listing
+	 * calls its function per record in the order it names; the record
+	 * and its strings are borrowed for the call; a non-zero return
+	 * stops the listing, which then returns TBX_OK.  *total (may be
+	 * NULL) receives the records the filter takes, before its limit.
+	 */
+	/** One read snapshot for the reads that follow, until
+	 *  read_end. */
+	int (*read_begin)(tbx_outbox_t *store);
+	void (*read_end)(tbx_outbox_t *store);
+	/** The schema version of the store. */
+	int (*schema)(tbx_outbox_t *store, int *version);
+	/** The backend's text for the last failed call (NULL: none). */
+	const char *(*errmsg)(tbx_outbox_t *store);
+	/** Groups with rows, ingress offsets or dead letters, by name. */
+	int (*groups)(tbx_outbox_t *store, tbx__str_fn fn, void *opaque);
+	/** Per group with rows, by name: n = processed, tokened, created at
+	 *  or before @p created_max, marked stuck; ms = the oldest. */
+	int (*rows_summary)(tbx_outbox_t *store, int64_t created_max,
+			    tbx__grp_sum_fn fn, void *opaque);
+	/** The rows @p f takes, oldest first (then group, id), without
+	 *  their messages, with the number of their messages. */
+	int (*rows_list)(tbx_outbox_t *store, const tbx__filter_t *f,
+			 int64_t *total, tbx__row_fn fn, void *opaque);
+	/** Resolves @p id to a row's message id: @p id itself when a row
+	 *  has it, else the one id starting with it.  *matches = 0, 1 (with
+	 *  @p out set), or 2 for several. */
+	int (*row_match)(tbx_outbox_t *store, const char *id,
+			 char out[TBX_MSGID_MAX + 1], int *matches);
+	/** Groups of @p f with a row of @p msg_id, by name. */
+	int (*row_groups)(tbx_outbox_t *store, const char *msg_id,
+			  const tbx__filter_t *f, tbx__str_fn fn, void *opaque);
+	/** Rows of @p token: outgoing messages carrying it (@p incoming 0,
+	 *  by group, id, seq), or rows whose record carried it (1). */
+	int (*token_uses)(tbx_outbox_t *store, const char *token, int incoming,
+			  tbx__token_use_fn fn, void *opaque);
+	/** Per group with dead letters, by name: n = recorded, pending;
+	 *  ms = the latest. */
+	int (*dead_letters_summary)(tbx_outbox_t *store, tbx__grp_sum_fn fn,
+				    void *opaque);
+	/** The dead letters @p f takes, newest first. */
+	int (*dead_letters_list)(tbx_outbox_t *store, const tbx__filter_t *f,
+				 int64_t *total, tbx__dl_fn fn, void *opaque);
+	/** The dead letters of @p f named @p id: its number when
+	 *  @p by_number, else its message id (in number order). */
+	int (*dead_letters_find)(tbx_outbox_t *store, const char *id,
+				 int by_number, const tbx__filter_t *f,
+				 tbx__dl_fn fn, void *opaque);
+	/** *found = 1 when @p grp recorded a dead letter of this origin
+	 *  sent to @p dlq_topic. */
+	int (*dead_letter_recorded)(tbx_outbox_t *store, const char *grp,
+				    const char *in_topic, int64_t partition,
+				    int64_t offset, const char *dlq_topic,
+				    int *found);
+	/** Groups that sent dead letters to @p dlq_topic, by name. */
+	int (*dead_letter_groups)(tbx_outbox_t *store, const char *dlq_topic,
+				  tbx__str_fn fn, void *opaque);
+	/** Undelivered messages: how many; the ones @p f takes, newest
+	 *  first; the one numbered @p id if @p f takes it (none: @p fn is
+	 *  not called); and removing it (a repair, one transaction). */
+	int (*undelivered_count)(tbx_outbox_t *store, int64_t *n);
+	int (*undelivered_list)(tbx_outbox_t *store, const tbx__filter_t *f,
+				int64_t *total, tbx__ud_fn fn, void *opaque);
+	int (*undelivered_get)(tbx_outbox_t *store, int64_t id,
+			       const tbx__filter_t *f, tbx__ud_fn fn,
+			       void *opaque);
+	int (*undelivered_delete)(tbx_outbox_t *store, int64_t id);
+	/** Alarms, by group and name. */
+	int (*alarms)(tbx_outbox_t *store, tbx__alarm_fn fn, void *opaque);
+	/** Ingress offsets, by group, topic and partition. */
+	int (*ingress_list)(tbx_outbox_t *store, tbx__ingress_fn fn,
+			    void *opaque);
+	/** Counts @p grp's rows created at or before @p created_max. */
+	int (*count_older)(tbx_outbox_t *store, const char *grp,
+			   int64_t created_max, int64_t *rows);
+} tbx_outbox_ops_t;
+
+/** Backends embed this first. */
+struct tbx_outbox {
+	const tbx_outbox_ops_t *ops;
+};
+
+/** Opens the SQLite backend on @p path (see tbx__db_open).  *out owned by
+ *  the caller. */
+int tbx_outbox_sqlite_open(const char *path, const tbx__db_opts_t *opts,
+			   tbx_outbox_t **out, char *errstr,
+			   size_t errstr_size);
+/** Opens the service store at @p path: the SQLite backend. */
+static inline int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
+				  tbx_outbox_t **out, char *errstr,
+				  size_t errstr_size)
+{
+	return tbx_outbox_sqlite_open(path, opts, out, errstr, errstr_size);
+}
+/**
+ * Backend-specific: the SQLite connection of a store of the SQLite
+ * backend (borrowed), NULL for any other.  Handlers write their business
+ * tables through it (tbx_ctx_db), the handler guard watches it, and a
+ * token store in the same file shares it (the joined path).
+ */
+sqlite3 *tbx_outbox_db(tbx_outbox_t *store);
+
+/* Thin wrappers so call sites read as verbs. */
+
+static inline void tbx_outbox_close(tbx_outbox_t *store)
+{
+	if (store)
+		store->ops->close(store);
+}
+
+static inline int tbx_outbox_begin(tbx_outbox_t *store)
+{
+	return store->ops->begin(store);
+}
+
+static inline int tbx_outbox_commit(tbx_outbox_t *store)
+{
+	return store->ops->commit(store);
+}
+
+static inline int tbx_outbox_rollback(tbx_outbox_t *store)
+{
+	return store->ops->rollback(store);
+}
+
+static inline int tbx_outbox_savepoint(tbx_outbox_t *store)
+{
+	return store->ops->savepoint(store);
+}
+
+static inline int tbx_outbox_release(tbx_outbox_t *store)
+{
+	return store->ops->release(store);
+}
+
+static inline int tbx_outbox_undo(tbx_outbox_t *store)
+{
+	return store->ops->undo(store);
+}
+
+static inline int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
+				      const char *msg_id, int *found,
+				      char attempt[TBX_UUID_LEN + 1])
+{
+	return store->ops->row_find(store, grp, msg_id, found, attempt);
+}
+
+static inline int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
+					const tbx__row_t *row)
+{
+	return store->ops->row_insert(store, grp, row);
+}
+
+static inline int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
+				      const char *msg_id, tbx__row_t *row)
+{
+	return store->ops->row_load(store, grp, msg_id, row);
+}
+
+static inline int tbx_outbox_row_set_attempt(tbx_outbox_t *store,
+					     const char *grp,
+					     const tbx__row_t *row, int *won)
+{
+	return store->ops->row_set_attempt(store, grp, row, won);
+}
+
+static inline int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
+					const char *msg_id)
+{
+	return store->ops->row_delete(store, grp, msg_id);
+}
+
+static inline int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,
+					 const char *topic, int32_t partition,
+					 int64_t *next)
+{
+	return store->ops->ingress_get(store, grp, topic, partition, next);
+}
+
+static inline int tbx_outbox_ingress_set(tbx_outbox_t *store, const char *grp,
+					 const char *topic, int32_t partition,
+					 int64_t next)
+{
+	return store->ops->ingress_set(store, grp, topic, partition, next);
+}
+
+static inline int tbx_outbox_dead_letter_add(tbx_outbox_t *store,
+					     const char *grp,
+					     const tbx__row_t *row,
+					     const char *dlq_topic,
+					     int attempts)
+{
+	return store->ops->dead_letter_add(store, grp, row, dlq_topic,
+					   attempts);
+}
+
+static inline int tbx_outbox_dispatch_failed(tbx_outbox_t *store,
+					     const char *grp,
+					     const char *msg_id, int *failures)
+{
+	return store->ops->dispatch_failed(store, grp, msg_id, failures);
+}
+
+static inline int tbx_outbox_undelivered_add(tbx_outbox_t *store,
+					     const char *grp,
+					     const tbx__row_t *row,
+					     const tbx__outmsg_t *m,
+					     const char *error, int attempts)
+{
+	return store->ops->undelivered_add(store, grp, row, m, error, attempts);
+}
+
+static inline int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
+					  const char *topic, int32_t partition,
+					  tbx__inflight_t *f, int *found)
+{
+	return store->ops->inflight_get(store, grp, topic, partition, f, found);
+}
+
+static inline int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
+					  const char *topic, int32_t partition,
+					  const tbx__inflight_t *f)
+{
+	return store->ops->inflight_put(store, grp, topic, partition, f);
+}
+
+static inline int tbx_outbox_inflight_delete(tbx_outbox_t *store,
+					     const char *grp, const char *topic,
+					     int32_t partition)
+{
+	return store->ops->inflight_delete(store, grp, topic, partition);
+}
+
+static inline int tbx_outbox_inflight_release(tbx_outbox_t *store,
+					      const char *grp,
+					      const char *topic,
+					      int32_t partition)
+{
+	return store->ops->inflight_release(store, grp, topic, partition);
+}
+
+static inline int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
+					int64_t created_before_ms, size_t limit,
+					tbx__msgid_t **out, size_t *cnt)
+{
+	return store->ops->rows_older(store, grp, created_before_ms, limit, out,
+				      cnt);
+}
+
+static inline int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
+					const char *topic, int32_t partition,
+					int64_t offset, size_t limit,
+					tbx__msgid_t **out, size_t *cnt)
+{
+	return store->ops->rows_below(store, grp, topic, partition, offset,
+				      limit, out, cnt);
+}
+
+static inline int tbx_outbox_row_mark_stuck(tbx_outbox_t *store,
+					    const char *grp, const char *msg_id,
+					    int64_t now_ms)
+{
+	return store->ops->row_mark_stuck(store, grp, msg_id, now_ms);
+}
+
+static inline int tbx_outbox_count(tbx_outbox_t *store, const char *grp,
+				   int64_t *rows)
+{
+	return store->ops->count(store, grp, rows);
+}
+
+static inline int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp,
+				       const char *name, const char *detail)
+{
+	return store->ops->alarm_add(store, grp, name, detail);
+}
+
+static inline int tbx_outbox_read_begin(tbx_outbox_t *store)
+{
+	return store->ops->read_begin(store);
+}
+
+static inline void tbx_outbox_read_end(tbx_outbox_t *store)
+{
+	store->ops->read_end(store);
+}
+
+static inline int tbx_outbox_schema(tbx_outbox_t *store, int *version)
+{
+	return store->ops->schema(store, version);
+}
+
+static inline const char *tbx_outbox_errmsg(tbx_outbox_t *store)
+{
+	return store->ops->errmsg(store);
+}
+
+static inline int tbx_outbox_groups(tbx_outbox_t *store, tbx__str_fn fn,
+				    void *opaque)
+{
+	return store->ops->groups(store, fn, opaque);
+}
+
+static inline int tbx_outbox_rows_summary(tbx_outbox_t *store,
+					  int64_t created_max,
+					  tbx__grp_sum_fn fn, void *opaque)
+{
+	return store->ops->rows_summary(store, created_max, fn, opaque);
+}
+
+static inline int tbx_outbox_rows_list(tbx_outbox_t *store,
+				       const tbx__filter_t *f, int64_t *total,
+				       tbx__row_fn fn, void *opaque)
+{
+	return store->ops->rows_list(store, f, total, fn, opaque);
+}
+
+static inline int tbx_outbox_row_match(tbx_outbox_t *store, const char *id,
+				       char out[TBX_MSGID_MAX + 1],
+				       int *matches)
+{
+	return store->ops->row_match(store, id, out, matches);
+}
+
+static inline int tbx_outbox_row_groups(tbx_outbox_t *store, const char *msg_id,
+					const tbx__filter_t *f, tbx__str_fn fn,
+					void *opaque)
+{
+	return store->ops->row_groups(store, msg_id, f, fn, opaque);
+}
+
+static inline int tbx_outbox_token_uses(tbx_outbox_t *store, const char *token,
+					int incoming, tbx__token_use_fn fn,
+					void *opaque)
+{
+	return store->ops->token_uses(store, token, incoming, fn, opaque);
+}
+
+static inline int tbx_outbox_dead_letters_summary(tbx_outbox_t *store,
+						  tbx__grp_sum_fn fn,
+						  void *opaque)
+{
+	return store->ops->dead_letters_summary(store, fn, opaque);
+}
+
+static inline int tbx_outbox_dead_letters_list(tbx_outbox_t *store,
+					       const tbx__filter_t *f,
+					       int64_t *total, tbx__dl_fn fn,
+					       void *opaque)
+{
+	return store->ops->dead_letters_list(store, f, total, fn, opaque);
+}
+
+static inline int tbx_outbox_dead_letters_find(tbx_outbox_t *store,
+					       const char *id, int by_number,
+					       const tbx__filter_t *f,
+					       tbx__dl_fn fn, void *opaque)
+{
+	return store->ops->dead_letters_find(store, id, by_number, f, fn,
+					     opaque);
+}
+
+static inline int tbx_outbox_dead_letter_recorded(
+    tbx_outbox_t *store, const char *grp, const char *in_topic,
+    int64_t partition, int64_t offset, const char *dlq_topic, int *found)
+{
+	return store->ops->dead_letter_recorded(store, grp, in_topic, partition,
+						offset, dlq_topic, found);
+}
+
+static inline int tbx_outbox_dead_letter_groups(tbx_outbox_t *store,
+						const char *dlq_topic,
+						tbx__str_fn fn, void *opaque)
+{
+	return store->ops->dead_letter_groups(store, dlq_topic, fn, opaque);
+}
+
+static inline int tbx_outbox_undelivered_count(tbx_outbox_t *store, int64_t *n)
+{
+	return store->ops->undelivered_count(store, n);
+}
+
+static inline int tbx_outbox_undelivered_list(tbx_outbox_t *store,
+					      const tbx__filter_t *f,
+					      int64_t *total, tbx__ud_fn fn,
+					      void *opaque)
+{
+	return store->ops->undelivered_list(store, f, total, fn, opaque);
+}
+
+static inline int tbx_outbox_undelivered_get(tbx_outbox_t *store, int64_t id,
+					     const tbx__filter_t *f,
+					     tbx__ud_fn fn, void *opaque)
+{
+	return store->ops->undelivered_get(store, id, f, fn, opaque);
+}
+
+static inline int tbx_outbox_undelivered_delete(tbx_outbox_t *store, int64_t id)
+{
+	return store->ops->undelivered_delete(store, id);
+}
+
+static inline int tbx_outbox_alarms(tbx_outbox_t *store, tbx__alarm_fn fn,
+				    void *opaque)
+{
+	return store->ops->alarms(store, fn, opaque);
+}
+
+static inline int tbx_outbox_ingress_list(tbx_outbox_t *store,
+					  tbx__ingress_fn fn, void *opaque)
+{
+	return store->ops->ingress_list(store, fn, opaque);
+}
+
+static inline int tbx_outbox_count_older(tbx_outbox_t *store, const char *grp,
+					 int64_t created_max, int64_t *rows)
+{
+	return store->ops->count_older(store, grp, created_max, rows);
+}
 
 #endif

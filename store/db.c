@@ -666,6 +666,14 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 	if (!opts->readonly && (app_id == 0 || version < TBX_SCHEMA_VERSION) &&
 	    (err = migrate(db, path, errstr, errstr_size)))
 		goto fail;
+	if (opts->readonly) {
+		/* Safe to close while workers run: SQLite would otherwise try
+		 * to checkpoint the WAL into the database file when the last
+		 * connection closes; and no statement may write. */
+		int on = 1;
+		sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, &on);
+		sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+	}
 	*out = db;
 	return TBX_OK;
 fail:

@@ -20,7 +20,8 @@
 typedef struct tbx__db_opts {
 	int synchronous_full; /**< 1: synchronous=FULL, 0: NORMAL */
 	int busy_timeout_ms;
-	int readonly; /**< open read-only, never create or migrate */
+	int readonly; /**< open read-only, never create, migrate, write
+			   nor checkpoint */
 	int create;   /**< create the file when missing (else NOENT) */
 } tbx__db_opts_t;
 

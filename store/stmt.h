@@ -1,6 +1,6 @@
 /*
  * The prepared-statement cache of an SQLite store, and the helpers that
- * bind and step its statements (the service store outbox/outbox.c and the
+ * bind and step its statements (the service store outbox/sqlite.c and the
  * token store tokens/sqlite.c).
  *
  * A store lists its SQL in one constant table indexed by small integers;

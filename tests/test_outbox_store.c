@@ -1,7 +1,7 @@
 /*
  * The service store S and the database layer under both stores: opening,
  * migrating and refusing files (store/db.c), outbox rows and their
- * lifecycle invariants (outbox/outbox.c), the headers blob (outbox/hdrs.c).
+ * lifecycle invariants (outbox/sqlite.c), the headers blob (outbox/hdrs.c).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -15,12 +15,15 @@
  * exception: they write only inside the caller's transaction, which
  * commits them.
  *
+ * The read side of `tokenbox inspect` is in sqlite_read.c.
+ *
  * @locality one thread at a time per store.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/stmt.h"
+#include "tokens/sqlite_int.h"
 #include "tokens/tokens.h"
 
 enum {
@@ -121,13 +124,7 @@ static const char *const sql[Q__COUNT] = {
     [Q_STORE_ID] = "SELECT store_id FROM tbx_store_info WHERE id = 1",
 };
 
-typedef struct tbx_tokens_sqlite {
-	struct tbx_tokens base; /* first: the ops see a tbx_tokens_t */
-	sqlite3 *db;
-	int owned; /* 0: the service store's connection, not ours to close */
-	tbx__stmts_t stmts;
-	sqlite3_stmt *slots[Q__COUNT];
-} tbx_tokens_sqlite_t;
+_Static_assert(Q__COUNT <= TQ_STMTS, "slots[] too small");
 
 static tbx_tokens_sqlite_t *backend(tbx_tokens_t *tokens)
 {
@@ -971,6 +968,7 @@ static void op_close(tbx_tokens_t *tokens)
 	if (!t)
 		return;
 	tbx__stmts_finalize(&t->stmts);
+	tbx__stmts_finalize(&t->reads);
 	if (t->owned)
 		sqlite3_close_v2(t->db);
 	free(t);
@@ -997,6 +995,21 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .edge_delivered = op_edge_delivered,
     .edge_count = op_edge_count,
     .subscribers = op_subscribers,
+    .read_begin = tbx__tq_read_begin,
+    .read_end = tbx__tq_read_end,
+    .schema = tbx__tq_schema,
+    .errmsg = tbx__tq_errmsg,
+    .tokens_summary = tbx__tq_tokens_summary,
+    .registrations_summary = tbx__tq_registrations_summary,
+    .subscriptions_list = tbx__tq_subscriptions_list,
+    .sender_groups = tbx__tq_sender_groups,
+    .attempts = tbx__tq_attempts,
+    .attempt_token_rows = tbx__tq_attempt_token_rows,
+    .tokens_list = tbx__tq_tokens_list,
+    .token_rows = tbx__tq_token_rows,
+    .token_registrations = tbx__tq_token_registrations,
+    .token_match = tbx__tq_token_match,
+    .unsubscribe = tbx__tq_unsubscribe,
     .close = op_close,
 };
 
@@ -1035,6 +1048,7 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 		t->owned = 1;
 	}
 	tbx__stmts_init(&t->stmts, t->db, sql, t->slots, Q__COUNT);
+	tbx__tokens_sqlite_read_init(t);
 	*out = &t->base;
 	return TBX_OK;
 }

@@ -29,6 +29,7 @@
 
 #include "base/util.h"
 #include "store/db.h"
+#include "store/filter.h"
 
 typedef struct tbx_tokens tbx_tokens_t;
 
@@ -78,6 +79,38 @@ typedef struct tbx__edge_item {
 } tbx__edge_item_t;
 
 #define TBX_EDGE_FP_LEN 32
+
+/** A token row (one per token and receiving group), for inspection. */
+typedef struct tbx__token_rec {
+	const char *token, *grp;
+	int64_t mint_seq, created_ms;
+} tbx__token_rec_t;
+
+/** A subscription of a group to a topic. */
+typedef struct tbx__sub {
+	const char *topic, *grp;
+	int64_t since_seq, created_ms;
+	int64_t used_ms; /**< the last use, else created_ms */
+} tbx__sub_t;
+
+/** What tbx_tokens_unsubscribe() found and did. */
+typedef struct tbx__unsub {
+	int found;	    /**< the subscription exists */
+	int removed;	    /**< it was removed */
+	int64_t used_ms;    /**< its last use, else its creation */
+	int64_t others;	    /**< the group's other subscriptions */
+	int64_t token_rows; /**< the group's token rows */
+	int64_t deleted;    /**< token rows removed with it */
+} tbx__unsub_t;
+
+typedef int (*tbx__token_fn)(void *opaque, const tbx__token_rec_t *rec);
+typedef int (*tbx__sub_fn)(void *opaque, const tbx__sub_t *sub);
+/** An attempt's registrations: @p tokens of them (one per token). */
+typedef int (*tbx__attempt_fn)(void *opaque, const tbx__reg_t *reg,
+			       int64_t tokens);
+/** A registration naming a token, by @p send_grp. */
+typedef int (*tbx__token_reg_fn)(void *opaque, const tbx__reg_t *reg,
+				 const char *send_grp);
 
 typedef struct tbx_tokens_ops {
 	const char *name;
@@ -176,6 +209,66 @@ typedef struct tbx_tokens_ops {
 	/** Groups subscribed to @p topic.  A read. */
 	int (*subscribers)(tbx_tokens_t *tokens, const char *topic,
 			   int64_t *cnt);
+
+	/*
+	 * The read side and the repairs of `tokenbox inspect`, as for the
+	 * service store (outbox/outbox.h): listings call @p fn per record
+	 * in the order they name, records borrowed for the call, non-zero
+	 * stops; *total (may be NULL) the records the filter takes.
+	 */
+	/** One read snapshot for the reads that follow, until read_end
+	 *  (on a shared connection: the service store's snapshot). */
+	int (*read_begin)(tbx_tokens_t *tokens);
+	void (*read_end)(tbx_tokens_t *tokens);
+	/** The schema version of the store. */
+	int (*schema)(tbx_tokens_t *tokens, int *version);
+	/** The backend's text for the last failed call (NULL: none). */
+	const char *(*errmsg)(tbx_tokens_t *tokens);
+	/** Per group with token rows, by name: n[0] = rows, ms = the
+	 *  oldest. */
+	int (*tokens_summary)(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
+			      void *opaque);
+	/** Per sending group, by name: n[0] = attempts, n[1] =
+	 *  registrations (one per token), ms = the oldest. */
+	int (*registrations_summary)(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
+				     void *opaque);
+	/** Subscriptions, by topic and group. */
+	int (*subscriptions_list)(tbx_tokens_t *tokens, tbx__sub_fn fn,
+				  void *opaque);
+	/** Groups with registrations, by name. */
+	int (*sender_groups)(tbx_tokens_t *tokens, tbx__str_fn fn,
+			     void *opaque);
+	/** The attempts @p send_grp registered, as the sweeper lists them
+	 *  (oldest first, then by attempt). */
+	int (*attempts)(tbx_tokens_t *tokens, const char *send_grp,
+			tbx__attempt_fn fn, void *opaque);
+	/** Token rows (every group) of the tokens @p attempt registered:
+	 *  what drop_attempt would delete. */
+	int (*attempt_token_rows)(tbx_tokens_t *tokens, const char *attempt,
+				  int64_t *n);
+	/** The token rows @p f takes, oldest first (then token, group). */
+	int (*tokens_list)(tbx_tokens_t *tokens, const tbx__filter_t *f,
+			   int64_t *total, tbx__token_fn fn, void *opaque);
+	/** The rows of @p token, by group. */
+	int (*token_rows)(tbx_tokens_t *tokens, const char *token,
+			  tbx__token_fn fn, void *opaque);
+	/** The registrations naming @p token, by attempt. */
+	int (*token_registrations)(tbx_tokens_t *tokens, const char *token,
+				   tbx__token_reg_fn fn, void *opaque);
+	/** Resolves @p id to a token with rows or registrations: itself,
+	 *  else the one starting with it.  *matches = 0, 1 (@p out set) or
+	 *  2 for several. */
+	int (*token_match)(tbx_tokens_t *tokens, const char *id,
+			   char out[TBX_UUID_LEN + 1], int *matches);
+	/**
+	 * A repair, one transaction: looks up (topic, grp) and, when
+	 * @p remove and it was last used at or before @p used_before_ms,
+	 * removes it and, when the group has no other subscription, the
+	 * group's token rows (tokens do not record their topic).
+	 */
+	int (*unsubscribe)(tbx_tokens_t *tokens, const char *topic,
+			   const char *grp, int64_t used_before_ms, int remove,
+			   tbx__unsub_t *res);
 	/** Closes and frees. */
 	void (*close)(tbx_tokens_t *tokens);
 } tbx_tokens_ops_t;
@@ -307,6 +400,98 @@ static inline int tbx_tokens_touch(tbx_tokens_t *t, const char *topic,
 				   const char *grp, int *found)
 {
 	return t->ops->touch(t, topic, grp, found);
+}
+static inline int tbx_tokens_read_begin(tbx_tokens_t *t)
+{
+	return t->ops->read_begin(t);
+}
+
+static inline void tbx_tokens_read_end(tbx_tokens_t *t)
+{
+	t->ops->read_end(t);
+}
+
+static inline int tbx_tokens_schema(tbx_tokens_t *t, int *version)
+{
+	return t->ops->schema(t, version);
+}
+
+static inline const char *tbx_tokens_errmsg(tbx_tokens_t *t)
+{
+	return t->ops->errmsg(t);
+}
+
+static inline int tbx_tokens_tokens_summary(tbx_tokens_t *t, tbx__grp_sum_fn fn,
+					    void *opaque)
+{
+	return t->ops->tokens_summary(t, fn, opaque);
+}
+
+static inline int tbx_tokens_registrations_summary(tbx_tokens_t *t,
+						   tbx__grp_sum_fn fn,
+						   void *opaque)
+{
+	return t->ops->registrations_summary(t, fn, opaque);
+}
+
+static inline int tbx_tokens_subscriptions_list(tbx_tokens_t *t, tbx__sub_fn fn,
+						void *opaque)
+{
+	return t->ops->subscriptions_list(t, fn, opaque);
+}
+
+static inline int tbx_tokens_sender_groups(tbx_tokens_t *t, tbx__str_fn fn,
+					   void *opaque)
+{
+	return t->ops->sender_groups(t, fn, opaque);
+}
+
+static inline int tbx_tokens_attempts(tbx_tokens_t *t, const char *send_grp,
+				      tbx__attempt_fn fn, void *opaque)
+{
+	return t->ops->attempts(t, send_grp, fn, opaque);
+}
+
+static inline int tbx_tokens_attempt_token_rows(tbx_tokens_t *t,
+						const char *attempt, int64_t *n)
+{
+	return t->ops->attempt_token_rows(t, attempt, n);
+}
+
+static inline int tbx_tokens_tokens_list(tbx_tokens_t *t,
+					 const tbx__filter_t *f, int64_t *total,
+					 tbx__token_fn fn, void *opaque)
+{
+	return t->ops->tokens_list(t, f, total, fn, opaque);
+}
+
+static inline int tbx_tokens_token_rows(tbx_tokens_t *t, const char *token,
+					tbx__token_fn fn, void *opaque)
+{
+	return t->ops->token_rows(t, token, fn, opaque);
+}
+
+static inline int tbx_tokens_token_registrations(tbx_tokens_t *t,
+						 const char *token,
+						 tbx__token_reg_fn fn,
+						 void *opaque)
+{
+	return t->ops->token_registrations(t, token, fn, opaque);
+}
+
+static inline int tbx_tokens_token_match(tbx_tokens_t *t, const char *id,
+					 char out[TBX_UUID_LEN + 1],
+					 int *matches)
+{
+	return t->ops->token_match(t, id, out, matches);
+}
+
+static inline int tbx_tokens_unsubscribe(tbx_tokens_t *t, const char *topic,
+					 const char *grp,
+					 int64_t used_before_ms, int remove,
+					 tbx__unsub_t *res)
+{
+	return t->ops->unsubscribe(t, topic, grp, used_before_ms, remove, res);
 }
 static inline void tbx_tokens_close(tbx_tokens_t *t)
 {

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "outbox/outbox.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
 
@@ -62,22 +61,19 @@ static void usage(void)
 static int init_one(const char *path)
 {
 	tbx__db_opts_t opts;
-	tbx_outbox_t *store = NULL;
 	tbx_tokens_t *tokens = NULL;
 	char errstr[512] = "", id[TBX_UUID_LEN + 1];
 	int existed = access(path, F_OK) == 0, err;
 
+	/* Opening creates the file with the whole schema (both stores'
+	 * tables) and its id. */
 	tbx__db_opts_init(&opts);
-	if ((err =
-		 tbx_outbox_open(path, &opts, &store, errstr, sizeof(errstr))))
+	if ((err = tbx_tokens_sqlite_open(path, &opts, NULL, &tokens, errstr,
+					  sizeof(errstr))))
 		return tbx_cli_fail(CMD, "%s",
 				    *errstr ? errstr : tbx_strerror(err));
-	err = tbx_tokens_sqlite_open(path, &opts, tbx_outbox_db(store), &tokens,
-				     errstr, sizeof(errstr));
-	if (!err)
-		err = tbx_tokens_store_id(tokens, id);
+	err = tbx_tokens_store_id(tokens, id);
 	tbx_tokens_close(tokens);
-	tbx_outbox_close(store);
 	if (err)
 		return tbx_cli_fail(CMD, "%s: cannot read the store id: %s",
 				    path, *errstr ? errstr : tbx_strerror(err));

@@ -1,19 +1,28 @@
 /*
  * `tokenbox inspect`: shared declarations of its files.
  *
- *   cmd_inspect.c     options, opening the stores, `status`
- *   inspect_fmt.c     tables, ages, durations, bytes as text/hex/base64,
- *                     JSON helpers
- *   inspect_rows.c    `outbox list|show`, `dead-letters list|show`
- *   inspect_tokens.c  `tokens list|show`, `orphans`, `cleanup`,
- *                     `redispatch`
+ *   cmd_inspect.c          the command line; dispatches to the others
+ *   inspect_common.c       opening the stores, errors, group lists, the
+ *                          sweeper's verdicts
+ *   inspect_fmt.c          tables, ages, durations, bytes as
+ *                          text/hex/base64, JSON helpers
+ *   inspect_status.c       `status`
+ *   inspect_rows.c         `outbox list|show`, `dead-letters list|show`
+ *   inspect_tokens.c       `tokens list|show`, `orphans`, `cleanup`,
+ *                          `redispatch`, `unsubscribe`
+ *   inspect_undelivered.c  `undelivered list|show|resend`
+ *   inspect_replay.c       `dead-letters replay`, reading a dead-letter
+ *                          topic
  *
- * Read-only commands open both files with tbx__db_open(readonly) and run
- * SELECTs only, each command in one read transaction per file, so that
- * what they print is one snapshot of each file; in WAL mode they never
- * block a worker nor wait for one.  `cleanup` (without --dry-run) and
- * `redispatch` write, through the library's own code paths (the sweeper,
- * the protocol's phases B–E).
+ * Everything is read and repaired through the stores' interfaces
+ * (outbox/outbox.h, tokens/tokens.h: their read sides): no SQL here.
+ * Read-only commands open both stores read-only, each command in one
+ * read snapshot per store, so that what they print is one snapshot of
+ * each; with SQLite in WAL mode they never block a worker nor wait for
+ * one.  The repairs open the store they write: `cleanup` (without
+ * --dry-run) runs the sweeper, `redispatch` the protocol's phases B–E
+ * (consumer/recover.h), `unsubscribe` and `undelivered resend` one
+ * repair call of the store's interface each.
  *
  * Exit statuses: 0 done; 1 a finding (--check) or an id not found;
  * 2 a bad command line, or a store or Kafka error.
@@ -24,14 +33,14 @@
 #define TBX_TOOLS_INSPECT_H
 
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "outbox/outbox.h"
-#include "tools/cli_conf.h"
 #include "tokens/sweep.h"
+#include "tokens/tokens.h"
+#include "tools/cli_conf.h"
 
 #define INSPECT_CMD "inspect"
 
@@ -94,13 +103,13 @@ typedef struct insp_opts {
 /** The opened stores. */
 typedef struct insp {
 	const insp_opts_t *o;
-	int64_t now_ms;	   /**< TBX_INSPECT_NOW_MS, or the wall clock */
-	const char *tpath; /**< the token store's path (== store path when
-			      single) */
-	int single;	   /**< one file for both stores */
-	tbx_outbox_t *store;
-	sqlite3 *sdb; /**< S's connection (the store's) */
-	sqlite3 *tdb; /**< T's connection: sdb when single, else own */
+	int64_t now_ms;	      /**< TBX_INSPECT_NOW_MS, or the wall clock */
+	const char *tpath;    /**< the token store's path (== store path when
+				 single) */
+	int single;	      /**< one file for both stores */
+	tbx_outbox_t *store;  /**< S, read-only */
+	tbx_tokens_t *tokens; /**< T, read-only (on S's connection when
+				 single) */
 	int schema[2];
 } insp_t;
 
@@ -108,37 +117,71 @@ typedef struct insp {
  * cmd_inspect.c
  */
 int tbx_cmd_inspect(int argc, char **argv);
-/** Reports a store error of @p rc (a tbx_err_t) on @p path in one line.
+
+/*
+ * inspect_common.c
+ */
+/** Opens both stores read-only (see the top of this file). */
+int insp_open(insp_t *in);
+void insp_close(insp_t *in);
+/** One read snapshot per store for what a command prints. */
+int insp_read_begin(insp_t *in);
+void insp_read_end(insp_t *in);
+/**
+ * Opens the stores a repair writes, read-write, never creating them: S
+ * when @p store is not NULL, T when @p tokens is not NULL (on S's
+ * connection when both are asked for and they are one file).
+ * @returns 0, or an exit status after reporting.
+ */
+int insp_open_write(insp_t *in, int synchronous_full, tbx_outbox_t **store,
+		    tbx_tokens_t **tokens);
+/** The same, reporting nothing: @returns TBX_OK or the error, with
+ *  @p errstr saying why (empty when it does not). */
+int insp_open_write_err(insp_t *in, int synchronous_full, tbx_outbox_t **store,
+			tbx_tokens_t **tokens, char *errstr,
+			size_t errstr_size);
+/** Reports a store error @p err (a tbx_err_t) on @p path in one line,
+ *  with the backend's text @p msg (NULL: the error's).
  *  @returns INSPECT_EXIT_ERROR. */
-int insp_store_fail(const char *path, int err, sqlite3 *db);
-/** Prepares @p sql on @p db; reports and returns NULL on failure. */
-sqlite3_stmt *insp_prepare(insp_t *in, sqlite3 *db, const char *sql);
-/** Steps; @returns SQLITE_ROW, SQLITE_DONE, or -1 after reporting. */
-int insp_step(insp_t *in, sqlite3_stmt *stmt);
-/** Runs a one-integer query with optional text parameter @p p1. */
-int insp_count(insp_t *in, sqlite3 *db, const char *sql, const char *p1,
-	       int64_t *out);
-/** Binds --group values as a JSON array at @p idx (NULL when none). */
-int insp_bind_groups(insp_t *in, sqlite3_stmt *stmt, int idx, char **json);
+int insp_store_fail(const char *path, int err, const char *msg);
+/** The same for an error of the opened service or token store. */
+int insp_s_fail(insp_t *in, int err);
+int insp_t_fail(insp_t *in, int err);
+/** The listing filter of the options: --group, --older-than (when
+ *  @p older), --limit. */
+tbx__filter_t insp_filter(const insp_t *in, int older);
 /** Groups the service store has rows of (outbox, ingress, dead letters):
  *  the groups whose registrations the sweeper may judge against it. */
 int insp_served_groups(insp_t *in, char ***out, size_t *cnt);
-/**
- * Resolves @p id: itself when @p exact_sql (?1 = id) finds a row, else
- * the one id that @p prefix_sql (?1 = id, distinct ids, LIMIT 2) finds
- * starting with it — tables cut long ids.
- * @returns 0 with *out malloc'ed (NULL: no match), or an exit status.
- */
-int insp_resolve_id(insp_t *in, sqlite3 *db, const char *exact_sql,
-		    const char *prefix_sql, const char *id, char **out);
-/** Prints @p text wrapped at INSPECT_WIDTH after @p first, the other
- *  lines indented to line up with the first. */
-void insp_wrap(const char *first, const char *text);
 /** Groups with registrations in the token store. */
 int insp_reg_groups(insp_t *in, char ***out, size_t *cnt);
 /** 1 if @p grp is in @p list. */
 int insp_has(char *const *list, size_t cnt, const char *grp);
 void insp_free_list(char **list, size_t cnt);
+
+/** One attempt's registrations. */
+typedef struct insp_reg {
+	tbx__reg_t reg;
+	char grp[TBX_GROUP_MAX + 1];
+	int64_t tokens; /**< registrations (one per token id) */
+	int verdict;	/**< tbx__sweep_verdict_t, or -1: not checked */
+	char row_attempt[TBX_UUID_LEN + 1];
+} insp_reg_t;
+
+/** Calls @p fn for each attempt registered by @p grp, oldest first,
+ *  classified by the sweeper's rule; @p fn returns non-zero to stop. */
+int insp_regs_each(insp_t *in, const char *grp,
+		   int (*fn)(void *opaque, const insp_reg_t *reg),
+		   void *opaque);
+/** "other attempt recorded", "no outbox row", … for a verdict. */
+const char *insp_verdict_text(int verdict);
+/** "winner", "other_attempt", "no_row", "in_flight" for JSON. */
+const char *insp_verdict_key(int verdict);
+
+/*
+ * inspect_status.c
+ */
+int insp_status(insp_t *in);
 
 /*
  * inspect_rows.c
@@ -181,27 +224,6 @@ int insp_orphans(insp_t *in);
 int insp_cleanup(insp_t *in);
 int insp_redispatch(insp_t *in);
 int insp_unsubscribe(insp_t *in);
-
-/** One attempt's registrations. */
-typedef struct insp_reg {
-	tbx__reg_t reg;
-	char grp[TBX_GROUP_MAX + 1];
-	int64_t tokens; /**< registrations (one per token id) */
-	int verdict;	/**< tbx__sweep_verdict_t, or -1: not checked */
-	char row_attempt[TBX_UUID_LEN + 1];
-} insp_reg_t;
-
-/** Calls @p fn for each attempt registered by @p grp, oldest first,
- *  classified by the sweeper's rule; @p fn returns non-zero to stop. */
-int insp_regs_each(insp_t *in, const char *grp,
-		   int (*fn)(void *opaque, const insp_reg_t *reg),
-		   void *opaque);
-/** Token rows (every group) an orphan drop of @p attempt would delete. */
-int insp_attempt_token_rows(insp_t *in, const char *attempt, int64_t *rows);
-/** "other attempt recorded", "no outbox row", … for a verdict. */
-const char *insp_verdict_text(int verdict);
-/** "winner", "other_attempt", "no_row", "in_flight" for JSON. */
-const char *insp_verdict_key(int verdict);
 
 /*
  * inspect_fmt.c
@@ -251,6 +273,9 @@ void insp_bytes_print(const char *label, const void *p, size_t len, int indent,
 /** "1 attempt" / "2 attempts" into @p buf; @returns @p buf. */
 const char *insp_count_of(char *buf, size_t size, int64_t n, const char *one,
 			  const char *many);
+/** Prints @p text wrapped at INSPECT_WIDTH after @p first, the other
+ *  lines indented to line up with the first. */
+void insp_wrap(const char *first, const char *text);
 /** A `show` line: label, then @p value cleaned and wrapped to fit. */
 void insp_kv(const char *label, const char *value, int indent);
 /** A JSON string of text read from a store (cleaned of invalid UTF-8). */
@@ -258,6 +283,16 @@ cJSON *insp_json_str(const char *s);
 /** cJSON_AddItemToObject with a string that may be NULL (-> null). */
 void insp_json_add_str(cJSON *obj, const char *key, const char *s);
 void insp_json_add_int(cJSON *obj, const char *key, int64_t v);
+/**
+ * One JSON object from @p spec, space-separated "key:type" fields whose
+ * values follow in order: s a string (NULL: null), o an optional string
+ * (NULL or "": null), i an int64_t, b an int (a boolean), j a cJSON item
+ * (taken over; NULL: null).  Appended to @p into when it is an array.
+ * @returns the object.
+ */
+cJSON *insp_jobj(cJSON *into, const char *spec, ...);
+/** Adds @p spec's fields (as insp_jobj) to the object @p obj. */
+void insp_jadd(cJSON *obj, const char *spec, ...);
 /** Prints @p doc formatted, then frees it.  @returns the exit status
  *  @p rc, or INSPECT_EXIT_ERROR when out of memory. */
 int insp_json_print(cJSON *doc, int rc);

@@ -590,6 +590,74 @@ void insp_json_add_int(cJSON *obj, const char *key, int64_t v)
 	cJSON_AddNumberToObject(obj, key, (double)v);
 }
 
+/* Adds the fields of @p spec ("key:type …", see insp_jobj) from @p ap. */
+static void jadd(cJSON *obj, const char *spec, va_list ap)
+{
+	char key[64];
+
+	while (*spec) {
+		size_t n = strcspn(spec, ":");
+		const char *s;
+		cJSON *item;
+
+		if (!spec[n] || n >= sizeof(key))
+			break; /* a malformed spec: a bug, nothing added */
+		memcpy(key, spec, n);
+		key[n] = '\0';
+		switch (spec[n + 1]) {
+		case 's':
+			insp_json_add_str(obj, key, va_arg(ap, const char *));
+			break;
+		case 'o':
+			s = va_arg(ap, const char *);
+			insp_json_add_str(obj, key, s && *s ? s : NULL);
+			break;
+		case 'i':
+			insp_json_add_int(obj, key, va_arg(ap, int64_t));
+			break;
+		case 'b':
+			cJSON_AddBoolToObject(obj, key, va_arg(ap, int));
+			break;
+		case 'j':
+			item = va_arg(ap, cJSON *);
+			cJSON_AddItemToObject(obj, key,
+					      item ? item : cJSON_CreateNull());
+			break;
+		default:
+			return;
+		}
+		spec += n + 2;
+		while (*spec == ' ')
+			spec++;
+	}
+}
+
+cJSON *insp_jobj(cJSON *into, const char *spec, ...)
+{
+	cJSON *obj = cJSON_CreateObject();
+	va_list ap;
+
+	if (!obj)
+		return NULL;
+	va_start(ap, spec);
+	jadd(obj, spec, ap);
+	va_end(ap);
+	if (into && cJSON_IsArray(into))
+		cJSON_AddItemToArray(into, obj);
+	return obj;
+}
+
+void insp_jadd(cJSON *obj, const char *spec, ...)
+{
+	va_list ap;
+
+	if (!obj)
+		return;
+	va_start(ap, spec);
+	jadd(obj, spec, ap);
+	va_end(ap);
+}
+
 int insp_json_print(cJSON *doc, int rc)
 {
 	char *text = doc ? cJSON_Print(doc) : NULL;

@@ -19,9 +19,12 @@
 #include <string.h>
 
 #include "consumer/publish.h"
-#include "consumer/worker.h"
+#include "consumer/conf.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"
+
+/* The longest tbx-type (TBX_TYPE_MAX of the receivers). */
+#define REPLAY_TYPE_MAX 255
 
 /* Bounds on the waits for the brokers, ms. */
 #define REPLAY_META_MS 10000
@@ -254,24 +257,23 @@ static int origin(const rd_kafka_message_t *m, char *topic, size_t size,
 static int recorded_by(insp_t *in, const char *grp, const char *topic,
 		       int64_t partition, int64_t offset, int *found)
 {
-	sqlite3_stmt *stmt = insp_prepare(
-	    in, in->sdb,
-	    "SELECT 1 FROM tbx_dead_letters WHERE grp = ?1 AND in_topic = ?2 "
-	    "AND in_partition = ?3 AND in_offset = ?4 AND dlq_topic = ?5");
-	int r;
+	int err = tbx_outbox_dead_letter_recorded(
+	    in->store, grp, topic, partition, offset, in->o->topic, found);
 
-	if (!stmt)
-		return -1;
-	sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
-	sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(stmt, 3, partition);
-	sqlite3_bind_int64(stmt, 4, offset);
-	sqlite3_bind_text(stmt, 5, in->o->topic, -1, SQLITE_STATIC);
-	r = insp_step(in, stmt);
-	sqlite3_finalize(stmt);
-	if (r < 0)
-		return -1;
-	*found = r == SQLITE_ROW;
+	return err ? (insp_s_fail(in, err), -1) : 0;
+}
+
+typedef struct first_group {
+	char *grp;
+	int n, oom;
+} first_group_t;
+
+static int count_group(void *opaque, const char *grp)
+{
+	first_group_t *f = opaque;
+
+	if (f->n++ == 0 && !(f->grp = tbx__strdup(grp)))
+		f->oom = 1;
 	return 0;
 }
 
@@ -280,36 +282,31 @@ static int recorded_by(insp_t *in, const char *grp, const char *topic,
  * status. */
 static int replay_group(insp_t *in, char **grp)
 {
-	sqlite3_stmt *stmt;
-	int r, n = 0;
+	first_group_t f = {NULL, 0, 0};
+	int err;
 
 	if (in->o->group_cnt) {
 		*grp = tbx__strdup(in->o->groups[0]);
 		return *grp ? 0 : tbx_cli_usage(INSPECT_CMD, "out of memory");
 	}
-	if (!(stmt = insp_prepare(in, in->sdb,
-				  "SELECT DISTINCT grp FROM tbx_dead_letters "
-				  "WHERE dlq_topic = ?1 ORDER BY grp")))
-		return INSPECT_EXIT_ERROR;
-	sqlite3_bind_text(stmt, 1, in->o->topic, -1, SQLITE_STATIC);
 	*grp = NULL;
-	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
-		if (n++ == 0)
-			*grp = tbx__strdup(
-			    (const char *)sqlite3_column_text(stmt, 0));
+	if ((err = tbx_outbox_dead_letter_groups(in->store, in->o->topic,
+						 count_group, &f))) {
+		free(f.grp);
+		return insp_s_fail(in, err);
 	}
-	sqlite3_finalize(stmt);
-	if (r < 0)
-		return INSPECT_EXIT_ERROR;
-	if (n == 1 && *grp)
+	if (f.n == 1 && f.grp) {
+		*grp = f.grp;
 		return 0;
-	free(*grp);
-	*grp = NULL;
-	if (n == 0)
+	}
+	free(f.grp);
+	if (f.n == 0)
 		return tbx_cli_usage(INSPECT_CMD,
 				     "dead-letters replay: the store records "
 				     "no dead letter sent to %s",
 				     in->o->topic);
+	if (f.oom)
+		return tbx_cli_usage(INSPECT_CMD, "out of memory");
 	return tbx_cli_usage(INSPECT_CMD,
 			     "dead-letters replay: several groups sent dead "
 			     "letters to %s: name one with --group",
@@ -319,24 +316,12 @@ static int replay_group(insp_t *in, char **grp)
 /* 1 when @p grp is subscribed to @p topic in the token store. */
 static int subscribed(insp_t *in, const char *topic, const char *grp, int *yes)
 {
-	int64_t n = 0;
-	sqlite3_stmt *stmt = insp_prepare(in, in->tdb,
-					  "SELECT count(*) FROM "
-					  "tbx_subscriptions WHERE topic = ?1 "
-					  "AND grp = ?2");
+	int64_t since;
+	int err = tbx_tokens_subscription(in->tokens, topic, grp, &since);
 
-	if (!stmt)
+	if (err && err != TBX_ENOENT)
 		return -1;
-	sqlite3_bind_text(stmt, 1, topic, -1, SQLITE_STATIC);
-	sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC);
-	if (insp_step(in, stmt) == SQLITE_ROW)
-		n = sqlite3_column_int64(stmt, 0);
-	else
-		n = -1;
-	sqlite3_finalize(stmt);
-	if (n < 0)
-		return -1;
-	*yes = n > 0;
+	*yes = !err;
 	return 0;
 }
 
@@ -384,7 +369,7 @@ static int replay_one(insp_t *in, tbx_publisher_t *pub, const char *grp,
 	rd_kafka_headers_t *hs = NULL;
 	tbx_header_t *extra = NULL;
 	size_t cnt = 0, n = 0;
-	char type[TBX_TYPE_MAX + 1], dlq_id[TBX_MSGID_MAX + 1],
+	char type[REPLAY_TYPE_MAX + 1], dlq_id[TBX_MSGID_MAX + 1],
 	    own_id[TBX_MSGID_MAX + 1], caller[TBX_MSGID_MAX + 64];
 	const char *name;
 	const void *v;

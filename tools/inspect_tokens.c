@@ -7,8 +7,8 @@
  * (tbx__tokens_sweep_ex): its conditional drop in the token store is what
  * makes removing tokens safe while workers run, and nothing here second-
  * guesses it.  `redispatch` runs the protocol's phases B–E through
- * tbx__worker_redispatch() with a worker handle that never joins its
- * group.
+ * consumer/recover.h: the stores and a producer, no worker.  Everything
+ * is read through the stores' interfaces.
  *
  * A registration is judged against the service store only when that store
  * is its sending group's: a group with rows there (outbox, ingress
@@ -20,176 +20,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer/worker.h"
+#include "consumer/conf.h"
+#include "consumer/recover.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"
-
-const char *insp_verdict_text(int verdict)
-{
-	switch (verdict) {
-	case TBX_SWEEP_WINNER:
-		return "winner";
-	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
-		return "other attempt won";
-	case TBX_SWEEP_ORPHAN_NO_ROW:
-		return "no outbox row";
-	case TBX_SWEEP_IN_FLIGHT:
-		return "in flight";
-	default:
-		return "not checked";
-	}
-}
-
-const char *insp_verdict_key(int verdict)
-{
-	switch (verdict) {
-	case TBX_SWEEP_WINNER:
-		return "winner";
-	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
-		return "other_attempt";
-	case TBX_SWEEP_ORPHAN_NO_ROW:
-		return "no_row";
-	case TBX_SWEEP_IN_FLIGHT:
-		return "in_flight";
-	default:
-		return "unchecked";
-	}
-}
-
-int insp_regs_each(insp_t *in, const char *grp,
-		   int (*fn)(void *opaque, const insp_reg_t *reg), void *opaque)
-{
-	/* One line per attempt, as the sweeper lists them (tokens/sqlite.c
-	 * Q_REG_LIST): every registration of an attempt names one row. */
-	sqlite3_stmt *stmt = insp_prepare(
-	    in, in->tdb,
-	    "SELECT attempt, min(msg_id), min(created_ms) AS c, count(*) FROM "
-	    "tbx_registrations WHERE send_grp = ?1 GROUP BY attempt ORDER BY "
-	    "c, attempt");
-	insp_reg_t r;
-	int rc, err;
-
-	if (!stmt)
-		return -1;
-	sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
-	while ((rc = insp_step(in, stmt)) == SQLITE_ROW) {
-		const char *attempt =
-		    (const char *)sqlite3_column_text(stmt, 0);
-		const char *msg_id = (const char *)sqlite3_column_text(stmt, 1);
-
-		memset(&r, 0, sizeof(r));
-		tbx__strlcpy(r.reg.attempt, attempt ? attempt : "",
-			     sizeof(r.reg.attempt));
-		tbx__strlcpy(r.reg.msg_id, msg_id ? msg_id : "",
-			     sizeof(r.reg.msg_id));
-		r.reg.created_ms = sqlite3_column_int64(stmt, 2);
-		r.tokens = sqlite3_column_int64(stmt, 3);
-		tbx__strlcpy(r.grp, grp, sizeof(r.grp));
-		if ((err = tbx__sweep_classify(in->store, grp, &r.reg,
-					       &r.verdict, r.row_attempt))) {
-			insp_store_fail(in->o->store, err, in->sdb);
-			rc = -1;
-			break;
-		}
-		if (fn(opaque, &r)) {
-			rc = SQLITE_DONE;
-			break;
-		}
-	}
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
-int insp_attempt_token_rows(insp_t *in, const char *attempt, int64_t *rows)
-{
-	/* What drop_attempt would delete: every group's row of every token
-	 * the attempt registered. */
-	return insp_count(in, in->tdb,
-			  "SELECT count(*) FROM tbx_tokens WHERE token IN "
-			  "(SELECT token FROM tbx_registrations WHERE attempt "
-			  "= ?1)",
-			  attempt, rows);
-}
 
 /*
  * tokens list
  */
 
+typedef struct token_listing {
+	insp_t *in;
+	insp_tbl_t *tbl;
+	cJSON *arr;
+	int64_t shown;
+} token_listing_t;
+
+static int token_row(void *opaque, const tbx__token_rec_t *t)
+{
+	token_listing_t *l = opaque;
+	char age[32];
+
+	l->shown++;
+	if (l->arr) {
+		insp_jobj(l->arr,
+			  "token:s group:s mint_seq:i created_ms:i age_ms:i",
+			  t->token, t->grp, t->mint_seq, t->created_ms,
+			  insp_age(l->in, t->created_ms));
+		return 0;
+	}
+	insp_fmt_age(insp_age(l->in, t->created_ms), age, sizeof(age));
+	insp_tbl_cell(l->tbl, age);
+	insp_tbl_cell(l->tbl, t->token);
+	insp_tbl_cell(l->tbl, t->grp);
+	insp_tbl_cellf(l->tbl, "%lld", (long long)t->mint_seq);
+	return 0;
+}
+
 int insp_tokens_list(insp_t *in)
 {
-	static const char where[] =
-	    " WHERE (?1 IS NULL OR grp IN (SELECT value FROM json_each(?1)))"
-	    " AND created_ms <= ?2";
-	char sql[512], count_sql[256];
-	sqlite3_stmt *stmt = NULL, *cnt_stmt = NULL;
-	insp_tbl_t *tbl = NULL;
-	cJSON *doc = NULL, *arr = NULL;
-	char *groups = NULL, *groups2 = NULL;
-	int64_t total = 0, shown = 0, max_created;
-	int rc = INSPECT_EXIT_ERROR, r;
+	tbx__filter_t f = insp_filter(in, 1);
+	token_listing_t l = {in, NULL, NULL, 0};
+	cJSON *doc = NULL;
+	int64_t total = 0;
+	int rc, err;
 
-	snprintf(sql, sizeof(sql),
-		 "SELECT token, grp, mint_seq, created_ms FROM tbx_tokens%s "
-		 "ORDER BY created_ms, token, grp LIMIT ?3",
-		 where);
-	snprintf(count_sql, sizeof(count_sql),
-		 "SELECT count(*) FROM tbx_tokens%s", where);
-	max_created =
-	    in->o->older_ms >= 0 ? in->now_ms - in->o->older_ms : INT64_MAX;
-	if (!(stmt = insp_prepare(in, in->tdb, sql)) ||
-	    !(cnt_stmt = insp_prepare(in, in->tdb, count_sql)) ||
-	    insp_bind_groups(in, stmt, 1, &groups) ||
-	    insp_bind_groups(in, cnt_stmt, 1, &groups2))
-		goto out;
-	sqlite3_bind_int64(stmt, 2, max_created);
-	sqlite3_bind_int64(cnt_stmt, 2, max_created);
-	sqlite3_bind_int64(stmt, 3, in->o->limit ? in->o->limit : -1);
-	if (insp_step(in, cnt_stmt) < 0)
-		goto out;
-	total = sqlite3_column_int64(cnt_stmt, 0);
 	if (in->o->json) {
 		doc = cJSON_CreateObject();
-		arr = cJSON_AddArrayToObject(doc, "tokens");
+		l.arr = cJSON_AddArrayToObject(doc, "tokens");
 	} else {
-		tbl = insp_tbl_new(
+		l.tbl = insp_tbl_new(
 		    "rLLr",
 		    (const char *const[]){"AGE", "TOKEN", "GROUP", "MINT SEQ"});
 	}
-	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
-		const char *token = (const char *)sqlite3_column_text(stmt, 0);
-		const char *grp = (const char *)sqlite3_column_text(stmt, 1);
-		int64_t created = sqlite3_column_int64(stmt, 3);
-		char age[32];
-
-		shown++;
-		if (doc) {
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddItemToArray(arr, o);
-			insp_json_add_str(o, "token", token);
-			insp_json_add_str(o, "group", grp);
-			insp_json_add_int(o, "mint_seq",
-					  sqlite3_column_int64(stmt, 2));
-			insp_json_add_int(o, "created_ms", created);
-			insp_json_add_int(o, "age_ms", insp_age(in, created));
-			continue;
-		}
-		insp_fmt_age(insp_age(in, created), age, sizeof(age));
-		insp_tbl_cell(tbl, age);
-		insp_tbl_cell(tbl, token);
-		insp_tbl_cell(tbl, grp);
-		insp_tbl_cellf(tbl, "%lld",
-			       (long long)sqlite3_column_int64(stmt, 2));
-	}
-	if (r < 0)
-		goto out;
-	rc = insp_list_finish(in, &doc, tbl, total, shown, "tokens", "");
-out:
+	if ((err =
+		 tbx_tokens_tokens_list(in->tokens, &f, &total, token_row, &l)))
+		rc = insp_t_fail(in, err);
+	else
+		rc = insp_list_finish(in, &doc, l.tbl, total, l.shown, "tokens",
+				      "");
 	cJSON_Delete(doc);
-	insp_tbl_free(tbl);
-	sqlite3_finalize(stmt);
-	sqlite3_finalize(cnt_stmt);
-	cJSON_free(groups);
-	cJSON_free(groups2);
+	insp_tbl_free(l.tbl);
 	return rc;
 }
 
@@ -197,71 +88,67 @@ out:
  * tokens show
  */
 
-static const char *col(sqlite3_stmt *stmt, int i)
-{
-	const char *s = (const char *)sqlite3_column_text(stmt, i);
+/* What a part of `tokens show` prints into: a JSON array, or text. */
+typedef struct shown {
+	insp_t *in;
+	insp_tbl_t *tbl;
+	cJSON *arr;
+	int n;
+	int err;       /* of the service store */
+	char **served; /* token_registration: groups the store serves */
+	size_t served_n;
+} shown_t;
 
-	return s ? s : "";
+static int token_of(void *opaque, const tbx__token_rec_t *t)
+{
+	shown_t *s = opaque;
+	char age[32], when[40];
+
+	s->n++;
+	if (s->arr) {
+		insp_jobj(s->arr, "group:s mint_seq:i created_ms:i age_ms:i",
+			  t->grp, t->mint_seq, t->created_ms,
+			  insp_age(s->in, t->created_ms));
+		return 0;
+	}
+	insp_fmt_age(insp_age(s->in, t->created_ms), age, sizeof(age));
+	insp_fmt_time(t->created_ms, when, sizeof(when));
+	insp_tbl_cell(s->tbl, t->grp);
+	insp_tbl_cellf(s->tbl, "%lld", (long long)t->mint_seq);
+	insp_tbl_cell(s->tbl, age);
+	insp_tbl_cell(s->tbl, when);
+	return 0;
 }
 
 /* The token's rows, one per receiving group. */
 static int token_rows(insp_t *in, const char *token, cJSON *doc, int *found)
 {
-	sqlite3_stmt *stmt = insp_prepare(in, in->tdb,
-					  "SELECT grp, mint_seq, created_ms "
-					  "FROM tbx_tokens WHERE token = ?1 "
-					  "ORDER BY grp");
-	insp_tbl_t *tbl = NULL;
-	cJSON *arr = NULL;
-	int r, n = 0;
+	shown_t s;
+	int err;
 
-	if (!stmt)
-		return -1;
-	sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC);
+	memset(&s, 0, sizeof(s));
+	s.in = in;
 	if (doc)
-		arr = cJSON_AddArrayToObject(doc, "rows");
+		s.arr = cJSON_AddArrayToObject(doc, "rows");
 	else
-		tbl = insp_tbl_new("Lrrl",
-				   (const char *const[]){"GROUP", "MINT SEQ",
-							 "AGE", "CREATED"});
-	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
-		int64_t created = sqlite3_column_int64(stmt, 2);
-		char age[32], when[40];
-
-		n++;
-		if (arr) {
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddItemToArray(arr, o);
-			insp_json_add_str(o, "group", col(stmt, 0));
-			insp_json_add_int(o, "mint_seq",
-					  sqlite3_column_int64(stmt, 1));
-			insp_json_add_int(o, "created_ms", created);
-			insp_json_add_int(o, "age_ms", insp_age(in, created));
-			continue;
-		}
-		insp_fmt_age(insp_age(in, created), age, sizeof(age));
-		insp_fmt_time(created, when, sizeof(when));
-		insp_tbl_cell(tbl, col(stmt, 0));
-		insp_tbl_cellf(tbl, "%lld",
-			       (long long)sqlite3_column_int64(stmt, 1));
-		insp_tbl_cell(tbl, age);
-		insp_tbl_cell(tbl, when);
-	}
-	sqlite3_finalize(stmt);
-	if (tbl) {
-		if (n) {
+		s.tbl = insp_tbl_new("Lrrl",
+				     (const char *const[]){"GROUP", "MINT SEQ",
+							   "AGE", "CREATED"});
+	err = tbx_tokens_token_rows(in->tokens, token, token_of, &s);
+	if (s.tbl) {
+		if (s.n) {
 			printf("  rows (one per receiving group):\n");
-			insp_tbl_print(tbl, 4);
+			insp_tbl_print(s.tbl, 4);
 		} else {
 			insp_kv("rows",
 				"none (consumed by every group, or "
 				"nobody subscribed)",
 				2);
 		}
-		insp_tbl_free(tbl);
+		insp_tbl_free(s.tbl);
 	}
-	*found |= n > 0;
-	return r < 0 ? -1 : 0;
+	*found |= s.n > 0;
+	return err ? (insp_t_fail(in, err), -1) : 0;
 }
 
 static const char *sweeper_text(int verdict)
@@ -281,190 +168,157 @@ static const char *sweeper_text(int verdict)
 	}
 }
 
+static int registration_of(void *opaque, const tbx__reg_t *r,
+			   const char *send_grp)
+{
+	shown_t *s = opaque;
+	insp_t *in = s->in;
+	insp_reg_t reg;
+	char age[32], buf[700];
+
+	memset(&reg, 0, sizeof(reg));
+	reg.reg = *r;
+	tbx__strlcpy(reg.grp, send_grp, sizeof(reg.grp));
+	reg.verdict = -1;
+	s->n++;
+	if (insp_has(s->served, s->served_n, reg.grp) &&
+	    (s->err = tbx__sweep_classify(in->store, reg.grp, &reg.reg,
+					  &reg.verdict, reg.row_attempt)))
+		return 1;
+	if (s->arr) {
+		insp_jobj(s->arr,
+			  "attempt:s sender:s msg_id:s created_ms:i age_ms:i "
+			  "verdict:s",
+			  reg.reg.attempt, reg.grp, reg.reg.msg_id,
+			  reg.reg.created_ms, insp_age(in, reg.reg.created_ms),
+			  insp_verdict_key(reg.verdict));
+		return 0;
+	}
+	insp_fmt_age(insp_age(in, reg.reg.created_ms), age, sizeof(age));
+	insp_kv("attempt", reg.reg.attempt, 2);
+	snprintf(buf, sizeof(buf), "%s ago by %s, for outbox row %s", age,
+		 reg.grp, reg.reg.msg_id);
+	insp_kv("registered", buf, 2);
+	insp_kv("sweeper", sweeper_text(reg.verdict), 2);
+	return 0;
+}
+
 /* The registration naming the token, with the sweeper's verdict when the
  * store is its sender's. */
 static int token_registration(insp_t *in, const char *token, cJSON *doc,
 			      int *found)
 {
-	sqlite3_stmt *stmt =
-	    insp_prepare(in, in->tdb,
-			 "SELECT attempt, send_grp, msg_id, created_ms FROM "
-			 "tbx_registrations WHERE token = ?1 ORDER BY attempt");
-	char **served = NULL;
-	size_t served_n = 0;
-	cJSON *arr = NULL;
-	int r, err;
+	shown_t s;
+	int err;
 
-	if (!stmt)
+	memset(&s, 0, sizeof(s));
+	s.in = in;
+	if (insp_served_groups(in, &s.served, &s.served_n))
 		return -1;
-	if (insp_served_groups(in, &served, &served_n)) {
-		sqlite3_finalize(stmt);
-		return -1;
-	}
-	sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC);
 	if (doc)
-		arr = cJSON_AddArrayToObject(doc, "registrations");
-	while ((r = insp_step(in, stmt)) == SQLITE_ROW) {
-		insp_reg_t reg;
-		char age[32], buf[700];
-
-		memset(&reg, 0, sizeof(reg));
-		tbx__strlcpy(reg.reg.attempt, col(stmt, 0),
-			     sizeof(reg.reg.attempt));
-		tbx__strlcpy(reg.grp, col(stmt, 1), sizeof(reg.grp));
-		tbx__strlcpy(reg.reg.msg_id, col(stmt, 2),
-			     sizeof(reg.reg.msg_id));
-		reg.reg.created_ms = sqlite3_column_int64(stmt, 3);
-		reg.verdict = -1;
-		*found = 1;
-		if (insp_has(served, served_n, reg.grp) &&
-		    (err =
-			 tbx__sweep_classify(in->store, reg.grp, &reg.reg,
-					     &reg.verdict, reg.row_attempt))) {
-			insp_store_fail(in->o->store, err, in->sdb);
-			r = -1;
-			break;
-		}
-		if (arr) {
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddItemToArray(arr, o);
-			insp_json_add_str(o, "attempt", reg.reg.attempt);
-			insp_json_add_str(o, "sender", reg.grp);
-			insp_json_add_str(o, "msg_id", reg.reg.msg_id);
-			insp_json_add_int(o, "created_ms", reg.reg.created_ms);
-			insp_json_add_int(o, "age_ms",
-					  insp_age(in, reg.reg.created_ms));
-			insp_json_add_str(o, "verdict",
-					  insp_verdict_key(reg.verdict));
-			continue;
-		}
-		insp_fmt_age(insp_age(in, reg.reg.created_ms), age,
-			     sizeof(age));
-		insp_kv("attempt", reg.reg.attempt, 2);
-		snprintf(buf, sizeof(buf), "%s ago by %s, for outbox row %s",
-			 age, reg.grp, reg.reg.msg_id);
-		insp_kv("registered", buf, 2);
-		insp_kv("sweeper", sweeper_text(reg.verdict), 2);
-	}
-	sqlite3_finalize(stmt);
-	insp_free_list(served, served_n);
-	if (r >= 0 && !arr && !*found)
+		s.arr = cJSON_AddArrayToObject(doc, "registrations");
+	err = tbx_tokens_token_registrations(in->tokens, token, registration_of,
+					     &s);
+	insp_free_list(s.served, s.served_n);
+	if (s.err)
+		return insp_s_fail(in, s.err), -1;
+	if (err)
+		return insp_t_fail(in, err), -1;
+	*found |= s.n > 0;
+	if (!s.arr && !*found)
 		insp_kv("registered",
 			"no (a finished attempt's, or a "
 			"publisher's)",
 			2);
-	return r < 0 ? -1 : 0;
+	return 0;
+}
+
+static int carried_by(void *opaque, const tbx__token_use_t *u)
+{
+	shown_t *s = opaque;
+	char buf[900];
+
+	s->n++;
+	if (s->arr) {
+		insp_jobj(
+		    s->arr, "group:s msg_id:s seq:i out_id:s topic:s type:s",
+		    u->grp, u->msg_id, u->seq, u->out_id, u->topic, u->type);
+		return 0;
+	}
+	snprintf(buf, sizeof(buf),
+		 "outbox row %s of %s, message %lld: %s to %s, type %s",
+		 u->msg_id, u->grp, (long long)u->seq + 1, u->out_id, u->topic,
+		 u->type);
+	insp_kv("carried by", buf, 2);
+	return 0;
+}
+
+static int consumed_by(void *opaque, const tbx__token_use_t *u)
+{
+	shown_t *s = opaque;
+	char buf[900];
+
+	s->n++;
+	if (s->arr) {
+		insp_jobj(s->arr,
+			  "group:s msg_id:s in_topic:s in_partition:i "
+			  "in_offset:i",
+			  u->grp, u->msg_id, u->topic, u->partition, u->offset);
+		return 0;
+	}
+	snprintf(buf, sizeof(buf), "outbox row %s of %s (%s [%lld] @%lld)",
+		 u->msg_id, u->grp, u->topic, (long long)u->partition,
+		 (long long)u->offset);
+	insp_kv("consumed by", buf, 2);
+	return 0;
 }
 
 /* Outbox rows of this store that send (outgoing) or consume (incoming)
  * the token. */
 static int token_outbox(insp_t *in, const char *token, cJSON *doc, int *found)
 {
-	sqlite3_stmt *out = insp_prepare(
-	    in, in->sdb,
-	    "SELECT grp, msg_id, seq, out_id, topic, type FROM tbx_outbox_msg "
-	    "WHERE token = ?1 ORDER BY grp, msg_id, seq");
-	sqlite3_stmt *inc =
-	    out ? insp_prepare(in, in->sdb,
-			       "SELECT grp, msg_id, in_topic, in_partition, "
-			       "in_offset FROM tbx_outbox WHERE in_token = ?1 "
-			       "ORDER BY grp, msg_id")
-		: NULL;
-	cJSON *arr = NULL;
-	char buf[900];
-	int r = -1, n = 0;
+	static const char *const label[2] = {"carried by", "consumed by"};
+	static const char *const key[2] = {"carried_by", "consumed_by"};
+	int err;
 
-	if (!out || !inc)
-		goto out;
-	sqlite3_bind_text(out, 1, token, -1, SQLITE_STATIC);
-	sqlite3_bind_text(inc, 1, token, -1, SQLITE_STATIC);
-	if (doc)
-		arr = cJSON_AddArrayToObject(doc, "carried_by");
-	while ((r = insp_step(in, out)) == SQLITE_ROW) {
-		n++;
-		if (arr) {
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddItemToArray(arr, o);
-			insp_json_add_str(o, "group", col(out, 0));
-			insp_json_add_str(o, "msg_id", col(out, 1));
-			insp_json_add_int(o, "seq",
-					  sqlite3_column_int64(out, 2));
-			insp_json_add_str(o, "out_id", col(out, 3));
-			insp_json_add_str(o, "topic", col(out, 4));
-			insp_json_add_str(o, "type", col(out, 5));
-			continue;
-		}
-		snprintf(buf, sizeof(buf),
-			 "outbox row %s of %s, message %lld: %s to %s, type %s",
-			 col(out, 1), col(out, 0),
-			 (long long)sqlite3_column_int64(out, 2) + 1,
-			 col(out, 3), col(out, 4), col(out, 5));
-		insp_kv("carried by", buf, 2);
+	for (int incoming = 0; incoming < 2; incoming++) {
+		shown_t s;
+
+		memset(&s, 0, sizeof(s));
+		s.in = in;
+		if (doc)
+			s.arr = cJSON_AddArrayToObject(doc, key[incoming]);
+		if ((err = tbx_outbox_token_uses(
+			 in->store, token, incoming,
+			 incoming ? consumed_by : carried_by, &s)))
+			return insp_s_fail(in, err), -1;
+		if (!s.arr && !s.n)
+			insp_kv(label[incoming], "no outbox row of this store",
+				2);
+		*found |= s.n > 0;
 	}
-	if (r < 0)
-		goto out;
-	if (!arr && !n)
-		insp_kv("carried by", "no outbox row of this store", 2);
-	*found |= n > 0;
-	n = 0;
-	if (doc)
-		arr = cJSON_AddArrayToObject(doc, "consumed_by");
-	while ((r = insp_step(in, inc)) == SQLITE_ROW) {
-		n++;
-		if (arr) {
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddItemToArray(arr, o);
-			insp_json_add_str(o, "group", col(inc, 0));
-			insp_json_add_str(o, "msg_id", col(inc, 1));
-			insp_json_add_str(o, "in_topic", col(inc, 2));
-			insp_json_add_int(o, "in_partition",
-					  sqlite3_column_int64(inc, 3));
-			insp_json_add_int(o, "in_offset",
-					  sqlite3_column_int64(inc, 4));
-			continue;
-		}
-		snprintf(buf, sizeof(buf),
-			 "outbox row %s of %s (%s [%lld] @%lld)", col(inc, 1),
-			 col(inc, 0), col(inc, 2),
-			 (long long)sqlite3_column_int64(inc, 3),
-			 (long long)sqlite3_column_int64(inc, 4));
-		insp_kv("consumed by", buf, 2);
-	}
-	if (r < 0)
-		goto out;
-	if (!arr && !n)
-		insp_kv("consumed by", "no outbox row of this store", 2);
-	*found |= n > 0;
-	r = 0;
-out:
-	sqlite3_finalize(out);
-	sqlite3_finalize(inc);
-	return r < 0 ? -1 : 0;
+	return 0;
 }
 
 int insp_tokens_show(insp_t *in)
 {
 	cJSON *doc = NULL;
-	char *token = NULL;
-	int rc, found = 0;
+	char token[TBX_UUID_LEN + 1];
+	int rc, err, n, found = 0;
 
-	if ((rc = insp_resolve_id(
-		 in, in->tdb,
-		 "SELECT 1 FROM tbx_tokens WHERE token = ?1 UNION ALL SELECT 1 "
-		 "FROM tbx_registrations WHERE token = ?1 LIMIT 1",
-		 "SELECT token FROM tbx_tokens WHERE substr(token, 1, "
-		 "length(?1)) = ?1 UNION SELECT token FROM tbx_registrations "
-		 "WHERE substr(token, 1, length(?1)) = ?1 LIMIT 2",
-		 in->o->id, &token)))
-		return rc;
-	if (!token)
+	if ((err = tbx_tokens_token_match(in->tokens, in->o->id, token, &n)))
+		return insp_t_fail(in, err);
+	if (n > 1)
+		return tbx_cli_usage(INSPECT_CMD,
+				     "'%s' is the start of several ids; give "
+				     "more of it",
+				     in->o->id);
+	if (!n)
 		return tbx_cli_fail(INSPECT_CMD, "no token %s in %s", in->o->id,
 				    in->tpath);
 	if (in->o->json) {
-		if (!(doc = cJSON_CreateObject())) {
-			free(token);
+		if (!(doc = cJSON_CreateObject()))
 			return tbx_cli_usage(INSPECT_CMD, "out of memory");
-		}
 		insp_json_add_str(doc, "token", token);
 	} else {
 		insp_kv("token", token, 0);
@@ -481,7 +335,6 @@ int insp_tokens_show(insp_t *in)
 	}
 out:
 	cJSON_Delete(doc);
-	free(token);
 	return rc;
 }
 
@@ -536,8 +389,9 @@ static int judge_one(void *opaque, const insp_reg_t *r)
 		j->v[r->verdict]++;
 	if (!tbx__sweep_is_orphan(r->verdict))
 		return 0;
-	if (insp_attempt_token_rows(j->in, r->reg.attempt, &rows)) {
-		j->err = 1;
+	if ((j->err = tbx_tokens_attempt_token_rows(j->in->tokens,
+						    r->reg.attempt, &rows))) {
+		insp_t_fail(j->in, j->err);
 		return 1;
 	}
 	j->token_rows += rows;
@@ -591,10 +445,8 @@ static int64_t attempts_of(insp_t *in, const char *grp)
 {
 	int64_t n = 0;
 
-	insp_count(in, in->tdb,
-		   "SELECT count(DISTINCT attempt) FROM tbx_registrations "
-		   "WHERE send_grp = ?1",
-		   grp, &n);
+	if (tbx_tokens_count(in->tokens, grp, NULL, &n))
+		return 0;
 	return n;
 }
 
@@ -782,10 +634,10 @@ static void on_swept(void *opaque, const tbx__reg_t *reg, int verdict,
  * so, else the token store (where the sweeper writes). */
 static int sweep_fail(insp_t *in, int err)
 {
-	int src = sqlite3_errcode(in->sdb);
+	const char *msg = tbx_outbox_errmsg(in->store);
 
-	if (src != SQLITE_OK && src != SQLITE_ROW && src != SQLITE_DONE)
-		return insp_store_fail(in->o->store, err, in->sdb);
+	if (msg)
+		return insp_store_fail(in->o->store, err, msg);
 	return insp_store_fail(in->tpath, err, NULL);
 }
 
@@ -794,11 +646,9 @@ int insp_cleanup(insp_t *in)
 	char **groups = NULL, **skipped = NULL, line[600];
 	size_t groups_n = 0, skipped_n = 0, batch = (size_t)in->o->batch;
 	tbx_tokens_t *tokens = NULL;
-	tbx__db_opts_t opts;
 	insp_tbl_t *sum_tbl = NULL, *tbl = NULL;
 	cJSON *doc = NULL, *garr = NULL, *arr = NULL;
 	swept_t total;
-	char errstr[512] = "";
 	int rc = INSPECT_EXIT_ERROR, err = TBX_OK, more = 0;
 
 	if (in->o->dry_run)
@@ -808,14 +658,11 @@ int insp_cleanup(insp_t *in)
 		goto out;
 	/* The sweeper reads S through the read-only store opened by
 	 * insp_open() and writes T through a connection of its own. */
-	tbx__db_opts_init(&opts);
-	opts.create = 0;
-	opts.busy_timeout_ms = (int)in->o->busy_ms;
-	if ((err = tbx_tokens_sqlite_open(in->tpath, &opts, NULL, &tokens,
-					  errstr, sizeof(errstr)))) {
-		rc = tbx_cli_usage(INSPECT_CMD, "%s", errstr);
+	if ((rc = insp_open_write(in, 1, NULL, &tokens))) {
+		rc = INSPECT_EXIT_ERROR;
 		goto out;
 	}
+	rc = INSPECT_EXIT_ERROR;
 	if (in->o->json) {
 		doc = cJSON_CreateObject();
 		garr = cJSON_AddArrayToObject(doc, "groups");
@@ -957,21 +804,12 @@ typedef struct redone {
 	char errstr[512];
 } redone_t;
 
-static int64_t rows_older(tbx_worker_t *worker, int64_t before)
+static int64_t rows_older(tbx_outbox_t *store, const char *grp, int64_t before)
 {
-	sqlite3_stmt *stmt = NULL;
 	int64_t n = -1;
 
-	if (sqlite3_prepare_v2(tbx_outbox_db(worker->store),
-			       "SELECT count(*) FROM tbx_outbox WHERE grp = ?1 "
-			       "AND created_ms <= ?2",
-			       -1, &stmt, NULL) == SQLITE_OK) {
-		sqlite3_bind_text(stmt, 1, worker->group, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(stmt, 2, before);
-		if (sqlite3_step(stmt) == SQLITE_ROW)
-			n = sqlite3_column_int64(stmt, 0);
-	}
-	sqlite3_finalize(stmt);
+	if (tbx_outbox_count_older(store, grp, before, &n))
+		return -1;
 	return n;
 }
 
@@ -979,43 +817,35 @@ static int redispatch_group(insp_t *in, const char *grp, int64_t before,
 			    redone_t *res)
 {
 	const insp_opts_t *o = in->o;
-	char busy[24];
-	/* --config and -X (checked by insp_redispatch), then ours. */
+	/* --config and -X (checked by insp_redispatch): the producer's
+	 * Kafka settings, dispatch.* and store.synchronous. */
 	tbx_conf_t *conf = insp_kafka_conf(in);
-	tbx_worker_t *worker;
+	tbx_outbox_t *store = NULL;
+	tbx_tokens_t *tokens = NULL;
+	tbx__recover_t *rec = NULL;
 	size_t batch = (size_t)o->batch;
-	const char *kv[][2] = {
-	    {"group.id", grp},
-	    {"store.path", o->store},
-	    {"tokens.path", in->single ? "" : in->tpath},
-	    {"store.busy.timeout.ms", busy},
-	    {"log.level", "error"},
-	    /* No sweeps or polls: the handle only redispatches. */
-	    {"cleanup.interval.ms", "0"},
-	};
 
 	memset(res, 0, sizeof(*res));
-	snprintf(busy, sizeof(busy), "%lld", o->busy_ms);
 	if (!conf) {
 		res->err = TBX_ENOMEM;
 		return -1;
 	}
-	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
-		if ((res->err =
-			 tbx_conf_set(conf, kv[i][0], kv[i][1], res->errstr,
-				      sizeof(res->errstr)))) {
-			tbx_conf_destroy(conf);
-			return -1;
-		}
-	}
-	if (!(worker =
-		  tbx_worker_new(conf, res->errstr, sizeof(res->errstr)))) {
+	if ((res->err = insp_open_write_err(
+		 in,
+		 strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0,
+		 &store, &tokens, res->errstr, sizeof(res->errstr)))) {
+		if (!res->errstr[0])
+			snprintf(res->errstr, sizeof(res->errstr), "%s",
+				 tbx_strerror(res->err));
 		tbx_conf_destroy(conf);
-		res->err = TBX_ESTORE;
 		return -1;
 	}
-	tbx__log_setup(TBX_LOG_ERR - 1, INSPECT_CMD);
-	res->found = rows_older(worker, before);
+	if (!(rec = tbx__recover_new(conf, grp, store, tokens, res->errstr,
+				     sizeof(res->errstr)))) {
+		res->err = TBX_ESTORE;
+		goto out;
+	}
+	res->found = rows_older(store, grp, before);
 	while (res->found > 0) {
 		size_t want = batch, done = 0;
 
@@ -1023,7 +853,7 @@ static int redispatch_group(insp_t *in, const char *grp, int64_t before,
 			want = (size_t)(o->limit - res->finished);
 		if (want == 0)
 			break;
-		res->err = tbx__worker_redispatch(worker, before, want, &done);
+		res->err = tbx__recover_older(rec, before, want, &done);
 		res->finished += (int64_t)done;
 		/* A batch that did not finish everything it took has rows
 		 * that failed to deliver: taking them again now would
@@ -1034,10 +864,14 @@ static int redispatch_group(insp_t *in, const char *grp, int64_t before,
 	if (res->err)
 		snprintf(res->errstr, sizeof(res->errstr), "%s%s%s",
 			 tbx_strerror(res->err),
-			 *tbx_worker_errstr(worker) ? ": " : "",
-			 tbx_worker_errstr(worker));
-	res->left = rows_older(worker, before);
-	tbx_worker_destroy(worker);
+			 *tbx__recover_errstr(rec) ? ": " : "",
+			 tbx__recover_errstr(rec));
+	res->left = rows_older(store, grp, before);
+out:
+	tbx__recover_destroy(rec);
+	tbx_tokens_close(tokens);
+	tbx_outbox_close(store);
+	tbx_conf_destroy(conf);
 	return res->err ? -1 : 0;
 }
 
@@ -1178,64 +1012,29 @@ out:
  * --idle-after ago is refused: a worker of the group may still run, and
  * records sent for it would carry no token of its own.
  */
-static int unsub_count(insp_t *in, sqlite3 *db, const char *sql, const char *p1,
-		       const char *p2, int64_t *out, int *found)
-{
-	sqlite3_stmt *stmt = insp_prepare(in, db, sql);
-	int rc;
-
-	*out = 0;
-	if (!stmt)
-		return -1;
-	if (sqlite3_bind_text(stmt, 1, p1, -1, SQLITE_STATIC) != SQLITE_OK ||
-	    (p2 &&
-	     sqlite3_bind_text(stmt, 2, p2, -1, SQLITE_STATIC) != SQLITE_OK)) {
-		sqlite3_finalize(stmt);
-		return insp_store_fail(in->tpath, TBX_ESTORE, db), -1;
-	}
-	rc = insp_step(in, stmt);
-	if (rc == SQLITE_ROW)
-		*out = sqlite3_column_int64(stmt, 0);
-	if (found)
-		*found = rc == SQLITE_ROW;
-	sqlite3_finalize(stmt);
-	return rc < 0 ? -1 : 0;
-}
-
 int insp_unsubscribe(insp_t *in)
 {
 	const char *grp = in->o->groups[0], *topic = in->o->topic;
-	tbx__db_opts_t opts;
-	sqlite3 *db = NULL;
-	char errstr[512] = "", age[32], dur[32];
-	int64_t used = 0, others = 0, rows = 0, deleted = 0;
-	int found = 0, rc = INSPECT_EXIT_ERROR, err;
+	tbx_tokens_t *tokens = NULL;
+	tbx__unsub_t u;
+	char age[32], dur[32];
+	int64_t used, others, rows, deleted;
+	int rc, err;
 
-	tbx__db_opts_init(&opts);
-	opts.create = 0;
-	opts.busy_timeout_ms = (int)in->o->busy_ms;
-	if ((err = tbx__db_open(in->tpath, &opts, &db, errstr, sizeof(errstr))))
-		return tbx_cli_usage(INSPECT_CMD, "%s",
-				     *errstr ? errstr : tbx_strerror(err));
-	if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) !=
-	    SQLITE_OK) {
-		rc = insp_store_fail(
-		    in->tpath, tbx__db_err(sqlite3_extended_errcode(db)), db);
+	if ((rc = insp_open_write(in, 1, NULL, &tokens)))
+		return rc;
+	rc = INSPECT_EXIT_ERROR;
+	if ((err = tbx_tokens_unsubscribe(tokens, topic, grp,
+					  in->now_ms - in->o->idle_ms,
+					  in->o->yes, &u))) {
+		rc = insp_store_fail(in->tpath, err, tbx_tokens_errmsg(tokens));
 		goto out;
 	}
-	if (unsub_count(in, db,
-			"SELECT coalesce(used_ms, created_ms) FROM "
-			"tbx_subscriptions WHERE grp = ?1 AND topic = ?2",
-			grp, topic, &used, &found) ||
-	    unsub_count(in, db,
-			"SELECT count(*) FROM tbx_subscriptions WHERE grp = ?1 "
-			"AND topic <> ?2",
-			grp, topic, &others, NULL) ||
-	    unsub_count(in, db,
-			"SELECT count(*) FROM tbx_tokens WHERE grp = ?1", grp,
-			NULL, &rows, NULL))
-		goto out;
-	if (!found) {
+	used = u.used_ms;
+	others = u.others;
+	rows = u.token_rows;
+	deleted = u.deleted;
+	if (!u.found) {
 		tbx_cli_note(INSPECT_CMD,
 			     "%s: group %s has no subscription to %s",
 			     in->tpath, grp, topic);
@@ -1255,49 +1054,16 @@ int insp_unsubscribe(insp_t *in)
 		    grp, topic, age, dur);
 		goto out;
 	}
-	if (in->o->yes) {
-		sqlite3_stmt *stmt = insp_prepare(
-		    in, db,
-		    "DELETE FROM tbx_subscriptions WHERE grp = ?1 AND topic = "
-		    "?2");
-		if (!stmt)
-			goto out;
-		sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC);
-		err = insp_step(in, stmt) != SQLITE_DONE;
-		sqlite3_finalize(stmt);
-		if (err)
-			goto out;
-		if (!others) {
-			if (!(stmt = insp_prepare(in, db,
-						  "DELETE FROM tbx_tokens "
-						  "WHERE grp = ?1")))
-				goto out;
-			sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
-			err = insp_step(in, stmt) != SQLITE_DONE;
-			sqlite3_finalize(stmt);
-			if (err)
-				goto out;
-			deleted = sqlite3_changes(db);
-		}
-		if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-			rc = insp_store_fail(
-			    in->tpath,
-			    tbx__db_err(sqlite3_extended_errcode(db)), db);
-			goto out;
-		}
-	}
 	if (in->o->json) {
-		cJSON *doc = cJSON_CreateObject();
-		insp_json_add_str(doc, "group", grp);
-		insp_json_add_str(doc, "topic", topic);
-		insp_json_add_int(doc, "unused_for_ms", in->now_ms - used);
-		cJSON_AddBoolToObject(doc, "removed", in->o->yes);
-		insp_json_add_int(doc, "other_subscriptions", others);
-		insp_json_add_int(doc, "token_rows",
-				  in->o->yes ? deleted : (others ? 0 : rows));
-		cJSON_AddBoolToObject(doc, "token_rows_kept", others > 0);
-		rc = insp_json_print(doc, INSPECT_EXIT_OK);
+		rc = insp_json_print(
+		    insp_jobj(NULL,
+			      "group:s topic:s unused_for_ms:i removed:b "
+			      "other_subscriptions:i token_rows:i "
+			      "token_rows_kept:b",
+			      grp, topic, in->now_ms - used, in->o->yes, others,
+			      in->o->yes ? deleted : (others ? 0 : rows),
+			      others > 0),
+		    INSPECT_EXIT_OK);
 		goto out;
 	}
 	printf("%s subscription of %s to %s (unused for %s)\n",
@@ -1316,8 +1082,6 @@ int insp_unsubscribe(insp_t *in)
 		printf("nothing removed: add --yes to remove them\n");
 	rc = INSPECT_EXIT_OK;
 out:
-	if (db && !sqlite3_get_autocommit(db))
-		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-	sqlite3_close_v2(db);
+	tbx_tokens_close(tokens);
 	return rc;
 }

@@ -1,6 +1,8 @@
 /*
- * The service store S (outbox/outbox.h): outbox rows and their outgoing
- * messages, ingress offsets and dead-letter records.
+ * The SQLite backend of the service store S (outbox/outbox.h,
+ * tbx_outbox_ops_t): outbox rows and their outgoing messages, ingress
+ * offsets and dead-letter records, as the protocol uses them.  The read
+ * side of `tokenbox inspect` is in sqlite_read.c.
  *
  * Every statement is prepared once per store and cached (store/stmt.h);
  * every value is bound.  A statement is reset as soon as its caller is
@@ -11,9 +13,11 @@
  */
 #include "outbox/outbox.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "outbox/sqlite_int.h"
 #include "store/stmt.h"
 
 enum {
@@ -51,6 +55,8 @@ enum {
 	Q_UNDELIVERED_ADD,
 	Q__COUNT
 };
+
+_Static_assert(Q__COUNT <= SQ_STMTS, "slots[] too small");
 
 static const char *const sql[Q__COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -141,158 +147,22 @@ static const char *const sql[Q__COUNT] = {
 			  "ON CONFLICT (grp, out_id) DO NOTHING",
 };
 
-struct tbx_outbox {
-	sqlite3 *db;
-	tbx__stmts_t stmts;
-	sqlite3_stmt *slots[Q__COUNT];
-};
+static const tbx_outbox_ops_t sqlite_ops;
 
-/*
- * Rows in memory.
- */
-
-void tbx__row_init(tbx__row_t *row)
+/* The backend of a store opened by tbx_outbox_sqlite_open(). */
+static sq_store_t *sq(tbx_outbox_t *base)
 {
-	memset(row, 0, sizeof(*row));
-}
-
-static void outmsg_free(tbx__outmsg_t *m)
-{
-	free(m->topic);
-	free(m->type);
-	free(m->key);
-	free(m->payload);
-	free(m->headers);
-	memset(m, 0, sizeof(*m));
-}
-
-void tbx__row_clear_msgs(tbx__row_t *row)
-{
-	for (size_t i = 0; i < row->msg_cnt; i++)
-		outmsg_free(&row->msgs[i]);
-	/* The array stays for the next batch: no allocation per message. */
-	row->msg_cnt = 0;
-}
-
-void tbx__row_clear(tbx__row_t *row)
-{
-	tbx__row_clear_msgs(row);
-	free(row->msgs);
-	free(row->error);
-	tbx__row_init(row);
-}
-
-/* Appends a zeroed message slot.  @returns NULL when out of memory. */
-static tbx__outmsg_t *row_grow(tbx__row_t *row)
-{
-	if (row->msg_cnt == row->msg_cap) {
-		size_t cap = row->msg_cap ? row->msg_cap * 2 : 4;
-		tbx__outmsg_t *msgs;
-
-		if (cap > SIZE_MAX / sizeof(*msgs))
-			return NULL;
-		if (!(msgs = realloc(row->msgs, cap * sizeof(*msgs))))
-			return NULL;
-		row->msgs = msgs;
-		row->msg_cap = cap;
-	}
-	memset(&row->msgs[row->msg_cnt], 0, sizeof(row->msgs[0]));
-	return &row->msgs[row->msg_cnt++];
-}
-
-int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
-		 const void *key, size_t key_len, const void *payload,
-		 size_t payload_len, const void *headers, size_t headers_len)
-{
-	tbx__outmsg_t *m;
-
-	if (!row || !topic || !type)
-		return TBX_EINVAL;
-	if (!(m = row_grow(row)))
-		return TBX_ENOMEM;
-	tbx__uuid(m->id);
-	m->topic = tbx__strdup(topic);
-	m->type = tbx__strdup(type);
-	if (key) {
-		m->key = tbx__memdup(key, key_len);
-		m->key_len = key_len;
-	}
-	if (payload) {
-		m->payload = tbx__memdup(payload, payload_len);
-		m->payload_len = payload_len;
-	}
-	if (headers && headers_len) {
-		m->headers = tbx__memdup(headers, headers_len);
-		m->headers_len = headers_len;
-	}
-	if (!m->topic || !m->type || (key && !m->key) ||
-	    (payload && !m->payload) ||
-	    (headers && headers_len && !m->headers)) {
-		outmsg_free(m);
-		row->msg_cnt--;
-		return TBX_ENOMEM;
-	}
-	return TBX_OK;
-}
-
-/* @returns 1 when @p s is a NUL-terminated UUID text. */
-static int is_uuid_str(const char *s)
-{
-	return tbx__is_uuid(s, strnlen(s, TBX_UUID_LEN + 1));
-}
-
-static int msg_check(const tbx__row_t *row, size_t i)
-{
-	const tbx__outmsg_t *m = &row->msgs[i];
-	tbx_header_t hdr;
-	size_t pos = 0;
-	int r;
-
-	if (!is_uuid_str(m->id) || !m->topic || !*m->topic || !m->type)
-		return 0;
-	if ((!m->key && m->key_len) || (!m->payload && m->payload_len) ||
-	    (!m->headers && m->headers_len))
-		return 0;
-	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &hdr)) ==
-	       1)
-		;
-	if (r < 0)
-		return 0;
-	/* PROCESSED: no token; TOKENED: every message has one. */
-	if (row->attempt[0])
-		return is_uuid_str(m->token);
-	return m->token[0] == '\0';
-}
-
-int tbx_outbox_row_check(const tbx__row_t *row)
-{
-	if (!row || !row->msg_id[0] || row->msg_cnt > row->msg_cap ||
-	    (row->msg_cnt && !row->msgs))
-		return 0;
-	if (row->kind != TBX_ROW_HANDLED && row->kind != TBX_ROW_DEAD_LETTER)
-		return 0;
-	if (row->attempt[0]) {
-		/* TOKENED */
-		if (!is_uuid_str(row->attempt) || row->mint_seq <= 0)
-			return 0;
-	} else if (row->mint_seq != 0) {
-		/* PROCESSED */
-		return 0;
-	}
-	for (size_t i = 0; i < row->msg_cnt; i++)
-		if (!msg_check(row, i))
-			return 0;
-	return 1;
+	return (sq_store_t *)base;
 }
 
 /*
  * The store.
  */
 
-int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
-		    tbx_outbox_t **out, char *errstr, size_t errstr_size)
+int tbx_outbox_sqlite_open(const char *path, const tbx__db_opts_t *opts,
+			   tbx_outbox_t **out, char *errstr, size_t errstr_size)
 {
-	tbx_outbox_t *store;
+	sq_store_t *store;
 	int err;
 
 	if (!out)
@@ -302,20 +172,25 @@ int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
 	if (!(store = calloc(1, sizeof(*store))))
 		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				   "out of memory");
+	store->base.ops = &sqlite_ops;
 	if ((err = tbx__db_open(path, opts, &store->db, errstr, errstr_size))) {
 		free(store);
 		return err;
 	}
 	tbx__stmts_init(&store->stmts, store->db, sql, store->slots, Q__COUNT);
-	*out = store;
+	tbx__outbox_sqlite_read_init(store);
+	*out = &store->base;
 	return TBX_OK;
 }
 
-void tbx_outbox_close(tbx_outbox_t *store)
+static void sq_close(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	if (!store)
 		return;
 	tbx__stmts_finalize(&store->stmts);
+	tbx__stmts_finalize(&store->reads);
 	/* _v2: a token store sharing this connection may still hold
 	 * statements; the connection goes when they are finalized. */
 	sqlite3_close_v2(store->db);
@@ -324,21 +199,27 @@ void tbx_outbox_close(tbx_outbox_t *store)
 
 sqlite3 *tbx_outbox_db(tbx_outbox_t *store)
 {
-	return store ? store->db : NULL;
+	return store && store->ops == &sqlite_ops ? sq(store)->db : NULL;
 }
 
-int tbx_outbox_begin(tbx_outbox_t *store)
+static int sq_begin(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	return tbx__stmt_run(&store->stmts, Q_BEGIN);
 }
 
-int tbx_outbox_commit(tbx_outbox_t *store)
+static int sq_commit(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	return tbx__stmt_run(&store->stmts, Q_COMMIT);
 }
 
-int tbx_outbox_rollback(tbx_outbox_t *store)
+static int sq_rollback(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	/* Callers roll back after any failure, including a failed COMMIT
 	 * that SQLite already rolled back (SQLITE_FULL, …): nothing to do
 	 * then. */
@@ -347,27 +228,34 @@ int tbx_outbox_rollback(tbx_outbox_t *store)
 	return tbx__stmt_run(&store->stmts, Q_ROLLBACK);
 }
 
-int tbx_outbox_savepoint(tbx_outbox_t *store)
+static int sq_savepoint(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	return tbx__stmt_run(&store->stmts, Q_SAVEPOINT);
 }
 
-int tbx_outbox_release(tbx_outbox_t *store)
+static int sq_release(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	return tbx__stmt_run(&store->stmts, Q_RELEASE);
 }
 
-int tbx_outbox_undo(tbx_outbox_t *store)
+static int sq_undo(tbx_outbox_t *base)
 {
+	sq_store_t *store = sq(base);
+
 	int err = tbx__stmt_run(&store->stmts, Q_ROLLBACK_TO);
 
 	return err ? err : tbx__stmt_run(&store->stmts, Q_RELEASE);
 }
 
-int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
-			const char *msg_id, int *found,
-			char attempt[TBX_UUID_LEN + 1])
+static int sq_row_find(tbx_outbox_t *base, const char *grp, const char *msg_id,
+		       int *found, char attempt[TBX_UUID_LEN + 1])
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int hit, err;
 
@@ -391,8 +279,8 @@ int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
 	return TBX_OK;
 }
 
-static int msg_insert(tbx_outbox_t *store, const char *grp,
-		      const tbx__row_t *row, size_t i)
+static int msg_insert(sq_store_t *store, const char *grp, const tbx__row_t *row,
+		      size_t i)
 {
 	const tbx__outmsg_t *m = &row->msgs[i];
 	sqlite3_stmt *stmt;
@@ -414,9 +302,11 @@ static int msg_insert(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
-			  const tbx__row_t *row)
+static int sq_row_insert(tbx_outbox_t *base, const char *grp,
+			 const tbx__row_t *row)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -488,7 +378,7 @@ static int column_blob(sqlite3_stmt *stmt, int col, void **dst, size_t *len)
 	return TBX_OK;
 }
 
-static int row_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
+static int row_get(sq_store_t *store, const char *grp, const char *msg_id,
 		   tbx__row_t *row)
 {
 	sqlite3_stmt *stmt;
@@ -526,7 +416,7 @@ out:
 	return err;
 }
 
-static int msgs_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
+static int msgs_get(sq_store_t *store, const char *grp, const char *msg_id,
 		    tbx__row_t *row)
 {
 	sqlite3_stmt *stmt;
@@ -538,7 +428,7 @@ static int msgs_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
 		return tbx__stmt_bind_fail(stmt);
 	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
-		tbx__outmsg_t *m = row_grow(row);
+		tbx__outmsg_t *m = tbx__row_grow(row);
 		const char *topic, *type;
 
 		if (!m) {
@@ -570,9 +460,11 @@ static int msgs_get(tbx_outbox_t *store, const char *grp, const char *msg_id,
 	return err;
 }
 
-int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
-			const char *msg_id, tbx__row_t *row)
+static int sq_row_load(tbx_outbox_t *base, const char *grp, const char *msg_id,
+		       tbx__row_t *row)
 {
+	sq_store_t *store = sq(base);
+
 	char id[TBX_MSGID_MAX + 1];
 	int err, end;
 
@@ -594,8 +486,8 @@ int tbx_outbox_row_load(tbx_outbox_t *store, const char *grp,
 	return err;
 }
 
-static int set_token(tbx_outbox_t *store, const char *grp,
-		     const tbx__row_t *row, size_t i)
+static int set_token(sq_store_t *store, const char *grp, const tbx__row_t *row,
+		     size_t i)
 {
 	const tbx__outmsg_t *m = &row->msgs[i];
 	sqlite3_stmt *stmt;
@@ -621,9 +513,11 @@ static int set_token(tbx_outbox_t *store, const char *grp,
 	return TBX_OK;
 }
 
-int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
-			       const tbx__row_t *row, int *won)
+static int sq_row_set_attempt(tbx_outbox_t *base, const char *grp,
+			      const tbx__row_t *row, int *won)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int64_t untokened;
 	int err;
@@ -673,9 +567,11 @@ int tbx_outbox_row_set_attempt(tbx_outbox_t *store, const char *grp,
 	return TBX_OK;
 }
 
-int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
-			  const char *msg_id)
+static int sq_row_delete(tbx_outbox_t *base, const char *grp,
+			 const char *msg_id)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -687,9 +583,11 @@ int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,
-			   const char *topic, int32_t partition, int64_t *next)
+static int sq_ingress_get(tbx_outbox_t *base, const char *grp,
+			  const char *topic, int32_t partition, int64_t *next)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int hit, err;
 
@@ -708,9 +606,11 @@ int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,
 	return TBX_OK;
 }
 
-int tbx_outbox_ingress_set(tbx_outbox_t *store, const char *grp,
-			   const char *topic, int32_t partition, int64_t next)
+static int sq_ingress_set(tbx_outbox_t *base, const char *grp,
+			  const char *topic, int32_t partition, int64_t next)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -724,10 +624,12 @@ int tbx_outbox_ingress_set(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
-			       const tbx__row_t *row, const char *dlq_topic,
-			       int attempts)
+static int sq_dead_letter_add(tbx_outbox_t *base, const char *grp,
+			      const tbx__row_t *row, const char *dlq_topic,
+			      int attempts)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -748,9 +650,11 @@ int tbx_outbox_dead_letter_add(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_dispatch_failed(tbx_outbox_t *store, const char *grp,
-			       const char *msg_id, int *failures)
+static int sq_dispatch_failed(tbx_outbox_t *base, const char *grp,
+			      const char *msg_id, int *failures)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int hit, err;
 
@@ -769,10 +673,12 @@ int tbx_outbox_dispatch_failed(tbx_outbox_t *store, const char *grp,
 	return err;
 }
 
-int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
-			       const tbx__row_t *row, const tbx__outmsg_t *m,
-			       const char *error, int attempts)
+static int sq_undelivered_add(tbx_outbox_t *base, const char *grp,
+			      const tbx__row_t *row, const tbx__outmsg_t *m,
+			      const char *error, int attempts)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -796,8 +702,10 @@ int tbx_outbox_undelivered_add(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_count(tbx_outbox_t *store, const char *grp, int64_t *rows)
+static int sq_count(tbx_outbox_t *base, const char *grp, int64_t *rows)
 {
+	sq_store_t *store = sq(base);
+
 	int q = grp ? Q_COUNT_GRP : Q_COUNT_ALL;
 	sqlite3_stmt *stmt;
 	int err;
@@ -842,10 +750,12 @@ static int collect_ids(sqlite3_stmt *stmt, tbx__msgid_t **out, size_t *cnt)
 	return TBX_OK;
 }
 
-int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
-			  int64_t created_before_ms, size_t limit,
-			  tbx__msgid_t **out, size_t *cnt)
+static int sq_rows_older(tbx_outbox_t *base, const char *grp,
+			 int64_t created_before_ms, size_t limit,
+			 tbx__msgid_t **out, size_t *cnt)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -862,10 +772,12 @@ int tbx_outbox_rows_older(tbx_outbox_t *store, const char *grp,
 	return collect_ids(stmt, out, cnt);
 }
 
-int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
-			  const char *topic, int32_t partition, int64_t offset,
-			  size_t limit, tbx__msgid_t **out, size_t *cnt)
+static int sq_rows_below(tbx_outbox_t *base, const char *grp, const char *topic,
+			 int32_t partition, int64_t offset, size_t limit,
+			 tbx__msgid_t **out, size_t *cnt)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -884,9 +796,11 @@ int tbx_outbox_rows_below(tbx_outbox_t *store, const char *grp,
 	return collect_ids(stmt, out, cnt);
 }
 
-int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
-			      const char *msg_id, int64_t now_ms)
+static int sq_row_mark_stuck(tbx_outbox_t *base, const char *grp,
+			     const char *msg_id, int64_t now_ms)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -901,7 +815,7 @@ int tbx_outbox_row_mark_stuck(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-static int inflight_bind(tbx_outbox_t *store, int q, const char *grp,
+static int inflight_bind(sq_store_t *store, int q, const char *grp,
 			 const char *topic, int32_t partition,
 			 sqlite3_stmt **out)
 {
@@ -918,10 +832,12 @@ static int inflight_bind(tbx_outbox_t *store, int q, const char *grp,
 	return TBX_OK;
 }
 
-int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
-			    const char *topic, int32_t partition,
-			    tbx__inflight_t *f, int *found)
+static int sq_inflight_get(tbx_outbox_t *base, const char *grp,
+			   const char *topic, int32_t partition,
+			   tbx__inflight_t *f, int *found)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int hit, err;
 
@@ -943,10 +859,12 @@ int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
 	return err;
 }
 
-int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
-			    const char *topic, int32_t partition,
-			    const tbx__inflight_t *f)
+static int sq_inflight_put(tbx_outbox_t *base, const char *grp,
+			   const char *topic, int32_t partition,
+			   const tbx__inflight_t *f)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -964,9 +882,11 @@ int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
-			       const char *topic, int32_t partition)
+static int sq_inflight_delete(tbx_outbox_t *base, const char *grp,
+			      const char *topic, int32_t partition)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -976,9 +896,11 @@ int tbx_outbox_inflight_delete(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
-				const char *topic, int32_t partition)
+static int sq_inflight_release(tbx_outbox_t *base, const char *grp,
+			       const char *topic, int32_t partition)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -988,9 +910,11 @@ int tbx_outbox_inflight_release(tbx_outbox_t *store, const char *grp,
 	return tbx__stmt_done(stmt);
 }
 
-int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp, const char *name,
-			 const char *detail)
+static int sq_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
+			const char *detail)
 {
+	sq_store_t *store = sq(base);
+
 	sqlite3_stmt *stmt;
 	int err;
 
@@ -1005,3 +929,55 @@ int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp, const char *name,
 		return tbx__stmt_bind_fail(stmt);
 	return tbx__stmt_done(stmt);
 }
+
+static const tbx_outbox_ops_t sqlite_ops = {
+    .name = "sqlite",
+    .close = sq_close,
+    .begin = sq_begin,
+    .commit = sq_commit,
+    .rollback = sq_rollback,
+    .savepoint = sq_savepoint,
+    .release = sq_release,
+    .undo = sq_undo,
+    .row_find = sq_row_find,
+    .row_insert = sq_row_insert,
+    .row_load = sq_row_load,
+    .row_set_attempt = sq_row_set_attempt,
+    .row_delete = sq_row_delete,
+    .ingress_get = sq_ingress_get,
+    .ingress_set = sq_ingress_set,
+    .dead_letter_add = sq_dead_letter_add,
+    .dispatch_failed = sq_dispatch_failed,
+    .undelivered_add = sq_undelivered_add,
+    .count = sq_count,
+    .rows_older = sq_rows_older,
+    .rows_below = sq_rows_below,
+    .row_mark_stuck = sq_row_mark_stuck,
+    .inflight_get = sq_inflight_get,
+    .inflight_put = sq_inflight_put,
+    .inflight_delete = sq_inflight_delete,
+    .inflight_release = sq_inflight_release,
+    .alarm_add = sq_alarm_add,
+    .read_begin = tbx__sq_read_begin,
+    .read_end = tbx__sq_read_end,
+    .schema = tbx__sq_schema,
+    .errmsg = tbx__sq_errmsg,
+    .groups = tbx__sq_groups,
+    .rows_summary = tbx__sq_rows_summary,
+    .rows_list = tbx__sq_rows_list,
+    .row_match = tbx__sq_row_match,
+    .row_groups = tbx__sq_row_groups,
+    .token_uses = tbx__sq_token_uses,
+    .dead_letters_summary = tbx__sq_dead_letters_summary,
+    .dead_letters_list = tbx__sq_dead_letters_list,
+    .dead_letters_find = tbx__sq_dead_letters_find,
+    .dead_letter_recorded = tbx__sq_dead_letter_recorded,
+    .dead_letter_groups = tbx__sq_dead_letter_groups,
+    .undelivered_count = tbx__sq_undelivered_count,
+    .undelivered_list = tbx__sq_undelivered_list,
+    .undelivered_get = tbx__sq_undelivered_get,
+    .undelivered_delete = tbx__sq_undelivered_delete,
+    .alarms = tbx__sq_alarms,
+    .ingress_list = tbx__sq_ingress_list,
+    .count_older = tbx__sq_count_older,
+};

@@ -1,0 +1,148 @@
+/*
+ * Outbox rows in memory (outbox/outbox.h): building, freeing and checking
+ * them against the row's state diagram.  Backend-neutral: every backend
+ * of the service store loads into and stores from these.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outbox/outbox.h"
+
+/*
+ * Rows in memory.
+ */
+
+void tbx__row_init(tbx__row_t *row)
+{
+	memset(row, 0, sizeof(*row));
+}
+
+static void outmsg_free(tbx__outmsg_t *m)
+{
+	free(m->topic);
+	free(m->type);
+	free(m->key);
+	free(m->payload);
+	free(m->headers);
+	memset(m, 0, sizeof(*m));
+}
+
+void tbx__row_clear_msgs(tbx__row_t *row)
+{
+	for (size_t i = 0; i < row->msg_cnt; i++)
+		outmsg_free(&row->msgs[i]);
+	/* The array stays for the next batch: no allocation per message. */
+	row->msg_cnt = 0;
+}
+
+void tbx__row_clear(tbx__row_t *row)
+{
+	tbx__row_clear_msgs(row);
+	free(row->msgs);
+	free(row->error);
+	tbx__row_init(row);
+}
+
+/* Appends a zeroed message slot.  @returns NULL when out of memory. */
+tbx__outmsg_t *tbx__row_grow(tbx__row_t *row)
+{
+	if (row->msg_cnt == row->msg_cap) {
+		size_t cap = row->msg_cap ? row->msg_cap * 2 : 4;
+		tbx__outmsg_t *msgs;
+
+		if (cap > SIZE_MAX / sizeof(*msgs))
+			return NULL;
+		if (!(msgs = realloc(row->msgs, cap * sizeof(*msgs))))
+			return NULL;
+		row->msgs = msgs;
+		row->msg_cap = cap;
+	}
+	memset(&row->msgs[row->msg_cnt], 0, sizeof(row->msgs[0]));
+	return &row->msgs[row->msg_cnt++];
+}
+
+int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
+		 const void *key, size_t key_len, const void *payload,
+		 size_t payload_len, const void *headers, size_t headers_len)
+{
+	tbx__outmsg_t *m;
+
+	if (!row || !topic || !type)
+		return TBX_EINVAL;
+	if (!(m = tbx__row_grow(row)))
+		return TBX_ENOMEM;
+	tbx__uuid(m->id);
+	m->topic = tbx__strdup(topic);
+	m->type = tbx__strdup(type);
+	if (key) {
+		m->key = tbx__memdup(key, key_len);
+		m->key_len = key_len;
+	}
+	if (payload) {
+		m->payload = tbx__memdup(payload, payload_len);
+		m->payload_len = payload_len;
+	}
+	if (headers && headers_len) {
+		m->headers = tbx__memdup(headers, headers_len);
+		m->headers_len = headers_len;
+	}
+	if (!m->topic || !m->type || (key && !m->key) ||
+	    (payload && !m->payload) ||
+	    (headers && headers_len && !m->headers)) {
+		outmsg_free(m);
+		row->msg_cnt--;
+		return TBX_ENOMEM;
+	}
+	return TBX_OK;
+}
+
+/* @returns 1 when @p s is a NUL-terminated UUID text. */
+static int is_uuid_str(const char *s)
+{
+	return tbx__is_uuid(s, strnlen(s, TBX_UUID_LEN + 1));
+}
+
+static int msg_check(const tbx__row_t *row, size_t i)
+{
+	const tbx__outmsg_t *m = &row->msgs[i];
+	tbx_header_t hdr;
+	size_t pos = 0;
+	int r;
+
+	if (!is_uuid_str(m->id) || !m->topic || !*m->topic || !m->type)
+		return 0;
+	if ((!m->key && m->key_len) || (!m->payload && m->payload_len) ||
+	    (!m->headers && m->headers_len))
+		return 0;
+	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &hdr)) ==
+	       1)
+		;
+	if (r < 0)
+		return 0;
+	/* PROCESSED: no token; TOKENED: every message has one. */
+	if (row->attempt[0])
+		return is_uuid_str(m->token);
+	return m->token[0] == '\0';
+}
+
+int tbx_outbox_row_check(const tbx__row_t *row)
+{
+	if (!row || !row->msg_id[0] || row->msg_cnt > row->msg_cap ||
+	    (row->msg_cnt && !row->msgs))
+		return 0;
+	if (row->kind != TBX_ROW_HANDLED && row->kind != TBX_ROW_DEAD_LETTER)
+		return 0;
+	if (row->attempt[0]) {
+		/* TOKENED */
+		if (!is_uuid_str(row->attempt) || row->mint_seq <= 0)
+			return 0;
+	} else if (row->mint_seq != 0) {
+		/* PROCESSED */
+		return 0;
+	}
+	for (size_t i = 0; i < row->msg_cnt; i++)
+		if (!msg_check(row, i))
+			return 0;
+	return 1;
+}

@@ -1,0 +1,60 @@
+/*
+ * The SQLite backend of the token store, shared by its two files:
+ * tokens/sqlite.c (what the protocol and the sweeper call) and
+ * tokens/sqlite_read.c (the read side and repairs of `tokenbox inspect`).
+ * Internal to them.
+ */
+#ifndef TBX_TOKENS_SQLITE_INT_H
+#define TBX_TOKENS_SQLITE_INT_H
+
+#include <sqlite3.h>
+
+#include "store/stmt.h"
+#include "tokens/tokens.h"
+
+/** Statement slots of each file. */
+#define TQ_STMTS      48
+#define TQ_READ_STMTS 24
+
+typedef struct tbx_tokens_sqlite {
+	struct tbx_tokens base; /* first: the ops see a tbx_tokens_t */
+	sqlite3 *db;
+	int owned; /* 0: the service store's connection, not ours to close */
+	tbx__stmts_t stmts; /* sqlite.c's statements (store/stmt.h) */
+	sqlite3_stmt *slots[TQ_STMTS];
+	tbx__stmts_t reads; /* sqlite_read.c's */
+	sqlite3_stmt *read_slots[TQ_READ_STMTS];
+} tbx_tokens_sqlite_t;
+
+/** Sets up sqlite_read.c's statements on an opened store. */
+void tbx__tokens_sqlite_read_init(tbx_tokens_sqlite_t *t);
+
+/* sqlite_read.c: the read side (tbx_tokens_ops_t). */
+int tbx__tq_read_begin(tbx_tokens_t *tokens);
+void tbx__tq_read_end(tbx_tokens_t *tokens);
+int tbx__tq_schema(tbx_tokens_t *tokens, int *version);
+const char *tbx__tq_errmsg(tbx_tokens_t *tokens);
+int tbx__tq_tokens_summary(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
+			   void *opaque);
+int tbx__tq_registrations_summary(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
+				  void *opaque);
+int tbx__tq_subscriptions_list(tbx_tokens_t *tokens, tbx__sub_fn fn,
+			       void *opaque);
+int tbx__tq_sender_groups(tbx_tokens_t *tokens, tbx__str_fn fn, void *opaque);
+int tbx__tq_attempts(tbx_tokens_t *tokens, const char *send_grp,
+		     tbx__attempt_fn fn, void *opaque);
+int tbx__tq_attempt_token_rows(tbx_tokens_t *tokens, const char *attempt,
+			       int64_t *n);
+int tbx__tq_tokens_list(tbx_tokens_t *tokens, const tbx__filter_t *f,
+			int64_t *total, tbx__token_fn fn, void *opaque);
+int tbx__tq_token_rows(tbx_tokens_t *tokens, const char *token,
+		       tbx__token_fn fn, void *opaque);
+int tbx__tq_token_registrations(tbx_tokens_t *tokens, const char *token,
+				tbx__token_reg_fn fn, void *opaque);
+int tbx__tq_token_match(tbx_tokens_t *tokens, const char *id,
+			char out[TBX_UUID_LEN + 1], int *matches);
+int tbx__tq_unsubscribe(tbx_tokens_t *tokens, const char *topic,
+			const char *grp, int64_t used_before_ms, int remove,
+			tbx__unsub_t *res);
+
+#endif

@@ -1,0 +1,319 @@
+/*
+ * `tokenbox inspect`: what its commands share (tools/inspect.h): opening
+ * the stores through their interfaces, reporting their errors in one
+ * line, the lists of groups, and the sweeper's verdicts on registrations.
+ *
+ * What the protocol decides — which registrations are orphans — is asked
+ * of the library's own code (tbx__sweep_classify), never re-implemented
+ * here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "store/db.h"
+#include "tools/cli.h"
+#include "tools/inspect.h"
+
+/*
+ * Errors.
+ */
+
+int insp_store_fail(const char *path, int err, const char *msg)
+{
+	if (!msg)
+		msg = tbx_strerror(err);
+	switch (err) {
+	case TBX_EBUSY:
+		return tbx_cli_usage(INSPECT_CMD,
+				     "%s: locked by another connection past "
+				     "busy_timeout (--busy-timeout)",
+				     path);
+	case TBX_ECORRUPT:
+		return tbx_cli_usage(INSPECT_CMD, "%s: file is corrupt (%s)",
+				     path, msg);
+	case TBX_ENOTDB:
+		return tbx_cli_usage(
+		    INSPECT_CMD, "%s: not a tokenbox database (%s)", path, msg);
+	default:
+		return tbx_cli_usage(INSPECT_CMD, "%s: %s", path, msg);
+	}
+}
+
+int insp_s_fail(insp_t *in, int err)
+{
+	return insp_store_fail(in->o->store, err, tbx_outbox_errmsg(in->store));
+}
+
+int insp_t_fail(insp_t *in, int err)
+{
+	return insp_store_fail(in->tpath, err, tbx_tokens_errmsg(in->tokens));
+}
+
+/*
+ * Opening.
+ */
+
+/* Reports a failed open in one line.  @returns INSPECT_EXIT_ERROR. */
+static int open_fail(int err, const char *errstr)
+{
+	return tbx_cli_usage(INSPECT_CMD, "%s",
+			     *errstr ? errstr : tbx_strerror(err));
+}
+
+int insp_open(insp_t *in)
+{
+	const insp_opts_t *o = in->o;
+	tbx__db_opts_t opts;
+	char errstr[512] = "";
+	int err;
+
+	tbx__db_opts_init(&opts);
+	opts.readonly = 1;
+	opts.create = 0;
+	opts.busy_timeout_ms = (int)o->busy_ms;
+	in->single = !o->tokens || tbx__same_file(o->store, o->tokens);
+	in->tpath = in->single ? o->store : o->tokens;
+	if ((err = tbx_outbox_open(o->store, &opts, &in->store, errstr,
+				   sizeof(errstr))))
+		return open_fail(err, errstr);
+	errstr[0] = '\0';
+	/* One file: the token store reads through the service store's
+	 * connection, in its snapshot. */
+	if ((err = tbx_tokens_sqlite_open(
+		 in->tpath, &opts, in->single ? tbx_outbox_db(in->store) : NULL,
+		 &in->tokens, errstr, sizeof(errstr))))
+		return open_fail(err, errstr);
+	if ((err = tbx_outbox_schema(in->store, &in->schema[0])))
+		return insp_s_fail(in, err);
+	if ((err = tbx_tokens_schema(in->tokens, &in->schema[1])))
+		return insp_t_fail(in, err);
+	return 0;
+}
+
+void insp_close(insp_t *in)
+{
+	tbx_tokens_close(in->tokens);
+	in->tokens = NULL;
+	tbx_outbox_close(in->store);
+	in->store = NULL;
+}
+
+int insp_read_begin(insp_t *in)
+{
+	int err;
+
+	if ((err = tbx_outbox_read_begin(in->store)))
+		return insp_s_fail(in, err);
+	if ((err = tbx_tokens_read_begin(in->tokens)))
+		return insp_t_fail(in, err);
+	return 0;
+}
+
+void insp_read_end(insp_t *in)
+{
+	if (in->tokens)
+		tbx_tokens_read_end(in->tokens);
+	if (in->store)
+		tbx_outbox_read_end(in->store);
+}
+
+int insp_open_write(insp_t *in, int synchronous_full, tbx_outbox_t **store,
+		    tbx_tokens_t **tokens)
+{
+	char errstr[512] = "";
+	int err = insp_open_write_err(in, synchronous_full, store, tokens,
+				      errstr, sizeof(errstr));
+
+	return err ? open_fail(err, errstr) : 0;
+}
+
+int insp_open_write_err(insp_t *in, int synchronous_full, tbx_outbox_t **store,
+			tbx_tokens_t **tokens, char *errstr, size_t errstr_size)
+{
+	tbx__db_opts_t opts;
+	int err;
+
+	tbx__db_opts_init(&opts);
+	opts.create = 0;
+	opts.synchronous_full = synchronous_full;
+	opts.busy_timeout_ms = (int)in->o->busy_ms;
+	errstr[0] = '\0';
+	if (store && (err = tbx_outbox_open(in->o->store, &opts, store, errstr,
+					    errstr_size)))
+		return err;
+	if (tokens && (err = tbx_tokens_sqlite_open(
+			   in->tpath, &opts,
+			   store && in->single ? tbx_outbox_db(*store) : NULL,
+			   tokens, errstr, errstr_size))) {
+		if (store) {
+			tbx_outbox_close(*store);
+			*store = NULL;
+		}
+		return err;
+	}
+	return TBX_OK;
+}
+
+tbx__filter_t insp_filter(const insp_t *in, int older)
+{
+	tbx__filter_t f = TBX_FILTER_ALL;
+
+	f.groups = in->o->groups;
+	f.group_cnt = in->o->group_cnt;
+	if (older && in->o->older_ms >= 0)
+		f.created_max = in->now_ms - in->o->older_ms;
+	f.limit = in->o->limit;
+	return f;
+}
+
+/*
+ * Lists of groups.
+ */
+
+int insp_has(char *const *list, size_t cnt, const char *grp)
+{
+	for (size_t i = 0; i < cnt; i++)
+		if (strcmp(list[i], grp) == 0)
+			return 1;
+	return 0;
+}
+
+void insp_free_list(char **list, size_t cnt)
+{
+	for (size_t i = 0; list && i < cnt; i++)
+		free(list[i]);
+	free(list);
+}
+
+typedef struct str_list {
+	char **list;
+	size_t n, cap;
+	int oom;
+} str_list_t;
+
+static int add_str(void *opaque, const char *s)
+{
+	str_list_t *l = opaque;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 8;
+		char **grown = realloc(l->list, cap * sizeof(*grown));
+		if (!grown)
+			return l->oom = 1;
+		l->list = grown;
+		l->cap = cap;
+	}
+	if (!(l->list[l->n] = tbx__strdup(s)))
+		return l->oom = 1;
+	l->n++;
+	return 0;
+}
+
+/* Collects a listing's texts; @p err its result.  @returns 0 or -1
+ * after reporting. */
+static int str_list_end(str_list_t *l, int err, int (*fail)(insp_t *, int),
+			insp_t *in, char ***out, size_t *cnt)
+{
+	if (err || l->oom) {
+		insp_free_list(l->list, l->n);
+		if (err)
+			fail(in, err);
+		else
+			tbx_cli_usage(INSPECT_CMD, "out of memory");
+		*out = NULL;
+		*cnt = 0;
+		return -1;
+	}
+	*out = l->list;
+	*cnt = l->n;
+	return 0;
+}
+
+int insp_served_groups(insp_t *in, char ***out, size_t *cnt)
+{
+	str_list_t l = {0};
+	int err = tbx_outbox_groups(in->store, add_str, &l);
+
+	return str_list_end(&l, err, insp_s_fail, in, out, cnt);
+}
+
+int insp_reg_groups(insp_t *in, char ***out, size_t *cnt)
+{
+	str_list_t l = {0};
+	int err = tbx_tokens_sender_groups(in->tokens, add_str, &l);
+
+	return str_list_end(&l, err, insp_t_fail, in, out, cnt);
+}
+
+/*
+ * Registrations as the sweeper judges them.
+ */
+
+const char *insp_verdict_text(int verdict)
+{
+	switch (verdict) {
+	case TBX_SWEEP_WINNER:
+		return "winner";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "other attempt won";
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "no outbox row";
+	case TBX_SWEEP_IN_FLIGHT:
+		return "in flight";
+	default:
+		return "not checked";
+	}
+}
+
+const char *insp_verdict_key(int verdict)
+{
+	switch (verdict) {
+	case TBX_SWEEP_WINNER:
+		return "winner";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "other_attempt";
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "no_row";
+	case TBX_SWEEP_IN_FLIGHT:
+		return "in_flight";
+	default:
+		return "unchecked";
+	}
+}
+
+typedef struct regs_each {
+	insp_t *in;
+	const char *grp;
+	int (*fn)(void *opaque, const insp_reg_t *reg);
+	void *opaque;
+	int err; /* of the service store */
+} regs_each_t;
+
+static int judge_attempt(void *opaque, const tbx__reg_t *reg, int64_t tokens)
+{
+	regs_each_t *e = opaque;
+	insp_reg_t r;
+
+	memset(&r, 0, sizeof(r));
+	r.reg = *reg;
+	r.tokens = tokens;
+	tbx__strlcpy(r.grp, e->grp, sizeof(r.grp));
+	if ((e->err = tbx__sweep_classify(e->in->store, e->grp, &r.reg,
+					  &r.verdict, r.row_attempt)))
+		return 1;
+	return e->fn(e->opaque, &r);
+}
+
+int insp_regs_each(insp_t *in, const char *grp,
+		   int (*fn)(void *opaque, const insp_reg_t *reg), void *opaque)
+{
+	regs_each_t e = {in, grp, fn, opaque, TBX_OK};
+	int err = tbx_tokens_attempts(in->tokens, grp, judge_attempt, &e);
+
+	if (e.err)
+		return insp_s_fail(in, e.err), -1;
+	if (err)
+		return insp_t_fail(in, err), -1;
+	return 0;
+}

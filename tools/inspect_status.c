@@ -1,0 +1,663 @@
+/*
+ * `tokenbox inspect status` (tools/inspect.h): one summary of both
+ * stores — pending outbox rows, tokens, registrations judged as the
+ * sweeper would, subscriptions, ingress offsets, dead letters,
+ * undelivered messages, the ingress edge and the alarms workers raised —
+ * read through the stores' interfaces in one snapshot of each.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "tools/cli.h"
+#include "tools/inspect.h"
+
+/*
+ * status
+ */
+
+typedef struct grp_counts {
+	char *grp;
+	int64_t n[5]; /* the query's integer columns */
+	int64_t oldest_ms;
+	int checked;
+	int64_t v[4]; /* per tbx__sweep_verdict_t */
+} grp_counts_t;
+
+typedef struct status {
+	grp_counts_t *outbox, *tokens, *regs, *dls;
+	size_t outbox_n, tokens_n, regs_n, dls_n;
+	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
+	cJSON *alarms;
+	int64_t undelivered; /* tbx_undelivered lines */
+	int64_t seq;
+	int64_t edge, edge_refused; /* the ingress edge (schema 4) */
+	int64_t idle_subs, alarm_cnt;
+} status_t;
+
+static void counts_free(grp_counts_t *g, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(g[i].grp);
+	free(g);
+}
+
+typedef struct gathered {
+	grp_counts_t *g;
+	size_t n;
+	int oom;
+} gathered_t;
+
+/* Collects one grp_counts_t per summary of a store's listing. */
+static int gather_one(void *opaque, const tbx__grp_sum_t *sum)
+{
+	gathered_t *out = opaque;
+	grp_counts_t *grown = realloc(out->g, (out->n + 1) * sizeof(*grown));
+
+	if (!grown)
+		return out->oom = 1;
+	out->g = grown;
+	memset(&grown[out->n], 0, sizeof(grown[0]));
+	for (int i = 0; i < 4; i++)
+		grown[out->n].n[i] = sum->n[i];
+	grown[out->n].oldest_ms = sum->ms;
+	if (!(grown[out->n].grp = tbx__strdup(sum->grp)))
+		return out->oom = 1;
+	out->n++;
+	return 0;
+}
+
+/* The end of a summary listing: @p err its result, reported through
+ * @p fail.  @returns 0 or -1. */
+static int gathered(insp_t *in, gathered_t *g, int err,
+		    int (*fail)(insp_t *, int), grp_counts_t **out, size_t *cnt)
+{
+	*out = g->g;
+	*cnt = g->n;
+	if (err)
+		return fail(in, err), -1;
+	if (g->oom)
+		return tbx_cli_usage(INSPECT_CMD, "out of memory"), -1;
+	return 0;
+}
+
+static int count_verdict(void *opaque, const insp_reg_t *reg)
+{
+	grp_counts_t *g = opaque;
+
+	if (reg->verdict >= 0 && reg->verdict < 4)
+		g->v[reg->verdict]++;
+	return 0;
+}
+
+typedef struct status_ctx {
+	insp_t *in;
+	status_t *st;
+} status_ctx_t;
+
+static int add_sub(void *opaque, const tbx__sub_t *sub)
+{
+	status_ctx_t *c = opaque;
+	insp_t *in = c->in;
+	int idle = in->now_ms - sub->used_ms >= in->o->idle_ms;
+
+	insp_jobj(c->st->subs,
+		  "used_ms:i unused_for_ms:i idle:b topic:s group:s "
+		  "since_seq:i created_ms:i age_ms:i",
+		  sub->used_ms, in->now_ms - sub->used_ms, idle, sub->topic,
+		  sub->grp, sub->since_seq, sub->created_ms,
+		  insp_age(in, sub->created_ms));
+	c->st->idle_subs += idle;
+	return 0;
+}
+
+static int add_alarm(void *opaque, const tbx__alarm_t *a)
+{
+	status_ctx_t *c = opaque;
+
+	insp_jobj(c->st->alarms,
+		  "group:s alarm:s count:i first_ms:i last_ms:i detail:s",
+		  a->grp, a->name, a->count, a->first_ms, a->last_ms,
+		  a->detail);
+	c->st->alarm_cnt += a->count;
+	return 0;
+}
+
+static int add_ingress(void *opaque, const tbx__ingress_t *g)
+{
+	status_ctx_t *c = opaque;
+
+	insp_jobj(c->st->ingress, "group:s topic:s partition:i next_offset:i",
+		  g->grp, g->topic, g->partition, g->next_offset);
+	return 0;
+}
+
+static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
+{
+	status_ctx_t ctx = {in, st};
+	gathered_t g[4];
+	char **served = NULL;
+	size_t served_n = 0;
+	int err;
+
+	memset(g, 0, sizeof(g));
+	if ((err = tbx_outbox_undelivered_count(in->store, &st->undelivered)))
+		return insp_s_fail(in, err), -1;
+	err =
+	    tbx_outbox_rows_summary(in->store, stuck_before, gather_one, &g[0]);
+	if (gathered(in, &g[0], err, insp_s_fail, &st->outbox, &st->outbox_n))
+		return -1;
+	err = tbx_tokens_tokens_summary(in->tokens, gather_one, &g[1]);
+	if (gathered(in, &g[1], err, insp_t_fail, &st->tokens, &st->tokens_n))
+		return -1;
+	err = tbx_tokens_registrations_summary(in->tokens, gather_one, &g[2]);
+	if (gathered(in, &g[2], err, insp_t_fail, &st->regs, &st->regs_n))
+		return -1;
+	err = tbx_outbox_dead_letters_summary(in->store, gather_one, &g[3]);
+	if (gathered(in, &g[3], err, insp_s_fail, &st->dls, &st->dls_n))
+		return -1;
+	if ((err = tbx_tokens_seq_current(in->tokens, &st->seq)))
+		return insp_t_fail(in, err), -1;
+	if (insp_served_groups(in, &served, &served_n))
+		return -1;
+	for (size_t i = 0; i < st->regs_n; i++) {
+		grp_counts_t *r = &st->regs[i];
+		if (!insp_has(served, served_n, r->grp))
+			continue;
+		r->checked = 1;
+		if (insp_regs_each(in, r->grp, count_verdict, r)) {
+			insp_free_list(served, served_n);
+			return -1;
+		}
+	}
+	insp_free_list(served, served_n);
+
+	st->subs = cJSON_CreateArray();
+	st->ingress = cJSON_CreateArray();
+	st->alarms = cJSON_CreateArray();
+	if (!st->subs || !st->ingress || !st->alarms)
+		return tbx_cli_usage(INSPECT_CMD, "out of memory"), -1;
+	if ((err = tbx_tokens_subscriptions_list(in->tokens, add_sub, &ctx)))
+		return insp_t_fail(in, err), -1;
+	/* Alarms the workers of this service store raised. */
+	if ((err = tbx_outbox_alarms(in->store, add_alarm, &ctx)))
+		return insp_s_fail(in, err), -1;
+	if ((err = tbx_outbox_ingress_list(in->store, add_ingress, &ctx)))
+		return insp_s_fail(in, err), -1;
+	return 0;
+}
+
+static void status_free(status_t *st)
+{
+	counts_free(st->outbox, st->outbox_n);
+	counts_free(st->tokens, st->tokens_n);
+	counts_free(st->regs, st->regs_n);
+	counts_free(st->dls, st->dls_n);
+	cJSON_Delete(st->subs);
+	cJSON_Delete(st->ingress);
+	cJSON_Delete(st->alarms);
+}
+
+/* Adds "<prefix>created_ms" and "<prefix>age_ms" (null when none). */
+static void add_time(insp_t *in, cJSON *o, const char *created_key,
+		     const char *age_key, int64_t ms, int have)
+{
+	if (!have) {
+		cJSON_AddNullToObject(o, created_key);
+		cJSON_AddNullToObject(o, age_key);
+		return;
+	}
+	insp_json_add_int(o, created_key, ms);
+	insp_json_add_int(o, age_key, insp_age(in, ms));
+}
+
+typedef struct totals {
+	int64_t processed, tokened, stuck, below, oldest;
+	int64_t tokens, tokens_oldest;
+	int64_t attempts, reg_tokens, orphans, unchecked;
+	int64_t dl, dl_pending;
+} totals_t;
+
+static void status_totals(const status_t *st, totals_t *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (size_t i = 0; i < st->outbox_n; i++) {
+		const grp_counts_t *g = &st->outbox[i];
+		t->processed += g->n[0];
+		t->tokened += g->n[1];
+		t->stuck += g->n[2];
+		t->below += g->n[3];
+		if (!t->oldest || g->oldest_ms < t->oldest)
+			t->oldest = g->oldest_ms;
+	}
+	for (size_t i = 0; i < st->tokens_n; i++) {
+		t->tokens += st->tokens[i].n[0];
+		if (!t->tokens_oldest ||
+		    st->tokens[i].oldest_ms < t->tokens_oldest)
+			t->tokens_oldest = st->tokens[i].oldest_ms;
+	}
+	for (size_t i = 0; i < st->regs_n; i++) {
+		const grp_counts_t *g = &st->regs[i];
+		t->attempts += g->n[0];
+		t->reg_tokens += g->n[1];
+		if (g->checked)
+			t->orphans += g->v[TBX_SWEEP_ORPHAN_OTHER_ATTEMPT] +
+				      g->v[TBX_SWEEP_ORPHAN_NO_ROW];
+		else
+			t->unchecked += g->n[0];
+	}
+	for (size_t i = 0; i < st->dls_n; i++) {
+		t->dl += st->dls[i].n[0];
+		t->dl_pending += st->dls[i].n[1];
+	}
+}
+
+static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
+			  int64_t stuck_ms)
+{
+	cJSON *doc = cJSON_CreateObject(), *o, *arr, *g;
+
+	if (!doc)
+		return NULL;
+	o = cJSON_AddObjectToObject(doc, "store");
+	insp_json_add_str(o, "path", in->o->store);
+	insp_json_add_int(o, "schema_version", in->schema[0]);
+	o = cJSON_AddObjectToObject(doc, "token_store");
+	insp_json_add_str(o, "path", in->tpath);
+	insp_json_add_int(o, "schema_version", in->schema[1]);
+	cJSON_AddBoolToObject(o, "same_file", in->single);
+	insp_json_add_int(doc, "now_ms", in->now_ms);
+
+	o = cJSON_AddObjectToObject(doc, "outbox");
+	insp_json_add_int(o, "pending", t->processed + t->tokened);
+	insp_json_add_int(o, "processed", t->processed);
+	insp_json_add_int(o, "tokened", t->tokened);
+	insp_json_add_int(o, "stuck_after_ms", stuck_ms);
+	insp_json_add_int(o, "stuck", t->stuck);
+	insp_json_add_int(o, "below_committed", t->below);
+	add_time(in, o, "oldest_created_ms", "oldest_age_ms", t->oldest,
+		 st->outbox_n > 0);
+	arr = cJSON_AddArrayToObject(o, "groups");
+	for (size_t i = 0; i < st->outbox_n; i++) {
+		const grp_counts_t *c = &st->outbox[i];
+		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
+		insp_json_add_str(g, "group", c->grp);
+		insp_json_add_int(g, "processed", c->n[0]);
+		insp_json_add_int(g, "tokened", c->n[1]);
+		insp_json_add_int(g, "stuck", c->n[2]);
+		insp_json_add_int(g, "below_committed", c->n[3]);
+		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
+			 c->oldest_ms, 1);
+	}
+
+	o = cJSON_AddObjectToObject(doc, "tokens");
+	insp_json_add_int(o, "rows", t->tokens);
+	add_time(in, o, "oldest_created_ms", "oldest_age_ms", t->tokens_oldest,
+		 st->tokens_n > 0);
+	arr = cJSON_AddArrayToObject(o, "groups");
+	for (size_t i = 0; i < st->tokens_n; i++) {
+		const grp_counts_t *c = &st->tokens[i];
+		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
+		insp_json_add_str(g, "group", c->grp);
+		insp_json_add_int(g, "rows", c->n[0]);
+		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
+			 c->oldest_ms, 1);
+	}
+
+	o = cJSON_AddObjectToObject(doc, "registrations");
+	insp_json_add_int(o, "attempts", t->attempts);
+	insp_json_add_int(o, "tokens", t->reg_tokens);
+	insp_json_add_int(o, "orphans", t->orphans);
+	insp_json_add_int(o, "unchecked_attempts", t->unchecked);
+	arr = cJSON_AddArrayToObject(o, "groups");
+	for (size_t i = 0; i < st->regs_n; i++) {
+		const grp_counts_t *c = &st->regs[i];
+		static const char *const keys[4] = {
+		    "winners", "orphans_other_attempt", "orphans_no_row",
+		    "in_flight"};
+		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
+		insp_json_add_str(g, "group", c->grp);
+		insp_json_add_int(g, "attempts", c->n[0]);
+		insp_json_add_int(g, "tokens", c->n[1]);
+		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
+			 c->oldest_ms, 1);
+		cJSON_AddBoolToObject(g, "checked", c->checked);
+		for (int v = 0; v < 4; v++) {
+			if (c->checked)
+				insp_json_add_int(g, keys[v], c->v[v]);
+			else
+				cJSON_AddNullToObject(g, keys[v]);
+		}
+	}
+
+	o = cJSON_AddObjectToObject(doc, "subscriptions");
+	insp_json_add_int(o, "sequence", st->seq);
+	insp_json_add_int(o, "idle_after_ms", in->o->idle_ms);
+	insp_json_add_int(o, "idle", st->idle_subs);
+	cJSON_AddItemToObject(o, "list", cJSON_Duplicate(st->subs, 1));
+	cJSON_AddItemToObject(doc, "ingress", cJSON_Duplicate(st->ingress, 1));
+	cJSON_AddItemToObject(doc, "alarms", cJSON_Duplicate(st->alarms, 1));
+
+	o = cJSON_AddObjectToObject(doc, "undelivered");
+	insp_json_add_int(o, "messages", st->undelivered);
+	o = cJSON_AddObjectToObject(doc, "dead_letters");
+	insp_json_add_int(o, "recorded", t->dl);
+	insp_json_add_int(o, "pending", t->dl_pending);
+	arr = cJSON_AddArrayToObject(o, "groups");
+	for (size_t i = 0; i < st->dls_n; i++) {
+		const grp_counts_t *c = &st->dls[i];
+		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
+		insp_json_add_str(g, "group", c->grp);
+		insp_json_add_int(g, "recorded", c->n[0]);
+		insp_json_add_int(g, "pending", c->n[1]);
+		add_time(in, g, "latest_created_ms", "latest_age_ms",
+			 c->oldest_ms, 1);
+	}
+	return doc;
+}
+
+static void status_print(insp_t *in, const status_t *st, const totals_t *t,
+			 int64_t stuck_ms)
+{
+	char age[32], dur[32], head[48], note[512], n1[48], n2[48];
+	insp_tbl_t *tbl;
+
+	insp_fmt_duration(stuck_ms, dur, sizeof(dur));
+	printf("store   %s (schema %d)\n", in->o->store, in->schema[0]);
+	if (in->single)
+		printf("tokens  the same file\n");
+	else
+		printf("tokens  %s (schema %d)\n", in->tpath, in->schema[1]);
+
+	insp_fmt_age(insp_age(in, t->oldest), age, sizeof(age));
+	printf("\nOutbox: %s pending (%" PRId64 " processed, %" PRId64
+	       " tokened)",
+	       insp_count_of(n1, sizeof(n1), t->processed + t->tokened, "row",
+			     "rows"),
+	       t->processed, t->tokened);
+	if (st->outbox_n)
+		printf(", oldest %s, %" PRId64 " older than %s", age, t->stuck,
+		       dur);
+	if (t->below)
+		printf(", %" PRId64 " below the committed offset", t->below);
+	printf("\n");
+	if (st->outbox_n) {
+		snprintf(head, sizeof(head), "OLDER THAN %s", dur);
+		tbl = insp_tbl_new(
+		    "Lrrrr", (const char *const[]){"GROUP", "PROCESSED",
+						   "TOKENED", "OLDEST", head});
+		for (size_t i = 0; i < st->outbox_n; i++) {
+			const grp_counts_t *g = &st->outbox[i];
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
+				     sizeof(age));
+			insp_tbl_cell(tbl, g->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cell(tbl, age);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[2]);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	insp_fmt_age(insp_age(in, t->tokens_oldest), age, sizeof(age));
+	printf("\nTokens: %s",
+	       insp_count_of(n1, sizeof(n1), t->tokens, "row", "rows"));
+	if (st->tokens_n)
+		printf(", oldest %s", age);
+	printf("\n");
+	if (st->tokens_n) {
+		tbl = insp_tbl_new(
+		    "Lrr", (const char *const[]){"GROUP", "TOKENS", "OLDEST"});
+		for (size_t i = 0; i < st->tokens_n; i++) {
+			const grp_counts_t *g = &st->tokens[i];
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
+				     sizeof(age));
+			insp_tbl_cell(tbl, g->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
+			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	printf(
+	    "\nRegistrations: %s (%s), %" PRId64 " orphaned now",
+	    insp_count_of(n1, sizeof(n1), t->attempts, "attempt", "attempts"),
+	    insp_count_of(n2, sizeof(n2), t->reg_tokens, "token", "tokens"),
+	    t->orphans);
+	if (t->unchecked)
+		printf(", %" PRId64 " not checked", t->unchecked);
+	printf("\n");
+	if (st->regs_n) {
+		tbl = insp_tbl_new(
+		    "Lrrrrrr", (const char *const[]){
+				   "SENDER", "ATTEMPTS", "ORPHANS", "IN FLIGHT",
+				   "WINNERS", "TOKENS", "OLDEST"});
+		for (size_t i = 0; i < st->regs_n; i++) {
+			const grp_counts_t *g = &st->regs[i];
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
+				     sizeof(age));
+			insp_tbl_cell(tbl, g->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
+			if (g->checked) {
+				insp_tbl_cellf(
+				    tbl, "%" PRId64,
+				    g->v[TBX_SWEEP_ORPHAN_OTHER_ATTEMPT] +
+					g->v[TBX_SWEEP_ORPHAN_NO_ROW]);
+				insp_tbl_cellf(tbl, "%" PRId64,
+					       g->v[TBX_SWEEP_IN_FLIGHT]);
+				insp_tbl_cellf(tbl, "%" PRId64,
+					       g->v[TBX_SWEEP_WINNER]);
+			} else {
+				insp_tbl_cell(tbl, "?");
+				insp_tbl_cell(tbl, "?");
+				insp_tbl_cell(tbl, "?");
+			}
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	insp_fmt_duration(in->o->idle_ms, dur, sizeof(dur));
+	printf("\nSubscriptions: %d (sequence at %" PRId64 "), %" PRId64
+	       " unused for %s or more\n",
+	       cJSON_GetArraySize(st->subs), st->seq, st->idle_subs, dur);
+	if (cJSON_GetArraySize(st->subs)) {
+		const cJSON *s;
+		tbl = insp_tbl_new(
+		    "LLrrr", (const char *const[]){"TOPIC", "GROUP", "SINCE",
+						   "AGE", "UNUSED FOR"});
+		cJSON_ArrayForEach(s, st->subs)
+		{
+			insp_fmt_age((int64_t)cJSON_GetObjectItem(s, "age_ms")
+					 ->valuedouble,
+				     age, sizeof(age));
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "topic")->valuestring);
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "group")->valuestring);
+			insp_tbl_cellf(
+			    tbl, "%" PRId64,
+			    (int64_t)cJSON_GetObjectItem(s, "since_seq")
+				->valuedouble);
+			insp_tbl_cell(tbl, age);
+			insp_fmt_age(
+			    (int64_t)cJSON_GetObjectItem(s, "unused_for_ms")
+				->valuedouble,
+			    age, sizeof(age));
+			insp_tbl_cellf(
+			    tbl, "%s%s", age,
+			    cJSON_IsTrue(cJSON_GetObjectItem(s, "idle"))
+				? " (idle)"
+				: "");
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	printf("\nIngress offsets: %s\n",
+	       insp_count_of(n1, sizeof(n1), cJSON_GetArraySize(st->ingress),
+			     "partition", "partitions"));
+	if (cJSON_GetArraySize(st->ingress)) {
+		const cJSON *s;
+		tbl = insp_tbl_new(
+		    "LLrr", (const char *const[]){"GROUP", "TOPIC", "PARTITION",
+						  "NEXT OFFSET"});
+		cJSON_ArrayForEach(s, st->ingress)
+		{
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "group")->valuestring);
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "topic")->valuestring);
+			insp_tbl_cellf(
+			    tbl, "%" PRId64,
+			    (int64_t)cJSON_GetObjectItem(s, "partition")
+				->valuedouble);
+			insp_tbl_cellf(
+			    tbl, "%" PRId64,
+			    (int64_t)cJSON_GetObjectItem(s, "next_offset")
+				->valuedouble);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	printf("\nDead letters: %" PRId64 " recorded (%" PRId64
+	       " not yet dispatched)\n",
+	       t->dl, t->dl_pending);
+	if (st->dls_n) {
+		tbl = insp_tbl_new("Lrrr",
+				   (const char *const[]){"GROUP", "RECORDED",
+							 "PENDING", "LATEST"});
+		for (size_t i = 0; i < st->dls_n; i++) {
+			const grp_counts_t *g = &st->dls[i];
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
+				     sizeof(age));
+			insp_tbl_cell(tbl, g->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	if (st->edge) {
+		printf("\nIngress edge: %" PRId64 " caller ids within "
+		       "ingress.dedup.window.ms, %" PRId64
+		       " synthetic duplicates refused\n",
+		       st->edge, st->edge_refused);
+	}
+
+	printf("\nAlarms: %d\n", cJSON_GetArraySize(st->alarms));
+	if (cJSON_GetArraySize(st->alarms)) {
+		const cJSON *s;
+		tbl = insp_tbl_new(
+		    "LLrr",
+		    (const char *const[]){"GROUP", "ALARM", "COUNT", "LAST"});
+		cJSON_ArrayForEach(s, st->alarms)
+		{
+			insp_fmt_age(in->now_ms - (int64_t)cJSON_GetObjectItem(
+						      s, "last_ms")
+						      ->valuedouble,
+				     age, sizeof(age));
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "group")->valuestring);
+			insp_tbl_cell(
+			    tbl, cJSON_GetObjectItem(s, "alarm")->valuestring);
+			insp_tbl_cellf(tbl, "%" PRId64,
+				       (int64_t)cJSON_GetObjectItem(s, "count")
+					   ->valuedouble);
+			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+		cJSON_ArrayForEach(s, st->alarms)
+		{
+			const cJSON *d = cJSON_GetObjectItem(s, "detail");
+			if (!cJSON_IsString(d))
+				continue;
+			snprintf(note, sizeof(note), "%s %s: %s",
+				 cJSON_GetObjectItem(s, "group")->valuestring,
+				 cJSON_GetObjectItem(s, "alarm")->valuestring,
+				 d->valuestring);
+			insp_wrap("  last: ", note);
+		}
+	}
+
+	if (st->undelivered) {
+		char line[200];
+		snprintf(line, sizeof(line),
+			 "%" PRId64 " outgoing message(s) given up after "
+			 "permanent delivery failures; see 'tokenbox inspect "
+			 "undelivered list'.",
+			 st->undelivered);
+		printf("\n");
+		insp_wrap("Undelivered: ", line);
+	}
+	if (t->tokened) {
+		printf("\n");
+		insp_wrap("note: ",
+			  "a tokened row awaits dispatch, or was "
+			  "dispatched and awaits its token consume and "
+			  "delete (D, E); the stores do not tell which.");
+	}
+	if (t->below) {
+		printf("\n");
+		insp_wrap("note: ",
+			  "a worker's recovery pass found rows below their "
+			  "partition's committed offset (their records will "
+			  "not be delivered again: retention, an offset "
+			  "reset) and could not finish them yet; its log "
+			  "says why.  `redispatch` finishes them too.");
+	}
+	for (size_t i = 0; i < st->regs_n; i++) {
+		if (st->regs[i].checked)
+			continue;
+		snprintf(note, sizeof(note),
+			 "registrations of %s were not checked: this store "
+			 "has no rows of that group (name it with --group "
+			 "if this is its store).",
+			 st->regs[i].grp);
+		printf("\n");
+		insp_wrap("note: ", note);
+	}
+}
+
+int insp_status(insp_t *in)
+{
+	int64_t stuck_ms =
+	    in->o->older_ms >= 0 ? in->o->older_ms : INSPECT_DEFAULT_STUCK_MS;
+	status_t st;
+	totals_t t;
+	int rc;
+
+	memset(&st, 0, sizeof(st));
+	if (status_gather(in, &st, in->now_ms - stuck_ms)) {
+		status_free(&st);
+		return INSPECT_EXIT_ERROR;
+	}
+	/* Shown only when in use: the edge is a publisher's table. */
+	if (in->schema[1] >= 4 &&
+	    (rc = tbx_tokens_edge_count(in->tokens, &st.edge,
+					&st.edge_refused))) {
+		status_free(&st);
+		return insp_t_fail(in, rc);
+	}
+	status_totals(&st, &t);
+	rc = in->o->check &&
+		     (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
+		      st.alarm_cnt > 0 || st.idle_subs > 0 || st.undelivered)
+		 ? INSPECT_EXIT_FINDING
+		 : INSPECT_EXIT_OK;
+	if (in->o->json)
+		rc = insp_json_print(status_json(in, &st, &t, stuck_ms), rc);
+	else
+		status_print(in, &st, &t, stuck_ms);
+	status_free(&st);
+	return rc;
+}
