@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/metrics.h"
 #include "consumer/worker.h"
 

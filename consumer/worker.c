@@ -18,6 +18,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/crash.h"
+#include "base/file.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/worker.h"
 #include "store/db.h"
 #include "tokens/sweep.h"

@@ -37,9 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "store/db.h"
 #include "store/filter.h"
+#include "tokenbox/tokenbox.h"
 
 typedef struct tbx_outbox tbx_outbox_t;
 

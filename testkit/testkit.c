@@ -23,7 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/crash.h"
+#include "base/str.h"
 #include "consumer/worker.h"
 
 #define KIT_TIMEOUT_MS 120000

@@ -19,6 +19,8 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include "base/clock.h"
+#include "base/str.h"
 #include "cli_child.h"
 #include "outbox/outbox.h"
 #include "support.h"

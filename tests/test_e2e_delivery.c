@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli_child.h"
 #include "consumer/worker.h"
 #include "support.h"

@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "base/crash.h"
+#include "base/ids.h"
+#include "base/str.h"
 
 int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 			const tbx__reg_t *reg, int *verdict,

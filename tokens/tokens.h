@@ -27,9 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "store/db.h"
 #include "store/filter.h"
+#include "tokenbox/tokenbox.h"
 
 typedef struct tbx_tokens tbx_tokens_t;
 

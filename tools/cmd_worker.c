@@ -51,7 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "consumer/worker.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"

@@ -15,7 +15,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "tools/cli.h"
 
 #define CMD "mock-cluster"
