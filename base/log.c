@@ -111,10 +111,22 @@ void tbx__log_configure(const tbx_conf_t *conf, const char *tag)
 	tbx__log_set_format(tbx__log_format(tbx_conf_get(conf, "log.format")));
 }
 
-static const char *const level_names[] = {"EMERG", "ALERT",  "CRIT", "ERROR",
-					  "WARN",  "NOTICE", "INFO", "DEBUG"};
-static const char *const level_json[] = {"emerg",   "alert",  "crit", "error",
-					 "warning", "notice", "info", "debug"};
+/* The name of each level (syslog numbering) in a text line, and in JSON. */
+/* clang-format off */
+static const struct {
+	const char *text;
+	const char *json;
+} level_names[8] = {
+	{"EMERG",  "emerg"},
+	{"ALERT",  "alert"},
+	{"CRIT",   "crit"},
+	{"ERROR",  "error"},	/* TBX_LOG_ERR */
+	{"WARN",   "warning"},	/* TBX_LOG_WARNING */
+	{"NOTICE", "notice"},	/* TBX_LOG_NOTICE */
+	{"INFO",   "info"},	/* TBX_LOG_INFO */
+	{"DEBUG",  "debug"},	/* TBX_LOG_DEBUG */
+};
+/* clang-format on */
 
 /* A growable line. */
 static void put(char **b, size_t *len, size_t *cap, const char *s, size_t n)
@@ -186,7 +198,7 @@ static void log_emit(int level, const char *msg, const char *what,
 			 "\"level\":\"%s\",\"pid\":%d,\"tag\":",
 			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
 			 tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
-			 level_json[level], (int)getpid());
+			 level_names[level].json, (int)getpid());
 		puts_(&b, &len, &cap, head);
 		json_str(&b, &len, &cap, tag);
 		puts_(&b, &len, &cap, ",\"msg\":");
@@ -210,7 +222,7 @@ static void log_emit(int level, const char *msg, const char *what,
 			    "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s[%d] ",
 			    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
 			    tm.tm_hour, tm.tm_min, tm.tm_sec,
-			    ts.tv_nsec / 1000000, level_names[level], tag,
+			    ts.tv_nsec / 1000000, level_names[level].text, tag,
 			    (int)getpid());
 		puts_(&b, &len, &cap, head);
 		if (what) {

@@ -10,7 +10,7 @@
  * offset it resumes at).  Batches are processed between polls, so
  * between batches everything before the position is done.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * callback (served inside poll) only ever sees a batch being collected; it
  * drops the records of revoked partitions from it.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>

@@ -5,7 +5,7 @@
  * scrape and closes idle connections.
  */
 #include <arpa/inet.h>
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>

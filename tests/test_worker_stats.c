@@ -1,6 +1,6 @@
 /* The stats line: one JSON object per interval, counters that match the
  * work done. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>

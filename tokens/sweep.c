@@ -1,5 +1,6 @@
 /*
- * Register-cleanup (tokens/sweep.h, DESIGN.md "Register-cleanup").
+ * Register-cleanup (tokens/sweep.h; docs/architecture.md,
+ * "Register-cleanup").
  *
  * Safe against every interleaving with workers because the decision to
  * delete tokens is re-checked in T under T's write lock: drop_attempt
