@@ -1,12 +1,14 @@
 /* Error codes: names, messages and retriability from TBX_ERRNO_MAP. */
 #include "tokenbox/tokenbox.h"
 
+/* Indexed by code; a number without a code has no name. */
 static const struct {
 	const char *name;
 	const char *msg;
 	int retriable;
-} err_table[] = {
-#define TBX__ERR_ROW(name, retriable, msg) {#name, msg, retriable},
+} err_table[TBX__ERR_END] = {
+#define TBX__ERR_ROW(name, value, retriable, msg)                              \
+	[value] = {#name, msg, retriable},
     TBX_ERRNO_MAP(TBX__ERR_ROW)
 #undef TBX__ERR_ROW
 };
@@ -16,29 +18,23 @@ const char *tbx_version(void)
 	return TBX_VERSION_STR;
 }
 
+/* 1 when @p err is a code of the map. */
+static int known(int err)
+{
+	return err >= 0 && err < TBX__ERR_END && err_table[err].name;
+}
+
 const char *tbx_err_name(int err)
 {
-	if (err < 0)
-		err = -err;
-	if (err >= TBX__ERR_COUNT)
-		return "UNKNOWN";
-	return err_table[err].name;
+	return known(err) ? err_table[err].name : "UNKNOWN";
 }
 
 const char *tbx_strerror(int err)
 {
-	if (err < 0)
-		err = -err;
-	if (err >= TBX__ERR_COUNT)
-		return "unknown error";
-	return err_table[err].msg;
+	return known(err) ? err_table[err].msg : "unknown error";
 }
 
 int tbx_err_is_retriable(int err)
 {
-	if (err < 0)
-		err = -err;
-	if (err >= TBX__ERR_COUNT)
-		return 0;
-	return err_table[err].retriable;
+	return known(err) && err_table[err].retriable;
 }

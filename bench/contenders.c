@@ -776,8 +776,7 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	}
 	bench_countvfs_get(&r->io_start);
 	while (!stop_flag) {
-		int n = tbx_worker_poll(w, 100);
-		if (n < 0) {
+		if (tbx_worker_poll(w, 100, NULL)) {
 			die("poll: %s%s", tbx_worker_errstr(w), "");
 			goto out;
 		}

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "consumer/metrics.h"
-#include "base/util.h"
+#include "base/str.h"
 
 /* clang-format off */
 const tbx__prop_t tbx__props[] = {

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/log.h"
 #include "consumer/worker.h"
 
 /* Pragmas a handler may read but not set: durability and journaling

@@ -25,7 +25,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/str.h"
 
 typedef struct conn {
 	int fd; /* -1: free */

@@ -10,12 +10,16 @@
  * offset it resumes at).  Batches are processed between polls, so
  * between batches everything before the position is done.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/metrics.h"
 #include "consumer/worker.h"
 

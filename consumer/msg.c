@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/ids.h"
+#include "base/log.h"
 #include "consumer/worker.h"
 
 /* Copies header @p name into @p dst if present.  @returns 1 present and

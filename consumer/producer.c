@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/crash.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/worker.h"
 
 enum { DR_PENDING = 0, DR_OK = 1, DR_FAILED = 2 };

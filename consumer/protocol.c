@@ -28,6 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/crash.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/worker.h"
 
 /* A partition whose first this many batches' worth of tokened records

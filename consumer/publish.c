@@ -21,6 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/crash.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/publish.h"
 #include "base/sha256.h"
 #include "consumer/worker.h"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/str.h"
 #include "consumer/worker.h"
 
 struct tbx__recover {

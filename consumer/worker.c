@@ -8,7 +8,7 @@
  * callback (served inside poll) only ever sees a batch being collected; it
  * drops the records of revoked partitions from it.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -18,6 +18,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/crash.h"
+#include "base/file.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/worker.h"
 #include "store/db.h"
 #include "tokens/sweep.h"
@@ -906,24 +912,26 @@ static void maybe_cleanup(tbx_worker_t *worker)
 	touch_subscriptions(worker);
 }
 
-int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
+int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 {
 	int err;
 	size_t cnt;
 
+	if (consumed)
+		*consumed = 0;
 	if (!worker || timeout_ms < 0)
-		return -TBX_EINVAL;
+		return TBX_EINVAL;
 	if (worker->closed)
-		return -TBX_ESTATE;
+		return TBX_ESTATE;
 	if (!worker->started && (err = start(worker)))
-		return -err;
+		return err;
 	resume_due(worker);
 	maybe_recover(worker);
 	recommit_due(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		tbx__batch_reset(&worker->batch);
-		return -err;
+		return err;
 	}
 	cnt = worker->batch.cnt;
 	int64_t began = tbx__mono_ms();
@@ -938,23 +946,23 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 	}
 	maybe_stats(worker);
 	tbx__worker_metrics_refresh(worker, 0);
-	if (err && !tbx_err_is_retriable(err) && err != TBX_EDELIVERY &&
-	    err != TBX_ESTORE)
-		return -err;
-	return (int)cnt;
+	if (err && !tbx_err_is_retriable(err))
+		return err;
+	if (consumed)
+		*consumed = cnt;
+	return TBX_OK;
 }
 
 int tbx_worker_run(tbx_worker_t *worker)
 {
-	int r;
+	int err;
 
 	if (!worker)
 		return TBX_EINVAL;
 	while (!atomic_load(&worker->stop)) {
-		r = tbx_worker_poll(worker, 100);
-		if (r < 0) {
+		if ((err = tbx_worker_poll(worker, 100, NULL))) {
 			tbx_worker_close(worker);
-			return -r;
+			return err;
 		}
 	}
 	return tbx_worker_close(worker);

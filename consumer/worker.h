@@ -12,8 +12,8 @@
 #include <librdkafka/rdkafka.h>
 #include <stdatomic.h>
 
+#include "base/ids.h"
 #include "consumer/conf.h"
-#include "base/util.h"
 #include "handlers/router.h"
 #include "outbox/outbox.h"
 #include "tokens/sweep.h"

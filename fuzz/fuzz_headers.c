@@ -21,7 +21,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "consumer/worker.h"
 #include "fuzz/fuzz.h"
 

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "fuzz/fuzz.h"
 #include "outbox/outbox.h"
 #include "tools/inspect.h"

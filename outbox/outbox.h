@@ -1,17 +1,20 @@
 /*
  * The service store S: outbox rows, ingress offsets, dead-letter records.
  *
- * Schema (version 1; migrations in store/db.c):
+ * Tables (their columns and every schema version: the migrations in
+ * store/db.c):
  *
- *   tbx_outbox(grp, msg_id, in_topic, in_partition, in_offset, in_token,
- *              attempt, mint_seq, kind, error, created_ms,
- *              PRIMARY KEY(grp, msg_id))
- *   tbx_outbox_msg(grp, msg_id, seq, out_id, topic, type, key, payload,
- *              headers, token, PRIMARY KEY(grp, msg_id, seq),
- *              FOREIGN KEY(grp, msg_id) REFERENCES tbx_outbox ON DELETE
- * CASCADE) tbx_ingress(grp, topic, partition, next_offset, PRIMARY KEY(grp,
- * topic, partition)) tbx_dead_letters(id INTEGER PRIMARY KEY, grp, msg_id,
- * in_topic, in_partition, in_offset, dlq_topic, error, attempts, created_ms)
+ *   tbx_outbox        one row per (group, incoming tbx-id) in flight,
+ *                     PRIMARY KEY (grp, msg_id)
+ *   tbx_outbox_msg    its outgoing messages, PRIMARY KEY (grp, msg_id, seq),
+ *                     deleted with their row (ON DELETE CASCADE)
+ *   tbx_ingress       the next offset per (group, topic, partition) of
+ *                     untokened records
+ *   tbx_dead_letters  a line per record dead-lettered
+ *   tbx_inflight      the offsets an A is processing, per partition, and
+ *                     the counts of its crashes and retries
+ *   tbx_alarms        alarms a worker raised, for `inspect status --check`
+ *   tbx_undelivered   outgoing messages given up on, kept whole
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
@@ -37,9 +40,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "store/db.h"
 #include "store/filter.h"
+#include "tokenbox/tokenbox.h"
 
 typedef struct tbx_outbox tbx_outbox_t;
 

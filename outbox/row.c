@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ids.h"
+#include "base/str.h"
 #include "outbox/outbox.h"
 
 /*

@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "outbox/sqlite_int.h"
 #include "store/stmt.h"
 

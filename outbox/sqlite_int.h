@@ -8,6 +8,7 @@
 
 #include <sqlite3.h>
 
+#include "base/ids.h"
 #include "outbox/outbox.h"
 #include "store/stmt.h"
 

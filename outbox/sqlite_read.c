@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ids.h"
+#include "base/str.h"
 #include "outbox/sqlite_int.h"
 #include "store/db_read.h"
 

@@ -23,7 +23,9 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "store/db_int.h"
 
 /*

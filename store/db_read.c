@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "base/str.h"
 #include "store/db.h"
 #include "store/stmt.h"
+#include "tokenbox/tokenbox.h"
 
 const char *tbx__db_text(sqlite3_stmt *stmt, int i)
 {

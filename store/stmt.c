@@ -3,7 +3,7 @@
  */
 #include "store/stmt.h"
 
-#include "base/util.h"
+#include "base/log.h"
 #include "store/db.h"
 #include "store/db_int.h"
 

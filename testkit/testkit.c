@@ -23,7 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/crash.h"
+#include "base/str.h"
 #include "consumer/worker.h"
 
 #define KIT_TIMEOUT_MS 120000
@@ -430,13 +432,12 @@ static tbx_worker_t *worker_new(tbx_testkit_t *kit)
 					 kit->regs[i].opaque);
 	for (size_t i = 0; !rc && i < kit->plug_cnt; i++)
 		rc = kit->plugs[i].init(w, kit->plugs[i].args);
-	if (!rc && (rc = tbx_worker_poll(w, 0)) > 0)
-		rc = 0;
+	if (!rc)
+		rc = tbx_worker_poll(w, 0, NULL);
 	if (rc) {
-		kfail(kit, rc < 0 ? -rc : rc, "the worker did not start: %s",
-		      tbx_worker_errstr(w)[0]
-			  ? tbx_worker_errstr(w)
-			  : tbx_strerror(rc < 0 ? -rc : rc));
+		kfail(kit, rc, "the worker did not start: %s",
+		      tbx_worker_errstr(w)[0] ? tbx_worker_errstr(w)
+					      : tbx_strerror(rc));
 		tbx_worker_destroy(w);
 		return NULL;
 	}
@@ -485,10 +486,10 @@ static int run_until_done(tbx_testkit_t *kit, tbx_worker_t *w,
 
 	while (tbx__mono_ms() < deadline) {
 		int64_t pending = -1;
-		int r = tbx_worker_poll(w, 100);
+		int err = tbx_worker_poll(w, 100, NULL);
 
-		if (r < 0)
-			return kfail(kit, -r, "the worker failed: %s",
+		if (err)
+			return kfail(kit, err, "the worker failed: %s",
 				     tbx_worker_errstr(w));
 		tbx_worker_stats(w, &st);
 		if (tbx_outbox_count(w->store, w->group, &pending) ||

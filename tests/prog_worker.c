@@ -68,13 +68,14 @@ int main(int argc, char **argv)
 	}
 	tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop);
 	while (time(NULL) < deadline && idle < 100) {
-		int r = tbx_worker_poll(w, 50);
-		if (r < 0) {
+		size_t n;
+
+		if (tbx_worker_poll(w, 50, &n)) {
 			fprintf(stderr, "poll: %s\n", tbx_worker_errstr(w));
 			tbx_worker_destroy(w);
 			return 1;
 		}
-		idle = r ? 0 : idle + 1;
+		idle = n ? 0 : idle + 1;
 	}
 	tbx_worker_destroy(w);
 	return idle >= 100 ? 0 : 3;

@@ -486,10 +486,12 @@ int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 	while (time(NULL) < deadline) {
 		int busy = 0;
 		for (int i = 0; i < cnt; i++) {
-			int r = tbx_worker_poll(workers[i], 50);
-			cr_assert(r >= 0, "poll: %s (%s)", tbx_strerror(-r),
-				  tbx_worker_errstr(workers[i]));
-			busy |= r > 0;
+			size_t n;
+			int err = tbx_worker_poll(workers[i], 50, &n);
+			cr_assert_eq(err, TBX_OK, "poll: %s (%s)",
+				     tbx_strerror(err),
+				     tbx_worker_errstr(workers[i]));
+			busy |= n > 0;
 		}
 		idle = busy ? 0 : idle + 1;
 		if (idle >= idle_polls && (!done || done(opaque)))

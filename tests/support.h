@@ -129,7 +129,8 @@ void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
 		 const char *t1, const char *s2, const char *t2, tt_hop_t *hop1,
 		 tt_hop_t *hop2);
 
-/** The whole crash case of DESIGN.md's analysis for one point: publish,
+/** The whole crash case of one crash point (docs/architecture.md, "Crash
+ *  points"): publish,
  *  run a child worker with TBX_CRASH_AT=@p point, check it died by
  *  SIGKILL, recover in process, and check every invariant.  @p point may
  *  name several children run in turn, separated by '|': each a

@@ -19,6 +19,8 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include "base/clock.h"
+#include "base/str.h"
 #include "cli_child.h"
 #include "outbox/outbox.h"
 #include "support.h"
@@ -1005,8 +1007,8 @@ Test(cli_inspect, commands_run_while_a_worker_writes, .timeout = 300)
 		tbx_worker_stats(w, &before);
 		async_start(&a, args);
 		while (!async_poll(&a)) {
-			int r = tbx_worker_poll(w, 20);
-			cr_assert(r >= 0, "poll: %s", tbx_worker_errstr(w));
+			cr_assert_eq(tbx_worker_poll(w, 20, NULL), TBX_OK,
+				     "poll: %s", tbx_worker_errstr(w));
 		}
 		tbx_worker_stats(w, &after);
 		overlapped += after.batches != before.batches;

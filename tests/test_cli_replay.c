@@ -42,7 +42,7 @@ static tbx_worker_t *worker(const tt_cluster_t *c, const char *grp,
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, hop),
 		     TBX_OK);
-	cr_assert(tbx_worker_poll(w, 0) >= 0); /* subscribes */
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK); /* subscribes */
 	return w;
 }
 

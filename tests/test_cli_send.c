@@ -228,7 +228,7 @@ Test(cli_send, a_caller_id_resent_by_another_send_takes_effect_once,
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
 		     TBX_OK);
-	cr_assert(tbx_worker_poll(w, 0) >= 0); /* subscribes g1 */
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK); /* subscribes g1 */
 
 	const char *args[] = {"send", "-b",	   c->bootstraps, "-t",	  "in",
 			      "-T",   "Ping",	   "-S",	  tokens, "-K",
@@ -348,7 +348,7 @@ Test(cli_send, a_send_killed_in_flight_is_resent_with_its_token, .timeout = 240)
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
 		     TBX_OK);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 
 	const char *args[] = {"send", "-b",	   c->bootstraps, "-t",	  "in",
 			      "-T",   "Ping",	   "-S",	  tokens, "-K",

@@ -6,7 +6,7 @@
  * restart finishes the work exactly once, shutdown.timeout.ms bounds a
  * slow drain.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/socket.h>

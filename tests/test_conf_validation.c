@@ -160,14 +160,54 @@ Test(conf, dup_is_deep)
 
 Test(errors, every_code_has_a_name_and_a_message)
 {
-	for (int e = 0; e < TBX__ERR_COUNT; e++) {
-		cr_assert_neq(strcmp(tbx_err_name(e), "UNKNOWN"), 0);
-		cr_assert_gt(strlen(tbx_strerror(e)), 3);
+	static const int codes[] = {
+#define CODE(name, value, retriable, msg) TBX_E##name,
+	    TBX_ERRNO_MAP(CODE)
+#undef CODE
+	};
+
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		cr_assert_neq(strcmp(tbx_err_name(codes[i]), "UNKNOWN"), 0);
+		cr_assert_gt(strlen(tbx_strerror(codes[i])), 3);
 	}
 	cr_assert_str_eq(tbx_err_name(TBX_EBUSY), "BUSY");
-	cr_assert_str_eq(tbx_err_name(-TBX_EBUSY), "BUSY");
 	cr_assert(tbx_err_is_retriable(TBX_EBUSY));
 	cr_assert(!tbx_err_is_retriable(TBX_ESCHEMA));
 	cr_assert_str_eq(tbx_err_name(9999), "UNKNOWN");
 	cr_assert_str_eq(tbx_version(), TBX_VERSION_STR);
+}
+
+/* One sign: a negated code is no code. */
+Test(errors, a_negative_number_is_unknown)
+{
+	cr_assert_str_eq(tbx_err_name(-TBX_EBUSY), "UNKNOWN");
+	cr_assert_str_eq(tbx_strerror(-TBX_EBUSY), "unknown error");
+	cr_assert_not(tbx_err_is_retriable(-TBX_EBUSY));
+}
+
+/* The values are ABI: removing a code leaves the others' numbers as they
+ * were, and its number names nothing. */
+Test(errors, codes_keep_their_numbers)
+{
+	cr_assert_eq(TBX_OK, 0);
+	cr_assert_eq(TBX_EINVAL, 1);
+	cr_assert_eq(TBX_ESTORE, 9);
+	cr_assert_eq(TBX_ETIMEOUT, 15);
+	cr_assert_eq(TBX_EMISMATCH, 19);
+	cr_assert_eq(TBX_EFATAL, 20);
+	for (int e = 16; e <= 18; e++) {
+		cr_assert_str_eq(tbx_err_name(e), "UNKNOWN");
+		cr_assert_str_eq(tbx_strerror(e), "unknown error");
+	}
+}
+
+/* The map is the only retry policy: a store error (a statement failed and
+ * its transaction was rolled back) is retried, as the worker retries the
+ * batch it failed. */
+Test(errors, a_store_error_is_retriable)
+{
+	cr_assert(tbx_err_is_retriable(TBX_ESTORE));
+	cr_assert(tbx_err_is_retriable(TBX_EDELIVERY));
+	cr_assert_not(tbx_err_is_retriable(TBX_ECORRUPT));
+	cr_assert_not(tbx_err_is_retriable(TBX_EFATAL));
 }

@@ -1,5 +1,6 @@
 /*
- * DESIGN.md's crash analysis, phases C to F: kill, restart, check every
+ * The crash points of phases C to F (docs/architecture.md, "Crash
+ * points"): kill, restart, check every
  * invariant (see tt_crash_case).
  */
 #include <criterion/criterion.h>

@@ -1,5 +1,6 @@
 /*
- * DESIGN.md's crash analysis, phases A and B: a worker process is killed
+ * The crash points of phases G, A and B (docs/architecture.md, "Crash
+ * points"): a worker process is killed
  * with SIGKILL at each point, restarted, and every invariant is checked
  * (tt_crash_case): each handler committed once, downstream processed each
  * outgoing message once, no outbox row, token or registration left.

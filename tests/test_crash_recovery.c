@@ -101,8 +101,8 @@ static int drive_with_new_records(tbx_worker_t *w, tt_cluster_t *c,
 			tt_publish(c->bootstraps, tokens, "in", "Ping", 1, 1,
 				   prefix);
 		}
-		cr_assert(tbx_worker_poll(w, 50) >= 0, "%s",
-			  tbx_worker_errstr(w));
+		cr_assert_eq(tbx_worker_poll(w, 50, NULL), TBX_OK, "%s",
+			     tbx_worker_errstr(w));
 	}
 	return 0;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli_child.h"
 #include "consumer/worker.h"
 #include "support.h"
@@ -115,7 +116,7 @@ static tbx_worker_t *worker(env_t *e, const char *k1, const char *v1)
 
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", NULL, handle, NULL), TBX_OK);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	return w;
 }
 
@@ -441,9 +442,10 @@ Test(fatal, a_fatal_consumer_error_ends_the_worker)
 		w->consumer, RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID, "test"),
 	    RD_KAFKA_RESP_ERR_NO_ERROR);
 	deadline = tbx__mono_ms() + 30000 * tt_time_factor();
-	while (tbx__mono_ms() < deadline && (r = tbx_worker_poll(w, 100)) >= 0)
+	while (tbx__mono_ms() < deadline &&
+	       (r = tbx_worker_poll(w, 100, NULL)) == TBX_OK)
 		;
-	cr_assert_eq(r, -TBX_EFATAL, "poll returned %d", r);
+	cr_assert_eq(r, TBX_EFATAL, "poll returned %d", r);
 	cr_assert(strstr(tbx_worker_errstr(w), "fatal"), "%s",
 		  tbx_worker_errstr(w));
 	tbx_worker_destroy(w);

@@ -58,7 +58,7 @@ static tbx_worker_t *worker(env_t *e, const char *group, const char *store,
 	cr_assert_eq(tbx_worker_register(w, topic, type, tt_hop_handle, hop),
 		     TBX_OK);
 	/* First poll subscribes the group in the token store. */
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	return w;
 }
 
@@ -475,7 +475,7 @@ static void check_synchronous(const char *setting, int want)
 	cr_assert_eq(
 	    tbx_worker_register(w, "in", NULL, note_synchronous, &seen),
 	    TBX_OK);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 30, 3, "s");
 	cr_assert(tt_drive(&w, 1, calls_reached, &seen, 3, 60));
 	cr_assert_eq(seen.min, want,
@@ -520,8 +520,8 @@ Test(e2e, one_file_under_two_names_is_joined)
 	setenv("TBX_CRASH_AT", "B.minted,B.recorded,D.consumed", 1);
 	tt_hop_pair(w, c->bootstraps, all, alias, alias, all, &hop1, &hop2);
 	unsetenv("TBX_CRASH_AT");
-	cr_assert(tbx_worker_poll(w[0], 0) >= 0);
-	cr_assert(tbx_worker_poll(w[1], 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w[0], 0, NULL), TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w[1], 0, NULL), TBX_OK);
 	tt_publish(c->bootstraps, all, "in", "Ping", 24, 3, "j");
 	want_t want = {all, "SELECT COUNT(*) FROM hop2", 24};
 	cr_assert(tt_drive(w, 2, reached, &want, 10, 60));
@@ -589,7 +589,7 @@ Test(e2e, retry_max_holds_across_a_worker_restart)
 	env_init(&e);
 	retry_calls = 0;
 	w = retrying_worker(&e, &hop);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 1, 1, "m");
 	/* Two attempts, both asked to retry; then the worker goes away. */
 	cr_assert(tt_drive(&w, 1, two_calls, NULL, 0, 60));

@@ -49,7 +49,7 @@ static void env_init(env_t *e)
 		cr_assert_eq(e->plugin.init(e->w[i], ""), TBX_OK);
 	}
 	for (int i = 0; i < WORKERS; i++)
-		cr_assert(tbx_worker_poll(e->w[i], 0) >= 0);
+		cr_assert_eq(tbx_worker_poll(e->w[i], 0, NULL), TBX_OK);
 	conf = tbx_conf_new();
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
 		     NULL, 0);

@@ -60,7 +60,7 @@ static tbx_worker_t *plugin_worker(env_t *e, const char *group,
 
 	cr_assert(w, "%s", err);
 	cr_assert_eq(e->plugin.init(w, args), TBX_OK, "init(\"%s\")", args);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	return w;
 }
 

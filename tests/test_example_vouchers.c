@@ -50,7 +50,7 @@ static void env_init(env_t *e, const char *args)
 	}
 	/* The first polls subscribe the group and join it. */
 	for (int i = 0; i < WORKERS; i++)
-		cr_assert(tbx_worker_poll(e->w[i], 0) >= 0);
+		cr_assert_eq(tbx_worker_poll(e->w[i], 0, NULL), TBX_OK);
 }
 
 static void env_fini(env_t *e)

@@ -184,7 +184,7 @@ Test(faults, a_full_disk_is_no_death_of_the_batch, .timeout = 300)
 
 	/* Until a batch failed on the full disk. */
 	for (int i = 0; i < 3000; i++) {
-		tbx_worker_poll(w, 10);
+		tbx_worker_poll(w, 10, NULL);
 		tbx_worker_stats(w, &st);
 		if (full_disk_once && st.retries > 0)
 			break;

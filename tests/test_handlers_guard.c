@@ -136,7 +136,7 @@ static tbx_worker_t *worker(env_t *e, tbx_handler_fn fn, hostile_t *h)
 
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", NULL, fn, h), TBX_OK);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	return w;
 }
 

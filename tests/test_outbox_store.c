@@ -13,6 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "store/db.h"
 #include "store/stmt.h"
 #include "outbox/outbox.h"

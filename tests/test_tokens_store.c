@@ -11,6 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 

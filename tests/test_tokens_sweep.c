@@ -11,6 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "outbox/outbox.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"

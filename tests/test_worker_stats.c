@@ -1,6 +1,6 @@
 /* The stats line: one JSON object per interval, counters that match the
  * work done. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,7 +41,7 @@ Test(stats, json_line_reports_the_counters_of_the_work_done)
 			   err, sizeof(err));
 	cr_assert(w, "%s", err);
 	tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop);
-	cr_assert(tbx_worker_poll(w, 0) >= 0);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	tt_publish(c->bootstraps, tokens, "in", "Ping", 5, 1, "m");
 
 	fflush(stderr);
@@ -53,7 +53,7 @@ Test(stats, json_line_reports_the_counters_of_the_work_done)
 	want_t want = {store};
 	int ok = tt_drive(&w, 1, five_done, &want, 5, 60);
 	/* one more batch so that a line follows the last piece of work */
-	tbx_worker_poll(w, 10);
+	tbx_worker_poll(w, 10, NULL);
 	fflush(stderr);
 	dup2(saved, STDERR_FILENO);
 	close(saved);

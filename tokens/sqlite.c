@@ -22,6 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "store/stmt.h"
 #include "tokens/sqlite_int.h"
 #include "tokens/tokens.h"

@@ -9,6 +9,7 @@
 
 #include <sqlite3.h>
 
+#include "base/ids.h"
 #include "store/stmt.h"
 #include "tokens/tokens.h"
 

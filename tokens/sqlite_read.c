@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ids.h"
+#include "base/str.h"
 #include "store/db_read.h"
 #include "tokens/sqlite_int.h"
 

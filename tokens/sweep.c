@@ -1,5 +1,6 @@
 /*
- * Register-cleanup (tokens/sweep.h, DESIGN.md "Register-cleanup").
+ * Register-cleanup (tokens/sweep.h; docs/architecture.md,
+ * "Register-cleanup").
  *
  * Safe against every interleaving with workers because the decision to
  * delete tokens is re-checked in T under T's write lock: drop_attempt
@@ -21,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "base/crash.h"
+#include "base/ids.h"
+#include "base/str.h"
 
 int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 			const tbx__reg_t *reg, int *verdict,

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/ids.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 

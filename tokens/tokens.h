@@ -3,17 +3,16 @@
  * server-backed store can be added without touching the protocol, and its
  * SQLite backend.
  *
- * Tables (in every tokenbox database file, see store/db.c):
+ * Tables (in every tokenbox database file; their columns and every schema
+ * version: the migrations in store/db.c):
  *
- *   tbx_seq(id = 1, value)                      one sequence: mint and
- * subscribe tbx_tokens(token, grp, mint_seq, created_ms, PRIMARY KEY(token,
- * grp)) tbx_registrations(attempt, token, send_grp, msg_id, created_ms, PRIMARY
- * KEY(attempt, token)) tbx_subscriptions(topic, grp, since_seq, created_ms,
- *                     used_ms, PRIMARY KEY(topic, grp))
- *   tbx_edge(topic, caller_id, fingerprint, msg_id, token, mint_seq,
- *            delivered, refused, created_ms, PRIMARY KEY(topic, caller_id))
- *                                      caller ids seen by publishers
- *   tbx_store_info(id = 1, store_id, created_ms)  the file's identity
+ *   tbx_seq            (id = 1, value): one sequence for mint and subscribe
+ *   tbx_tokens         PRIMARY KEY (token, grp), with mint_seq
+ *   tbx_registrations  PRIMARY KEY (attempt, token), with send_grp and msg_id
+ *   tbx_subscriptions  PRIMARY KEY (topic, grp), with since_seq and used_ms
+ *   tbx_edge           PRIMARY KEY (topic, caller_id): the caller ids seen
+ *                      by publishers, with fingerprint, msg_id and token
+ *   tbx_store_info     (id = 1, store_id, created_ms): the file's identity
  *
  * A token is a row per (token id, consumer group): a group checks and
  * deletes only its own row.  Every operation that writes is one
@@ -27,9 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "store/db.h"
 #include "store/filter.h"
+#include "tokenbox/tokenbox.h"
 
 typedef struct tbx_tokens tbx_tokens_t;
 

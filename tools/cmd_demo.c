@@ -292,7 +292,7 @@ static int hop_start(hop_t *hop, char *errstr, size_t errstr_size)
 	}
 	/* The first poll subscribes the group in the token store: senders
 	 * mint its tokens from then on. */
-	if ((err = tbx_worker_poll(hop->worker, 0)) < 0) {
+	if ((err = tbx_worker_poll(hop->worker, 0, NULL))) {
 		snprintf(errstr, errstr_size, "%s: %s", hop->group,
 			 tbx_worker_errstr(hop->worker));
 		return -1;
@@ -1117,14 +1117,15 @@ static int publish_chunk(demo_t *d, int64_t *published, uint64_t *rng)
  * broker away) are the library's to retry; the rest end the demo. */
 static int hop_poll(hop_t *hop, int timeout_ms, int *busy)
 {
-	int r = tbx_worker_poll(hop->worker, timeout_ms);
+	size_t n = 0;
+	int err = tbx_worker_poll(hop->worker, timeout_ms, &n);
 
-	if (r < 0 && !tbx_err_is_retriable(-r))
+	if (err && !tbx_err_is_retriable(err))
 		return tbx_cli_fail(CMD, "%s failed: %s: %s", hop->group,
-				    tbx_strerror(-r),
+				    tbx_strerror(err),
 				    tbx_worker_errstr(hop->worker));
-	hop->idle = r == 0 ? hop->idle + 1 : 0;
-	*busy |= r > 0;
+	hop->idle = n == 0 ? hop->idle + 1 : 0;
+	*busy |= n > 0;
 	return TBX_EXIT_OK;
 }
 

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/file.h"
+#include "base/ids.h"
+#include "base/log.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
 

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"
 

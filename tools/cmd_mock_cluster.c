@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "tools/cli.h"
 #include "tools/mock_control.h"
 

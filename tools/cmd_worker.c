@@ -51,7 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "consumer/worker.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
@@ -843,11 +844,11 @@ static void print_stats(const tbx_worker_t *worker)
 static int run(tbx_worker_t *worker)
 {
 	long long next_ping = 0;
-	int ready = 0, r = 0;
+	int ready = 0, err = TBX_OK;
 	char status[160];
 
 	while (!atomic_load(&stop_count)) {
-		if ((r = tbx_worker_poll(worker, 100)) < 0)
+		if ((err = tbx_worker_poll(worker, 100, NULL)))
 			break;
 		if (!ready) {
 			snprintf(status, sizeof(status),
@@ -865,7 +866,7 @@ static int run(tbx_worker_t *worker)
 	}
 	notify("STOPPING=1");
 	tbx_worker_close(worker);
-	return r < 0 ? -r : TBX_OK;
+	return err;
 }
 
 int tbx_cmd_worker(int argc, char **argv)

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/ids.h"
 #include "outbox/outbox.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "base/file.h"
+#include "base/str.h"
 #include "store/db.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"

@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
 #include "consumer/publish.h"
 #include "consumer/conf.h"
 #include "tools/cli.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
+#include "base/str.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"
 

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ids.h"
+#include "base/str.h"
 #include "consumer/conf.h"
 #include "consumer/recover.h"
 #include "tools/cli.h"

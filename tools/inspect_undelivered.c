@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ids.h"
+#include "base/str.h"
 #include "consumer/recover.h"
 #include "tools/cli.h"
 #include "tools/inspect.h"

@@ -15,7 +15,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "base/util.h"
+#include "base/ids.h"
 #include "tools/cli.h"
 
 #define CMD "mock-cluster"
@@ -34,20 +34,30 @@
  * with their ApiKey (librdkafka's RD_KAFKAP_* numbers, which its public
  * headers do not define).  An error pushed for any other request would
  * never be used. */
+/* clang-format off */
 static const struct request {
 	const char *name;
 	int16_t api_key;
 } requests[] = {
-    {"Produce", 0},	     {"Fetch", 1},
-    {"ListOffsets", 2},	     {"Metadata", 3},
-    {"OffsetCommit", 8},     {"OffsetFetch", 9},
-    {"FindCoordinator", 10}, {"JoinGroup", 11},
-    {"Heartbeat", 12},	     {"LeaveGroup", 13},
-    {"SyncGroup", 14},	     {"ApiVersions", 18},
-    {"InitProducerId", 22},  {"AddPartitionsToTxn", 24},
-    {"AddOffsetsToTxn", 25}, {"EndTxn", 26},
-    {"TxnOffsetCommit", 28},
+	{"Produce",             0},
+	{"Fetch",               1},
+	{"ListOffsets",         2},
+	{"Metadata",            3},
+	{"OffsetCommit",        8},
+	{"OffsetFetch",         9},
+	{"FindCoordinator",    10},
+	{"JoinGroup",          11},
+	{"Heartbeat",          12},
+	{"LeaveGroup",         13},
+	{"SyncGroup",          14},
+	{"ApiVersions",        18},
+	{"InitProducerId",     22},
+	{"AddPartitionsToTxn", 24},
+	{"AddOffsetsToTxn",    25},
+	{"EndTxn",             26},
+	{"TxnOffsetCommit",    28},
 };
+/* clang-format on */
 
 #define REQUEST_CNT (sizeof(requests) / sizeof(requests[0]))
 

@@ -32,61 +32,73 @@ extern "C" {
 #endif
 
 #define TBX_VERSION_MAJOR 0
-#define TBX_VERSION_MINOR 1
+#define TBX_VERSION_MINOR 2
 #define TBX_VERSION_PATCH 0
-#define TBX_VERSION_STR	  "0.1.0"
+#define TBX_VERSION_STR	  "0.2.0"
 
 /** Version of the plugin ABI (tbx_plugin_init). Bumped on any
  *  incompatible change to this header. */
-#define TBX_PLUGIN_ABI_VERSION 1
+#define TBX_PLUGIN_ABI_VERSION 2
 
-/** @returns the library's version string, e.g. "0.1.0". */
+/** @returns the library's version string, e.g. "0.2.0". */
 const char *tbx_version(void);
 
 /*
  * Error codes.
  *
- * XX(NAME, retriable, "message"): retriable errors are transient (a lock held
- * too long, a broker away); retrying the same call later may succeed.  Fatal
- * ones need a change of input, configuration or environment.
+ * Every function that can fail returns TBX_OK (0) or one of these codes,
+ * always positive; a count or a found flag goes through an out-parameter.
+ *
+ * XX(NAME, value, retriable, "message").  The value is ABI: a code keeps its
+ * number, and the number of a code removed is not given to another (16-18
+ * were HEADER, PLUGIN and STOPPED, which nothing returned).  Retriable
+ * errors are transient (a lock held too long, a broker away, a statement
+ * that failed and was rolled back); retrying the same call later may
+ * succeed, and the worker retries its batch after a backoff.  Fatal ones
+ * need a change of input, configuration or environment; the worker stops
+ * on them.  This column is the only retry policy.
  */
-#define TBX_ERRNO_MAP(XX)                                                      \
-	XX(OK, 0, "success")                                                   \
-	XX(INVAL, 0, "invalid argument")                                       \
-	XX(NOMEM, 0, "out of memory")                                          \
-	XX(CONF, 0, "invalid configuration")                                   \
-	XX(STATE, 0, "call not allowed in this state")                         \
-	XX(EXIST, 0, "already exists")                                         \
-	XX(NOENT, 0, "not found")                                              \
-	XX(IO, 1, "I/O error")                                                 \
-	XX(BUSY, 1, "store locked by another process past busy_timeout")       \
-	XX(STORE, 0, "store error")                                            \
-	XX(NOTDB, 0, "not a tokenbox database")                                \
-	XX(SCHEMA, 0, "store schema is newer than this tokenbox")              \
-	XX(CORRUPT, 0, "store file is corrupt")                                \
-	XX(KAFKA, 1, "Kafka client error")                                     \
-	XX(DELIVERY, 1, "message delivery failed")                             \
-	XX(TIMEOUT, 1, "timed out")                                            \
-	XX(HEADER, 0, "malformed tbx-* header")                                \
-	XX(PLUGIN, 0, "plugin could not be loaded")                            \
-	XX(STOPPED, 0, "worker is stopping")                                   \
-	XX(MISMATCH, 0, "record minted in another token store")                \
-	XX(FATAL, 0, "fatal Kafka client error: restart the process")
+/* clang-format off */
+#define TBX_ERRNO_MAP(XX)                                                        \
+	XX(OK,        0, 0, "success")                                           \
+	XX(INVAL,     1, 0, "invalid argument")                                  \
+	XX(NOMEM,     2, 0, "out of memory")                                     \
+	XX(CONF,      3, 0, "invalid configuration")                             \
+	XX(STATE,     4, 0, "call not allowed in this state")                    \
+	XX(EXIST,     5, 0, "already exists")                                    \
+	XX(NOENT,     6, 0, "not found")                                         \
+	XX(IO,        7, 1, "I/O error")                                         \
+	XX(BUSY,      8, 1, "store locked by another process past busy_timeout") \
+	XX(STORE,     9, 1, "store error")                                       \
+	XX(NOTDB,    10, 0, "not a tokenbox database")                           \
+	XX(SCHEMA,   11, 0, "store schema is newer than this tokenbox")          \
+	XX(CORRUPT,  12, 0, "store file is corrupt")                             \
+	XX(KAFKA,    13, 1, "Kafka client error")                                \
+	XX(DELIVERY, 14, 1, "message delivery failed")                           \
+	XX(TIMEOUT,  15, 1, "timed out")                                         \
+	XX(MISMATCH, 19, 0, "record minted in another token store")              \
+	XX(FATAL,    20, 0, "fatal Kafka client error: restart the process")
+/* clang-format on */
 
 typedef enum tbx_err {
-#define TBX__ERR_ENUM(name, retriable, msg) TBX_E##name,
+#define TBX__ERR_ENUM(name, value, retriable, msg) TBX_E##name = value,
 	TBX_ERRNO_MAP(TBX__ERR_ENUM)
 #undef TBX__ERR_ENUM
-	    TBX__ERR_COUNT
+	/** One past the largest code; a number in between without a name
+	 *  is unknown. */
+	TBX__ERR_END
 } tbx_err_t;
 
 #define TBX_OK TBX_EOK
 
-/** @returns the code's name without prefix ("BUSY"), or "UNKNOWN". Static. */
+/** @returns the code's name without prefix ("BUSY"), or "UNKNOWN" for a
+ *  number that is no code (a negative one included).  Static. */
 const char *tbx_err_name(int err);
-/** @returns a human description of the code. Static storage. */
+/** @returns a human description of the code ("unknown error" for a number
+ *  that is no code).  Static storage. */
 const char *tbx_strerror(int err);
-/** @returns 1 if retrying the failed call later may succeed, else 0. */
+/** @returns 1 if retrying the failed call later may succeed, else 0 (also
+ *  for a number that is no code). */
 int tbx_err_is_retriable(int err);
 
 /*
@@ -251,10 +263,14 @@ int tbx_worker_register(tbx_worker_t *worker, const char *topic,
 /**
  * Polls one batch (bounded by batch.max.messages and batch.max.ms, at most
  * @p timeout_ms of waiting for the first message) and takes it through the
- * whole protocol.  Subscribes on the first call.
- * @returns the number of records consumed (>= 0), or a negated error code.
+ * whole protocol.  Subscribes on the first call.  Retriable failures
+ * (tbx_err_is_retriable()) do not fail the call: the affected partitions
+ * wait and are retried.  *@p consumed (when not NULL) is set to the number
+ * of records consumed, 0 on failure.
+ * @returns TBX_OK, or a fatal error: the worker cannot go on
+ * (tbx_worker_errstr() says why); TBX_ESTATE after tbx_worker_close().
  */
-int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms);
+int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed);
 
 /**
  * Polls batches until tbx_worker_stop(), then closes the worker.

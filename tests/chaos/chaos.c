@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "chaos.h"
-#include "base/util.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
 #include "tools/kafka_admin.h"

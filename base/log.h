@@ -1,0 +1,53 @@
+/*
+ * Logging: one line per call to standard error, in text, journal or
+ * JSON format, with a process-wide level and tag.
+ */
+#ifndef TBX_BASE_LOG_H
+#define TBX_BASE_LOG_H
+
+#include "tokenbox/tokenbox.h"
+
+/** Log levels, syslog numbering. */
+enum {
+	TBX_LOG_ERR = 3,
+	TBX_LOG_WARNING = 4,
+	TBX_LOG_NOTICE = 5,
+	TBX_LOG_INFO = 6,
+	TBX_LOG_DEBUG = 7
+};
+/** Level of a log.level value ("error" … "debug"); NOTICE if unknown. */
+int tbx__log_level(const char *name);
+/** Sets the process-wide level (default TBX_LOG_NOTICE) and a tag shown in
+ *  every line (e.g. the worker id); @p tag is copied, NULL keeps
+ *  the current one. */
+void tbx__log_setup(int level, const char *tag);
+/** Logs one line to stderr in the log format (timestamped in text and
+ *  JSON).  Thread-safe. */
+void tbx__log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** Log formats (log.format). */
+enum { TBX_LOGF_TEXT = 0, TBX_LOGF_JOURNAL = 1, TBX_LOGF_JSON = 2 };
+/** Format of a log.format value; "auto" (or NULL): journal when standard
+ *  error is the systemd journal's stream (JOURNAL_STREAM names its device
+ *  and inode), else text. */
+int tbx__log_format(const char *name);
+/** Sets the process-wide format (default: tbx__log_format("auto")). */
+void tbx__log_set_format(int format);
+/** @returns the format in use. */
+int tbx__log_get_format(void);
+/** Level, format and tag from @p conf: log.level, raised to debug when a
+ *  kafka debug key (kafka.debug, kafka.consumer.debug,
+ *  kafka.producer.debug) is set, and log.format. */
+void tbx__log_configure(const tbx_conf_t *conf, const char *tag);
+/**
+ * Logs @p what followed by the JSON object text @p json at @p level,
+ * whatever log.level (the caller decides): "<ts> INFO tag[pid] what {...}"
+ * in text, "<6>tag: what {...}" in journal, and the object as the member
+ * @p what of the line's object in JSON.
+ */
+void tbx__log_object(int level, const char *what, const char *json);
+/** 1 when a line at @p level would be logged. */
+int tbx__log_enabled(int level);
+
+#endif
