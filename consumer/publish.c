@@ -23,7 +23,10 @@
 
 #include "consumer/publish.h"
 #include "base/sha256.h"
-#include "consumer/worker.h"
+#include "consumer/conf.h"
+#include "consumer/msg.h"
+#include "consumer/producer.h"
+#include "tokens/tokens.h"
 
 /* What the publisher keeps per queued message besides its outgoing
  * message: the edge's view of it and what became of it. */
