@@ -1,7 +1,10 @@
 /*
  * The batch's arrays: records, rows, the index of rows by message id,
- * and the slots of F's decisions.
+ * and the slots of F's decisions; the state of each in-memory row, and
+ * the one place where a row's attempt and tokens are minted and
+ * forgotten.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +70,7 @@ tbx__brow_t *tbx__batch_row_new(tbx__batch_t *batch, size_t *idx)
 	brow = &batch->rows[batch->row_cnt++];
 	memset(brow, 0, sizeof(*brow));
 	tbx__row_init(&brow->row);
+	brow->state = TBX_BROW_UNTOKENED;
 	return brow;
 }
 
@@ -138,4 +142,99 @@ int tbx__batch_row_find(const tbx__batch_t *batch, const char *msg_id,
 		}
 	}
 	return 0;
+}
+
+int tbx__brow_transition_ok(tbx__brow_state_t from, tbx__brow_state_t to)
+{
+	switch (from) {
+	case TBX_BROW_UNTOKENED:
+		return to == TBX_BROW_MINTED || to == TBX_BROW_RECORDED ||
+		       to == TBX_BROW_DELIVERED;
+	case TBX_BROW_MINTED:
+		return to == TBX_BROW_UNTOKENED || to == TBX_BROW_RECORDED ||
+		       to == TBX_BROW_JOINED || to == TBX_BROW_GONE;
+	case TBX_BROW_RECORDED:
+	case TBX_BROW_JOINED:
+		return to == TBX_BROW_DELIVERED;
+	case TBX_BROW_DELIVERED:
+		return to == TBX_BROW_FINISHED;
+	case TBX_BROW_GONE:
+	case TBX_BROW_FINISHED:
+		return 0;
+	}
+	return 0;
+}
+
+/* 1 when every outgoing message of @p row has a token (@p with) or none
+ * has (!@p with). */
+static int tokens_all(const tbx__row_t *row, int with)
+{
+	for (size_t j = 0; j < row->msg_cnt; j++)
+		if ((row->msgs[j].token[0] != '\0') != with)
+			return 0;
+	return 1;
+}
+
+int tbx__brow_assert_state(const tbx__brow_t *brow)
+{
+	const tbx__row_t *row = &brow->row;
+
+	(void)row;
+	(void)tokens_all;
+	switch (brow->state) {
+	case TBX_BROW_UNTOKENED:
+		/* PROCESSED: no attempt, no number, no token. */
+		assert(row->attempt[0] == '\0');
+		assert(row->mint_seq == 0);
+		assert(tokens_all(row, 0));
+		break;
+	case TBX_BROW_MINTED:
+	case TBX_BROW_RECORDED:
+	case TBX_BROW_JOINED:
+		/* TOKENED, or about to be: an attempt and a token per
+		 * outgoing message. */
+		assert(row->attempt[0] != '\0');
+		assert(tokens_all(row, 1));
+		break;
+	case TBX_BROW_GONE:
+	case TBX_BROW_DELIVERED:
+	case TBX_BROW_FINISHED:
+		break;
+	default:
+		assert(!"an in-memory row in no known state");
+	}
+	return 1;
+}
+
+void tbx__brow_set_state(tbx__brow_t *brow, tbx__brow_state_t to)
+{
+	assert(tbx__brow_transition_ok(brow->state, to));
+	brow->state = to;
+	assert(tbx__brow_assert_state(brow));
+}
+
+void tbx__brow_mint(tbx__brow_t *brow, int64_t mint_seq,
+		    tbx__mint_item_t *items)
+{
+	tbx__row_t *row = &brow->row;
+
+	tbx__uuid(row->attempt);
+	row->mint_seq = mint_seq;
+	for (size_t j = 0; j < row->msg_cnt; j++) {
+		tbx__uuid(row->msgs[j].token);
+		items[j].token = row->msgs[j].token;
+		items[j].topic = row->msgs[j].topic;
+	}
+	tbx__brow_set_state(brow, TBX_BROW_MINTED);
+}
+
+void tbx__brow_unmint(tbx__brow_t *brow)
+{
+	tbx__row_t *row = &brow->row;
+
+	row->attempt[0] = '\0';
+	row->mint_seq = 0;
+	for (size_t j = 0; j < row->msg_cnt; j++)
+		row->msgs[j].token[0] = '\0';
+	tbx__brow_set_state(brow, TBX_BROW_UNTOKENED);
 }

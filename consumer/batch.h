@@ -17,15 +17,62 @@
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 
+/*
+ * The state of an outbox row in flight (tbx__brow_t), beside the stored
+ * row's (outbox.h: PROCESSED, TOKENED).  Every change goes through
+ * tbx__brow_set_state(), which checks the transition and the new state's
+ * invariants (tbx__brow_assert_state()); a build without NDEBUG aborts
+ * on a wrong one.
+ *
+ *        A: inserted (handler OK, dead letter),
+ *        or loaded from S without an attempt
+ *                     │
+ *                     ▼            C: no outgoing message
+ *                 UNTOKENED ───────────────────────────────┐
+ *                   │   ▲                                  │
+ *     B (or A, when │   │ unmint: what was to              │
+ *     joined): mint │   │ persist them failed              │
+ *                   ▼   │                                  │
+ *                  MINTED ───── A, joined: their token ──┐ │
+ *                   │   │       rows made in the         │ │
+ *     B: recorded   │   │       record's savepoint       │ │
+ *     (won), or     │   │ B: lost, and the               ▼ │
+ *     lost and the  │   │ row is gone               JOINED │
+ *     winner's      │   ▼                                │ │
+ *     reloaded      │  GONE                              │ │
+ *                   ▼                                    │ │
+ *   loaded from S ► RECORDED                             │ │
+ *   with an attempt │                                    │ │
+ *                   │ C: every outgoing message          │ │
+ *                   ▼    acknowledged                    │ │
+ *                 DELIVERED ◄────────────────────────────┴─┘
+ *                   │ E: deleted
+ *                   ▼
+ *                 FINISHED
+ *
+ * RECORDED and JOINED rows are dispatched by C; only RECORDED ones have a
+ * registration to confirm.  A row is done (F) when FINISHED or GONE
+ * (another worker finished it).  A row whose savepoint or transaction is
+ * rolled back is forgotten whatever its state (tbx__batch_row_pop(),
+ * tbx__batch_undo_rows()).
+ */
+typedef enum tbx__brow_state {
+	TBX_BROW_UNTOKENED = 0, /**< no attempt: PROCESSED in S */
+	TBX_BROW_MINTED,	/**< attempt and tokens made, not persisted */
+	TBX_BROW_RECORDED,	/**< has a persisted attempt, ours or a
+				     winner's: TOKENED in S */
+	TBX_BROW_JOINED,	/**< attempt made in A (one file): TOKENED, no
+				     registration */
+	TBX_BROW_GONE,		/**< another worker finished it meanwhile */
+	TBX_BROW_DELIVERED,	/**< every outgoing message acknowledged, or
+				     none to send */
+	TBX_BROW_FINISHED,	/**< deleted in E */
+} tbx__brow_state_t;
+
 /** An outbox row in flight in this batch. */
 typedef struct tbx__brow {
 	tbx__row_t row;
-	int fresh;     /**< inserted by this batch's A */
-	int recorded;  /**< has an attempt (ours or a winner's) */
-	int gone;      /**< another worker finished it meanwhile */
-	int delivered; /**< every outgoing message acknowledged */
-	int finished;  /**< deleted in E */
-	int joined;    /**< attempt made in A (one file): no registration */
+	tbx__brow_state_t state;
 } tbx__brow_t;
 
 typedef struct tbx__batch {
@@ -70,5 +117,24 @@ void tbx__batch_ids_add(tbx__batch_t *batch, size_t idx);
 /** 1 and *idx when the batch has a row for @p msg_id, else 0. */
 int tbx__batch_row_find(const tbx__batch_t *batch, const char *msg_id,
 			size_t *idx);
+
+/** Checks @p brow's invariants for its state (asserts); @returns 1, so
+ *  that it can be called as assert(tbx__brow_assert_state(brow)). */
+int tbx__brow_assert_state(const tbx__brow_t *brow);
+/** 1 when the diagram above has an arrow from @p from to @p to. */
+int tbx__brow_transition_ok(tbx__brow_state_t from, tbx__brow_state_t to);
+/** Moves @p brow to @p to: asserts the transition, then the invariants. */
+void tbx__brow_set_state(tbx__brow_t *brow, tbx__brow_state_t to);
+/**
+ * UNTOKENED -> MINTED: a fresh attempt id, and a fresh token per outgoing
+ * message, listed in @p items (token and topic, row->msg_cnt entries) for
+ * the token store; mint_seq = @p mint_seq (0: set when known).  Per
+ * attempt: every mint makes new ids.
+ */
+void tbx__brow_mint(tbx__brow_t *brow, int64_t mint_seq,
+		    tbx__mint_item_t *items);
+/** MINTED -> UNTOKENED: forgets the attempt, mint_seq and tokens (what
+ *  was to persist them failed, or lost). */
+void tbx__brow_unmint(tbx__brow_t *brow);
 
 #endif

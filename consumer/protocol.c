@@ -109,26 +109,16 @@ static int mint_in_A(tbx__proto_t *proto, const tbx__batch_t *batch,
 	if (row->msg_cnt > sizeof(few) / sizeof(few[0]) &&
 	    !(items = malloc(row->msg_cnt * sizeof(*items))))
 		return TBX_ENOMEM;
-	tbx__uuid(row->attempt);
-	row->mint_seq = batch->mint_seq;
-	for (size_t j = 0; j < row->msg_cnt; j++) {
-		tbx__uuid(row->msgs[j].token);
-		items[j].token = row->msgs[j].token;
-		items[j].topic = row->msgs[j].topic;
-	}
+	tbx__brow_mint(brow, batch->mint_seq, items);
 	err = tbx_tokens_mint_joined(proto->tokens, items, row->msg_cnt,
 				     batch->mint_seq, created);
 	if (items != few)
 		free(items);
 	if (err) {
-		row->attempt[0] = '\0';
-		row->mint_seq = 0;
-		for (size_t j = 0; j < row->msg_cnt; j++)
-			row->msgs[j].token[0] = '\0';
+		tbx__brow_unmint(brow);
 		return err;
 	}
-	brow->recorded = 1;
-	brow->joined = 1;
+	tbx__brow_set_state(brow, TBX_BROW_JOINED);
 	return TBX_OK;
 }
 
@@ -272,7 +262,6 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 		return TBX_ENOMEM;
 	}
 	row_fill(&brow->row, msg, TBX_ROW_DEAD_LETTER);
-	brow->fresh = 1;
 	brow->row.error = tbx__strdup(reason);
 	err = tbx__row_add(&brow->row, dlq_topic, type, key, key_len, payload,
 			   payload_len, blob, blob_len);
@@ -399,7 +388,6 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (!(brow = tbx__batch_row_new(batch, &idx)))
 		return TBX_ENOMEM;
 	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
-	brow->fresh = 1;
 	if ((err = tbx_outbox_savepoint(proto->store))) {
 		tbx__batch_row_pop(batch);
 		return err;
@@ -533,7 +521,8 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 			tbx__batch_row_pop(batch);
 			return err;
 		}
-		brow->recorded = brow->row.attempt[0] != '\0';
+		if (brow->row.attempt[0])
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
 		proto->stats->resumed++;
@@ -962,19 +951,15 @@ released:
 	return err;
 }
 
-/* B: tokens for rows that have none yet. */
+/* B: forgets the attempts and tokens of the rows @p minted (what was to
+ * persist them failed). */
 static void mint_undo(tbx__batch_t *batch, const size_t *minted, size_t cnt)
 {
-	for (size_t i = 0; i < cnt; i++) {
-		tbx__row_t *row = &batch->rows[minted[i]].row;
-		batch->rows[minted[i]].recorded = 0;
-		row->attempt[0] = '\0';
-		row->mint_seq = 0;
-		for (size_t j = 0; j < row->msg_cnt; j++)
-			row->msgs[j].token[0] = '\0';
-	}
+	for (size_t i = 0; i < cnt; i++)
+		tbx__brow_unmint(&batch->rows[minted[i]]);
 }
 
+/* B: tokens for rows that have none yet. */
 static int phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	tbx__mint_req_t *reqs = NULL;
@@ -987,7 +972,7 @@ static int phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (brow->recorded || brow->row.msg_cnt == 0)
+		if (brow->state != TBX_BROW_UNTOKENED || brow->row.msg_cnt == 0)
 			continue;
 		cnt++;
 		item_cnt += brow->row.msg_cnt;
@@ -1004,20 +989,17 @@ static int phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	}
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
-		tbx__row_t *row = &batch->rows[i].row;
-		if (batch->rows[i].recorded || row->msg_cnt == 0)
+		tbx__brow_t *brow = &batch->rows[i];
+		tbx__row_t *row = &brow->row;
+		if (brow->state != TBX_BROW_UNTOKENED || row->msg_cnt == 0)
 			continue;
 		/* A fresh attempt id and fresh tokens: per attempt. */
-		tbx__uuid(row->attempt);
+		tbx__brow_mint(brow, 0, &items[k]);
 		reqs[cnt].attempt = row->attempt;
 		reqs[cnt].msg_id = row->msg_id;
 		reqs[cnt].items = &items[k];
 		reqs[cnt].item_cnt = row->msg_cnt;
-		for (size_t j = 0; j < row->msg_cnt; j++, k++) {
-			tbx__uuid(row->msgs[j].token);
-			items[k].token = row->msgs[j].token;
-			items[k].topic = row->msgs[j].topic;
-		}
+		k += row->msg_cnt;
 		minted[cnt++] = i;
 	}
 	if ((err = tbx_tokens_mint(proto->tokens, proto->group, reqs, cnt, &seq,
@@ -1054,7 +1036,7 @@ static int phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 		int dropped;
 
 		if (won[i]) {
-			brow->recorded = 1;
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 			continue;
 		}
 		/* Another attempt was recorded first: drop ours at once
@@ -1068,13 +1050,14 @@ static int phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 		err = tbx_outbox_row_load(proto->store, proto->group,
 					  brow->row.msg_id, &brow->row);
 		if (err == TBX_ENOENT) {
-			brow->gone = 1; /* another worker finished it */
+			/* another worker finished it */
+			tbx__brow_set_state(brow, TBX_BROW_GONE);
 			err = TBX_OK;
 		} else if (err) {
-			brow->recorded = 0;
+			tbx__brow_unmint(brow); /* the load cleared the row */
 			goto out;
 		} else {
-			brow->recorded = 1;
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 		}
 	}
 	goto out;
@@ -1275,6 +1258,14 @@ static void permanent_failures(tbx__proto_t *proto, tbx__row_t **rows,
 	}
 }
 
+/* Does C dispatch @p brow's messages? */
+static int dispatched(const tbx__brow_t *brow)
+{
+	return (brow->state == TBX_BROW_RECORDED ||
+		brow->state == TBX_BROW_JOINED) &&
+	       brow->row.msg_cnt > 0;
+}
+
 /* C: confirm, produce, await every report. */
 static int phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
@@ -1288,9 +1279,11 @@ static int phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (brow->row.msg_cnt == 0 && !brow->gone)
-			brow->delivered = 1; /* nothing to send */
-		else if (brow->recorded && !brow->gone) {
+		if (brow->row.msg_cnt == 0 && brow->state != TBX_BROW_GONE)
+			/* nothing to send */
+			tbx__brow_set_state(brow, TBX_BROW_DELIVERED);
+		else if (brow->state == TBX_BROW_RECORDED ||
+			 brow->state == TBX_BROW_JOINED) {
 			cnt++;
 			msgs += brow->row.msg_cnt;
 		}
@@ -1308,10 +1301,10 @@ static int phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
+		if (!dispatched(brow))
 			continue;
 		/* An attempt made in A (joined) was never registered. */
-		if (!brow->joined)
+		if (brow->state == TBX_BROW_RECORDED)
 			attempts[acnt++] = brow->row.attempt;
 		rows[cnt++] = &brow->row;
 	}
@@ -1337,11 +1330,10 @@ static int phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
+		if (!dispatched(brow) || !delivered[cnt++])
 			continue;
-		brow->delivered = delivered[cnt++];
-		if (brow->delivered)
-			proto->stats->dispatched += brow->row.msg_cnt;
+		tbx__brow_set_state(brow, TBX_BROW_DELIVERED);
+		proto->stats->dispatched += brow->row.msg_cnt;
 	}
 	err = TBX_OK; /* undelivered rows wait for redelivery */
 out:
@@ -1363,7 +1355,7 @@ static int delivered_tokens(const tbx__batch_t *batch, const char ***ids,
 		return TBX_ENOMEM;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		const tbx__brow_t *brow = &batch->rows[i];
-		if (brow->delivered && brow->row.in_token[0])
+		if (brow->state == TBX_BROW_DELIVERED && brow->row.in_token[0])
 			(*ids)[(*cnt)++] = brow->row.in_token;
 	}
 	return TBX_OK;
@@ -1404,7 +1396,7 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 	int err, any = 0;
 
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		any |= batch->rows[i].delivered;
+		any |= batch->rows[i].state == TBX_BROW_DELIVERED;
 	if (!any)
 		return TBX_OK;
 	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
@@ -1415,7 +1407,7 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 						    ids, cnt, &deleted)))
 		goto undo;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
-		if (!batch->rows[i].delivered)
+		if (batch->rows[i].state != TBX_BROW_DELIVERED)
 			continue;
 		if ((err = tbx_outbox_row_delete(proto->store, proto->group,
 						 batch->rows[i].row.msg_id)))
@@ -1425,8 +1417,8 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 		goto undo;
 	proto->stats->tokens_consumed += deleted;
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		if (batch->rows[i].delivered)
-			batch->rows[i].finished = 1;
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
 	free(ids);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
@@ -1437,13 +1429,18 @@ out:
 	return err;
 }
 
+/* A row is done when E deleted it, or another worker finished it. */
+static int row_done(const tbx__brow_t *brow)
+{
+	return brow->state == TBX_BROW_FINISHED || brow->state == TBX_BROW_GONE;
+}
+
 static int msg_done(const tbx__batch_t *batch, const struct tbx_msg *msg)
 {
 	if (msg->state == TBX_MS_DROPPED)
 		return 1;
 	if (msg->state == TBX_MS_ROW)
-		return batch->rows[msg->row].finished ||
-		       batch->rows[msg->row].gone;
+		return row_done(&batch->rows[msg->row]);
 	return 0;
 }
 
@@ -1625,14 +1622,15 @@ static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 			err = TBX_OK;
 			continue;
 		}
-		brow->recorded = brow->row.attempt[0] != '\0';
+		if (brow->row.attempt[0])
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 	}
 	if (!err && !(err = phase_tokens(proto, batch)) &&
 	    !(err = phase_dispatch(proto, batch)) &&
 	    !(err = phase_consume(proto, batch)))
 		err = phase_finish(proto, batch);
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		*finished += batch->rows[i].finished || batch->rows[i].gone;
+		*finished += row_done(&batch->rows[i]);
 	/* Rows left stay for a later run: an error for the caller. */
 	if (!err && *finished < batch->row_cnt)
 		err = TBX_EDELIVERY;
