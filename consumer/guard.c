@@ -33,7 +33,7 @@
 #include <strings.h>
 
 #include "base/log.h"
-#include "consumer/worker.h"
+#include "consumer/guard.h"
 
 /* Pragmas a handler may read but not set: durability and journaling
  * (what a COMMIT of A promises), and the settings tokenbox's own
@@ -78,8 +78,8 @@ static const char *pragma_refusal(const char *name, const char *value)
 static void refused(tbx__guard_t *guard, const char *stmt, const char *why)
 {
 	guard->refused++;
-	if (guard->worker)
-		guard->worker->stats.handler_refused++;
+	if (guard->stats)
+		guard->stats->handler_refused++;
 	tbx__log(TBX_LOG_ERR,
 		 "%s [%" PRId32 "] @%" PRId64
 		 ": the handler's %s on tbx_ctx_db() was refused: %s",
@@ -148,20 +148,16 @@ static int on_commit(void *arg)
 	return 1; /* SQLite turns the COMMIT into a ROLLBACK */
 }
 
-void tbx__guard_install(tbx_worker_t *worker)
+void tbx__guard_install(tbx__guard_t *guard, sqlite3 *db, tbx_stats_t *stats)
 {
-	sqlite3 *db = tbx_outbox_db(worker->store);
-
-	memset(&worker->guard, 0, sizeof(worker->guard));
-	worker->guard.worker = worker;
-	sqlite3_set_authorizer(db, authorize, &worker->guard);
-	sqlite3_commit_hook(db, on_commit, &worker->guard);
+	memset(guard, 0, sizeof(*guard));
+	guard->stats = stats;
+	sqlite3_set_authorizer(db, authorize, guard);
+	sqlite3_commit_hook(db, on_commit, guard);
 }
 
-void tbx__guard_enter(tbx_worker_t *worker, const struct tbx_msg *msg)
+void tbx__guard_enter(tbx__guard_t *guard, const struct tbx_msg *msg)
 {
-	tbx__guard_t *guard = &worker->guard;
-
 	guard->topic = msg->topic;
 	guard->partition = msg->rkm->partition;
 	guard->offset = msg->rkm->offset;
@@ -170,7 +166,7 @@ void tbx__guard_enter(tbx_worker_t *worker, const struct tbx_msg *msg)
 	guard->active = 1;
 }
 
-void tbx__guard_leave(tbx_worker_t *worker)
+void tbx__guard_leave(tbx__guard_t *guard)
 {
-	worker->guard.active = 0;
+	guard->active = 0;
 }

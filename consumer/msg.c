@@ -12,7 +12,7 @@
 
 #include "base/ids.h"
 #include "base/log.h"
-#include "consumer/worker.h"
+#include "consumer/msg.h"
 
 /* Copies header @p name into @p dst if present.  @returns 1 present and
  * usable, 0 absent, -1 present but not fitting the rules. */
@@ -192,7 +192,7 @@ int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,
 
 struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx)
 {
-	return tbx_outbox_db(ctx->worker->store);
+	return tbx_outbox_db(ctx->store);
 }
 
 int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,

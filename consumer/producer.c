@@ -14,7 +14,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
-#include "consumer/worker.h"
+#include "consumer/producer.h"
 
 enum { DR_PENDING = 0, DR_OK = 1, DR_FAILED = 2 };
 
@@ -306,17 +306,17 @@ int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
  * only ever deduplicated its own retries, which tokens cover anyway.
  * Also creates the producer when there is none (a creation failed).
  */
-int tbx__producer_check(tbx_worker_t *worker)
+int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
+			tbx_stats_t *stats, char *errstr, size_t errstr_size)
 {
 	char reason[512];
 	rd_kafka_resp_err_t err;
 
-	if (worker->producer) {
-		err = rd_kafka_fatal_error(worker->producer, reason,
-					   sizeof(reason));
+	if (*producer) {
+		err = rd_kafka_fatal_error(*producer, reason, sizeof(reason));
 		if (!err)
 			return TBX_OK;
-		worker->stats.producer_restarts++;
+		stats->producer_restarts++;
 		tbx__log(TBX_LOG_ERR,
 			 "producer: fatal error %s: %s; replacing the "
 			 "producer (undelivered messages are sent again "
@@ -324,17 +324,16 @@ int tbx__producer_check(tbx_worker_t *worker)
 			 rd_kafka_err2name(err), reason);
 		/* Every dispatch waited for its reports: no message of
 		 * ours is left in it.  Purge what may be, then destroy. */
-		rd_kafka_purge(worker->producer, RD_KAFKA_PURGE_F_QUEUE |
-						     RD_KAFKA_PURGE_F_INFLIGHT);
-		rd_kafka_poll(worker->producer, 0);
-		rd_kafka_destroy(worker->producer);
-		worker->producer = NULL;
+		rd_kafka_purge(*producer, RD_KAFKA_PURGE_F_QUEUE |
+					      RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_poll(*producer, 0);
+		rd_kafka_destroy(*producer);
+		*producer = NULL;
 	}
-	worker->producer = tbx__producer_new(worker->conf, worker->errstr,
-					     sizeof(worker->errstr));
-	if (!worker->producer) {
+	*producer = tbx__producer_new(conf, errstr, errstr_size);
+	if (!*producer) {
 		tbx__log(TBX_LOG_ERR, "producer: %s; tried again next batch",
-			 worker->errstr);
+			 errstr);
 		return TBX_EKAFKA;
 	}
 	return TBX_OK;

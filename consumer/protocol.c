@@ -7,9 +7,15 @@
  *   C  dispatch  confirm (drop registrations), produce, await reports
  *   D  consume   delete the batch's incoming tokens, one T transaction
  *   E  finish    delete finished outbox rows, one S transaction
- *   F  commit    store and commit Kafka offsets of what is done
+ *   F  commit    decide, per partition, the offset after what is done
+ *                and whether (and how long) to hold the partition back
  *
- * When S and T are one file (worker->joined), B happens inside A: each
+ * The worker's loop (worker.c, tbx_worker_poll) drives a batch through
+ * tbx__proto_start, tbx__proto_guard (G), tbx__proto_process (A–E) and
+ * tbx__proto_finish (F), and then applies F's result: it stores and
+ * commits the offsets and pauses the partitions to hold (protocol.h).
+ *
+ * When S and T are one file (proto->joined), B happens inside A: each
  * row gets its attempt and tokens in its record's savepoint and they
  * commit with the handler's effects, so no registration is needed and C
  * has nothing to confirm; D and E are one transaction.  A batch then
@@ -27,52 +33,40 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/crash.h"
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
-#include "consumer/worker.h"
+#include "consumer/producer.h"
+#include "consumer/protocol.h"
 
 /* A partition whose first this many batches' worth of tokened records
  * after an assignment are all dropped as duplicates is more than the
  * redelivery of what the previous owner left uncommitted. */
 #define DUP_PREFIX_BATCHES 4
 
-void tbx__batch_reset(tbx__batch_t *batch)
+void tbx__proto_init(tbx__proto_t *proto)
 {
-	for (size_t i = 0; i < batch->cnt; i++)
-		rd_kafka_message_destroy(batch->msgs[i].rkm);
-	batch->cnt = 0;
-	for (size_t i = 0; i < batch->row_cnt; i++)
-		tbx__row_clear(&batch->rows[i].row);
-	batch->row_cnt = 0;
+	tbx__guard_install(&proto->guard, tbx_outbox_db(proto->store),
+			   proto->stats);
+	proto->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
 }
 
-static tbx__brow_t *brow_new(tbx__batch_t *batch, size_t *idx)
+/* Retry delay for the n-th attempt (1-based), with jitter. */
+static int64_t backoff_ms(tbx__proto_t *proto, int attempt)
 {
-	tbx__brow_t *brow;
+	int64_t delay = proto->backoff_ms;
 
-	if (batch->row_cnt == batch->row_cap) {
-		size_t cap = batch->row_cap ? batch->row_cap * 2 : 64;
-		tbx__brow_t *grown = realloc(batch->rows, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		batch->rows = grown;
-		batch->row_cap = cap;
-	}
-	*idx = batch->row_cnt;
-	brow = &batch->rows[batch->row_cnt++];
-	memset(brow, 0, sizeof(*brow));
-	tbx__row_init(&brow->row);
-	return brow;
-}
-
-/* Forgets the most recent row (its savepoint was rolled back). */
-static void brow_pop(tbx__batch_t *batch)
-{
-	tbx__row_clear(&batch->rows[--batch->row_cnt].row);
+	for (int i = 1; i < attempt && delay < proto->backoff_max_ms; i++)
+		delay *= 2;
+	if (delay > proto->backoff_max_ms)
+		delay = proto->backoff_max_ms;
+	/* Full jitter in [delay/2, delay]: workers retrying the same
+	 * failure do not march in step. */
+	return delay / 2 + rand_r(&proto->rand_state) % (delay / 2 + 1);
 }
 
 static void row_fill(tbx__row_t *row, const struct tbx_msg *msg, int kind)
@@ -89,68 +83,12 @@ static void row_fill(tbx__row_t *row, const struct tbx_msg *msg, int kind)
 	row->created_ms = tbx__now_ms();
 }
 
-/* A looks up every record's id among the batch's rows (an upstream copy
- * in the same batch joins its original's row): a hash index, not a scan,
- * so that a batch costs O(n), not O(n^2), string compares. */
-static uint32_t id_hash(const char *id)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-
-	for (; *id; id++)
-		h = (h ^ (unsigned char)*id) * 16777619u;
-	return h;
-}
-
-/* Empties the index, sized for @p cnt rows (at most one per record). */
-static int batch_ids_reset(tbx__batch_t *batch, size_t cnt)
-{
-	size_t cap = 64;
-
-	while (cap < 2 * cnt)
-		cap *= 2;
-	if (cap > batch->ids_cap) {
-		uint32_t *ids = realloc(batch->ids, cap * sizeof(*ids));
-		if (!ids)
-			return TBX_ENOMEM;
-		batch->ids = ids;
-		batch->ids_cap = cap;
-	}
-	memset(batch->ids, 0, batch->ids_cap * sizeof(*batch->ids));
-	return TBX_OK;
-}
-
-static void batch_ids_add(tbx__batch_t *batch, size_t idx)
-{
-	size_t mask = batch->ids_cap - 1;
-	size_t s = id_hash(batch->rows[idx].row.msg_id) & mask;
-
-	while (batch->ids[s])
-		s = (s + 1) & mask;
-	batch->ids[s] = (uint32_t)idx + 1;
-}
-
-static int batch_row_find(const tbx__batch_t *batch, const char *msg_id,
-			  size_t *idx)
-{
-	size_t mask = batch->ids_cap - 1;
-
-	for (size_t s = id_hash(msg_id) & mask; batch->ids[s];
-	     s = (s + 1) & mask) {
-		size_t i = batch->ids[s] - 1;
-		if (strcmp(batch->rows[i].row.msg_id, msg_id) == 0) {
-			*idx = i;
-			return 1;
-		}
-	}
-	return 0;
-}
-
 /* Untokened and malformed records are deduplicated by offset: the
  * service store keeps the next offset per partition, moved in the
  * record's own savepoint. */
-static int ingress_advance(tbx_worker_t *worker, const struct tbx_msg *msg)
+static int ingress_advance(tbx__proto_t *proto, const struct tbx_msg *msg)
 {
-	return tbx_outbox_ingress_set(worker->store, worker->group, msg->topic,
+	return tbx_outbox_ingress_set(proto->store, proto->group, msg->topic,
 				      msg->rkm->partition,
 				      msg->rkm->offset + 1);
 }
@@ -163,7 +101,7 @@ static int ingress_advance(tbx_worker_t *worker, const struct tbx_msg *msg)
  * attempt can be persisted without the row that names it.  *created
  * receives the token rows made.
  */
-static int mint_in_A(tbx_worker_t *worker, const tbx__batch_t *batch,
+static int mint_in_A(tbx__proto_t *proto, const tbx__batch_t *batch,
 		     tbx__brow_t *brow, uint64_t *created)
 {
 	tbx__row_t *row = &brow->row;
@@ -171,44 +109,34 @@ static int mint_in_A(tbx_worker_t *worker, const tbx__batch_t *batch,
 	int err;
 
 	*created = 0;
-	if (!worker->joined || row->msg_cnt == 0)
+	if (!proto->joined || row->msg_cnt == 0)
 		return TBX_OK; /* a row that sends nothing needs no tokens */
 	if (row->msg_cnt > sizeof(few) / sizeof(few[0]) &&
 	    !(items = malloc(row->msg_cnt * sizeof(*items))))
 		return TBX_ENOMEM;
-	tbx__uuid(row->attempt);
-	row->mint_seq = batch->mint_seq;
-	for (size_t j = 0; j < row->msg_cnt; j++) {
-		tbx__uuid(row->msgs[j].token);
-		items[j].token = row->msgs[j].token;
-		items[j].topic = row->msgs[j].topic;
-	}
-	err = tbx_tokens_mint_joined(worker->tokens, items, row->msg_cnt,
+	tbx__brow_mint(brow, batch->mint_seq, items);
+	err = tbx_tokens_mint_joined(proto->tokens, items, row->msg_cnt,
 				     batch->mint_seq, created);
 	if (items != few)
 		free(items);
 	if (err) {
-		row->attempt[0] = '\0';
-		row->mint_seq = 0;
-		for (size_t j = 0; j < row->msg_cnt; j++)
-			row->msgs[j].token[0] = '\0';
+		tbx__brow_unmint(brow);
 		return err;
 	}
-	brow->recorded = 1;
-	brow->joined = 1;
+	tbx__brow_set_state(brow, TBX_BROW_JOINED);
 	return TBX_OK;
 }
 
 /* <topic><dlq.suffix>, the topic part shortened when the name would pass
  * Kafka's limit (the suffix was checked when it was configured). */
-static void dlq_topic_of(const tbx_worker_t *worker, const char *topic,
+static void dlq_topic_of(const tbx__proto_t *proto, const char *topic,
 			 char dlq_topic[TBX_TOPIC_MAX + 1])
 {
 	if (snprintf(dlq_topic, TBX_TOPIC_MAX + 1, "%s%s", topic,
-		     worker->dlq_suffix) >= TBX_TOPIC_MAX + 1)
+		     proto->dlq_suffix) >= TBX_TOPIC_MAX + 1)
 		snprintf(dlq_topic, TBX_TOPIC_MAX + 1, "%.*s%s",
-			 (int)(TBX_TOPIC_MAX - strlen(worker->dlq_suffix)),
-			 topic, worker->dlq_suffix);
+			 (int)(TBX_TOPIC_MAX - strlen(proto->dlq_suffix)),
+			 topic, proto->dlq_suffix);
 }
 
 /* The most of a dead letter's tbx-dlq-error header. */
@@ -239,10 +167,10 @@ static size_t wire_size(size_t key_len, size_t payload_len,
  * the message is near the limit, cut on a UTF-8 boundary and marked with
  * "...".  @p buf holds the shortened text.
  */
-static void dlq_reason_fit(const tbx_worker_t *worker, tbx_header_t *hdr,
+static void dlq_reason_fit(const tbx__proto_t *proto, tbx_header_t *hdr,
 			   size_t others, char *buf, size_t buf_size)
 {
-	int64_t limit = tbx__producer_max_bytes(worker->producer);
+	int64_t limit = tbx__producer_max_bytes(*proto->producer);
 	int64_t room = limit - (int64_t)others;
 	size_t keep = hdr->len;
 
@@ -271,7 +199,7 @@ static void dlq_reason_fit(const tbx_worker_t *worker, tbx_header_t *hdr,
  * its own, in a savepoint.  Headers other than tbx-* are kept, and
  * tbx-dlq-* ones say where it came from and why.
  */
-static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
+static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 		       struct tbx_msg *msg, const char *reason, int attempts,
 		       int by_offset)
 {
@@ -287,7 +215,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	uint64_t created = 0;
 	int err;
 
-	dlq_topic_of(worker, msg->topic, dlq_topic);
+	dlq_topic_of(proto, msg->topic, dlq_topic);
 	if (rd_kafka_message_headers(msg->rkm, &in) !=
 	    RD_KAFKA_RESP_ERR_NO_ERROR)
 		in = NULL;
@@ -326,7 +254,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 			size_t others =
 			    wire_size(key_len, payload_len, hdrs, hcnt, type);
 			hdrs[i].len = len;
-			dlq_reason_fit(worker, &hdrs[i], others, fitted,
+			dlq_reason_fit(proto, &hdrs[i], others, fitted,
 				       sizeof(fitted));
 		}
 	err = tbx__hdrs_encode(hdrs, hcnt, &blob, &blob_len);
@@ -334,30 +262,29 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	if (err)
 		return err;
 
-	if (!(brow = brow_new(batch, &idx))) {
+	if (!(brow = tbx__batch_row_new(batch, &idx))) {
 		free(blob);
 		return TBX_ENOMEM;
 	}
 	row_fill(&brow->row, msg, TBX_ROW_DEAD_LETTER);
-	brow->fresh = 1;
 	brow->row.error = tbx__strdup(reason);
 	err = tbx__row_add(&brow->row, dlq_topic, type, key, key_len, payload,
 			   payload_len, blob, blob_len);
 	free(blob);
-	if (!err && !(err = tbx_outbox_savepoint(worker->store))) {
-		if (!(err = mint_in_A(worker, batch, brow, &created)) &&
-		    !(err = tbx_outbox_row_insert(worker->store, worker->group,
+	if (!err && !(err = tbx_outbox_savepoint(proto->store))) {
+		if (!(err = mint_in_A(proto, batch, brow, &created)) &&
+		    !(err = tbx_outbox_row_insert(proto->store, proto->group,
 						  &brow->row)) &&
-		    !(err = tbx_outbox_dead_letter_add(
-			  worker->store, worker->group, &brow->row, dlq_topic,
-			  attempts)) &&
-		    (!by_offset || !(err = ingress_advance(worker, msg))))
-			err = tbx_outbox_release(worker->store);
+		    !(err = tbx_outbox_dead_letter_add(proto->store,
+						       proto->group, &brow->row,
+						       dlq_topic, attempts)) &&
+		    (!by_offset || !(err = ingress_advance(proto, msg))))
+			err = tbx_outbox_release(proto->store);
 		if (err)
-			tbx_outbox_undo(worker->store);
+			tbx_outbox_undo(proto->store);
 	}
 	if (err) {
-		brow_pop(batch);
+		tbx__batch_row_pop(batch);
 		return err;
 	}
 	tbx__log(TBX_LOG_NOTICE,
@@ -367,7 +294,7 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
 	batch->minted += created;
 	msg->state = TBX_MS_ROW;
 	msg->row = idx;
-	worker->stats.dead_lettered++;
+	proto->stats->dead_lettered++;
 	return TBX_OK;
 }
 
@@ -379,57 +306,57 @@ static int dead_letter(tbx_worker_t *worker, tbx__batch_t *batch,
  * are), or, with token.store.mismatch=stop, TBX_EMISMATCH stops the
  * worker before anything of it is committed.
  */
-static int store_mismatch(tbx_worker_t *worker, tbx__batch_t *batch,
+static int store_mismatch(tbx__proto_t *proto, tbx__batch_t *batch,
 			  struct tbx_msg *msg, const char *reason)
 {
 	int64_t next;
 	int err;
 
-	if ((err = tbx_outbox_ingress_get(worker->store, worker->group,
-					  msg->topic, msg->rkm->partition,
-					  &next)))
+	if ((err =
+		 tbx_outbox_ingress_get(proto->store, proto->group, msg->topic,
+					msg->rkm->partition, &next)))
 		return err;
 	if (next >= 0 && msg->rkm->offset < next) {
 		/* Dead-lettered already: a redelivery. */
 		msg->state = TBX_MS_DROPPED;
-		worker->stats.duplicates_dropped++;
+		proto->stats->duplicates_dropped++;
 		return TBX_OK;
 	}
-	worker->stats.store_mismatches++;
-	snprintf(worker->mismatch_detail, sizeof(worker->mismatch_detail),
+	proto->stats->store_mismatches++;
+	snprintf(proto->mismatch_detail, sizeof(proto->mismatch_detail),
 		 "%s [%" PRId32 "] @%" PRId64 ": %s", msg->topic,
 		 msg->rkm->partition, msg->rkm->offset, reason);
-	tbx__log(TBX_LOG_ERR, "%s%s", worker->mismatch_detail,
-		 worker->mismatch_stop ? "; stopping the worker "
-					 "(token.store.mismatch=stop)"
-				       : "; dead-lettered");
-	if (worker->mismatch_stop) {
-		snprintf(worker->errstr, sizeof(worker->errstr),
+	tbx__log(TBX_LOG_ERR, "%s%s", proto->mismatch_detail,
+		 proto->mismatch_stop ? "; stopping the worker "
+					"(token.store.mismatch=stop)"
+				      : "; dead-lettered");
+	if (proto->mismatch_stop) {
+		snprintf(proto->errstr, proto->errstr_size,
 			 "%.440s; stopped (token.store.mismatch=stop)",
-			 worker->mismatch_detail);
+			 proto->mismatch_detail);
 		return TBX_EMISMATCH;
 	}
-	if ((err = dead_letter(worker, batch, msg, reason, 0, 1)))
+	if ((err = dead_letter(proto, batch, msg, reason, 0, 1)))
 		return err;
 	/* Seen by `inspect status`; commits or rolls back with A. */
-	if (!(err = tbx_outbox_savepoint(worker->store))) {
-		if ((err = tbx_outbox_alarm_add(worker->store, worker->group,
+	if (!(err = tbx_outbox_savepoint(proto->store))) {
+		if ((err = tbx_outbox_alarm_add(proto->store, proto->group,
 						"store_mismatch",
-						worker->mismatch_detail)))
-			tbx_outbox_undo(worker->store);
+						proto->mismatch_detail)))
+			tbx_outbox_undo(proto->store);
 		else
-			err = tbx_outbox_release(worker->store);
+			err = tbx_outbox_release(proto->store);
 	}
 	return err;
 }
 
 /* Runs the handler in a savepoint; OK inserts the outbox row with it. */
-static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
+static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 		       struct tbx_msg *msg, int by_offset)
 {
 	const tbx__route_t *route = tbx_router_lookup(
-	    worker->router, msg->topic, msg->has_type ? msg->type : NULL);
-	sqlite3 *db = tbx_outbox_db(worker->store);
+	    proto->router, msg->topic, msg->has_type ? msg->type : NULL);
+	sqlite3 *db = tbx_outbox_db(proto->store);
 	tbx__part_t *part = msg->part;
 	tbx_verdict_t verdict;
 	tbx__brow_t *brow;
@@ -442,7 +369,7 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 		snprintf(reason, sizeof(reason),
 			 "no handler for type '%s' on topic %s",
 			 msg->has_type ? msg->type : "(none)", msg->topic);
-		return dead_letter(worker, batch, msg, reason, 0, by_offset);
+		return dead_letter(proto, batch, msg, reason, 0, by_offset);
 	}
 	if (msg->crashes) {
 		/* Its handler killed the worker every time it ran alone:
@@ -451,44 +378,43 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 			 "the worker died %d times in a row while handling "
 			 "this record alone",
 			 msg->crashes);
-		return dead_letter(worker, batch, msg, reason, msg->crashes,
+		return dead_letter(proto, batch, msg, reason, msg->crashes,
 				   by_offset);
 	}
 	if (part->broke_next == msg->rkm->offset + 1) {
 		/* Its handler tried to commit A; it would again. */
 		part->broke_next = 0;
-		return dead_letter(worker, batch, msg,
+		return dead_letter(proto, batch, msg,
 				   "the handler tried to commit the worker's "
 				   "transaction (refused: COMMIT on "
 				   "tbx_ctx_db() is not allowed)",
 				   msg->attempt, by_offset);
 	}
-	if (!(brow = brow_new(batch, &idx)))
+	if (!(brow = tbx__batch_row_new(batch, &idx)))
 		return TBX_ENOMEM;
 	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
-	brow->fresh = 1;
-	if ((err = tbx_outbox_savepoint(worker->store))) {
-		brow_pop(batch);
+	if ((err = tbx_outbox_savepoint(proto->store))) {
+		tbx__batch_row_pop(batch);
 		return err;
 	}
 	memset(&ctx, 0, sizeof(ctx));
-	ctx.worker = worker;
+	ctx.store = proto->store;
 	ctx.msg = msg;
 	ctx.row = &brow->row;
-	tbx__guard_enter(worker, msg);
+	tbx__guard_enter(&proto->guard, msg);
 	verdict = route->fn(&ctx, msg, route->opaque);
-	tbx__guard_leave(worker);
+	tbx__guard_leave(&proto->guard);
 	tbx__crashpoint("A.handled");
 	if (sqlite3_get_autocommit(db)) {
 		/* A's transaction is gone, and with it everything of the
 		 * batch: nothing committed (the guard refuses COMMIT), so
 		 * the batch is simply retried. */
 		free(ctx.error);
-		brow_pop(batch);
-		if (worker->guard.commit_refused) {
+		tbx__batch_row_pop(batch);
+		if (proto->guard.commit_refused) {
 			/* Its handler would do it again: dead-letter it. */
 			part->broke_next = msg->rkm->offset + 1;
-			snprintf(worker->errstr, sizeof(worker->errstr),
+			snprintf(proto->errstr, proto->errstr_size,
 				 "%s [%" PRId32 "] @%" PRId64
 				 ": the handler tried to commit the worker's "
 				 "transaction; the batch was rolled back and "
@@ -496,7 +422,7 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 				 msg->topic, msg->rkm->partition,
 				 msg->rkm->offset);
 		} else {
-			snprintf(worker->errstr, sizeof(worker->errstr),
+			snprintf(proto->errstr, proto->errstr_size,
 				 "%s [%" PRId32 "] @%" PRId64
 				 ": the worker's transaction ended while the "
 				 "handler ran (a ROLLBACK on tbx_ctx_db(), "
@@ -504,7 +430,7 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 				 msg->topic, msg->rkm->partition,
 				 msg->rkm->offset);
 		}
-		tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+		tbx__log(TBX_LOG_ERR, "%s", proto->errstr);
 		return TBX_ESTORE;
 	}
 	if (verdict == TBX_VERDICT_OK && ctx.send_failed) {
@@ -517,34 +443,34 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 	if (verdict == TBX_VERDICT_OK) {
 		uint64_t created = 0;
 
-		if (!(err = mint_in_A(worker, batch, brow, &created)) &&
-		    !(err = tbx_outbox_row_insert(worker->store, worker->group,
+		if (!(err = mint_in_A(proto, batch, brow, &created)) &&
+		    !(err = tbx_outbox_row_insert(proto->store, proto->group,
 						  &brow->row)) &&
-		    (!by_offset || !(err = ingress_advance(worker, msg))))
-			err = tbx_outbox_release(worker->store);
+		    (!by_offset || !(err = ingress_advance(proto, msg))))
+			err = tbx_outbox_release(proto->store);
 		free(ctx.error);
 		if (err) {
-			tbx_outbox_undo(worker->store);
-			brow_pop(batch);
+			tbx_outbox_undo(proto->store);
+			tbx__batch_row_pop(batch);
 			return err;
 		}
 		batch->minted += created;
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
-		worker->stats.processed++;
+		proto->stats->processed++;
 		return TBX_OK;
 	}
 
 	/* RETRY or REJECT: undo the handler's writes and messages. */
-	brow_pop(batch);
-	if ((err = tbx_outbox_undo(worker->store))) {
+	tbx__batch_row_pop(batch);
+	if ((err = tbx_outbox_undo(proto->store))) {
 		free(ctx.error);
 		return err;
 	}
 	if (verdict == TBX_VERDICT_RETRY) {
 		attempts = msg->attempt;
-		worker->stats.retries++;
-		if (attempts <= worker->retry_max) {
+		proto->stats->retries++;
+		if (attempts <= proto->retry_max) {
 			free(ctx.error);
 			/* Counted in the store with A (guard_clear). */
 			if (part->count_offset != msg->rkm->offset) {
@@ -553,8 +479,7 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 			}
 			part->retries = attempts;
 			part->batch_blocked = 1;
-			part->batch_delay_ms =
-			    tbx__backoff_ms(worker, attempts);
+			part->batch_delay_ms = backoff_ms(proto, attempts);
 			msg->state = TBX_MS_BLOCKED;
 			return TBX_OK;
 		}
@@ -570,11 +495,11 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 					    "verdict"));
 	}
 	free(ctx.error);
-	return dead_letter(worker, batch, msg, reason, attempts, by_offset);
+	return dead_letter(proto, batch, msg, reason, attempts, by_offset);
 }
 
 /* A for one record, inside the batch's S transaction. */
-static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
+static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		       struct tbx_msg *msg)
 {
 	char attempt[TBX_UUID_LEN + 1];
@@ -584,42 +509,43 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 
 	/* 1. An outbox row: the work is done, resume its B–E.  A copy in the
 	 * same batch as its original joins the original's row. */
-	if (batch_row_find(batch, msg->id, &idx)) {
+	if (tbx__batch_row_find(batch, msg->id, &idx)) {
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
-		worker->stats.duplicates_dropped++;
+		proto->stats->duplicates_dropped++;
 		return TBX_OK;
 	}
-	if ((err = tbx_outbox_row_find(worker->store, worker->group, msg->id,
+	if ((err = tbx_outbox_row_find(proto->store, proto->group, msg->id,
 				       &found, attempt)))
 		return err;
 	if (found) {
-		if (!(brow = brow_new(batch, &idx)))
+		if (!(brow = tbx__batch_row_new(batch, &idx)))
 			return TBX_ENOMEM;
-		if ((err = tbx_outbox_row_load(worker->store, worker->group,
+		if ((err = tbx_outbox_row_load(proto->store, proto->group,
 					       msg->id, &brow->row))) {
-			brow_pop(batch);
+			tbx__batch_row_pop(batch);
 			return err;
 		}
-		brow->recorded = brow->row.attempt[0] != '\0';
+		if (brow->row.attempt[0])
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
-		worker->stats.resumed++;
+		proto->stats->resumed++;
 		return TBX_OK;
 	}
 
 	/* A token minted in another token store was never ours either,
 	 * whatever its number. */
 	if (!msg->malformed && !msg->untokened && msg->store[0] &&
-	    strcmp(msg->store, worker->store_id) != 0) {
+	    strcmp(msg->store, proto->store_id) != 0) {
 		char reason[256];
 
 		snprintf(reason, sizeof(reason),
 			 "token store mismatch: the record was minted in token "
 			 "store %s, this group's token store is %s (check "
 			 "tokens.path)",
-			 msg->store, worker->store_id);
-		return store_mismatch(worker, batch, msg, reason);
+			 msg->store, proto->store_id);
+		return store_mismatch(proto, batch, msg, reason);
 	}
 
 	/* A token minted before this group subscribed was never ours. */
@@ -629,29 +555,29 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 	if (msg->malformed || msg->untokened) {
 		int64_t next;
 
-		worker->stats.untokened++;
-		if ((err = tbx_outbox_ingress_get(worker->store, worker->group,
+		proto->stats->untokened++;
+		if ((err = tbx_outbox_ingress_get(proto->store, proto->group,
 						  msg->topic,
 						  msg->rkm->partition, &next)))
 			return err;
 		if (next >= 0 && msg->rkm->offset < next) {
 			msg->state = TBX_MS_DROPPED;
-			worker->stats.duplicates_dropped++;
+			proto->stats->duplicates_dropped++;
 			return TBX_OK;
 		}
 		if (msg->malformed)
-			return dead_letter(worker, batch, msg, msg->malformed,
-					   0, 1);
-		if (!worker->untokened_offsets)
-			return dead_letter(worker, batch, msg,
+			return dead_letter(proto, batch, msg, msg->malformed, 0,
+					   1);
+		if (!proto->untokened_offsets)
+			return dead_letter(proto, batch, msg,
 					   "record without a token for this "
 					   "group (ingress.untokened=reject)",
 					   0, 1);
-		return run_handler(worker, batch, msg, 1);
+		return run_handler(proto, batch, msg, 1);
 	}
 
 	/* 2. Under S's write lock: no row and no token means done. */
-	if ((err = tbx_tokens_exists(worker->tokens, msg->token, worker->group,
+	if ((err = tbx_tokens_exists(proto->tokens, msg->token, proto->group,
 				     &exists)))
 		return err;
 	/* After an assignment the records the previous owner finished but
@@ -659,54 +585,44 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 	 * partition's first record that has work.  Drops are judged by
 	 * their share after it, and by the prefix's length. */
 	if (msg->part->settled)
-		worker->dup_window_seen++;
+		proto->dup_window_seen++;
 	if (!exists) {
 		int64_t cur;
 
 		/* A number this store never issued: the token was minted in
 		 * a history it does not have (restored from an older backup,
 		 * or another store for a sender without tbx-store). */
-		if ((err = tbx_tokens_seq_current(worker->tokens, &cur)))
+		if ((err = tbx_tokens_seq_current(proto->tokens, &cur)))
 			return err;
 		if (msg->seq > cur) {
 			char reason[256];
 
 			if (msg->part->settled)
-				worker->dup_window_seen--;
+				proto->dup_window_seen--;
 			snprintf(reason, sizeof(reason),
 				 "token store mismatch: the record's tbx-seq "
 				 "%" PRId64 " was never issued by this group's "
 				 "token store %s (its sequence is at %" PRId64
 				 "): restored from an older backup, or another "
 				 "store",
-				 msg->seq, worker->store_id, cur);
-			return store_mismatch(worker, batch, msg, reason);
+				 msg->seq, proto->store_id, cur);
+			return store_mismatch(proto, batch, msg, reason);
 		}
 		msg->state = TBX_MS_DROPPED;
-		worker->stats.duplicates_dropped++;
+		proto->stats->duplicates_dropped++;
 		if (msg->part->settled)
-			worker->dup_window_dropped++;
+			proto->dup_window_dropped++;
 		else if (++msg->part->prefix_drops ==
 			 (uint64_t)DUP_PREFIX_BATCHES *
-			     (uint64_t)worker->batch_max)
-			snprintf(worker->dup_prefix, sizeof(worker->dup_prefix),
+			     (uint64_t)proto->batch_max)
+			snprintf(proto->dup_prefix, sizeof(proto->dup_prefix),
 				 "%s [%" PRId32 "]: %" PRIu64, msg->topic,
 				 msg->rkm->partition, msg->part->prefix_drops);
 		return TBX_OK;
 	}
 	msg->part->settled = 1;
 	/* 3. The handler. */
-	return run_handler(worker, batch, msg, 0);
-}
-
-static void batch_undo_rows(tbx__batch_t *batch)
-{
-	for (size_t i = 0; i < batch->cnt; i++)
-		if (batch->msgs[i].state != TBX_MS_SKIPPED)
-			batch->msgs[i].state = TBX_MS_NEW;
-	for (size_t i = 0; i < batch->row_cnt; i++)
-		tbx__row_clear(&batch->rows[i].row);
-	batch->row_cnt = 0;
+	return run_handler(proto, batch, msg, 0);
 }
 
 /* Is @p i the first record of its partition in the batch?  (Marked once
@@ -716,9 +632,9 @@ static int first_of_part(const tbx__batch_t *batch, size_t i)
 	return batch->msgs[i].first;
 }
 
-static void mark_firsts(tbx_worker_t *worker, tbx__batch_t *batch)
+static void mark_firsts(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	uint64_t gen = ++worker->batch_gen;
+	uint64_t gen = ++proto->batch_gen;
 
 	for (size_t i = 0; i < batch->cnt; i++) {
 		tbx__part_t *part = batch->msgs[i].part;
@@ -753,16 +669,16 @@ static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
  * synchronous=NORMAL: a process crash does not lose it (the OS has it),
  * and a power cut only loses a count.
  */
-static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
+static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	int limit = worker->retry_max > 0 ? worker->retry_max : 1;
-	sqlite3 *db = tbx_outbox_db(worker->store);
+	int limit = proto->retry_max > 0 ? proto->retry_max : 1;
+	sqlite3 *db = tbx_outbox_db(proto->store);
 	size_t chosen = SIZE_MAX;
 	int err;
 
 	if ((err = tbx__db_exec(db, "PRAGMA synchronous=NORMAL")))
 		return err;
-	if ((err = tbx_outbox_begin(worker->store)))
+	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
 	/* What the partitions left: deaths, suspicion and counts. */
 	for (size_t i = 0; i < batch->cnt; i++) {
@@ -774,7 +690,7 @@ static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
 
 		if (!first_of_part(batch, i))
 			continue;
-		if ((err = tbx_outbox_inflight_get(worker->store, worker->group,
+		if ((err = tbx_outbox_inflight_get(proto->store, proto->group,
 						   part->topic, part->partition,
 						   &f, &found)))
 			goto fail;
@@ -869,20 +785,20 @@ static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
 		    next.count_offset < 0)
 			err = part->guard_found
 				  ? tbx_outbox_inflight_delete(
-					worker->store, worker->group,
-					part->topic, part->partition)
+					proto->store, proto->group, part->topic,
+					part->partition)
 				  : TBX_OK;
 		else
-			err = tbx_outbox_inflight_put(
-			    worker->store, worker->group, part->topic,
-			    part->partition, &next);
+			err = tbx_outbox_inflight_put(proto->store,
+						      proto->group, part->topic,
+						      part->partition, &next);
 	}
 fail:
 	/* A failed COMMIT may leave the transaction open: roll it back. */
-	if (err || (err = tbx_outbox_commit(worker->store)))
-		tbx_outbox_rollback(worker->store);
+	if (err || (err = tbx_outbox_commit(proto->store)))
+		tbx_outbox_rollback(proto->store);
 out:;
-	int err2 = tbx__db_exec(db, worker->synchronous_full
+	int err2 = tbx__db_exec(db, proto->synchronous_full
 					? "PRAGMA synchronous=FULL"
 					: "PRAGMA synchronous=NORMAL");
 	return err ? err : err2;
@@ -896,7 +812,7 @@ static int guard_covers(const tbx__batch_t *batch, const tbx__part_t *part)
 
 /* Inside A's transaction: the A is over for the partitions it covered;
  * the counts go with it (a RETRY verdict counted, a record done). */
-static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
+static int guard_clear(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	for (size_t i = 0; i < batch->cnt; i++) {
 		tbx__part_t *part = batch->msgs[i].part;
@@ -926,12 +842,12 @@ static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
 		    part->count_offset,
 		    part->retries};
 		if (f.suspect_until >= 0 || f.count_offset >= 0)
-			err = tbx_outbox_inflight_put(
-			    worker->store, worker->group, part->topic,
-			    part->partition, &f);
+			err = tbx_outbox_inflight_put(proto->store,
+						      proto->group, part->topic,
+						      part->partition, &f);
 		else
 			err = tbx_outbox_inflight_delete(
-			    worker->store, worker->group, part->topic,
+			    proto->store, proto->group, part->topic,
 			    part->partition);
 		if (err)
 			return err;
@@ -944,31 +860,31 @@ static int guard_clear(tbx_worker_t *worker, tbx__batch_t *batch)
  * disk, often fails it as well), the partitions remember in memory that
  * the marker is theirs; a marker found after a restart or by another
  * worker still counts.  The counts stay as G found them. */
-static void guard_release(tbx_worker_t *worker, tbx__batch_t *batch)
+static void guard_release(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int err;
 
-	if (!(err = tbx_outbox_begin(worker->store))) {
+	if (!(err = tbx_outbox_begin(proto->store))) {
 		for (size_t i = 0; i < batch->cnt && !err; i++) {
 			tbx__part_t *part = batch->msgs[i].part;
 
 			if (first_of_part(batch, i) &&
 			    guard_covers(batch, part))
 				err = tbx_outbox_inflight_release(
-				    worker->store, worker->group, part->topic,
+				    proto->store, proto->group, part->topic,
 				    part->partition);
 		}
-		if (err || (err = tbx_outbox_commit(worker->store)))
-			tbx_outbox_rollback(worker->store);
+		if (err || (err = tbx_outbox_commit(proto->store)))
+			tbx_outbox_rollback(proto->store);
 	}
 	for (size_t i = 0; i < batch->cnt; i++)
 		batch->msgs[i].part->guard_unreleased = err != 0;
 }
 
-static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
+void tbx__proto_start(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	int err;
-
+	proto->stats->batches++;
+	mark_firsts(proto, batch);
 	for (size_t i = 0; i < batch->cnt; i++) {
 		batch->msgs[i].part->batch_blocked = 0;
 		batch->msgs[i].part->batch_delay_ms = 0;
@@ -976,19 +892,34 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 		batch->msgs[i].part->suspect_until = -1;
 	}
 	batch->isolating = 0;
-	if ((err = phase_guard(worker, batch)))
+}
+
+int tbx__proto_guard(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	int err;
+
+	if ((err = phase_guard(proto, batch)))
 		return err;
 	tbx__crashpoint("G.marked");
-	if ((err = batch_ids_reset(batch, batch->cnt)))
+	return TBX_OK;
+}
+
+/* A: after G, one S transaction over the batch; a failed A releases G's
+ * marker (it was no death). */
+static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	int err;
+
+	if ((err = tbx__batch_ids_reset(batch, batch->cnt)))
 		goto released;
-	if ((err = tbx_outbox_begin(worker->store)))
+	if ((err = tbx_outbox_begin(proto->store)))
 		goto released;
 	/* Joined: one number for every token this A mints, taken before
 	 * any savepoint (a rolled-back savepoint must not take it back). */
 	batch->mint_seq = 0;
 	batch->minted = 0;
-	if (worker->joined &&
-	    (err = tbx_tokens_seq_joined(worker->tokens, &batch->mint_seq)))
+	if (proto->joined &&
+	    (err = tbx_tokens_seq_joined(proto->tokens, &batch->mint_seq)))
 		goto fail;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
@@ -1004,41 +935,37 @@ static int phase_process(tbx_worker_t *worker, tbx__batch_t *batch)
 		}
 		size_t rows_before = batch->row_cnt;
 
-		if ((err = process_one(worker, batch, msg)))
+		if ((err = process_one(proto, batch, msg)))
 			goto fail;
 		if (batch->row_cnt > rows_before)
-			batch_ids_add(batch, batch->row_cnt - 1);
+			tbx__batch_ids_add(batch, batch->row_cnt - 1);
 	}
-	if ((err = guard_clear(worker, batch)))
+	if ((err = guard_clear(proto, batch)))
 		goto fail;
 	tbx__crashpoint("A.before_commit");
-	if ((err = tbx_outbox_commit(worker->store)))
+	if ((err = tbx_outbox_commit(proto->store)))
 		goto fail;
-	worker->stats.tokens_created += batch->minted;
+	proto->stats->tokens_created += batch->minted;
 	tbx__crashpoint("A.committed");
 	return TBX_OK;
 fail:
-	tbx_outbox_rollback(worker->store);
-	batch_undo_rows(batch);
+	tbx_outbox_rollback(proto->store);
+	tbx__batch_undo_rows(batch);
 released:
-	guard_release(worker, batch);
+	guard_release(proto, batch);
 	return err;
 }
 
-/* B: tokens for rows that have none yet. */
+/* B: forgets the attempts and tokens of the rows @p minted (what was to
+ * persist them failed). */
 static void mint_undo(tbx__batch_t *batch, const size_t *minted, size_t cnt)
 {
-	for (size_t i = 0; i < cnt; i++) {
-		tbx__row_t *row = &batch->rows[minted[i]].row;
-		batch->rows[minted[i]].recorded = 0;
-		row->attempt[0] = '\0';
-		row->mint_seq = 0;
-		for (size_t j = 0; j < row->msg_cnt; j++)
-			row->msgs[j].token[0] = '\0';
-	}
+	for (size_t i = 0; i < cnt; i++)
+		tbx__brow_unmint(&batch->rows[minted[i]]);
 }
 
-static int phase_tokens(tbx_worker_t *worker, tbx__batch_t *batch)
+/* B: tokens for rows that have none yet. */
+static int phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	tbx__mint_req_t *reqs = NULL;
 	tbx__mint_item_t *items = NULL;
@@ -1050,7 +977,7 @@ static int phase_tokens(tbx_worker_t *worker, tbx__batch_t *batch)
 
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (brow->recorded || brow->row.msg_cnt == 0)
+		if (brow->state != TBX_BROW_UNTOKENED || brow->row.msg_cnt == 0)
 			continue;
 		cnt++;
 		item_cnt += brow->row.msg_cnt;
@@ -1067,46 +994,43 @@ static int phase_tokens(tbx_worker_t *worker, tbx__batch_t *batch)
 	}
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
-		tbx__row_t *row = &batch->rows[i].row;
-		if (batch->rows[i].recorded || row->msg_cnt == 0)
+		tbx__brow_t *brow = &batch->rows[i];
+		tbx__row_t *row = &brow->row;
+		if (brow->state != TBX_BROW_UNTOKENED || row->msg_cnt == 0)
 			continue;
 		/* A fresh attempt id and fresh tokens: per attempt. */
-		tbx__uuid(row->attempt);
+		tbx__brow_mint(brow, 0, &items[k]);
 		reqs[cnt].attempt = row->attempt;
 		reqs[cnt].msg_id = row->msg_id;
 		reqs[cnt].items = &items[k];
 		reqs[cnt].item_cnt = row->msg_cnt;
-		for (size_t j = 0; j < row->msg_cnt; j++, k++) {
-			tbx__uuid(row->msgs[j].token);
-			items[k].token = row->msgs[j].token;
-			items[k].topic = row->msgs[j].topic;
-		}
+		k += row->msg_cnt;
 		minted[cnt++] = i;
 	}
-	if ((err = tbx_tokens_mint(worker->tokens, worker->group, reqs, cnt,
-				   &seq, &created))) {
+	if ((err = tbx_tokens_mint(proto->tokens, proto->group, reqs, cnt, &seq,
+				   &created))) {
 		mint_undo(batch, minted, cnt);
 		goto out;
 	}
-	worker->stats.tokens_created += created;
+	proto->stats->tokens_created += created;
 	tbx__crashpoint("B.minted");
 
 	/* First persisted attempt wins.  If this transaction fails, our
 	 * tokens are registered but not recorded: orphans for the sweeper
 	 * once a later attempt is recorded. */
-	if ((err = tbx_outbox_begin(worker->store)))
+	if ((err = tbx_outbox_begin(proto->store)))
 		goto orphaned;
 	for (size_t i = 0; i < cnt; i++) {
 		tbx__row_t *row = &batch->rows[minted[i]].row;
 		row->mint_seq = seq;
 		if ((err = tbx_outbox_row_set_attempt(
-			 worker->store, worker->group, row, &won[i]))) {
-			tbx_outbox_rollback(worker->store);
+			 proto->store, proto->group, row, &won[i]))) {
+			tbx_outbox_rollback(proto->store);
 			goto orphaned;
 		}
 	}
-	if ((err = tbx_outbox_commit(worker->store))) {
-		tbx_outbox_rollback(worker->store);
+	if ((err = tbx_outbox_commit(proto->store))) {
+		tbx_outbox_rollback(proto->store);
 		goto orphaned;
 	}
 	tbx__crashpoint("B.recorded");
@@ -1117,27 +1041,28 @@ static int phase_tokens(tbx_worker_t *worker, tbx__batch_t *batch)
 		int dropped;
 
 		if (won[i]) {
-			brow->recorded = 1;
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 			continue;
 		}
 		/* Another attempt was recorded first: drop ours at once
 		 * (the sweeper would otherwise) and go on with the
 		 * winner's ids and tokens. */
 		tbx__strlcpy(lost, brow->row.attempt, sizeof(lost));
-		if (tbx_tokens_drop_attempt(worker->tokens, lost, &dropped,
+		if (tbx_tokens_drop_attempt(proto->tokens, lost, &dropped,
 					    NULL) == TBX_OK &&
 		    dropped)
-			worker->stats.attempts_lost++;
-		err = tbx_outbox_row_load(worker->store, worker->group,
+			proto->stats->attempts_lost++;
+		err = tbx_outbox_row_load(proto->store, proto->group,
 					  brow->row.msg_id, &brow->row);
 		if (err == TBX_ENOENT) {
-			brow->gone = 1; /* another worker finished it */
+			/* another worker finished it */
+			tbx__brow_set_state(brow, TBX_BROW_GONE);
 			err = TBX_OK;
 		} else if (err) {
-			brow->recorded = 0;
+			tbx__brow_unmint(brow); /* the load cleared the row */
 			goto out;
 		} else {
-			brow->recorded = 1;
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 		}
 	}
 	goto out;
@@ -1166,7 +1091,7 @@ out:
  * get a copy with the same tbx-id, tbx_undelivered keeps one line.
  * @returns TBX_OK when each such message went one way or the other.
  */
-static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
+static int give_up(tbx__proto_t *proto, const tbx__row_t *row,
 		   const rd_kafka_resp_err_t *errs, int failures)
 {
 	char dlq_topic[TBX_TOPIC_MAX + 1], att[12], reason[512];
@@ -1179,7 +1104,7 @@ static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
 	tbx__row_init(&dl);
 	tbx__strlcpy(dl.msg_id, row->msg_id, sizeof(dl.msg_id));
 	snprintf(att, sizeof(att), "%d", failures);
-	dlq_topic_of(worker, row->in_topic, dlq_topic);
+	dlq_topic_of(proto, row->in_topic, dlq_topic);
 	/* A dead letter that cannot be delivered is not dead-lettered
 	 * again: it goes to the table. */
 	for (size_t j = 0; row->kind != TBX_ROW_DEAD_LETTER && j < row->msg_cnt;
@@ -1215,7 +1140,7 @@ static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
 		size_t others = wire_size(m->key_len, m->payload_len, hdrs,
 					  cnt + 1, m->type);
 		hdrs[cnt].len = strlen(reason);
-		dlq_reason_fit(worker, &hdrs[cnt], others, fitted,
+		dlq_reason_fit(proto, &hdrs[cnt], others, fitted,
 			       sizeof(fitted));
 		cnt++;
 		err = tbx__hdrs_encode(hdrs, cnt, &blob, &blob_len);
@@ -1237,14 +1162,14 @@ static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
 		if (!(dlq_errs = calloc(dl.msg_cnt, sizeof(*dlq_errs))))
 			err = TBX_ENOMEM;
 		else
-			tbx__dispatch(worker->producer, worker->store_id, &dlp,
+			tbx__dispatch(*proto->producer, proto->store_id, &dlp,
 				      1, &delivered, NULL, dlq_errs, errstr,
 				      sizeof(errstr));
 	}
 	if (err)
 		goto out;
 	/* What the dead-letter topic did not take: the service store. */
-	if ((err = tbx_outbox_begin(worker->store)))
+	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
 	for (size_t j = 0; j < row->msg_cnt && !err; j++) {
 		const tbx__outmsg_t *m = &row->msgs[j];
@@ -1258,12 +1183,12 @@ static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
 			 "undeliverable to %s after %d attempts: %s", m->topic,
 			 failures, rd_kafka_err2str(errs[j]));
 		if (to_table)
-			err = tbx_outbox_undelivered_add(worker->store,
-							 worker->group, row, m,
+			err = tbx_outbox_undelivered_add(proto->store,
+							 proto->group, row, m,
 							 reason, failures);
 	}
-	if (err || (err = tbx_outbox_commit(worker->store))) {
-		tbx_outbox_rollback(worker->store);
+	if (err || (err = tbx_outbox_commit(proto->store))) {
+		tbx_outbox_rollback(proto->store);
 		goto out;
 	}
 	k = 0;
@@ -1275,8 +1200,8 @@ static int give_up(tbx_worker_t *worker, const tbx__row_t *row,
 			continue;
 		if (!to_table)
 			to_table = dlq_errs[k++] != RD_KAFKA_RESP_ERR_NO_ERROR;
-		worker->stats.undeliverable++;
-		worker->stats.undelivered_stored += to_table;
+		proto->stats->undeliverable++;
+		proto->stats->undelivered_stored += to_table;
 		tbx__log(TBX_LOG_ERR,
 			 "outbox row %s: message %s to %s given up after %d "
 			 "attempts (%s): %s",
@@ -1300,11 +1225,11 @@ out:
  * messages are given up (give_up) and the row counts as delivered, so it
  * finishes and its partition goes on.
  */
-static void permanent_failures(tbx_worker_t *worker, tbx__row_t **rows,
+static void permanent_failures(tbx__proto_t *proto, tbx__row_t **rows,
 			       size_t cnt, int *delivered,
 			       const rd_kafka_resp_err_t *errs)
 {
-	int64_t retry_max = tbx__conf_int(worker->conf, "dispatch.retry.max");
+	int64_t retry_max = proto->dispatch_retry_max;
 	size_t k = 0;
 
 	for (size_t i = 0; i < cnt; k += rows[i]->msg_cnt, i++) {
@@ -1322,8 +1247,8 @@ static void permanent_failures(tbx_worker_t *worker, tbx__row_t **rows,
 		}
 		if (!perm)
 			continue;
-		worker->stats.dispatch_failed_permanent += (uint64_t)perm;
-		if (tbx_outbox_dispatch_failed(worker->store, worker->group,
+		proto->stats->dispatch_failed_permanent += (uint64_t)perm;
+		if (tbx_outbox_dispatch_failed(proto->store, proto->group,
 					       rows[i]->msg_id, &failures) ||
 		    failures == 0)
 			continue; /* gone, or not counted: next time */
@@ -1333,13 +1258,21 @@ static void permanent_failures(tbx_worker_t *worker, tbx__row_t **rows,
 			 rows[i]->msg_id, failures, 1 + retry_max);
 		if (failures <= retry_max || transient)
 			continue;
-		if (give_up(worker, rows[i], errs + k, failures) == TBX_OK)
+		if (give_up(proto, rows[i], errs + k, failures) == TBX_OK)
 			delivered[i] = 1;
 	}
 }
 
+/* Does C dispatch @p brow's messages? */
+static int dispatched(const tbx__brow_t *brow)
+{
+	return (brow->state == TBX_BROW_RECORDED ||
+		brow->state == TBX_BROW_JOINED) &&
+	       brow->row.msg_cnt > 0;
+}
+
 /* C: confirm, produce, await every report. */
-static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
+static int phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	const char **attempts = NULL;
 	tbx__row_t **rows = NULL;
@@ -1351,9 +1284,11 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (brow->row.msg_cnt == 0 && !brow->gone)
-			brow->delivered = 1; /* nothing to send */
-		else if (brow->recorded && !brow->gone) {
+		if (brow->row.msg_cnt == 0 && brow->state != TBX_BROW_GONE)
+			/* nothing to send */
+			tbx__brow_set_state(brow, TBX_BROW_DELIVERED);
+		else if (brow->state == TBX_BROW_RECORDED ||
+			 brow->state == TBX_BROW_JOINED) {
 			cnt++;
 			msgs += brow->row.msg_cnt;
 		}
@@ -1371,38 +1306,39 @@ static int phase_dispatch(tbx_worker_t *worker, tbx__batch_t *batch)
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
+		if (!dispatched(brow))
 			continue;
 		/* An attempt made in A (joined) was never registered. */
-		if (!brow->joined)
+		if (brow->state == TBX_BROW_RECORDED)
 			attempts[acnt++] = brow->row.attempt;
 		rows[cnt++] = &brow->row;
 	}
 	/* Confirm before dispatch: a finished row never leaves a
 	 * registration behind, so the sweeper may treat "no row" as an
 	 * orphan. */
-	if (acnt && (err = tbx_tokens_confirm(worker->tokens, attempts, acnt)))
+	if (acnt && (err = tbx_tokens_confirm(proto->tokens, attempts, acnt)))
 		goto out;
 	tbx__crashpoint("C.confirmed");
-	tbx__producer_check(worker);
-	err = tbx__dispatch(worker->producer, worker->store_id, rows, cnt,
+	tbx__producer_check(proto->producer, proto->conf, proto->stats,
+			    proto->errstr, proto->errstr_size);
+	err = tbx__dispatch(*proto->producer, proto->store_id, rows, cnt,
 			    delivered, NULL, errs, errstr, sizeof(errstr));
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	tbx__crashpoint("C.delivered");
 	/* A fatal error during this dispatch: a new producer for the
 	 * retry. */
-	tbx__producer_check(worker);
+	tbx__producer_check(proto->producer, proto->conf, proto->stats,
+			    proto->errstr, proto->errstr_size);
 	if (err)
-		permanent_failures(worker, rows, cnt, delivered, errs);
+		permanent_failures(proto, rows, cnt, delivered, errs);
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (!brow->recorded || brow->gone || brow->row.msg_cnt == 0)
+		if (!dispatched(brow) || !delivered[cnt++])
 			continue;
-		brow->delivered = delivered[cnt++];
-		if (brow->delivered)
-			worker->stats.dispatched += brow->row.msg_cnt;
+		tbx__brow_set_state(brow, TBX_BROW_DELIVERED);
+		proto->stats->dispatched += brow->row.msg_cnt;
 	}
 	err = TBX_OK; /* undelivered rows wait for redelivery */
 out:
@@ -1424,7 +1360,7 @@ static int delivered_tokens(const tbx__batch_t *batch, const char ***ids,
 		return TBX_ENOMEM;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		const tbx__brow_t *brow = &batch->rows[i];
-		if (brow->delivered && brow->row.in_token[0])
+		if (brow->state == TBX_BROW_DELIVERED && brow->row.in_token[0])
 			(*ids)[(*cnt)++] = brow->row.in_token;
 	}
 	return TBX_OK;
@@ -1432,24 +1368,24 @@ static int delivered_tokens(const tbx__batch_t *batch, const char ***ids,
 
 /* D: consume the incoming tokens of the delivered rows, one T
  * transaction.  Joined, D is part of E's transaction instead. */
-static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
+static int phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	const char **ids;
 	size_t cnt;
 	uint64_t deleted = 0;
 	int err;
 
-	if (worker->joined)
+	if (proto->joined)
 		return TBX_OK;
 	if ((err = delivered_tokens(batch, &ids, &cnt)))
 		return err;
-	err = cnt ? tbx_tokens_consume(worker->tokens, worker->group, ids, cnt,
+	err = cnt ? tbx_tokens_consume(proto->tokens, proto->group, ids, cnt,
 				       &deleted)
 		  : TBX_OK;
 	free(ids);
 	if (err)
 		return err;
-	worker->stats.tokens_consumed += deleted;
+	proto->stats->tokens_consumed += deleted;
 	tbx__crashpoint("D.consumed");
 	return TBX_OK;
 }
@@ -1457,7 +1393,7 @@ static int phase_consume(tbx_worker_t *worker, tbx__batch_t *batch)
 /* E: delete finished rows, one S transaction.  Never before D (see
  * architecture.md); joined, D's deletes go first in this transaction and
  * commit with it. */
-static int phase_finish(tbx_worker_t *worker, tbx__batch_t *batch)
+static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	const char **ids = NULL;
 	size_t cnt = 0;
@@ -1465,37 +1401,43 @@ static int phase_finish(tbx_worker_t *worker, tbx__batch_t *batch)
 	int err, any = 0;
 
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		any |= batch->rows[i].delivered;
+		any |= batch->rows[i].state == TBX_BROW_DELIVERED;
 	if (!any)
 		return TBX_OK;
-	if (worker->joined && (err = delivered_tokens(batch, &ids, &cnt)))
+	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
 		return err;
-	if ((err = tbx_outbox_begin(worker->store)))
+	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
-	if (cnt && (err = tbx_tokens_consume_joined(
-			worker->tokens, worker->group, ids, cnt, &deleted)))
+	if (cnt && (err = tbx_tokens_consume_joined(proto->tokens, proto->group,
+						    ids, cnt, &deleted)))
 		goto undo;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
-		if (!batch->rows[i].delivered)
+		if (batch->rows[i].state != TBX_BROW_DELIVERED)
 			continue;
-		if ((err = tbx_outbox_row_delete(worker->store, worker->group,
+		if ((err = tbx_outbox_row_delete(proto->store, proto->group,
 						 batch->rows[i].row.msg_id)))
 			goto undo;
 	}
-	if ((err = tbx_outbox_commit(worker->store)))
+	if ((err = tbx_outbox_commit(proto->store)))
 		goto undo;
-	worker->stats.tokens_consumed += deleted;
+	proto->stats->tokens_consumed += deleted;
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		if (batch->rows[i].delivered)
-			batch->rows[i].finished = 1;
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
 	free(ids);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
 undo:
-	tbx_outbox_rollback(worker->store);
+	tbx_outbox_rollback(proto->store);
 out:
 	free(ids);
 	return err;
+}
+
+/* A row is done when E deleted it, or another worker finished it. */
+static int row_done(const tbx__brow_t *brow)
+{
+	return brow->state == TBX_BROW_FINISHED || brow->state == TBX_BROW_GONE;
 }
 
 static int msg_done(const tbx__batch_t *batch, const struct tbx_msg *msg)
@@ -1503,21 +1445,19 @@ static int msg_done(const tbx__batch_t *batch, const struct tbx_msg *msg)
 	if (msg->state == TBX_MS_DROPPED)
 		return 1;
 	if (msg->state == TBX_MS_ROW)
-		return batch->rows[msg->row].finished ||
-		       batch->rows[msg->row].gone;
+		return row_done(&batch->rows[msg->row]);
 	return 0;
 }
 
 /* F: per partition, commit up to the first record not done; a partition
- * with unfinished records waits, then restarts from there. */
-static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
+ * with unfinished records waits, then restarts from there.  Decided
+ * here, applied by the caller (the worker's loop). */
+static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	rd_kafka_topic_partition_list_t *offsets =
-	    rd_kafka_topic_partition_list_new(8);
-	rd_kafka_resp_err_t rerr;
-
+	batch->outcome_cnt = 0;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		tbx__part_t *part = batch->msgs[i].part;
+		tbx__part_outcome_t *out;
 		int64_t next = -1, first_undone = -1;
 		tbx__mstate_t first_undone_state = TBX_MS_NEW;
 
@@ -1534,53 +1474,41 @@ static void phase_commit(tbx_worker_t *worker, tbx__batch_t *batch)
 			}
 			next = msg->rkm->offset + 1;
 		}
+		/* At most one per record: the batch has room for it. */
+		out = &batch->outcomes[batch->outcome_cnt++];
+		out->part = part;
+		out->commit = next;
+		out->hold = first_undone >= 0;
+		out->seek = first_undone;
+		out->wait_ms = 0;
 		if (first_undone >= 0) {
-			int64_t delay;
-
 			if (part->batch_blocked) {
-				delay = part->batch_delay_ms;
+				out->wait_ms = part->batch_delay_ms;
 			} else if (part->batch_isolated &&
 				   first_undone_state == TBX_MS_SKIPPED) {
-				delay = 0; /* next record of a suspect range */
+				/* next record of a suspect range: at once */
 			} else {
 				/* A phase failed: retried like a RETRY */
-				delay =
-				    tbx__backoff_ms(worker, ++part->failures);
-				worker->stats.retries++;
+				out->wait_ms =
+				    backoff_ms(proto, ++part->failures);
+				proto->stats->retries++;
 			}
-			tbx__part_block(worker, part, first_undone, delay);
 		} else {
 			part->failures = 0;
 		}
-		if (next >= 0)
-			rd_kafka_topic_partition_list_add(offsets, part->topic,
-							  part->partition)
-			    ->offset = next;
 	}
-	if (offsets->cnt) {
-		rerr = rd_kafka_offsets_store(worker->consumer, offsets);
-		if (rerr)
-			tbx__log(TBX_LOG_INFO, "offsets store: %s",
-				 rd_kafka_err2str(rerr));
-		rerr = rd_kafka_commit(worker->consumer, offsets, 1);
-		if (rerr)
-			tbx__log(TBX_LOG_INFO, "commit: %s",
-				 rd_kafka_err2str(rerr));
-	}
-	rd_kafka_topic_partition_list_destroy(offsets);
-	tbx__crashpoint("F.committed");
 }
 
 /* Records an alarm in a transaction of its own (best effort: the log
  * line has been written already). */
-static void alarm_commit(tbx_worker_t *worker, const char *name,
+static void alarm_commit(tbx__proto_t *proto, const char *name,
 			 const char *detail)
 {
-	if (tbx_outbox_begin(worker->store))
+	if (tbx_outbox_begin(proto->store))
 		return;
-	if (tbx_outbox_alarm_add(worker->store, worker->group, name, detail) ||
-	    tbx_outbox_commit(worker->store))
-		tbx_outbox_rollback(worker->store);
+	if (tbx_outbox_alarm_add(proto->store, proto->group, name, detail) ||
+	    tbx_outbox_commit(proto->store))
+		tbx_outbox_rollback(proto->store);
 }
 
 /* Tokened records looked up per judgement, the share of them dropped
@@ -1597,37 +1525,37 @@ static void alarm_commit(tbx_worker_t *worker, const char *name,
  * a window dropped so means tokens this group never had, which the
  * token store alone cannot tell from finished work.
  */
-static void duplicate_share_check(tbx_worker_t *worker)
+static void duplicate_share_check(tbx__proto_t *proto)
 {
 	char detail[TBX_TOPIC_MAX + 512];
 	int64_t now = tbx__mono_ms();
-	int share, prefix = worker->dup_prefix[0] != '\0';
+	int share, prefix = proto->dup_prefix[0] != '\0';
 
-	share = worker->dup_window_seen >= DUP_WINDOW &&
-		worker->dup_window_dropped * 100 >
-		    worker->dup_window_seen * DUP_SHARE_PCT;
+	share = proto->dup_window_seen >= DUP_WINDOW &&
+		proto->dup_window_dropped * 100 >
+		    proto->dup_window_seen * DUP_SHARE_PCT;
 	if ((share || prefix) &&
-	    (!worker->dup_warned_ms ||
-	     now - worker->dup_warned_ms >= DUP_WARN_GAP_MS)) {
-		worker->dup_warned_ms = now;
-		worker->stats.duplicate_alarms++;
+	    (!proto->dup_warned_ms ||
+	     now - proto->dup_warned_ms >= DUP_WARN_GAP_MS)) {
+		proto->dup_warned_ms = now;
+		proto->stats->duplicate_alarms++;
 		if (share)
 			snprintf(detail, sizeof(detail),
 				 "%" PRIu64 " of the last %" PRIu64
 				 " tokened records were dropped as duplicates "
 				 "(no outbox row, no token for group %s in "
 				 "token store %s)",
-				 worker->dup_window_dropped,
-				 worker->dup_window_seen, worker->group,
-				 worker->store_id);
+				 proto->dup_window_dropped,
+				 proto->dup_window_seen, proto->group,
+				 proto->store_id);
 		else
 			snprintf(detail, sizeof(detail),
 				 "%s tokened records in a row were dropped as "
 				 "duplicates since the partition was assigned, "
 				 "none handled (no outbox row, no token for "
 				 "group %s in token store %s)",
-				 worker->dup_prefix, worker->group,
-				 worker->store_id);
+				 proto->dup_prefix, proto->group,
+				 proto->store_id);
 		tbx__log(TBX_LOG_WARNING,
 			 "%s; likely causes: tokens.path names another token "
 			 "store than the senders' (a typo, or left out), the "
@@ -1635,76 +1563,79 @@ static void duplicate_share_check(tbx_worker_t *worker)
 			 "backup, the group was unsubscribed while it ran, "
 			 "or records were re-produced by hand",
 			 detail);
-		alarm_commit(worker, "duplicate_share", detail);
+		alarm_commit(proto, "duplicate_share", detail);
 	}
-	worker->dup_prefix[0] = '\0';
-	if (worker->dup_window_seen >= DUP_WINDOW)
-		worker->dup_window_seen = worker->dup_window_dropped = 0;
+	proto->dup_prefix[0] = '\0';
+	if (proto->dup_window_seen >= DUP_WINDOW)
+		proto->dup_window_seen = proto->dup_window_dropped = 0;
 }
 
-int tbx__process_batch(tbx_worker_t *worker, tbx__batch_t *batch)
+int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int err;
 
-	if (batch->cnt == 0)
-		return TBX_OK;
-	worker->stats.batches++;
-	mark_firsts(worker, batch);
-	if (!(err = phase_process(worker, batch)) &&
-	    !(err = phase_tokens(worker, batch)) &&
-	    !(err = phase_dispatch(worker, batch)) &&
-	    !(err = phase_consume(worker, batch)))
-		err = phase_finish(worker, batch);
+	if (!(err = phase_process(proto, batch)) &&
+	    !(err = phase_tokens(proto, batch)) &&
+	    !(err = phase_dispatch(proto, batch)) &&
+	    !(err = phase_consume(proto, batch)))
+		err = phase_finish(proto, batch);
+	return err;
+}
+
+void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
+		       tbx__proto_result_t *result)
+{
 	if (err == TBX_EMISMATCH)
-		alarm_commit(worker, "store_mismatch", worker->mismatch_detail);
+		alarm_commit(proto, "store_mismatch", proto->mismatch_detail);
 	else if (err)
 		tbx__log(TBX_LOG_WARNING,
 			 "batch of %zu left unfinished: %s (redelivery "
 			 "resumes it)",
 			 batch->cnt, tbx_strerror(err));
-	phase_commit(worker, batch);
-	duplicate_share_check(worker);
-	return err;
+	phase_commit(proto, batch);
+	duplicate_share_check(proto);
+	result->parts = batch->outcomes;
+	result->part_cnt = batch->outcome_cnt;
 }
 
 /* Takes the rows @p ids through B–E exactly as a redelivery would: safe
  * against concurrent workers (B's conditional record, C's same ids and
  * tokens, D and E idempotent).  *finished receives the rows done; rows
  * left (an undelivered message) make it TBX_EDELIVERY. */
-static int resume_rows(tbx_worker_t *worker, const tbx__msgid_t *ids,
-		       size_t cnt, size_t *finished)
+static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
+		       const tbx__msgid_t *ids, size_t cnt, size_t *finished)
 {
-	tbx__batch_t *batch = &worker->batch;
 	int err = TBX_OK;
 
 	*finished = 0;
-	if (!worker->producer &&
-	    !(worker->producer = tbx__producer_new(worker->conf, worker->errstr,
-						   sizeof(worker->errstr))))
+	if (!*proto->producer &&
+	    !(*proto->producer = tbx__producer_new(proto->conf, proto->errstr,
+						   proto->errstr_size)))
 		return TBX_EKAFKA;
 	for (size_t i = 0; i < cnt && !err; i++) {
 		tbx__brow_t *brow;
 		size_t idx;
 
-		if (!(brow = brow_new(batch, &idx))) {
+		if (!(brow = tbx__batch_row_new(batch, &idx))) {
 			err = TBX_ENOMEM;
 			break;
 		}
-		err = tbx_outbox_row_load(worker->store, worker->group,
-					  ids[i].id, &brow->row);
+		err = tbx_outbox_row_load(proto->store, proto->group, ids[i].id,
+					  &brow->row);
 		if (err == TBX_ENOENT) { /* a worker finished it meanwhile */
-			brow_pop(batch);
+			tbx__batch_row_pop(batch);
 			err = TBX_OK;
 			continue;
 		}
-		brow->recorded = brow->row.attempt[0] != '\0';
+		if (brow->row.attempt[0])
+			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 	}
-	if (!err && !(err = phase_tokens(worker, batch)) &&
-	    !(err = phase_dispatch(worker, batch)) &&
-	    !(err = phase_consume(worker, batch)))
-		err = phase_finish(worker, batch);
+	if (!err && !(err = phase_tokens(proto, batch)) &&
+	    !(err = phase_dispatch(proto, batch)) &&
+	    !(err = phase_consume(proto, batch)))
+		err = phase_finish(proto, batch);
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		*finished += batch->rows[i].finished || batch->rows[i].gone;
+		*finished += row_done(&batch->rows[i]);
 	/* Rows left stay for a later run: an error for the caller. */
 	if (!err && *finished < batch->row_cnt)
 		err = TBX_EDELIVERY;
@@ -1712,40 +1643,41 @@ static int resume_rows(tbx_worker_t *worker, const tbx__msgid_t *ids,
 	return err;
 }
 
-int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
-			   size_t limit, size_t *finished)
+int tbx__proto_redispatch(tbx__proto_t *proto, tbx__batch_t *batch,
+			  int64_t created_before_ms, size_t limit,
+			  size_t *finished)
 {
 	tbx__msgid_t *ids = NULL;
 	size_t cnt = 0;
 	int err;
 
 	*finished = 0;
-	if ((err = tbx_outbox_rows_older(worker->store, worker->group,
+	if ((err = tbx_outbox_rows_older(proto->store, proto->group,
 					 created_before_ms, limit, &ids, &cnt)))
 		return err;
 	if (cnt)
-		err = resume_rows(worker, ids, cnt, finished);
+		err = resume_rows(proto, batch, ids, cnt, finished);
 	free(ids);
 	return err;
 }
 
-int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
-			int32_t partition, int64_t committed, size_t limit,
-			size_t *found, size_t *finished)
+int tbx__proto_recover(tbx__proto_t *proto, tbx__batch_t *batch,
+		       const char *topic, int32_t partition, int64_t committed,
+		       size_t limit, size_t *found, size_t *finished)
 {
 	tbx__msgid_t *ids = NULL;
 	size_t cnt = 0;
 	int err;
 
 	*found = *finished = 0;
-	if ((err = tbx_outbox_rows_below(worker->store, worker->group, topic,
+	if ((err = tbx_outbox_rows_below(proto->store, proto->group, topic,
 					 partition, committed, limit, &ids,
 					 &cnt)))
 		return err;
 	if (cnt == 0)
 		return TBX_OK;
 	*found = cnt;
-	worker->stats.stuck_rows += cnt;
+	proto->stats->stuck_rows += cnt;
 	tbx__log(TBX_LOG_WARNING,
 		 "%s [%" PRId32 "]: %zu outbox row(s) below the committed "
 		 "offset %" PRId64
@@ -1754,16 +1686,16 @@ int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
 		 topic, partition, cnt, committed, ids[0].id);
 	/* Marked for inspect: a mark that stays says the pass could not
 	 * finish the row.  A failed mark only loses that hint. */
-	if (!(err = tbx_outbox_begin(worker->store))) {
+	if (!(err = tbx_outbox_begin(proto->store))) {
 		int64_t now = tbx__now_ms();
 		for (size_t i = 0; i < cnt && !err; i++)
 			err = tbx_outbox_row_mark_stuck(
-			    worker->store, worker->group, ids[i].id, now);
-		if (err || (err = tbx_outbox_commit(worker->store)))
-			tbx_outbox_rollback(worker->store);
+			    proto->store, proto->group, ids[i].id, now);
+		if (err || (err = tbx_outbox_commit(proto->store)))
+			tbx_outbox_rollback(proto->store);
 	}
-	err = resume_rows(worker, ids, cnt, finished);
-	worker->stats.rows_recovered += *finished;
+	err = resume_rows(proto, batch, ids, cnt, finished);
+	proto->stats->rows_recovered += *finished;
 	if (err)
 		tbx__log(TBX_LOG_WARNING,
 			 "%s [%" PRId32 "]: %zu of %zu row(s) below the "

@@ -28,7 +28,10 @@
 #include "base/str.h"
 #include "consumer/publish.h"
 #include "base/sha256.h"
-#include "consumer/worker.h"
+#include "consumer/conf.h"
+#include "consumer/msg.h"
+#include "consumer/producer.h"
+#include "tokens/tokens.h"
 
 /* What the publisher keeps per queued message besides its outgoing
  * message: the edge's view of it and what became of it. */

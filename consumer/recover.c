@@ -2,10 +2,11 @@
  * Finishing outbox rows outside a worker's loop (consumer/recover.h).
  *
  * The phases B–E are the protocol's own (protocol.c), reached through
- * tbx__worker_redispatch(), the call the worker's recovery pass makes:
- * they read a worker's stores, group, producer and the few settings
- * below, so this handle carries exactly those in a worker structure that
- * never joins a group, runs no handler and polls nothing.
+ * tbx__proto_redispatch(), as the worker's recovery pass reaches them
+ * through tbx__proto_recover(): they need the stores, the group, a
+ * producer and the few settings below, which this handle gives a
+ * protocol context of its own; there is no worker, no group membership,
+ * no handler and no poll.
  */
 #include "consumer/recover.h"
 
@@ -13,10 +14,19 @@
 #include <string.h>
 
 #include "base/str.h"
-#include "consumer/worker.h"
+#include "consumer/producer.h"
+#include "consumer/protocol.h"
 
 struct tbx__recover {
-	tbx_worker_t worker;
+	tbx__proto_t proto;
+	tbx__batch_t batch;   /**< the rows B–E take, one call at a time */
+	rd_kafka_t *producer; /**< made at the first dispatch */
+	tbx_stats_t stats;    /**< what the phases count (not reported) */
+	char group[TBX_GROUP_MAX + 1];
+	char store_id[TBX_UUID_LEN + 1]; /**< tbx-store of what is sent */
+	char dlq_suffix[65];
+	char errstr[512];
+	int dispatch_timeout_ms, shutdown_timeout_ms;
 };
 
 tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
@@ -24,7 +34,7 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 				 char *errstr, size_t errstr_size)
 {
 	tbx__recover_t *r;
-	tbx_worker_t *w;
+	tbx__proto_t *proto;
 	int err;
 
 	if (!conf || !grp || !store || !tokens) {
@@ -37,41 +47,49 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		return NULL;
 	}
-	w = &r->worker;
-	w->conf = conf;
-	w->store = store;
-	w->tokens = tokens;
-	tbx__strlcpy(w->group, grp, sizeof(w->group));
-	/* One file for both stores: D commits with E (the joined path). */
-	w->joined = tbx_tokens_joinable(tokens);
-	w->dispatch_timeout_ms =
+	tbx__strlcpy(r->group, grp, sizeof(r->group));
+	r->dispatch_timeout_ms =
 	    (int)tbx__conf_int(conf, "dispatch.timeout.ms");
-	w->shutdown_timeout_ms =
+	r->shutdown_timeout_ms =
 	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
-	tbx__strlcpy(w->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
-		     sizeof(w->dlq_suffix));
+	tbx__strlcpy(r->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
+		     sizeof(r->dlq_suffix));
 	/* tbx-store of what the phases dispatch: the token store's id. */
-	if ((err = tbx_tokens_store_id(tokens, w->store_id))) {
+	if ((err = tbx_tokens_store_id(tokens, r->store_id))) {
 		tbx__seterr(errstr, errstr_size, err,
 			    "cannot read the token store's id");
 		free(r);
 		return NULL;
 	}
-	atomic_init(&w->stop, 0);
+	/* B–E need no handler guard and no backoff: no tbx__proto_init. */
+	proto = &r->proto;
+	proto->store = store;
+	proto->tokens = tokens;
+	proto->producer = &r->producer;
+	proto->conf = conf;
+	proto->stats = &r->stats;
+	proto->errstr = r->errstr;
+	proto->errstr_size = sizeof(r->errstr);
+	proto->group = r->group;
+	proto->store_id = r->store_id;
+	proto->dlq_suffix = r->dlq_suffix;
+	/* One file for both stores: D commits with E (the joined path). */
+	proto->joined = tbx_tokens_joinable(tokens);
+	proto->dispatch_retry_max = tbx__conf_int(conf, "dispatch.retry.max");
 	return r;
 }
 
 int tbx__recover_older(tbx__recover_t *r, int64_t created_before_ms,
 		       size_t limit, size_t *finished)
 {
-	r->worker.errstr[0] = '\0';
-	return tbx__worker_redispatch(&r->worker, created_before_ms, limit,
-				      finished);
+	r->errstr[0] = '\0';
+	return tbx__proto_redispatch(&r->proto, &r->batch, created_before_ms,
+				     limit, finished);
 }
 
 const char *tbx__recover_errstr(const tbx__recover_t *r)
 {
-	return r->worker.errstr;
+	return r->errstr;
 }
 
 int tbx__recover_send(const tbx_conf_t *conf, const char *store_id,
@@ -93,21 +111,16 @@ int tbx__recover_send(const tbx_conf_t *conf, const char *store_id,
 
 void tbx__recover_destroy(tbx__recover_t *r)
 {
-	tbx_worker_t *w;
-
 	if (!r)
 		return;
-	w = &r->worker;
-	if (w->producer) {
-		rd_kafka_flush(w->producer,
-			       w->shutdown_timeout_ms < w->dispatch_timeout_ms
-				   ? w->shutdown_timeout_ms
-				   : w->dispatch_timeout_ms);
-		rd_kafka_destroy(w->producer);
+	if (r->producer) {
+		rd_kafka_flush(r->producer,
+			       r->shutdown_timeout_ms < r->dispatch_timeout_ms
+				   ? r->shutdown_timeout_ms
+				   : r->dispatch_timeout_ms);
+		rd_kafka_destroy(r->producer);
 	}
-	tbx__batch_reset(&w->batch);
-	free(w->batch.msgs);
-	free(w->batch.rows);
-	free(w->batch.ids);
+	tbx__batch_reset(&r->batch);
+	tbx__batch_free(&r->batch);
 	free(r);
 }

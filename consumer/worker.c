@@ -24,6 +24,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/producer.h"
 #include "consumer/worker.h"
 #include "store/db.h"
 #include "tokens/sweep.h"
@@ -41,6 +42,36 @@ fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 	va_end(ap);
 	tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
 	return err;
+}
+
+/* The protocol's context, from the worker's stores, producer, handlers,
+ * settings and stats (the settings are read into the worker first). */
+static void worker_proto_init(tbx_worker_t *worker)
+{
+	tbx__proto_t *proto = &worker->proto;
+
+	proto->store = worker->store;
+	proto->tokens = worker->tokens;
+	proto->producer = &worker->producer;
+	proto->conf = worker->conf;
+	proto->router = worker->router;
+	proto->stats = &worker->stats;
+	proto->errstr = worker->errstr;
+	proto->errstr_size = sizeof(worker->errstr);
+	proto->group = worker->group;
+	proto->store_id = worker->store_id;
+	proto->dlq_suffix = worker->dlq_suffix;
+	proto->joined = worker->joined;
+	proto->batch_max = worker->batch_max;
+	proto->retry_max = worker->retry_max;
+	proto->backoff_ms = worker->backoff_ms;
+	proto->backoff_max_ms = worker->backoff_max_ms;
+	proto->untokened_offsets = worker->untokened_offsets;
+	proto->synchronous_full = worker->synchronous_full;
+	proto->mismatch_stop = worker->mismatch_stop;
+	proto->dispatch_retry_max =
+	    tbx__conf_int(worker->conf, "dispatch.retry.max");
+	tbx__proto_init(proto);
 }
 
 tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
@@ -118,7 +149,6 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->mismatch_stop =
 	    strcmp(tbx__conf_str(conf, "token.store.mismatch"), "stop") == 0;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
-	tbx__guard_install(worker);
 	if (!(worker->router = tbx_router_new())) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		goto fail;
@@ -146,9 +176,9 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->stats_interval_ms = tbx__conf_int(conf, "stats.interval.ms");
 	tbx__strlcpy(worker->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
 		     sizeof(worker->dlq_suffix));
-	worker->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
+	worker_proto_init(worker);
 	if (tbx__worker_metrics_start(worker, errstr, errstr_size)) {
 		worker->conf = NULL;
 		goto fail;
@@ -331,19 +361,6 @@ static void part_remove(tbx_worker_t *worker, const char *topic,
 	worker->part_cnt--;
 }
 
-int64_t tbx__backoff_ms(tbx_worker_t *worker, int attempt)
-{
-	int64_t delay = worker->backoff_ms;
-
-	for (int i = 1; i < attempt && delay < worker->backoff_max_ms; i++)
-		delay *= 2;
-	if (delay > worker->backoff_max_ms)
-		delay = worker->backoff_max_ms;
-	/* Full jitter in [delay/2, delay]: workers retrying the same
-	 * failure do not march in step. */
-	return delay / 2 + rand_r(&worker->rand_state) % (delay / 2 + 1);
-}
-
 static rd_kafka_topic_partition_list_t *one_part(const tbx__part_t *part,
 						 int64_t offset)
 {
@@ -355,8 +372,10 @@ static rd_kafka_topic_partition_list_t *one_part(const tbx__part_t *part,
 	return list;
 }
 
-void tbx__part_block(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
-		     int64_t delay_ms)
+/* Pauses @p part and arranges to restart it at @p offset after a backoff
+ * of @p delay_ms (a hold F decided). */
+static void part_hold(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
+		      int64_t delay_ms)
 {
 	rd_kafka_topic_partition_list_t *list;
 
@@ -654,19 +673,10 @@ static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
 		rd_kafka_message_destroy(rkm);
 		return 0;
 	}
-	if (batch->cnt == batch->cap) {
-		size_t cap = batch->cap ? batch->cap * 2 : 64;
-		struct tbx_msg *grown =
-		    realloc(batch->msgs, cap * sizeof(*grown));
-		if (!grown) {
-			rd_kafka_message_destroy(rkm);
-			return -1;
-		}
-		batch->msgs = grown;
-		batch->cap = cap;
+	if (!(msg = tbx__batch_push(batch))) {
+		rd_kafka_message_destroy(rkm);
+		return -1;
 	}
-	msg = &batch->msgs[batch->cnt++];
-	memset(msg, 0, sizeof(*msg));
 	msg->rkm = rkm;
 	msg->part = part;
 	tbx__msg_parse(msg);
@@ -826,7 +836,7 @@ static void maybe_stats(tbx_worker_t *worker)
  * redelivery resumes them.  After an assignment and every
  * recovery.interval.ms, the owner finishes those of its partitions.
  * Safe against another worker on the same rows for the reasons
- * tbx__worker_redispatch is (docs/architecture.md).
+ * tbx__proto_redispatch is (docs/architecture.md).
  */
 static void maybe_recover(tbx_worker_t *worker)
 {
@@ -861,9 +871,10 @@ static void maybe_recover(tbx_worker_t *worker)
 		/* No offset committed yet: nothing lies below it. */
 		if (tp->err || tp->offset < 0)
 			continue;
-		tbx__worker_recover(worker, tp->topic, tp->partition,
-				    tp->offset, (size_t)worker->cleanup_batch,
-				    &found, &finished);
+		tbx__proto_recover(&worker->proto, &worker->batch, tp->topic,
+				   tp->partition, tp->offset,
+				   (size_t)worker->cleanup_batch, &found,
+				   &finished);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
 }
@@ -912,6 +923,64 @@ static void maybe_cleanup(tbx_worker_t *worker)
 	touch_subscriptions(worker);
 }
 
+/* Applies F's result: holds back the partitions with a record not done
+ * (pause, then seek back to it after the wait), and stores and commits
+ * (asynchronously) the offsets after what is done. */
+static void apply_outcome(tbx_worker_t *worker,
+			  const tbx__proto_result_t *result)
+{
+	rd_kafka_topic_partition_list_t *offsets =
+	    rd_kafka_topic_partition_list_new(8);
+	rd_kafka_resp_err_t rerr;
+
+	for (size_t i = 0; i < result->part_cnt; i++) {
+		const tbx__part_outcome_t *out = &result->parts[i];
+
+		if (out->hold)
+			part_hold(worker, out->part, out->seek, out->wait_ms);
+		if (out->commit >= 0)
+			rd_kafka_topic_partition_list_add(
+			    offsets, out->part->topic, out->part->partition)
+			    ->offset = out->commit;
+	}
+	if (offsets->cnt) {
+		rerr = rd_kafka_offsets_store(worker->consumer, offsets);
+		if (rerr)
+			tbx__log(TBX_LOG_INFO, "offsets store: %s",
+				 rd_kafka_err2str(rerr));
+		rerr = rd_kafka_commit(worker->consumer, offsets, 1);
+		if (rerr)
+			tbx__log(TBX_LOG_INFO, "commit: %s",
+				 rd_kafka_err2str(rerr));
+	}
+	rd_kafka_topic_partition_list_destroy(offsets);
+	tbx__crashpoint("F.committed");
+}
+
+/*
+ * One batch: G, then A–E through the protocol, then F's decision, which
+ * is applied here (protocol.h).  A failed G or A–E still gets its F: the
+ * records not done are held back for redelivery.
+ * @returns TBX_OK or the error that stopped a phase.
+ */
+static int process_batch(tbx_worker_t *worker)
+{
+	tbx__proto_t *proto = &worker->proto;
+	tbx__batch_t *batch = &worker->batch;
+	tbx__proto_result_t result;
+	int err;
+
+	if (batch->cnt == 0)
+		return TBX_OK;
+	tbx__proto_start(proto, batch);
+	err = tbx__proto_guard(proto, batch); /* G */
+	if (!err)
+		err = tbx__proto_process(proto, batch); /* A–E */
+	tbx__proto_finish(proto, batch, err, &result);	/* F */
+	apply_outcome(worker, &result);
+	return err;
+}
+
 int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 {
 	int err;
@@ -935,7 +1004,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	}
 	cnt = worker->batch.cnt;
 	int64_t began = tbx__mono_ms();
-	err = tbx__process_batch(worker, &worker->batch);
+	err = process_batch(worker);
 	tbx__batch_reset(&worker->batch);
 	if (cnt) {
 		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
@@ -1109,9 +1178,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 		return;
 	tbx_worker_close(worker);
 	tbx__worker_metrics_stop(worker);
-	free(worker->batch.msgs);
-	free(worker->batch.rows);
-	free(worker->batch.ids);
+	tbx__batch_free(&worker->batch);
 	free(worker->parts);
 	free(worker->since);
 	tbx_tokens_close(worker->tokens);

@@ -535,7 +535,7 @@ proctype Downstream(byte g)
 #ifdef RECOVERY
 /* ------------------------------------------------------------------ */
 /* The recovery pass (consumer/worker.c maybe_recover, protocol.c       */
-/* tbx__worker_recover): finishes rows whose record will not be         */
+/* tbx__proto_recover): finishes rows whose record will not be          */
 /* delivered again, through B-E exactly as a redelivery resumes a row.  */
 /* The pass takes only rows below the committed offset of its own       */
 /* partitions; the model lets it take any row at any time, beside two  */

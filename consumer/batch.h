@@ -1,0 +1,140 @@
+/*
+ * One batch in flight: its records (tbx_msg_t, msg.h) in poll order, the
+ * outbox rows the protocol takes through A–E (tbx__brow_t), and room for
+ * F's decision per partition (part.h).  batch.c keeps the arrays, the
+ * index of rows by message id, and the state of each in-memory row.
+ *
+ * @locality the worker's thread.
+ */
+#ifndef TBX_CONSUMER_BATCH_H
+#define TBX_CONSUMER_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer/msg.h"
+#include "consumer/part.h"
+#include "outbox/outbox.h"
+#include "tokens/tokens.h"
+
+/*
+ * The state of an outbox row in flight (tbx__brow_t), beside the stored
+ * row's (outbox.h: PROCESSED, TOKENED).  Every change goes through
+ * tbx__brow_set_state(), which checks the transition and the new state's
+ * invariants (tbx__brow_assert_state()); a build without NDEBUG aborts
+ * on a wrong one.
+ *
+ *        A: inserted (handler OK, dead letter),
+ *        or loaded from S without an attempt
+ *                     │
+ *                     ▼            C: no outgoing message
+ *                 UNTOKENED ───────────────────────────────┐
+ *                   │   ▲                                  │
+ *     B (or A, when │   │ unmint: what was to              │
+ *     joined): mint │   │ persist them failed              │
+ *                   ▼   │                                  │
+ *                  MINTED ───── A, joined: their token ──┐ │
+ *                   │   │       rows made in the         │ │
+ *     B: recorded   │   │       record's savepoint       │ │
+ *     (won), or     │   │ B: lost, and the               ▼ │
+ *     lost and the  │   │ row is gone               JOINED │
+ *     winner's      │   ▼                                │ │
+ *     reloaded      │  GONE                              │ │
+ *                   ▼                                    │ │
+ *   loaded from S ► RECORDED                             │ │
+ *   with an attempt │                                    │ │
+ *                   │ C: every outgoing message          │ │
+ *                   ▼    acknowledged                    │ │
+ *                 DELIVERED ◄────────────────────────────┴─┘
+ *                   │ E: deleted
+ *                   ▼
+ *                 FINISHED
+ *
+ * RECORDED and JOINED rows are dispatched by C; only RECORDED ones have a
+ * registration to confirm.  A row is done (F) when FINISHED or GONE
+ * (another worker finished it).  A row whose savepoint or transaction is
+ * rolled back is forgotten whatever its state (tbx__batch_row_pop(),
+ * tbx__batch_undo_rows()).
+ */
+typedef enum tbx__brow_state {
+	TBX_BROW_UNTOKENED = 0, /**< no attempt: PROCESSED in S */
+	TBX_BROW_MINTED,	/**< attempt and tokens made, not persisted */
+	TBX_BROW_RECORDED,	/**< has a persisted attempt, ours or a
+				     winner's: TOKENED in S */
+	TBX_BROW_JOINED,	/**< attempt made in A (one file): TOKENED, no
+				     registration */
+	TBX_BROW_GONE,		/**< another worker finished it meanwhile */
+	TBX_BROW_DELIVERED,	/**< every outgoing message acknowledged, or
+				     none to send */
+	TBX_BROW_FINISHED,	/**< deleted in E */
+} tbx__brow_state_t;
+
+/** An outbox row in flight in this batch. */
+typedef struct tbx__brow {
+	tbx__row_t row;
+	tbx__brow_state_t state;
+} tbx__brow_t;
+
+typedef struct tbx__batch {
+	struct tbx_msg *msgs;
+	size_t cnt, cap;
+	/* F's decisions, one per partition of the batch: as many slots as
+	 * msgs, so that F never needs memory it may not get. */
+	tbx__part_outcome_t *outcomes;
+	size_t outcome_cnt;
+	tbx__brow_t *rows;
+	size_t row_cnt, row_cap;
+	/* A's index of the batch's rows by message id: open addressing,
+	 * row index + 1 per slot (0: empty), ids_cap a power of two. */
+	uint32_t *ids;
+	size_t ids_cap;
+	int isolating;	  /**< a suspect partition: A takes one record */
+	size_t isolated;  /**< that record's index when isolating */
+	int64_t mint_seq; /**< joined: the number A took for its tokens */
+	uint64_t minted;  /**< joined: token rows A created (stats) */
+} tbx__batch_t;
+
+/** A new record slot at the end of the batch, zeroed.  NULL: no memory. */
+struct tbx_msg *tbx__batch_push(tbx__batch_t *batch);
+/** Destroys the records and forgets the rows; keeps the memory. */
+void tbx__batch_reset(tbx__batch_t *batch);
+/** Frees what the batch holds (after tbx__batch_reset()). */
+void tbx__batch_free(tbx__batch_t *batch);
+
+/** A new row at the end of the batch's rows, its index in *idx.  NULL:
+ *  no memory. */
+tbx__brow_t *tbx__batch_row_new(tbx__batch_t *batch, size_t *idx);
+/** Forgets the most recent row (its savepoint was rolled back). */
+void tbx__batch_row_pop(tbx__batch_t *batch);
+/** Forgets every row (A's transaction was rolled back); records other than
+ *  skipped ones are looked at again. */
+void tbx__batch_undo_rows(tbx__batch_t *batch);
+
+/** Empties the index of rows by message id, sized for @p cnt rows. */
+int tbx__batch_ids_reset(tbx__batch_t *batch, size_t cnt);
+/** Adds row @p idx to the index. */
+void tbx__batch_ids_add(tbx__batch_t *batch, size_t idx);
+/** 1 and *idx when the batch has a row for @p msg_id, else 0. */
+int tbx__batch_row_find(const tbx__batch_t *batch, const char *msg_id,
+			size_t *idx);
+
+/** Checks @p brow's invariants for its state (asserts); @returns 1, so
+ *  that it can be called as assert(tbx__brow_assert_state(brow)). */
+int tbx__brow_assert_state(const tbx__brow_t *brow);
+/** 1 when the diagram above has an arrow from @p from to @p to. */
+int tbx__brow_transition_ok(tbx__brow_state_t from, tbx__brow_state_t to);
+/** Moves @p brow to @p to: asserts the transition, then the invariants. */
+void tbx__brow_set_state(tbx__brow_t *brow, tbx__brow_state_t to);
+/**
+ * UNTOKENED -> MINTED: a fresh attempt id, and a fresh token per outgoing
+ * message, listed in @p items (token and topic, row->msg_cnt entries) for
+ * the token store; mint_seq = @p mint_seq (0: set when known).  Per
+ * attempt: every mint makes new ids.
+ */
+void tbx__brow_mint(tbx__brow_t *brow, int64_t mint_seq,
+		    tbx__mint_item_t *items);
+/** MINTED -> UNTOKENED: forgets the attempt, mint_seq and tokens (what
+ *  was to persist them failed, or lost). */
+void tbx__brow_unmint(tbx__brow_t *brow);
+
+#endif

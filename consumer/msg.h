@@ -1,0 +1,75 @@
+/*
+ * An incoming record as handlers see it (tbx_msg_t) with the protocol's
+ * state of it, and the handler context (tbx_ctx_t): msg.c parses and
+ * checks the tbx-* headers and implements the calls handlers make.
+ *
+ * @locality the worker's thread.
+ */
+#ifndef TBX_CONSUMER_MSG_H
+#define TBX_CONSUMER_MSG_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
+#include "outbox/outbox.h"
+
+#define TBX_TYPE_MAX 255
+
+struct tbx__part;
+
+/* What A decided for one record of the batch. */
+typedef enum tbx__mstate {
+	TBX_MS_NEW = 0, /**< not looked at yet */
+	TBX_MS_SKIPPED, /**< its partition blocked earlier in the batch */
+	TBX_MS_BLOCKED, /**< RETRY (or a failed phase): resume here later */
+	TBX_MS_DROPPED, /**< duplicate or below the ingress offset: done */
+	TBX_MS_ROW,	/**< has an outbox row: done when the row finishes */
+} tbx__mstate_t;
+
+/** An incoming record as handlers see it, plus its protocol state. */
+struct tbx_msg {
+	rd_kafka_message_t *rkm; /**< owned by the batch */
+	const char *topic;	 /**< borrowed from rkm */
+	struct tbx__part *part;
+	char id[TBX_MSGID_MAX + 1];
+	char token[TBX_UUID_LEN + 1]; /**< "" when absent */
+	char cause[TBX_UUID_LEN + 1]; /**< "" when absent */
+	char store[TBX_UUID_LEN + 1]; /**< tbx-store, "" when absent */
+	char type[TBX_TYPE_MAX + 1];
+	int has_type;
+	int64_t seq; /**< tbx-seq, 0 when absent */
+	const char
+	    *malformed; /**< why the tbx-* headers are unusable, or NULL */
+	int untokened;	/**< no usable token for this group */
+	int attempt;	/**< for handlers: 1 + earlier RETRYs */
+	int crashes;	/**< >0: killed the worker this often alone: poison */
+	tbx__mstate_t state;
+	size_t row; /**< index in the batch's rows when TBX_MS_ROW */
+	int first;  /**< the first record of its partition in the batch */
+};
+
+/** What a handler call gets (A, protocol.c). */
+struct tbx_ctx {
+	tbx_outbox_t *store; /**< the service store: tbx_ctx_db() */
+	const struct tbx_msg *msg;
+	tbx__row_t *row; /**< where tbx_ctx_send queues */
+	char *error;	 /**< tbx_ctx_set_error() */
+	int send_failed; /**< a tbx_ctx_send() failed: never commit */
+};
+
+/** Reads and checks the tbx-* headers of @p msg->rkm. */
+void tbx__msg_parse(struct tbx_msg *msg);
+/** The header part of tbx__msg_parse(): @p hdrs (NULL: none) of the record
+ *  at @p partition, @p offset of msg->topic, which is set. */
+void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
+			    int32_t partition, int64_t offset);
+/** Checks an outgoing message (topic name, type, reserved header names)
+ *  and encodes its headers into *hdrs (malloc'ed, NULL when none).
+ *  @returns TBX_OK, TBX_EINVAL (logged with the reason) or TBX_ENOMEM. */
+int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
+		     size_t *hdrs_len);
+
+#endif

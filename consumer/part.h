@@ -1,0 +1,64 @@
+/*
+ * Per assigned partition state: what the worker's loop keeps between
+ * batches (pause, backoff, where to restart), what G loads from and A
+ * saves to the service store (the counts of tbx_inflight), and what one
+ * batch's phases note on the way; and F's decision for one partition,
+ * which the loop applies (worker.c).
+ *
+ * @locality the worker's thread.
+ */
+#ifndef TBX_CONSUMER_PART_H
+#define TBX_CONSUMER_PART_H
+
+#include <stdint.h>
+
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
+
+/** Per assigned partition state that outlives a batch. */
+typedef struct tbx__part {
+	char topic[TBX_TOPIC_MAX + 1];
+	int32_t partition;
+	int paused; /**< waiting for resume_at_ms */
+	int64_t resume_at_ms;
+	int64_t seek_offset; /**< where to restart when resuming */
+	/* Counts for one record of the partition, loaded from the service
+	 * store by G at every batch (tbx_inflight) and saved with A. */
+	int64_t count_offset; /**< the record counted; -1: none */
+	int retries;	      /**< RETRY verdicts counted for it */
+	int crashes;	      /**< lone deaths counted for it */
+	int64_t since;	      /**< subscription number of the topic */
+	int failures;	      /**< consecutive batches left unfinished */
+	/* per batch */
+	int batch_blocked; /**< a record of this batch asked to retry */
+	int64_t batch_delay_ms;
+	int batch_isolated;    /**< a suspect range in the batch: one record
+				    of all partitions this batch */
+	int guard_found;       /**< G found a tbx_inflight row */
+	int guard_dirty;       /**< G changed it without covering the part */
+	uint64_t batch_mark;   /**< the last batch that had records of it */
+	int64_t suspect_until; /**< from the guard; -1: not suspect */
+	int guard_unreleased;  /**< this process failed to release its own
+				    marker (a full disk): not a death */
+	int settled; /**< a tokened record had work since the assignment:
+			the redelivered prefix is over */
+	uint64_t prefix_drops; /**< duplicates dropped before that */
+	int64_t broke_next;    /**< offset + 1 of a record whose handler
+				    tried to commit A (refused, A rolled
+				    back): dead-lettered next; 0: none */
+} tbx__part_t;
+
+/** F's decision for one partition of a batch: what the loop stores and
+ *  commits, and whether it holds the partition back. */
+typedef struct tbx__part_outcome {
+	tbx__part_t *part;
+	int64_t commit;	 /**< offset after the last done record, to store
+			      and commit; -1: none done */
+	int hold;	 /**< a record is not done: pause the partition, */
+	int64_t seek;	 /**< then restart at this offset (that record) */
+	int64_t wait_ms; /**< after this wait */
+} tbx__part_outcome_t;
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * Dispatch (C): the idempotent producer and the wait for every delivery
+ * report (producer.c).
+ *
+ * @locality the thread that owns the producer.
+ */
+#ifndef TBX_CONSUMER_PRODUCER_H
+#define TBX_CONSUMER_PRODUCER_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "consumer/conf.h"
+#include "outbox/outbox.h"
+
+rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
+			      size_t errstr_size);
+/** Replaces *@p producer after a fatal error (counted in
+ *  @p stats->producer_restarts and logged), or creates it when there is
+ *  none, from @p conf.  @returns TBX_OK when there is a usable producer;
+ *  else @p errstr says why. */
+int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
+			tbx_stats_t *stats, char *errstr, size_t errstr_size);
+/** 1 when retrying a delivery that failed with @p err cannot succeed
+ *  (the message or its topic is refused): the table in producer.c. */
+int tbx__kafka_err_permanent(rd_kafka_resp_err_t err);
+/** The producer's message.max.bytes (librdkafka's default without one). */
+int64_t tbx__producer_max_bytes(rd_kafka_t *producer);
+/**
+ * Produces every outgoing message of @p rows (NULL entries skipped) with
+ * the tbx-* headers (tbx-store = @p store_id with every token) and waits for
+ * every delivery report.  delivered[i] = 1 when all messages of rows[i] were
+ * acknowledged.  @p errs (may be NULL) receives each message's result, rows
+ * in order, messages in order.  A NULL @p producer delivers nothing
+ * (RD_KAFKA_RESP_ERR__FATAL).
+ * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
+ */
+int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
+		  tbx__row_t *const *rows, size_t cnt, int *delivered,
+		  size_t *undelivered, rd_kafka_resp_err_t *errs, char *errstr,
+		  size_t errstr_size);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * The exactly-once protocol over one batch (protocol.c, the phases in
+ * docs/architecture.md): G, then A–E, then F's decision, which the caller
+ * applies.  The protocol does not know the worker: the worker builds a
+ * tbx__proto_t from its stores, producer, handlers, settings and stats
+ * once, and drives each batch through it (worker.c, tbx_worker_poll()):
+ *
+ *   tbx__proto_start()    numbers the batch, clears its partitions' notes
+ *   tbx__proto_guard()    G: the crash marker, suspicion and counts
+ *   tbx__proto_process()  A–E: handlers, tokens, dispatch, consume, finish
+ *   tbx__proto_finish()   F: per partition, the offset to commit and
+ *                         whether to hold the partition, for how long
+ *
+ * tbx__proto_redispatch() and tbx__proto_recover() take rows through B–E
+ * without a batch of records (inspect redispatch, the recovery pass).
+ *
+ * @locality the worker's thread.
+ */
+#ifndef TBX_CONSUMER_PROTOCOL_H
+#define TBX_CONSUMER_PROTOCOL_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer/batch.h"
+#include "consumer/conf.h"
+#include "consumer/guard.h"
+#include "consumer/part.h"
+#include "handlers/router.h"
+#include "outbox/outbox.h"
+#include "tokens/tokens.h"
+
+/** What the protocol works with, and its own state across batches. */
+typedef struct tbx__proto {
+	/* Handed over by the worker, which owns them. */
+	tbx_outbox_t *store;	/**< S, the service store */
+	tbx_tokens_t *tokens;	/**< T, the token store */
+	rd_kafka_t **producer;	/**< C dispatches through *producer and
+				     replaces it after a fatal error */
+	const tbx_conf_t *conf; /**< for a new producer */
+	tbx_router_t *router;	/**< the handlers */
+	tbx_stats_t *stats;	/**< counted into */
+	char *errstr;		/**< why a batch stopped the worker */
+	size_t errstr_size;
+	/* Settings, read once by the worker. */
+	const char *group;
+	const char *store_id;	/**< T's id: tbx-store of what is minted */
+	const char *dlq_suffix; /**< dlq.suffix */
+	int joined;		/**< one file for S and T (protocol.c) */
+	int batch_max;		/**< batch.max.messages */
+	int retry_max;		/**< retry.max */
+	int backoff_ms, backoff_max_ms; /**< retry.backoff.ms, .max.ms */
+	int untokened_offsets;		/**< ingress.untokened=offsets */
+	int synchronous_full;	    /**< store.synchronous=full: G lowers it for
+					 its own commit and restores it */
+	int mismatch_stop;	    /**< token.store.mismatch=stop */
+	int64_t dispatch_retry_max; /**< dispatch.retry.max */
+	/* The protocol's own state. */
+	tbx__guard_t guard;  /**< armed around each handler call */
+	unsigned rand_state; /**< the backoff's jitter */
+	uint64_t batch_gen;  /**< numbers batches for tbx__part_t.batch_mark */
+	char mismatch_detail[TBX_TOPIC_MAX + 512]; /**< the last one seen */
+	/* Records dropped as duplicates (no row, no token) in the current
+	 * window, out of the tokened records looked up. */
+	uint64_t dup_window_seen, dup_window_dropped;
+	int64_t dup_warned_ms; /**< monotonic time of the last warning */
+	char dup_prefix[TBX_TOPIC_MAX + 64]; /**< a partition whose prefix of
+						  duplicates grew too long */
+} tbx__proto_t;
+
+/** F's result: per partition of the batch, what to commit and whether to
+ *  hold it (tbx__part_outcome_t); the entries live in the batch. */
+typedef struct tbx__proto_result {
+	const tbx__part_outcome_t *parts;
+	size_t part_cnt;
+} tbx__proto_result_t;
+
+/** Readies @p proto once its handed-over fields and settings are set:
+ *  installs the handler guard on S's connection and seeds the jitter. */
+void tbx__proto_init(tbx__proto_t *proto);
+
+/** Before G: numbers the batch (counted in stats.batches), marks the
+ *  first record of each partition and clears the partitions' per-batch
+ *  notes.  The batch is not empty. */
+void tbx__proto_start(tbx__proto_t *proto, tbx__batch_t *batch);
+/** G: one S transaction (synchronous=NORMAL) that reads what the
+ *  partitions' last As left (deaths, suspicion, counts), decides whether
+ *  A takes one record (isolation), and marks what A covers.
+ *  @returns TBX_OK or the error that stopped it (A–E do not run). */
+int tbx__proto_guard(tbx__proto_t *proto, tbx__batch_t *batch);
+/** A–E over the batch, after a G that succeeded.  @returns TBX_OK or
+ *  the error that stopped a phase (the rest waits for redelivery);
+ *  TBX_EMISMATCH with token.store.mismatch=stop. */
+int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch);
+/** F: after G and A–E (@p err, what stopped them): logs a batch left
+ *  unfinished, and decides per partition the offset after its last done
+ *  record and, when a record is not done, the hold that restarts there
+ *  after the RETRY backoff, at once (the next record of a suspect range),
+ *  or after a backoff for consecutive failures.  The caller stores and
+ *  commits the offsets and applies the holds. */
+void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
+		       tbx__proto_result_t *result);
+
+/**
+ * Finishes this group's outbox rows created at or before
+ * @p created_before_ms (at most @p limit) whose records are no longer
+ * redelivered: B–E with the same ids and tokens, as a redelivery would,
+ * using @p batch (empty) for the rows.  Safe while workers run.
+ * *finished receives the rows done.
+ */
+int tbx__proto_redispatch(tbx__proto_t *proto, tbx__batch_t *batch,
+			  int64_t created_before_ms, size_t limit,
+			  size_t *finished);
+/**
+ * The recovery pass for one owned partition: finishes (B–E, as
+ * tbx__proto_redispatch) at most @p limit of the group's rows whose
+ * record lies below @p committed, the partition's committed offset:
+ * records that will not be delivered again.  Counted, logged at WARN and
+ * marked in the store (stuck_ms) first.  *found and *finished receive
+ * the rows found and finished.
+ */
+int tbx__proto_recover(tbx__proto_t *proto, tbx__batch_t *batch,
+		       const char *topic, int32_t partition, int64_t committed,
+		       size_t limit, size_t *found, size_t *finished);
+
+#endif
