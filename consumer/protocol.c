@@ -200,10 +200,10 @@ static void dlq_topic_of(const tbx_worker_t *worker, const char *topic,
 			 char dlq_topic[TBX_TOPIC_MAX + 1])
 {
 	if (snprintf(dlq_topic, TBX_TOPIC_MAX + 1, "%s%s", topic,
-		     worker->dlq_suffix) >= TBX_TOPIC_MAX + 1)
+		     worker->cfg->dlq_suffix) >= TBX_TOPIC_MAX + 1)
 		snprintf(dlq_topic, TBX_TOPIC_MAX + 1, "%.*s%s",
-			 (int)(TBX_TOPIC_MAX - strlen(worker->dlq_suffix)),
-			 topic, worker->dlq_suffix);
+			 (int)(TBX_TOPIC_MAX - strlen(worker->cfg->dlq_suffix)),
+			 topic, worker->cfg->dlq_suffix);
 }
 
 /* The most of a dead letter's tbx-dlq-error header. */
@@ -395,10 +395,11 @@ static int store_mismatch(tbx_worker_t *worker, tbx__batch_t *batch,
 		 "%s [%" PRId32 "] @%" PRId64 ": %s", msg->topic,
 		 msg->rkm->partition, msg->rkm->offset, reason);
 	tbx__log(TBX_LOG_ERR, "%s%s", worker->mismatch_detail,
-		 worker->mismatch_stop ? "; stopping the worker "
-					 "(token.store.mismatch=stop)"
-				       : "; dead-lettered");
-	if (worker->mismatch_stop) {
+		 worker->cfg->token_store_mismatch == TBX_MISMATCH_STOP
+		     ? "; stopping the worker "
+		       "(token.store.mismatch=stop)"
+		     : "; dead-lettered");
+	if (worker->cfg->token_store_mismatch == TBX_MISMATCH_STOP) {
 		snprintf(worker->errstr, sizeof(worker->errstr),
 			 "%.440s; stopped (token.store.mismatch=stop)",
 			 worker->mismatch_detail);
@@ -539,7 +540,7 @@ static int run_handler(tbx_worker_t *worker, tbx__batch_t *batch,
 	if (verdict == TBX_VERDICT_RETRY) {
 		attempts = msg->attempt;
 		worker->stats.retries++;
-		if (attempts <= worker->retry_max) {
+		if (attempts <= worker->cfg->retry_max) {
 			free(ctx.error);
 			/* Counted in the store with A (guard_clear). */
 			if (part->count_offset != msg->rkm->offset) {
@@ -637,7 +638,7 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 		if (msg->malformed)
 			return dead_letter(worker, batch, msg, msg->malformed,
 					   0, 1);
-		if (!worker->untokened_offsets)
+		if (worker->cfg->ingress_untokened != TBX_UNTOKENED_OFFSETS)
 			return dead_letter(worker, batch, msg,
 					   "record without a token for this "
 					   "group (ingress.untokened=reject)",
@@ -683,7 +684,7 @@ static int process_one(tbx_worker_t *worker, tbx__batch_t *batch,
 			worker->dup_window_dropped++;
 		else if (++msg->part->prefix_drops ==
 			 (uint64_t)DUP_PREFIX_BATCHES *
-			     (uint64_t)worker->batch_max)
+			     (uint64_t)worker->cfg->batch_max_messages)
 			snprintf(worker->dup_prefix, sizeof(worker->dup_prefix),
 				 "%s [%" PRId32 "]: %" PRIu64, msg->topic,
 				 msg->rkm->partition, msg->part->prefix_drops);
@@ -750,7 +751,7 @@ static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
  */
 static int phase_guard(tbx_worker_t *worker, tbx__batch_t *batch)
 {
-	int limit = worker->retry_max > 0 ? worker->retry_max : 1;
+	int limit = worker->cfg->retry_max > 0 ? worker->cfg->retry_max : 1;
 	sqlite3 *db = tbx_outbox_db(worker->store);
 	size_t chosen = SIZE_MAX;
 	int err;
@@ -877,9 +878,10 @@ fail:
 	if (err || (err = tbx_outbox_commit(worker->store)))
 		tbx_outbox_rollback(worker->store);
 out:;
-	int err2 = tbx__db_exec(db, worker->synchronous_full
-					? "PRAGMA synchronous=FULL"
-					: "PRAGMA synchronous=NORMAL");
+	int err2 =
+	    tbx__db_exec(db, worker->cfg->store_synchronous == TBX_SYNC_FULL
+				 ? "PRAGMA synchronous=FULL"
+				 : "PRAGMA synchronous=NORMAL");
 	return err ? err : err2;
 }
 
@@ -1299,7 +1301,7 @@ static void permanent_failures(tbx_worker_t *worker, tbx__row_t **rows,
 			       size_t cnt, int *delivered,
 			       const rd_kafka_resp_err_t *errs)
 {
-	int64_t retry_max = tbx__conf_int(worker->conf, "dispatch.retry.max");
+	int64_t retry_max = worker->cfg->dispatch_retry_max;
 	size_t k = 0;
 
 	for (size_t i = 0; i < cnt; k += rows[i]->msg_cnt, i++) {

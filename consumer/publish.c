@@ -38,6 +38,7 @@ typedef struct pub_msg {
 
 struct tbx_publisher {
 	tbx_conf_t *conf;
+	const tbx__cfg_t *cfg; /* conf's typed values */
 	tbx_tokens_t *tokens;
 	rd_kafka_t *producer;
 	tbx__row_t queue;
@@ -45,7 +46,6 @@ struct tbx_publisher {
 	size_t ext_cap;
 	int flushed; /* the queue is the last flushed batch, finished */
 	int minted;  /* the queue holds a minted batch not yet delivered */
-	int64_t window_ms;
 	tbx_publisher_stats_t stats;
 	char store_id[TBX_UUID_LEN + 1]; /* tbx-store of what it mints */
 	char errstr[512];
@@ -54,6 +54,7 @@ struct tbx_publisher {
 tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 				   size_t errstr_size)
 {
+	const tbx__cfg_t *cfg;
 	tbx_publisher_t *pub;
 	tbx__db_opts_t opts;
 	const char *path;
@@ -63,9 +64,10 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 		return NULL;
 	}
 	tbx__crashpoints_arm();
-	path = tbx__conf_str(conf, "tokens.path");
+	cfg = tbx__conf_cfg(conf);
+	path = cfg->tokens_path;
 	if (!*path)
-		path = tbx__conf_str(conf, "store.path");
+		path = cfg->store_path;
 	if (!path || !*path) {
 		tbx__seterr(errstr, errstr_size, TBX_ECONF,
 			    "tokens.path: required configuration key is not "
@@ -81,10 +83,8 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	}
 	tbx__row_init(&pub->queue);
 	tbx__db_opts_init(&opts);
-	opts.synchronous_full =
-	    strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0;
-	opts.busy_timeout_ms =
-	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
+	opts.synchronous_full = cfg->store_synchronous == TBX_SYNC_FULL;
+	opts.busy_timeout_ms = (int)cfg->store_busy_timeout_ms;
 	/* Never created here: a publisher that made an empty store at a
 	 * misspelt path would mint tokens no worker ever sees. */
 	opts.create = 0;
@@ -108,7 +108,7 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))
 		goto fail;
 	pub->conf = conf;
-	pub->window_ms = tbx__conf_int(conf, "ingress.dedup.window.ms");
+	pub->cfg = cfg;
 	return pub;
 fail:
 	tbx_tokens_close(pub->tokens);
@@ -313,8 +313,8 @@ static int mint(tbx_publisher_t *pub)
 	/* The sweep keeps ahead of the inserts: the table stays bounded
 	 * by the window. */
 	err = tbx_tokens_publish_mint(pub->tokens, items, queue->msg_cnt,
-				      pub->window_ms, 2 * queue->msg_cnt + 100,
-				      NULL);
+				      pub->cfg->ingress_dedup_window_ms,
+				      2 * queue->msg_cnt + 100, NULL);
 	if (err) {
 		free(items);
 		snprintf(pub->errstr, sizeof(pub->errstr),

@@ -3,9 +3,10 @@
  *
  * The phases B–E are the protocol's own (protocol.c), reached through
  * tbx__worker_redispatch(), the call the worker's recovery pass makes:
- * they read a worker's stores, group, producer and the few settings
- * below, so this handle carries exactly those in a worker structure that
- * never joins a group, runs no handler and polls nothing.
+ * they read a worker's stores, group, producer and a few settings (its
+ * configuration's typed fields), so this handle carries exactly those in
+ * a worker structure that never joins a group, runs no handler and polls
+ * nothing.
  */
 #include "consumer/recover.h"
 
@@ -43,12 +44,9 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 	tbx__strlcpy(w->group, grp, sizeof(w->group));
 	/* One file for both stores: D commits with E (the joined path). */
 	w->joined = tbx_tokens_joinable(tokens);
-	w->dispatch_timeout_ms =
-	    (int)tbx__conf_int(conf, "dispatch.timeout.ms");
-	w->shutdown_timeout_ms =
-	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
-	tbx__strlcpy(w->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
-		     sizeof(w->dlq_suffix));
+	/* The settings B–E read: dispatch.*, shutdown.timeout.ms,
+	 * dlq.suffix. */
+	w->cfg = tbx__conf_cfg(conf);
 	/* tbx-store of what the phases dispatch: the token store's id. */
 	if ((err = tbx_tokens_store_id(tokens, w->store_id))) {
 		tbx__seterr(errstr, errstr_size, err,
@@ -98,10 +96,10 @@ void tbx__recover_destroy(tbx__recover_t *r)
 		return;
 	w = &r->worker;
 	if (w->producer) {
-		rd_kafka_flush(w->producer,
-			       w->shutdown_timeout_ms < w->dispatch_timeout_ms
-				   ? w->shutdown_timeout_ms
-				   : w->dispatch_timeout_ms);
+		rd_kafka_flush(w->producer, w->cfg->shutdown_timeout_ms <
+						    w->cfg->dispatch_timeout_ms
+						? w->cfg->shutdown_timeout_ms
+						: w->cfg->dispatch_timeout_ms);
 		rd_kafka_destroy(w->producer);
 	}
 	tbx__batch_reset(&w->batch);

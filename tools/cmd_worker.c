@@ -744,7 +744,6 @@ static int parse_args(int argc, char **argv, worker_opts_t *o)
 static int configure(worker_cmd_t *w, const worker_opts_t *o)
 {
 	char errstr[512];
-	const char *v;
 	int rc;
 
 	if (!(w->conf = tbx_conf_new()))
@@ -763,11 +762,7 @@ static int configure(worker_cmd_t *w, const worker_opts_t *o)
 	    tbx_conf_set(w->conf, "stats.interval.ms", STATS_DEFAULT_MS, errstr,
 			 sizeof(errstr)))
 		return wfail("%s", errstr);
-	/* Range-checked when set (100..3600000), else the default. */
-	v = tbx_conf_get(w->conf, "shutdown.timeout.ms");
-	if (!v || strtoll(v, NULL, 10) <= 0)
-		return wfail("shutdown.timeout.ms: no value");
-	atomic_store(&shutdown_ms, strtoll(v, NULL, 10));
+	atomic_store(&shutdown_ms, tbx__conf_cfg(w->conf)->shutdown_timeout_ms);
 	return 0;
 }
 
