@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "consumer/publish.h"
+#include "consumer/stores.h"
 #include "base/sha256.h"
 #include "consumer/worker.h"
 
@@ -56,8 +57,6 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 {
 	const tbx__cfg_t *cfg;
 	tbx_publisher_t *pub;
-	tbx__db_opts_t opts;
-	const char *path;
 
 	if (!conf) {
 		tbx__seterr(errstr, errstr_size, TBX_EINVAL, "conf is NULL");
@@ -65,10 +64,7 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	}
 	tbx__crashpoints_arm();
 	cfg = tbx__conf_cfg(conf);
-	path = cfg->tokens_path;
-	if (!*path)
-		path = cfg->store_path;
-	if (!path || !*path) {
+	if (!*tbx__stores_tokens_path(cfg)) {
 		tbx__seterr(errstr, errstr_size, TBX_ECONF,
 			    "tokens.path: required configuration key is not "
 			    "set (the token store of the receiving groups)");
@@ -82,27 +78,12 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 		return NULL;
 	}
 	tbx__row_init(&pub->queue);
-	tbx__db_opts_init(&opts);
-	opts.synchronous_full = cfg->store_synchronous == TBX_SYNC_FULL;
-	opts.busy_timeout_ms = (int)cfg->store_busy_timeout_ms;
-	/* Never created here: a publisher that made an empty store at a
-	 * misspelt path would mint tokens no worker ever sees. */
-	opts.create = 0;
-	if (tbx_tokens_sqlite_open(path, &opts, NULL, &pub->tokens, errstr,
-				   errstr_size)) {
-		if (access(path, F_OK) != 0)
-			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
-				    "token store %s does not exist; a "
-				    "publisher never creates one: create it "
-				    "with 'tokenbox init --tokens %s' (or "
-				    "start a worker with tokens.create=true), "
-				    "or fix the path",
-				    path, path);
+	if (tbx__stores_open_publisher(cfg, &pub->tokens, errstr, errstr_size))
 		goto fail;
-	}
 	if (tbx_tokens_store_id(pub->tokens, pub->store_id)) {
 		tbx__seterr(errstr, errstr_size, TBX_ESTORE,
-			    "%s: cannot read the token store's id", path);
+			    "%s: cannot read the token store's id",
+			    tbx__stores_tokens_path(cfg));
 		goto fail;
 	}
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))

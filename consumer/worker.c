@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "consumer/stores.h"
 #include "consumer/worker.h"
 #include "store/db.h"
 #include "tokens/sweep.h"
@@ -40,7 +41,6 @@ fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 {
 	const tbx__cfg_t *cfg;
-	tbx__db_opts_t opts;
 	tbx_worker_t *worker;
 	char tag[TBX_GROUP_MAX + 32];
 	int err;
@@ -65,44 +65,13 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 			 (int)getpid());
 	tbx__log_configure(conf, tag);
 
-	tbx__db_opts_init(&opts);
-	opts.synchronous_full = cfg->store_synchronous == TBX_SYNC_FULL;
-	opts.busy_timeout_ms = (int)cfg->store_busy_timeout_ms;
-	if ((err = tbx_outbox_open(cfg->store_path, &opts, &worker->store,
-				   errstr, errstr_size)))
-		goto fail;
-	/* One file for both stores: the token operations share the
-	 * service connection, and A–B and D–E each commit as one
-	 * transaction (the joined path, see protocol.c). */
-	if (!*cfg->tokens_path ||
-	    tbx__same_file(cfg->tokens_path, cfg->store_path)) {
-		err = tbx_tokens_sqlite_open(
-		    cfg->store_path, &opts, tbx_outbox_db(worker->store),
-		    &worker->tokens, errstr, errstr_size);
-	} else {
-		/* A separate token store is the pipeline's, shared with its
-		 * senders: one made here at a misspelt path would be empty
-		 * and every record would look finished. */
-		opts.create = cfg->tokens_create;
-		err = tbx_tokens_sqlite_open(cfg->tokens_path, &opts, NULL,
-					     &worker->tokens, errstr,
-					     errstr_size);
-		if (err == TBX_ENOENT)
-			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
-				    "tokens.path: token store %s does not "
-				    "exist; create it with 'tokenbox init "
-				    "--tokens %s', or set tokens.create=true "
-				    "to let the worker create it, or fix the "
-				    "path",
-				    cfg->tokens_path, cfg->tokens_path);
-	}
-	if (err)
+	if ((err = tbx__stores_open_worker(cfg, &worker->store, &worker->tokens,
+					   errstr, errstr_size)))
 		goto fail;
 	if ((err = tbx_tokens_store_id(worker->tokens, worker->store_id))) {
 		tbx__seterr(errstr, errstr_size, err,
 			    "%s: cannot read the token store's id",
-			    *cfg->tokens_path ? cfg->tokens_path
-					      : cfg->store_path);
+			    tbx__stores_tokens_path(cfg));
 		goto fail;
 	}
 	worker->joined = tbx_tokens_joinable(worker->tokens);
@@ -129,58 +98,14 @@ fail:
 	return NULL;
 }
 
-/* Checks one store file for --check-config: an existing file is opened
- * read-only (a tokenbox file of a schema this tokenbox knows); a missing
- * one needs a directory the worker can create it in. */
-static int check_store(const char *key, const char *path,
-		       const tbx__db_opts_t *opts, char *errstr,
-		       size_t errstr_size)
-{
-	char dir[4096];
-	const char *slash;
-	sqlite3 *db = NULL;
-	struct stat st;
-	int err;
-
-	if (stat(path, &st) == 0) {
-		err = tbx__db_open(path, opts, &db, errstr, errstr_size);
-		sqlite3_close_v2(db);
-		return err;
-	}
-	slash = strrchr(path, '/');
-	if (!slash)
-		tbx__strlcpy(dir, ".", sizeof(dir));
-	else if (slash == path)
-		tbx__strlcpy(dir, "/", sizeof(dir));
-	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	if (access(dir, W_OK | X_OK) != 0)
-		return tbx__seterr(errstr, errstr_size, TBX_EIO,
-				   "%s: %s does not exist, and it cannot be "
-				   "created in %s: %s",
-				   key, path, dir, strerror(errno));
-	return TBX_OK;
-}
-
 tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 				    size_t errstr_size)
 {
 	const tbx__cfg_t *cfg = tbx__conf_cfg(conf);
-	tbx__db_opts_t opts;
 	tbx_worker_t *worker;
 
-	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size))
-		return NULL;
-	tbx__db_opts_init(&opts);
-	opts.readonly = 1;
-	opts.busy_timeout_ms = (int)cfg->store_busy_timeout_ms;
-	if (check_store("store.path", cfg->store_path, &opts, errstr,
-			errstr_size))
-		return NULL;
-	if (*cfg->tokens_path &&
-	    !tbx__same_file(cfg->tokens_path, cfg->store_path) &&
-	    check_store("tokens.path", cfg->tokens_path, &opts, errstr,
-			errstr_size))
+	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size) ||
+	    tbx__stores_check(cfg, errstr, errstr_size))
 		return NULL;
 	if (!(worker = calloc(1, sizeof(*worker))) ||
 	    !(worker->router = tbx_router_new())) {
