@@ -106,9 +106,15 @@ Test(conf_fields, defaults_land_in_the_fields)
 {
 	tbx_conf_t *conf = tbx_conf_new();
 	const tbx__cfg_t *cfg = tbx__conf_cfg(conf);
+	char err[512] = "";
 
-	for (const tbx__prop_t *p = tbx__props; p->name; p++)
+	for (const tbx__prop_t *p = tbx__props; p->name; p++) {
 		assert_field_is(cfg, p, p->def);
+		/* A default is a value the row accepts. */
+		cr_assert(!p->def || tbx_conf_set(conf, p->name, p->def, err,
+						  sizeof(err)) == TBX_OK,
+			  "%s=%s: %s", p->name, p->def, err);
+	}
 	cr_assert_eq(cfg->batch_max_messages, 500);
 	cr_assert_eq(cfg->store_synchronous, TBX_SYNC_FULL);
 	cr_assert_eq(cfg->ingress_untokened, TBX_UNTOKENED_REJECT);

@@ -458,15 +458,11 @@ static int plugin_load(plugin_t *p)
  * one missing; this only chooses the exit status. */
 static int lacks_required_key(const tbx_conf_t *conf)
 {
-	static const char *const keys[] = {"group.id", "store.path",
-					   "kafka.bootstrap.servers"};
+	const tbx__cfg_t *cfg = tbx__conf_cfg(conf);
+	const char *servers = tbx_conf_get(conf, "kafka.bootstrap.servers");
 
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		const char *v = tbx_conf_get(conf, keys[i]);
-		if (!v || !*v)
-			return 1;
-	}
-	return 0;
+	return !cfg->group_id || !*cfg->group_id || !cfg->store_path ||
+	       !*cfg->store_path || !servers || !*servers;
 }
 
 /*
