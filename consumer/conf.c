@@ -1,8 +1,11 @@
 /*
  * Configuration: string key/value pairs checked against one property table
  * as they are set, so a bad value fails where it is written, naming the key,
- * the value and the reason.  "kafka." keys are checked by librdkafka itself
- * on a scratch configuration.
+ * the value and the reason, and stored converted in the key's field of
+ * tbx__cfg_t (the row's offset, as librdkafka's rd_kafka_properties[]).
+ * The text as set is kept too, for tbx_conf_get() and tbx_conf_dup().
+ * "kafka." keys are checked by librdkafka itself on a scratch
+ * configuration.
  */
 #include "consumer/conf.h"
 
@@ -13,16 +16,34 @@
 
 #include "consumer/metrics.h"
 #include "base/str.h"
+#include "base/log.h"
+#include "base/ids.h"
+
+/* The field of a row: its offset in tbx__cfg_t, checked to be of type T
+ * (_Generic has no match otherwise), and its name for the tests. */
+#define FIELD(f, T)                                                            \
+	offsetof(tbx__cfg_t, f) +                                              \
+	    0 * sizeof(_Generic(((tbx__cfg_t *)0)->f, T : 1)),                 \
+	    #f
+#define STR(f)	TBX_PT_STR, FIELD(f, const char *)
+#define PATH(f) TBX_PT_PATH, FIELD(f, const char *)
+#define INT(f)	TBX_PT_INT, FIELD(f, int64_t)
+#define ENUM(f) TBX_PT_ENUM, FIELD(f, int)
+/* An ENUM's texts and values, in the order the docs show them. */
+#define S2I(...) ((const tbx__s2i_t[]){__VA_ARGS__, {NULL, 0}})
 
 /* clang-format off */
 const tbx__prop_t tbx__props[] = {
-	{"group.id", TBX_PT_STR, NULL, 1, 255, NULL, "worker", 1,
+	{"group.id", STR(group_id), NULL, 1, 255,
+	 NULL, "worker", 1,
 	 "Consumer group of the worker. Tokens are minted per group: a group "
 	 "checks and deletes only its own."},
-	{"store.path", TBX_PT_PATH, NULL, 1, 4096, NULL, "worker", 1,
+	{"store.path", PATH(store_path), NULL, 1, 4096,
+	 NULL, "worker", 1,
 	 "Service store: the SQLite file that holds the outbox and the "
 	 "handlers' business tables. Created if missing."},
-	{"tokens.path", TBX_PT_PATH, "", 0, 4096, NULL, "both", 0,
+	{"tokens.path", PATH(tokens_path), "", 0, 4096,
+	 NULL, "both", 0,
 	 "Token store: the SQLite file shared by every service of a pipeline "
 	 "(a sender mints tokens for the receiving groups). Empty, or the "
 	 "service store's file under any name: one file for both, the "
@@ -32,12 +53,13 @@ const tbx__prop_t tbx__props[] = {
 	 "is true: a worker pointed at a misspelt path would otherwise "
 	 "make an empty store and take every record for a duplicate. "
 	 "Publishers never create it."},
-	{"tokens.create", TBX_PT_ENUM, "false", 0, 0, "false|true", "worker",
-	 0,
+	{"tokens.create", ENUM(tokens_create), "false", 0, 0,
+	 S2I({"false", 0}, {"true", 1}), "worker", 0,
 	 "'true' lets the worker create a token store (tokens.path) that "
 	 "does not exist. The service store, and in single-file mode the "
 	 "token tables in it, are always created."},
-	{"token.store.mismatch", TBX_PT_ENUM, "dlq", 0, 0, "dlq|stop",
+	{"token.store.mismatch", ENUM(token_store_mismatch), "dlq", 0, 0,
+	 S2I({"dlq", TBX_MISMATCH_DLQ}, {"stop", TBX_MISMATCH_STOP}),
 	 "worker", 0,
 	 "A record whose token this worker's token store cannot judge (its "
 	 "tbx-store header names another store, or its tbx-seq is a number "
@@ -46,56 +68,67 @@ const tbx__prop_t tbx__props[] = {
 	 "reason naming the ids; 'stop' stops the worker with an error before the record is "
 	 "processed (`tokenbox worker` exits with status 3). Records "
 	 "without the header are checked as before."},
-	{"batch.max.messages", TBX_PT_INT, "500", 1, 100000, NULL, "worker", 0,
+	{"batch.max.messages", INT(batch_max_messages), "500", 1, 100000,
+	 NULL, "worker", 0,
 	 "Most records taken through the protocol as one batch. Each phase "
 	 "costs one transaction per batch, so larger batches amortise "
 	 "fsyncs and round trips."},
-	{"batch.max.ms", TBX_PT_INT, "100", 0, 60000, NULL, "worker", 0,
+	{"batch.max.ms", INT(batch_max_ms), "100", 0, 60000,
+	 NULL, "worker", 0,
 	 "Longest wait for a batch to fill once its first record arrived."},
-	{"retry.max", TBX_PT_INT, "5", 0, 1000, NULL, "worker", 0,
+	{"retry.max", INT(retry_max), "5", 0, 1000,
+	 NULL, "worker", 0,
 	 "Retries after the first attempt for a message whose handler "
 	 "returns RETRY; the message is dead-lettered when they are used up."},
-	{"retry.backoff.ms", TBX_PT_INT, "100", 1, 3600000, NULL, "worker", 0,
+	{"retry.backoff.ms", INT(retry_backoff_ms), "100", 1, 3600000,
+	 NULL, "worker", 0,
 	 "First retry delay; doubled per attempt, with jitter. Only the "
 	 "message's partition waits."},
-	{"retry.backoff.max.ms", TBX_PT_INT, "10000", 1, 3600000, NULL,
-	 "worker", 0, "Upper bound of the retry delay."},
-	{"dlq.suffix", TBX_PT_STR, ".dlq", 1, 64, NULL, "worker", 0,
+	{"retry.backoff.max.ms", INT(retry_backoff_max_ms), "10000", 1, 3600000,
+	 NULL, "worker", 0,
+	 "Upper bound of the retry delay."},
+	{"dlq.suffix", STR(dlq_suffix), ".dlq", 1, 64,
+	 NULL, "worker", 0,
 	 "Dead-letter topic of topic T is T followed by this suffix. Only "
 	 "the characters Kafka allows in topic names: ASCII letters, "
 	 "digits, '.', '_' and '-'."},
-	{"ingress.untokened", TBX_PT_ENUM, "reject", 0, 0, "reject|offsets",
+	{"ingress.untokened", ENUM(ingress_untokened), "reject", 0, 0,
+	 S2I({"reject", TBX_UNTOKENED_REJECT},
+	     {"offsets", TBX_UNTOKENED_OFFSETS}),
 	 "worker", 0,
 	 "Records without a usable token (no tbx-token header, or minted "
 	 "before the group subscribed): 'reject' dead-letters them; "
 	 "'offsets' handles them once per offset, tracking the next offset "
 	 "per partition in the service store."},
-	{"store.synchronous", TBX_PT_ENUM, "full", 0, 0, "full|normal", "both",
-	 0,
+	{"store.synchronous", ENUM(store_synchronous), "full", 0, 0,
+	 S2I({"full", TBX_SYNC_FULL}, {"normal", TBX_SYNC_NORMAL}), "both", 0,
 	 "SQLite synchronous level of both stores. 'normal' in WAL mode may "
 	 "lose the last transactions on power loss: a lost token creation "
 	 "after dispatch turns a real message into a duplicate."},
-	{"store.busy.timeout.ms", TBX_PT_INT, "10000", 0, 3600000, NULL, "both",
-	 0, "How long to wait for another process's store lock."},
-	{"cleanup.interval.ms", TBX_PT_INT, "10000", 0, 86400000, NULL,
-	 "worker", 0,
+	{"store.busy.timeout.ms", INT(store_busy_timeout_ms), "10000", 0, 3600000,
+	 NULL, "both", 0,
+	 "How long to wait for another process's store lock."},
+	{"cleanup.interval.ms", INT(cleanup_interval_ms), "10000", 0, 86400000,
+	 NULL, "worker", 0,
 	 "How often the worker runs register-cleanup for its group; 0 "
 	 "disables it."},
-	{"cleanup.batch.size", TBX_PT_INT, "1000", 1, 1000000, NULL, "worker",
-	 0, "Most registrations examined per cleanup run."},
-	{"recovery.interval.ms", TBX_PT_INT, "60000", 0, 86400000, NULL,
-	 "worker", 0,
+	{"cleanup.batch.size", INT(cleanup_batch_size), "1000", 1, 1000000,
+	 NULL, "worker", 0,
+	 "Most registrations examined per cleanup run."},
+	{"recovery.interval.ms", INT(recovery_interval_ms), "60000", 0, 86400000,
+	 NULL, "worker", 0,
 	 "How often the worker looks for outbox rows of its partitions whose "
 	 "record lies below the committed offset (left by retention or an "
 	 "offset reset: the record will not come back) and finishes them: "
 	 "dispatch, consume the incoming token, delete. It also does so when "
 	 "partitions are assigned. 0 keeps only the pass on assignment."},
-	{"dispatch.timeout.ms", TBX_PT_INT, "30000", 1000, 3600000, NULL,
-	 "both", 0,
+	{"dispatch.timeout.ms", INT(dispatch_timeout_ms), "30000", 1000, 3600000,
+	 NULL, "both", 0,
 	 "Delivery timeout of outgoing messages (librdkafka "
 	 "message.timeout.ms). A failed delivery leaves the outbox row; the "
 	 "partition retries it after a backoff."},
-	{"dispatch.retry.max", TBX_PT_INT, "3", 0, 1000, NULL, "worker", 0,
+	{"dispatch.retry.max", INT(dispatch_retry_max), "3", 0, 1000,
+	 NULL, "worker", 0,
 	 "Retries after the first attempt for an outgoing message whose "
 	 "delivery fails with a permanent error (too large, invalid, no "
 	 "such topic: docs/architecture.md lists them). When they are used "
@@ -104,32 +137,38 @@ const tbx__prop_t tbx__props[] = {
 	 "store's tbx_undelivered table (`tokenbox inspect undelivered`); "
 	 "its outbox row finishes and the partition goes on. Transient "
 	 "errors are retried without limit."},
-	{"shutdown.timeout.ms", TBX_PT_INT, "30000", 100, 3600000, NULL,
-	 "worker", 0,
+	{"shutdown.timeout.ms", INT(shutdown_timeout_ms), "30000", 100, 3600000,
+	 NULL, "worker", 0,
 	 "Bound on draining at shutdown. tbx_worker_close() waits at most "
 	 "this long for outgoing messages to be delivered (the final "
 	 "offset commit and leaving the group are bounded by librdkafka); "
 	 "`tokenbox worker` exits after this long whatever is pending "
 	 "(the protocol recovers on restart)."},
-	{"stats.interval.ms", TBX_PT_INT, "0", 0, 86400000, NULL, "worker", 0,
+	{"stats.interval.ms", INT(stats_interval_ms), "0", 0, 86400000,
+	 NULL, "worker", 0,
 	 "How often the worker logs one line of counters and batch "
 	 "latency percentiles, a JSON object, whatever log.level (in text: "
 	 "the line's prefix, 'stats', the object); 0 disables it "
 	 "(`tokenbox worker` uses 60000 unless set)."},
-	{"ingress.dedup.window.ms", TBX_PT_INT, "86400000", 1000, 2592000000,
-	 NULL, "publisher", 0,
+	{"ingress.dedup.window.ms", INT(ingress_dedup_window_ms), "86400000",
+	 1000, 2592000000, NULL, "publisher", 0,
 	 "How long the ingress edge remembers a caller-supplied id "
 	 "(tbx_publish_id(), `tokenbox send --id-from`): the same id with the "
 	 "same fingerprint within it is a natural duplicate and is not "
 	 "published again; with another fingerprint it is a synthetic "
 	 "duplicate and is refused. Past it, the id is new again."},
-	{"log.level", TBX_PT_ENUM, "notice", 0, 0,
-	 "error|warning|notice|info|debug", "both", 0,
+	{"log.level", ENUM(log_level), "notice", 0, 0,
+	 S2I({"error", TBX_LOG_ERR}, {"warning", TBX_LOG_WARNING},
+	     {"notice", TBX_LOG_NOTICE}, {"info", TBX_LOG_INFO},
+	     {"debug", TBX_LOG_DEBUG}),
+	 "both", 0,
 	 "Least severe level logged to stderr. A kafka debug key "
 	 "(kafka.debug, kafka.consumer.debug, kafka.producer.debug) "
 	 "implies 'debug': librdkafka logs its debug contexts at that "
 	 "level."},
-	{"log.format", TBX_PT_ENUM, "auto", 0, 0, "auto|text|journal|json",
+	{"log.format", ENUM(log_format), "auto", 0, 0,
+	 S2I({"auto", TBX_CFG_LOGF_AUTO}, {"text", TBX_LOGF_TEXT},
+	     {"journal", TBX_LOGF_JOURNAL}, {"json", TBX_LOGF_JSON}),
 	 "both", 0,
 	 "Form of the lines on stderr. 'text': an RFC 3339 UTC time with "
 	 "milliseconds, the level, the worker's name and pid, the message; "
@@ -138,22 +177,25 @@ const tbx__prop_t tbx__props[] = {
 	 "filters by it); 'json': one object per line with ts, level, pid, "
 	 "tag and msg. 'auto': journal when stderr is the journal's stream "
 	 "(JOURNAL_STREAM names it), else text."},
-	{"metrics.listen", TBX_PT_STR, "", 0, 300, NULL, "worker", 0,
+	{"metrics.listen", STR(metrics_listen), "", 0, 300,
+	 NULL, "worker", 0,
 	 "HOST:PORT (or PORT, on 127.0.0.1) where a thread of the worker "
 	 "serves its metrics in the Prometheus text format on GET /metrics "
 	 "(and librdkafka's statistics on GET /stats.json); empty: off. "
 	 "PORT 0 picks a free port, logged at start."},
-	{"metrics.textfile", TBX_PT_PATH, "", 0, 4096, NULL, "worker", 0,
+	{"metrics.textfile", PATH(metrics_textfile), "", 0, 4096,
+	 NULL, "worker", 0,
 	 "File rewritten (atomically, by rename) every metrics.interval.ms "
 	 "with the same metrics, for node_exporter's textfile collector "
 	 "(give it a name ending in .prom); empty: off."},
-	{"metrics.interval.ms", TBX_PT_INT, "5000", 100, 3600000, NULL,
-	 "worker", 0,
+	{"metrics.interval.ms", INT(metrics_interval_ms), "5000", 100, 3600000,
+	 NULL, "worker", 0,
 	 "How often the worker refreshes the metrics served on "
 	 "metrics.listen and written to metrics.textfile."},
-	{"worker.id", TBX_PT_STR, "", 0, 128, NULL, "worker", 0,
+	{"worker.id", STR(worker_id), "", 0, 128,
+	 NULL, "worker", 0,
 	 "Name shown in logs; empty: <group.id>/<pid>."},
-	{NULL, 0, NULL, 0, 0, NULL, NULL, 0, NULL},
+	{NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
 };
 /* clang-format on */
 
@@ -171,6 +213,7 @@ typedef struct kv {
 
 struct tbx_conf {
 	char **values; /* one per property, NULL: default */
+	tbx__cfg_t cfg;
 	kv_t *kafka;
 	size_t kafka_cnt, kafka_cap;
 };
@@ -196,6 +239,49 @@ static const tbx__prop_t *prop_find(const char *name, size_t *idx)
 	return NULL;
 }
 
+static const tbx__s2i_t *s2i_find(const tbx__prop_t *prop, const char *value)
+{
+	for (const tbx__s2i_t *e = prop->s2i; e && e->str; e++)
+		if (strcmp(e->str, value) == 0)
+			return e;
+	return NULL;
+}
+
+/* Stores @p text, already checked against row @p idx (or its default),
+ * in the row's field.  A string field borrows @p text. */
+static void store_field(tbx_conf_t *conf, size_t idx, const char *text)
+{
+	const tbx__prop_t *prop = &tbx__props[idx];
+	char *field = (char *)&conf->cfg + prop->offset;
+
+	switch (prop->type) {
+	case TBX_PT_STR:
+	case TBX_PT_PATH:
+		memcpy(field, &text, sizeof(text));
+		break;
+	case TBX_PT_INT: {
+		int64_t v = text ? strtoll(text, NULL, 10) : 0;
+		memcpy(field, &v, sizeof(v));
+		break;
+	}
+	case TBX_PT_ENUM: {
+		const tbx__s2i_t *e = text ? s2i_find(prop, text) : NULL;
+		int v = e ? e->val : 0;
+		memcpy(field, &v, sizeof(v));
+		break;
+	}
+	}
+}
+
+/* Fills every field from the texts set, else the defaults. */
+static void store_fields(tbx_conf_t *conf)
+{
+	for (size_t i = 0; tbx__props[i].name; i++)
+		store_field(conf, i,
+			    conf->values[i] ? conf->values[i]
+					    : tbx__props[i].def);
+}
+
 tbx_conf_t *tbx_conf_new(void)
 {
 	tbx_conf_t *conf = calloc(1, sizeof(*conf));
@@ -207,6 +293,7 @@ tbx_conf_t *tbx_conf_new(void)
 		free(conf);
 		return NULL;
 	}
+	store_fields(conf);
 	return conf;
 }
 
@@ -236,6 +323,7 @@ tbx_conf_t *tbx_conf_dup(const tbx_conf_t *conf)
 		    !(copy->values[i] = strdup(conf->values[i])))
 			goto fail;
 	}
+	store_fields(copy);
 	if (conf->kafka_cnt) {
 		copy->kafka = calloc(conf->kafka_cnt, sizeof(*copy->kafka));
 		if (!copy->kafka)
@@ -255,18 +343,25 @@ fail:
 	return NULL;
 }
 
-static int enum_has(const char *enums, const char *value)
+const tbx__cfg_t *tbx__conf_cfg(const tbx_conf_t *conf)
 {
-	size_t len = strlen(value);
+	return &conf->cfg;
+}
 
-	for (const char *p = enums; *p;) {
-		const char *bar = strchr(p, '|');
-		size_t n = bar ? (size_t)(bar - p) : strlen(p);
-		if (n == len && strncmp(p, value, n) == 0)
-			return 1;
-		p += n + (bar ? 1 : 0);
+void tbx__prop_enums(const tbx__prop_t *prop, const char *sep, char *buf,
+		     size_t size)
+{
+	size_t len = 0;
+
+	if (size)
+		buf[0] = '\0';
+	for (const tbx__s2i_t *e = prop->s2i; e && e->str && len < size; e++) {
+		int n = snprintf(buf + len, size - len, "%s%s",
+				 e == prop->s2i ? "" : sep, e->str);
+		if (n < 0)
+			break;
+		len += (size_t)n;
 	}
-	return 0;
 }
 
 static int check_value(const tbx__prop_t *prop, const char *value, char *errstr,
@@ -313,10 +408,14 @@ static int check_value(const tbx__prop_t *prop, const char *value, char *errstr,
 		return TBX_OK;
 	}
 	case TBX_PT_ENUM:
-		if (!enum_has(prop->enums, value))
+		if (!s2i_find(prop, value)) {
+			char enums[256];
+
+			tbx__prop_enums(prop, "|", enums, sizeof(enums));
 			return tbx__seterr(errstr, errstr_size, TBX_ECONF,
 					   "%s: value '%s' is not one of %s",
-					   prop->name, value, prop->enums);
+					   prop->name, value, enums);
+		}
 		return TBX_OK;
 	}
 	return TBX_ECONF;
@@ -415,7 +514,8 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 				   name);
 	if ((err = check_value(prop, value, errstr, errstr_size)))
 		return err;
-	if (strcmp(name, "metrics.listen") == 0) {
+	/* Checks of one property beyond its row's. */
+	if (prop->offset == offsetof(tbx__cfg_t, metrics_listen)) {
 		char host[300];
 		int port;
 		if ((err =
@@ -423,7 +523,7 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 						   &port, errstr, errstr_size)))
 			return err;
 	}
-	if (strcmp(prop->name, "dlq.suffix") == 0) {
+	if (prop->offset == offsetof(tbx__cfg_t, dlq_suffix)) {
 		/* Derived topic names must be topic names (Kafka's rule). */
 		for (const char *c = value; *c; c++)
 			if (!(*c >= 'a' && *c <= 'z') &&
@@ -443,6 +543,7 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 		return TBX_ENOMEM;
 	free(conf->values[idx]);
 	conf->values[idx] = copy;
+	store_field(conf, idx, copy);
 	return TBX_OK;
 }
 
@@ -461,23 +562,6 @@ const char *tbx_conf_get(const tbx_conf_t *conf, const char *name)
 	if (!prop_find(name, &idx))
 		return NULL;
 	return conf->values[idx] ? conf->values[idx] : tbx__props[idx].def;
-}
-
-const char *tbx__conf_str(const tbx_conf_t *conf, const char *name)
-{
-	size_t idx;
-
-	if (!prop_find(name, &idx))
-		abort();
-	return conf->values[idx] ? conf->values[idx] : tbx__props[idx].def;
-}
-
-int64_t tbx__conf_int(const tbx_conf_t *conf, const char *name)
-{
-	const char *v = tbx__conf_str(conf, name);
-
-	/* Values were range-checked when set; defaults are trusted. */
-	return v ? strtoll(v, NULL, 10) : 0;
 }
 
 rd_kafka_conf_t *tbx__conf_kafka(const tbx_conf_t *conf, const char *role,

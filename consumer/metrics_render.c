@@ -29,11 +29,9 @@ const double tbx__batch_bounds_ms[TBX_BATCH_BUCKETS] = {
 int tbx__worker_metrics_start(tbx_worker_t *worker, char *errstr,
 			      size_t errstr_size)
 {
-	worker->metrics_interval_ms =
-	    tbx__conf_int(worker->conf, "metrics.interval.ms");
-	return tbx__metrics_new(tbx__conf_str(worker->conf, "metrics.listen"),
-				tbx__conf_str(worker->conf, "metrics.textfile"),
-				&worker->metrics, errstr, errstr_size);
+	return tbx__metrics_new(worker->cfg->metrics_listen,
+				worker->cfg->metrics_textfile, &worker->metrics,
+				errstr, errstr_size);
 }
 
 void tbx__worker_metrics_stop(tbx_worker_t *worker)
@@ -305,7 +303,7 @@ void tbx__worker_metrics_refresh(tbx_worker_t *worker, int now)
 
 	if (!worker->metrics || (!now && t < worker->next_metrics_ms))
 		return;
-	worker->next_metrics_ms = t + worker->metrics_interval_ms;
+	worker->next_metrics_ms = t + worker->cfg->metrics_interval_ms;
 	if (!(o.f = open_memstream(&text, &len)))
 		return;
 	escape(o.group, sizeof(o.group), worker->group);

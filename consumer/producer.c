@@ -124,7 +124,7 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 	if (!kc)
 		return NULL;
 	snprintf(timeout, sizeof(timeout), "%" PRId64,
-		 tbx__conf_int(conf, "dispatch.timeout.ms"));
+		 tbx__conf_cfg(conf)->dispatch_timeout_ms);
 	/* Idempotence keeps order and drops the producer's own retries'
 	 * duplicates; tokens cover everything else. */
 	if (rd_kafka_conf_set(kc, "enable.idempotence", "true", rderr,
@@ -147,7 +147,7 @@ rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			  "kafka.producer.topic.metadata.propagation.max.ms")) {
 		char half[24];
 		snprintf(half, sizeof(half), "%" PRId64,
-			 tbx__conf_int(conf, "dispatch.timeout.ms") / 2);
+			 tbx__conf_cfg(conf)->dispatch_timeout_ms / 2);
 		rd_kafka_conf_set(kc, "topic.metadata.propagation.max.ms", half,
 				  NULL, 0);
 	}

@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "consumer/publish.h"
+#include "consumer/stores.h"
 #include "base/sha256.h"
 #include "consumer/conf.h"
 #include "consumer/msg.h"
@@ -46,6 +47,7 @@ typedef struct pub_msg {
 
 struct tbx_publisher {
 	tbx_conf_t *conf;
+	const tbx__cfg_t *cfg; /* conf's typed values */
 	tbx_tokens_t *tokens;
 	rd_kafka_t *producer;
 	tbx__row_t queue;
@@ -53,7 +55,6 @@ struct tbx_publisher {
 	size_t ext_cap;
 	int flushed; /* the queue is the last flushed batch, finished */
 	int minted;  /* the queue holds a minted batch not yet delivered */
-	int64_t window_ms;
 	tbx_publisher_stats_t stats;
 	char store_id[TBX_UUID_LEN + 1]; /* tbx-store of what it mints */
 	char errstr[512];
@@ -62,19 +63,16 @@ struct tbx_publisher {
 tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 				   size_t errstr_size)
 {
+	const tbx__cfg_t *cfg;
 	tbx_publisher_t *pub;
-	tbx__db_opts_t opts;
-	const char *path;
 
 	if (!conf) {
 		tbx__seterr(errstr, errstr_size, TBX_EINVAL, "conf is NULL");
 		return NULL;
 	}
 	tbx__crashpoints_arm();
-	path = tbx__conf_str(conf, "tokens.path");
-	if (!*path)
-		path = tbx__conf_str(conf, "store.path");
-	if (!path || !*path) {
+	cfg = tbx__conf_cfg(conf);
+	if (!*tbx__stores_tokens_path(cfg)) {
 		tbx__seterr(errstr, errstr_size, TBX_ECONF,
 			    "tokens.path: required configuration key is not "
 			    "set (the token store of the receiving groups)");
@@ -88,35 +86,18 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 		return NULL;
 	}
 	tbx__row_init(&pub->queue);
-	tbx__db_opts_init(&opts);
-	opts.synchronous_full =
-	    strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0;
-	opts.busy_timeout_ms =
-	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
-	/* Never created here: a publisher that made an empty store at a
-	 * misspelt path would mint tokens no worker ever sees. */
-	opts.create = 0;
-	if (tbx_tokens_sqlite_open(path, &opts, NULL, &pub->tokens, errstr,
-				   errstr_size)) {
-		if (access(path, F_OK) != 0)
-			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
-				    "token store %s does not exist; a "
-				    "publisher never creates one: create it "
-				    "with 'tokenbox init --tokens %s' (or "
-				    "start a worker with tokens.create=true), "
-				    "or fix the path",
-				    path, path);
+	if (tbx__stores_open_publisher(cfg, &pub->tokens, errstr, errstr_size))
 		goto fail;
-	}
 	if (tbx_tokens_store_id(pub->tokens, pub->store_id)) {
 		tbx__seterr(errstr, errstr_size, TBX_ESTORE,
-			    "%s: cannot read the token store's id", path);
+			    "%s: cannot read the token store's id",
+			    tbx__stores_tokens_path(cfg));
 		goto fail;
 	}
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))
 		goto fail;
 	pub->conf = conf;
-	pub->window_ms = tbx__conf_int(conf, "ingress.dedup.window.ms");
+	pub->cfg = cfg;
 	return pub;
 fail:
 	tbx_tokens_close(pub->tokens);
@@ -321,8 +302,8 @@ static int mint(tbx_publisher_t *pub)
 	/* The sweep keeps ahead of the inserts: the table stays bounded
 	 * by the window. */
 	err = tbx_tokens_publish_mint(pub->tokens, items, queue->msg_cnt,
-				      pub->window_ms, 2 * queue->msg_cnt + 100,
-				      NULL);
+				      pub->cfg->ingress_dedup_window_ms,
+				      2 * queue->msg_cnt + 100, NULL);
 	if (err) {
 		free(items);
 		snprintf(pub->errstr, sizeof(pub->errstr),

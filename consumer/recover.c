@@ -48,11 +48,9 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 		return NULL;
 	}
 	tbx__strlcpy(r->group, grp, sizeof(r->group));
-	r->dispatch_timeout_ms =
-	    (int)tbx__conf_int(conf, "dispatch.timeout.ms");
-	r->shutdown_timeout_ms =
-	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
-	tbx__strlcpy(r->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
+	r->dispatch_timeout_ms = (int)tbx__conf_cfg(conf)->dispatch_timeout_ms;
+	r->shutdown_timeout_ms = (int)tbx__conf_cfg(conf)->shutdown_timeout_ms;
+	tbx__strlcpy(r->dlq_suffix, tbx__conf_cfg(conf)->dlq_suffix,
 		     sizeof(r->dlq_suffix));
 	/* tbx-store of what the phases dispatch: the token store's id. */
 	if ((err = tbx_tokens_store_id(tokens, r->store_id))) {
@@ -75,7 +73,7 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 	proto->dlq_suffix = r->dlq_suffix;
 	/* One file for both stores: D commits with E (the joined path). */
 	proto->joined = tbx_tokens_joinable(tokens);
-	proto->dispatch_retry_max = tbx__conf_int(conf, "dispatch.retry.max");
+	proto->dispatch_retry_max = tbx__conf_cfg(conf)->dispatch_retry_max;
 	return r;
 }
 

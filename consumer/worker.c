@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "consumer/producer.h"
+#include "consumer/stores.h"
 #include "consumer/worker.h"
 #include "store/db.h"
 #include "tokens/sweep.h"
@@ -60,25 +61,26 @@ static void worker_proto_init(tbx_worker_t *worker)
 	proto->errstr_size = sizeof(worker->errstr);
 	proto->group = worker->group;
 	proto->store_id = worker->store_id;
-	proto->dlq_suffix = worker->dlq_suffix;
+	proto->dlq_suffix = worker->cfg->dlq_suffix;
 	proto->joined = worker->joined;
-	proto->batch_max = worker->batch_max;
-	proto->retry_max = worker->retry_max;
-	proto->backoff_ms = worker->backoff_ms;
-	proto->backoff_max_ms = worker->backoff_max_ms;
-	proto->untokened_offsets = worker->untokened_offsets;
-	proto->synchronous_full = worker->synchronous_full;
-	proto->mismatch_stop = worker->mismatch_stop;
-	proto->dispatch_retry_max =
-	    tbx__conf_int(worker->conf, "dispatch.retry.max");
+	proto->batch_max = (int)worker->cfg->batch_max_messages;
+	proto->retry_max = (int)worker->cfg->retry_max;
+	proto->backoff_ms = (int)worker->cfg->retry_backoff_ms;
+	proto->backoff_max_ms = (int)worker->cfg->retry_backoff_max_ms;
+	proto->untokened_offsets =
+	    worker->cfg->ingress_untokened == TBX_UNTOKENED_OFFSETS;
+	proto->synchronous_full =
+	    worker->cfg->store_synchronous == TBX_SYNC_FULL;
+	proto->mismatch_stop =
+	    worker->cfg->token_store_mismatch == TBX_MISMATCH_STOP;
+	proto->dispatch_retry_max = worker->cfg->dispatch_retry_max;
 	tbx__proto_init(proto);
 }
 
 tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 {
-	tbx__db_opts_t opts;
+	const tbx__cfg_t *cfg;
 	tbx_worker_t *worker;
-	const char *store_path, *tokens_path, *id;
 	char tag[TBX_GROUP_MAX + 32];
 	int err;
 
@@ -93,91 +95,34 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		return NULL;
 	}
-	tbx__strlcpy(worker->group, tbx__conf_str(conf, "group.id"),
-		     sizeof(worker->group));
-	id = tbx__conf_str(conf, "worker.id");
-	if (*id)
-		tbx__strlcpy(tag, id, sizeof(tag));
+	cfg = tbx__conf_cfg(conf);
+	tbx__strlcpy(worker->group, cfg->group_id, sizeof(worker->group));
+	if (*cfg->worker_id)
+		tbx__strlcpy(tag, cfg->worker_id, sizeof(tag));
 	else
 		snprintf(tag, sizeof(tag), "%s/%d", worker->group,
 			 (int)getpid());
 	tbx__log_configure(conf, tag);
 
-	tbx__db_opts_init(&opts);
-	opts.synchronous_full =
-	    strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0;
-	opts.busy_timeout_ms =
-	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
-	store_path = tbx__conf_str(conf, "store.path");
-	tokens_path = tbx__conf_str(conf, "tokens.path");
-	if ((err = tbx_outbox_open(store_path, &opts, &worker->store, errstr,
-				   errstr_size)))
-		goto fail;
-	/* One file for both stores: the token operations share the
-	 * service connection, and A–B and D–E each commit as one
-	 * transaction (the joined path, see protocol.c). */
-	if (!*tokens_path || tbx__same_file(tokens_path, store_path)) {
-		err = tbx_tokens_sqlite_open(
-		    store_path, &opts, tbx_outbox_db(worker->store),
-		    &worker->tokens, errstr, errstr_size);
-	} else {
-		/* A separate token store is the pipeline's, shared with its
-		 * senders: one made here at a misspelt path would be empty
-		 * and every record would look finished. */
-		opts.create =
-		    strcmp(tbx__conf_str(conf, "tokens.create"), "true") == 0;
-		err = tbx_tokens_sqlite_open(tokens_path, &opts, NULL,
-					     &worker->tokens, errstr,
-					     errstr_size);
-		if (err == TBX_ENOENT)
-			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
-				    "tokens.path: token store %s does not "
-				    "exist; create it with 'tokenbox init "
-				    "--tokens %s', or set tokens.create=true "
-				    "to let the worker create it, or fix the "
-				    "path",
-				    tokens_path, tokens_path);
-	}
-	if (err)
+	if ((err = tbx__stores_open_worker(cfg, &worker->store, &worker->tokens,
+					   errstr, errstr_size)))
 		goto fail;
 	if ((err = tbx_tokens_store_id(worker->tokens, worker->store_id))) {
 		tbx__seterr(errstr, errstr_size, err,
 			    "%s: cannot read the token store's id",
-			    *tokens_path ? tokens_path : store_path);
+			    tbx__stores_tokens_path(cfg));
 		goto fail;
 	}
-	worker->mismatch_stop =
-	    strcmp(tbx__conf_str(conf, "token.store.mismatch"), "stop") == 0;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
 	if (!(worker->router = tbx_router_new())) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		goto fail;
 	}
-	worker->batch_max = (int)tbx__conf_int(conf, "batch.max.messages");
-	worker->batch_ms = (int)tbx__conf_int(conf, "batch.max.ms");
-	worker->retry_max = (int)tbx__conf_int(conf, "retry.max");
-	worker->backoff_ms = (int)tbx__conf_int(conf, "retry.backoff.ms");
-	worker->backoff_max_ms =
-	    (int)tbx__conf_int(conf, "retry.backoff.max.ms");
-	worker->untokened_offsets =
-	    strcmp(tbx__conf_str(conf, "ingress.untokened"), "offsets") == 0;
-	/* G lowers the service connection to NORMAL for its own commit and
-	 * restores this level afterwards. */
-	worker->synchronous_full = opts.synchronous_full;
-	worker->dispatch_timeout_ms =
-	    (int)tbx__conf_int(conf, "dispatch.timeout.ms");
-	worker->cleanup_interval_ms =
-	    tbx__conf_int(conf, "cleanup.interval.ms");
-	worker->cleanup_batch = tbx__conf_int(conf, "cleanup.batch.size");
-	worker->recovery_interval_ms =
-	    tbx__conf_int(conf, "recovery.interval.ms");
-	worker->shutdown_timeout_ms =
-	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
-	worker->stats_interval_ms = tbx__conf_int(conf, "stats.interval.ms");
-	tbx__strlcpy(worker->dlq_suffix, tbx__conf_str(conf, "dlq.suffix"),
-		     sizeof(worker->dlq_suffix));
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
+	worker->cfg = cfg;
+	/* G lowers the service connection to NORMAL for its own commit and
+	 * restores this level afterwards. */
 	worker_proto_init(worker);
 	if (tbx__worker_metrics_start(worker, errstr, errstr_size)) {
 		worker->conf = NULL;
@@ -193,58 +138,14 @@ fail:
 	return NULL;
 }
 
-/* Checks one store file for --check-config: an existing file is opened
- * read-only (a tokenbox file of a schema this tokenbox knows); a missing
- * one needs a directory the worker can create it in. */
-static int check_store(const char *key, const char *path,
-		       const tbx__db_opts_t *opts, char *errstr,
-		       size_t errstr_size)
-{
-	char dir[4096];
-	const char *slash;
-	sqlite3 *db = NULL;
-	struct stat st;
-	int err;
-
-	if (stat(path, &st) == 0) {
-		err = tbx__db_open(path, opts, &db, errstr, errstr_size);
-		sqlite3_close_v2(db);
-		return err;
-	}
-	slash = strrchr(path, '/');
-	if (!slash)
-		tbx__strlcpy(dir, ".", sizeof(dir));
-	else if (slash == path)
-		tbx__strlcpy(dir, "/", sizeof(dir));
-	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	if (access(dir, W_OK | X_OK) != 0)
-		return tbx__seterr(errstr, errstr_size, TBX_EIO,
-				   "%s: %s does not exist, and it cannot be "
-				   "created in %s: %s",
-				   key, path, dir, strerror(errno));
-	return TBX_OK;
-}
-
 tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 				    size_t errstr_size)
 {
-	tbx__db_opts_t opts;
+	const tbx__cfg_t *cfg = tbx__conf_cfg(conf);
 	tbx_worker_t *worker;
-	const char *store_path, *tokens_path;
 
-	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size))
-		return NULL;
-	tbx__db_opts_init(&opts);
-	opts.readonly = 1;
-	opts.busy_timeout_ms =
-	    (int)tbx__conf_int(conf, "store.busy.timeout.ms");
-	store_path = tbx__conf_str(conf, "store.path");
-	tokens_path = tbx__conf_str(conf, "tokens.path");
-	if (check_store("store.path", store_path, &opts, errstr, errstr_size))
-		return NULL;
-	if (*tokens_path && !tbx__same_file(tokens_path, store_path) &&
-	    check_store("tokens.path", tokens_path, &opts, errstr, errstr_size))
+	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size) ||
+	    tbx__stores_check(cfg, errstr, errstr_size))
 		return NULL;
 	if (!(worker = calloc(1, sizeof(*worker))) ||
 	    !(worker->router = tbx_router_new())) {
@@ -252,12 +153,12 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		return NULL;
 	}
-	tbx__strlcpy(worker->group, tbx__conf_str(conf, "group.id"),
-		     sizeof(worker->group));
+	tbx__strlcpy(worker->group, cfg->group_id, sizeof(worker->group));
 	/* Never started: tbx_worker_poll() refuses it. */
 	worker->closed = 1;
 	atomic_init(&worker->stop, 1);
 	worker->conf = conf;
+	worker->cfg = cfg;
 	return worker;
 }
 
@@ -416,7 +317,8 @@ static void resume_due(tbx_worker_t *worker)
 				 rd_kafka_error_string(error));
 			rd_kafka_error_destroy(error);
 			rd_kafka_topic_partition_list_destroy(list);
-			part->resume_at_ms = now + worker->backoff_ms;
+			part->resume_at_ms =
+			    now + worker->cfg->retry_backoff_ms;
 			continue;
 		}
 		rd_kafka_resume_partitions(worker->consumer, list);
@@ -595,10 +497,11 @@ static int start(tbx_worker_t *worker)
 		}
 		return err;
 	}
-	worker->next_cleanup_ms = tbx__mono_ms() + worker->cleanup_interval_ms;
+	worker->next_cleanup_ms =
+	    tbx__mono_ms() + worker->cfg->cleanup_interval_ms;
 	worker->next_recovery_ms =
-	    tbx__mono_ms() + worker->recovery_interval_ms;
-	worker->next_stats_ms = tbx__mono_ms() + worker->stats_interval_ms;
+	    tbx__mono_ms() + worker->cfg->recovery_interval_ms;
+	worker->next_stats_ms = tbx__mono_ms() + worker->cfg->stats_interval_ms;
 	worker->started = 1;
 	tbx__worker_metrics_refresh(worker, 1);
 	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
@@ -693,7 +596,7 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 	int64_t batch_deadline = 0;
 	int polled = 0;
 
-	while (worker->batch.cnt < (size_t)worker->batch_max &&
+	while (worker->batch.cnt < (size_t)worker->cfg->batch_max_messages &&
 	       !atomic_load(&worker->stop)) {
 		int64_t now = tbx__mono_ms(), wait;
 		rd_kafka_message_t *rkm;
@@ -752,7 +655,8 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 		if (batch_push(worker, rkm) < 0)
 			return TBX_ENOMEM;
 		if (worker->batch.cnt == 1)
-			batch_deadline = tbx__mono_ms() + worker->batch_ms;
+			batch_deadline =
+			    tbx__mono_ms() + worker->cfg->batch_max_ms;
 	}
 	return TBX_OK;
 }
@@ -801,9 +705,9 @@ static void maybe_stats(tbx_worker_t *worker)
 	cJSON *obj;
 	char *text;
 
-	if (worker->stats_interval_ms <= 0 || now < worker->next_stats_ms)
+	if (worker->cfg->stats_interval_ms <= 0 || now < worker->next_stats_ms)
 		return;
-	worker->next_stats_ms = now + worker->stats_interval_ms;
+	worker->next_stats_ms = now + worker->cfg->stats_interval_ms;
 	if (worker->lat_cnt) {
 		memcpy(sorted, worker->lat, worker->lat_cnt * sizeof(float));
 		qsort(sorted, worker->lat_cnt, sizeof(float), cmp_float);
@@ -844,11 +748,11 @@ static void maybe_recover(tbx_worker_t *worker)
 	rd_kafka_resp_err_t rerr;
 	int64_t now = tbx__mono_ms();
 
-	if (!worker->recovery_due && (worker->recovery_interval_ms <= 0 ||
+	if (!worker->recovery_due && (worker->cfg->recovery_interval_ms <= 0 ||
 				      now < worker->next_recovery_ms))
 		return;
 	worker->recovery_due = 0;
-	worker->next_recovery_ms = now + worker->recovery_interval_ms;
+	worker->next_recovery_ms = now + worker->cfg->recovery_interval_ms;
 	if (worker->part_cnt == 0)
 		return;
 	list = rd_kafka_topic_partition_list_new((int)worker->part_cnt);
@@ -873,8 +777,8 @@ static void maybe_recover(tbx_worker_t *worker)
 			continue;
 		tbx__proto_recover(&worker->proto, &worker->batch, tp->topic,
 				   tp->partition, tp->offset,
-				   (size_t)worker->cleanup_batch, &found,
-				   &finished);
+				   (size_t)worker->cfg->cleanup_batch_size,
+				   &found, &finished);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
 }
@@ -916,9 +820,10 @@ static void maybe_cleanup(tbx_worker_t *worker)
 {
 	int64_t now = tbx__mono_ms();
 
-	if (worker->cleanup_interval_ms <= 0 || now < worker->next_cleanup_ms)
+	if (worker->cfg->cleanup_interval_ms <= 0 ||
+	    now < worker->next_cleanup_ms)
 		return;
-	worker->next_cleanup_ms = now + worker->cleanup_interval_ms;
+	worker->next_cleanup_ms = now + worker->cfg->cleanup_interval_ms;
 	tbx_worker_cleanup(worker, 0, NULL);
 	touch_subscriptions(worker);
 }
@@ -1052,9 +957,10 @@ void tbx_worker_stop(tbx_worker_t *worker)
  */
 static void leave_group(tbx_worker_t *worker)
 {
-	int64_t deadline = tbx__mono_ms() + (worker->shutdown_timeout_ms < 10000
-						 ? worker->shutdown_timeout_ms
-						 : 10000);
+	int64_t deadline =
+	    tbx__mono_ms() + (worker->cfg->shutdown_timeout_ms < 10000
+				  ? worker->cfg->shutdown_timeout_ms
+				  : 10000);
 	rd_kafka_unsubscribe(worker->consumer);
 	/* Poll at least once: the revocation is served inside poll. */
 	while (tbx__mono_ms() < deadline) {
@@ -1102,7 +1008,8 @@ static int sticky_assignor(rd_kafka_t *rk)
 static int await_first_assignment(tbx_worker_t *worker)
 {
 	rd_kafka_t *rk = worker->consumer;
-	int64_t deadline = tbx__mono_ms() + worker->shutdown_timeout_ms / 2;
+	int64_t deadline =
+	    tbx__mono_ms() + worker->cfg->shutdown_timeout_ms / 2;
 
 	if (worker->assigned_once || !sticky_assignor(rk))
 		return 1;
@@ -1156,16 +1063,16 @@ int tbx_worker_close(tbx_worker_t *worker)
 			    "the stop: the consumer is left open "
 			    "(librdkafka 2.0.2 would abort destroying it); "
 			    "the group drops it after its session timeout",
-			    (long long)worker->shutdown_timeout_ms / 2);
+			    (long long)worker->cfg->shutdown_timeout_ms / 2);
 		}
 		worker->consumer = NULL;
 	}
 	if (worker->producer) {
 		rd_kafka_flush(worker->producer,
-			       worker->shutdown_timeout_ms <
-				       worker->dispatch_timeout_ms
-				   ? worker->shutdown_timeout_ms
-				   : worker->dispatch_timeout_ms);
+			       worker->cfg->shutdown_timeout_ms <
+				       worker->cfg->dispatch_timeout_ms
+				   ? worker->cfg->shutdown_timeout_ms
+				   : worker->cfg->dispatch_timeout_ms);
 		rd_kafka_destroy(worker->producer);
 		worker->producer = NULL;
 	}
@@ -1208,8 +1115,8 @@ int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 		return TBX_EINVAL;
 	err = tbx__tokens_sweep_resume(
 	    worker->tokens, worker->store, worker->group,
-	    limit ? limit : (size_t)worker->cleanup_batch, &worker->sweep_at,
-	    &st);
+	    limit ? limit : (size_t)worker->cfg->cleanup_batch_size,
+	    &worker->sweep_at, &st);
 	worker->stats.orphans_swept += st.orphans;
 	if (st.orphans)
 		tbx__log(TBX_LOG_INFO,

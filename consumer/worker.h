@@ -29,6 +29,7 @@ extern const double tbx__batch_bounds_ms[TBX_BATCH_BUCKETS];
 
 struct tbx_worker {
 	tbx_conf_t *conf;
+	const tbx__cfg_t *cfg; /* conf's typed values (the settings) */
 	char group[TBX_GROUP_MAX + 1];
 	char errstr[512];
 	tbx_router_t *router;
@@ -38,32 +39,20 @@ struct tbx_worker {
 	rd_kafka_t *producer;
 	int started, closed;
 	atomic_int stop;
-	/* settings, read once */
-	int batch_max;
-	int batch_ms;
-	int retry_max;
-	int backoff_ms, backoff_max_ms;
-	int untokened_offsets;
-	int dispatch_timeout_ms;
-	int synchronous_full;
 	/* one file for both stores: tokens commit with A and with E */
 	int joined;
 	/* the token store's id (tbx-store of what this worker mints) */
 	char store_id[TBX_UUID_LEN + 1];
-	int mismatch_stop; /* token.store.mismatch=stop */
-	int64_t cleanup_interval_ms, cleanup_batch;
 	int64_t next_cleanup_ms;
 	/* the recovery pass: every interval, and after an assignment */
-	int64_t recovery_interval_ms, next_recovery_ms;
+	int64_t next_recovery_ms;
 	int recovery_due;
 	tbx__sweep_cursor_t sweep_at; /* where the next cleanup goes on */
-	char dlq_suffix[65];
 	/* assigned partitions */
 	tbx__part_t *parts;
 	size_t part_cnt, part_cap;
 	tbx__batch_t batch;
-	int shutdown_timeout_ms;
-	int64_t stats_interval_ms, next_stats_ms;
+	int64_t next_stats_ms;
 	/* An offset commit was refused: commit the stored offsets again
 	 * from the poll loop, no sooner than next_recommit_ms. */
 	int recommit;
@@ -76,7 +65,7 @@ struct tbx_worker {
 	 * TBX_BATCH_BUCKETS buckets of upper bounds tbx__batch_bounds_ms[],
 	 * and the last statistics JSON of librdkafka's consumer */
 	struct tbx__metrics *metrics;
-	int64_t metrics_interval_ms, next_metrics_ms;
+	int64_t next_metrics_ms;
 	uint64_t batch_hist[TBX_BATCH_BUCKETS + 1]; /* last: +Inf */
 	double batch_sum_ms;
 	char *rd_stats;

@@ -69,14 +69,32 @@ static int write_file(const uint8_t *data, size_t size)
 	return fclose(f);
 }
 
-/* Every property the table has reads back the same from @p a and @p b. */
+/* Every property the table has reads back the same from @p a and @p b,
+ * as text and in its typed field. */
 static void same_values(const tbx_conf_t *a, const tbx_conf_t *b)
 {
+	const char *fa = (const char *)tbx__conf_cfg(a);
+	const char *fb = (const char *)tbx__conf_cfg(b);
+
 	for (size_t i = 0; tbx__props[i].name; i++) {
-		const char *va = tbx_conf_get(a, tbx__props[i].name);
-		const char *vb = tbx_conf_get(b, tbx__props[i].name);
+		const tbx__prop_t *p = &tbx__props[i];
+		const char *va = tbx_conf_get(a, p->name);
+		const char *vb = tbx_conf_get(b, p->name);
 		FUZZ_CHECK((va == NULL) == (vb == NULL));
 		FUZZ_CHECK(!va || strcmp(va, vb) == 0);
+		if (p->type == TBX_PT_INT) {
+			FUZZ_CHECK(memcmp(fa + p->offset, fb + p->offset,
+					  sizeof(int64_t)) == 0);
+		} else if (p->type == TBX_PT_ENUM) {
+			FUZZ_CHECK(memcmp(fa + p->offset, fb + p->offset,
+					  sizeof(int)) == 0);
+		} else {
+			const char *sa, *sb;
+			memcpy(&sa, fa + p->offset, sizeof(sa));
+			memcpy(&sb, fb + p->offset, sizeof(sb));
+			FUZZ_CHECK((sa == NULL) == (sb == NULL));
+			FUZZ_CHECK(!sa || strcmp(sa, sb) == 0);
+		}
 	}
 }
 

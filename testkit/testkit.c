@@ -324,7 +324,7 @@ static int handled_topic(tbx_testkit_t *kit, const char *topic)
 	int err;
 
 	snprintf(dlq, sizeof(dlq), "%s%s", topic,
-		 tbx_conf_get(kit->conf, "dlq.suffix"));
+		 tbx__conf_cfg(kit->conf)->dlq_suffix);
 	if ((err = tbx_testkit_topic(kit, topic, 1)) ||
 	    (err = tbx_testkit_topic(kit, dlq, 1)))
 		return err;

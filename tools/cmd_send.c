@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/conf.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
@@ -550,7 +551,7 @@ static int configure(const send_opts_t *o, tbx_conf_t *conf)
 					  "kafka.bootstrap.servers in the "
 					  "configuration; see 'tokenbox help "
 					  "send')");
-	if (!*tbx_conf_get(conf, "tokens.path"))
+	if (!*tbx__conf_cfg(conf)->tokens_path)
 		return tbx_cli_usage(CMD,
 				     "--tokens is required (or tokens.path in "
 				     "the configuration; see 'tokenbox help "

@@ -459,15 +459,11 @@ static int plugin_load(plugin_t *p)
  * one missing; this only chooses the exit status. */
 static int lacks_required_key(const tbx_conf_t *conf)
 {
-	static const char *const keys[] = {"group.id", "store.path",
-					   "kafka.bootstrap.servers"};
+	const tbx__cfg_t *cfg = tbx__conf_cfg(conf);
+	const char *servers = tbx_conf_get(conf, "kafka.bootstrap.servers");
 
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		const char *v = tbx_conf_get(conf, keys[i]);
-		if (!v || !*v)
-			return 1;
-	}
-	return 0;
+	return !cfg->group_id || !*cfg->group_id || !cfg->store_path ||
+	       !*cfg->store_path || !servers || !*servers;
 }
 
 /*
@@ -745,7 +741,6 @@ static int parse_args(int argc, char **argv, worker_opts_t *o)
 static int configure(worker_cmd_t *w, const worker_opts_t *o)
 {
 	char errstr[512];
-	const char *v;
 	int rc;
 
 	if (!(w->conf = tbx_conf_new()))
@@ -764,11 +759,7 @@ static int configure(worker_cmd_t *w, const worker_opts_t *o)
 	    tbx_conf_set(w->conf, "stats.interval.ms", STATS_DEFAULT_MS, errstr,
 			 sizeof(errstr)))
 		return wfail("%s", errstr);
-	/* Range-checked when set (100..3600000), else the default. */
-	v = tbx_conf_get(w->conf, "shutdown.timeout.ms");
-	if (!v || strtoll(v, NULL, 10) <= 0)
-		return wfail("shutdown.timeout.ms: no value");
-	atomic_store(&shutdown_ms, strtoll(v, NULL, 10));
+	atomic_store(&shutdown_ms, tbx__conf_cfg(w->conf)->shutdown_timeout_ms);
 	return 0;
 }
 

@@ -1,6 +1,5 @@
 /* Prints docs/configuration.md from the property table (make confdoc). */
 #include <stdio.h>
-#include <string.h>
 
 #include "consumer/conf.h"
 
@@ -47,19 +46,7 @@ int main(void)
 			break;
 		case TBX_PT_ENUM:
 			type = "enum";
-			for (const char *c = p->enums; *c; c++) {
-				size_t n = strlen(range);
-				if (n + 3 >= sizeof(range))
-					break;
-				if (*c == '|') {
-					range[n] = ',';
-					range[n + 1] = ' ';
-					range[n + 2] = '\0';
-				} else {
-					range[n] = *c;
-					range[n + 1] = '\0';
-				}
-			}
+			tbx__prop_enums(p, ", ", range, sizeof(range));
 			break;
 		}
 		printf("| `%s` | %s | %s%s%s | %s | %s | %s%s |\n", p->name,

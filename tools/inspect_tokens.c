@@ -833,8 +833,7 @@ static int redispatch_group(insp_t *in, const char *grp, int64_t before,
 		return -1;
 	}
 	if ((res->err = insp_open_write_err(
-		 in,
-		 strcmp(tbx__conf_str(conf, "store.synchronous"), "full") == 0,
+		 in, tbx__conf_cfg(conf)->store_synchronous == TBX_SYNC_FULL,
 		 &store, &tokens, res->errstr, sizeof(res->errstr)))) {
 		if (!res->errstr[0])
 			snprintf(res->errstr, sizeof(res->errstr), "%s",
