@@ -293,9 +293,13 @@ int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,
 /* producer.c */
 rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			      size_t errstr_size);
-/** Replaces worker->producer after a fatal error (counted and logged),
- *  or creates it when there is none.  @returns TBX_OK when there is a
- *  usable producer. */
+/** Replaces *@p producer after a fatal error (counted in *@p restarts,
+ *  logged at ERROR as @p who), or creates it when there is none.
+ *  @returns TBX_OK when there is a usable producer. */
+int tbx__producer_renew(rd_kafka_t **producer, const tbx_conf_t *conf,
+			const char *who, uint64_t *restarts, char *errstr,
+			size_t errstr_size);
+/** tbx__producer_renew() of worker->producer. */
 int tbx__producer_check(tbx_worker_t *worker);
 /** 1 when retrying a delivery that failed with @p err cannot succeed
  *  (the message or its topic is refused): the table in producer.c. */

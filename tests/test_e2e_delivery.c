@@ -426,6 +426,119 @@ Test(fatal, a_fatal_producer_error_replaces_the_producer)
 	env_fini(&e);
 }
 
+/* The publisher's producer too: after one pushed OUT_OF_ORDER_SEQUENCE_NUMBER
+ * every message of the batch is delivered, by a new producer, with one id
+ * and one token each however many copies arrive, and the next batch goes
+ * out as well. */
+Test(fatal, a_fatal_producer_error_replaces_the_publishers_producer)
+{
+	env_t e;
+	char err[512], payload[8];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+	tbx_publisher_stats_t st;
+	tt_record_t *recs;
+	size_t cnt;
+	int r = TBX_EKAFKA;
+
+	env_init(&e);
+	tt_subscribe(e.tokens, "in", "g");
+	tbx_conf_set(conf, "kafka.bootstrap.servers", e.cluster->bootstraps,
+		     NULL, 0);
+	tbx_conf_set(conf, "tokens.path", e.tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "error", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	rd_kafka_mock_push_request_errors(
+	    e.cluster->mock, TT_API_PRODUCE, 1,
+	    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+	for (int batch = 0; batch < 2; batch++) {
+		for (int i = 0; i < 3; i++) {
+			snprintf(payload, sizeof(payload), "p%d",
+				 batch * 3 + i);
+			tbx_out_t out = {.topic = "in",
+					 .type = "Ask",
+					 .payload = payload,
+					 .payload_len = strlen(payload)};
+			cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+		}
+		/* A caller retries a failed flush: at most twice here. */
+		for (int i = 0; i < 3 && (r = tbx_publisher_flush(pub, NULL));
+		     i++)
+			;
+		cr_assert_eq(r, TBX_OK, "batch %d: %s", batch,
+			     tbx_publisher_errstr(pub));
+	}
+	tbx_publisher_stats(pub, &st);
+	cr_assert_geq(st.producer_restarts, 1);
+	cr_assert_eq(st.sent, 6);
+	tbx_publisher_destroy(pub);
+
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	for (int k = 0; k < 6; k++) {
+		const char *id = NULL, *token = NULL;
+
+		snprintf(payload, sizeof(payload), "p%d", k);
+		for (size_t i = 0; i < cnt; i++) {
+			if (!recs[i].payload ||
+			    strcmp(recs[i].payload, payload))
+				continue;
+			cr_assert(recs[i].id && recs[i].token);
+			if (!id) {
+				id = recs[i].id;
+				token = recs[i].token;
+			}
+			cr_assert_str_eq(recs[i].id, id, "%s: two ids",
+					 payload);
+			cr_assert_str_eq(recs[i].token, token, "%s: two tokens",
+					 payload);
+		}
+		cr_assert(id, "%s was never delivered", payload);
+	}
+	tt_records_free(recs, cnt);
+	env_fini(&e);
+}
+
+/* `tokenbox send` gets over it too, and says so in its summary. */
+Test(fatal, tokenbox_send_replaces_its_producer_after_a_fatal_error)
+{
+	static const char input[] = "a\nb\nc\n";
+	env_t e;
+	cc_result_t res;
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tt_subscribe(e.tokens, "in", "g");
+	const char *args[] = {"send", "-b",	  e.cluster->bootstraps,
+			      "-t",   "in",	  "--type",
+			      "Ask",  "--tokens", e.tokens,
+			      NULL};
+	rd_kafka_mock_push_request_errors(
+	    e.cluster->mock, TT_API_PRODUCE, 1,
+	    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+	res = cc_run_with(args, input, strlen(input), 60000);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strncmp(res.out,
+			  "sent 3 messages to in (the producer was "
+			  "replaced 1 time after a fatal error",
+			  75) == 0,
+		  "%s", res.out);
+	cr_assert(strstr(res.err, "replacing the producer"), "%s", res.err);
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	for (const char *p = "abc"; *p; p++) {
+		size_t found = 0;
+		for (size_t i = 0; i < cnt; i++)
+			found += recs[i].payload && recs[i].payload[0] == *p &&
+				 !recs[i].payload[1];
+		cr_assert_geq(found, 1, "line %c was not delivered", *p);
+	}
+	tt_records_free(recs, cnt);
+	cc_result_free(&res);
+	env_fini(&e);
+}
+
 /* A fatal consumer error ends the worker with TBX_EFATAL (and
  * `tokenbox worker` with status 75). */
 Test(fatal, a_fatal_consumer_error_ends_the_worker)
