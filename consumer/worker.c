@@ -135,6 +135,8 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	worker->cleanup_batch = tbx__conf_int(conf, "cleanup.batch.size");
 	worker->recovery_interval_ms =
 	    tbx__conf_int(conf, "recovery.interval.ms");
+	worker->commit_alarm_after_ms =
+	    tbx__conf_int(conf, "commit.behind.alarm.ms");
 	worker->shutdown_timeout_ms =
 	    (int)tbx__conf_int(conf, "shutdown.timeout.ms");
 	worker->stats_interval_ms = tbx__conf_int(conf, "stats.interval.ms");
@@ -486,6 +488,7 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	tbx_worker_t *worker = opaque;
 	rd_kafka_resp_err_t first = err;
 
+	tbx__commit_watch_result(worker, err, offsets);
 	for (int i = 0; offsets && !first && i < offsets->cnt; i++)
 		first = offsets->elems[i].err;
 	if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -781,6 +784,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"undeliverable", st->undeliverable},
 	    {"undelivered_stored", st->undelivered_stored},
 	    {"producer_restarts", st->producer_restarts},
+	    {"commit_alarms", st->commit_alarms},
 	};
 	cJSON *obj;
 	char *text;
@@ -920,6 +924,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms)
 	resume_due(worker);
 	maybe_recover(worker);
 	recommit_due(worker);
+	tbx__commit_watch_check(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		tbx__batch_reset(&worker->batch);

@@ -83,6 +83,10 @@ typedef struct tbx__part {
 	int64_t broke_next;    /**< offset + 1 of a record whose handler
 				    tried to commit A (refused, A rolled
 				    back): dead-lettered next; 0: none */
+	/* commit_watch.c: monotonic time of the first commit of it the
+	 * group refused since it last accepted one (0: none), and of the
+	 * last alarm about it (0: none yet). */
+	int64_t commit_behind_ms, commit_alarm_ms;
 } tbx__part_t;
 
 /** An outbox row in flight in this batch. */
@@ -187,6 +191,10 @@ struct tbx_worker {
 	int recommit;
 	int64_t next_recommit_ms;
 	int assigned_once; /* the rebalance callback assigned at least once */
+	/* commit.behind.alarm.ms (commit_watch.c), the last refusal's
+	 * error */
+	int64_t commit_alarm_after_ms;
+	rd_kafka_resp_err_t commit_refused_err;
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;
@@ -268,6 +276,16 @@ int tbx__worker_redispatch(tbx_worker_t *worker, int64_t created_before_ms,
 int tbx__worker_recover(tbx_worker_t *worker, const char *topic,
 			int32_t partition, int64_t committed, size_t limit,
 			size_t *found, size_t *finished);
+
+/* commit_watch.c */
+/** Notes the result of an offset commit (the offset_commit_cb's
+ *  arguments): per partition, since when the group refuses its commits. */
+void tbx__commit_watch_result(tbx_worker_t *worker, rd_kafka_resp_err_t err,
+			      const rd_kafka_topic_partition_list_t *offsets);
+/** Raises the alarm for every partition whose commits were refused for
+ *  commit.behind.alarm.ms: a WARN line, commit_alarms, a commit_behind
+ *  alarm in the service store; again every interval while it lasts. */
+void tbx__commit_watch_check(tbx_worker_t *worker);
 
 /* guard.c */
 /** Installs the authorizer and the commit hook on the service store's

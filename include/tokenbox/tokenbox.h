@@ -330,6 +330,11 @@ typedef struct tbx_stats {
 					worker stopped */
 	uint64_t duplicate_alarms;   /**< warnings that an unusual share of
 					records was dropped as duplicates */
+	uint64_t commit_alarms;	     /**< alarms that the group refused the
+					offset commits of a partition for
+					commit.behind.alarm.ms: its committed
+					offset stays behind the records
+					processed */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
