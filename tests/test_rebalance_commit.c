@@ -65,6 +65,25 @@ static int64_t lag(rd_kafka_t *rk)
 	return sum;
 }
 
+/* Waits until group g's lag is 0, for a minute at most.  @returns the
+ * last lag read. */
+static int64_t wait_no_lag(const char *bootstraps)
+{
+	rd_kafka_conf_t *kc = rd_kafka_conf_new();
+	char err[512];
+	int64_t behind = -1;
+	time_t end = time(NULL) + 60 * tt_time_factor();
+
+	rd_kafka_conf_set(kc, "bootstrap.servers", bootstraps, NULL, 0);
+	rd_kafka_conf_set(kc, "group.id", "g", NULL, 0);
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, err, sizeof(err));
+	cr_assert(rk, "%s", err);
+	while (time(NULL) < end && (behind = lag(rk)) != 0)
+		usleep(200000);
+	rd_kafka_destroy(rk);
+	return behind;
+}
+
 static void scenario(const char *strategy)
 {
 	char *dir = tt_tmpdir(), *store = tt_path(dir, "s.db"),
@@ -106,16 +125,7 @@ static void scenario(const char *strategy)
 
 	/* No record arrives any more: the worker must commit again by
 	 * itself, while it runs. */
-	rd_kafka_conf_t *kc = rd_kafka_conf_new();
-	rd_kafka_conf_set(kc, "bootstrap.servers", c->bootstraps, NULL, 0);
-	rd_kafka_conf_set(kc, "group.id", "g", NULL, 0);
-	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, err, sizeof(err));
-	cr_assert(rk, "%s", err);
-	int64_t behind = -1;
-	end = time(NULL) + 60 * tt_time_factor();
-	while (time(NULL) < end && (behind = lag(rk)) != 0)
-		usleep(200000);
-	rd_kafka_destroy(rk);
+	int64_t behind = wait_no_lag(c->bootstraps);
 	cr_assert_eq(behind, 0,
 		     "%s: committed offsets stay %lld records behind the "
 		     "processed ones",
@@ -202,17 +212,7 @@ Test(rebalance_commit, commits_refused_for_long_raise_an_alarm, .timeout = 300)
 	/* The group accepts commits again: the lag reaches 0, the alarm
 	 * stays until an operator removes it. */
 	rd_kafka_mock_clear_request_errors(c->mock, API_OFFSET_COMMIT);
-	rd_kafka_conf_t *kc = rd_kafka_conf_new();
-	rd_kafka_conf_set(kc, "bootstrap.servers", c->bootstraps, NULL, 0);
-	rd_kafka_conf_set(kc, "group.id", "g", NULL, 0);
-	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, err, sizeof(err));
-	cr_assert(rk, "%s", err);
-	int64_t behind = -1;
-	end = time(NULL) + 60 * tt_time_factor();
-	while (time(NULL) < end && (behind = lag(rk)) != 0)
-		usleep(200000);
-	rd_kafka_destroy(rk);
-	cr_assert_eq(behind, 0);
+	cr_assert_eq(wait_no_lag(c->bootstraps), 0);
 	tbx_worker_stop(r.w);
 	pthread_join(r.thread, NULL);
 	cr_assert_eq(r.rc, TBX_OK);
