@@ -84,37 +84,47 @@ static int64_t wait_no_lag(const char *bootstraps)
 	return behind;
 }
 
-static void scenario(const char *strategy)
+/* Starts a worker of group g on "in" (@p key = @p value in its
+ * configuration) in a thread, with its next 1000 offset commits refused
+ * (REBALANCE_IN_PROGRESS), and publishes RECORDS records. */
+static void start_refused(runner_t *r, tt_cluster_t *c, const char *store,
+			  const char *tokens, tt_hop_t *hop, const char *key,
+			  const char *value)
 {
-	char *dir = tt_tmpdir(), *store = tt_path(dir, "s.db"),
-	     *tokens = tt_path(dir, "tokens.db"), err[512];
-	tt_cluster_t *c = tt_cluster_new(1);
-	tt_hop_t hop = {.table = "hop"};
 	rd_kafka_resp_err_t refused[1000];
-	runner_t r;
-	tbx_stats_t st;
+	char err[512];
 
 	tt_cluster_topic(c, "in", PARTS);
 	tt_hop_table(store, "hop");
 	tt_subscribe(tokens, "in", "g");
-	r.w = tbx_worker_new(
-	    tt_conf(c->bootstraps, "g", store, tokens,
-		    "kafka.consumer.partition.assignment.strategy", strategy,
-		    NULL),
-	    err, sizeof(err));
-	cr_assert(r.w, "%s", err);
+	r->w = tbx_worker_new(
+	    tt_conf(c->bootstraps, "g", store, tokens, key, value, NULL), err,
+	    sizeof(err));
+	cr_assert(r->w, "%s", err);
 	cr_assert_eq(
-	    tbx_worker_register(r.w, "in", "Ping", tt_hop_handle, &hop),
+	    tbx_worker_register(r->w, "in", "Ping", tt_hop_handle, hop),
 	    TBX_OK);
-
-	/* Every commit is refused until the records are handled. */
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
 		refused[i] = RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS;
 	rd_kafka_mock_push_request_errors_array(
 	    c->mock, API_OFFSET_COMMIT, sizeof(refused) / sizeof(refused[0]),
 	    refused);
-	cr_assert_eq(pthread_create(&r.thread, NULL, run, &r), 0);
+	cr_assert_eq(pthread_create(&r->thread, NULL, run, r), 0);
 	tt_publish(c->bootstraps, tokens, "in", "Ping", RECORDS, 4, "p");
+}
+
+static void scenario(const char *strategy)
+{
+	char *dir = tt_tmpdir(), *store = tt_path(dir, "s.db"),
+	     *tokens = tt_path(dir, "tokens.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop = {.table = "hop"};
+	runner_t r;
+	tbx_stats_t st;
+
+	/* Every commit is refused until the records are handled. */
+	start_refused(&r, c, store, tokens, &hop,
+		      "kafka.consumer.partition.assignment.strategy", strategy);
 	time_t end = time(NULL) + 60 * tt_time_factor();
 	while (time(NULL) < end &&
 	       (tt_count(store, "SELECT COUNT(*) FROM hop") < RECORDS ||
@@ -162,10 +172,9 @@ Test(rebalance_commit, refused_commits_are_sent_again_eager, .timeout = 300)
 Test(rebalance_commit, commits_refused_for_long_raise_an_alarm, .timeout = 300)
 {
 	char *dir = tt_tmpdir(), *store = tt_path(dir, "s.db"),
-	     *tokens = tt_path(dir, "tokens.db"), err[512];
+	     *tokens = tt_path(dir, "tokens.db");
 	tt_cluster_t *c = tt_cluster_new(1);
 	tt_hop_t hop = {.table = "hop"};
-	rd_kafka_resp_err_t refused[1000];
 	const char *check[] = {"inspect", "--store", store,	"--tokens",
 			       tokens,	  "status",  "--check", NULL};
 	cc_result_t res;
@@ -173,23 +182,8 @@ Test(rebalance_commit, commits_refused_for_long_raise_an_alarm, .timeout = 300)
 	tbx_stats_t st;
 	time_t end;
 
-	tt_cluster_topic(c, "in", PARTS);
-	tt_hop_table(store, "hop");
-	tt_subscribe(tokens, "in", "g");
-	r.w = tbx_worker_new(tt_conf(c->bootstraps, "g", store, tokens,
-				     "commit.behind.alarm.ms", "1000", NULL),
-			     err, sizeof(err));
-	cr_assert(r.w, "%s", err);
-	cr_assert_eq(
-	    tbx_worker_register(r.w, "in", "Ping", tt_hop_handle, &hop),
-	    TBX_OK);
-	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-		refused[i] = RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS;
-	rd_kafka_mock_push_request_errors_array(
-	    c->mock, API_OFFSET_COMMIT, sizeof(refused) / sizeof(refused[0]),
-	    refused);
-	cr_assert_eq(pthread_create(&r.thread, NULL, run, &r), 0);
-	tt_publish(c->bootstraps, tokens, "in", "Ping", RECORDS, 4, "p");
+	start_refused(&r, c, store, tokens, &hop, "commit.behind.alarm.ms",
+		      "1000");
 
 	/* The alarm, recorded in the service store. */
 	end = time(NULL) + 60 * tt_time_factor();
