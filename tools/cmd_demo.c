@@ -54,10 +54,10 @@
 #define DEMO_DUP_PERMILLE     100  /* share of records re-produced */
 #define DEMO_POLL_MS	      100
 #define DEMO_IDLE_ROUNDS      3 /* empty polls in a row that end the run */
-/* The run fails when nothing moved (no order published, no record
- * consumed by either hop, no copy delivered) for this long: a stall, not
- * a slow machine.  Its total length is not bounded: under load or the
- * sanitizers a sound run takes minutes. */
+/* The run fails when nothing moved (progress(): no order published, no
+ * business row, no copy delivered, no record consumed that the end waits
+ * for) for this long: a stall, not a slow machine.  Its total length is
+ * not bounded: under load or the sanitizers a sound run takes minutes. */
 #define DEMO_STALL_S	      120
 #define DEMO_READ_MAX	      2000 /* records read back per round */
 #define DEMO_MAX_SEED	      9007199254740991LL /* 2^53 - 1: exact in JSON */
@@ -1132,6 +1132,25 @@ static int hop_poll(hop_t *hop, int timeout_ms, int *busy)
 	return TBX_EXIT_OK;
 }
 
+/* What the run has achieved, a count that only grows and is bounded:
+ * orders published, business rows, copies delivered, and records
+ * consumed up to what the end of the run waits for (a hop that consumes
+ * the same records again and again is not moving). */
+static int64_t progress(const demo_t *d, int64_t published,
+			const tbx_stats_t st[2])
+{
+	int64_t sum = published + d->hops[0].rows + d->hops[1].rows;
+
+	for (int i = 0; i < 2; i++) {
+		int64_t want = d->n + d->injs[i].delivered;
+
+		sum += d->injs[i].delivered + ((int64_t)st[i].consumed < want
+						   ? (int64_t)st[i].consumed
+						   : want);
+	}
+	return sum;
+}
+
 static int demo_run(demo_t *d, result_t *res)
 {
 	hop_t *order = &d->hops[0], *payment = &d->hops[1];
@@ -1203,12 +1222,8 @@ static int demo_run(demo_t *d, result_t *res)
 		hop_count(order);
 		hop_count(payment);
 		now = mono_ms();
-		if (published + (int64_t)(st[0].consumed + st[1].consumed) +
-			d->injs[0].delivered + d->injs[1].delivered !=
-		    moves) {
-			moves = published +
-				(int64_t)(st[0].consumed + st[1].consumed) +
-				d->injs[0].delivered + d->injs[1].delivered;
+		if (progress(d, published, st) != moves) {
+			moves = progress(d, published, st);
 			moved_at = now;
 		}
 		if (!d->json && now >= next_progress) {
