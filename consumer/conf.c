@@ -122,6 +122,16 @@ const tbx__prop_t tbx__props[] = {
 	 "offset reset: the record will not come back) and finishes them: "
 	 "dispatch, consume the incoming token, delete. It also does so when "
 	 "partitions are assigned. 0 keeps only the pass on assignment."},
+	{"commit.behind.alarm.ms", INT(commit_behind_alarm_ms), "60000", 0, 86400000,
+	 NULL, "worker", 0,
+	 "How long the group may refuse the offset commits of a partition "
+	 "the worker keeps (e.g. REBALANCE_IN_PROGRESS during a rebalance; "
+	 "refused commits are sent again) before the worker raises an "
+	 "alarm: its committed offset stays behind the records it "
+	 "processed, so the group's lag does not fall. A WARN line, the "
+	 "commit_alarms counter and the commit_behind alarm of `inspect "
+	 "status --check`, again every interval while it lasts. 0 disables "
+	 "it."},
 	{"dispatch.timeout.ms", INT(dispatch_timeout_ms), "30000", 1000, 3600000,
 	 NULL, "both", 0,
 	 "Delivery timeout of outgoing messages (librdkafka "

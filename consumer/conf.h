@@ -62,6 +62,7 @@ typedef struct tbx__cfg {
 	int64_t cleanup_interval_ms;
 	int64_t cleanup_batch_size;
 	int64_t recovery_interval_ms;
+	int64_t commit_behind_alarm_ms;
 	int64_t dispatch_timeout_ms;
 	int64_t dispatch_retry_max;
 	int64_t shutdown_timeout_ms;

@@ -151,6 +151,9 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {"duplicate_alarms_total", st->duplicate_alarms,
 	     "Warnings that more records were dropped as duplicates than "
 	     "redeliveries explain."},
+	    {"commit_alarms_total", st->commit_alarms,
+	     "Alarms that the group refused a partition's offset commits for "
+	     "commit.behind.alarm.ms."},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)

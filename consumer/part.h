@@ -48,6 +48,10 @@ typedef struct tbx__part {
 	int64_t broke_next;    /**< offset + 1 of a record whose handler
 				    tried to commit A (refused, A rolled
 				    back): dead-lettered next; 0: none */
+	/* commit_watch.c: monotonic time of the first commit of it the
+	 * group refused since it last accepted one (0: none), and of the
+	 * last alarm about it (0: none yet). */
+	int64_t commit_behind_ms, commit_alarm_ms;
 } tbx__part_t;
 
 /** F's decision for one partition of a batch: what the loop stores and

@@ -298,16 +298,19 @@ int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 /*
  * A fatal error (the idempotent producer lost track of its sequence
  * numbers: OUT_OF_ORDER_SEQUENCE_NUMBER, an expired producer id, ...)
- * leaves the producer unable to send anything again.  It is replaced by
- * a new one, with a new producer id.  That is safe: every message the
- * old one did not deliver stays in its outbox row, and the next dispatch
- * sends it again with the same tbx-id and tbx-token, so a copy the old
- * producer did deliver is dropped downstream; the idempotent producer
- * only ever deduplicated its own retries, which tokens cover anyway.
- * Also creates the producer when there is none (a creation failed).
+ * leaves a producer unable to send anything again.  It is replaced by a
+ * new one, with a new producer id.  That is safe for the worker and the
+ * publisher alike: every message the old one did not deliver is still
+ * held (in its outbox row, or in the publisher's minted batch), and it
+ * is sent again with the same tbx-id and tbx-token, so a copy the old
+ * producer did deliver is dropped downstream by its token; the
+ * idempotent producer only ever deduplicated its own retries, which
+ * tokens cover anyway.  Also creates the producer when there is none (a
+ * creation failed).
  */
-int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
-			tbx_stats_t *stats, char *errstr, size_t errstr_size)
+int tbx__producer_renew(rd_kafka_t **producer, const tbx_conf_t *conf,
+			const char *who, uint64_t *restarts, char *errstr,
+			size_t errstr_size)
 {
 	char reason[512];
 	rd_kafka_resp_err_t err;
@@ -316,12 +319,12 @@ int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
 		err = rd_kafka_fatal_error(*producer, reason, sizeof(reason));
 		if (!err)
 			return TBX_OK;
-		stats->producer_restarts++;
+		(*restarts)++;
 		tbx__log(TBX_LOG_ERR,
-			 "producer: fatal error %s: %s; replacing the "
-			 "producer (undelivered messages are sent again "
-			 "with their ids and tokens)",
-			 rd_kafka_err2name(err), reason);
+			 "%s: fatal error %s: %s; replacing the producer "
+			 "(undelivered messages are sent again with their "
+			 "ids and tokens)",
+			 who, rd_kafka_err2name(err), reason);
 		/* Every dispatch waited for its reports: no message of
 		 * ours is left in it.  Purge what may be, then destroy. */
 		rd_kafka_purge(*producer, RD_KAFKA_PURGE_F_QUEUE |
@@ -332,9 +335,19 @@ int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
 	}
 	*producer = tbx__producer_new(conf, errstr, errstr_size);
 	if (!*producer) {
-		tbx__log(TBX_LOG_ERR, "producer: %s; tried again next batch",
-			 errstr);
+		tbx__log(TBX_LOG_ERR,
+			 "%s: %s; tried again before the next "
+			 "delivery",
+			 who, errstr);
 		return TBX_EKAFKA;
 	}
 	return TBX_OK;
+}
+
+int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
+			tbx_stats_t *stats, char *errstr, size_t errstr_size)
+{
+	return tbx__producer_renew(producer, conf, "producer",
+				   &stats->producer_restarts, errstr,
+				   errstr_size);
 }

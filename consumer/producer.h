@@ -14,7 +14,16 @@
 
 rd_kafka_t *tbx__producer_new(const tbx_conf_t *conf, char *errstr,
 			      size_t errstr_size);
-/** Replaces *@p producer after a fatal error (counted in
+/** Replaces *@p producer after a fatal error, or creates it when there is
+ *  none, from @p conf: counted in *@p restarts, logged at ERROR as @p who.
+ *  Safe for every caller, since whatever the broken producer did not
+ *  report delivered is sent again with the same tbx-id and tbx-token, and
+ *  a copy it did deliver is dropped by the receivers.  @returns TBX_OK
+ *  when there is a usable producer; else @p errstr says why. */
+int tbx__producer_renew(rd_kafka_t **producer, const tbx_conf_t *conf,
+			const char *who, uint64_t *restarts, char *errstr,
+			size_t errstr_size);
+/** The worker's tbx__producer_renew() (counted in
  *  @p stats->producer_restarts and logged), or creates it when there is
  *  none, from @p conf.  @returns TBX_OK when there is a usable producer;
  *  else @p errstr says why. */

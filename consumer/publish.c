@@ -354,6 +354,16 @@ static int to_send(const pub_msg_t *ext)
 	       ext->outcome != TBX_OUTCOME_RESENT;
 }
 
+/* Replaces the producer after a fatal error (see tbx__producer_renew:
+ * the minted batch keeps its ids and tokens, so a re-send is dropped by
+ * the receivers if the broken producer had delivered it after all). */
+static int producer_renew(tbx_publisher_t *pub)
+{
+	return tbx__producer_renew(&pub->producer, pub->conf, "publisher",
+				   &pub->stats.producer_restarts, pub->errstr,
+				   sizeof(pub->errstr));
+}
+
 /* Marks the edge entries of the batch's delivered messages, so that a
  * later natural duplicate is not sent again.  A failure only costs a
  * harmless copy later (same id and token): logged, not returned. */
@@ -432,34 +442,50 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 			*failed = queue->msg_cnt;
 		goto out;
 	}
-	/* One view per message still to send: its own tbx-seq, its own
-	 * delivery report.  The views borrow the queue's messages. */
-	for (size_t i = 0; i < queue->msg_cnt; i++) {
-		if (!to_send(&pub->ext[i]))
-			continue;
-		views[cnt].msgs = &queue->msgs[i];
-		views[cnt].msg_cnt = views[cnt].msg_cap = 1;
-		views[cnt].mint_seq = pub->ext[i].seq;
-		rows[cnt] = &views[cnt];
-		which[cnt++] = i;
-	}
-	err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows, cnt,
-				  delivered, &undelivered, NULL, pub->errstr,
-				  sizeof(pub->errstr))
-		  : TBX_OK;
-	for (size_t k = 0; k < cnt; k++) {
-		pub_msg_t *ext = &pub->ext[which[k]];
+	/* A producer that a fatal error broke in an earlier flush is
+	 * replaced first (a failed creation leaves none: dispatch then
+	 * reports every message undelivered). */
+	producer_renew(pub);
+	for (int round = 0;; round++) {
+		uint64_t restarts = pub->stats.producer_restarts;
 
-		if (!delivered[k]) {
-			ext->outcome = TBX_OUTCOME_UNDELIVERED;
-			pub->stats.undelivered++;
-		} else if (ext->verdict == TBX_EDGE_INFLIGHT) {
-			ext->outcome = TBX_OUTCOME_RESENT;
-			pub->stats.resent++;
-		} else {
-			ext->outcome = TBX_OUTCOME_SENT;
-			pub->stats.sent++;
+		/* One view per message still to send: its own tbx-seq, its
+		 * own delivery report.  The views borrow the queue's
+		 * messages. */
+		cnt = 0;
+		for (size_t i = 0; i < queue->msg_cnt; i++) {
+			if (!to_send(&pub->ext[i]))
+				continue;
+			views[cnt].msgs = &queue->msgs[i];
+			views[cnt].msg_cnt = views[cnt].msg_cap = 1;
+			views[cnt].mint_seq = pub->ext[i].seq;
+			rows[cnt] = &views[cnt];
+			which[cnt++] = i;
 		}
+		err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows,
+					  cnt, delivered, &undelivered, NULL,
+					  pub->errstr, sizeof(pub->errstr))
+			  : TBX_OK;
+		for (size_t k = 0; k < cnt; k++) {
+			pub_msg_t *ext = &pub->ext[which[k]];
+
+			if (!delivered[k]) {
+				ext->outcome = TBX_OUTCOME_UNDELIVERED;
+				pub->stats.undelivered++;
+			} else if (ext->verdict == TBX_EDGE_INFLIGHT) {
+				ext->outcome = TBX_OUTCOME_RESENT;
+				pub->stats.resent++;
+			} else {
+				ext->outcome = TBX_OUTCOME_SENT;
+				pub->stats.sent++;
+			}
+		}
+		/* A fatal error during this dispatch: a new producer, and
+		 * what the old one did not deliver is sent once more at
+		 * once, with the same ids and tokens. */
+		if (!err || round > 0 || producer_renew(pub) ||
+		    pub->stats.producer_restarts == restarts)
+			break;
 	}
 	for (size_t i = 0; i < queue->msg_cnt; i++) {
 		if (pub->ext[i].outcome != TBX_OUTCOME_REFUSED)

@@ -413,6 +413,7 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	tbx_worker_t *worker = opaque;
 	rd_kafka_resp_err_t first = err;
 
+	tbx__commit_watch_result(worker, err, offsets);
 	for (int i = 0; offsets && !first && i < offsets->cnt; i++)
 		first = offsets->elems[i].err;
 	if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -701,6 +702,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"undeliverable", st->undeliverable},
 	    {"undelivered_stored", st->undelivered_stored},
 	    {"producer_restarts", st->producer_restarts},
+	    {"commit_alarms", st->commit_alarms},
 	};
 	cJSON *obj;
 	char *text;
@@ -902,6 +904,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	resume_due(worker);
 	maybe_recover(worker);
 	recommit_due(worker);
+	tbx__commit_watch_check(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		tbx__batch_reset(&worker->batch);

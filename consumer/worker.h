@@ -58,6 +58,9 @@ struct tbx_worker {
 	int recommit;
 	int64_t next_recommit_ms;
 	int assigned_once; /* the rebalance callback assigned at least once */
+	/* commit.behind.alarm.ms (commit_watch.c), the last refusal's
+	 * error */
+	rd_kafka_resp_err_t commit_refused_err;
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;
@@ -110,4 +113,13 @@ int tbx__worker_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
 /** Stops and frees what tbx__worker_metrics_start() made. */
 void tbx__worker_metrics_stop(tbx_worker_t *worker);
 
+/* commit_watch.c */
+/** Notes the result of an offset commit (the offset_commit_cb's
+ *  arguments): per partition, since when the group refuses its commits. */
+void tbx__commit_watch_result(tbx_worker_t *worker, rd_kafka_resp_err_t err,
+			      const rd_kafka_topic_partition_list_t *offsets);
+/** Raises the alarm for every partition whose commits were refused for
+ *  commit.behind.alarm.ms: a WARN line, commit_alarms, a commit_behind
+ *  alarm in the service store; again every interval while it lasts. */
+void tbx__commit_watch_check(tbx_worker_t *worker);
 #endif

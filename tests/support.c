@@ -251,20 +251,30 @@ void tt_tokens_init(const char *tokens)
 	tbx_tokens_close(t);
 }
 
+tbx_publisher_t *tt_publisher(const char *bootstraps, const char *tokens,
+			      const char *log_level)
+{
+	char err[512];
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+
+	tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, NULL, 0);
+	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", log_level, NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "publisher: %s", err);
+	return pub;
+}
+
 void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
 		const char *type, int cnt, int key_cnt, const char *prefix)
 {
-	char err[512], key[32], payload[64];
-	tbx_conf_t *conf = tbx_conf_new();
+	char key[32], payload[64];
 	tbx_publisher_t *pub;
 	size_t failed;
 
 	tt_tokens_init(tokens); /* a publisher never creates it */
-	tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, NULL, 0);
-	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
-	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
-	pub = tbx_publisher_new(conf, err, sizeof(err));
-	cr_assert(pub, "publisher: %s", err);
+	pub = tt_publisher(bootstraps, tokens, "warning");
 	for (int i = 0; i < cnt; i++) {
 		snprintf(key, sizeof(key), "key-%d",
 			 i % (key_cnt ? key_cnt : 1));

@@ -60,6 +60,11 @@ void tt_tokens_init(const char *tokens);
 /** Records subscriptions (topic, group) in the token store @p tokens. */
 void tt_subscribe(const char *tokens, const char *topic, const char *group);
 
+/** A publisher on @p bootstraps minting into the existing token store
+ *  @p tokens, logging at @p log_level; asserts it was created. */
+tbx_publisher_t *tt_publisher(const char *bootstraps, const char *tokens,
+			      const char *log_level);
+
 /** Publishes @p cnt records of @p type on @p topic with tokens; keys cycle
  *  through @p key_cnt keys "key-<n>"; payloads "<prefix>-<i>". */
 void tt_publish(const char *bootstraps, const char *tokens, const char *topic,

@@ -14,56 +14,9 @@
 #include <sys/stat.h>
 
 #include "cli_child.h"
-#include "support.h"
+#include "fixture.h"
 
 #define WAIT_MS (30000 * cc_time_factor())
-
-static const char *plugin_path(void)
-{
-	static char path[4096];
-	const char *dir = getenv("TBX_EXAMPLES_DIR");
-
-	if (dir && *dir)
-		snprintf(path, sizeof(path), "%s/libtbx_hello.so", dir);
-	else
-		snprintf(path, sizeof(path), "%s/examples/libtbx_hello.so",
-			 getenv("TBX_BIN_DIR"));
-	cr_assert(access(path, R_OK) == 0, "%s is not built", path);
-	return path;
-}
-
-static char *read_text(const char *path)
-{
-	char *buf = NULL, chunk[4096];
-	size_t len = 0, n;
-	FILE *f = fopen(path, "r");
-
-	cc_append(&buf, &len, "", 0);
-	if (!f)
-		return buf;
-	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		cc_append(&buf, &len, chunk, n);
-	fclose(f);
-	return buf;
-}
-
-/** One integer from @p sql on @p db, or -1 (no file, no table). */
-static long long query(const char *db, const char *sql)
-{
-	sqlite3 *conn = NULL;
-	sqlite3_stmt *stmt = NULL;
-	long long v = -1;
-
-	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_busy_timeout(conn, 5000) == SQLITE_OK &&
-	    sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL) == SQLITE_OK &&
-	    sqlite3_step(stmt) == SQLITE_ROW)
-		v = sqlite3_column_int64(stmt, 0);
-	sqlite3_finalize(stmt);
-	sqlite3_close(conn);
-	return v;
-}
 
 /** The store id of the file @p db (malloc'ed). */
 static char *store_id(const char *db)
@@ -86,60 +39,35 @@ static char *store_id(const char *db)
 
 static int wait_for(const char *db, const char *sql, long long want)
 {
-	long long deadline = cc_now_ms() + WAIT_MS;
-
-	while (cc_now_ms() < deadline) {
-		if (query(db, sql) == want)
-			return 1;
-		usleep(50000);
-	}
-	return 0;
+	return tt_wait_query(db, sql, want, WAIT_MS);
 }
 
 static int wait_log(const char *log, const char *text)
 {
-	long long deadline = cc_now_ms() + WAIT_MS;
-
-	while (cc_now_ms() < deadline) {
-		char *s = read_text(log);
-		int found = strstr(s, text) != NULL;
-		free(s);
-		if (found)
-			return 1;
-		usleep(20000);
-	}
-	return 0;
+	return tt_wait_log(log, text, WAIT_MS);
 }
 
 typedef struct env {
 	char *dir, *store, *tokens, *log;
-	pid_t cluster;
-	int cluster_fd;
-	char *bootstraps;
+	tt_mock_proc_t mock;
 } env_t;
 
 static env_t env_new(void)
 {
-	const char *args[] = {"mock-cluster", "--topic",     "hello:2",
-			      "--topic",      "hello.dlq:1", NULL};
+	static const char *const topics[] = {"hello:2", "hello.dlq:1", NULL};
 	env_t e;
 
 	e.dir = tt_tmpdir();
 	e.store = tt_path(e.dir, "service.db");
 	e.tokens = tt_path(e.dir, "tokens.db");
 	e.log = tt_path(e.dir, "worker.log");
-	e.cluster = cc_spawn(args, &e.cluster_fd, NULL);
-	e.bootstraps = cc_read_line(e.cluster_fd, WAIT_MS);
-	cr_assert(e.bootstraps, "mock-cluster printed no bootstrap line");
+	e.mock = tt_mock_proc_start(topics);
 	return e;
 }
 
 static void env_free(env_t *e)
 {
-	kill(e->cluster, SIGTERM);
-	cr_expect(cc_exited(cc_wait(e->cluster, WAIT_MS), 0));
-	close(e->cluster_fd);
-	free(e->bootstraps);
+	tt_mock_proc_stop(&e->mock);
 	tt_rmrf(e->dir);
 	free(e->dir);
 	free(e->store);
@@ -165,57 +93,36 @@ static void init_tokens(const char *path)
 static pid_t worker_start(const env_t *e, const char *const extra[])
 {
 	static char boot[512], store[600], plugin[4200];
-	const char *args[24] = {"worker",
-				"-X",
-				boot,
-				"-X",
-				"group.id=hello",
-				"-X",
-				store,
-				"-X",
-				plugin,
-				"-X",
-				"kafka.consumer.session.timeout.ms=3000",
-				"-X",
-				"kafka.consumer.heartbeat.interval.ms=300",
-				"-X",
-				"batch.max.ms=20",
-				"-X",
-				"log.level=info"};
-	size_t n = 17;
-	int fd = open(e->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-	pid_t pid;
+	const char *settings[] = {boot,
+				  "group.id=hello",
+				  store,
+				  plugin,
+				  "kafka.consumer.session.timeout.ms=3000",
+				  "kafka.consumer.heartbeat.interval.ms=300",
+				  "batch.max.ms=20",
+				  "log.level=info",
+				  NULL};
 
-	cr_assert(fd >= 0);
 	snprintf(boot, sizeof(boot), "kafka.bootstrap.servers=%s",
-		 e->bootstraps);
+		 e->mock.bootstraps);
 	snprintf(store, sizeof(store), "store.path=%s", e->store);
-	snprintf(plugin, sizeof(plugin), "plugin=%s", plugin_path());
-	for (size_t i = 0; extra && extra[i] && n < 22; i++) {
-		args[n++] = "-X";
-		args[n++] = extra[i];
-	}
-	args[n] = NULL;
-	pid = cc_fork(args, -1, fd, fd, &fd, 1);
-	close(fd);
-	return pid;
+	snprintf(plugin, sizeof(plugin), "plugin=%s",
+		 tt_plugin_path("tbx_hello"));
+	return tt_worker_start(settings, extra, e->log);
 }
 
 static void assert_log(int ok, const env_t *e, const char *what)
 {
-	if (!ok) {
-		char *log = read_text(e->log);
-		cr_assert(ok, "%s; worker log:\n%s", what, log);
-		free(log);
-	}
+	tt_assert_log(ok, e->log, what);
 }
 
 /** `tokenbox send` of @p lines to "hello" with tokens from @p tokens. */
 static cc_result_t send_lines(const env_t *e, const char *tokens,
 			      const char *lines)
 {
-	const char *args[] = {"send", "-b",    e->bootstraps, "-t",   "hello",
-			      "-T",   "Hello", "--tokens",    tokens, NULL};
+	const char *args[] = {
+	    "send", "-b",    e->mock.bootstraps, "-t",	 "hello",
+	    "-T",   "Hello", "--tokens",	 tokens, NULL};
 
 	return cc_run_with(args, lines, strlen(lines), 60000);
 }
@@ -249,7 +156,7 @@ Test(cli_stores, a_misspelt_tokens_path_is_refused_and_never_created,
 	snprintf(setting, sizeof(setting), "tokens.path=%s", typo);
 	pid = worker_start(&e, extra);
 	status = cc_wait(pid, WAIT_MS);
-	log = read_text(e.log);
+	log = tt_read_text(e.log);
 	cr_assert(cc_exited(status, 1), "status %d:\n%s", status, log);
 	cr_expect(strstr(log, typo), "%s", log);
 	cr_expect(strstr(log, "does not exist"), "%s", log);
@@ -318,11 +225,11 @@ static void mismatch_dead_letters(const char *tokens_setting)
 	ours = store_id(worker_tokens);
 	theirs = store_id(e.tokens);
 	cr_assert_str_neq(ours, theirs);
-	cnt = tt_read_topic(e.bootstraps, "hello.dlq", &recs);
+	cnt = tt_read_topic(e.mock.bootstraps, "hello.dlq", &recs);
 	while (cnt < 3) {
 		tt_records_free(recs, cnt);
 		usleep(100000);
-		cnt = tt_read_topic(e.bootstraps, "hello.dlq", &recs);
+		cnt = tt_read_topic(e.mock.bootstraps, "hello.dlq", &recs);
 	}
 	cr_assert_eq(cnt, 3);
 	for (size_t i = 0; i < cnt; i++) {
@@ -333,7 +240,7 @@ static void mismatch_dead_letters(const char *tokens_setting)
 		    recs[i].dlq_error ? recs[i].dlq_error : "", ours, theirs);
 	}
 	tt_records_free(recs, cnt);
-	cr_expect(query(e.store, "SELECT COUNT(*) FROM hello") <= 0,
+	cr_expect(tt_query(e.store, "SELECT COUNT(*) FROM hello") <= 0,
 		  "a handler ran");
 
 	/* inspect status --check flags it. */
@@ -346,7 +253,7 @@ static void mismatch_dead_letters(const char *tokens_setting)
 	cc_result_free(&res);
 
 	status = stop_worker(pid);
-	log = read_text(e.log);
+	log = tt_read_text(e.log);
 	cr_assert(cc_exited(status, 0), "status %d:\n%s", status, log);
 	cr_expect(strstr(log, "3 consumed, 0 processed, 0 duplicates dropped, "
 			      "3 dead-lettered"),
@@ -401,18 +308,18 @@ Test(cli_stores, a_mismatch_with_stop_exits_3_and_consumes_nothing,
 	cc_result_free(&res);
 
 	status = cc_wait(pid, WAIT_MS);
-	log = read_text(e.log);
+	log = tt_read_text(e.log);
 	ours = store_id(other);
 	theirs = store_id(e.tokens);
 	cr_assert(cc_exited(status, 3), "status %d:\n%s", status, log);
 	cr_expect(strstr(log, ours) && strstr(log, theirs), "%s", log);
 	cr_expect(strstr(log, "token.store.mismatch=stop"), "%s", log);
 	free(log);
-	cr_expect(query(e.store, "SELECT COUNT(*) FROM hello") <= 0);
-	cr_expect_eq(query(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
+	cr_expect(tt_query(e.store, "SELECT COUNT(*) FROM hello") <= 0);
+	cr_expect_eq(tt_query(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
 		     0);
-	cr_expect_eq(query(e.store, "SELECT count FROM tbx_alarms WHERE "
-				    "name = 'store_mismatch'"),
+	cr_expect_eq(tt_query(e.store, "SELECT count FROM tbx_alarms WHERE "
+				       "name = 'store_mismatch'"),
 		     1);
 	free(ours);
 	free(theirs);
@@ -442,7 +349,7 @@ Test(cli_stores, a_pattern_subscription_is_refused_at_start, .timeout = 120)
 		fclose(fopen(e.log, "w"));
 		pid = worker_start(&e, extra);
 		status = cc_wait(pid, WAIT_MS);
-		log = read_text(e.log);
+		log = tt_read_text(e.log);
 		cr_expect(cc_exited(status, 2), "%s: status %d:\n%s", topics[i],
 			  status, log);
 		cr_expect(strstr(log, i == 0 ? "pattern subscriptions are not "
@@ -451,8 +358,8 @@ Test(cli_stores, a_pattern_subscription_is_refused_at_start, .timeout = 120)
 			  "%s:\n%s", topics[i], log);
 		free(log);
 	}
-	cr_expect_eq(query(e.tokens, "SELECT COUNT(*) FROM tbx_subscriptions"),
-		     0);
+	cr_expect_eq(
+	    tt_query(e.tokens, "SELECT COUNT(*) FROM tbx_subscriptions"), 0);
 	env_free(&e);
 }
 
@@ -479,7 +386,7 @@ Test(cli_stores, a_retired_subscription_is_flagged_and_removed, .timeout = 240)
 	res = send_lines(&e, e.tokens, "1\n2\n3\n4\n");
 	cr_assert(cc_exited(res.status, 0), "send: %s", res.err);
 	cc_result_free(&res);
-	cr_assert_eq(query(e.tokens, grp_tokens), 4);
+	cr_assert_eq(tt_query(e.tokens, grp_tokens), 4);
 
 	/* status --check flags a subscription unused for --idle-after. */
 	{
@@ -516,8 +423,8 @@ Test(cli_stores, a_retired_subscription_is_flagged_and_removed, .timeout = 240)
 		cr_expect(strstr(res.out, "would remove 4 token row(s)"), "%s",
 			  res.out);
 		cc_result_free(&res);
-		cr_assert_eq(query(e.tokens, SUBSCRIBED), 1);
-		cr_assert_eq(query(e.tokens, grp_tokens), 4);
+		cr_assert_eq(tt_query(e.tokens, SUBSCRIBED), 1);
+		cr_assert_eq(tt_query(e.tokens, grp_tokens), 4);
 	}
 	{
 		const char *args[] = {
@@ -529,14 +436,14 @@ Test(cli_stores, a_retired_subscription_is_flagged_and_removed, .timeout = 240)
 			  res.err);
 		cc_result_free(&res);
 	}
-	cr_expect_eq(query(e.tokens, SUBSCRIBED), 0);
-	cr_expect_eq(query(e.tokens, grp_tokens), 0);
+	cr_expect_eq(tt_query(e.tokens, SUBSCRIBED), 0);
+	cr_expect_eq(tt_query(e.tokens, grp_tokens), 0);
 
 	/* Senders mint nothing for it any more. */
 	res = send_lines(&e, e.tokens, "5\n6\n");
 	cr_assert(cc_exited(res.status, 0), "send: %s", res.err);
 	cc_result_free(&res);
-	cr_expect_eq(query(e.tokens, grp_tokens), 0);
+	cr_expect_eq(tt_query(e.tokens, grp_tokens), 0);
 	{
 		const char *args[] = {"inspect",  "--store", e.store,
 				      "--tokens", e.tokens,  "status",
@@ -680,7 +587,7 @@ Test(cli_stores, a_token_store_restored_from_an_older_backup_drops_nothing,
 	unlink(wal);
 	unlink(shm);
 	copy_file(backup, e.tokens);
-	cr_assert_eq(query(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(tt_query(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 
 	pid = worker_start(&e, extra);
 	assert_log(wait_for(e.store,
@@ -689,7 +596,7 @@ Test(cli_stores, a_token_store_restored_from_an_older_backup_drops_nothing,
 			    3),
 		   &e, "the records were not dead-lettered");
 	status = stop_worker(pid);
-	log = read_text(e.log);
+	log = tt_read_text(e.log);
 	cr_assert(cc_exited(status, 0), "status %d:\n%s", status, log);
 	cr_expect(strstr(log, "3 consumed, 0 processed, 0 duplicates dropped, "
 			      "3 dead-lettered"),

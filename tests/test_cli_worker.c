@@ -14,28 +14,11 @@
 #include <sys/un.h>
 
 #include "cli_child.h"
-#include "support.h"
+#include "fixture.h"
 
 #define WAIT_MS (30000 * cc_time_factor())
 
 /* ---- files and paths ---------------------------------------------- */
-
-/** "$TBX_EXAMPLES_DIR/lib<name>.so" (static storage). */
-static const char *plugin_path(const char *name)
-{
-	static char path[2][4096];
-	static int next;
-	const char *dir = getenv("TBX_EXAMPLES_DIR");
-	char *p = path[next++ % 2];
-
-	if (dir && *dir)
-		snprintf(p, sizeof(path[0]), "%s/lib%s.so", dir, name);
-	else
-		snprintf(p, sizeof(path[0]), "%s/examples/lib%s.so",
-			 getenv("TBX_BIN_DIR"), name);
-	cr_assert(access(p, R_OK) == 0, "%s is not built", p);
-	return p;
-}
 
 static void write_file(const char *path, const char *text)
 {
@@ -43,24 +26,6 @@ static void write_file(const char *path, const char *text)
 
 	cr_assert(f, "%s: %s", path, strerror(errno));
 	cr_assert(fputs(text, f) >= 0 && fclose(f) == 0);
-}
-
-/** The whole file, malloc'ed ("" when missing). */
-static char *read_text(const char *path)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	char chunk[4096];
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	cc_append(&buf, &len, "", 0);
-	if (!f)
-		return buf;
-	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		cc_append(&buf, &len, chunk, n);
-	fclose(f);
-	return buf;
 }
 
 /** @p tmpl with every "@DIR@" and "@PLUGIN@" replaced (malloc'ed). */
@@ -86,40 +51,6 @@ static char *expand(const char *tmpl, const char *dir, const char *plugin)
 
 /* ---- stores --------------------------------------------------------- */
 
-/** One integer from @p sql on @p db, or -1 if the file or the table is
- *  not there yet.  Never creates the file. */
-static long long query(const char *db, const char *sql)
-{
-	sqlite3 *conn = NULL;
-	sqlite3_stmt *stmt = NULL;
-	long long v = -1;
-
-	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) ==
-		SQLITE_OK &&
-	    sqlite3_busy_timeout(conn, 5000) == SQLITE_OK &&
-	    sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL) == SQLITE_OK &&
-	    sqlite3_step(stmt) == SQLITE_ROW)
-		v = sqlite3_column_int64(stmt, 0);
-	sqlite3_finalize(stmt);
-	sqlite3_close(conn);
-	return v;
-}
-
-/** Waits until @p sql on @p db gives @p want; @returns 1, or 0 after
- *  @p timeout_ms. */
-static int wait_for(const char *db, const char *sql, long long want,
-		    int timeout_ms)
-{
-	long long deadline = cc_now_ms() + timeout_ms;
-
-	while (cc_now_ms() < deadline) {
-		if (query(db, sql) == want)
-			return 1;
-		usleep(50000);
-	}
-	return 0;
-}
-
 /** 1 while another connection holds the write lock of @p db: the
  *  worker's phase A transaction is open (its handlers are running). */
 static int write_locked(const char *db)
@@ -141,32 +72,6 @@ static int write_locked(const char *db)
 
 /* ---- processes ------------------------------------------------------ */
 
-typedef struct cluster {
-	pid_t pid;
-	int out_fd;
-	char *bootstraps;
-} cluster_t;
-
-static cluster_t cluster_start(void)
-{
-	const char *args[] = {"mock-cluster", "--topic",	 "hello:2",
-			      "--topic",      "hello.replies:2", NULL};
-	cluster_t c;
-
-	c.pid = cc_spawn(args, &c.out_fd, NULL);
-	c.bootstraps = cc_read_line(c.out_fd, WAIT_MS);
-	cr_assert(c.bootstraps, "mock-cluster printed no bootstrap line");
-	return c;
-}
-
-static void cluster_stop(cluster_t *c)
-{
-	kill(c->pid, SIGTERM);
-	cr_expect(cc_exited(cc_wait(c->pid, WAIT_MS), 0));
-	close(c->out_fd);
-	free(c->bootstraps);
-}
-
 /** Starts `tokenbox worker --config CONF [ARGS...]` with standard output
  *  and error appended to @p log. */
 static pid_t worker_start(const char *conf, const char *log,
@@ -174,40 +79,18 @@ static pid_t worker_start(const char *conf, const char *log,
 {
 	const char *args[16] = {"worker", "--config", conf};
 	size_t n = 3;
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-	pid_t pid;
 
-	cr_assert(fd >= 0, "%s: %s", log, strerror(errno));
 	for (size_t i = 0; extra && extra[i] && n < 15; i++)
 		args[n++] = extra[i];
 	args[n] = NULL;
-	pid = cc_fork(args, -1, fd, fd, &fd, 1);
-	close(fd);
-	return pid;
-}
-
-/** Waits until @p log contains @p text; @returns 1, or 0 after
- *  @p timeout_ms. */
-static int wait_log(const char *log, const char *text, int timeout_ms)
-{
-	long long deadline = cc_now_ms() + timeout_ms;
-
-	while (cc_now_ms() < deadline) {
-		char *s = read_text(log);
-		int found = strstr(s, text) != NULL;
-		free(s);
-		if (found)
-			return 1;
-		usleep(20000);
-	}
-	return 0;
+	return tt_tokenbox_start(args, log);
 }
 
 /* ---- a pipeline with the hello plugin ------------------------------- */
 
 typedef struct setup {
 	char *dir, *conf, *log, *store, *tokens;
-	cluster_t cluster;
+	tt_mock_proc_t cluster;
 } setup_t;
 
 #define SUBSCRIBED                                                             \
@@ -222,6 +105,8 @@ typedef struct setup {
  *  hello plugin with @p plugin_args and sets @p extra (lines). */
 static setup_t setup_new(const char *plugin_args, const char *extra)
 {
+	static const char *const topics[] = {"hello:2", "hello.replies:2",
+					     NULL};
 	setup_t s;
 	char text[8192];
 
@@ -230,7 +115,7 @@ static setup_t setup_new(const char *plugin_args, const char *extra)
 	s.log = tt_path(s.dir, "worker.log");
 	s.store = tt_path(s.dir, "service.db");
 	s.tokens = tt_path(s.dir, "tokens.db");
-	s.cluster = cluster_start();
+	s.cluster = tt_mock_proc_start(topics);
 	snprintf(text, sizeof(text),
 		 "# the hello service\n"
 		 "kafka.bootstrap.servers = %s\n"
@@ -249,14 +134,14 @@ static setup_t setup_new(const char *plugin_args, const char *extra)
 		 "plugin.args = %s\n"
 		 "%s",
 		 s.cluster.bootstraps, s.store, s.tokens,
-		 plugin_path("tbx_hello"), plugin_args, extra ? extra : "");
+		 tt_plugin_path("tbx_hello"), plugin_args, extra ? extra : "");
 	write_file(s.conf, text);
 	return s;
 }
 
 static void setup_free(setup_t *s)
 {
-	cluster_stop(&s->cluster);
+	tt_mock_proc_stop(&s->cluster);
 	tt_rmrf(s->dir);
 	free(s->dir);
 	free(s->conf);
@@ -265,24 +150,14 @@ static void setup_free(setup_t *s)
 	free(s->tokens);
 }
 
-/** Fails the test with the worker's log. */
-static void assert_log(int ok, const setup_t *s, const char *what)
-{
-	if (!ok) {
-		char *log = read_text(s->log);
-		cr_assert(ok, "%s; worker log:\n%s", what, log);
-		free(log);
-	}
-}
-
 /** Starts the worker and waits for its subscription row: from then on,
  *  publishers mint tokens for group "hello". */
 static pid_t start_subscribed(const setup_t *s, const char *const extra[])
 {
 	pid_t pid = worker_start(s->conf, s->log, extra);
 
-	assert_log(wait_for(s->tokens, SUBSCRIBED, 1, WAIT_MS), s,
-		   "the worker did not subscribe");
+	tt_assert_log(tt_wait_query(s->tokens, SUBSCRIBED, 1, WAIT_MS), s->log,
+		      "the worker did not subscribe");
 	return pid;
 }
 
@@ -297,7 +172,7 @@ static void wait_handling(const setup_t *s)
 		if (!locked)
 			usleep(10000);
 	}
-	assert_log(locked, s, "the worker never started handling");
+	tt_assert_log(locked, s->log, "the worker never started handling");
 }
 
 /** Sends SIGTERM to @p pid and @returns its wait status and, in
@@ -316,10 +191,10 @@ static int term_and_wait(pid_t pid, int timeout_ms, long long *elapsed_ms)
 /** Every message took effect once, and nothing is left in flight. */
 static void assert_exactly_once(const setup_t *s, int cnt)
 {
-	cr_expect_eq(query(s->store, HELLO_ROWS), cnt);
-	cr_expect_eq(query(s->store, HELLO_DISTINCT_IDS), cnt);
-	cr_expect_eq(query(s->store, OUTBOX_ROWS), 0, "outbox rows left");
-	cr_expect_eq(query(s->tokens, GROUP_TOKENS), 0, "tokens left");
+	cr_expect_eq(tt_query(s->store, HELLO_ROWS), cnt);
+	cr_expect_eq(tt_query(s->store, HELLO_DISTINCT_IDS), cnt);
+	cr_expect_eq(tt_query(s->store, OUTBOX_ROWS), 0, "outbox rows left");
+	cr_expect_eq(tt_query(s->tokens, GROUP_TOKENS), 0, "tokens left");
 	cr_expect(tt_integrity_ok(s->store));
 	cr_expect(tt_integrity_ok(s->tokens));
 }
@@ -339,11 +214,11 @@ Test(cli_worker, sigterm_drains_the_batch_and_exits_0, .timeout = 240)
 
 	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 10, 3,
 		   "hi");
-	assert_log(wait_for(s.store, HELLO_ROWS, 10, WAIT_MS), &s,
-		   "the hello rows did not appear");
+	tt_assert_log(tt_wait_query(s.store, HELLO_ROWS, 10, WAIT_MS), s.log,
+		      "the hello rows did not appear");
 
 	status = term_and_wait(pid, 10000 + 5000 * cc_time_factor(), &elapsed);
-	log = read_text(s.log);
+	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 0), "status %d after %lld ms:\n%s", status,
 		  elapsed, log);
 	cr_expect(elapsed < 10000, "took %lld ms", elapsed);
@@ -381,14 +256,14 @@ Test(cli_worker, second_sigterm_exits_at_once_and_a_restart_finishes_once,
 	kill(pid, SIGTERM);
 	/* Signals of one kind do not queue: the second is sent once the
 	 * first was handled. */
-	assert_log(
-	    wait_log(s.log, "SIGTERM: finishing the batch in hand", WAIT_MS),
-	    &s, "no sign of the first SIGTERM");
+	tt_assert_log(
+	    tt_wait_log(s.log, "SIGTERM: finishing the batch in hand", WAIT_MS),
+	    s.log, "no sign of the first SIGTERM");
 	t0 = cc_now_ms();
 	kill(pid, SIGTERM);
 	status = cc_wait(pid, WAIT_MS);
 	elapsed = cc_now_ms() - t0;
-	log = read_text(s.log);
+	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 128 + SIGTERM), "status %d:\n%s", status,
 		  log);
 	cr_expect(elapsed < 2000 * cc_time_factor(), "took %lld ms", elapsed);
@@ -396,14 +271,15 @@ Test(cli_worker, second_sigterm_exits_at_once_and_a_restart_finishes_once,
 		  log);
 	free(log);
 	/* It died inside a batch: some work was left. */
-	cr_assert_lt(query(s.store, HELLO_ROWS), 20);
+	cr_assert_lt(tt_query(s.store, HELLO_ROWS), 20);
 
 	/* A restart without the delay finishes it, each message once. */
 	pid = start_subscribed(&s, no_delay);
-	assert_log(wait_for(s.store, HELLO_ROWS, 20, WAIT_MS), &s,
-		   "the restart did not finish the work");
+	tt_assert_log(tt_wait_query(s.store, HELLO_ROWS, 20, WAIT_MS), s.log,
+		      "the restart did not finish the work");
 	status = term_and_wait(pid, WAIT_MS, &elapsed);
-	assert_log(cc_exited(status, 0), &s, "the restart did not exit 0");
+	tt_assert_log(cc_exited(status, 0), s.log,
+		      "the restart did not exit 0");
 	assert_exactly_once(&s, 20);
 	setup_free(&s);
 }
@@ -421,7 +297,7 @@ Test(cli_worker, shutdown_timeout_bounds_a_slow_drain, .timeout = 240)
 		   "hi");
 	wait_handling(&s);
 	status = term_and_wait(pid, WAIT_MS, &elapsed);
-	log = read_text(s.log);
+	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 1), "status %d:\n%s", status, log);
 	cr_expect(elapsed >= 900 && elapsed < 1000 + 2000 * cc_time_factor(),
 		  "exited after %lld ms", elapsed);
@@ -456,7 +332,7 @@ static void run_error_cases(const error_case_t *cases, size_t cnt)
 		char *conf = tt_path(dir, "w.conf");
 		char *store = tt_path(dir, "service.db");
 		char *text =
-		    c->conf ? expand(c->conf, dir, plugin_path("tbx_hello"))
+		    c->conf ? expand(c->conf, dir, tt_plugin_path("tbx_hello"))
 			    : NULL;
 		const char *args[12] = {"worker", "--config", conf};
 		size_t n = 3;
@@ -592,7 +468,7 @@ Test(cli_worker, plugin_errors_name_the_plugin_and_why, .timeout = 120)
 	snprintf(abi_ours, sizeof(abi_ours), "has version %d",
 		 TBX_PLUGIN_ABI_VERSION);
 	snprintf(conf_badabi, sizeof(conf_badabi), GOOD_CONF "plugin=%s\n",
-		 plugin_path("tbx_hello_badabi"));
+		 tt_plugin_path("tbx_hello_badabi"));
 	const error_case_t cases[] = {
 	    {GOOD_CONF "plugin=@DIR@/missing.so\n",
 	     {NULL},
@@ -724,12 +600,12 @@ Test(cli_worker, sighup_drains_and_exits_0_with_journal_priorities,
 	unsetenv("JOURNAL_STREAM");
 	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 5, 1,
 		   "hi");
-	assert_log(wait_for(s.store, HELLO_ROWS, 5, WAIT_MS), &s,
-		   "the hello rows did not appear");
+	tt_assert_log(tt_wait_query(s.store, HELLO_ROWS, 5, WAIT_MS), s.log,
+		      "the hello rows did not appear");
 
 	kill(pid, SIGHUP);
 	status = cc_wait(pid, WAIT_MS);
-	log = read_text(s.log);
+	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 0), "status %d:\n%s", status, log);
 	/* "<N>" then the worker's name, "hello/<pid>: " */
 	cr_expect(strstr(log, ": tokenbox worker: SIGHUP: finishing the "
@@ -812,7 +688,7 @@ Test(cli_worker, systemd_is_notified_ready_watchdog_and_stopping,
 		stopping = strcmp(buf, "STOPPING=1") == 0;
 	status = cc_wait(pid, WAIT_MS);
 	cr_expect(stopping, "no STOPPING=1");
-	log = read_text(s.log);
+	log = tt_read_text(s.log);
 	cr_expect(cc_exited(status, 0), "status %d:\n%s", status, log);
 	/* Not the journal: every line, the stats included, is timestamped. */
 	for (line = strtok_r(log, "\n", &save); line;
@@ -850,7 +726,7 @@ static int run_env(const char *const args[], const char *env_name,
 		unsetenv(env_name);
 	close(fd);
 	status = cc_wait(pid, WAIT_MS);
-	*err = read_text(path);
+	*err = tt_read_text(path);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);
@@ -925,7 +801,7 @@ Test(cli_worker, a_plugin_that_registers_nothing_exits_2, .timeout = 60)
 	char *dir = tt_tmpdir();
 	char *conf = tt_path(dir, "w.conf");
 	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
-			    plugin_path("tbx_empty"));
+			    tt_plugin_path("tbx_empty"));
 	const char *args[] = {"worker", "--config", conf, NULL};
 	cc_result_t res;
 
@@ -962,7 +838,7 @@ Test(cli_worker, check_config_passes_a_good_one_and_creates_nothing,
 	cc_result_t res;
 	struct stat st;
 
-	snprintf(examples, sizeof(examples), "%s", plugin_path("tbx_hello"));
+	snprintf(examples, sizeof(examples), "%s", tt_plugin_path("tbx_hello"));
 	*strrchr(examples, '/') = '\0';
 	cr_assert(symlink(examples, link) == 0, "%s", strerror(errno));
 	write_file(conf, text);

@@ -12,7 +12,7 @@
 #include "base/clock.h"
 #include "cli_child.h"
 #include "consumer/worker.h"
-#include "support.h"
+#include "fixture.h"
 
 #define BIG 6000 /* over the workers' message.max.bytes below */
 
@@ -69,22 +69,12 @@ static tbx_verdict_t handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 	return verdict;
 }
 
-typedef struct env {
-	char *dir, *store, *tokens;
-	tt_cluster_t *cluster;
-} env_t;
-
-static void env_init(env_t *e)
+static void env_init(tt_env_t *e)
 {
+	static const char *const topics[] = {"in:1", "out:1", "in.dlq:1", NULL};
 	sqlite3 *db;
 
-	e->dir = tt_tmpdir();
-	e->store = tt_path(e->dir, "s.db");
-	e->tokens = tt_path(e->dir, "t.db");
-	e->cluster = tt_cluster_new(1);
-	tt_cluster_topic(e->cluster, "in", 1);
-	tt_cluster_topic(e->cluster, "out", 1);
-	tt_cluster_topic(e->cluster, "in.dlq", 1);
+	tt_env_init(e, topics);
 	cr_assert_eq(sqlite3_open(e->store, &db), SQLITE_OK);
 	cr_assert_eq(sqlite3_exec(db,
 				  "CREATE TABLE effects(id INTEGER PRIMARY "
@@ -94,18 +84,9 @@ static void env_init(env_t *e)
 	sqlite3_close(db);
 }
 
-static void env_fini(env_t *e)
-{
-	tt_cluster_destroy(e->cluster);
-	tt_rmrf(e->dir);
-	free(e->dir);
-	free(e->store);
-	free(e->tokens);
-}
-
 /* A worker whose producer takes messages up to 4096 bytes, retrying a
  * permanent failure once; more "key", "value" pairs may follow. */
-static tbx_worker_t *worker(env_t *e, const char *k1, const char *v1)
+static tbx_worker_t *worker(tt_env_t *e, const char *k1, const char *v1)
 {
 	char err[512];
 	tbx_worker_t *w = tbx_worker_new(
@@ -120,45 +101,8 @@ static tbx_worker_t *worker(env_t *e, const char *k1, const char *v1)
 	return w;
 }
 
-static void publish(env_t *e, const char *const *payloads, size_t cnt)
-{
-	char err[512];
-	tbx_conf_t *conf = tbx_conf_new();
-	tbx_publisher_t *pub;
-
-	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
-		     NULL, 0);
-	tbx_conf_set(conf, "tokens.path", e->tokens, NULL, 0);
-	tbx_conf_set(conf, "log.level", "error", NULL, 0);
-	pub = tbx_publisher_new(conf, err, sizeof(err));
-	cr_assert(pub, "%s", err);
-	for (size_t i = 0; i < cnt; i++) {
-		tbx_out_t out = {.topic = "in",
-				 .type = "Ask",
-				 .key = "k",
-				 .key_len = 1,
-				 .payload = payloads[i],
-				 .payload_len = strlen(payloads[i])};
-		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
-	}
-	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
-	tbx_publisher_destroy(pub);
-}
-
-typedef struct want {
-	const char *db, *sql;
-	int64_t n;
-} want_t;
-
-static int reached(void *opaque)
-{
-	want_t *w = opaque;
-
-	return tt_count(w->db, w->sql) >= w->n;
-}
-
 /* Every record finished: no outbox row, no token left. */
-static void assert_finished(env_t *e)
+static void assert_finished(tt_env_t *e)
 {
 	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM tbx_outbox"), 0,
 		     "an outbox row was left");
@@ -182,7 +126,7 @@ static const char *header(const tt_record_t *rec, const char *name)
 Test(delivery,
      an_oversized_reply_is_kept_in_the_store_and_the_partition_goes_on)
 {
-	env_t e;
+	tt_env_t e;
 	const char *payloads[] = {"a", "big", "c"};
 	tt_record_t *recs;
 	size_t cnt;
@@ -191,13 +135,13 @@ Test(delivery,
 	env_init(&e);
 	tt_subscribe(e.tokens, "out", "downstream");
 	tbx_worker_t *w = worker(&e, NULL, NULL);
-	publish(&e, payloads, 3);
-	want_t want = {e.store, "SELECT COUNT(*) FROM tbx_undelivered", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+	tt_env_publish(&e, "in", "Ask", payloads, 3);
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_undelivered", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60),
 		  "the reply was never given up");
-	want_t all = {e.store,
-		      "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
-	cr_assert(tt_drive(&w, 1, reached, &all, 10, 60),
+	tt_want_t all = {e.store,
+			 "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &all, 10, 60),
 		  "the partition stalled");
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	assert_finished(&e);
@@ -259,12 +203,12 @@ Test(delivery,
 	cr_assert_not_null(recs[2].token, "sent with its token");
 	cr_assert_not_null(recs[2].seq);
 	tt_records_free(recs, cnt);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 Test(delivery, a_reply_to_a_missing_topic_is_dead_lettered_without_auto_create)
 {
-	env_t e;
+	tt_env_t e;
 	const char *list[] = {"a", "lost", "c"};
 	tt_record_t *recs;
 	size_t cnt;
@@ -278,10 +222,10 @@ Test(delivery, a_reply_to_a_missing_topic_is_dead_lettered_without_auto_create)
 				      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
 	tbx_worker_t *w = worker(
 	    &e, "kafka.producer.topic.metadata.propagation.max.ms", "1000");
-	publish(&e, list, 3);
-	want_t want = {e.store,
-		       "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 120),
+	tt_env_publish(&e, "in", "Ask", list, 3);
+	tt_want_t want = {
+	    e.store, "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 120),
 		  "the partition stalled");
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	assert_finished(&e);
@@ -302,14 +246,14 @@ Test(delivery, a_reply_to_a_missing_topic_is_dead_lettered_without_auto_create)
 	cr_assert_eq(st.undeliverable, 1);
 	cr_assert_eq(st.undelivered_stored, 0);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* A record near the limit, rejected with a long reason: tokenbox's own
  * headers shrink so that the dead letter still fits. */
 Test(delivery, the_dead_letter_headers_never_push_it_over_the_limit)
 {
-	env_t e;
+	tt_env_t e;
 	char payload[3601];
 	const char *list[] = {payload, "reject-long", "c"};
 	tt_record_t *recs;
@@ -320,10 +264,10 @@ Test(delivery, the_dead_letter_headers_never_push_it_over_the_limit)
 	payload[sizeof(payload) - 1] = '\0';
 	env_init(&e);
 	tbx_worker_t *w = worker(&e, NULL, NULL);
-	publish(&e, list, 3);
-	want_t want = {e.store,
-		       "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+	tt_env_publish(&e, "in", "Ask", list, 3);
+	tt_want_t want = {
+	    e.store, "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60),
 		  "the partition stalled");
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	assert_finished(&e);
@@ -347,14 +291,14 @@ Test(delivery, the_dead_letter_headers_never_push_it_over_the_limit)
 	cr_assert(tt_count(e.store, "SELECT MIN(length(error)) FROM "
 				    "tbx_dead_letters") > 500);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* Nothing can make this dead letter fit: after its retries it is kept in
  * the service store, and the partition goes on. */
 Test(delivery, a_dead_letter_too_large_to_send_is_kept_in_the_store)
 {
-	env_t e;
+	tt_env_t e;
 	char payload[4081];
 	const char *list[] = {payload, "c"};
 
@@ -363,10 +307,10 @@ Test(delivery, a_dead_letter_too_large_to_send_is_kept_in_the_store)
 	payload[sizeof(payload) - 1] = '\0';
 	env_init(&e);
 	tbx_worker_t *w = worker(&e, NULL, NULL);
-	publish(&e, list, 2);
-	want_t want = {e.store,
-		       "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+	tt_env_publish(&e, "in", "Ask", list, 2);
+	tt_want_t want = {
+	    e.store, "SELECT COUNT(*) FROM effects WHERE payload = 'c'", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60),
 		  "the partition stalled");
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	assert_finished(&e);
@@ -377,7 +321,7 @@ Test(delivery, a_dead_letter_too_large_to_send_is_kept_in_the_store)
 	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
 		     1);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 Test(delivery, an_invalid_dlq_suffix_is_refused_when_configured)
@@ -401,7 +345,7 @@ Test(delivery, an_invalid_dlq_suffix_is_refused_when_configured)
  * producer: the worker replaces it and every reply is delivered. */
 Test(fatal, a_fatal_producer_error_replaces_the_producer)
 {
-	env_t e;
+	tt_env_t e;
 	const char *list[] = {"a", "b", "c", "d"};
 	tt_record_t *recs;
 	size_t cnt;
@@ -409,12 +353,12 @@ Test(fatal, a_fatal_producer_error_replaces_the_producer)
 
 	env_init(&e);
 	tbx_worker_t *w = worker(&e, NULL, NULL);
-	publish(&e, list, 4);
+	tt_env_publish(&e, "in", "Ask", list, 4);
 	rd_kafka_mock_push_request_errors(
 	    e.cluster->mock, TT_API_PRODUCE, 1,
 	    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
-	want_t want = {e.store, "SELECT COUNT(*) FROM effects", 4};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM effects", 4};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60));
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 20, 90));
 	assert_finished(&e);
 	cnt = tt_read_topic(e.cluster->bootstraps, "out", &recs);
@@ -424,14 +368,121 @@ Test(fatal, a_fatal_producer_error_replaces_the_producer)
 	cr_assert_geq(st.producer_restarts, 1);
 	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"), 4);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
+}
+
+/* The publisher's producer too: after one pushed OUT_OF_ORDER_SEQUENCE_NUMBER
+ * every message of the batch is delivered, by a new producer, with one id
+ * and one token each however many copies arrive, and the next batch goes
+ * out as well. */
+Test(fatal, a_fatal_producer_error_replaces_the_publishers_producer)
+{
+	tt_env_t e;
+	char payload[8];
+	tbx_publisher_t *pub;
+	tbx_publisher_stats_t st;
+	tt_record_t *recs;
+	size_t cnt;
+	int r = TBX_EKAFKA;
+
+	env_init(&e);
+	tt_subscribe(e.tokens, "in", "g");
+	pub = tt_publisher(e.cluster->bootstraps, e.tokens, "error");
+	rd_kafka_mock_push_request_errors(
+	    e.cluster->mock, TT_API_PRODUCE, 1,
+	    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+	for (int batch = 0; batch < 2; batch++) {
+		for (int i = 0; i < 3; i++) {
+			snprintf(payload, sizeof(payload), "p%d",
+				 batch * 3 + i);
+			tbx_out_t out = {.topic = "in",
+					 .type = "Ask",
+					 .payload = payload,
+					 .payload_len = strlen(payload)};
+			cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+		}
+		/* A caller retries a failed flush: at most twice here. */
+		for (int i = 0; i < 3 && (r = tbx_publisher_flush(pub, NULL));
+		     i++)
+			;
+		cr_assert_eq(r, TBX_OK, "batch %d: %s", batch,
+			     tbx_publisher_errstr(pub));
+	}
+	tbx_publisher_stats(pub, &st);
+	cr_assert_geq(st.producer_restarts, 1);
+	cr_assert_eq(st.sent, 6);
+	tbx_publisher_destroy(pub);
+
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	for (int k = 0; k < 6; k++) {
+		const char *id = NULL, *token = NULL;
+
+		snprintf(payload, sizeof(payload), "p%d", k);
+		for (size_t i = 0; i < cnt; i++) {
+			if (!recs[i].payload ||
+			    strcmp(recs[i].payload, payload))
+				continue;
+			cr_assert(recs[i].id && recs[i].token);
+			if (!id) {
+				id = recs[i].id;
+				token = recs[i].token;
+			}
+			cr_assert_str_eq(recs[i].id, id, "%s: two ids",
+					 payload);
+			cr_assert_str_eq(recs[i].token, token, "%s: two tokens",
+					 payload);
+		}
+		cr_assert(id, "%s was never delivered", payload);
+	}
+	tt_records_free(recs, cnt);
+	tt_env_fini(&e);
+}
+
+/* `tokenbox send` gets over it too, and says so in its summary. */
+Test(fatal, tokenbox_send_replaces_its_producer_after_a_fatal_error)
+{
+	static const char input[] = "a\nb\nc\n";
+	tt_env_t e;
+	cc_result_t res;
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e);
+	tt_subscribe(e.tokens, "in", "g");
+	const char *args[] = {"send", "-b",	  e.cluster->bootstraps,
+			      "-t",   "in",	  "--type",
+			      "Ask",  "--tokens", e.tokens,
+			      NULL};
+	rd_kafka_mock_push_request_errors(
+	    e.cluster->mock, TT_API_PRODUCE, 1,
+	    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+	res = cc_run_with(args, input, strlen(input), 60000);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strncmp(res.out,
+			  "sent 3 messages to in (the producer was "
+			  "replaced 1 time after a fatal error",
+			  75) == 0,
+		  "%s", res.out);
+	cr_assert(strstr(res.err, "replacing the producer"), "%s", res.err);
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	for (const char *p = "abc"; *p; p++) {
+		size_t found = 0;
+		for (size_t i = 0; i < cnt; i++)
+			found += recs[i].payload && recs[i].payload[0] == *p &&
+				 !recs[i].payload[1];
+		cr_assert_geq(found, 1, "line %c was not delivered", *p);
+	}
+	tt_records_free(recs, cnt);
+	cc_result_free(&res);
+	tt_env_fini(&e);
 }
 
 /* A fatal consumer error ends the worker with TBX_EFATAL (and
  * `tokenbox worker` with status 75). */
 Test(fatal, a_fatal_consumer_error_ends_the_worker)
 {
-	env_t e;
+	tt_env_t e;
 	int r = 0;
 	int64_t deadline;
 
@@ -449,5 +500,5 @@ Test(fatal, a_fatal_consumer_error_ends_the_worker)
 	cr_assert(strstr(tbx_worker_errstr(w), "fatal"), "%s",
 		  tbx_worker_errstr(w));
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }

@@ -10,41 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support.h"
+#include "fixture.h"
 
-typedef struct env {
-	char *dir, *s1, *s2, *s3, *tokens;
-	tt_cluster_t *cluster;
-} env_t;
-
-static void env_init(env_t *e)
+static void env_init(tt_env_t *e)
 {
-	e->dir = tt_tmpdir();
-	e->s1 = tt_path(e->dir, "s1.db");
-	e->s2 = tt_path(e->dir, "s2.db");
-	e->s3 = tt_path(e->dir, "s3.db");
-	e->tokens = tt_path(e->dir, "tokens.db");
-	e->cluster = tt_cluster_new(1);
-	tt_cluster_topic(e->cluster, "in", 2);
-	tt_cluster_topic(e->cluster, "out", 2);
-	tt_cluster_topic(e->cluster, "in.dlq", 1);
-	tt_hop_table(e->s1, "hop1");
-	tt_hop_table(e->s2, "hop2");
-	tt_hop_table(e->s3, "hop2");
+	static const char *const topics[] = {"in:2", "out:2", "in.dlq:1", NULL};
+
+	tt_env_init(e, topics);
+	tt_hop_table(e->store, "hop1");
+	tt_hop_table(e->store2, "hop2");
+	tt_hop_table(e->store3, "hop2");
 }
 
-static void env_fini(env_t *e)
-{
-	tt_cluster_destroy(e->cluster);
-	tt_rmrf(e->dir);
-	free(e->dir);
-	free(e->s1);
-	free(e->s2);
-	free(e->s3);
-	free(e->tokens);
-}
-
-static tbx_worker_t *worker(env_t *e, const char *group, const char *store,
+static tbx_worker_t *worker(tt_env_t *e, const char *group, const char *store,
 			    const char *topic, const char *type, tt_hop_t *hop,
 			    const char *k1, const char *v1)
 {
@@ -62,18 +40,6 @@ static tbx_worker_t *worker(env_t *e, const char *group, const char *store,
 	return w;
 }
 
-typedef struct want {
-	const char *db, *sql;
-	int64_t n;
-} want_t;
-
-static int reached(void *opaque)
-{
-	want_t *w = opaque;
-
-	return tt_count(w->db, w->sql) >= w->n;
-}
-
 static int64_t stat_dropped(tbx_worker_t *w)
 {
 	tbx_stats_t st;
@@ -84,17 +50,17 @@ static int64_t stat_dropped(tbx_worker_t *w)
 
 Test(e2e, duplicates_with_the_same_token_are_dropped)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1"};
 	tt_record_t *recs;
 	size_t cnt;
 
 	env_init(&e);
 	tbx_worker_t *w =
-	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	    worker(&e, "g1", e.store, "in", "Ping", &hop, NULL, NULL);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 20, 4, "m");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM hop1", 20};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM hop1", 20};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
 	/* Upstream re-sends all 20, twice, after they were processed. */
 	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
 	cr_assert_eq(cnt, 20);
@@ -102,20 +68,20 @@ Test(e2e, duplicates_with_the_same_token_are_dropped)
 	tt_reproduce(e.cluster->bootstraps, "in", recs, cnt);
 	tt_records_free(recs, cnt);
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 20, 60));
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 20);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(DISTINCT msg_id) FROM hop1"),
-		     20);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 20);
+	cr_assert_eq(
+	    tt_count(e.store, "SELECT COUNT(DISTINCT msg_id) FROM hop1"), 20);
 	cr_assert_eq(stat_dropped(w), 40);
 	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* Two keys, retries and broker errors on Produce interleaved: the
  * effects of one key keep the publish order and each happens once. */
 Test(e2e, two_keys_interleaved_with_failures_keep_order_and_happen_once)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop1 = {.table = "hop1",
 			 .next_topic = "out",
 			 .next_type = "Pong",
@@ -125,8 +91,8 @@ Test(e2e, two_keys_interleaved_with_failures_keep_order_and_happen_once)
 	tbx_worker_t *w[2];
 
 	env_init(&e);
-	w[0] = worker(&e, "g1", e.s1, "in", "Ping", &hop1, NULL, NULL);
-	w[1] = worker(&e, "g2", e.s2, "out", "Pong", &hop2, NULL, NULL);
+	w[0] = worker(&e, "g1", e.store, "in", "Ping", &hop1, NULL, NULL);
+	w[1] = worker(&e, "g2", e.store2, "out", "Pong", &hop2, NULL, NULL);
 	/* Produce errors only the mock injects; a real broker's tier keeps
 	 * the handler's failures. */
 	if (e.cluster->mock)
@@ -136,8 +102,8 @@ Test(e2e, two_keys_interleaved_with_failures_keep_order_and_happen_once)
 		    RD_KAFKA_RESP_ERR__TRANSPORT,
 		    RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 12, 2, "m");
-	want_t want = {e.s2, "SELECT COUNT(*) FROM hop2", 12};
-	cr_assert(tt_drive(w, 2, reached, &want, 10, 90));
+	tt_want_t want = {e.store2, "SELECT COUNT(*) FROM hop2", 12};
+	cr_assert(tt_drive(w, 2, tt_reached, &want, 10, 90));
 	for (int k = 0; k < 2; k++) {
 		/* per key, the payload numbers rise with the effect id */
 		char sql[256];
@@ -147,29 +113,30 @@ Test(e2e, two_keys_interleaved_with_failures_keep_order_and_happen_once)
 			 "AND CAST(substr(a.payload, 3) AS INT) > "
 			 "CAST(substr(b.payload, 3) AS INT)",
 			 k);
-		cr_assert_eq(tt_count(e.s1, sql), 0, "key-%d out of order", k);
+		cr_assert_eq(tt_count(e.store, sql), 0, "key-%d out of order",
+			     k);
 	}
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 12);
-	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(*) FROM hop2"), 12);
-	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(DISTINCT payload) FROM hop2"),
-		     12);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 12);
+	cr_assert_eq(tt_count(e.store2, "SELECT COUNT(*) FROM hop2"), 12);
+	cr_assert_eq(
+	    tt_count(e.store2, "SELECT COUNT(DISTINCT payload) FROM hop2"), 12);
 	/* the retried ones ran to commit on their last attempt only */
-	cr_assert_eq(tt_count(e.s1, "SELECT attempt FROM hop1 WHERE payload "
-				    "= 'm-3'"),
+	cr_assert_eq(tt_count(e.store, "SELECT attempt FROM hop1 WHERE payload "
+				       "= 'm-3'"),
 		     3);
 	tbx_worker_destroy(w[0]);
 	tbx_worker_destroy(w[1]);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* A record that asks to retry holds back its partition only. */
 Test(e2e, retry_blocks_only_its_partition)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1", .retry = "blocked", .retry_times = 3};
 
 	env_init(&e);
-	tbx_worker_t *w = worker(&e, "g1", e.s1, "in", NULL, &hop,
+	tbx_worker_t *w = worker(&e, "g1", e.store, "in", NULL, &hop,
 				 "ingress.untokened", "offsets");
 	/* partition 0: the blocked record, then a follower; partition 1:
 	 * five records that must not wait. */
@@ -179,43 +146,44 @@ Test(e2e, retry_blocks_only_its_partition)
 	for (int i = 0; i < 5; i++)
 		tt_produce_plain(e.cluster->bootstraps, "in", 1, "b", "other",
 				 "Ping");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM hop1", 7};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
-	int64_t blocked_id = tt_count(e.s1, "SELECT id FROM hop1 WHERE "
-					    "payload = 'blocked'");
-	cr_assert_eq(tt_count(e.s1, "SELECT attempt FROM hop1 WHERE payload "
-				    "= 'blocked'"),
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM hop1", 7};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
+	int64_t blocked_id = tt_count(e.store, "SELECT id FROM hop1 WHERE "
+					       "payload = 'blocked'");
+	cr_assert_eq(tt_count(e.store, "SELECT attempt FROM hop1 WHERE payload "
+				       "= 'blocked'"),
 		     4);
 	/* the other partition went on meanwhile ... */
-	cr_assert_lt(tt_count(e.s1, "SELECT MAX(id) FROM hop1 WHERE payload = "
-				    "'other'"),
+	cr_assert_lt(tt_count(e.store,
+			      "SELECT MAX(id) FROM hop1 WHERE payload = "
+			      "'other'"),
 		     blocked_id);
 	/* ... and nothing passed the blocked record in its partition */
-	cr_assert_gt(tt_count(e.s1, "SELECT id FROM hop1 WHERE payload = "
-				    "'after'"),
+	cr_assert_gt(tt_count(e.store, "SELECT id FROM hop1 WHERE payload = "
+				       "'after'"),
 		     blocked_id);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
-static size_t read_dlq(env_t *e, tt_record_t **recs)
+static size_t read_dlq(tt_env_t *e, tt_record_t **recs)
 {
 	return tt_read_topic(e->cluster->bootstraps, "in.dlq", recs);
 }
 
 Test(e2e, rejected_message_reaches_the_dead_letter_topic_exactly_once)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1", .reject = "m-2"};
 	tt_record_t *recs;
 	size_t cnt;
 
 	env_init(&e);
 	tbx_worker_t *w =
-	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	    worker(&e, "g1", e.store, "in", "Ping", &hop, NULL, NULL);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 5, 1, "m");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
 	/* the rejected record is re-sent upstream: still one dead letter */
 	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
 	tt_reproduce(e.cluster->bootstraps, "in", recs, cnt);
@@ -228,27 +196,27 @@ Test(e2e, rejected_message_reaches_the_dead_letter_topic_exactly_once)
 	cr_assert_str_eq(recs[0].type, "Ping");
 	cr_assert(recs[0].token, "dead letters carry tokens too");
 	tt_records_free(recs, cnt);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 4);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM tbx_dead_letters"),
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 4);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
 		     1);
 	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 Test(e2e, retries_used_up_send_the_message_to_the_dead_letter_topic)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1", .retry = "m-0", .retry_times = 100};
 	tt_record_t *recs;
 	size_t cnt;
 
 	env_init(&e);
 	tbx_worker_t *w =
-	    worker(&e, "g1", e.s1, "in", "Ping", &hop, "retry.max", "2");
+	    worker(&e, "g1", e.store, "in", "Ping", &hop, "retry.max", "2");
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 1, 1, "m");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
 	cnt = read_dlq(&e, &recs);
 	cr_assert_eq(cnt, 1);
 	const void *v;
@@ -260,52 +228,52 @@ Test(e2e, retries_used_up_send_the_message_to_the_dead_letter_topic)
 	cr_assert_eq(memcmp(v, "3", 1), 0, "1 attempt + retry.max retries");
 	cr_assert(strstr(recs[0].dlq_error, "retries exhausted"));
 	tt_records_free(recs, cnt);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 0);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 0);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 Test(e2e, unknown_type_goes_to_the_dead_letter_topic)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1"};
 	tt_record_t *recs;
 	size_t cnt;
 
 	env_init(&e);
 	tbx_worker_t *w =
-	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	    worker(&e, "g1", e.store, "in", "Ping", &hop, NULL, NULL);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Unknown", 2, 1, "u");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 2};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_dead_letters", 2};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
 	cnt = read_dlq(&e, &recs);
 	cr_assert_eq(cnt, 2);
 	cr_assert(strstr(recs[0].dlq_error, "no handler"));
 	tt_records_free(recs, cnt);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 Test(e2e, untokened_ingress_is_rejected_by_default)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1"};
 	tt_record_t *recs;
 	size_t cnt;
 
 	env_init(&e);
 	tbx_worker_t *w =
-	    worker(&e, "g1", e.s1, "in", "Ping", &hop, NULL, NULL);
+	    worker(&e, "g1", e.store, "in", "Ping", &hop, NULL, NULL);
 	tt_produce_plain(e.cluster->bootstraps, "in", 0, "k", "plain", "Ping");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 0);
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 0);
 	cnt = read_dlq(&e, &recs);
 	cr_assert_eq(cnt, 1);
 	cr_assert(strstr(recs[0].dlq_error, "ingress.untokened=reject"));
 	tt_records_free(recs, cnt);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 typedef struct redelivered {
@@ -329,7 +297,7 @@ static int redelivered(void *opaque)
  * records come again, without token or outbox row to stop them. */
 Test(e2e, untokened_ingress_with_offsets_is_handled_once_per_offset)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
 	char prog[512];
@@ -342,84 +310,86 @@ Test(e2e, untokened_ingress_with_offsets_is_handled_once_per_offset)
 		tt_produce_plain(e.cluster->bootstraps, "in", i % 2, "k",
 				 "plain", "Ping");
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
-	char *argv[] = {prog, e.cluster->bootstraps,	   e.s1, e.tokens,
+	char *argv[] = {prog, e.cluster->bootstraps,	   e.store, e.tokens,
 			"g1", "ingress.untokened=offsets", NULL};
 	char *envv[] = {"TBX_CRASH_AT=E.deleted", NULL};
 	status = tt_wait(tt_spawn(argv, envv), 60);
 	cr_assert(status != -1 && WIFSIGNALED(status));
-	int64_t before = tt_count(e.s1, "SELECT COUNT(*) FROM hop1");
+	int64_t before = tt_count(e.store, "SELECT COUNT(*) FROM hop1");
 	cr_assert_gt(before, 0);
 
-	tbx_worker_t *w = worker(&e, "g1", e.s1, "in", "Ping", &hop,
+	tbx_worker_t *w = worker(&e, "g1", e.store, "in", "Ping", &hop,
 				 "ingress.untokened", "offsets");
 	/* Done once the new member got the partitions and every record was
 	 * handled or skipped (the killed member holds them until its
 	 * session times out). */
-	redelivered_t want = {w, e.s1, before};
+	redelivered_t want = {w, e.store, before};
 	cr_assert(tt_drive(&w, 1, redelivered, &want, 5, 60));
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 6);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(DISTINCT part || ':' || off)"
-				    " FROM hop1"),
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 6);
+	cr_assert_eq(tt_count(e.store,
+			      "SELECT COUNT(DISTINCT part || ':' || off)"
+			      " FROM hop1"),
 		     6);
-	cr_assert_eq(tt_count(e.s1, "SELECT SUM(next_offset) FROM tbx_ingress "
-				    "WHERE grp = 'g1'"),
+	cr_assert_eq(tt_count(e.store,
+			      "SELECT SUM(next_offset) FROM tbx_ingress "
+			      "WHERE grp = 'g1'"),
 		     6);
 	tbx_stats_t st;
 	tbx_worker_stats(w, &st);
 	cr_assert_geq(st.duplicates_dropped, (uint64_t)before,
 		      "the redelivered records were skipped by offset");
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* Two groups on one topic: each processes every message once; one
  * group's consumption does not make the other drop anything. */
 Test(e2e, two_consumer_groups_on_one_topic_each_process_every_message_once)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop1 = {
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
 	tt_hop_t hop2 = {.table = "hop2"};
 	tbx_worker_t *w[3];
 
 	env_init(&e);
-	w[0] = worker(&e, "g1", e.s1, "in", "Ping", &hop1, NULL, NULL);
-	w[1] = worker(&e, "g2", e.s2, "out", "Pong", &hop2, NULL, NULL);
-	w[2] = worker(&e, "g3", e.s3, "out", "Pong", &hop2, NULL, NULL);
+	w[0] = worker(&e, "g1", e.store, "in", "Ping", &hop1, NULL, NULL);
+	w[1] = worker(&e, "g2", e.store2, "out", "Pong", &hop2, NULL, NULL);
+	w[2] = worker(&e, "g3", e.store3, "out", "Pong", &hop2, NULL, NULL);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 30, 3, "m");
-	want_t want = {e.s3, "SELECT COUNT(*) FROM hop2", 30};
-	cr_assert(tt_drive(w, 3, reached, &want, 10, 90));
+	tt_want_t want = {e.store3, "SELECT COUNT(*) FROM hop2", 30};
+	cr_assert(tt_drive(w, 3, tt_reached, &want, 10, 90));
 	cr_assert(tt_drive(w, 3, NULL, NULL, 10, 60));
-	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(*) FROM hop2"), 30);
-	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(DISTINCT payload) FROM hop2"),
-		     30);
-	cr_assert_eq(tt_count(e.s3, "SELECT COUNT(*) FROM hop2"), 30);
-	cr_assert_eq(tt_count(e.s3, "SELECT COUNT(DISTINCT payload) FROM hop2"),
-		     30);
+	cr_assert_eq(tt_count(e.store2, "SELECT COUNT(*) FROM hop2"), 30);
+	cr_assert_eq(
+	    tt_count(e.store2, "SELECT COUNT(DISTINCT payload) FROM hop2"), 30);
+	cr_assert_eq(tt_count(e.store3, "SELECT COUNT(*) FROM hop2"), 30);
+	cr_assert_eq(
+	    tt_count(e.store3, "SELECT COUNT(DISTINCT payload) FROM hop2"), 30);
 	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 	cr_assert_eq(
 	    tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_registrations"), 0);
 	for (int i = 0; i < 3; i++)
 		tbx_worker_destroy(w[i]);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* A message minted before a group subscribed has no token for it: it is
  * untokened ingress for that group, not a duplicate. */
 Test(e2e, message_minted_before_the_group_subscribed_is_untokened_for_it)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1"};
 
 	env_init(&e);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 3, 1, "m");
-	tbx_worker_t *w = worker(&e, "g1", e.s1, "in", "Ping", &hop,
+	tbx_worker_t *w = worker(&e, "g1", e.store, "in", "Ping", &hop,
 				 "ingress.untokened", "offsets");
-	want_t want = {e.s1, "SELECT COUNT(*) FROM hop1", 3};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM hop1", 3};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
 	cr_assert_eq(stat_dropped(w), 0);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* Records the synchronous level the handlers' transaction runs under. */
@@ -461,14 +431,14 @@ static int calls_reached(void *opaque)
  */
 static void check_synchronous(const char *setting, int want)
 {
-	env_t e;
+	tt_env_t e;
 	sync_seen_t seen = {0, 0, 0};
 	char err[512];
 
 	env_init(&e);
 	tbx_worker_t *w =
-	    tbx_worker_new(tt_conf(e.cluster->bootstraps, "g1", e.s1, e.tokens,
-				   "store.synchronous", setting,
+	    tbx_worker_new(tt_conf(e.cluster->bootstraps, "g1", e.store,
+				   e.tokens, "store.synchronous", setting,
 				   "batch.max.messages", "10", NULL),
 			   err, sizeof(err));
 	cr_assert(w, "%s", err);
@@ -487,7 +457,7 @@ static void check_synchronous(const char *setting, int want)
 		     "level %d",
 		     setting, seen.max);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 Test(e2e, every_batch_runs_at_the_configured_synchronous_level)
@@ -499,7 +469,7 @@ Test(e2e, every_batch_runs_at_the_configured_synchronous_level)
 /*
  * One file for every store, named two ways (store.path "…/all.db",
  * tokens.path "…/./all.db"): the worker sees one file and takes the joined
- * path.  B's two transactions and D's own are then never reached; the
+ * path.  B's two transactions and D's own are then never tt_reached; the
  * test process is armed to die there.
  */
 Test(e2e, one_file_under_two_names_is_joined)
@@ -523,8 +493,8 @@ Test(e2e, one_file_under_two_names_is_joined)
 	cr_assert_eq(tbx_worker_poll(w[0], 0, NULL), TBX_OK);
 	cr_assert_eq(tbx_worker_poll(w[1], 0, NULL), TBX_OK);
 	tt_publish(c->bootstraps, all, "in", "Ping", 24, 3, "j");
-	want_t want = {all, "SELECT COUNT(*) FROM hop2", 24};
-	cr_assert(tt_drive(w, 2, reached, &want, 10, 60));
+	tt_want_t want = {all, "SELECT COUNT(*) FROM hop2", 24};
+	cr_assert(tt_drive(w, 2, tt_reached, &want, 10, 60));
 	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM hop1"), 24);
 	cr_assert_eq(tt_count(all, "SELECT COUNT(DISTINCT payload) FROM hop2"),
 		     24);
@@ -559,12 +529,12 @@ static int two_calls(void *opaque)
 	return retry_calls >= 2;
 }
 
-static tbx_worker_t *retrying_worker(env_t *e, tt_hop_t *hop)
+static tbx_worker_t *retrying_worker(tt_env_t *e, tt_hop_t *hop)
 {
 	char err[512];
 	tbx_worker_t *w = tbx_worker_new(
-	    tt_conf(e->cluster->bootstraps, "g1", e->s1, e->tokens, "retry.max",
-		    "3", "retry.backoff.ms", "10", NULL),
+	    tt_conf(e->cluster->bootstraps, "g1", e->store, e->tokens,
+		    "retry.max", "3", "retry.backoff.ms", "10", NULL),
 	    err, sizeof(err));
 
 	cr_assert(w, "%s", err);
@@ -578,7 +548,7 @@ static tbx_worker_t *retrying_worker(env_t *e, tt_hop_t *hop)
  * 1 + retry.max times in all. */
 Test(e2e, retry_max_holds_across_a_worker_restart)
 {
-	env_t e;
+	tt_env_t e;
 	tt_hop_t hop = {.table = "hop1", .retry = "m-0", .retry_times = 100};
 	tt_record_t *recs;
 	tbx_worker_t *w;
@@ -597,8 +567,8 @@ Test(e2e, retry_max_holds_across_a_worker_restart)
 	tbx_worker_destroy(w);
 
 	w = retrying_worker(&e, &hop);
-	want_t want = {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
-	cr_assert(tt_drive(&w, 1, reached, &want, 5, 60));
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_dead_letters", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 5, 60));
 	cr_assert_eq(retry_calls, 4, "1 attempt + retry.max retries, not %d",
 		     retry_calls);
 	cnt = read_dlq(&e, &recs);
@@ -609,9 +579,9 @@ Test(e2e, retry_max_holds_across_a_worker_restart)
 	cr_assert(len == 1 && memcmp(v, "4", 1) == 0);
 	cr_assert(strstr(recs[0].dlq_error, "retries exhausted"));
 	tt_records_free(recs, cnt);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM hop1"), 0);
-	cr_assert_eq(tt_count(e.s1, "SELECT COUNT(*) FROM tbx_inflight"), 0,
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 0);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_inflight"), 0,
 		     "the count goes with its record");
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "consumer/worker.h"
-#include "support.h"
+#include "fixture.h"
 
 /* What the hostile handler tries, one per record, in turn. */
 static const char *const attacks[] = {
@@ -102,32 +102,15 @@ static tbx_verdict_t commit_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	return TBX_VERDICT_OK;
 }
 
-typedef struct env {
-	char *dir, *store, *tokens;
-	tt_cluster_t *cluster;
-} env_t;
-
-static void env_init(env_t *e)
+static void env_init(tt_env_t *e)
 {
-	e->dir = tt_tmpdir();
-	e->store = tt_path(e->dir, "s.db");
-	e->tokens = tt_path(e->dir, "t.db");
-	e->cluster = tt_cluster_new(1);
-	tt_cluster_topic(e->cluster, "in", 1);
-	tt_cluster_topic(e->cluster, "in.dlq", 1);
+	static const char *const topics[] = {"in:1", "in.dlq:1", NULL};
+
+	tt_env_init(e, topics);
 	tt_hop_table(e->store, "effects");
 }
 
-static void env_fini(env_t *e)
-{
-	tt_cluster_destroy(e->cluster);
-	tt_rmrf(e->dir);
-	free(e->dir);
-	free(e->store);
-	free(e->tokens);
-}
-
-static tbx_worker_t *worker(env_t *e, tbx_handler_fn fn, hostile_t *h)
+static tbx_worker_t *worker(tt_env_t *e, tbx_handler_fn fn, hostile_t *h)
 {
 	char err[512];
 	tbx_worker_t *w = tbx_worker_new(
@@ -140,46 +123,9 @@ static tbx_worker_t *worker(env_t *e, tbx_handler_fn fn, hostile_t *h)
 	return w;
 }
 
-typedef struct want {
-	const char *db, *sql;
-	int64_t n;
-} want_t;
-
-static int reached(void *opaque)
-{
-	want_t *w = opaque;
-
-	return tt_count(w->db, w->sql) >= w->n;
-}
-
-static void publish(env_t *e, const char *const *payloads, size_t cnt)
-{
-	char err[512];
-	tbx_conf_t *conf = tbx_conf_new();
-	tbx_publisher_t *pub;
-
-	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
-		     NULL, 0);
-	tbx_conf_set(conf, "tokens.path", e->tokens, NULL, 0);
-	tbx_conf_set(conf, "log.level", "error", NULL, 0);
-	pub = tbx_publisher_new(conf, err, sizeof(err));
-	cr_assert(pub, "%s", err);
-	for (size_t i = 0; i < cnt; i++) {
-		tbx_out_t out = {.topic = "in",
-				 .type = "Hit",
-				 .key = "k",
-				 .key_len = 1,
-				 .payload = payloads[i],
-				 .payload_len = strlen(payloads[i])};
-		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
-	}
-	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
-	tbx_publisher_destroy(pub);
-}
-
 Test(guard, every_statement_that_ends_or_escapes_the_transaction_is_refused)
 {
-	env_t e;
+	tt_env_t e;
 	hostile_t h = {0};
 	char payloads[ATTACKS][8];
 	const char *list[ATTACKS];
@@ -191,9 +137,9 @@ Test(guard, every_statement_that_ends_or_escapes_the_transaction_is_refused)
 		snprintf(payloads[i], sizeof(payloads[i]), "%zu", i);
 		list[i] = payloads[i];
 	}
-	publish(&e, list, ATTACKS);
-	want_t want = {e.store, "SELECT COUNT(*) FROM effects", ATTACKS};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60),
+	tt_env_publish(&e, "in", "Hit", list, ATTACKS);
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM effects", ATTACKS};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60),
 		  "the worker did not process every record");
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	for (size_t i = 0; i < ATTACKS; i++) {
@@ -218,7 +164,7 @@ Test(guard, every_statement_that_ends_or_escapes_the_transaction_is_refused)
 	cr_assert_eq(st.handler_refused, ATTACKS, "refused: %llu",
 		     (unsigned long long)st.handler_refused);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }
 
 /* A COMMIT prepared outside the handler escapes the authorizer: the
@@ -226,7 +172,7 @@ Test(guard, every_statement_that_ends_or_escapes_the_transaction_is_refused)
  * dead-lettered without its handler; the others take effect once. */
 Test(guard, a_commit_prepared_before_the_handler_is_rolled_back)
 {
-	env_t e;
+	tt_env_t e;
 	hostile_t h = {0};
 	const char *list[] = {"a", "commit", "b"};
 	tt_record_t *recs;
@@ -237,9 +183,9 @@ Test(guard, a_commit_prepared_before_the_handler_is_rolled_back)
 	cr_assert_eq(sqlite3_prepare_v2(tbx_outbox_db(w->store), "COMMIT", -1,
 					&h.commit, NULL),
 		     SQLITE_OK);
-	publish(&e, list, 3);
-	want_t want = {e.store, "SELECT COUNT(*) FROM effects", 2};
-	cr_assert(tt_drive(&w, 1, reached, &want, 10, 60));
+	tt_env_publish(&e, "in", "Hit", list, 3);
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM effects", 2};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60));
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	cr_assert_eq(h.other[0] & 0xff, SQLITE_CONSTRAINT,
 		     "COMMIT gave %d (%s)", h.other[0], h.errmsg[0]);
@@ -255,5 +201,5 @@ Test(guard, a_commit_prepared_before_the_handler_is_rolled_back)
 	tt_records_free(recs, cnt);
 	sqlite3_finalize(h.commit);
 	tbx_worker_destroy(w);
-	env_fini(&e);
+	tt_env_fini(&e);
 }

@@ -16,15 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "support.h"
+#include "fixture.h"
 
 enum { ORDERS = 20000, ORDER_WORKERS = 3 };
 
 typedef struct world {
 	char *dir, *orders_db, *payments_db, *tokens;
 	char bootstraps[1024];
-	char tokenbox[512], plugin[512];
-	pid_t cluster;
 } world_t;
 
 /* Every child, so that a failed assertion does not leave processes that
@@ -32,10 +30,8 @@ typedef struct world {
 static pid_t children[256];
 static size_t child_cnt;
 
-static pid_t spawn(char *const argv[])
+static pid_t remember(pid_t pid)
 {
-	pid_t pid = tt_spawn(argv, NULL);
-
 	if (child_cnt < sizeof(children) / sizeof(children[0]))
 		children[child_cnt++] = pid;
 	return pid;
@@ -52,6 +48,19 @@ static pid_t start_worker(world_t *w, const char *role)
 	char group[64], store[600], tokens[600], boot[1100], plugin[600],
 	    args[64];
 	int orders = strcmp(role, "order-service") == 0;
+	const char *settings[] = {group,
+				  store,
+				  tokens,
+				  boot,
+				  plugin,
+				  args,
+				  "kafka.consumer.session.timeout.ms=3000",
+				  "kafka.consumer.heartbeat.interval.ms=300",
+				  "kafka.consumer.fetch.wait.max.ms=10",
+				  "cleanup.interval.ms=500",
+				  "stats.interval.ms=0",
+				  "log.level=error",
+				  NULL};
 
 	snprintf(group, sizeof(group), "group.id=%s", role);
 	snprintf(store, sizeof(store), "store.path=%s",
@@ -59,23 +68,10 @@ static pid_t start_worker(world_t *w, const char *role)
 	snprintf(tokens, sizeof(tokens), "tokens.path=%s", w->tokens);
 	snprintf(boot, sizeof(boot), "kafka.bootstrap.servers=%s",
 		 w->bootstraps);
-	snprintf(plugin, sizeof(plugin), "plugin=%s", w->plugin);
+	snprintf(plugin, sizeof(plugin), "plugin=%s",
+		 tt_plugin_path("tbx_orders"));
 	snprintf(args, sizeof(args), "plugin.args=role=%s", role);
-	char *argv[] = {w->tokenbox, "worker",
-			"-X",	     group,
-			"-X",	     store,
-			"-X",	     tokens,
-			"-X",	     boot,
-			"-X",	     plugin,
-			"-X",	     args,
-			"-X",	     "kafka.consumer.session.timeout.ms=3000",
-			"-X",	     "kafka.consumer.heartbeat.interval.ms=300",
-			"-X",	     "kafka.consumer.fetch.wait.max.ms=10",
-			"-X",	     "cleanup.interval.ms=500",
-			"-X",	     "stats.interval.ms=0",
-			"-X",	     "log.level=error",
-			NULL};
-	return spawn(argv);
+	return remember(tt_worker_start(settings, NULL, NULL));
 }
 
 /*
@@ -93,37 +89,6 @@ static void stop_worker(pid_t pid, int sig, int want_clean)
 		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 			  "worker %d: status %d after SIGTERM", (int)pid,
 			  status);
-}
-
-static void publish_orders(world_t *w)
-{
-	tbx_conf_t *conf = tbx_conf_new();
-	char err[512], key[32], payload[64];
-	tbx_publisher_t *pub;
-
-	tbx_conf_set(conf, "kafka.bootstrap.servers", w->bootstraps, NULL, 0);
-	tbx_conf_set(conf, "tokens.path", w->tokens, NULL, 0);
-	tbx_conf_set(conf, "log.level", "error", NULL, 0);
-	pub = tbx_publisher_new(conf, err, sizeof(err));
-	cr_assert(pub, "%s", err);
-	for (int i = 0; i < ORDERS; i++) {
-		snprintf(key, sizeof(key), "customer-%d", i % 997);
-		snprintf(payload, sizeof(payload),
-			 "{\"order\": \"%d\", \"amount\": %d}", i,
-			 100 + i % 900);
-		tbx_out_t out = {.topic = "orders",
-				 .type = "OrderPlaced",
-				 .key = key,
-				 .key_len = strlen(key),
-				 .payload = payload,
-				 .payload_len = strlen(payload)};
-		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
-		if (i % 1000 == 999)
-			cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK,
-				     "%s", tbx_publisher_errstr(pub));
-	}
-	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
-	tbx_publisher_destroy(pub);
 }
 
 static int count(const char *db, const char *sql)
@@ -148,24 +113,16 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
      .timeout = 600, .fini = kill_children)
 {
 	world_t w;
-	const char *bin = getenv("TBX_BIN_DIR");
-	const char *ex = getenv("TBX_EXAMPLES_DIR");
 	pid_t order[ORDER_WORKERS], payment, extra = 0;
 	unsigned seed = (unsigned)time(NULL);
 	int kills = 0, rebalances = 0;
-	char *bootfile;
-	FILE *f;
+	tt_mock_proc_t mock = {0};
 
 	memset(&w, 0, sizeof(w));
 	w.dir = tt_tmpdir();
 	w.orders_db = tt_path(w.dir, "order-service.db");
 	w.payments_db = tt_path(w.dir, "payment-service.db");
 	w.tokens = tt_path(w.dir, "tokens.db");
-	bootfile = tt_path(w.dir, "bootstrap");
-	snprintf(w.tokenbox, sizeof(w.tokenbox), "%s/tokenbox",
-		 bin ? bin : ".");
-	snprintf(w.plugin, sizeof(w.plugin), "%s/libtbx_orders.so",
-		 ex ? ex : "examples");
 	cr_log_info("seed %u", seed);
 
 	if (tt_real_kafka()) {
@@ -180,27 +137,13 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
 			 real->bootstraps);
 		tt_cluster_destroy(real);
 	} else {
-		char *mc[] = {w.tokenbox,
-			      "mock-cluster",
-			      "--topic",
-			      "orders:6",
-			      "--topic",
-			      "payments:6",
-			      "--topic",
-			      "orders.dlq:1",
-			      "--topic",
-			      "payments.dlq:1",
-			      "--bootstrap-file",
-			      bootfile,
-			      NULL};
-		w.cluster = spawn(mc);
-		for (int i = 0; i < 100 && access(bootfile, F_OK) != 0; i++)
-			usleep(50000);
-		cr_assert((f = fopen(bootfile, "r")),
-			  "mock-cluster did not start");
-		cr_assert(fgets(w.bootstraps, sizeof(w.bootstraps), f));
-		fclose(f);
-		w.bootstraps[strcspn(w.bootstraps, "\n")] = '\0';
+		static const char *const topics[] = {"orders:6", "payments:6",
+						     "orders.dlq:1",
+						     "payments.dlq:1", NULL};
+		mock = tt_mock_proc_start(topics);
+		remember(mock.pid);
+		snprintf(w.bootstraps, sizeof(w.bootstraps), "%s",
+			 mock.bootstraps);
 	}
 
 	/* Subscriptions first, so every order is tokened for both groups. */
@@ -209,7 +152,7 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
 	for (int i = 0; i < ORDER_WORKERS; i++)
 		order[i] = start_worker(&w, "order-service");
 	payment = start_worker(&w, "payment-service");
-	publish_orders(&w);
+	tt_publish_orders(w.bootstraps, w.tokens, ORDERS, 997);
 	cr_log_info("published %d orders", ORDERS);
 
 	/* Chaos for a while: kills, restarts, a member coming and going,
@@ -271,8 +214,8 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
 	for (int i = 0; i < ORDER_WORKERS; i++)
 		stop_worker(order[i], SIGTERM, 1);
 	stop_worker(payment, SIGTERM, 1);
-	if (w.cluster)
-		stop_worker(w.cluster, SIGTERM, 1);
+	if (mock.pid)
+		tt_mock_proc_stop(&mock);
 
 	cr_log_info("kills %d, rebalances %d, re-sent %d", kills, rebalances,
 		    resent);
@@ -288,5 +231,4 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
 	free(w.orders_db);
 	free(w.payments_db);
 	free(w.tokens);
-	free(bootfile);
 }

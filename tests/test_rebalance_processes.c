@@ -23,16 +23,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "support.h"
+#include "fixture.h"
 
 enum { ORDERS = 3000, PARTITIONS = 6, MAX_WORKERS = 8 };
 
 typedef struct world {
 	const char *strategy;
 	char *dir, *orders_db, *tokens;
-	char bootstraps[256];
-	char tokenbox[512], plugin[512];
-	pid_t cluster;
+	tt_mock_proc_t cluster;
 	pid_t pids[MAX_WORKERS];
 	char *logs[MAX_WORKERS];
 	int cnt;
@@ -50,8 +48,8 @@ static void kill_children(void)
 	for (int i = 0; i < the_world->cnt; i++)
 		if (the_world->pids[i] > 0)
 			kill(the_world->pids[i], SIGKILL);
-	if (the_world->cluster > 0)
-		kill(the_world->cluster, SIGKILL);
+	if (the_world->cluster.pid > 0)
+		kill(the_world->cluster.pid, SIGKILL);
 }
 
 /* Starts a worker whose standard error goes to its own log file.
@@ -59,68 +57,42 @@ static void kill_children(void)
 static int start_worker(world_t *w)
 {
 	char store[600], tokens[600], boot[300], plugin[600], strategy[100];
+	const char *settings[] = {"group.id=order-service",
+				  store,
+				  tokens,
+				  boot,
+				  plugin,
+				  "plugin.args=role=order-service",
+				  strategy,
+				  "kafka.consumer.session.timeout.ms=6000",
+				  "kafka.consumer.heartbeat.interval.ms=500",
+				  "kafka.consumer.fetch.wait.max.ms=10",
+				  "batch.max.messages=50",
+				  "stats.interval.ms=0",
+				  "log.level=info",
+				  NULL};
 	int i = w->cnt++;
 
 	cr_assert(i < MAX_WORKERS);
 	snprintf(store, sizeof(store), "store.path=%s", w->orders_db);
 	snprintf(tokens, sizeof(tokens), "tokens.path=%s", w->tokens);
 	snprintf(boot, sizeof(boot), "kafka.bootstrap.servers=%s",
-		 w->bootstraps);
-	snprintf(plugin, sizeof(plugin), "plugin=%s", w->plugin);
+		 w->cluster.bootstraps);
+	snprintf(plugin, sizeof(plugin), "plugin=%s",
+		 tt_plugin_path("tbx_orders"));
 	snprintf(strategy, sizeof(strategy),
 		 "kafka.consumer.partition.assignment.strategy=%s",
 		 w->strategy);
 	char name[32];
 	snprintf(name, sizeof(name), "worker-%d.log", i);
 	w->logs[i] = tt_path(w->dir, name);
-	char *argv[] = {w->tokenbox, "worker",
-			"-X",	     "group.id=order-service",
-			"-X",	     store,
-			"-X",	     tokens,
-			"-X",	     boot,
-			"-X",	     plugin,
-			"-X",	     "plugin.args=role=order-service",
-			"-X",	     strategy,
-			"-X",	     "kafka.consumer.session.timeout.ms=6000",
-			"-X",	     "kafka.consumer.heartbeat.interval.ms=500",
-			"-X",	     "kafka.consumer.fetch.wait.max.ms=10",
-			"-X",	     "batch.max.messages=50",
-			"-X",	     "stats.interval.ms=0",
-			"-X",	     "log.level=info",
-			NULL};
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		int fd = open(w->logs[i], O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd < 0 || dup2(fd, 2) < 0)
-			_exit(127);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	w->pids[i] = pid;
+	w->pids[i] = tt_worker_start(settings, NULL, w->logs[i]);
 	return i;
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return strdup("");
-	FILE *m = open_memstream(&buf, &len);
-	int c;
-	while ((c = fgetc(f)) != EOF)
-		fputc(c, m);
-	fclose(m);
-	fclose(f);
-	return buf;
 }
 
 static int log_has(world_t *w, int i, const char *text)
 {
-	char *log = slurp(w->logs[i]);
+	char *log = tt_read_text(w->logs[i]);
 	int found = strstr(log, text) != NULL;
 
 	free(log);
@@ -139,7 +111,7 @@ static int stop_worker(world_t *w, int i, int sig)
 
 static void expect_clean_exit(world_t *w, int i, int status)
 {
-	char *log = slurp(w->logs[i]);
+	char *log = tt_read_text(w->logs[i]);
 
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "%s: worker %d: wait status %d after SIGTERM (%s); its "
@@ -200,8 +172,8 @@ static rd_kafka_t *lag_reader(world_t *w)
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char err[256];
 
-	cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", w->bootstraps,
-				       err, sizeof(err)),
+	cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers",
+				       w->cluster.bootstraps, err, sizeof(err)),
 		     RD_KAFKA_CONF_OK);
 	cr_assert_eq(rd_kafka_conf_set(conf, "group.id", "order-service", err,
 				       sizeof(err)),
@@ -212,69 +184,23 @@ static rd_kafka_t *lag_reader(world_t *w)
 	return rk;
 }
 
-static void publish_orders(world_t *w)
-{
-	tbx_conf_t *conf = tbx_conf_new();
-	char err[512], key[32], payload[64];
-	tbx_publisher_t *pub;
-
-	tbx_conf_set(conf, "kafka.bootstrap.servers", w->bootstraps, NULL, 0);
-	tbx_conf_set(conf, "tokens.path", w->tokens, NULL, 0);
-	tbx_conf_set(conf, "log.level", "error", NULL, 0);
-	pub = tbx_publisher_new(conf, err, sizeof(err));
-	cr_assert(pub, "%s", err);
-	for (int i = 0; i < ORDERS; i++) {
-		snprintf(key, sizeof(key), "customer-%d", i % 97);
-		snprintf(payload, sizeof(payload),
-			 "{\"order\": \"%d\", \"amount\": %d}", i,
-			 100 + i % 900);
-		tbx_out_t out = {.topic = "orders",
-				 .type = "OrderPlaced",
-				 .key = key,
-				 .key_len = strlen(key),
-				 .payload = payload,
-				 .payload_len = strlen(payload)};
-		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
-	}
-	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
-	tbx_publisher_destroy(pub);
-}
-
 static void scenario(const char *strategy)
 {
+	static const char *const topics[] = {"orders:6", "payments:6",
+					     "orders.dlq:1", NULL};
 	world_t *w = &the_world_storage;
 
 	memset(w, 0, sizeof(*w));
 	w->strategy = strategy;
-	const char *bin = getenv("TBX_BIN_DIR");
-	const char *ex = getenv("TBX_EXAMPLES_DIR");
-	char *bootfile;
-	FILE *f;
-
 	the_world = w;
 	w->dir = tt_tmpdir();
 	w->orders_db = tt_path(w->dir, "order-service.db");
 	w->tokens = tt_path(w->dir, "tokens.db");
-	bootfile = tt_path(w->dir, "bootstrap");
-	snprintf(w->tokenbox, sizeof(w->tokenbox), "%s/tokenbox",
-		 bin ? bin : ".");
-	snprintf(w->plugin, sizeof(w->plugin), "%s/libtbx_orders.so",
-		 ex ? ex : "examples");
-	char *mc[] = {
-	    w->tokenbox,	"mock-cluster", "--topic", "orders:6",
-	    "--topic",		"payments:6",	"--topic", "orders.dlq:1",
-	    "--bootstrap-file", bootfile,	NULL};
-	w->cluster = tt_spawn(mc, NULL);
-	for (int i = 0; i < 200 && access(bootfile, F_OK) != 0; i++)
-		usleep(50000);
-	cr_assert((f = fopen(bootfile, "r")), "mock-cluster did not start");
-	cr_assert(fgets(w->bootstraps, sizeof(w->bootstraps), f));
-	fclose(f);
-	w->bootstraps[strcspn(w->bootstraps, "\n")] = '\0';
+	w->cluster = tt_mock_proc_start(topics);
 	tt_subscribe(w->tokens, "orders", "order-service");
 
 	int a = start_worker(w), b = start_worker(w);
-	publish_orders(w);
+	tt_publish_orders(w->cluster.bootstraps, w->tokens, ORDERS, 97);
 	wait_orders(w, ORDERS / 10);
 
 	/* A member joins; the rebalance it starts is under way when another
@@ -333,9 +259,8 @@ static void scenario(const char *strategy)
 		cr_assert(!log_has(w, i, "Assertion"),
 			  "%s: worker %d hit an assertion", strategy, i);
 	}
-	kill(w->cluster, SIGTERM);
-	tt_wait(w->cluster, 30);
-	w->cluster = 0;
+	tt_mock_proc_stop(&w->cluster);
+	w->cluster.pid = 0;
 	for (int i = 0; i < w->cnt; i++)
 		free(w->logs[i]);
 	the_world = NULL;
@@ -343,7 +268,6 @@ static void scenario(const char *strategy)
 	free(w->dir);
 	free(w->orders_db);
 	free(w->tokens);
-	free(bootfile);
 }
 
 Test(rebalance_processes, eager_members_join_leave_and_die, .timeout = 600,

@@ -14,6 +14,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +96,9 @@ static void usage(void)
 	    "\n"
 	    "Prints 'sent N messages to TOPIC' (and how many natural "
 	    "duplicates were\n"
-	    "not sent again); every line not published is named on standard "
-	    "error.\n"
+	    "not sent again, and how often a fatal error replaced the "
+	    "producer); every\n"
+	    "line not published is named on standard error.\n"
 	    "Exit status: 0 every line was published (or was a natural "
 	    "duplicate);\n"
 	    "1 the brokers, the topic, the token store or the input failed "
@@ -561,10 +563,26 @@ static int configure(const send_opts_t *o, tbx_conf_t *conf)
 
 static void summary(const send_state_t *st)
 {
+	tbx_publisher_stats_t ps;
+	char dups[96] = "", restarts[192] = "";
+
+	tbx_publisher_stats(st->pub, &ps);
 	if (st->duplicates)
-		printf("sent %zu messages to %s (%zu natural duplicates not "
-		       "sent again)\n",
-		       st->sent, st->o->topic, st->duplicates);
+		snprintf(dups, sizeof(dups),
+			 "%zu natural duplicates not sent again",
+			 st->duplicates);
+	/* Logged at ERROR when it happened; said again here, since the
+	 * run still succeeded. */
+	if (ps.producer_restarts)
+		snprintf(restarts, sizeof(restarts),
+			 "%sthe producer was replaced %" PRIu64
+			 " time%s after a fatal error; its undelivered "
+			 "messages were sent again with their ids and tokens",
+			 dups[0] ? "; " : "", ps.producer_restarts,
+			 ps.producer_restarts == 1 ? "" : "s");
+	if (dups[0] || restarts[0])
+		printf("sent %zu messages to %s (%s%s)\n", st->sent,
+		       st->o->topic, dups, restarts);
 	else
 		printf("sent %zu messages to %s\n", st->sent, st->o->topic);
 	fflush(stdout);

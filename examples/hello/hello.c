@@ -8,7 +8,7 @@
  * is rejected and goes to the dead-letter topic.  The row and the reply
  * take effect exactly once per message and consumer group.
  *
- * plugin.args: comma-separated key=value pairs, all optional
+ * plugin.args: key=value pairs separated by ',' or ';', all optional
  *   topic=NAME    the topic to handle (default hello)
  *   reply=TOPIC   also send a reply to TOPIC
  *   delay.ms=N    sleep N ms in every handler call (0..60000), to watch a
@@ -28,6 +28,8 @@
 #include <time.h>
 
 #include <tokenbox/plugin.h>
+
+#include "plugin_args.h"
 
 #define HELLO_TOPIC_MAX 249 /* Kafka's limit */
 
@@ -150,64 +152,45 @@ static tbx_verdict_t on_hello(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	return TBX_VERDICT_OK;
 }
 
-/* Copies the @p len bytes at @p value into @p dst (@p size bytes with the
- * NUL).  @returns 0, or -1 when it does not fit or is empty. */
-static int copy_value(char *dst, size_t size, const char *value, size_t len)
-{
-	if (len == 0 || len >= size)
-		return -1;
-	memcpy(dst, value, len);
-	dst[len] = '\0';
-	return 0;
-}
-
 /* Parses "key=value,key=value" into @p h.  Errors go to stderr, which is
  * the worker's log. */
 static int parse_args(hello_t *h, const char *args)
 {
+	plugin_arg_t a;
 	const char *p = args;
+	int rc;
 
-	while (*p) {
-		size_t len = strcspn(p, ",");
-		const char *eq = memchr(p, '=', len);
-		size_t klen = eq ? (size_t)(eq - p) : len;
-		const char *value = eq ? eq + 1 : "";
-		size_t vlen = eq ? len - klen - 1 : 0;
-		int bad = !eq;
+	while ((rc = plugin_arg_next(&p, &a)) == 1) {
+		int bad = 0;
 
-		if (!bad && klen == 5 && strncmp(p, "topic", 5) == 0)
-			bad =
-			    copy_value(h->topic, sizeof(h->topic), value, vlen);
-		else if (!bad && klen == 5 && strncmp(p, "reply", 5) == 0)
-			bad =
-			    copy_value(h->reply, sizeof(h->reply), value, vlen);
-		else if (!bad && klen == 8 && strncmp(p, "delay.ms", 8) == 0) {
-			char num[16];
+		if (strcmp(a.key, "topic") == 0) {
+			bad = strlen(a.val) >= sizeof(h->topic);
+			if (!bad)
+				memcpy(h->topic, a.val, strlen(a.val) + 1);
+		} else if (strcmp(a.key, "reply") == 0) {
+			bad = strlen(a.val) >= sizeof(h->reply);
+			if (!bad)
+				memcpy(h->reply, a.val, strlen(a.val) + 1);
+		} else if (strcmp(a.key, "delay.ms") == 0) {
 			char *end;
-			bad = copy_value(num, sizeof(num), value, vlen);
-			if (!bad) {
-				h->delay_ms = strtol(num, &end, 10);
-				bad = *end || num[0] == '-' ||
-				      h->delay_ms > 60000;
-			}
-		} else if (!bad) {
+			h->delay_ms = strtol(a.val, &end, 10);
+			bad = *end || a.val[0] == '-' || h->delay_ms > 60000;
+		} else {
 			fprintf(stderr,
-				"hello: plugin.args: unknown key '%.*s' "
+				"hello: plugin.args: unknown key '%s' "
 				"(known: topic, reply, delay.ms)\n",
-				(int)klen, p);
+				a.key);
 			return -1;
 		}
-		if (bad) {
-			fprintf(
-			    stderr,
-			    "hello: plugin.args: '%.*s': expected "
-			    "topic=NAME, reply=TOPIC or delay.ms=0..60000\n",
-			    (int)len, p);
-			return -1;
-		}
-		p += len;
-		if (*p == ',')
-			p++;
+		if (bad)
+			break;
+	}
+	if (rc != 0) {
+		fprintf(stderr,
+			"hello: plugin.args: '%.*s': expected "
+			"topic=NAME, reply=TOPIC or delay.ms=0..60000\n",
+			a.pair_len, a.pair);
+		return -1;
 	}
 	return 0;
 }

@@ -28,10 +28,11 @@
 
 #include <tokenbox/tokenbox.h>
 
+#include "plugin_args.h"
+
 #define PLUGIN	      "libtbx_orders"
 #define ORDER_NO_MAX  20  /* digits of an order number */
 #define CUSTOMER_MAX  128 /* bytes of a key */
-#define ARG_MAX	      64  /* bytes of an argument's key or value */
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
 
 /* The two entry points `tokenbox worker` looks up with dlsym(). */
@@ -224,47 +225,6 @@ static tbx_verdict_t on_order(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	return TBX_VERDICT_OK;
 }
 
-static int is_blank(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-/* Copies [@p p, @p end) without its blanks into @p out.
- * @returns its length, or -1 when it is empty or too long. */
-static int arg_copy(const char *p, const char *end, char out[ARG_MAX])
-{
-	while (p < end && is_blank(*p))
-		p++;
-	while (end > p && is_blank(end[-1]))
-		end--;
-	if (end == p || end - p >= ARG_MAX)
-		return -1;
-	memcpy(out, p, (size_t)(end - p));
-	out[end - p] = '\0';
-	return (int)(end - p);
-}
-
-/*
- * Reads the next "key=value" of @p *args into @p key and @p val.  Pairs
- * are separated by ';' or ','; blanks around keys and values are ignored.
- * @returns 1 for a pair, 0 at the end, -1 for a malformed or long one.
- */
-static int arg_next(const char **args, char key[ARG_MAX], char val[ARG_MAX])
-{
-	const char *p = *args, *end, *eq;
-
-	while (*p == ';' || *p == ',' || is_blank(*p))
-		p++;
-	if (!*p)
-		return 0;
-	end = p + strcspn(p, ";,");
-	*args = end;
-	if (!(eq = memchr(p, '=', (size_t)(end - p))) ||
-	    arg_copy(p, eq, key) < 0 || arg_copy(eq + 1, end, val) < 0)
-		return -1;
-	return 1;
-}
-
 int tbx_plugin_abi_version(void)
 {
 	return TBX_PLUGIN_ABI_VERSION;
@@ -277,29 +237,29 @@ int tbx_plugin_abi_version(void)
  */
 int tbx_plugin_init(tbx_worker_t *worker, const char *args)
 {
-	char key[ARG_MAX], val[ARG_MAX];
+	plugin_arg_t arg;
 	const role_t *role = NULL;
 	const char *p = args ? args : "";
 	int rc, err;
 
-	while ((rc = arg_next(&p, key, val)) == 1) {
-		if (strcmp(key, "role") != 0) {
+	while ((rc = plugin_arg_next(&p, &arg)) == 1) {
+		if (strcmp(arg.key, "role") != 0) {
 			fprintf(stderr,
 				PLUGIN ": plugin.args: unknown key '%s' "
 				       "(expected role=order-service or "
 				       "role=payment-service)\n",
-				key);
+				arg.key);
 			return TBX_ECONF;
 		}
 		role = NULL;
 		for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
-			if (strcmp(val, roles[i].name) == 0)
+			if (strcmp(arg.val, roles[i].name) == 0)
 				role = &roles[i];
 		if (!role) {
 			fprintf(stderr,
 				PLUGIN ": plugin.args: unknown role '%s' "
 				       "(order-service or payment-service)\n",
-				val);
+				arg.val);
 			return TBX_ECONF;
 		}
 	}

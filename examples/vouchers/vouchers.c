@@ -34,13 +34,14 @@
 
 #include <tokenbox/tokenbox.h>
 
+#include "plugin_args.h"
+
 #define PLUGIN	      "libtbx_vouchers"
 #define REQUESTS      "voucher-requests"
 #define REPLIES	      "voucher-replies"
 #define CUSTOMER_MAX  128 /* bytes */
 #define CODES_DEFAULT 20
 #define CODES_MAX     9999 /* V0001..V9999 */
-#define ARG_MAX	      64
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
 
 PLUGIN_EXPORT int tbx_plugin_abi_version(void);
@@ -287,47 +288,6 @@ static tbx_verdict_t on_request(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	return r == 1 ? TBX_VERDICT_OK : TBX_VERDICT_RETRY;
 }
 
-static int is_blank(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-/* Copies [@p p, @p end) without its blanks into @p out.
- * @returns its length, or -1 when it is empty or too long. */
-static int arg_copy(const char *p, const char *end, char out[ARG_MAX])
-{
-	while (p < end && is_blank(*p))
-		p++;
-	while (end > p && is_blank(end[-1]))
-		end--;
-	if (end == p || end - p >= ARG_MAX)
-		return -1;
-	memcpy(out, p, (size_t)(end - p));
-	out[end - p] = '\0';
-	return (int)(end - p);
-}
-
-/*
- * Reads the next "key=value" of @p *args into @p key and @p val.  Pairs
- * are separated by ';' or ','; blanks around keys and values are ignored.
- * @returns 1 for a pair, 0 at the end, -1 for a malformed or long one.
- */
-static int arg_next(const char **args, char key[ARG_MAX], char val[ARG_MAX])
-{
-	const char *p = *args, *end, *eq;
-
-	while (*p == ';' || *p == ',' || is_blank(*p))
-		p++;
-	if (!*p)
-		return 0;
-	end = p + strcspn(p, ";,");
-	*args = end;
-	if (!(eq = memchr(p, '=', (size_t)(end - p))) ||
-	    arg_copy(p, eq, key) < 0 || arg_copy(eq + 1, end, val) < 0)
-		return -1;
-	return 1;
-}
-
 int tbx_plugin_abi_version(void)
 {
 	return TBX_PLUGIN_ABI_VERSION;
@@ -340,27 +300,28 @@ int tbx_plugin_abi_version(void)
  */
 int tbx_plugin_init(tbx_worker_t *worker, const char *args)
 {
-	char key[ARG_MAX], val[ARG_MAX], *end;
+	plugin_arg_t arg;
+	char *end;
 	const char *p = args ? args : "";
 	long codes = CODES_DEFAULT;
 	int rc, err;
 
-	while ((rc = arg_next(&p, key, val)) == 1) {
-		if (strcmp(key, "codes") != 0) {
+	while ((rc = plugin_arg_next(&p, &arg)) == 1) {
+		if (strcmp(arg.key, "codes") != 0) {
 			fprintf(stderr,
 				PLUGIN ": plugin.args: unknown key '%s' "
 				       "(expected codes=N)\n",
-				key);
+				arg.key);
 			return TBX_ECONF;
 		}
 		errno = 0;
-		codes = strtol(val, &end, 10);
-		if (errno || end == val || *end || codes < 1 ||
+		codes = strtol(arg.val, &end, 10);
+		if (errno || end == arg.val || *end || codes < 1 ||
 		    codes > CODES_MAX) {
 			fprintf(stderr,
 				PLUGIN ": plugin.args: codes: '%s' is not an "
 				       "integer in 1..%d\n",
-				val, CODES_MAX);
+				arg.val, CODES_MAX);
 			return TBX_ECONF;
 		}
 	}

@@ -346,6 +346,11 @@ typedef struct tbx_stats {
 					worker stopped */
 	uint64_t duplicate_alarms;   /**< warnings that an unusual share of
 					records was dropped as duplicates */
+	uint64_t commit_alarms;	     /**< alarms that the group refused the
+					offset commits of a partition for
+					commit.behind.alarm.ms: its committed
+					offset stays behind the records
+					processed */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
@@ -421,6 +426,10 @@ int tbx_publish_id(tbx_publisher_t *pub, const tbx_out_t *out,
  * call tbx_publisher_flush() again to send the undelivered messages
  * again, and receivers handle each message once however many copies the
  * retries deliver.  Until then tbx_publish() refuses new messages.
+ * A fatal producer error (e.g. the idempotent producer's
+ * OUT_OF_ORDER_SEQUENCE_NUMBER) replaces the producer (logged at ERROR,
+ * counted in producer_restarts), and the messages it did not deliver are
+ * sent once more in the same call, with the same ids and tokens.
  * @returns TBX_OK when every message was delivered or was a natural
  * duplicate; TBX_EEXIST when the rest was, but one or more messages were
  * refused as synthetic duplicates (the batch is finished); else an error
@@ -461,6 +470,10 @@ typedef struct tbx_publisher_stats {
 	uint64_t duplicates;  /**< natural duplicates not published again */
 	uint64_t refused;     /**< synthetic duplicates refused */
 	uint64_t undelivered; /**< failed deliveries (per flush attempt) */
+	uint64_t producer_restarts; /**< producers replaced after a fatal
+				       error (the undelivered messages were
+				       sent again with their ids and
+				       tokens) */
 } tbx_publisher_stats_t;
 
 /** Copies the counters into @p stats. */

@@ -7,13 +7,19 @@
  *   b  consumes "events" (JobDone):  records the job
  *   c  consumes "events" (JobDone):  records the job (a second group)
  *
+ *   f:TOPIC  consumes TOPIC (Tick):  records the tick with its
+ *                                    partition, offset, the worker's pid
+ *                                    and the time (tbx_failover)
+ *
  * Each handler inserts one row into its role's table (chaos_effects_a,
- * _b or _c) in the handler's transaction.  The table has no unique constraint
- * on purpose: a handler that took effect twice leaves two rows, which the
- * validator counts.
+ * _b or _c; chaos_ticks) in the handler's transaction.  The table has no unique
+ * constraint on purpose: a handler that took effect twice leaves two rows,
+ * which the validator counts.
  */
 #include <sqlite3.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <tokenbox/plugin.h>
 
@@ -111,8 +117,51 @@ static tbx_verdict_t on_done(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 		   : TBX_VERDICT_OK;
 }
 
+/* Role f: which worker handled which record of a partition, and when
+ * (wall clock, ms), for the fail-over measurement. */
+static tbx_verdict_t on_tick(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
+{
+	static const char create[] =
+	    "CREATE TABLE IF NOT EXISTS chaos_ticks(tick TEXT NOT NULL, "
+	    "part INTEGER NOT NULL, off INTEGER NOT NULL, pid INTEGER NOT "
+	    "NULL, ms INTEGER NOT NULL)";
+	static const char insert[] = "INSERT INTO chaos_ticks(tick, part, off, "
+				     "pid, ms) VALUES (?, ?, ?, ?, ?)";
+	sqlite3 *db = tbx_ctx_db(ctx);
+	sqlite3_stmt *stmt = NULL;
+	struct timespec ts;
+	const char *tick;
+	size_t len;
+	int rc;
+
+	(void)opaque;
+	if (!(tick = job_of(ctx, msg, &len)))
+		return TBX_VERDICT_REJECT;
+	if (sqlite3_exec(db, create, NULL, NULL, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(db, insert, -1, &stmt, NULL) != SQLITE_OK) {
+		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
+		sqlite3_finalize(stmt);
+		return TBX_VERDICT_RETRY;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	sqlite3_bind_text(stmt, 1, tick, (int)len, SQLITE_TRANSIENT);
+	sqlite3_bind_int(stmt, 2, tbx_msg_partition(msg));
+	sqlite3_bind_int64(stmt, 3, tbx_msg_offset(msg));
+	sqlite3_bind_int64(stmt, 4, (sqlite3_int64)getpid());
+	sqlite3_bind_int64(
+	    stmt, 5, (sqlite3_int64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	rc = sqlite3_step(stmt);
+	if (rc != SQLITE_DONE)
+		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? TBX_VERDICT_OK : TBX_VERDICT_RETRY;
+}
+
 static int chaos_init(tbx_worker_t *worker, const char *args)
 {
+	if (strncmp(args, "role=f:", 7) == 0 && args[7])
+		return tbx_worker_register(worker, args + 7, "Tick", on_tick,
+					   NULL);
 	if (strcmp(args, "role=a") == 0)
 		return tbx_worker_register(worker, "jobs", "Job", on_job,
 					   (void *)&roles[0]);

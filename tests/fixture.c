@@ -1,0 +1,243 @@
+/*
+ * Fixtures shared by several test files (fixture.h).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_child.h"
+#include "fixture.h"
+
+/* ---- in process ---------------------------------------------------- */
+
+void tt_env_init(tt_env_t *e, const char *const topics[])
+{
+	e->dir = tt_tmpdir();
+	e->store = tt_path(e->dir, "s1.db");
+	e->store2 = tt_path(e->dir, "s2.db");
+	e->store3 = tt_path(e->dir, "s3.db");
+	e->tokens = tt_path(e->dir, "tokens.db");
+	e->cluster = tt_cluster_new(1);
+	for (size_t i = 0; topics && topics[i]; i++) {
+		char name[256];
+		const char *colon = strchr(topics[i], ':');
+
+		cr_assert(colon && (size_t)(colon - topics[i]) < sizeof(name),
+			  "topic '%s': want name:partitions", topics[i]);
+		memcpy(name, topics[i], (size_t)(colon - topics[i]));
+		name[colon - topics[i]] = '\0';
+		tt_cluster_topic(e->cluster, name, atoi(colon + 1));
+	}
+}
+
+void tt_env_fini(tt_env_t *e)
+{
+	tt_cluster_destroy(e->cluster);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->store);
+	free(e->store2);
+	free(e->store3);
+	free(e->tokens);
+}
+
+void tt_env_publish(const tt_env_t *e, const char *topic, const char *type,
+		    const char *const *payloads, size_t cnt)
+{
+	tbx_publisher_t *pub =
+	    tt_publisher(e->cluster->bootstraps, e->tokens, "error");
+
+	for (size_t i = 0; i < cnt; i++) {
+		tbx_out_t out = {.topic = topic,
+				 .type = type,
+				 .key = "k",
+				 .key_len = 1,
+				 .payload = payloads[i],
+				 .payload_len = strlen(payloads[i])};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+}
+
+int tt_reached(void *opaque)
+{
+	tt_want_t *w = opaque;
+
+	return tt_count(w->db, w->sql) >= w->n;
+}
+
+/* ---- child processes ------------------------------------------------ */
+
+char *tt_read_text(const char *path)
+{
+	char *buf = NULL, chunk[4096];
+	size_t len = 0, n;
+	FILE *f = fopen(path, "r");
+
+	cc_append(&buf, &len, "", 0);
+	if (!f)
+		return buf;
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		cc_append(&buf, &len, chunk, n);
+	fclose(f);
+	return buf;
+}
+
+int64_t tt_query(const char *db, const char *sql)
+{
+	sqlite3 *conn = NULL;
+	sqlite3_stmt *stmt = NULL;
+	int64_t v = -1;
+
+	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) ==
+		SQLITE_OK &&
+	    sqlite3_busy_timeout(conn, 5000) == SQLITE_OK &&
+	    sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL) == SQLITE_OK &&
+	    sqlite3_step(stmt) == SQLITE_ROW)
+		v = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(conn);
+	return v;
+}
+
+int tt_wait_query(const char *db, const char *sql, int64_t want, int timeout_ms)
+{
+	long long deadline = cc_now_ms() + timeout_ms;
+
+	while (cc_now_ms() < deadline) {
+		if (tt_query(db, sql) == want)
+			return 1;
+		usleep(50000);
+	}
+	return 0;
+}
+
+int tt_wait_log(const char *log, const char *text, int timeout_ms)
+{
+	long long deadline = cc_now_ms() + timeout_ms;
+
+	while (cc_now_ms() < deadline) {
+		char *s = tt_read_text(log);
+		int found = strstr(s, text) != NULL;
+		free(s);
+		if (found)
+			return 1;
+		usleep(20000);
+	}
+	return 0;
+}
+
+void tt_assert_log(int ok, const char *log, const char *what)
+{
+	if (!ok) {
+		char *text = tt_read_text(log);
+		cr_assert(ok, "%s; worker log:\n%s", what, text);
+		free(text);
+	}
+}
+
+const char *tt_plugin_path(const char *name)
+{
+	static char path[2][4096];
+	static int next;
+	const char *dir = getenv("TBX_EXAMPLES_DIR");
+	char *p = path[next++ % 2];
+
+	if (dir && *dir)
+		snprintf(p, sizeof(path[0]), "%s/lib%s.so", dir, name);
+	else
+		snprintf(p, sizeof(path[0]), "%s/examples/lib%s.so",
+			 getenv("TBX_BIN_DIR"), name);
+	cr_assert(access(p, R_OK) == 0, "%s is not built", p);
+	return p;
+}
+
+tt_mock_proc_t tt_mock_proc_start(const char *const topics[])
+{
+	const char *args[34] = {"mock-cluster"};
+	size_t n = 1;
+	tt_mock_proc_t c;
+
+	for (size_t i = 0; topics && topics[i]; i++) {
+		cr_assert(n + 3 < sizeof(args) / sizeof(args[0]));
+		args[n++] = "--topic";
+		args[n++] = topics[i];
+	}
+	args[n] = NULL;
+	c.pid = cc_spawn(args, &c.out_fd, NULL);
+	c.bootstraps = cc_read_line(c.out_fd, 30000 * cc_time_factor());
+	cr_assert(c.bootstraps, "mock-cluster printed no bootstrap line");
+	return c;
+}
+
+void tt_mock_proc_stop(tt_mock_proc_t *c)
+{
+	kill(c->pid, SIGTERM);
+	cr_expect(cc_exited(cc_wait(c->pid, 30000 * cc_time_factor()), 0));
+	close(c->out_fd);
+	free(c->bootstraps);
+	c->bootstraps = NULL;
+}
+
+pid_t tt_tokenbox_start(const char *const args[], const char *log)
+{
+	int fd = log ? open(log, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+	pid_t pid;
+
+	if (!log)
+		return cc_fork(args, -1, -1, -1, NULL, 0);
+	cr_assert(fd >= 0, "%s: %s", log, strerror(errno));
+	pid = cc_fork(args, -1, fd, fd, &fd, 1);
+	close(fd);
+	return pid;
+}
+
+pid_t tt_worker_start(const char *const settings[], const char *const extra[],
+		      const char *log)
+{
+	const char *args[64] = {"worker"};
+	size_t n = 1;
+	const char *const *lists[2] = {settings, extra};
+
+	for (int l = 0; l < 2; l++)
+		for (size_t i = 0; lists[l] && lists[l][i]; i++) {
+			cr_assert(n + 3 < sizeof(args) / sizeof(args[0]));
+			args[n++] = "-X";
+			args[n++] = lists[l][i];
+		}
+	args[n] = NULL;
+	return tt_tokenbox_start(args, log);
+}
+
+void tt_publish_orders(const char *bootstraps, const char *tokens, int n,
+		       int customers)
+{
+	tbx_publisher_t *pub = tt_publisher(bootstraps, tokens, "error");
+	char key[32], payload[64];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "customer-%d", i % customers);
+		snprintf(payload, sizeof(payload),
+			 "{\"order\": \"%d\", \"amount\": %d}", i,
+			 100 + i % 900);
+		tbx_out_t out = {.topic = "orders",
+				 .type = "OrderPlaced",
+				 .key = key,
+				 .key_len = strlen(key),
+				 .payload = payload,
+				 .payload_len = strlen(payload)};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+		if (i % 1000 == 999)
+			cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK,
+				     "%s", tbx_publisher_errstr(pub));
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+}

@@ -1,0 +1,94 @@
+/*
+ * Fixtures shared by several test files, above support.h's: the
+ * in-process environment of the end-to-end tests (a directory, stores, a
+ * cluster), and the `tokenbox` child processes of the multi-process tests
+ * (a mock-cluster process, workers logging to a file, store and log
+ * readers that wait for a condition).
+ */
+#ifndef TBX_TESTS_FIXTURE_H
+#define TBX_TESTS_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "support.h"
+
+/* ---- in process ---------------------------------------------------- */
+
+/** A temporary directory with the paths of up to three service stores
+ *  and a token store, and a cluster (the mock, or the kafka tier's). */
+typedef struct tt_env {
+	char *dir;
+	char *store, *store2, *store3; /**< dir/s1.db, dir/s2.db, dir/s3.db */
+	char *tokens;		       /**< dir/tokens.db */
+	tt_cluster_t *cluster;
+} tt_env_t;
+
+/** Creates the directory and the cluster with @p topics, each
+ *  "name:partitions", NULL-terminated.  No store is created. */
+void tt_env_init(tt_env_t *e, const char *const topics[]);
+void tt_env_fini(tt_env_t *e);
+
+/** Publishes one record per payload to @p topic, type @p type, key "k",
+ *  with tokens from e->tokens; asserts the flush. */
+void tt_env_publish(const tt_env_t *e, const char *topic, const char *type,
+		    const char *const *payloads, size_t cnt);
+
+/** A tt_drive() condition: tt_count(db, sql) >= n. */
+typedef struct tt_want {
+	const char *db, *sql;
+	int64_t n;
+} tt_want_t;
+int tt_reached(void *opaque);
+
+/* ---- child processes ------------------------------------------------ */
+
+/** The whole file, malloc'ed ("" when missing). */
+char *tt_read_text(const char *path);
+/** One integer from @p sql on @p db, or -1 when the file or the table is
+ *  not there (yet).  Never creates the file. */
+int64_t tt_query(const char *db, const char *sql);
+/** Waits until tt_query() gives @p want; @returns 1, or 0 after
+ *  @p timeout_ms. */
+int tt_wait_query(const char *db, const char *sql, int64_t want,
+		  int timeout_ms);
+/** Waits until the file @p log contains @p text; @returns 1, or 0 after
+ *  @p timeout_ms. */
+int tt_wait_log(const char *log, const char *text, int timeout_ms);
+/** Fails the test with @p what and the log @p log unless @p ok. */
+void tt_assert_log(int ok, const char *log, const char *what);
+
+/** "$TBX_EXAMPLES_DIR/lib<name>.so" (static storage, two calls' worth);
+ *  asserts it is built. */
+const char *tt_plugin_path(const char *name);
+
+/** A `tokenbox mock-cluster` child. */
+typedef struct tt_mock_proc {
+	pid_t pid;
+	int out_fd;
+	char *bootstraps;
+} tt_mock_proc_t;
+
+/** Starts `tokenbox mock-cluster` with @p topics ("name:partitions",
+ *  NULL-terminated) and reads its bootstrap servers. */
+tt_mock_proc_t tt_mock_proc_start(const char *const topics[]);
+/** SIGTERM; expects exit 0. */
+void tt_mock_proc_stop(tt_mock_proc_t *c);
+
+/** Starts `tokenbox ARGS...` (@p args NULL-terminated) with standard
+ *  output and error appended to @p log (NULL: ours). */
+pid_t tt_tokenbox_start(const char *const args[], const char *log);
+/** Starts `tokenbox worker -X S...` for every setting S of @p settings
+ *  and of @p extra (either may be NULL; NULL-terminated), its output
+ *  appended to @p log (NULL: ours). */
+pid_t tt_worker_start(const char *const settings[], const char *const extra[],
+		      const char *log);
+
+/** Publishes @p n orders {"order": "<i>", "amount": <100 + i % 900>} of
+ *  type OrderPlaced to "orders", keyed "customer-<i % customers>", with
+ *  tokens from @p tokens, flushed every 1000. */
+void tt_publish_orders(const char *bootstraps, const char *tokens, int n,
+		       int customers);
+
+#endif
