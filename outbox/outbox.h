@@ -1,17 +1,14 @@
 /*
  * The service store S: outbox rows, ingress offsets, dead-letter records.
  *
- * Schema (version 1; migrations in store/db.c):
+ * Schema (version 8; migrations in store/db.c; docs/architecture.md):
  *
  *   tbx_outbox(grp, msg_id, in_topic, in_partition, in_offset, in_token,
- *              attempt, mint_seq, kind, error, created_ms,
- *              PRIMARY KEY(grp, msg_id))
- *   tbx_outbox_msg(grp, msg_id, seq, out_id, topic, type, key, payload,
- *              headers, token, PRIMARY KEY(grp, msg_id, seq),
- *              FOREIGN KEY(grp, msg_id) REFERENCES tbx_outbox ON DELETE
- * CASCADE) tbx_ingress(grp, topic, partition, next_offset, PRIMARY KEY(grp,
- * topic, partition)) tbx_dead_letters(id INTEGER PRIMARY KEY, grp, msg_id,
- * in_topic, in_partition, in_offset, dlq_topic, error, attempts, created_ms)
+ *              attempt, mint_seq, kind, error, created_ms, stuck_ms,
+ *              dispatch_failures, msgs, PRIMARY KEY(grp, msg_id))
+ *     msgs: the row's outgoing messages in one blob (store/msgs.h)
+ *   tbx_ingress(grp, topic, partition, next_offset)
+ *   tbx_dead_letters, tbx_undelivered, tbx_inflight, tbx_alarms
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
