@@ -5,9 +5,8 @@
  * store/db.c):
  *
  *   tbx_outbox        one row per (group, incoming tbx-id) in flight,
- *                     PRIMARY KEY (grp, msg_id)
- *   tbx_outbox_msg    its outgoing messages, PRIMARY KEY (grp, msg_id, seq),
- *                     deleted with their row (ON DELETE CASCADE)
+ *                     PRIMARY KEY (grp, msg_id); its outgoing messages in
+ *                     one blob, column msgs (store/msgs.h; schema 8)
  *   tbx_ingress       the next offset per (group, topic, partition) of
  *                     untokened records
  *   tbx_dead_letters  a line per record dead-lettered

@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "outbox/sqlite_int.h"
+#include "store/msgs.h"
 #include "store/stmt.h"
 
 enum {
@@ -31,16 +32,11 @@ enum {
 	Q_SAVEPOINT,
 	Q_RELEASE,
 	Q_ROLLBACK_TO,
-	Q_LOAD_BEGIN,
-	Q_LOAD_END,
 	Q_ROW_FIND,
 	Q_ROW_INSERT,
-	Q_MSG_INSERT,
 	Q_ROW_GET,
-	Q_MSG_GET,
+	Q_MSGS_UNTOKENED,
 	Q_SET_ATTEMPT,
-	Q_SET_TOKEN,
-	Q_UNTOKENED,
 	Q_ROW_DELETE,
 	Q_INGRESS_GET,
 	Q_INGRESS_SET,
@@ -69,34 +65,22 @@ static const char *const sql[Q__COUNT] = {
     [Q_SAVEPOINT] = "SAVEPOINT tbx_msg",
     [Q_RELEASE] = "RELEASE tbx_msg",
     [Q_ROLLBACK_TO] = "ROLLBACK TO tbx_msg",
-    /* A savepoint works inside the caller's transaction and, outside
-     * one, opens a read transaction: either way a load reads the row
-     * and its messages from one snapshot. */
-    [Q_LOAD_BEGIN] = "SAVEPOINT tbx_load",
-    [Q_LOAD_END] = "RELEASE tbx_load",
     [Q_ROW_FIND] = "SELECT attempt FROM tbx_outbox WHERE grp = ?1 AND "
 		   "msg_id = ?2",
     [Q_ROW_INSERT] = "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
 		     "in_partition, in_offset, in_token, attempt, mint_seq, "
-		     "kind, error, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-		     "?7, ?8, ?9, ?10, ?11)",
-    [Q_MSG_INSERT] = "INSERT INTO tbx_outbox_msg (grp, msg_id, seq, out_id, "
-		     "topic, type, key, payload, headers, token) VALUES (?1, "
-		     "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+		     "kind, error, created_ms, msgs) VALUES (?1, ?2, ?3, ?4, "
+		     "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [Q_ROW_GET] = "SELECT in_topic, in_partition, in_offset, in_token, "
-		  "attempt, mint_seq, kind, error, created_ms FROM tbx_outbox "
-		  "WHERE grp = ?1 AND msg_id = ?2",
-    [Q_MSG_GET] = "SELECT out_id, topic, type, key, payload, headers, token "
-		  "FROM tbx_outbox_msg WHERE grp = ?1 AND msg_id = ?2 ORDER "
-		  "BY seq",
+		  "attempt, mint_seq, kind, error, created_ms, msgs FROM "
+		  "tbx_outbox WHERE grp = ?1 AND msg_id = ?2",
+    [Q_MSGS_UNTOKENED] = "SELECT msgs FROM tbx_outbox WHERE grp = ?1 AND "
+			 "msg_id = ?2 AND attempt IS NULL",
     /* B: the first persisted attempt wins, never overwritten. */
-    [Q_SET_ATTEMPT] = "UPDATE tbx_outbox SET attempt = ?1, mint_seq = ?2 "
-		      "WHERE grp = ?3 AND msg_id = ?4 AND attempt IS NULL",
-    [Q_SET_TOKEN] = "UPDATE tbx_outbox_msg SET token = ?1 WHERE grp = ?2 "
-		    "AND msg_id = ?3 AND seq = ?4 AND out_id = ?5",
-    [Q_UNTOKENED] = "SELECT count(*) FROM tbx_outbox_msg WHERE grp = ?1 AND "
-		    "msg_id = ?2 AND token IS NULL",
-    /* Messages go with the row: ON DELETE CASCADE (foreign_keys on). */
+    [Q_SET_ATTEMPT] = "UPDATE tbx_outbox SET attempt = ?1, mint_seq = ?2, "
+		      "msgs = ?5 WHERE grp = ?3 AND msg_id = ?4 AND attempt "
+		      "IS NULL",
+    /* The messages are in the row (store/msgs.h). */
     [Q_ROW_DELETE] = "DELETE FROM tbx_outbox WHERE grp = ?1 AND msg_id = ?2",
     [Q_INGRESS_GET] = "SELECT next_offset FROM tbx_ingress WHERE grp = ?1 "
 		      "AND topic = ?2 AND \"partition\" = ?3",
@@ -283,27 +267,128 @@ static int sq_row_find(tbx_outbox_t *base, const char *grp, const char *msg_id,
 	return TBX_OK;
 }
 
-static int msg_insert(sq_store_t *store, const char *grp, const tbx__row_t *row,
-		      size_t i)
+/* Encodes the messages of @p row (store/msgs.h); none: *blob NULL. */
+static int msgs_encode(const tbx__row_t *row, void **blob, size_t *len)
 {
-	const tbx__outmsg_t *m = &row->msgs[i];
-	sqlite3_stmt *stmt;
+	tbx__mfield_t *f;
 	int err;
 
-	if ((err = tbx__stmt_get(&store->stmts, Q_MSG_INSERT, &stmt)))
+	*blob = NULL;
+	*len = 0;
+	if (row->msg_cnt == 0)
+		return TBX_OK;
+	if (!(f = calloc(row->msg_cnt, TBX__MF_COUNT * sizeof(*f))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < row->msg_cnt; i++) {
+		const tbx__outmsg_t *m = &row->msgs[i];
+		tbx__mfield_t *g = f + i * TBX__MF_COUNT;
+		const char *topic = m->topic ? m->topic : "";
+		const char *type = m->type ? m->type : "";
+
+		g[TBX__MF_ID] = (tbx__mfield_t){m->id, strlen(m->id)};
+		g[TBX__MF_TOPIC] = (tbx__mfield_t){topic, strlen(topic)};
+		g[TBX__MF_TYPE] = (tbx__mfield_t){type, strlen(type)};
+		g[TBX__MF_KEY] = (tbx__mfield_t){m->key, m->key_len};
+		g[TBX__MF_PAYLOAD] =
+		    (tbx__mfield_t){m->payload, m->payload_len};
+		g[TBX__MF_HEADERS] =
+		    (tbx__mfield_t){m->headers, m->headers_len};
+		if (m->token[0])
+			g[TBX__MF_TOKEN] =
+			    (tbx__mfield_t){m->token, strlen(m->token)};
+	}
+	err = tbx__msgs_encode(f, row->msg_cnt, blob, len);
+	free(f);
+	return err;
+}
+
+/* A text field of the blob into a fixed buffer: NULL is "", and a value
+ * that does not fit or holds a NUL was not written by tokenbox. */
+static int field_text(const tbx__mfield_t *f, char *dst, size_t size)
+{
+	if (!f->p) {
+		dst[0] = '\0';
+		return TBX_OK;
+	}
+	if (f->len >= size || memchr(f->p, '\0', f->len))
+		return TBX_ESTORE;
+	memcpy(dst, f->p, f->len);
+	dst[f->len] = '\0';
+	return TBX_OK;
+}
+
+/* A text field as a new string (NULL is ""). */
+static int field_str(const tbx__mfield_t *f, char **dst)
+{
+	*dst = NULL;
+	if (f->p && memchr(f->p, '\0', f->len))
+		return TBX_ESTORE;
+	if (!(*dst = malloc(f->len + 1)))
+		return TBX_ENOMEM;
+	if (f->len)
+		memcpy(*dst, f->p, f->len);
+	(*dst)[f->len] = '\0';
+	return TBX_OK;
+}
+
+/* NULL stays NULL, empty is a non-NULL empty buffer (no key vs an empty
+ * key). */
+static int field_blob(const tbx__mfield_t *f, void **dst, size_t *len)
+{
+	*dst = NULL;
+	*len = 0;
+	if (!f->p)
+		return TBX_OK;
+	if (!(*dst = tbx__memdup(f->p, f->len)))
+		return TBX_ENOMEM;
+	*len = f->len;
+	return TBX_OK;
+}
+
+/* Appends the messages of a stored blob to @p row.  A malformed blob is
+ * TBX_ESTORE, logged. */
+static int msgs_decode(const void *blob, size_t len, const char *msg_id,
+		       tbx__row_t *row)
+{
+	tbx__msgs_iter_t it;
+	tbx__mfield_t f[TBX__MF_COUNT];
+	int r = -1, err = TBX_OK;
+
+	if (tbx__msgs_iter_init(&it, blob, len) < 0)
+		goto bad;
+	while ((r = tbx__msgs_iter_next(&it, f)) == 1) {
+		tbx__outmsg_t *m = tbx__row_grow(row);
+
+		if (!m)
+			return TBX_ENOMEM;
+		if ((err = field_text(&f[TBX__MF_ID], m->id, sizeof(m->id))) ||
+		    (err = field_text(&f[TBX__MF_TOKEN], m->token,
+				      sizeof(m->token))) ||
+		    (err = field_str(&f[TBX__MF_TOPIC], &m->topic)) ||
+		    (err = field_str(&f[TBX__MF_TYPE], &m->type)) ||
+		    (err = field_blob(&f[TBX__MF_KEY], &m->key, &m->key_len)) ||
+		    (err = field_blob(&f[TBX__MF_PAYLOAD], &m->payload,
+				      &m->payload_len)) ||
+		    (err = field_blob(&f[TBX__MF_HEADERS], &m->headers,
+				      &m->headers_len)))
+			break;
+		/* An empty headers blob is "none" in memory. */
+		if (m->headers && m->headers_len == 0) {
+			free(m->headers);
+			m->headers = NULL;
+		}
+	}
+	if (err == TBX_ENOMEM)
 		return err;
-	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)i) ||
-	    sqlite3_bind_text(stmt, 4, m->id, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 5, m->topic, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 6, m->type, -1, SQLITE_STATIC) ||
-	    tbx__bind_blob(stmt, 7, m->key, m->key_len) ||
-	    tbx__bind_blob(stmt, 8, m->payload, m->payload_len) ||
-	    tbx__bind_blob(stmt, 9, m->headers, m->headers_len) ||
-	    tbx__bind_opt_text(stmt, 10, m->token))
-		return tbx__stmt_bind_fail(stmt);
-	return tbx__stmt_done(stmt);
+	if (!err && r == 0)
+		return TBX_OK;
+bad:
+	tbx__log(TBX_LOG_ERR,
+		 "outbox row %s: its stored messages are malformed (%s)",
+		 msg_id,
+		 err ? "a text field too long or holding a NUL"
+		     : "a length runs past the blob, or bytes trail");
+	return TBX_ESTORE;
 }
 
 static int sq_row_insert(tbx_outbox_t *base, const char *grp,
@@ -312,6 +397,8 @@ static int sq_row_insert(tbx_outbox_t *base, const char *grp,
 	sq_store_t *store = sq(base);
 
 	sqlite3_stmt *stmt;
+	void *blob = NULL;
+	size_t blob_len;
 	int err;
 
 	if (!grp || !tbx_outbox_row_check(row)) {
@@ -321,8 +408,12 @@ static int sq_row_insert(tbx_outbox_t *base, const char *grp,
 			 row ? row->msg_id : "(null)");
 		return TBX_EINVAL;
 	}
-	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_INSERT, &stmt)))
+	if ((err = msgs_encode(row, &blob, &blob_len)))
 		return err;
+	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_INSERT, &stmt))) {
+		free(blob);
+		return err;
+	}
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 3, row->in_topic, -1, SQLITE_STATIC) ||
@@ -335,14 +426,14 @@ static int sq_row_insert(tbx_outbox_t *base, const char *grp,
 	    sqlite3_bind_int(stmt, 9, row->kind) ||
 	    tbx__bind_opt_text(stmt, 10, row->error) ||
 	    sqlite3_bind_int64(
-		stmt, 11, row->created_ms ? row->created_ms : tbx__now_ms()))
+		stmt, 11, row->created_ms ? row->created_ms : tbx__now_ms()) ||
+	    tbx__bind_blob(stmt, 12, blob, blob_len)) {
+		free(blob);
 		return tbx__stmt_bind_fail(stmt);
-	if ((err = tbx__stmt_done(stmt)))
-		return err;
-	for (size_t i = 0; i < row->msg_cnt; i++)
-		if ((err = msg_insert(store, grp, row, i)))
-			return err;
-	return TBX_OK;
+	}
+	err = tbx__stmt_done(stmt);
+	free(blob);
+	return err;
 }
 
 /* Copies a text column into a fixed buffer; a value that does not fit was
@@ -363,30 +454,12 @@ static int column_text(sqlite3_stmt *stmt, int col, char *dst, size_t size)
 	return TBX_OK;
 }
 
-/* Copies a blob column: SQL NULL stays NULL, an empty blob becomes a
- * non-NULL empty buffer (no key vs an empty key). */
-static int column_blob(sqlite3_stmt *stmt, int col, void **dst, size_t *len)
-{
-	int n;
-
-	*dst = NULL;
-	*len = 0;
-	if (sqlite3_column_type(stmt, col) == SQLITE_NULL)
-		return TBX_OK;
-	/* Per SQLite's advice: the pointer first, then the length. */
-	const void *p = sqlite3_column_blob(stmt, col);
-	n = sqlite3_column_bytes(stmt, col);
-	if (!(*dst = tbx__memdup(p, (size_t)n)))
-		return TBX_ENOMEM;
-	*len = (size_t)n;
-	return TBX_OK;
-}
-
 static int row_get(sq_store_t *store, const char *grp, const char *msg_id,
 		   tbx__row_t *row)
 {
 	sqlite3_stmt *stmt;
 	const char *error;
+	const void *blob;
 	int hit, err;
 
 	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_GET, &stmt)))
@@ -412,54 +485,16 @@ static int row_get(sq_store_t *store, const char *grp, const char *msg_id,
 	row->mint_seq = sqlite3_column_int64(stmt, 5);
 	row->kind = sqlite3_column_int(stmt, 6);
 	error = (const char *)sqlite3_column_text(stmt, 7);
-	if (error && !(row->error = tbx__strdup(error)))
+	if (error && !(row->error = tbx__strdup(error))) {
 		err = TBX_ENOMEM;
-	row->created_ms = sqlite3_column_int64(stmt, 8);
-out:
-	sqlite3_reset(stmt);
-	return err;
-}
-
-static int msgs_get(sq_store_t *store, const char *grp, const char *msg_id,
-		    tbx__row_t *row)
-{
-	sqlite3_stmt *stmt;
-	int hit, err;
-
-	if ((err = tbx__stmt_get(&store->stmts, Q_MSG_GET, &stmt)))
-		return err;
-	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
-		return tbx__stmt_bind_fail(stmt);
-	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
-		tbx__outmsg_t *m = tbx__row_grow(row);
-		const char *topic, *type;
-
-		if (!m) {
-			err = TBX_ENOMEM;
-			break;
-		}
-		topic = (const char *)sqlite3_column_text(stmt, 1);
-		type = (const char *)sqlite3_column_text(stmt, 2);
-		if ((err = column_text(stmt, 0, m->id, sizeof(m->id))) ||
-		    (err = column_text(stmt, 6, m->token, sizeof(m->token))))
-			break;
-		if (!(m->topic = tbx__strdup(topic ? topic : "")) ||
-		    !(m->type = tbx__strdup(type ? type : ""))) {
-			err = TBX_ENOMEM;
-			break;
-		}
-		if ((err = column_blob(stmt, 3, &m->key, &m->key_len)) ||
-		    (err =
-			 column_blob(stmt, 4, &m->payload, &m->payload_len)) ||
-		    (err = column_blob(stmt, 5, &m->headers, &m->headers_len)))
-			break;
-		/* An empty headers blob is "none" in memory. */
-		if (m->headers && m->headers_len == 0) {
-			free(m->headers);
-			m->headers = NULL;
-		}
+		goto out;
 	}
+	row->created_ms = sqlite3_column_int64(stmt, 8);
+	/* Per SQLite's advice: the pointer first, then the length. */
+	blob = sqlite3_column_blob(stmt, 9);
+	err = msgs_decode(blob, (size_t)sqlite3_column_bytes(stmt, 9),
+			  row->msg_id, row);
+out:
 	sqlite3_reset(stmt);
 	return err;
 }
@@ -470,7 +505,7 @@ static int sq_row_load(tbx_outbox_t *base, const char *grp, const char *msg_id,
 	sq_store_t *store = sq(base);
 
 	char id[TBX_MSGID_MAX + 1];
-	int err, end;
+	int err;
 
 	/* @p msg_id may point into @p row (reloading a row in place). */
 	if (tbx__strlcpy(id, msg_id, sizeof(id)) < 0) {
@@ -478,43 +513,72 @@ static int sq_row_load(tbx_outbox_t *base, const char *grp, const char *msg_id,
 		return TBX_ENOENT;
 	}
 	tbx__row_clear(row);
-	if ((err = tbx__stmt_run(&store->stmts, Q_LOAD_BEGIN)))
-		return err;
-	if (!(err = row_get(store, grp, id, row)))
-		err = msgs_get(store, grp, id, row);
-	end = tbx__stmt_run(&store->stmts, Q_LOAD_END);
-	if (!err)
-		err = end;
+	/* One statement: the row and its messages from one snapshot. */
+	err = row_get(store, grp, id, row);
 	if (err)
 		tbx__row_clear(row); /* never half a row */
 	return err;
 }
 
-static int set_token(sq_store_t *store, const char *grp, const tbx__row_t *row,
-		     size_t i)
+/*
+ * B's record of the attempt writes the tokens into the stored messages:
+ * the stored ones are the truth, the row in hand must match them one for
+ * one (same count, same ids), and each gets the token of its namesake.
+ */
+static int msgs_with_tokens(sq_store_t *store, const char *grp,
+			    const tbx__row_t *row, int *found, void **blob,
+			    size_t *blob_len)
 {
-	const tbx__outmsg_t *m = &row->msgs[i];
 	sqlite3_stmt *stmt;
-	int err;
+	tbx__row_t stored;
+	const void *b;
+	int hit, err;
 
-	if ((err = tbx__stmt_get(&store->stmts, Q_SET_TOKEN, &stmt)))
+	*found = 0;
+	*blob = NULL;
+	*blob_len = 0;
+	tbx__row_init(&stored);
+	if ((err = tbx__stmt_get(&store->stmts, Q_MSGS_UNTOKENED, &stmt)))
 		return err;
-	if (sqlite3_bind_text(stmt, 1, m->token, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 2, grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 3, row->msg_id, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_int64(stmt, 4, (sqlite3_int64)i) ||
-	    sqlite3_bind_text(stmt, 5, m->id, -1, SQLITE_STATIC))
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC))
 		return tbx__stmt_bind_fail(stmt);
-	if ((err = tbx__stmt_done(stmt)))
+	if ((err = tbx__stmt_step(stmt, &hit)))
 		return err;
-	if (sqlite3_changes(store->db) != 1) {
-		tbx__log(TBX_LOG_ERR,
-			 "outbox row %s: message %zu (%s) is not in the store; "
-			 "the row in memory differs from the stored one",
-			 row->msg_id, i, m->id);
-		return TBX_ESTATE;
+	if (hit) {
+		*found = 1;
+		b = sqlite3_column_blob(stmt, 0);
+		err = msgs_decode(b, (size_t)sqlite3_column_bytes(stmt, 0),
+				  row->msg_id, &stored);
 	}
-	return TBX_OK;
+	sqlite3_reset(stmt);
+	if (err || !hit)
+		goto out;
+	if (stored.msg_cnt != row->msg_cnt) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: %zu stored message(s), %zu in memory; "
+			 "the row in memory differs from the stored one",
+			 row->msg_id, stored.msg_cnt, row->msg_cnt);
+		err = TBX_ESTATE;
+		goto out;
+	}
+	for (size_t i = 0; i < row->msg_cnt; i++) {
+		if (strcmp(stored.msgs[i].id, row->msgs[i].id) != 0) {
+			tbx__log(TBX_LOG_ERR,
+				 "outbox row %s: message %zu (%s) is not in "
+				 "the store; the row in memory differs from "
+				 "the stored one",
+				 row->msg_id, i, row->msgs[i].id);
+			err = TBX_ESTATE;
+			goto out;
+		}
+		memcpy(stored.msgs[i].token, row->msgs[i].token,
+		       sizeof(stored.msgs[i].token));
+	}
+	err = msgs_encode(&stored, blob, blob_len);
+out:
+	tbx__row_clear(&stored);
+	return err;
 }
 
 static int sq_row_set_attempt(tbx_outbox_t *base, const char *grp,
@@ -523,8 +587,9 @@ static int sq_row_set_attempt(tbx_outbox_t *base, const char *grp,
 	sq_store_t *store = sq(base);
 
 	sqlite3_stmt *stmt;
-	int64_t untokened;
-	int err;
+	void *blob = NULL;
+	size_t blob_len = 0;
+	int found, err;
 
 	*won = 0;
 	/* The row in hand must be TOKENED: attempt, mint_seq, every token. */
@@ -535,40 +600,28 @@ static int sq_row_set_attempt(tbx_outbox_t *base, const char *grp,
 			 row ? row->msg_id : "(null)");
 		return TBX_EINVAL;
 	}
-	if ((err = tbx__stmt_get(&store->stmts, Q_SET_ATTEMPT, &stmt)))
+	/* Not found: another attempt was recorded first, or the row is
+	 * gone; its messages must not be touched. */
+	if ((err =
+		 msgs_with_tokens(store, grp, row, &found, &blob, &blob_len)) ||
+	    !found)
 		return err;
+	if ((err = tbx__stmt_get(&store->stmts, Q_SET_ATTEMPT, &stmt)))
+		goto out;
 	if (sqlite3_bind_text(stmt, 1, row->attempt, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 2, row->mint_seq) ||
 	    sqlite3_bind_text(stmt, 3, grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 4, row->msg_id, -1, SQLITE_STATIC))
-		return tbx__stmt_bind_fail(stmt);
-	if ((err = tbx__stmt_done(stmt)))
-		return err;
-	/* 0: another attempt was recorded first, or the row is gone; its
-	 * tokens must not be touched. */
-	if (sqlite3_changes(store->db) != 1)
-		return TBX_OK;
-	for (size_t i = 0; i < row->msg_cnt; i++)
-		if ((err = set_token(store, grp, row, i)))
-			return err;
-	/* TOKENED means every stored message has a token, not only those
-	 * this row in memory knows of. */
-	if ((err = tbx__stmt_get(&store->stmts, Q_UNTOKENED, &stmt)))
-		return err;
-	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 2, row->msg_id, -1, SQLITE_STATIC))
-		return tbx__stmt_bind_fail(stmt);
-	if ((err = tbx__stmt_int64(stmt, &untokened)))
-		return err;
-	if (untokened) {
-		tbx__log(TBX_LOG_ERR,
-			 "outbox row %s: %lld stored message(s) got no token; "
-			 "the row in memory differs from the stored one",
-			 row->msg_id, (long long)untokened);
-		return TBX_ESTATE;
+	    sqlite3_bind_text(stmt, 4, row->msg_id, -1, SQLITE_STATIC) ||
+	    tbx__bind_blob(stmt, 5, blob, blob_len)) {
+		err = tbx__stmt_bind_fail(stmt);
+		goto out;
 	}
-	*won = 1;
-	return TBX_OK;
+	if ((err = tbx__stmt_done(stmt)))
+		goto out;
+	*won = sqlite3_changes(store->db) == 1;
+out:
+	free(blob);
+	return err;
 }
 
 static int sq_row_delete(tbx_outbox_t *base, const char *grp,

@@ -19,6 +19,7 @@
 #include "base/str.h"
 #include "outbox/sqlite_int.h"
 #include "store/db_read.h"
+#include "store/msgs.h"
 
 /* Shared WHERE of the listings: ?1 the groups (JSON array or NULL), ?2
  * the newest created_ms taken. */
@@ -83,8 +84,7 @@ static const char *const rsql[R__COUNT] = {
     [R_ROWS_LIST] =
 	"SELECT o.grp, o.msg_id, o.in_topic, o.in_partition, o.in_offset, "
 	"o.in_token, o.attempt, o.mint_seq, o.kind, o.error, o.created_ms, "
-	"(SELECT count(*) FROM tbx_outbox_msg m WHERE m.grp = o.grp AND "
-	"m.msg_id = o.msg_id) FROM tbx_outbox o WHERE " GRP_IN(
+	"o.msgs FROM tbx_outbox o WHERE " GRP_IN(
 	    "o.grp") " AND o.created_ms <= ?2 ORDER BY o.created_ms, o.grp, "
 		     "o.msg_id LIMIT ?3",
     [R_ROWS_COUNT] = "SELECT count(*) FROM tbx_outbox o WHERE " GRP_IN(
@@ -95,9 +95,11 @@ static const char *const rsql[R__COUNT] = {
     [R_ROW_GROUPS] =
 	"SELECT grp FROM tbx_outbox o WHERE o.msg_id = ?2 AND " GRP_IN(
 	    "o.grp") " ORDER BY grp",
-    [R_TOKEN_OUT] = "SELECT grp, msg_id, seq, out_id, topic, type FROM "
-		    "tbx_outbox_msg WHERE token = ?1 ORDER BY grp, msg_id, "
-		    "seq",
+    /* Tokens are in the messages (store/msgs.h), and a row has them only
+     * once it has an attempt: the rows in flight are read and matched. */
+    [R_TOKEN_OUT] = "SELECT grp, msg_id, msgs FROM tbx_outbox WHERE "
+		    "attempt IS NOT NULL AND msgs IS NOT NULL ORDER BY grp, "
+		    "msg_id",
     [R_TOKEN_IN] = "SELECT grp, msg_id, in_topic, in_partition, in_offset "
 		   "FROM tbx_outbox WHERE in_token = ?1 ORDER BY grp, msg_id",
     [R_DL_SUMMARY] = "SELECT d.grp, count(*), sum(EXISTS (SELECT 1 FROM "
@@ -245,6 +247,8 @@ int tbx__sq_rows_summary(tbx_outbox_t *base, int64_t created_max,
 static int row_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 {
 	tbx__row_t row;
+	tbx__msgs_iter_t it;
+	const void *blob;
 	int stop;
 
 	tbx__row_init(&row);
@@ -259,8 +263,13 @@ static int row_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 	/* Borrowed for the call: the row is not the caller's to clear. */
 	row.error = (char *)tbx__db_text_or_null(stmt, 9);
 	row.created_ms = sqlite3_column_int64(stmt, 10);
+	/* The count the blob announces; loading the row checks the rest. */
+	blob = sqlite3_column_blob(stmt, 11);
+	if (tbx__msgs_iter_init(&it, blob,
+				(size_t)sqlite3_column_bytes(stmt, 11)) < 0)
+		it.left = 0;
 	stop = ((tbx__row_fn)fn)(opaque, tbx__db_text(stmt, 0), &row,
-				 sqlite3_column_int64(stmt, 11));
+				 (int64_t)it.left);
 	return stop;
 }
 
@@ -313,18 +322,67 @@ int tbx__sq_row_groups(tbx_outbox_t *base, const char *msg_id,
 	return err;
 }
 
+/* A text field of a stored message as a new C string ("" for NULL or a
+ * value holding a NUL); NULL when out of memory. */
+static char *field_cstr(const tbx__mfield_t *f)
+{
+	size_t len = f->p && !memchr(f->p, '\0', f->len) ? f->len : 0;
+	char *s = malloc(len + 1);
+
+	if (s) {
+		if (len)
+			memcpy(s, f->p, len);
+		s[len] = '\0';
+	}
+	return s;
+}
+
+typedef struct token_out {
+	const char *token;
+	tbx__token_use_fn fn;
+	void *opaque;
+} token_out_t;
+
+/* Calls the caller's function for each message of the row that carries
+ * the token; a malformed blob holds no token that can be matched. */
 static int use_out_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 {
-	tbx__token_use_t u;
+	const token_out_t *t = opaque;
+	size_t tlen = strlen(t->token);
+	tbx__mfield_t f[TBX__MF_COUNT];
+	tbx__msgs_iter_t it;
+	const void *blob;
+	int64_t seq = 0;
 
-	memset(&u, 0, sizeof(u));
-	u.grp = tbx__db_text(stmt, 0);
-	u.msg_id = tbx__db_text(stmt, 1);
-	u.seq = sqlite3_column_int64(stmt, 2);
-	u.out_id = tbx__db_text(stmt, 3);
-	u.topic = tbx__db_text(stmt, 4);
-	u.type = tbx__db_text(stmt, 5);
-	return ((tbx__token_use_fn)fn)(opaque, &u);
+	(void)fn;
+	blob = sqlite3_column_blob(stmt, 2);
+	if (tbx__msgs_iter_init(&it, blob,
+				(size_t)sqlite3_column_bytes(stmt, 2)) < 0)
+		return 0;
+	for (; tbx__msgs_iter_next(&it, f) == 1; seq++) {
+		const tbx__mfield_t *tok = &f[TBX__MF_TOKEN];
+		tbx__token_use_t u;
+		char *id, *topic, *type;
+		int stop;
+
+		if (!tok->p || tok->len != tlen ||
+		    memcmp(tok->p, t->token, tlen) != 0)
+			continue;
+		memset(&u, 0, sizeof(u));
+		u.grp = tbx__db_text(stmt, 0);
+		u.msg_id = tbx__db_text(stmt, 1);
+		u.seq = seq;
+		u.out_id = id = field_cstr(&f[TBX__MF_ID]);
+		u.topic = topic = field_cstr(&f[TBX__MF_TOPIC]);
+		u.type = type = field_cstr(&f[TBX__MF_TYPE]);
+		stop = id && topic && type ? t->fn(t->opaque, &u) : 1;
+		free(id);
+		free(topic);
+		free(type);
+		if (stop)
+			return 1;
+	}
+	return 0;
 }
 
 static int use_in_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
@@ -347,10 +405,15 @@ int tbx__sq_token_uses(tbx_outbox_t *base, const char *token, int incoming,
 	sqlite3_stmt *stmt;
 	int q = incoming ? R_TOKEN_IN : R_TOKEN_OUT, err;
 
+	token_out_t t = {token, fn, opaque};
+
 	PREPARE(stmt, store, q);
-	sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC);
-	err = tbx__db_each(stmt, incoming ? use_in_row : use_out_row,
-			   (tbx__any_fn)fn, opaque);
+	if (incoming) {
+		sqlite3_bind_text(stmt, 1, token, -1, SQLITE_STATIC);
+		err = tbx__db_each(stmt, use_in_row, (tbx__any_fn)fn, opaque);
+	} else {
+		err = tbx__db_each(stmt, use_out_row, (tbx__any_fn)fn, &t);
+	}
 	sqlite3_clear_bindings(stmt);
 	return err;
 }

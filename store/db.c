@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "store/db_int.h"
+#include "store/msgs.h"
 
 /*
  * The whole schema: outbox tables (outbox/outbox.h) and token tables
@@ -228,6 +229,18 @@ static const char *const migrations[] = {
     " created_ms INTEGER NOT NULL,"
     " UNIQUE (grp, out_id)"
     ");",
+    /* 7 -> 8 */
+    /* A row's outgoing messages inside the row (store/msgs.h): inserting
+     * and deleting a row is one B-tree entry, without a second table, its
+     * index and the foreign key's cascade (performance.md).  The rows in
+     * flight keep their messages, in queue order (tbx_pack_msgs() is
+     * registered by migrate()). */
+    "ALTER TABLE tbx_outbox ADD COLUMN msgs BLOB;"
+    "UPDATE tbx_outbox SET msgs = (SELECT tbx_pack_msgs(m.seq, m.out_id,"
+    " m.topic, m.type, m.key, m.payload, m.headers, m.token) FROM"
+    " tbx_outbox_msg m WHERE m.grp = tbx_outbox.grp AND m.msg_id ="
+    " tbx_outbox.msg_id);"
+    "DROP TABLE tbx_outbox_msg;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,
@@ -495,6 +508,11 @@ static int migrate(sqlite3 *db, const char *path, char *errstr,
 	}
 	if ((err = check_header(path, app_id, version, errstr, errstr_size)))
 		goto rollback;
+	if (version < TBX_SCHEMA_VERSION && (rc = tbx__msgs_sql_register(db))) {
+		err = open_fail(db, path, rc, "cannot prepare the migration",
+				errstr, errstr_size);
+		goto rollback;
+	}
 	for (int64_t v = version; v < TBX_SCHEMA_VERSION; v++) {
 		char *msg = NULL;
 
@@ -657,8 +675,9 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 			goto fail;
 		}
 	}
-	/* Outside any transaction, where the pragma takes effect; the outbox
-	 * relies on it to delete a row's messages with the row. */
+	/* Outside any transaction, where the pragma takes effect.  No table
+	 * of schema 8 declares a foreign key (the outbox's messages are in
+	 * its rows); a business table of the service may. */
 	if ((rc = sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL,
 			       NULL))) {
 		err = open_fail(db, path, rc, "cannot enable foreign keys",

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/recover.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 #include "support.h"
@@ -18,6 +19,17 @@ static void exec(const char *path, const char *sql)
 	sqlite3_close(db);
 }
 
+/* The version 7 table of outgoing messages, which version 8 folds into
+ * the rows. */
+#define MSG_TABLE_V7                                                           \
+	"CREATE TABLE tbx_outbox_msg (grp TEXT NOT NULL, msg_id TEXT NOT "     \
+	"NULL, seq INTEGER NOT NULL, out_id TEXT NOT NULL, topic TEXT NOT "    \
+	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
+	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
+	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
+/* What version 8 added, taken away again. */
+#define UNDO_V8 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
+
 Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 {
 	char *dir = tt_tmpdir();
@@ -31,18 +43,19 @@ Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 		     TBX_OK, "%s", err);
 	tbx_outbox_close(store);
 	/* What a version 1 file looks like, with a pending row. */
-	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge;"
-		   "ALTER TABLE tbx_outbox DROP COLUMN stuck_ms;"
-		   "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
-		   "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
-		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
-		   "COLUMN dispatch_failures;"
-		   "PRAGMA user_version = 1;"
-		   "CREATE INDEX tbx_outbox_created ON tbx_outbox "
-		   "(created_ms);"
-		   "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
-		   "in_partition, in_offset, created_ms) VALUES ('g', "
-		   "'00000000-0000-4000-8000-000000000001', 't', 0, 7, 1)");
+	exec(path,
+	     UNDO_V8 "DROP TABLE tbx_inflight; DROP TABLE tbx_edge;"
+		     "ALTER TABLE tbx_outbox DROP COLUMN stuck_ms;"
+		     "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
+		     "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
+		     "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+		     "COLUMN dispatch_failures;"
+		     "PRAGMA user_version = 1;"
+		     "CREATE INDEX tbx_outbox_created ON tbx_outbox "
+		     "(created_ms);"
+		     "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+		     "in_partition, in_offset, created_ms) VALUES ('g', "
+		     "'00000000-0000-4000-8000-000000000001', 't', 0, 7, 1)");
 	cr_assert_eq(tt_count(path, "PRAGMA user_version"), 1);
 
 	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
@@ -80,21 +93,23 @@ Test(migration, a_version_3_marker_keeps_its_count_and_blames_nobody)
 	tbx_outbox_close(store);
 	/* What a version 3 file looks like: a death counted at offset 4
 	 * of one partition, an A in progress on another. */
-	exec(path, "DROP TABLE tbx_inflight; DROP TABLE tbx_edge; ALTER TABLE "
-		   "tbx_outbox DROP "
-		   "COLUMN stuck_ms;"
-		   "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
-		   "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
-		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
-		   "COLUMN dispatch_failures;"
-		   "PRAGMA user_version = 3;"
-		   "CREATE TABLE tbx_inflight (grp TEXT NOT NULL, topic TEXT "
-		   "NOT NULL, \"partition\" INTEGER NOT NULL, first_offset "
-		   "INTEGER NOT NULL, last_offset INTEGER NOT NULL, crashes "
-		   "INTEGER NOT NULL, suspect_until INTEGER NOT NULL, PRIMARY "
-		   "KEY (grp, topic, \"partition\")) WITHOUT ROWID;"
-		   "INSERT INTO tbx_inflight VALUES ('g', 't', 0, 4, 4, 1, 9),"
-		   " ('g', 't', 1, 2, 6, 0, 6)");
+	exec(path, UNDO_V8
+	     "DROP TABLE tbx_inflight; DROP TABLE tbx_edge; "
+	     "ALTER TABLE "
+	     "tbx_outbox DROP "
+	     "COLUMN stuck_ms;"
+	     "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
+	     "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
+	     "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+	     "COLUMN dispatch_failures;"
+	     "PRAGMA user_version = 3;"
+	     "CREATE TABLE tbx_inflight (grp TEXT NOT NULL, topic TEXT "
+	     "NOT NULL, \"partition\" INTEGER NOT NULL, first_offset "
+	     "INTEGER NOT NULL, last_offset INTEGER NOT NULL, crashes "
+	     "INTEGER NOT NULL, suspect_until INTEGER NOT NULL, PRIMARY "
+	     "KEY (grp, topic, \"partition\")) WITHOUT ROWID;"
+	     "INSERT INTO tbx_inflight VALUES ('g', 't', 0, 4, 4, 1, 9),"
+	     " ('g', 't', 1, 2, 6, 0, 6)");
 
 	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
@@ -133,15 +148,16 @@ static void make_version_5(const char *path)
 	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_outbox_close(store);
-	exec(path, "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
-		   "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
-		   "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
-		   "COLUMN dispatch_failures;"
-		   "INSERT INTO tbx_subscriptions (topic, grp, since_seq, "
-		   "created_ms) VALUES ('t', 'g', 1, 5);"
-		   "INSERT INTO tbx_tokens (token, grp, mint_seq, created_ms) "
-		   "VALUES ('00000000-0000-4000-8000-000000000002', 'g', 2, 6);"
-		   "PRAGMA user_version = 5;");
+	exec(path, UNDO_V8
+	     "DROP TABLE tbx_store_info; DROP TABLE tbx_alarms;"
+	     "ALTER TABLE tbx_subscriptions DROP COLUMN used_ms;"
+	     "DROP TABLE tbx_undelivered; ALTER TABLE tbx_outbox DROP "
+	     "COLUMN dispatch_failures;"
+	     "INSERT INTO tbx_subscriptions (topic, grp, since_seq, "
+	     "created_ms) VALUES ('t', 'g', 1, 5);"
+	     "INSERT INTO tbx_tokens (token, grp, mint_seq, created_ms) "
+	     "VALUES ('00000000-0000-4000-8000-000000000002', 'g', 2, 6);"
+	     "PRAGMA user_version = 5;");
 }
 
 Test(migration, an_existing_store_gets_an_id_that_it_keeps)
@@ -189,4 +205,136 @@ Test(migration, an_existing_store_gets_an_id_that_it_keeps)
 	free(dir);
 	free(path);
 	free(other);
+}
+
+#define ROW_A "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7a01"
+#define ROW_B "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7a02"
+#define ROW_C "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7a03"
+#define OUT_1 "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7b01"
+#define OUT_2 "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7b02"
+#define OUT_3 "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7b03"
+#define TOK_3 "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7c03"
+#define ATT_B "0196b6a8-3c8e-7d41-9a3b-2f1c5e6d7d02"
+
+/* A version 7 file with three rows in flight: A processed (no attempt)
+ * with two messages, stored out of seq order, one without a key and one
+ * with an empty key and headers; B tokened with one message; C without
+ * messages. */
+static void make_version_7(const char *path)
+{
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	exec(path,
+	     UNDO_V8 "PRAGMA user_version = 7;"
+		     "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+		     "in_partition, in_offset, created_ms) VALUES ('g', '" ROW_A
+		     "', 'in', 0, 1, 1), ('g', '" ROW_C "', 'in', 0, 3, 3);"
+		     "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+		     "in_partition, in_offset, attempt, mint_seq, created_ms) "
+		     "VALUES ('g', '" ROW_B "', 'in', 0, 2, '" ATT_B "', 5, 2);"
+		     "INSERT INTO tbx_outbox_msg (grp, msg_id, seq, out_id, "
+		     "topic, type, key, payload, headers, token) VALUES "
+		     "('g', '" ROW_A "', 1, '" OUT_2 "', 'out', 'second', "
+		     "x'', 'p2', x'00026100010000000176', NULL),"
+		     "('g', '" ROW_A "', 0, '" OUT_1 "', 'out', 'first', "
+		     "NULL, 'p1', NULL, NULL),"
+		     "('g', '" ROW_B "', 0, '" OUT_3 "', 'out', 'third', "
+		     "'k3', 'p3', NULL, '" TOK_3 "');");
+}
+
+Test(migration, rows_in_flight_of_version_7_keep_their_messages_and_finish)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	static const unsigned char hdrs[] = {0, 2, 'a', 0, 1, 0, 0, 0, 1, 'v'};
+	tt_cluster_t *cluster;
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	tbx_tokens_t *tokens;
+	tbx__recover_t *rec;
+	tbx_conf_t *conf;
+	tbx__row_t row;
+	tt_record_t *recs;
+	size_t done = 0, cnt;
+	char err[256];
+
+	make_version_7(path);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), 7);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_outbox_msg"), 3);
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM sqlite_master WHERE "
+				    "name = 'tbx_outbox_msg'"),
+		     0, "version 8 keeps the messages in the rows");
+
+	/* Each row with its messages, in queue order, byte for byte. */
+	tbx__row_init(&row);
+	cr_assert_eq(tbx_outbox_row_load(store, "g", ROW_A, &row), TBX_OK);
+	cr_assert_eq(row.msg_cnt, 2);
+	cr_assert_str_eq(row.msgs[0].id, OUT_1);
+	cr_assert_str_eq(row.msgs[0].type, "first");
+	cr_assert_null(row.msgs[0].key, "no key stays no key");
+	cr_assert_eq(row.msgs[0].payload_len, 2);
+	cr_assert_eq(memcmp(row.msgs[0].payload, "p1", 2), 0);
+	cr_assert_null(row.msgs[0].headers);
+	cr_assert_str_eq(row.msgs[1].id, OUT_2);
+	cr_assert_str_eq(row.msgs[1].topic, "out");
+	cr_assert_not_null(row.msgs[1].key, "an empty key stays a key");
+	cr_assert_eq(row.msgs[1].key_len, 0);
+	cr_assert_eq(row.msgs[1].headers_len, sizeof(hdrs));
+	cr_assert_eq(memcmp(row.msgs[1].headers, hdrs, sizeof(hdrs)), 0);
+	cr_assert_str_eq(row.msgs[1].token, "");
+	cr_assert(tbx_outbox_row_check(&row));
+	cr_assert_eq(tbx_outbox_row_load(store, "g", ROW_B, &row), TBX_OK);
+	cr_assert_str_eq(row.attempt, ATT_B);
+	cr_assert_eq(row.msg_cnt, 1);
+	cr_assert_str_eq(row.msgs[0].token, TOK_3, "the token is kept");
+	cr_assert(tbx_outbox_row_check(&row));
+	cr_assert_eq(tbx_outbox_row_load(store, "g", ROW_C, &row), TBX_OK);
+	cr_assert_eq(row.msg_cnt, 0);
+	tbx__row_clear(&row);
+
+	/* Then dispatched and finished, as a redelivery or the recovery pass
+	 * would finish them. */
+	cluster = tt_cluster_new(1);
+	tt_cluster_topic(cluster, "out", 1);
+	cr_assert_eq(tbx_tokens_sqlite_open(path, &opts, tbx_outbox_db(store),
+					    &tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	conf = tt_conf(cluster->bootstraps, "g", path, path, NULL);
+	rec = tbx__recover_new(conf, "g", store, tokens, err, sizeof(err));
+	cr_assert_not_null(rec, "%s", err);
+	cr_assert_eq(tbx__recover_older(rec, INT64_MAX, 10, &done), TBX_OK,
+		     "%s", tbx__recover_errstr(rec));
+	cr_assert_eq(done, 3);
+	tbx__recover_destroy(rec);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_outbox"), 0);
+
+	cnt = tt_read_topic(cluster->bootstraps, "out", &recs);
+	cr_assert_eq(cnt, 3);
+	cr_assert_str_eq(recs[0].id, OUT_1);
+	cr_assert_str_eq(recs[0].payload, "p1");
+	cr_assert_str_eq(recs[1].id, OUT_2);
+	cr_assert_str_eq(recs[1].payload, "p2");
+	cr_assert_str_eq(recs[2].id, OUT_3);
+	cr_assert_str_eq(recs[2].token, TOK_3, "B's token is dispatched");
+	cr_assert_not_null(recs[0].token, "A's messages got tokens");
+	tt_records_free(recs, cnt);
+
+	tbx_tokens_close(tokens);
+	tbx_outbox_close(store);
+	tbx_conf_destroy(conf);
+	tt_cluster_destroy(cluster);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
 }
