@@ -88,7 +88,7 @@ find_bindir() {
 			return 0
 		fi
 	fi
-	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4,4 -rn); do
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV); do
 		if [[ -x $d/initdb && -x $d/pg_ctl && -x $d/postgres ]]; then
 			echo "$d"
 			return 0
@@ -203,7 +203,7 @@ EOF
 	cat "$dir/url"
 	;;
 stop)
-	[[ -d $dir ]] || exit 0
+	[[ -d $dir/data ]] || exit 0
 	dir=$(cd "$dir" && pwd)
 	need_bindir
 	stop_server
