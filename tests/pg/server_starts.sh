@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # scripts/pg.sh starts a throwaway PostgreSQL server in a temporary
 # directory, psql connects to the URL it prints and runs SELECT 1 as the
-# test role, and stop removes the server again.  Exits 77 (skipped) only
+# test role (and so does SELECT1_PROGRAM, a libpq program, when given),
+# and stop removes the server again.  Exits 77 (skipped) only
 # where the PostgreSQL server is not installed.
 set -u
 
-src=${1:?usage: server_starts.sh SOURCE_DIR}
+src=${1:?usage: server_starts.sh SOURCE_DIR [SELECT1_PROGRAM]}
+select1=${2:-}
 pg="$src/scripts/pg.sh"
 [ -f "$pg" ] || { echo "FAIL: $pg not found"; exit 1; }
 if ! bindir=$(bash "$pg" bindir); then
@@ -40,6 +42,9 @@ got=$("$bindir/psql" "$url" -X -A -t -v ON_ERROR_STOP=1 \
 	-c "SELECT 1, current_user, current_database(), current_setting('listen_addresses') = ''") ||
 	fail "psql could not connect to $url"
 [ "$got" = "1|tokenbox|tokenbox|t" ] || fail "SELECT 1 gave '$got'"
+if [ -n "$select1" ]; then
+	"$select1" "$url" || fail "the libpq program could not SELECT 1"
+fi
 
 # A second start in the same directory is refused while the first runs.
 if bash "$pg" start --dir "$tmp/pg" >/dev/null 2>&1; then
