@@ -6,6 +6,8 @@ set -euo pipefail
 
 # groff-base: the test that the man pages (made from the --help texts)
 # render without warnings.  valgrind: bench/profile (callgrind).
+# postgresql, libpq-dev: scripts/pg.sh's throwaway servers and the
+# PostgreSQL stores.
 packages=(
 	build-essential cmake pkg-config
 	librdkafka-dev libsqlite3-dev uuid-dev libcjson-dev libcriterion-dev
@@ -13,6 +15,7 @@ packages=(
 	groff-base valgrind
 	clang-14 libclang-rt-14-dev
 	default-jdk-headless maven
+	postgresql libpq-dev
 )
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Model-check tests/model/tokenbox.pml and poison.pml with spin: the
+# Model-check tests/model/tokenbox.pml, poison.pml and pg.pml with spin: the
 # protocol as built must pass (errors: 0); each deliberately broken variant
 # must fail (errors > 0).
 # See docs/model.md.
@@ -29,7 +29,8 @@ trap 'rm -rf "$tmp"' EXIT
 # within the time budget.  The joined (single-file) path is small: it is
 # also checked with four crashes and with asynchronous downstream groups.
 # The recovery pass runs beside one worker.  poison.pml checks the guard's
-# blame rule (phase G), apart from the exactly-once state.
+# blame rule (phase G), apart from the exactly-once state.  pg.pml checks
+# the PostgreSQL locking: two workers with copies of one message.
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
@@ -52,11 +53,29 @@ poison_one -DPOISON=2 pass poison.pml
 poison_per_partition -DBUG_PER_PARTITION fail poison.pml
 giveup -DGIVEUP,-DMAXCRASH=1 pass
 joined_giveup -DJOINED,-DGIVEUP pass
-giveup_loses -DGIVEUP,-DBUG_GIVEUP_LOSES fail'
+giveup_loses -DGIVEUP,-DBUG_GIVEUP_LOSES fail
+pg - pass pg.pml
+pg_nocrash -DNOCRASH pass pg.pml
+pg_joined -DJOINED pass pg.pml
+pg_joined_crash4 -DJOINED,-DMAXCRASH=4 pass pg.pml
+pg_token_lock -DJOINED,-DTOKEN_LOCK pass pg.pml
+pg_recovery -DRECOVERY,-DNOCRASH pass pg.pml
+pg_no_lock -DBUG_NO_LOCK fail pg.pml
+pg_joined_no_lock -DJOINED,-DBUG_NO_LOCK fail pg.pml
+pg_snapshot_before_lock -DBUG_SNAPSHOT_BEFORE_LOCK fail pg.pml
+pg_joined_snapshot_before_lock -DJOINED,-DBUG_SNAPSHOT_BEFORE_LOCK fail pg.pml
+pg_token_before_row -DBUG_TOKEN_BEFORE_ROW fail pg.pml
+pg_lock_in_t -DBUG_LOCK_IN_T fail pg.pml
+pg_token_lock_no_unique -DJOINED,-DTOKEN_LOCK,-DBUG_NO_UNIQUE fail pg.pml'
+
+# TBX_MODEL_ONLY: an extended regular expression; only the cases whose
+# name matches it run (e.g. TBX_MODEL_ONLY='^pg' for pg.pml's).
+only=${TBX_MODEL_ONLY:-}
 
 ok=0 bad=0 start=$(date +%s)
 while read -r name flag expect file; do
 	file=${file:-tokenbox.pml}
+	if [ -n "$only" ] && ! grep -Eq -- "$only" <<<"$name"; then continue; fi
 	dir="$tmp/$name"
 	mkdir -p "$dir"
 	cp "$here/$file" "$dir/"
