@@ -39,10 +39,10 @@ int tbx__db_each(sqlite3_stmt *stmt, tbx__db_row_fn row, tbx__any_fn fn,
 
 int tbx__db_one_int(sqlite3_stmt *stmt, int64_t *out)
 {
-	int r, err = tbx__stmt_step(stmt, &r);
+	int err = tbx__stmt_int64(stmt, out);
 
-	*out = !err && r ? sqlite3_column_int64(stmt, 0) : 0;
-	sqlite3_reset(stmt);
+	if (err)
+		*out = 0;
 	sqlite3_clear_bindings(stmt);
 	return err;
 }
