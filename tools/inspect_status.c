@@ -212,6 +212,23 @@ static void add_time(insp_t *in, cJSON *o, const char *created_key,
 	insp_json_add_int(o, age_key, insp_age(in, ms));
 }
 
+/* One group's object in @p arr: its name, its first counts under
+ * @p names (NULL-terminated), and the time of @p c under @p created and
+ * @p age.  @returns the object, for the caller's further keys. */
+static cJSON *add_group(insp_t *in, cJSON *arr, const grp_counts_t *c,
+			const char *const *names, const char *created,
+			const char *age)
+{
+	cJSON *g = cJSON_CreateObject();
+
+	cJSON_AddItemToArray(arr, g);
+	insp_json_add_str(g, "group", c->grp);
+	for (int k = 0; names[k]; k++)
+		insp_json_add_int(g, names[k], c->n[k]);
+	add_time(in, g, created, age, c->oldest_ms, 1);
+	return g;
+}
+
 typedef struct totals {
 	int64_t processed, tokened, stuck, below, oldest;
 	int64_t tokens, tokens_oldest;
@@ -279,31 +296,21 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	add_time(in, o, "oldest_created_ms", "oldest_age_ms", t->oldest,
 		 st->outbox_n > 0);
 	arr = cJSON_AddArrayToObject(o, "groups");
-	for (size_t i = 0; i < st->outbox_n; i++) {
-		const grp_counts_t *c = &st->outbox[i];
-		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
-		insp_json_add_str(g, "group", c->grp);
-		insp_json_add_int(g, "processed", c->n[0]);
-		insp_json_add_int(g, "tokened", c->n[1]);
-		insp_json_add_int(g, "stuck", c->n[2]);
-		insp_json_add_int(g, "below_committed", c->n[3]);
-		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
-			 c->oldest_ms, 1);
-	}
+	for (size_t i = 0; i < st->outbox_n; i++)
+		add_group(in, arr, &st->outbox[i],
+			  (const char *const[]){"processed", "tokened", "stuck",
+						"below_committed", NULL},
+			  "oldest_created_ms", "oldest_age_ms");
 
 	o = cJSON_AddObjectToObject(doc, "tokens");
 	insp_json_add_int(o, "rows", t->tokens);
 	add_time(in, o, "oldest_created_ms", "oldest_age_ms", t->tokens_oldest,
 		 st->tokens_n > 0);
 	arr = cJSON_AddArrayToObject(o, "groups");
-	for (size_t i = 0; i < st->tokens_n; i++) {
-		const grp_counts_t *c = &st->tokens[i];
-		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
-		insp_json_add_str(g, "group", c->grp);
-		insp_json_add_int(g, "rows", c->n[0]);
-		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
-			 c->oldest_ms, 1);
-	}
+	for (size_t i = 0; i < st->tokens_n; i++)
+		add_group(in, arr, &st->tokens[i],
+			  (const char *const[]){"rows", NULL},
+			  "oldest_created_ms", "oldest_age_ms");
 
 	o = cJSON_AddObjectToObject(doc, "registrations");
 	insp_json_add_int(o, "attempts", t->attempts);
@@ -316,12 +323,9 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 		static const char *const keys[4] = {
 		    "winners", "orphans_other_attempt", "orphans_no_row",
 		    "in_flight"};
-		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
-		insp_json_add_str(g, "group", c->grp);
-		insp_json_add_int(g, "attempts", c->n[0]);
-		insp_json_add_int(g, "tokens", c->n[1]);
-		add_time(in, g, "oldest_created_ms", "oldest_age_ms",
-			 c->oldest_ms, 1);
+		g = add_group(in, arr, c,
+			      (const char *const[]){"attempts", "tokens", NULL},
+			      "oldest_created_ms", "oldest_age_ms");
 		cJSON_AddBoolToObject(g, "checked", c->checked);
 		for (int v = 0; v < 4; v++) {
 			if (c->checked)
@@ -345,15 +349,10 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	insp_json_add_int(o, "recorded", t->dl);
 	insp_json_add_int(o, "pending", t->dl_pending);
 	arr = cJSON_AddArrayToObject(o, "groups");
-	for (size_t i = 0; i < st->dls_n; i++) {
-		const grp_counts_t *c = &st->dls[i];
-		cJSON_AddItemToArray(arr, g = cJSON_CreateObject());
-		insp_json_add_str(g, "group", c->grp);
-		insp_json_add_int(g, "recorded", c->n[0]);
-		insp_json_add_int(g, "pending", c->n[1]);
-		add_time(in, g, "latest_created_ms", "latest_age_ms",
-			 c->oldest_ms, 1);
-	}
+	for (size_t i = 0; i < st->dls_n; i++)
+		add_group(in, arr, &st->dls[i],
+			  (const char *const[]){"recorded", "pending", NULL},
+			  "latest_created_ms", "latest_age_ms");
 	return doc;
 }
 
