@@ -1,0 +1,826 @@
+/*
+ * A PostgreSQL connection of the stores: see store/pg.h.
+ */
+#include "store/pg.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "base/log.h"
+#include "base/str.h"
+#include "store/db.h"
+#include "store/db_int.h"
+#include "tokenbox/tokenbox.h"
+
+int tbx__pg_is_url(const char *s)
+{
+	return s && (strncmp(s, "postgresql://", 13) == 0 ||
+		     strncmp(s, "postgres://", 11) == 0);
+}
+
+/* Appends @p n bytes of @p s to @p out (size @p size) at *len, cutting
+ * what does not fit. */
+static void put(char *out, size_t size, size_t *len, const char *s, size_t n)
+{
+	if (*len + 1 >= size)
+		return;
+	if (n > size - 1 - *len)
+		n = size - 1 - *len;
+	memcpy(out + *len, s, n);
+	*len += n;
+	out[*len] = '\0';
+}
+
+/* A URL: the part between "//" and the '@' of the authority may hold
+ * "user:password". */
+static void redact_url(const char *url, char *out, size_t size)
+{
+	const char *auth = strstr(url, "//") + 2;
+	const char *end = auth + strcspn(auth, "/?#");
+	const char *at = NULL, *colon;
+	size_t len = 0;
+
+	for (const char *p = auth; p < end; p++)
+		if (*p == '@')
+			at = p;
+	colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+	if (colon) {
+		put(out, size, &len, url, (size_t)(colon + 1 - url));
+		put(out, size, &len, "***", 3);
+		url = at;
+	}
+	/* A password in the query string (…?password=x). */
+	for (const char *p = url; *p; p++) {
+		if ((*p == '?' || *p == '&') &&
+		    strncmp(p + 1, "password=", 9) == 0) {
+			put(out, size, &len, url, (size_t)(p + 10 - url));
+			put(out, size, &len, "***", 3);
+			url = p + 10 + strcspn(p + 10, "&#");
+			p = url - 1;
+		}
+	}
+	put(out, size, &len, url, strlen(url));
+}
+
+/* key=value form: the value of password (quoted or not) becomes ***. */
+static void redact_kv(const char *s, char *out, size_t size)
+{
+	size_t len = 0;
+	const char *p = s;
+
+	while (*p) {
+		const char *key = p + strspn(p, " \t\n");
+		size_t klen = strcspn(key, " \t\n=");
+		const char *v = key + klen;
+		const char *vend;
+
+		v += strspn(v, " \t\n");
+		if (*v != '=') { /* malformed: keep the rest as is */
+			put(out, size, &len, p, strlen(p));
+			return;
+		}
+		v++;
+		v += strspn(v, " \t\n");
+		vend = v;
+		if (*vend == '\'') {
+			for (vend++; *vend && *vend != '\''; vend++)
+				if (*vend == '\\' && vend[1])
+					vend++;
+			if (*vend)
+				vend++;
+		} else {
+			vend += strcspn(vend, " \t\n");
+		}
+		put(out, size, &len, p, (size_t)(v - p));
+		if (klen == 8 && strncmp(key, "password", 8) == 0)
+			put(out, size, &len, "***", 3);
+		else
+			put(out, size, &len, v, (size_t)(vend - v));
+		p = vend;
+	}
+}
+
+const char *tbx__pg_redact(const char *conninfo, char *out, size_t size)
+{
+	if (!size)
+		return out;
+	out[0] = '\0';
+	if (!conninfo)
+		return out;
+	if (tbx__pg_is_url(conninfo))
+		redact_url(conninfo, out, size);
+	else
+		redact_kv(conninfo, out, size);
+	return out;
+}
+
+int tbx__pg_ident_check(const char *key, const char *name, char *errstr,
+			size_t errstr_size)
+{
+	size_t len = name ? strlen(name) : 0;
+
+	if (!len || len > TBX_PG_IDENT_MAX)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "%s: a schema name of 1 to %d bytes is "
+				   "needed (got %zu)",
+				   key, TBX_PG_IDENT_MAX, len);
+	if (isdigit((unsigned char)name[0]) || name[0] == '.' ||
+	    strncmp(name, "pg_", 3) == 0)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "%s: '%s' cannot name a schema (it may not "
+				   "start with a digit, a dot or pg_)",
+				   key, name);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)name[i];
+		if (!isalnum(c) && c != '_' && c != '.' && c != '-')
+			return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+					   "%s: '%s' cannot name a schema: "
+					   "only letters, digits, '_', '.' "
+					   "and '-' are allowed",
+					   key, name);
+	}
+	return TBX_OK;
+}
+
+/* The server's message without its trailing newline, into pg->errmsg. */
+static void keep_msg(tbx__pg_t *pg, const char *msg)
+{
+	size_t n;
+
+	tbx__strlcpy(pg->errmsg, msg && *msg ? msg : "unknown error",
+		     sizeof(pg->errmsg));
+	n = strlen(pg->errmsg);
+	while (n && (pg->errmsg[n - 1] == '\n' || pg->errmsg[n - 1] == ' '))
+		pg->errmsg[--n] = '\0';
+}
+
+const char *tbx__pg_errmsg(const tbx__pg_t *pg)
+{
+	return pg->errmsg;
+}
+
+/* Session settings every connection gets. */
+static int setup_session(tbx__pg_t *pg)
+{
+	static const char *const sets[] = {
+	    "SET TIME ZONE 'UTC'",
+	    "SET client_min_messages = warning",
+	};
+	for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+		PGresult *r = PQexec(pg->conn, sets[i]);
+		int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		if (!ok)
+			keep_msg(pg, PQerrorMessage(pg->conn));
+		PQclear(r);
+		if (!ok)
+			return TBX_ESTORE;
+	}
+	return TBX_OK;
+}
+
+/* Opens pg->conn from pg->conninfo. */
+static int open_conn(tbx__pg_t *pg)
+{
+	static const char *const keys[] = {"dbname",
+					   "fallback_application_name", NULL};
+	const char *vals[] = {pg->conninfo, "tokenbox", NULL};
+
+	pg->conn = PQconnectdbParams(keys, vals, 1);
+	if (!pg->conn) {
+		keep_msg(pg, "out of memory");
+		return TBX_ENOMEM;
+	}
+	if (PQstatus(pg->conn) != CONNECTION_OK) {
+		keep_msg(pg, PQerrorMessage(pg->conn));
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+		return TBX_ESTORE;
+	}
+	if (PQserverVersion(pg->conn) < 120000) {
+		snprintf(pg->errmsg, sizeof(pg->errmsg),
+			 "PostgreSQL %d.%d is too old: tokenbox needs 12 or "
+			 "later",
+			 PQserverVersion(pg->conn) / 10000,
+			 PQserverVersion(pg->conn) / 100 % 100);
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+		return TBX_ESTORE;
+	}
+	if (setup_session(pg)) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+		return TBX_ESTORE;
+	}
+	pg->gen++;
+	return TBX_OK;
+}
+
+int tbx__pg_connect(const char *conninfo, tbx__pg_t **out, char *errstr,
+		    size_t errstr_size)
+{
+	char *err = NULL;
+	PQconninfoOption *opts;
+	tbx__pg_t *pg;
+	int rc;
+
+	*out = NULL;
+	/* Parsed first, so that a malformed string is a configuration error
+	 * and never reaches a log line whole. */
+	opts = PQconninfoParse(conninfo, &err);
+	if (!opts) {
+		char red[256];
+		rc = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				 "%s: not a valid PostgreSQL connection "
+				 "string: %s",
+				 tbx__pg_redact(conninfo, red, sizeof(red)),
+				 err ? err : "out of memory");
+		PQfreemem(err);
+		return rc;
+	}
+	PQconninfoFree(opts);
+	pg = calloc(1, sizeof(*pg));
+	if (!pg || !(pg->conninfo = strdup(conninfo))) {
+		free(pg);
+		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				   "out of memory");
+	}
+	pg->refs = 1;
+	tbx__pg_redact(conninfo, pg->where, sizeof(pg->where));
+	if ((rc = open_conn(pg))) {
+		tbx__seterr(errstr, errstr_size, rc, "%s: %s", pg->where,
+			    pg->errmsg);
+		free(pg->conninfo);
+		free(pg);
+		return rc;
+	}
+	*out = pg;
+	return TBX_OK;
+}
+
+tbx__pg_t *tbx__pg_ref(tbx__pg_t *pg)
+{
+	pg->refs++;
+	return pg;
+}
+
+void tbx__pg_unref(tbx__pg_t *pg)
+{
+	if (!pg || --pg->refs > 0)
+		return;
+	if (pg->conn)
+		PQfinish(pg->conn);
+	/* The string may hold a password: not left in freed memory. */
+	explicit_bzero(pg->conninfo, strlen(pg->conninfo));
+	free(pg->conninfo);
+	free(pg);
+}
+
+/* 1 when the connection is gone (the server ended it, the network cut
+ * it, or it was never remade). */
+static int lost(const tbx__pg_t *pg)
+{
+	return !pg->conn || PQstatus(pg->conn) != CONNECTION_OK;
+}
+
+/* Makes the connection again after it was lost. */
+static int reconnect(tbx__pg_t *pg)
+{
+	int err;
+
+	if (pg->conn) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+	if ((err = open_conn(pg))) {
+		tbx__log(TBX_LOG_ERR, "postgresql: %s: reconnecting failed: %s",
+			 pg->where, pg->errmsg);
+		return err;
+	}
+	tbx__log(TBX_LOG_WARNING,
+		 "postgresql: %s: the connection was lost and is made again",
+		 pg->where);
+	return TBX_OK;
+}
+
+/* SQLSTATE classes and codes tokenbox tells apart. */
+static int map_state(const char *state)
+{
+	if (!state)
+		return TBX_ESTORE;
+	if (!strcmp(state, "40001") || !strcmp(state, "40P01") ||
+	    !strcmp(state, "55P03"))
+		return TBX_EBUSY;
+	if (!strcmp(state, "53100") || !strncmp(state, "58", 2))
+		return TBX_EIO;
+	return TBX_ESTORE;
+}
+
+/* Logs a failed call and maps it. */
+static int failed(tbx__pg_t *pg, const char *what, PGresult *res)
+{
+	const char *state =
+	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	int err = map_state(state);
+
+	keep_msg(pg, res && *PQresultErrorMessage(res)
+			 ? PQresultErrorMessage(res)
+			 : PQerrorMessage(pg->conn));
+	if (lost(pg))
+		err = TBX_ESTORE;
+	tbx__log(err == TBX_EBUSY ? TBX_LOG_WARNING : TBX_LOG_ERR,
+		 "postgresql: %s: %s: %s%s%s", pg->where, what, pg->errmsg,
+		 state ? " SQLSTATE " : "", state ? state : "");
+	return err;
+}
+
+/* Countdown faults (store/db.h).  "connection lost" mode shuts the
+ * socket down under libpq, as a network cut does. */
+static int fault_conn_loss;
+
+void tbx__fault_pg_conn_loss(int on)
+{
+	fault_conn_loss = on;
+}
+
+/* 1: fail the call @p what now, with @p *err. */
+static int fault(tbx__pg_t *pg, const char *what, int *err)
+{
+	if (!tbx__db_fault_hit(what))
+		return 0;
+	if (fault_conn_loss && pg->conn) {
+		shutdown(PQsocket(pg->conn), SHUT_RDWR);
+		return 0; /* the call itself fails on the dead socket */
+	}
+	snprintf(pg->errmsg, sizeof(pg->errmsg), "fault injected");
+	*err = TBX_EIO;
+	return 1;
+}
+
+/* Runs a parameterless statement outside the cache. */
+static int exec_plain(tbx__pg_t *pg, const char *sql)
+{
+	PGresult *res;
+	int err = TBX_OK;
+
+	if (lost(pg))
+		return failed(pg, sql, NULL);
+	res = PQexec(pg->conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK &&
+	    PQresultStatus(res) != PGRES_TUPLES_OK)
+		err = failed(pg, sql, res);
+	PQclear(res);
+	return err;
+}
+
+int tbx__pg_exec(tbx__pg_t *pg, const char *sql)
+{
+	int err;
+
+	if (fault(pg, sql, &err))
+		return err;
+	return exec_plain(pg, sql);
+}
+
+int tbx__pg_begin(tbx__pg_t *pg)
+{
+	int err;
+
+	if (pg->in_tx) {
+		tbx__log(TBX_LOG_ERR,
+			 "postgresql: %s: BEGIN inside a "
+			 "transaction",
+			 pg->where);
+		return TBX_ESTATE;
+	}
+	if (lost(pg) && (err = reconnect(pg)))
+		return err;
+	if (fault(pg, "BEGIN", &err))
+		return err;
+	if ((err = exec_plain(pg, "BEGIN ISOLATION LEVEL READ COMMITTED")))
+		return err;
+	pg->in_tx = 1;
+	return TBX_OK;
+}
+
+int tbx__pg_commit(tbx__pg_t *pg)
+{
+	PGresult *res;
+	int err = TBX_OK;
+
+	pg->in_tx = 0;
+	if (fault(pg, "COMMIT", &err)) {
+		tbx__pg_rollback(pg);
+		return err;
+	}
+	if (lost(pg))
+		return failed(pg, "COMMIT", NULL);
+	res = PQexec(pg->conn, "COMMIT");
+	/* A transaction that failed earlier answers COMMIT with ROLLBACK:
+	 * a success status, but nothing committed. */
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		err = failed(pg, "COMMIT", res);
+	else if (strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+		snprintf(pg->errmsg, sizeof(pg->errmsg),
+			 "the transaction had failed and was rolled back");
+		tbx__log(TBX_LOG_ERR, "postgresql: %s: COMMIT: %s", pg->where,
+			 pg->errmsg);
+		err = TBX_ESTORE;
+	}
+	PQclear(res);
+	return err;
+}
+
+void tbx__pg_rollback(tbx__pg_t *pg)
+{
+	PGresult *res;
+
+	pg->in_tx = 0;
+	if (lost(pg))
+		return;
+	res = PQexec(pg->conn, "ROLLBACK");
+	PQclear(res);
+}
+
+void tbx__pgp_init(tbx__pg_params_t *p)
+{
+	memset(p, 0, sizeof(*p));
+}
+
+void tbx__pgp_free(tbx__pg_params_t *p)
+{
+	for (int i = 0; i < p->n; i++)
+		free(p->owned[i]);
+	p->n = 0;
+}
+
+/* The next slot, or NULL when full (recorded). */
+static int slot(tbx__pg_params_t *p)
+{
+	if (p->n >= TBX_PG_MAX_PARAMS) {
+		if (!p->err)
+			p->err = TBX_EINVAL;
+		return -1;
+	}
+	p->vals[p->n] = NULL;
+	p->lens[p->n] = 0;
+	p->fmts[p->n] = 0;
+	p->owned[p->n] = NULL;
+	return p->n++;
+}
+
+void tbx__pgp_text(tbx__pg_params_t *p, const char *s)
+{
+	int i = slot(p);
+	if (i >= 0)
+		p->vals[i] = s;
+}
+
+void tbx__pgp_opt_text(tbx__pg_params_t *p, const char *s)
+{
+	tbx__pgp_text(p, s && *s ? s : NULL);
+}
+
+void tbx__pgp_i64(tbx__pg_params_t *p, int64_t v)
+{
+	int i = slot(p);
+	if (i < 0)
+		return;
+	snprintf(p->nums[i], sizeof(p->nums[i]), "%" PRId64, v);
+	p->vals[i] = p->nums[i];
+}
+
+void tbx__pgp_bytea(tbx__pg_params_t *p, const void *v, size_t len)
+{
+	int i = slot(p);
+	if (i < 0)
+		return;
+	if (len > INT32_MAX) {
+		if (!p->err)
+			p->err = TBX_EINVAL;
+		return;
+	}
+	/* A non-NULL pointer for an empty value: libpq reads NULL as SQL
+	 * NULL. */
+	p->vals[i] = v ? (len ? v : "") : NULL;
+	p->lens[i] = (int)len;
+	p->fmts[i] = 1;
+}
+
+/* Appends @p s quoted as an array element to the growing @p buf. */
+static int append_elem(char **buf, size_t *len, size_t *cap, const char *s,
+		       size_t n)
+{
+	size_t need = *len + 2 * n + 4;
+
+	if (need > *cap) {
+		size_t ncap = *cap ? *cap : 64;
+		char *nb;
+		while (ncap < need)
+			ncap *= 2;
+		if (!(nb = realloc(*buf, ncap)))
+			return TBX_ENOMEM;
+		*buf = nb;
+		*cap = ncap;
+	}
+	if (*len > 1)
+		(*buf)[(*len)++] = ',';
+	(*buf)[(*len)++] = '"';
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '"' || s[i] == '\\')
+			(*buf)[(*len)++] = '\\';
+		(*buf)[(*len)++] = s[i];
+	}
+	(*buf)[(*len)++] = '"';
+	(*buf)[*len] = '\0';
+	return TBX_OK;
+}
+
+/* Builds "{…}" from @p n strings got through @p get. */
+static void text_array(tbx__pg_params_t *p, size_t n,
+		       const char *(*get)(const void *ctx, size_t i),
+		       const void *ctx)
+{
+	char *buf = malloc(64);
+	size_t len = 1, cap = 64;
+	int i = slot(p);
+
+	if (i < 0) {
+		free(buf);
+		return;
+	}
+	if (!buf)
+		goto nomem;
+	buf[0] = '{';
+	buf[1] = '\0';
+	for (size_t k = 0; k < n; k++) {
+		const char *s = get(ctx, k);
+		if (append_elem(&buf, &len, &cap, s, strlen(s)))
+			goto nomem;
+	}
+	if (len + 2 > cap) {
+		char *nb = realloc(buf, len + 2);
+		if (!nb)
+			goto nomem;
+		buf = nb;
+	}
+	buf[len++] = '}';
+	buf[len] = '\0';
+	p->vals[i] = p->owned[i] = buf;
+	return;
+nomem:
+	free(buf);
+	if (!p->err)
+		p->err = TBX_ENOMEM;
+}
+
+static const char *get_ptr(const void *ctx, size_t i)
+{
+	return ((const char *const *)ctx)[i];
+}
+
+void tbx__pgp_text_array(tbx__pg_params_t *p, const char *const *v, size_t n)
+{
+	text_array(p, n, get_ptr, v);
+}
+
+struct strided {
+	const char *base;
+	size_t stride;
+};
+
+static const char *get_strided(const void *ctx, size_t i)
+{
+	const struct strided *s = ctx;
+	return s->base + i * s->stride;
+}
+
+void tbx__pgp_text_array_of(tbx__pg_params_t *p, const void *base,
+			    size_t stride, size_t n)
+{
+	struct strided s = {base, stride};
+	text_array(p, n, get_strided, &s);
+}
+
+void tbx__pgp_i64_array(tbx__pg_params_t *p, const int64_t *v, size_t n)
+{
+	size_t cap = 2 + n * 21, len = 1;
+	char *buf = malloc(cap + 1);
+	int i = slot(p);
+
+	if (i < 0) {
+		free(buf);
+		return;
+	}
+	if (!buf) {
+		if (!p->err)
+			p->err = TBX_ENOMEM;
+		return;
+	}
+	buf[0] = '{';
+	for (size_t k = 0; k < n; k++)
+		len += (size_t)snprintf(buf + len, cap + 1 - len, "%s%" PRId64,
+					k ? "," : "", v[k]);
+	buf[len++] = '}';
+	buf[len] = '\0';
+	p->vals[i] = p->owned[i] = buf;
+}
+
+/* Writes @p name quoted as an identifier. */
+static size_t quote_ident(char *out, const char *name)
+{
+	size_t n = 0;
+	out[n++] = '"';
+	for (; *name; name++) {
+		if (*name == '"')
+			out[n++] = '"';
+		out[n++] = *name;
+	}
+	out[n++] = '"';
+	return n;
+}
+
+/* @p tmpl with @S and @T replaced; malloc'ed. */
+static char *fill(const char *tmpl, const char *s_schema, const char *t_schema)
+{
+	size_t len = strlen(tmpl), extra = 0, n = 0;
+	char *out;
+
+	for (const char *p = tmpl; *p; p++)
+		if (p[0] == '@' && (p[1] == 'S' || p[1] == 'T'))
+			extra += 2 * TBX_PG_IDENT_MAX + 2;
+	if (!(out = malloc(len + extra + 1)))
+		return NULL;
+	for (const char *p = tmpl; *p; p++) {
+		if (p[0] == '@' && (p[1] == 'S' || p[1] == 'T')) {
+			const char *schema = p[1] == 'S' ? s_schema : t_schema;
+			n += quote_ident(out + n, schema ? schema : "public");
+			p++;
+		} else {
+			out[n++] = *p;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}
+
+int tbx__pg_stmts_init(tbx__pg_stmts_t *stmts, tbx__pg_t *pg,
+		       const char *prefix, const char *const *tmpl, int count,
+		       const char *s_schema, const char *t_schema)
+{
+	memset(stmts, 0, sizeof(*stmts));
+	stmts->pg = pg;
+	tbx__strlcpy(stmts->prefix, prefix, sizeof(stmts->prefix));
+	stmts->sql = calloc((size_t)count, sizeof(*stmts->sql));
+	stmts->gen = calloc((size_t)count, sizeof(*stmts->gen));
+	stmts->count = count;
+	if (!stmts->sql || !stmts->gen)
+		goto nomem;
+	for (int i = 0; i < count; i++)
+		if (tmpl[i] &&
+		    !(stmts->sql[i] = fill(tmpl[i], s_schema, t_schema)))
+			goto nomem;
+	return TBX_OK;
+nomem:
+	tbx__pg_stmts_free(stmts);
+	return TBX_ENOMEM;
+}
+
+void tbx__pg_stmts_free(tbx__pg_stmts_t *stmts)
+{
+	if (stmts->sql)
+		for (int i = 0; i < stmts->count; i++)
+			free(stmts->sql[i]);
+	free(stmts->sql);
+	free(stmts->gen);
+	stmts->sql = NULL;
+	stmts->gen = NULL;
+	stmts->count = 0;
+}
+
+int tbx__pg_run(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
+		PGresult **res)
+{
+	tbx__pg_t *pg = stmts->pg;
+	PGresult *r;
+	char name[24];
+	int err = TBX_OK;
+
+	if (res)
+		*res = NULL;
+	if (q < 0 || q >= stmts->count || !stmts->sql[q])
+		return TBX_EINVAL;
+	if (params && params->err)
+		return params->err;
+	snprintf(name, sizeof(name), "tbx_%s%d", stmts->prefix, q);
+	if (fault(pg, stmts->sql[q], &err))
+		return err;
+	if (lost(pg))
+		return failed(pg, name, NULL);
+	if (stmts->gen[q] != pg->gen) {
+		r = PQprepare(pg->conn, name, stmts->sql[q], 0, NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			err = failed(pg, stmts->sql[q], r);
+			PQclear(r);
+			return err;
+		}
+		PQclear(r);
+		stmts->gen[q] = pg->gen;
+	}
+	r = PQexecPrepared(pg->conn, name, params ? params->n : 0,
+			   params ? params->vals : NULL,
+			   params ? params->lens : NULL,
+			   params ? params->fmts : NULL, 1);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+	    PQresultStatus(r) != PGRES_TUPLES_OK) {
+		err = failed(pg, stmts->sql[q], r);
+		PQclear(r);
+		return err;
+	}
+	if (res)
+		*res = r;
+	else
+		PQclear(r);
+	return TBX_OK;
+}
+
+int tbx__pg_run_i64(tbx__pg_stmts_t *stmts, int q,
+		    const tbx__pg_params_t *params, int64_t *n, int *found)
+{
+	PGresult *res;
+	int err;
+
+	*n = 0;
+	if (found)
+		*found = 0;
+	if ((err = tbx__pg_run(stmts, q, params, &res)))
+		return err;
+	if (PQntuples(res) > 0 && PQnfields(res) > 0) {
+		*n = tbx__pg_i64(res, 0, 0);
+		if (found)
+			*found = 1;
+	}
+	PQclear(res);
+	return TBX_OK;
+}
+
+int64_t tbx__pg_i64(const PGresult *res, int row, int col)
+{
+	const unsigned char *v;
+	int len;
+	uint64_t u = 0;
+
+	if (PQgetisnull(res, row, col))
+		return 0;
+	v = (const unsigned char *)PQgetvalue(res, row, col);
+	len = PQgetlength(res, row, col);
+	if (len != 1 && len != 2 && len != 4 && len != 8)
+		return 0;
+	for (int i = 0; i < len; i++)
+		u = u << 8 | v[i];
+	/* Sign-extend the narrower types. */
+	if (len < 8 && len > 1 && (v[0] & 0x80))
+		u |= ~(uint64_t)0 << (8 * len);
+	return (int64_t)u;
+}
+
+int tbx__pg_null(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col);
+}
+
+const char *tbx__pg_text(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
+}
+
+const void *tbx__pg_bytea(const PGresult *res, int row, int col, size_t *len)
+{
+	if (PQgetisnull(res, row, col)) {
+		*len = 0;
+		return NULL;
+	}
+	*len = (size_t)PQgetlength(res, row, col);
+	return PQgetvalue(res, row, col);
+}
+
+int tbx__pg_text_to(const PGresult *res, int row, int col, char *out,
+		    size_t size)
+{
+	const char *s = tbx__pg_text(res, row, col);
+	size_t len;
+
+	out[0] = '\0';
+	if (!s)
+		return TBX_OK;
+	len = (size_t)PQgetlength(res, row, col);
+	if (len >= size)
+		return TBX_ECORRUPT;
+	memcpy(out, s, len);
+	out[len] = '\0';
+	return TBX_OK;
+}
