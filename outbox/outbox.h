@@ -360,7 +360,40 @@ typedef struct tbx_outbox_ops {
 	/** Counts @p grp's rows created at or before @p created_max. */
 	int (*count_older)(tbx_outbox_t *store, const char *grp,
 			   int64_t created_max, int64_t *rows);
+
+	/*
+	 * What differs between an embedded and a server store.
+	 */
+	/** A's lock on the messages it may handle: for each of @p ids
+	 *  (@p n, any order, repeats allowed), a lock on (grp, id) held
+	 *  until the transaction ends, taken in one key order, inside the
+	 *  transaction begin() opened and before any savepoint.  SQLite:
+	 *  nothing (begin() took the file's write lock).  PostgreSQL: the
+	 *  advisory locks of docs/architecture.md ("PostgreSQL: locking
+	 *  without a file lock"). */
+	int (*lock_ids)(tbx_outbox_t *store, const char *grp,
+			const char *const *ids, size_t n);
+	/** @p on: the next transaction commits without waiting for its
+	 *  sync (G's marker: a crash of the process keeps it, a power cut
+	 *  may lose a count); off: as configured.  SQLite: synchronous=
+	 *  NORMAL; PostgreSQL: synchronous_commit=off for it. */
+	int (*relaxed)(tbx_outbox_t *store, int on);
+	/** The connection handlers use, if the store is of @p backend
+	 *  (TBX_BACKEND_*): sqlite3 * or PGconn *, borrowed; NULL
+	 *  otherwise. */
+	void *(*native)(tbx_outbox_t *store, int backend);
+	/** Runs a handler's statement @p sql with @p n text parameters
+	 *  ($1 … $n; NULL binds NULL) on the store's connection, inside
+	 *  the transaction in progress; *changes (may be NULL) receives the
+	 *  rows it changed.  @returns TBX_OK, TBX_EINVAL (a statement that
+	 *  does not prepare, or more than one statement) or the mapped
+	 *  error, with errmsg() saying why. */
+	int (*exec)(tbx_outbox_t *store, const char *sql,
+		    const char *const *params, int n, int64_t *changes);
 } tbx_outbox_ops_t;
+
+/** The backends, for native(). */
+enum { TBX_BACKEND_SQLITE = 1, TBX_BACKEND_PG = 2 };
 
 /** Backends embed this first. */
 struct tbx_outbox {
@@ -372,6 +405,18 @@ struct tbx_outbox {
 int tbx_outbox_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 			   tbx_outbox_t **out, char *errstr,
 			   size_t errstr_size);
+/**
+ * Opens the PostgreSQL backend: connects to @p conninfo (a libpq URL or
+ * key=value string), creates the schema @p schema and the service store's
+ * tables in it, or migrates them forward, in one transaction under a lock
+ * that serialises concurrent openers.  opts->readonly opens without
+ * creating or migrating (TBX_ENOENT when the tables are not there);
+ * opts->synchronous_full and busy_timeout_ms map to synchronous_commit
+ * and lock_timeout.  *out owned by the caller.
+ */
+int tbx_outbox_pg_open(const char *conninfo, const char *schema,
+		       const tbx__db_opts_t *opts, tbx_outbox_t **out,
+		       char *errstr, size_t errstr_size);
 /** Opens the service store at @p path: the SQLite backend. */
 static inline int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
 				  tbx_outbox_t **out, char *errstr,
@@ -386,6 +431,11 @@ static inline int tbx_outbox_open(const char *path, const tbx__db_opts_t *opts,
  * token store in the same file shares it (the joined path).
  */
 sqlite3 *tbx_outbox_db(tbx_outbox_t *store);
+struct tbx__pg;
+/** Backend-specific: the connection of a store of the PostgreSQL backend
+ *  (borrowed), NULL for any other; a token store in the same database
+ *  shares it (tbx_tokens_pg_open). */
+struct tbx__pg *tbx_outbox_pg(tbx_outbox_t *store);
 
 /* Thin wrappers so call sites read as verbs. */
 

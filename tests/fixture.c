@@ -241,3 +241,19 @@ void tt_publish_orders(const char *bootstraps, const char *tokens, int n,
 	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
 	tbx_publisher_destroy(pub);
 }
+
+const char *tt_pg_url(void)
+{
+	const char *url = getenv("TBX_PG_URL");
+
+	cr_assert(url && *url, "TBX_PG_URL is not set: start a server with "
+			       "'bash scripts/pg.sh start --dir DIR'");
+	return url;
+}
+
+void tt_pg_schema(char *out, size_t size, const char *tag)
+{
+	static unsigned n;
+
+	snprintf(out, size, "t_%s_%ld_%u", tag, (long)getpid(), ++n);
+}

@@ -14,6 +14,14 @@
 
 #include "support.h"
 
+/* ---- PostgreSQL (the pg tier) --------------------------------------- */
+
+/** The server of the pg tier: $TBX_PG_URL (the test fails without it;
+ *  ctest's pg_* entries skip before they start). */
+const char *tt_pg_url(void);
+/** A schema name no other test of this run uses: "t_<tag>_<pid>_<n>". */
+void tt_pg_schema(char *out, size_t size, const char *tag);
+
 /* ---- in process ---------------------------------------------------- */
 
 /** A temporary directory with the paths of up to three service stores

@@ -287,6 +287,21 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 			   sqlite3 *shared, tbx_tokens_t **out, char *errstr,
 			   size_t errstr_size);
 
+struct tbx__pg;
+/**
+ * Opens the PostgreSQL backend: the token tables in schema @p schema of
+ * the database @p conninfo names (created or migrated forward as
+ * tbx_outbox_pg_open() does, with the store identity made on creation).
+ * When @p shared is not NULL the backend uses that connection (the
+ * service store's: S and T in one database, the joined path) and takes a
+ * reference to it instead of connecting; transactions then must not
+ * overlap.  opts->create = 0 refuses (TBX_ENOENT) a schema without token
+ * tables, as a missing SQLite file is refused.
+ */
+int tbx_tokens_pg_open(const char *conninfo, const char *schema,
+		       struct tbx__pg *shared, const tbx__db_opts_t *opts,
+		       tbx_tokens_t **out, char *errstr, size_t errstr_size);
+
 /* Thin wrappers so call sites read as verbs. */
 static inline int tbx_tokens_exists(tbx_tokens_t *t, const char *token,
 				    const char *grp, int *exists)
