@@ -164,6 +164,18 @@ const char *tbx__pg_errmsg(const tbx__pg_t *pg)
 	return pg->errmsg;
 }
 
+/* The server's notices (a ROLLBACK with no transaction open, a handler's
+ * RAISE NOTICE) go to the log, not to stderr. */
+static void on_notice(void *arg, const char *msg)
+{
+	const tbx__pg_t *pg = arg;
+	size_t n = strlen(msg);
+
+	while (n && msg[n - 1] == '\n')
+		n--;
+	tbx__log(TBX_LOG_DEBUG, "postgresql: %s: %.*s", pg->where, (int)n, msg);
+}
+
 /* Session settings every connection gets. */
 static int setup_session(tbx__pg_t *pg)
 {
@@ -211,6 +223,7 @@ static int open_conn(tbx__pg_t *pg)
 		pg->conn = NULL;
 		return TBX_ESTORE;
 	}
+	PQsetNoticeProcessor(pg->conn, on_notice, pg);
 	if (setup_session(pg)) {
 		PQfinish(pg->conn);
 		pg->conn = NULL;
