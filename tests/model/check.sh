@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Model-check tests/model/tokenbox.pml, poison.pml and pg.pml with spin: the
-# protocol as built must pass (errors: 0); each deliberately broken variant
-# must fail (errors > 0).
+# Model-check tests/model/tokenbox.pml, poison.pml, pg.pml and pg_seq.pml
+# with spin: the protocol as built must pass (errors: 0); each deliberately
+# broken variant must fail (errors > 0).
 # See docs/model.md.
 set -u
 
@@ -30,7 +30,9 @@ trap 'rm -rf "$tmp"' EXIT
 # also checked with four crashes and with asynchronous downstream groups.
 # The recovery pass runs beside one worker.  poison.pml checks the guard's
 # blame rule (phase G), apart from the exactly-once state.  pg.pml checks
-# the PostgreSQL locking: two workers with copies of one message.
+# the PostgreSQL locking: two workers with copies of one message; pg_seq.pml
+# the orderings of subscribing against minting and of two workers on one
+# untokened partition.
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
@@ -66,7 +68,15 @@ pg_snapshot_before_lock -DBUG_SNAPSHOT_BEFORE_LOCK fail pg.pml
 pg_joined_snapshot_before_lock -DJOINED,-DBUG_SNAPSHOT_BEFORE_LOCK fail pg.pml
 pg_token_before_row -DBUG_TOKEN_BEFORE_ROW fail pg.pml
 pg_lock_in_t -DBUG_LOCK_IN_T fail pg.pml
-pg_token_lock_no_unique -DJOINED,-DTOKEN_LOCK,-DBUG_NO_UNIQUE fail pg.pml'
+pg_token_lock_no_unique -DJOINED,-DTOKEN_LOCK,-DBUG_NO_UNIQUE fail pg.pml
+pg_seq_subscribe - pass pg_seq.pml
+pg_seq_subscribe_nocrash -DNOCRASH pass pg_seq.pml
+pg_seq_subscribe_no_lock -DBUG_NO_SUBLOCK fail pg_seq.pml
+pg_seq_sublock_after_seq -DBUG_SUBLOCK_AFTER_SEQ fail pg_seq.pml
+pg_seq_read_before_lock -DBUG_READ_BEFORE_LOCK fail pg_seq.pml
+pg_seq_ingress -DINGRESS pass pg_seq.pml
+pg_seq_ingress_nocrash -DINGRESS,-DNOCRASH pass pg_seq.pml
+pg_seq_ingress_no_for_update -DINGRESS,-DBUG_NO_FOR_UPDATE fail pg_seq.pml'
 
 # TBX_MODEL_ONLY: an extended regular expression; only the cases whose
 # name matches it run (e.g. TBX_MODEL_ONLY='^pg' for pg.pml's).
