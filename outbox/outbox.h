@@ -93,6 +93,15 @@ int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
 tbx__outmsg_t *tbx__row_grow(tbx__row_t *row);
 /** Drops every outgoing message (the row stays). */
 void tbx__row_clear_msgs(tbx__row_t *row);
+/** Encodes the outgoing messages of @p row as one value (store/msgs.h)
+ *  into a malloc'ed *blob; a row without messages: *blob NULL.
+ *  @returns TBX_OK, TBX_EINVAL or TBX_ENOMEM. */
+int tbx__row_msgs_encode(const tbx__row_t *row, void **blob, size_t *len);
+/** Appends the messages of a stored value to @p row (@p msg_id names it
+ *  in the log).  @returns TBX_OK, TBX_ENOMEM, or TBX_ESTORE (logged) for
+ *  a malformed value. */
+int tbx__row_msgs_decode(const void *blob, size_t len, const char *msg_id,
+			 tbx__row_t *row);
 /** Asserts the lifecycle invariants above; @returns 1 when they hold. */
 int tbx_outbox_row_check(const tbx__row_t *row);
 
@@ -205,7 +214,11 @@ typedef struct tbx_outbox_ops {
 	int (*row_find)(tbx_outbox_t *store, const char *grp,
 			const char *msg_id, int *found,
 			char attempt[TBX_UUID_LEN + 1]);
-	/** Inserts @p row and its outgoing messages (caller's txn). */
+	/** Inserts @p row and its outgoing messages (caller's txn).
+	 *  PostgreSQL: TBX_EEXIST when the row (grp, msg_id) is there
+	 *  already and nothing was inserted (INSERT ... ON CONFLICT DO
+	 *  NOTHING: the transaction stays usable; A rolls back to the
+	 *  record's savepoint and resumes the committed row). */
 	int (*row_insert)(tbx_outbox_t *store, const char *grp,
 			  const tbx__row_t *row);
 	/** Loads the row and its messages into @p row (cleared first), from

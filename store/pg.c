@@ -176,7 +176,9 @@ static void on_notice(void *arg, const char *msg)
 	tbx__log(TBX_LOG_DEBUG, "postgresql: %s: %.*s", pg->where, (int)n, msg);
 }
 
-/* Session settings every connection gets. */
+static int apply_set(tbx__pg_t *pg, const char *name, const char *value);
+
+/* Session settings every connection gets, then the store's own. */
 static int setup_session(tbx__pg_t *pg)
 {
 	static const char *const sets[] = {
@@ -192,6 +194,9 @@ static int setup_session(tbx__pg_t *pg)
 		if (!ok)
 			return TBX_ESTORE;
 	}
+	for (int i = 0; i < pg->nsets; i++)
+		if (apply_set(pg, pg->sets[i][0], pg->sets[i][1]))
+			return TBX_ESTORE;
 	return TBX_OK;
 }
 
@@ -334,7 +339,7 @@ static int map_state(const char *state)
 }
 
 /* Logs a failed call and maps it. */
-static int failed(tbx__pg_t *pg, const char *what, PGresult *res)
+static int failed(tbx__pg_t *pg, const char *what, const PGresult *res)
 {
 	const char *state =
 	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
@@ -836,4 +841,45 @@ int tbx__pg_text_to(const PGresult *res, int row, int col, char *out,
 	memcpy(out, s, len);
 	out[len] = '\0';
 	return TBX_OK;
+}
+
+int tbx__pg_fail(tbx__pg_t *pg, const char *what, const PGresult *res)
+{
+	return failed(pg, what, res);
+}
+
+/* set_config(name, value, false) on the connection. */
+static int apply_set(tbx__pg_t *pg, const char *name, const char *value)
+{
+	const char *vals[2] = {name, value};
+	PGresult *res;
+	int err = TBX_OK;
+
+	res = PQexecParams(pg->conn, "SELECT set_config($1, $2, false)", 2,
+			   NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		err = failed(pg, "set_config", res);
+	PQclear(res);
+	return err;
+}
+
+int tbx__pg_set(tbx__pg_t *pg, const char *name, const char *value)
+{
+	int i;
+
+	if (pg->in_tx || strlen(name) >= sizeof(pg->sets[0][0]) ||
+	    strlen(value) >= sizeof(pg->sets[0][1]))
+		return TBX_EINVAL;
+	for (i = 0; i < pg->nsets; i++)
+		if (!strcmp(pg->sets[i][0], name))
+			break;
+	if (i == TBX_PG_MAX_SETS)
+		return TBX_EINVAL;
+	if (lost(pg))
+		return failed(pg, "set_config", NULL);
+	tbx__strlcpy(pg->sets[i][0], name, sizeof(pg->sets[i][0]));
+	tbx__strlcpy(pg->sets[i][1], value, sizeof(pg->sets[i][1]));
+	if (i == pg->nsets)
+		pg->nsets++;
+	return apply_set(pg, name, value);
 }

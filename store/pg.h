@@ -37,6 +37,8 @@
 #define TBX_PG_IDENT_MAX 63
 /** The most parameters one statement of tokenbox binds. */
 #define TBX_PG_MAX_PARAMS 16
+/** The most session settings of tbx__pg_set(). */
+#define TBX_PG_MAX_SETS 4
 
 typedef struct tbx__pg {
 	PGconn *conn;
@@ -46,6 +48,8 @@ typedef struct tbx__pg {
 	int refs;	  /**< a connection shared by S and T (joined) */
 	int in_tx;	  /**< a transaction is open */
 	char errmsg[512]; /**< the last server error, redacted */
+	char sets[TBX_PG_MAX_SETS][2][64]; /**< tbx__pg_set()'s name, value */
+	int nsets;
 } tbx__pg_t;
 
 /**
@@ -77,6 +81,24 @@ int tbx__pg_ident_check(const char *key, const char *name, char *errstr,
  */
 int tbx__pg_connect(const char *conninfo, tbx__pg_t **pg, char *errstr,
 		    size_t errstr_size);
+/**
+ * Sets the session parameter @p name to @p value (set_config(), bound)
+ * now, outside a transaction, and again after every reconnect, so that
+ * a connection made again keeps what the store configured
+ * (synchronous_commit, lock_timeout, default_transaction_read_only).
+ * A second call for one name replaces its value.
+ * @returns TBX_OK, TBX_EINVAL (too many, too long, or inside a
+ * transaction) or the mapped error.
+ */
+int tbx__pg_set(tbx__pg_t *pg, const char *name, const char *value);
+
+/**
+ * Records and logs the failure of a call on @p pg that a backend ran
+ * itself (PQexecParams of a handler's statement; @p res may be NULL),
+ * as tbx__pg_run() does its own.  @returns the mapped error.
+ */
+int tbx__pg_fail(tbx__pg_t *pg, const char *what, const PGresult *res);
+
 /** Takes another reference to @p pg (a joined token store). */
 tbx__pg_t *tbx__pg_ref(tbx__pg_t *pg);
 /** Drops a reference; the last one closes the connection.  NULL is

@@ -1,0 +1,1350 @@
+/*
+ * The PostgreSQL backend of the service store S (outbox/outbox.h,
+ * tbx_outbox_ops_t): its schema and migrations, transactions, outbox rows
+ * with their outgoing messages, ingress offsets, crash markers, dead
+ * letters and alarms, as the protocol, the recovery pass and the sweeper
+ * use them.  The read side of `tokenbox inspect` is in pg_read.c.
+ *
+ * The tables live in one schema of the database (store.schema), written
+ * into the statement texts as @S (store/pg.h); every value is bound, and
+ * every statement is prepared once per connection.  The locking follows
+ * docs/architecture.md, "PostgreSQL: locking without a file lock": every
+ * transaction READ COMMITTED, A's advisory locks on (group, message id)
+ * taken by lock_ids() in key order, ON CONFLICT on the row insert, B's
+ * record conditional on attempt IS NULL, and the ingress offset read FOR
+ * UPDATE inside a transaction.
+ *
+ * @locality one thread at a time per store (the worker's).
+ */
+#include "outbox/outbox.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/str.h"
+#include "outbox/pg_int.h"
+#include "store/pg.h"
+
+/* Advisory lock namespaces (the first key), docs/architecture.md. */
+#define LOCK_MIGRATION "1413634048"
+#define LOCK_MSG       "1413634049"
+
+/*
+ * The schema, one step per version: migrations[v] takes the tables from
+ * version v to v + 1.  Never edit a step once released: append one and
+ * bump TBX_PG_OUTBOX_VERSION.  Text columns that are ordered or compared
+ * use the "C" collation: byte order, as SQLite's listings.
+ */
+static const char *const migrations[] = {
+    /* 0 -> 1: the tables of SQLite's schema 8 (store/db.c). */
+    "CREATE TABLE @S.tbx_schema_info ("
+    " id integer PRIMARY KEY CHECK (id = 1),"
+    " kind text NOT NULL,"
+    " version integer NOT NULL,"
+    " store_id text NOT NULL,"
+    " created_ms bigint NOT NULL);"
+    "CREATE TABLE @S.tbx_outbox ("
+    " grp text COLLATE \"C\" NOT NULL,"
+    " msg_id text COLLATE \"C\" NOT NULL,"
+    " in_topic text COLLATE \"C\" NOT NULL,"
+    " in_partition integer NOT NULL,"
+    " in_offset bigint NOT NULL,"
+    " in_token text COLLATE \"C\","
+    " attempt text COLLATE \"C\","
+    " mint_seq bigint,"
+    " kind integer NOT NULL DEFAULT 0 CHECK (kind IN (0, 1)),"
+    " error text,"
+    " created_ms bigint NOT NULL,"
+    " stuck_ms bigint,"
+    " dispatch_failures integer NOT NULL DEFAULT 0,"
+    " msgs bytea,"
+    " CHECK ((attempt IS NULL) = (mint_seq IS NULL)),"
+    " PRIMARY KEY (grp, msg_id));"
+    "CREATE TABLE @S.tbx_ingress ("
+    " grp text COLLATE \"C\" NOT NULL,"
+    " topic text COLLATE \"C\" NOT NULL,"
+    " \"partition\" integer NOT NULL,"
+    " next_offset bigint NOT NULL,"
+    " PRIMARY KEY (grp, topic, \"partition\"));"
+    "CREATE TABLE @S.tbx_dead_letters ("
+    " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " grp text COLLATE \"C\" NOT NULL,"
+    " msg_id text COLLATE \"C\" NOT NULL,"
+    " in_topic text COLLATE \"C\" NOT NULL,"
+    " in_partition integer NOT NULL,"
+    " in_offset bigint NOT NULL,"
+    " dlq_topic text COLLATE \"C\" NOT NULL,"
+    " error text,"
+    " attempts integer NOT NULL,"
+    " created_ms bigint NOT NULL);"
+    "CREATE INDEX tbx_dead_letters_grp ON @S.tbx_dead_letters"
+    " (grp, created_ms);"
+    "CREATE TABLE @S.tbx_inflight ("
+    " grp text COLLATE \"C\" NOT NULL,"
+    " topic text COLLATE \"C\" NOT NULL,"
+    " \"partition\" integer NOT NULL,"
+    " first_offset bigint NOT NULL,"
+    " last_offset bigint NOT NULL,"
+    " crashes integer NOT NULL,"
+    " suspect_until bigint NOT NULL,"
+    " lone integer NOT NULL DEFAULT 0,"
+    " count_offset bigint NOT NULL DEFAULT -1,"
+    " retries integer NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (grp, topic, \"partition\"));"
+    "CREATE TABLE @S.tbx_alarms ("
+    " grp text COLLATE \"C\" NOT NULL,"
+    " name text COLLATE \"C\" NOT NULL,"
+    " count bigint NOT NULL,"
+    " first_ms bigint NOT NULL,"
+    " last_ms bigint NOT NULL,"
+    " detail text,"
+    " PRIMARY KEY (grp, name));"
+    "CREATE TABLE @S.tbx_undelivered ("
+    " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " grp text COLLATE \"C\" NOT NULL,"
+    " msg_id text COLLATE \"C\" NOT NULL,"
+    " out_id text COLLATE \"C\" NOT NULL,"
+    " topic text COLLATE \"C\" NOT NULL,"
+    " type text NOT NULL,"
+    " key bytea,"
+    " payload bytea,"
+    " headers bytea,"
+    " token text COLLATE \"C\","
+    " mint_seq bigint,"
+    " error text NOT NULL,"
+    " attempts integer NOT NULL,"
+    " created_ms bigint NOT NULL,"
+    " UNIQUE (grp, out_id));",
+};
+
+_Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
+		   TBX_PG_OUTBOX_VERSION,
+	       "one migration step per schema version");
+
+enum {
+	Q_MIG_LOCK,
+	Q_HAS_TABLE,
+	Q_INFO_GET,
+	Q_INFO_ADD,
+	Q_INFO_VERSION,
+	Q_ROW_FIND,
+	Q_ROW_INSERT,
+	Q_ROW_GET,
+	Q_MSGS_UNTOKENED,
+	Q_SET_ATTEMPT,
+	Q_ROW_DELETE,
+	Q_INGRESS_GET,
+	Q_INGRESS_ENSURE,
+	Q_INGRESS_LOCK,
+	Q_INGRESS_SET,
+	Q_DEAD_LETTER,
+	Q_COUNT_ALL,
+	Q_COUNT_GRP,
+	Q_ROWS_OLDER,
+	Q_INFLIGHT_GET,
+	Q_INFLIGHT_PUT,
+	Q_INFLIGHT_DEL,
+	Q_INFLIGHT_RELEASE,
+	Q_ROWS_BELOW,
+	Q_MARK_STUCK,
+	Q_ALARM_ADD,
+	Q_DISPATCH_FAILED,
+	Q_UNDELIVERED_ADD,
+	Q_LOCK_IDS,
+	Q__COUNT
+};
+
+static const char *const sql[Q__COUNT] = {
+    /* Serialises the openers of one schema (creation, migrations). */
+    [Q_MIG_LOCK] =
+	"SELECT pg_advisory_xact_lock(" LOCK_MIGRATION ", hashtext($1::text))",
+    [Q_HAS_TABLE] = "SELECT count(*) FROM pg_catalog.pg_tables WHERE "
+		    "schemaname = $1 AND tablename = $2",
+    [Q_INFO_GET] = "SELECT kind, version, store_id FROM @S.tbx_schema_info "
+		   "WHERE id = 1",
+    [Q_INFO_ADD] = "INSERT INTO @S.tbx_schema_info (id, kind, version, "
+		   "store_id, created_ms) VALUES (1, 'service', $1, $2, $3)",
+    [Q_INFO_VERSION] = "UPDATE @S.tbx_schema_info SET version = $1 WHERE "
+		       "id = 1",
+    [Q_ROW_FIND] = "SELECT attempt FROM @S.tbx_outbox WHERE grp = $1 AND "
+		   "msg_id = $2",
+    /* The key is a guard: with A's lock nothing conflicts; a conflict
+     * inserts nothing and keeps the transaction usable. */
+    [Q_ROW_INSERT] = "INSERT INTO @S.tbx_outbox (grp, msg_id, in_topic, "
+		     "in_partition, in_offset, in_token, attempt, mint_seq, "
+		     "kind, error, created_ms, msgs) VALUES ($1, $2, $3, $4, "
+		     "$5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (grp, "
+		     "msg_id) DO NOTHING",
+    [Q_ROW_GET] = "SELECT in_topic, in_partition, in_offset, in_token, "
+		  "attempt, mint_seq, kind, error, created_ms, msgs FROM "
+		  "@S.tbx_outbox WHERE grp = $1 AND msg_id = $2",
+    [Q_MSGS_UNTOKENED] = "SELECT msgs FROM @S.tbx_outbox WHERE grp = $1 "
+			 "AND msg_id = $2 AND attempt IS NULL",
+    /* B: the first persisted attempt wins; a second updater waits for
+     * the row lock, re-reads the row and updates nothing. */
+    [Q_SET_ATTEMPT] = "UPDATE @S.tbx_outbox SET attempt = $1, mint_seq = "
+		      "$2, msgs = $5 WHERE grp = $3 AND msg_id = $4 AND "
+		      "attempt IS NULL",
+    [Q_ROW_DELETE] = "DELETE FROM @S.tbx_outbox WHERE grp = $1 AND msg_id "
+		     "= $2",
+    [Q_INGRESS_GET] = "SELECT next_offset FROM @S.tbx_ingress WHERE grp = "
+		      "$1 AND topic = $2 AND \"partition\" = $3",
+    /* Inside a transaction: a partition without an offset gets the row
+     * "none" (-1), so that the next statement has a row to lock. */
+    [Q_INGRESS_ENSURE] = "INSERT INTO @S.tbx_ingress (grp, topic, "
+			 "\"partition\", next_offset) VALUES ($1, $2, $3, -1) "
+			 "ON CONFLICT (grp, topic, \"partition\") DO NOTHING",
+    [Q_INGRESS_LOCK] = "SELECT next_offset FROM @S.tbx_ingress WHERE grp = "
+		       "$1 AND topic = $2 AND \"partition\" = $3 FOR UPDATE",
+    [Q_INGRESS_SET] = "INSERT INTO @S.tbx_ingress (grp, topic, "
+		      "\"partition\", next_offset) VALUES ($1, $2, $3, $4) ON "
+		      "CONFLICT (grp, topic, \"partition\") DO UPDATE SET "
+		      "next_offset = excluded.next_offset",
+    [Q_DEAD_LETTER] = "INSERT INTO @S.tbx_dead_letters (grp, msg_id, "
+		      "in_topic, in_partition, in_offset, dlq_topic, error, "
+		      "attempts, created_ms) VALUES ($1, $2, $3, $4, $5, $6, "
+		      "$7, $8, $9)",
+    [Q_COUNT_ALL] = "SELECT count(*) FROM @S.tbx_outbox",
+    [Q_COUNT_GRP] = "SELECT count(*) FROM @S.tbx_outbox WHERE grp = $1",
+    [Q_ROWS_OLDER] = "SELECT msg_id FROM @S.tbx_outbox WHERE grp = $1 AND "
+		     "created_ms <= $2 ORDER BY created_ms, msg_id LIMIT $3",
+    [Q_INFLIGHT_GET] = "SELECT first_offset, last_offset, crashes, "
+		       "suspect_until, lone, count_offset, retries FROM "
+		       "@S.tbx_inflight WHERE grp = $1 AND topic = $2 AND "
+		       "\"partition\" = $3",
+    [Q_INFLIGHT_PUT] = "INSERT INTO @S.tbx_inflight (grp, topic, "
+		       "\"partition\", first_offset, last_offset, crashes, "
+		       "suspect_until, lone, count_offset, retries) VALUES "
+		       "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT "
+		       "(grp, topic, \"partition\") DO UPDATE SET "
+		       "first_offset = excluded.first_offset, last_offset = "
+		       "excluded.last_offset, crashes = excluded.crashes, "
+		       "suspect_until = excluded.suspect_until, lone = "
+		       "excluded.lone, count_offset = excluded.count_offset, "
+		       "retries = excluded.retries",
+    [Q_INFLIGHT_DEL] = "DELETE FROM @S.tbx_inflight WHERE grp = $1 AND "
+		       "topic = $2 AND \"partition\" = $3",
+    [Q_INFLIGHT_RELEASE] = "UPDATE @S.tbx_inflight SET first_offset = -1, "
+			   "last_offset = -1, lone = 0 WHERE grp = $1 AND "
+			   "topic = $2 AND \"partition\" = $3",
+    [Q_ROWS_BELOW] = "SELECT msg_id FROM @S.tbx_outbox WHERE grp = $1 AND "
+		     "in_topic = $2 AND in_partition = $3 AND in_offset < $4 "
+		     "ORDER BY in_offset, msg_id LIMIT $5",
+    [Q_MARK_STUCK] = "UPDATE @S.tbx_outbox SET stuck_ms = $3 WHERE grp = "
+		     "$1 AND msg_id = $2 AND stuck_ms IS NULL",
+    [Q_ALARM_ADD] = "INSERT INTO @S.tbx_alarms AS a (grp, name, count, "
+		    "first_ms, last_ms, detail) VALUES ($1, $2, 1, $3, $3, "
+		    "$4) ON CONFLICT (grp, name) DO UPDATE SET count = "
+		    "a.count + 1, last_ms = excluded.last_ms, detail = "
+		    "excluded.detail",
+    [Q_DISPATCH_FAILED] = "UPDATE @S.tbx_outbox SET dispatch_failures = "
+			  "dispatch_failures + 1 WHERE grp = $1 AND msg_id = "
+			  "$2 RETURNING dispatch_failures",
+    /* One line per outgoing message however often it is given up on. */
+    [Q_UNDELIVERED_ADD] = "INSERT INTO @S.tbx_undelivered (grp, msg_id, "
+			  "out_id, topic, type, key, payload, headers, token, "
+			  "mint_seq, error, attempts, created_ms) VALUES ($1, "
+			  "$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+			  "ON CONFLICT (grp, out_id) DO NOTHING",
+    /* A's locks: the keys hashed by the server, deduplicated and sorted
+     * in the subquery, whose Sort the outer projection reads row by row,
+     * so that the locks are taken in ascending key order (the test
+     * lock_ids_takes_the_keys_in_ascending_order checks it). */
+    [Q_LOCK_IDS] = "SELECT pg_advisory_xact_lock(" LOCK_MSG
+		   ", s.k) FROM (SELECT DISTINCT hashtext($1::text || ':' || "
+		   "x) AS k FROM unnest($2::text[]) AS x ORDER BY 1) s",
+};
+
+static const tbx_outbox_ops_t pg_ops;
+
+static pg_store_t *ps(tbx_outbox_t *base)
+{
+	return (pg_store_t *)base;
+}
+
+/* Runs @p q with @p p, then frees what @p p owns. */
+static int run(pg_store_t *store, int q, tbx__pg_params_t *p, PGresult **res)
+{
+	int err = tbx__pg_run(&store->stmts, q, p, res);
+
+	if (p)
+		tbx__pgp_free(p);
+	return err;
+}
+
+/* The rows a command changed (PQcmdTuples). */
+static int64_t changes(const PGresult *res)
+{
+	const char *n = PQcmdTuples((PGresult *)res);
+
+	return n && *n ? strtoll(n, NULL, 10) : 0;
+}
+
+/*
+ * Opening: the schema, its version, and the session.
+ */
+
+/* Fails the open with a message naming the schema and the server's
+ * reason. */
+static int open_fail(pg_store_t *store, int err, const char *what, char *errstr,
+		     size_t errstr_size)
+{
+	tbx__seterr(errstr, errstr_size, err, "%s: schema %s: %s: %s",
+		    store->pg->where, store->schema, what,
+		    tbx__pg_errmsg(store->pg));
+	return err;
+}
+
+/* Whether table @p name is in the store's schema. */
+static int has_table(pg_store_t *store, const char *name, int *yes)
+{
+	tbx__pg_params_t p;
+	int64_t n;
+	int err;
+
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, store->schema);
+	tbx__pgp_text(&p, name);
+	err = tbx__pg_run_i64(&store->stmts, Q_HAS_TABLE, &p, &n, NULL);
+	*yes = n > 0;
+	return err;
+}
+
+/* Reads tbx_schema_info and refuses another kind or a newer version.
+ * *version = 0 when the schema has no tokenbox tables. */
+static int read_info(pg_store_t *store, int *version, char *errstr,
+		     size_t errstr_size)
+{
+	PGresult *res;
+	char kind[32];
+	int yes, err;
+
+	*version = 0;
+	if ((err = has_table(store, "tbx_schema_info", &yes)))
+		return open_fail(store, err, "cannot read the catalog", errstr,
+				 errstr_size);
+	if (!yes) {
+		/* Tables of an outbox without the version table were not
+		 * made by this backend. */
+		if ((err = has_table(store, "tbx_outbox", &yes)))
+			return open_fail(store, err, "cannot read the catalog",
+					 errstr, errstr_size);
+		if (yes)
+			return tbx__seterr(
+			    errstr, errstr_size, TBX_ENOTDB,
+			    "%s: schema %s: not a tokenbox store (a "
+			    "tbx_outbox table without tbx_schema_info)",
+			    store->pg->where, store->schema);
+		return TBX_OK;
+	}
+	if ((err = tbx__pg_run(&store->stmts, Q_INFO_GET, NULL, &res)))
+		return open_fail(store, err, "cannot read tbx_schema_info",
+				 errstr, errstr_size);
+	if (PQntuples(res) != 1 ||
+	    tbx__pg_text_to(res, 0, 0, kind, sizeof(kind))) {
+		PQclear(res);
+		return tbx__seterr(errstr, errstr_size, TBX_ENOTDB,
+				   "%s: schema %s: not a tokenbox store "
+				   "(tbx_schema_info has no row 1)",
+				   store->pg->where, store->schema);
+	}
+	*version = (int)tbx__pg_i64(res, 0, 1);
+	PQclear(res);
+	if (strcmp(kind, "service") != 0)
+		return tbx__seterr(errstr, errstr_size, TBX_ENOTDB,
+				   "%s: schema %s holds a tokenbox store of "
+				   "kind '%s', not a service store; give the "
+				   "service store a schema of its own "
+				   "(store.schema)",
+				   store->pg->where, store->schema, kind);
+	if (*version > TBX_PG_OUTBOX_VERSION || *version < 1)
+		return tbx__seterr(errstr, errstr_size, TBX_ESCHEMA,
+				   "%s: schema %s: service store version %d "
+				   "is newer than this tokenbox's (%d); use a "
+				   "newer tokenbox",
+				   store->pg->where, store->schema, *version,
+				   TBX_PG_OUTBOX_VERSION);
+	return TBX_OK;
+}
+
+/* Runs one DDL text of @p tmpl with the schema filled in. */
+static int ddl(pg_store_t *store, const char *tmpl)
+{
+	tbx__pg_stmts_t one;
+	int err;
+
+	if ((err = tbx__pg_stmts_init(&one, store->pg, "ddl", &tmpl, 1,
+				      store->schema, NULL)))
+		return err;
+	err = tbx__pg_exec(store->pg, one.sql[0]);
+	tbx__pg_stmts_free(&one);
+	return err;
+}
+
+/* Creates the schema or migrates it forward, in one transaction under
+ * the schema's migration lock: a second opener waits, then finds the
+ * tables made. */
+static int migrate(pg_store_t *store, char *errstr, size_t errstr_size)
+{
+	tbx__pg_params_t p;
+	int version, err;
+
+	if ((err = tbx__pg_begin(store->pg)))
+		return open_fail(store, err, "cannot begin", errstr,
+				 errstr_size);
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, store->schema);
+	if ((err = run(store, Q_MIG_LOCK, &p, NULL))) {
+		open_fail(store, err, "cannot lock for migration", errstr,
+			  errstr_size);
+		goto rollback;
+	}
+	if ((err = ddl(store, "CREATE SCHEMA IF NOT EXISTS @S"))) {
+		open_fail(store, err, "cannot create the schema", errstr,
+			  errstr_size);
+		goto rollback;
+	}
+	if ((err = read_info(store, &version, errstr, errstr_size)))
+		goto rollback;
+	for (int v = version; v < TBX_PG_OUTBOX_VERSION; v++) {
+		if ((err = ddl(store, migrations[v]))) {
+			char what[64];
+			snprintf(what, sizeof(what),
+				 "migration to version %d failed", v + 1);
+			open_fail(store, err, what, errstr, errstr_size);
+			goto rollback;
+		}
+	}
+	tbx__pgp_init(&p);
+	tbx__pgp_i64(&p, TBX_PG_OUTBOX_VERSION);
+	if (version == 0) {
+		char id[TBX_UUID_LEN + 1];
+
+		tbx__uuid(id);
+		tbx__pgp_text(&p, id);
+		tbx__pgp_i64(&p, tbx__now_ms());
+		err = run(store, Q_INFO_ADD, &p, NULL);
+	} else if (version < TBX_PG_OUTBOX_VERSION) {
+		err = run(store, Q_INFO_VERSION, &p, NULL);
+	} else {
+		tbx__pgp_free(&p);
+	}
+	if (err) {
+		open_fail(store, err, "cannot record the schema version",
+			  errstr, errstr_size);
+		goto rollback;
+	}
+	if ((err = tbx__pg_commit(store->pg))) {
+		open_fail(store, err, "cannot commit the schema", errstr,
+			  errstr_size);
+		return err;
+	}
+	if (version < TBX_PG_OUTBOX_VERSION)
+		tbx__log(TBX_LOG_INFO,
+			 "postgresql: %s: schema %s: service store %s "
+			 "version %d",
+			 store->pg->where, store->schema,
+			 version ? "migrated to" : "created at",
+			 TBX_PG_OUTBOX_VERSION);
+	store->version = TBX_PG_OUTBOX_VERSION;
+	return TBX_OK;
+rollback:
+	tbx__pg_rollback(store->pg);
+	return err;
+}
+
+/* Read-only (or create off): the tables must be there, at this
+ * version. */
+static int check_existing(pg_store_t *store, const tbx__db_opts_t *opts,
+			  char *errstr, size_t errstr_size)
+{
+	int version, err;
+
+	if ((err = tbx__pg_begin(store->pg)))
+		return open_fail(store, err, "cannot begin", errstr,
+				 errstr_size);
+	err = read_info(store, &version, errstr, errstr_size);
+	tbx__pg_rollback(store->pg);
+	if (err)
+		return err;
+	if (version == 0)
+		return tbx__seterr(
+		    errstr, errstr_size, TBX_ENOENT,
+		    "%s: schema %s: no service store there%s", store->pg->where,
+		    store->schema,
+		    opts->readonly ? "" : " (and creating it is off)");
+	if (version < TBX_PG_OUTBOX_VERSION)
+		return tbx__seterr(errstr, errstr_size, TBX_ESCHEMA,
+				   "%s: schema %s: service store version %d "
+				   "is older than this tokenbox's (%d); open "
+				   "it read-write once (e.g. start a worker "
+				   "on it) to migrate it",
+				   store->pg->where, store->schema, version,
+				   TBX_PG_OUTBOX_VERSION);
+	store->version = version;
+	return TBX_OK;
+}
+
+/* The session parameters of the options, kept across reconnects. */
+static int session(pg_store_t *store, const tbx__db_opts_t *opts, char *errstr,
+		   size_t errstr_size)
+{
+	char ms[24];
+	int err;
+
+	/* SQLite's busy timeout 0 fails at once; lock_timeout 0 would wait
+	 * for ever. */
+	snprintf(ms, sizeof(ms), "%d",
+		 opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms : 1);
+	if ((err = tbx__pg_set(store->pg, "lock_timeout", ms)))
+		return open_fail(store, err, "cannot set lock_timeout", errstr,
+				 errstr_size);
+	if (!opts->synchronous_full &&
+	    (err = tbx__pg_set(store->pg, "synchronous_commit", "off")))
+		return open_fail(store, err, "cannot set synchronous_commit",
+				 errstr, errstr_size);
+	return TBX_OK;
+}
+
+int tbx_outbox_pg_open(const char *conninfo, const char *schema,
+		       const tbx__db_opts_t *opts, tbx_outbox_t **out,
+		       char *errstr, size_t errstr_size)
+{
+	tbx__db_opts_t defaults;
+	pg_store_t *store;
+	int err;
+
+	if (!out)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "no place for the store");
+	*out = NULL;
+	if (!conninfo || !*conninfo)
+		return tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				   "no PostgreSQL connection string given");
+	if ((err = tbx__pg_ident_check("store.schema", schema, errstr,
+				       errstr_size)))
+		return err;
+	if (!opts) {
+		tbx__db_opts_init(&defaults);
+		opts = &defaults;
+	}
+	if (!(store = calloc(1, sizeof(*store))))
+		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				   "out of memory");
+	store->base.ops = &pg_ops;
+	tbx__strlcpy(store->schema, schema, sizeof(store->schema));
+	if ((err =
+		 tbx__pg_connect(conninfo, &store->pg, errstr, errstr_size))) {
+		free(store);
+		return err;
+	}
+	if (tbx__pg_stmts_init(&store->stmts, store->pg, "svc", sql, Q__COUNT,
+			       schema, NULL) ||
+	    tbx__outbox_pg_read_init(store)) {
+		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				  "out of memory");
+		goto fail;
+	}
+	if ((err = session(store, opts, errstr, errstr_size)))
+		goto fail;
+	if (opts->readonly || !opts->create)
+		err = check_existing(store, opts, errstr, errstr_size);
+	else
+		err = migrate(store, errstr, errstr_size);
+	if (err)
+		goto fail;
+	/* Read-only: no statement may write, as SQLite's query_only. */
+	if (opts->readonly &&
+	    (err = tbx__pg_set(store->pg, "default_transaction_read_only",
+			       "on"))) {
+		open_fail(store, err, "cannot make the session read-only",
+			  errstr, errstr_size);
+		goto fail;
+	}
+	*out = &store->base;
+	return TBX_OK;
+fail:
+	tbx__log(TBX_LOG_DEBUG, "%s",
+		 errstr && errstr_size ? errstr : "open failed");
+	store->base.ops->close(&store->base);
+	return err;
+}
+
+static void pg_close(tbx_outbox_t *base)
+{
+	pg_store_t *store = ps(base);
+
+	if (!store)
+		return;
+	if (store->reading)
+		tbx__pgo_read_end(base);
+	tbx__pg_stmts_free(&store->stmts);
+	tbx__pg_stmts_free(&store->reads);
+	tbx__pg_unref(store->pg);
+	free(store);
+}
+
+struct tbx__pg *tbx_outbox_pg(tbx_outbox_t *store)
+{
+	return store && store->ops == &pg_ops ? ps(store)->pg : NULL;
+}
+
+/*
+ * Transactions.
+ */
+
+static int pg_begin(tbx_outbox_t *base)
+{
+	pg_store_t *store = ps(base);
+	int err;
+
+	if ((err = tbx__pg_begin(store->pg)))
+		return err;
+	if (store->relaxed &&
+	    (err = tbx__pg_exec(store->pg,
+				"SET LOCAL synchronous_commit = off"))) {
+		tbx__pg_rollback(store->pg);
+		return err;
+	}
+	return TBX_OK;
+}
+
+static int pg_commit(tbx_outbox_t *base)
+{
+	return tbx__pg_commit(ps(base)->pg);
+}
+
+static int pg_rollback(tbx_outbox_t *base)
+{
+	tbx__pg_t *pg = ps(base)->pg;
+
+	/* Callers roll back after any failure, including a failed COMMIT
+	 * that ended the transaction already: nothing to do then. */
+	if (pg->in_tx)
+		tbx__pg_rollback(pg);
+	return TBX_OK;
+}
+
+static int pg_savepoint(tbx_outbox_t *base)
+{
+	return tbx__pg_exec(ps(base)->pg, "SAVEPOINT tbx_msg");
+}
+
+static int pg_release(tbx_outbox_t *base)
+{
+	return tbx__pg_exec(ps(base)->pg, "RELEASE SAVEPOINT tbx_msg");
+}
+
+static int pg_undo(tbx_outbox_t *base)
+{
+	pg_store_t *store = ps(base);
+	int err = tbx__pg_exec(store->pg, "ROLLBACK TO SAVEPOINT tbx_msg");
+
+	return err ? err : tbx__pg_exec(store->pg, "RELEASE SAVEPOINT tbx_msg");
+}
+
+/*
+ * Outbox rows.
+ */
+
+static int pg_row_find(tbx_outbox_t *base, const char *grp, const char *msg_id,
+		       int *found, char attempt[TBX_UUID_LEN + 1])
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	PGresult *res;
+	int err;
+
+	*found = 0;
+	if (attempt)
+		attempt[0] = '\0';
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, msg_id);
+	if ((err = run(store, Q_ROW_FIND, &p, &res)))
+		return err;
+	if (PQntuples(res) > 0) {
+		*found = 1;
+		if (attempt &&
+		    tbx__pg_text_to(res, 0, 0, attempt, TBX_UUID_LEN + 1)) {
+			tbx__log(TBX_LOG_ERR,
+				 "outbox row %s: its attempt is not a UUID",
+				 msg_id);
+			err = TBX_ESTORE;
+		}
+	}
+	PQclear(res);
+	return err;
+}
+
+static int pg_row_insert(tbx_outbox_t *base, const char *grp,
+			 const tbx__row_t *row)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	PGresult *res;
+	void *blob = NULL;
+	size_t blob_len;
+	int err;
+
+	if (!grp || !tbx_outbox_row_check(row)) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox: refusing to insert row %s: it "
+			 "breaks the row invariants",
+			 row ? row->msg_id : "(null)");
+		return TBX_EINVAL;
+	}
+	if ((err = tbx__row_msgs_encode(row, &blob, &blob_len)))
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row->msg_id);
+	tbx__pgp_text(&p, row->in_topic);
+	tbx__pgp_i64(&p, row->in_partition);
+	tbx__pgp_i64(&p, row->in_offset);
+	tbx__pgp_opt_text(&p, row->in_token);
+	tbx__pgp_opt_text(&p, row->attempt);
+	if (row->attempt[0])
+		tbx__pgp_i64(&p, row->mint_seq);
+	else
+		tbx__pgp_text(&p, NULL);
+	tbx__pgp_i64(&p, row->kind);
+	tbx__pgp_opt_text(&p, row->error);
+	tbx__pgp_i64(&p, row->created_ms ? row->created_ms : tbx__now_ms());
+	tbx__pgp_bytea(&p, blob, blob_len);
+	err = run(store, Q_ROW_INSERT, &p, &res);
+	free(blob);
+	if (err)
+		return err;
+	if (changes(res) == 0)
+		err = TBX_EEXIST;
+	PQclear(res);
+	return err;
+}
+
+/* A text column into a fixed buffer; a value too long was not written by
+ * tokenbox. */
+static int column_text(const PGresult *res, int col, char *dst, size_t size)
+{
+	if (tbx__pg_text_to(res, 0, col, dst, size)) {
+		tbx__log(TBX_LOG_ERR, "outbox: column %s too long",
+			 PQfname(res, col));
+		return TBX_ESTORE;
+	}
+	return TBX_OK;
+}
+
+static int row_get(pg_store_t *store, const char *grp, const char *msg_id,
+		   tbx__row_t *row)
+{
+	tbx__pg_params_t p;
+	PGresult *res;
+	const char *error;
+	const void *blob;
+	size_t len;
+	int err;
+
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, msg_id);
+	if ((err = run(store, Q_ROW_GET, &p, &res)))
+		return err;
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return TBX_ENOENT;
+	}
+	tbx__strlcpy(row->msg_id, msg_id, sizeof(row->msg_id));
+	if ((err = column_text(res, 0, row->in_topic, sizeof(row->in_topic))) ||
+	    (err = column_text(res, 3, row->in_token, sizeof(row->in_token))) ||
+	    (err = column_text(res, 4, row->attempt, sizeof(row->attempt))))
+		goto out;
+	row->in_partition = (int32_t)tbx__pg_i64(res, 0, 1);
+	row->in_offset = tbx__pg_i64(res, 0, 2);
+	row->mint_seq = tbx__pg_i64(res, 0, 5);
+	row->kind = (int)tbx__pg_i64(res, 0, 6);
+	error = tbx__pg_text(res, 0, 7);
+	if (error && !(row->error = tbx__strdup(error))) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	row->created_ms = tbx__pg_i64(res, 0, 8);
+	blob = tbx__pg_bytea(res, 0, 9, &len);
+	err = tbx__row_msgs_decode(blob, len, row->msg_id, row);
+out:
+	PQclear(res);
+	return err;
+}
+
+static int pg_row_load(tbx_outbox_t *base, const char *grp, const char *msg_id,
+		       tbx__row_t *row)
+{
+	char id[TBX_MSGID_MAX + 1];
+	int err;
+
+	/* @p msg_id may point into @p row (reloading a row in place). */
+	if (tbx__strlcpy(id, msg_id, sizeof(id)) < 0) {
+		tbx__row_clear(row);
+		return TBX_ENOENT;
+	}
+	tbx__row_clear(row);
+	/* One statement: the row and its messages from one snapshot. */
+	err = row_get(ps(base), grp, id, row);
+	if (err)
+		tbx__row_clear(row); /* never half a row */
+	return err;
+}
+
+/*
+ * B's record of the attempt writes the tokens into the stored messages:
+ * the stored ones are the truth, the row in hand must match them one for
+ * one (same count, same ids), and each gets the token of its namesake.
+ */
+static int msgs_with_tokens(pg_store_t *store, const char *grp,
+			    const tbx__row_t *row, int *found, void **blob,
+			    size_t *blob_len)
+{
+	tbx__pg_params_t p;
+	tbx__row_t stored;
+	PGresult *res;
+	const void *b;
+	size_t len;
+	int err;
+
+	*found = 0;
+	*blob = NULL;
+	*blob_len = 0;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row->msg_id);
+	if ((err = run(store, Q_MSGS_UNTOKENED, &p, &res)))
+		return err;
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return TBX_OK;
+	}
+	*found = 1;
+	tbx__row_init(&stored);
+	b = tbx__pg_bytea(res, 0, 0, &len);
+	err = tbx__row_msgs_decode(b, len, row->msg_id, &stored);
+	PQclear(res);
+	if (err)
+		goto out;
+	if (stored.msg_cnt != row->msg_cnt) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: %zu stored message(s), %zu in memory; "
+			 "the row in memory differs from the stored one",
+			 row->msg_id, stored.msg_cnt, row->msg_cnt);
+		err = TBX_ESTATE;
+		goto out;
+	}
+	for (size_t i = 0; i < row->msg_cnt; i++) {
+		if (strcmp(stored.msgs[i].id, row->msgs[i].id) != 0) {
+			tbx__log(TBX_LOG_ERR,
+				 "outbox row %s: message %zu (%s) is not in "
+				 "the store; the row in memory differs from "
+				 "the stored one",
+				 row->msg_id, i, row->msgs[i].id);
+			err = TBX_ESTATE;
+			goto out;
+		}
+		memcpy(stored.msgs[i].token, row->msgs[i].token,
+		       sizeof(stored.msgs[i].token));
+	}
+	err = tbx__row_msgs_encode(&stored, blob, blob_len);
+out:
+	tbx__row_clear(&stored);
+	return err;
+}
+
+static int pg_row_set_attempt(tbx_outbox_t *base, const char *grp,
+			      const tbx__row_t *row, int *won)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	PGresult *res;
+	void *blob = NULL;
+	size_t blob_len = 0;
+	int found, err;
+
+	*won = 0;
+	/* The row in hand must be TOKENED: attempt, mint_seq, every token. */
+	if (!grp || !row || !row->attempt[0] || !tbx_outbox_row_check(row)) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: refusing to record an "
+			 "attempt that breaks the row invariants",
+			 row ? row->msg_id : "(null)");
+		return TBX_EINVAL;
+	}
+	/* Not found: another attempt was recorded first, or the row is
+	 * gone; its messages must not be touched.  Found: the UPDATE below
+	 * is still conditional, and a concurrent record makes it change
+	 * nothing. */
+	if ((err =
+		 msgs_with_tokens(store, grp, row, &found, &blob, &blob_len)) ||
+	    !found)
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, row->attempt);
+	tbx__pgp_i64(&p, row->mint_seq);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row->msg_id);
+	tbx__pgp_bytea(&p, blob, blob_len);
+	err = run(store, Q_SET_ATTEMPT, &p, &res);
+	free(blob);
+	if (err)
+		return err;
+	*won = changes(res) == 1;
+	PQclear(res);
+	return TBX_OK;
+}
+
+/* Runs @p q on (grp, s2) and discards its result. */
+static int run2(pg_store_t *store, int q, const char *grp, const char *s2)
+{
+	tbx__pg_params_t p;
+
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, s2);
+	return run(store, q, &p, NULL);
+}
+
+static int pg_row_delete(tbx_outbox_t *base, const char *grp,
+			 const char *msg_id)
+{
+	return run2(ps(base), Q_ROW_DELETE, grp, msg_id);
+}
+
+/*
+ * Ingress offsets.
+ */
+
+/* (grp, topic, partition): the key of tbx_ingress and tbx_inflight. */
+static void part_params(tbx__pg_params_t *p, const char *grp, const char *topic,
+			int32_t partition)
+{
+	tbx__pgp_init(p);
+	tbx__pgp_text(p, grp);
+	tbx__pgp_text(p, topic);
+	tbx__pgp_i64(p, partition);
+}
+
+static int pg_ingress_get(tbx_outbox_t *base, const char *grp,
+			  const char *topic, int32_t partition, int64_t *next)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	int found, err;
+
+	*next = -1;
+	if (store->pg->in_tx) {
+		/* Locked until the transaction ends, so that two workers on
+		 * one partition cannot both pass the same offset; a new row
+		 * first, so that there is one to lock. */
+		part_params(&p, grp, topic, partition);
+		if ((err = run(store, Q_INGRESS_ENSURE, &p, NULL)))
+			return err;
+		part_params(&p, grp, topic, partition);
+		err = tbx__pg_run_i64(&store->stmts, Q_INGRESS_LOCK, &p, next,
+				      &found);
+	} else {
+		part_params(&p, grp, topic, partition);
+		err = tbx__pg_run_i64(&store->stmts, Q_INGRESS_GET, &p, next,
+				      &found);
+	}
+	tbx__pgp_free(&p);
+	if (err || !found || *next < 0)
+		*next = -1;
+	return err;
+}
+
+static int pg_ingress_set(tbx_outbox_t *base, const char *grp,
+			  const char *topic, int32_t partition, int64_t next)
+{
+	tbx__pg_params_t p;
+
+	part_params(&p, grp, topic, partition);
+	tbx__pgp_i64(&p, next);
+	return run(ps(base), Q_INGRESS_SET, &p, NULL);
+}
+
+/*
+ * Dead letters and failed deliveries.
+ */
+
+static int pg_dead_letter_add(tbx_outbox_t *base, const char *grp,
+			      const tbx__row_t *row, const char *dlq_topic,
+			      int attempts)
+{
+	tbx__pg_params_t p;
+
+	if (!grp || !row || !dlq_topic)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row->msg_id);
+	tbx__pgp_text(&p, row->in_topic);
+	tbx__pgp_i64(&p, row->in_partition);
+	tbx__pgp_i64(&p, row->in_offset);
+	tbx__pgp_text(&p, dlq_topic);
+	tbx__pgp_opt_text(&p, row->error);
+	tbx__pgp_i64(&p, attempts);
+	tbx__pgp_i64(&p, tbx__now_ms());
+	return run(ps(base), Q_DEAD_LETTER, &p, NULL);
+}
+
+static int pg_dispatch_failed(tbx_outbox_t *base, const char *grp,
+			      const char *msg_id, int *failures)
+{
+	tbx__pg_params_t p;
+	int64_t n = 0;
+	int err;
+
+	*failures = 0;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, msg_id);
+	err =
+	    tbx__pg_run_i64(&ps(base)->stmts, Q_DISPATCH_FAILED, &p, &n, NULL);
+	tbx__pgp_free(&p);
+	*failures = (int)n;
+	return err;
+}
+
+static int pg_undelivered_add(tbx_outbox_t *base, const char *grp,
+			      const tbx__row_t *row, const tbx__outmsg_t *m,
+			      const char *error, int attempts)
+{
+	tbx__pg_params_t p;
+
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row->msg_id);
+	tbx__pgp_text(&p, m->id);
+	tbx__pgp_text(&p, m->topic);
+	tbx__pgp_text(&p, m->type);
+	tbx__pgp_bytea(&p, m->key, m->key_len);
+	tbx__pgp_bytea(&p, m->payload, m->payload_len);
+	tbx__pgp_bytea(&p, m->headers, m->headers_len);
+	tbx__pgp_opt_text(&p, m->token);
+	if (row->mint_seq)
+		tbx__pgp_i64(&p, row->mint_seq);
+	else
+		tbx__pgp_text(&p, NULL);
+	tbx__pgp_text(&p, error);
+	tbx__pgp_i64(&p, attempts);
+	tbx__pgp_i64(&p, tbx__now_ms());
+	return run(ps(base), Q_UNDELIVERED_ADD, &p, NULL);
+}
+
+/*
+ * Counts and the rows of the recovery pass and the sweeper.
+ */
+
+static int pg_count(tbx_outbox_t *base, const char *grp, int64_t *rows)
+{
+	tbx__pg_params_t p;
+	int err;
+
+	tbx__pgp_init(&p);
+	if (grp)
+		tbx__pgp_text(&p, grp);
+	err = tbx__pg_run_i64(&ps(base)->stmts, grp ? Q_COUNT_GRP : Q_COUNT_ALL,
+			      &p, rows, NULL);
+	tbx__pgp_free(&p);
+	return err;
+}
+
+/* Collects column 0 of @p q's rows. */
+static int collect_ids(pg_store_t *store, int q, tbx__pg_params_t *p,
+		       tbx__msgid_t **out, size_t *cnt)
+{
+	PGresult *res;
+	tbx__msgid_t *ids = NULL;
+	int n, err;
+
+	if ((err = run(store, q, p, &res)))
+		return err;
+	n = PQntuples(res);
+	if (n > 0 && !(ids = calloc((size_t)n, sizeof(*ids)))) {
+		PQclear(res);
+		return TBX_ENOMEM;
+	}
+	for (int i = 0; i < n; i++)
+		tbx__strlcpy(ids[i].id, PQgetvalue(res, i, 0),
+			     sizeof(ids[0].id));
+	PQclear(res);
+	*out = ids;
+	*cnt = (size_t)n;
+	return TBX_OK;
+}
+
+static int pg_rows_older(tbx_outbox_t *base, const char *grp,
+			 int64_t created_before_ms, size_t limit,
+			 tbx__msgid_t **out, size_t *cnt)
+{
+	tbx__pg_params_t p;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!grp || limit == 0)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_i64(&p, created_before_ms);
+	tbx__pgp_i64(&p, limit > INT64_MAX ? INT64_MAX : (int64_t)limit);
+	return collect_ids(ps(base), Q_ROWS_OLDER, &p, out, cnt);
+}
+
+static int pg_rows_below(tbx_outbox_t *base, const char *grp, const char *topic,
+			 int32_t partition, int64_t offset, size_t limit,
+			 tbx__msgid_t **out, size_t *cnt)
+{
+	tbx__pg_params_t p;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!grp || !topic || limit == 0)
+		return TBX_EINVAL;
+	part_params(&p, grp, topic, partition);
+	tbx__pgp_i64(&p, offset);
+	tbx__pgp_i64(&p, limit > INT64_MAX ? INT64_MAX : (int64_t)limit);
+	return collect_ids(ps(base), Q_ROWS_BELOW, &p, out, cnt);
+}
+
+static int pg_row_mark_stuck(tbx_outbox_t *base, const char *grp,
+			     const char *msg_id, int64_t now_ms)
+{
+	tbx__pg_params_t p;
+
+	if (!grp || !msg_id)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, msg_id);
+	tbx__pgp_i64(&p, now_ms);
+	return run(ps(base), Q_MARK_STUCK, &p, NULL);
+}
+
+/*
+ * Crash markers.
+ */
+
+static int pg_inflight_get(tbx_outbox_t *base, const char *grp,
+			   const char *topic, int32_t partition,
+			   tbx__inflight_t *f, int *found)
+{
+	tbx__pg_params_t p;
+	PGresult *res;
+	int err;
+
+	*found = 0;
+	part_params(&p, grp, topic, partition);
+	if ((err = run(ps(base), Q_INFLIGHT_GET, &p, &res)))
+		return err;
+	if (PQntuples(res) > 0) {
+		f->first = tbx__pg_i64(res, 0, 0);
+		f->last = tbx__pg_i64(res, 0, 1);
+		f->crashes = (int)tbx__pg_i64(res, 0, 2);
+		f->suspect_until = tbx__pg_i64(res, 0, 3);
+		f->lone = (int)tbx__pg_i64(res, 0, 4);
+		f->count_offset = tbx__pg_i64(res, 0, 5);
+		f->retries = (int)tbx__pg_i64(res, 0, 6);
+		*found = 1;
+	}
+	PQclear(res);
+	return TBX_OK;
+}
+
+static int pg_inflight_put(tbx_outbox_t *base, const char *grp,
+			   const char *topic, int32_t partition,
+			   const tbx__inflight_t *f)
+{
+	tbx__pg_params_t p;
+
+	part_params(&p, grp, topic, partition);
+	tbx__pgp_i64(&p, f->first);
+	tbx__pgp_i64(&p, f->last);
+	tbx__pgp_i64(&p, f->crashes);
+	tbx__pgp_i64(&p, f->suspect_until);
+	tbx__pgp_i64(&p, f->lone);
+	tbx__pgp_i64(&p, f->count_offset);
+	tbx__pgp_i64(&p, f->retries);
+	return run(ps(base), Q_INFLIGHT_PUT, &p, NULL);
+}
+
+static int pg_inflight_delete(tbx_outbox_t *base, const char *grp,
+			      const char *topic, int32_t partition)
+{
+	tbx__pg_params_t p;
+
+	part_params(&p, grp, topic, partition);
+	return run(ps(base), Q_INFLIGHT_DEL, &p, NULL);
+}
+
+static int pg_inflight_release(tbx_outbox_t *base, const char *grp,
+			       const char *topic, int32_t partition)
+{
+	tbx__pg_params_t p;
+
+	part_params(&p, grp, topic, partition);
+	return run(ps(base), Q_INFLIGHT_RELEASE, &p, NULL);
+}
+
+static int pg_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
+			const char *detail)
+{
+	tbx__pg_params_t p;
+
+	if (!grp || !name)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, name);
+	tbx__pgp_i64(&p, tbx__now_ms());
+	tbx__pgp_opt_text(&p, detail);
+	return run(ps(base), Q_ALARM_ADD, &p, NULL);
+}
+
+/*
+ * What differs from an embedded store.
+ */
+
+static int pg_lock_ids(tbx_outbox_t *base, const char *grp,
+		       const char *const *ids, size_t n)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+
+	if (!grp || (n && !ids))
+		return TBX_EINVAL;
+	/* Outside a transaction the locks would end with the statement. */
+	if (!store->pg->in_tx) {
+		tbx__log(TBX_LOG_ERR,
+			 "postgresql: %s: message locks asked outside a "
+			 "transaction",
+			 store->pg->where);
+		return TBX_ESTATE;
+	}
+	if (n == 0)
+		return TBX_OK;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text_array(&p, ids, n);
+	return run(store, Q_LOCK_IDS, &p, NULL);
+}
+
+static int pg_relaxed(tbx_outbox_t *base, int on)
+{
+	pg_store_t *store = ps(base);
+
+	store->relaxed = on != 0;
+	/* Asked inside a transaction: for this one too. */
+	if (on && store->pg->in_tx)
+		return tbx__pg_exec(store->pg,
+				    "SET LOCAL synchronous_commit = off");
+	return TBX_OK;
+}
+
+static void *pg_native(tbx_outbox_t *base, int backend)
+{
+	return backend == TBX_BACKEND_PG ? ps(base)->pg->conn : NULL;
+}
+
+static int pg_exec(tbx_outbox_t *base, const char *stmt,
+		   const char *const *params, int n, int64_t *nchanged)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_t *pg = store->pg;
+	PGresult *res;
+	const char *state;
+	int err = TBX_OK;
+
+	if (nchanged)
+		*nchanged = 0;
+	if (!stmt || n < 0 || (n && !params)) {
+		snprintf(pg->errmsg, sizeof(pg->errmsg),
+			 "no statement, or parameters missing");
+		return TBX_EINVAL;
+	}
+	if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK)
+		return tbx__pg_fail(pg, stmt, NULL);
+	/* Text parameters, the types inferred by the server; not cached:
+	 * a handler's statements are its own. */
+	res = PQexecParams(pg->conn, stmt, n, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_COMMAND_OK ||
+	    PQresultStatus(res) == PGRES_TUPLES_OK) {
+		if (nchanged)
+			*nchanged = changes(res);
+	} else {
+		state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		err = tbx__pg_fail(pg, stmt, res);
+		/* A syntax error, or more than one statement. */
+		if (state && !strcmp(state, "42601"))
+			err = TBX_EINVAL;
+	}
+	PQclear(res);
+	return err;
+}
+
+static const tbx_outbox_ops_t pg_ops = {
+    .name = "postgresql",
+    .close = pg_close,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .savepoint = pg_savepoint,
+    .release = pg_release,
+    .undo = pg_undo,
+    .row_find = pg_row_find,
+    .row_insert = pg_row_insert,
+    .row_load = pg_row_load,
+    .row_set_attempt = pg_row_set_attempt,
+    .row_delete = pg_row_delete,
+    .ingress_get = pg_ingress_get,
+    .ingress_set = pg_ingress_set,
+    .dead_letter_add = pg_dead_letter_add,
+    .dispatch_failed = pg_dispatch_failed,
+    .undelivered_add = pg_undelivered_add,
+    .count = pg_count,
+    .rows_older = pg_rows_older,
+    .rows_below = pg_rows_below,
+    .row_mark_stuck = pg_row_mark_stuck,
+    .inflight_get = pg_inflight_get,
+    .inflight_put = pg_inflight_put,
+    .inflight_delete = pg_inflight_delete,
+    .inflight_release = pg_inflight_release,
+    .alarm_add = pg_alarm_add,
+    .read_begin = tbx__pgo_read_begin,
+    .read_end = tbx__pgo_read_end,
+    .schema = tbx__pgo_schema,
+    .errmsg = tbx__pgo_errmsg,
+    .groups = tbx__pgo_groups,
+    .rows_summary = tbx__pgo_rows_summary,
+    .rows_list = tbx__pgo_rows_list,
+    .row_match = tbx__pgo_row_match,
+    .row_groups = tbx__pgo_row_groups,
+    .token_uses = tbx__pgo_token_uses,
+    .dead_letters_summary = tbx__pgo_dead_letters_summary,
+    .dead_letters_list = tbx__pgo_dead_letters_list,
+    .dead_letters_find = tbx__pgo_dead_letters_find,
+    .dead_letter_recorded = tbx__pgo_dead_letter_recorded,
+    .dead_letter_groups = tbx__pgo_dead_letter_groups,
+    .undelivered_count = tbx__pgo_undelivered_count,
+    .undelivered_list = tbx__pgo_undelivered_list,
+    .undelivered_get = tbx__pgo_undelivered_get,
+    .undelivered_delete = tbx__pgo_undelivered_delete,
+    .alarms = tbx__pgo_alarms,
+    .ingress_list = tbx__pgo_ingress_list,
+    .count_older = tbx__pgo_count_older,
+    .lock_ids = pg_lock_ids,
+    .relaxed = pg_relaxed,
+    .native = pg_native,
+    .exec = pg_exec,
+};

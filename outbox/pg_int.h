@@ -1,0 +1,71 @@
+/*
+ * The PostgreSQL backend of the service store, shared by its two files:
+ * outbox/pg.c (what the protocol calls) and outbox/pg_read.c (the read
+ * side and repairs of `tokenbox inspect`).  Internal to them.
+ */
+#ifndef TBX_OUTBOX_PG_INT_H
+#define TBX_OUTBOX_PG_INT_H
+
+#include "base/ids.h"
+#include "outbox/outbox.h"
+#include "store/pg.h"
+
+/** The schema version of the service store's PostgreSQL tables. */
+#define TBX_PG_OUTBOX_VERSION 1
+
+typedef struct pg_store {
+	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */
+	tbx__pg_t *pg;
+	char schema[TBX_PG_IDENT_MAX + 1];
+	tbx__pg_stmts_t stmts; /* pg.c's statements */
+	tbx__pg_stmts_t reads; /* pg_read.c's */
+	int relaxed;	       /* relaxed(1): SET LOCAL after each BEGIN */
+	int version;	       /* tbx_schema_info.version */
+	int reading;	       /* read_begin() opened the transaction */
+} pg_store_t;
+
+/** Sets up pg_read.c's statements on an opened store. */
+int tbx__outbox_pg_read_init(pg_store_t *store);
+
+/* pg_read.c: the read side (tbx_outbox_ops_t). */
+int tbx__pgo_read_begin(tbx_outbox_t *base);
+void tbx__pgo_read_end(tbx_outbox_t *base);
+int tbx__pgo_schema(tbx_outbox_t *base, int *version);
+const char *tbx__pgo_errmsg(tbx_outbox_t *base);
+int tbx__pgo_groups(tbx_outbox_t *base, tbx__str_fn fn, void *opaque);
+int tbx__pgo_rows_summary(tbx_outbox_t *base, int64_t created_max,
+			  tbx__grp_sum_fn fn, void *opaque);
+int tbx__pgo_rows_list(tbx_outbox_t *base, const tbx__filter_t *f,
+		       int64_t *total, tbx__row_fn fn, void *opaque);
+int tbx__pgo_row_match(tbx_outbox_t *base, const char *id,
+		       char out[TBX_MSGID_MAX + 1], int *matches);
+int tbx__pgo_row_groups(tbx_outbox_t *base, const char *msg_id,
+			const tbx__filter_t *f, tbx__str_fn fn, void *opaque);
+int tbx__pgo_token_uses(tbx_outbox_t *base, const char *token, int incoming,
+			tbx__token_use_fn fn, void *opaque);
+int tbx__pgo_dead_letters_summary(tbx_outbox_t *base, tbx__grp_sum_fn fn,
+				  void *opaque);
+int tbx__pgo_dead_letters_list(tbx_outbox_t *base, const tbx__filter_t *f,
+			       int64_t *total, tbx__dl_fn fn, void *opaque);
+int tbx__pgo_dead_letters_find(tbx_outbox_t *base, const char *id,
+			       int by_number, const tbx__filter_t *f,
+			       tbx__dl_fn fn, void *opaque);
+int tbx__pgo_dead_letter_recorded(tbx_outbox_t *base, const char *grp,
+				  const char *in_topic, int64_t partition,
+				  int64_t offset, const char *dlq_topic,
+				  int *found);
+int tbx__pgo_dead_letter_groups(tbx_outbox_t *base, const char *dlq_topic,
+				tbx__str_fn fn, void *opaque);
+int tbx__pgo_undelivered_count(tbx_outbox_t *base, int64_t *n);
+int tbx__pgo_undelivered_list(tbx_outbox_t *base, const tbx__filter_t *f,
+			      int64_t *total, tbx__ud_fn fn, void *opaque);
+int tbx__pgo_undelivered_get(tbx_outbox_t *base, int64_t id,
+			     const tbx__filter_t *f, tbx__ud_fn fn,
+			     void *opaque);
+int tbx__pgo_undelivered_delete(tbx_outbox_t *base, int64_t id);
+int tbx__pgo_alarms(tbx_outbox_t *base, tbx__alarm_fn fn, void *opaque);
+int tbx__pgo_ingress_list(tbx_outbox_t *base, tbx__ingress_fn fn, void *opaque);
+int tbx__pgo_count_older(tbx_outbox_t *base, const char *grp,
+			 int64_t created_max, int64_t *rows);
+
+#endif
