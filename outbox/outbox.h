@@ -205,7 +205,9 @@ typedef struct tbx_outbox_ops {
 	int (*row_find)(tbx_outbox_t *store, const char *grp,
 			const char *msg_id, int *found,
 			char attempt[TBX_UUID_LEN + 1]);
-	/** Inserts @p row and its outgoing messages (caller's txn). */
+	/** Inserts @p row and its outgoing messages (caller's txn).
+	 *  TBX_EEXIST when the row exists: another worker's A committed it
+	 *  (a server backend's guard; the caller's lock makes it rare). */
 	int (*row_insert)(tbx_outbox_t *store, const char *grp,
 			  const tbx__row_t *row);
 	/** Loads the row and its messages into @p row (cleared first), from
@@ -753,6 +755,31 @@ static inline int tbx_outbox_count_older(tbx_outbox_t *store, const char *grp,
 					 int64_t created_max, int64_t *rows)
 {
 	return store->ops->count_older(store, grp, created_max, rows);
+}
+
+/* What differs between an embedded and a server store (see the ops). */
+
+static inline int tbx_outbox_lock_ids(tbx_outbox_t *store, const char *grp,
+				      const char *const *ids, size_t n)
+{
+	return store->ops->lock_ids(store, grp, ids, n);
+}
+
+static inline int tbx_outbox_relaxed(tbx_outbox_t *store, int on)
+{
+	return store->ops->relaxed(store, on);
+}
+
+static inline void *tbx_outbox_native(tbx_outbox_t *store, int backend)
+{
+	return store->ops->native(store, backend);
+}
+
+static inline int tbx_outbox_exec(tbx_outbox_t *store, const char *sql,
+				  const char *const *params, int n,
+				  int64_t *changes)
+{
+	return store->ops->exec(store, sql, params, n, changes);
 }
 
 #endif
