@@ -457,6 +457,26 @@ Test(pg_outbox, a_bad_schema_name_is_a_configuration_error)
 		     TBX_ECONF);
 }
 
+Test(pg_outbox, a_schema_name_with_dots_and_dashes_is_quoted)
+{
+	char base[64], schema[80];
+	tbx_outbox_t *store;
+	int64_t n = -1;
+
+	tt_pg_schema(base, sizeof(base), "q");
+	snprintf(schema, sizeof(schema), "Grp-1.%s", base);
+	store = fx_open(schema);
+	fx_insert_at(store, GRP, "m1", 1000);
+	cr_assert_eq(tbx_outbox_count(store, NULL, &n), TBX_OK);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
+					 "\"%s\".tbx_outbox"),
+			    NULL),
+		     1, "in the schema of that exact name");
+	tbx_outbox_close(store);
+	fx_drop(schema);
+}
+
 /*
  * Outbox rows.
  */
