@@ -457,6 +457,26 @@ Test(pg_outbox, a_bad_schema_name_is_a_configuration_error)
 		     TBX_ECONF);
 }
 
+Test(pg_outbox, a_schema_name_with_dots_and_dashes_is_quoted)
+{
+	char base[64], schema[80];
+	tbx_outbox_t *store;
+	int64_t n = -1;
+
+	tt_pg_schema(base, sizeof(base), "q");
+	snprintf(schema, sizeof(schema), "Grp-1.%s", base);
+	store = fx_open(schema);
+	fx_insert_at(store, GRP, "m1", 1000);
+	cr_assert_eq(tbx_outbox_count(store, NULL, &n), TBX_OK);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
+					 "\"%s\".tbx_outbox"),
+			    NULL),
+		     1, "in the schema of that exact name");
+	tbx_outbox_close(store);
+	fx_drop(schema);
+}
+
 /*
  * Outbox rows.
  */
@@ -588,6 +608,72 @@ Test(pg_outbox, first_recorded_attempt_wins_and_a_later_one_loses)
 	fx_drop(schema);
 }
 
+typedef struct recorder {
+	tbx_outbox_t *store;
+	const tbx__row_t *row;
+	int err, won;
+} recorder_t;
+
+static void *record_thread(void *arg)
+{
+	recorder_t *r = arg;
+
+	r->err = tbx_outbox_row_set_attempt(r->store, GRP, r->row, &r->won);
+	return NULL;
+}
+
+/*
+ * Two workers record an attempt for one row at once: the second one's
+ * UPDATE waits for the first one's row lock, then finds the attempt set
+ * (READ COMMITTED re-reads the row) and changes nothing.
+ */
+Test(pg_outbox, a_concurrent_second_attempt_waits_and_then_loses)
+{
+	char schema[64], pid[16], attempt[TBX_UUID_LEN + 1];
+	tbx_outbox_t *a = fx_new(schema, sizeof(schema), "brace");
+	tbx_outbox_t *b;
+	tbx__db_opts_t opts;
+	tbx__row_t row, second;
+	recorder_t r;
+	pthread_t th;
+	int won = -1, found;
+
+	tbx__db_opts_init(&opts);
+	opts.busy_timeout_ms = 60000 * tt_time_factor();
+	b = fx_open_opts(schema, &opts);
+	fx_row(&row, "m1", 2);
+	fx_insert(a, GRP, &row);
+	second = row; /* shallow: the same messages */
+	fx_tokened(&row, 7);
+	tbx__uuid(second.attempt);
+	second.mint_seq = 8;
+
+	cr_assert_eq(tbx_outbox_begin(a), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_set_attempt(a, GRP, &row, &won), TBX_OK);
+	cr_assert_eq(won, 1);
+	cr_assert_eq(tbx_outbox_begin(b), TBX_OK);
+	snprintf(pid, sizeof(pid), "%d",
+		 PQbackendPID(fx_native(b, TBX_BACKEND_PG)));
+	r = (recorder_t){b, &second, -1, -1};
+	cr_assert_eq(pthread_create(&th, NULL, record_thread, &r), 0);
+	cr_assert(fx_wait_int("SELECT count(*) FROM pg_locks WHERE pid = "
+			      "$1::int AND NOT granted",
+			      pid, 1),
+		  "the second record waits for the first one's row lock");
+	cr_assert_eq(tbx_outbox_commit(a), TBX_OK);
+	pthread_join(th, NULL);
+	cr_assert_eq(r.err, TBX_OK);
+	cr_assert_eq(r.won, 0, "the second attempt lost");
+	cr_assert_eq(tbx_outbox_commit(b), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_find(a, GRP, "m1", &found, attempt),
+		     TBX_OK);
+	cr_assert_str_eq(attempt, row.attempt, "the first attempt stays");
+	tbx__row_clear(&row);
+	tbx_outbox_close(b);
+	tbx_outbox_close(a);
+	fx_drop(schema);
+}
+
 Test(pg_outbox, undo_discards_only_the_messages_savepoint)
 {
 	char schema[64];
@@ -631,6 +717,8 @@ Test(pg_outbox, undo_discards_only_the_messages_savepoint)
 /*
  * Ingress offsets, crash markers, failures, alarms.
  */
+
+static int str_cb(void *opaque, const char *s);
 
 static int count_ingress(void *opaque, const tbx__ingress_t *g)
 {
@@ -687,10 +775,22 @@ Test(pg_outbox, ingress_offsets_are_upserted_and_locked_inside_a_txn)
 	cr_assert_eq(next, -1);
 	cr_assert_eq(tbx_outbox_commit(other), TBX_OK);
 
+	/* A group whose only row is a partition locked without an offset. */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_ingress_get(store, "gx", "t", 0, &next),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_ingress_get(store, "gx", "t", 0, &next),
+		     TBX_OK);
+	cr_assert_eq(next, -1, "still none");
+
 	/* Listed by group, topic, partition; the "none" rows are not. */
 	cr_assert_eq(tbx_outbox_ingress_list(store, count_ingress, list),
 		     TBX_OK);
 	cr_assert_str_eq(list, "g0/t/1=3;g1/t/0=10;");
+	list[0] = '\0';
+	cr_assert_eq(tbx_outbox_groups(store, str_cb, list), TBX_OK);
+	cr_assert_str_eq(list, "g0;g1;", "nor their groups");
 	tbx_outbox_close(other);
 	tbx_outbox_close(store);
 	fx_drop(schema);
