@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "store/stmt.h"
+#include "tokens/pg_int.h"
 #include "tokens/sqlite_int.h"
 #include "tokens/tokens.h"
 
@@ -1019,8 +1020,9 @@ static const tbx_tokens_ops_t sqlite_ops = {
 
 int tbx_tokens_joinable(tbx_tokens_t *t)
 {
-	/* Only the SQLite backend on a shared connection can join. */
-	return t && t->ops == &sqlite_ops && !backend(t)->owned;
+	/* A backend on a shared connection can join. */
+	return t && ((t->ops == &sqlite_ops && !backend(t)->owned) ||
+		     tbx__tokens_pg_joinable(t));
 }
 
 int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
