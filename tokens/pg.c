@@ -533,6 +533,28 @@ static int check_existing(tbx_tokens_pg_t *t, const tbx__db_opts_t *opts,
 	return TBX_OK;
 }
 
+/* The session parameters of the options on a connection of our own,
+ * kept across reconnects (a shared one has the service store's). */
+static int session(tbx_tokens_pg_t *t, const tbx__db_opts_t *opts, char *errstr,
+		   size_t errstr_size)
+{
+	char ms[24];
+	int err;
+
+	/* A lock held past busy_timeout is BUSY, as on SQLite; SQLite's 0
+	 * fails at once, lock_timeout 0 would wait for ever. */
+	snprintf(ms, sizeof(ms), "%d",
+		 opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms : 1);
+	if ((err = tbx__pg_set(t->pg, "lock_timeout", ms)))
+		return open_fail(t, err, "cannot set lock_timeout", errstr,
+				 errstr_size);
+	if (!opts->synchronous_full &&
+	    (err = tbx__pg_set(t->pg, "synchronous_commit", "off")))
+		return open_fail(t, err, "cannot set synchronous_commit",
+				 errstr, errstr_size);
+	return TBX_OK;
+}
+
 /*
  * The operations.
  */
@@ -1729,12 +1751,21 @@ int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 				  "out of memory");
 		goto fail;
 	}
+	if (!t->shared && (err = session(t, opts, errstr, errstr_size)))
+		goto fail;
 	if (opts->readonly || !opts->create)
 		err = check_existing(t, opts, errstr, errstr_size);
 	else
 		err = migrate(t, errstr, errstr_size);
 	if (err)
 		goto fail;
+	/* Read-only: no statement may write, as SQLite's query_only. */
+	if (opts->readonly && !t->shared &&
+	    (err = tbx__pg_set(t->pg, "default_transaction_read_only", "on"))) {
+		open_fail(t, err, "cannot make the session read-only", errstr,
+			  errstr_size);
+		goto fail;
+	}
 	*out = &t->base;
 	return TBX_OK;
 fail:
