@@ -27,9 +27,10 @@
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
 
-static tbx__pg_t *admin; /* the test's own connection, for checks */
-static char schema[64];	 /* the token store's schema of the test */
-static char dir[64];	 /* an SQLite service store for the sweeper */
+static tbx__pg_t *admin;  /* the test's own connection, for checks */
+static char schema[64];	  /* the token store's schema of the test */
+static char dir[64];	  /* an SQLite service store for the sweeper */
+static char s_schema[64]; /* a PostgreSQL one */
 
 static void setup(void)
 {
@@ -38,7 +39,11 @@ static void setup(void)
 	tbx__log_setup(TBX_LOG_ERR - 1, "test"); /* quiet: errors expected */
 	cr_assert_eq(tbx__pg_connect(tt_pg_url(), &admin, err, sizeof(err)),
 		     TBX_OK, "%s", err);
+	/* A test that failed half-way may leave a connection of its own
+	 * inside a transaction: the teardown's DROP gives up then. */
+	cr_assert_eq(tbx__pg_set(admin, "lock_timeout", "10000"), TBX_OK);
 	tt_pg_schema(schema, sizeof(schema), "tok");
+	tt_pg_schema(s_schema, sizeof(s_schema), "svc");
 	dir[0] = '\0';
 }
 
@@ -57,6 +62,7 @@ static void teardown(void)
 	tbx__fault_pg_conn_loss(0);
 	if (admin) {
 		drop_schema(schema);
+		drop_schema(s_schema);
 		tbx__pg_unref(admin);
 	}
 	if (dir[0]) {
@@ -1130,12 +1136,13 @@ Test(pg_tokens, subscribing_before_a_mint_gets_the_token_after_does_not)
 Test(pg_tokens, a_mint_in_progress_holds_a_subscribe_back)
 {
 	tbx__db_opts_t quick;
-	char err[512], tok[1][TBX_UUID_LEN + 1];
+	char err[512], tok[1][TBX_UUID_LEN + 1], lock[160];
 	tbx__mint_item_t item;
 	tbx__pg_t *conn;
-	tbx_tokens_t *joined, *other;
+	tbx_tokens_t *joined, *other, *elsewhere;
 	int64_t seq = 0, since = 0;
 	uint64_t rows = 0;
+	tbx__unsub_t unsub;
 
 	tbx__db_opts_init(&quick);
 	quick.busy_timeout_ms = 100;
@@ -1151,6 +1158,10 @@ Test(pg_tokens, a_mint_in_progress_holds_a_subscribe_back)
 	cr_assert_eq(tbx_tokens_seq_joined(joined, &seq), TBX_OK);
 	cr_assert_eq(tbx_tokens_subscribe(other, "out", "late", &since),
 		     TBX_EBUSY, "the mint's shared lock holds it back");
+	/* Removing a subscription too: the mint may have read it. */
+	cr_assert_eq(
+	    tbx_tokens_unsubscribe(other, "out", "early", INT64_MAX, 1, &unsub),
+	    TBX_EBUSY);
 	cr_assert_eq(tbx_tokens_mint_joined(joined, &item, 1, seq, &rows),
 		     TBX_OK);
 	cr_assert_eq(tbx__pg_commit(conn), TBX_OK);
@@ -1164,13 +1175,20 @@ Test(pg_tokens, a_mint_in_progress_holds_a_subscribe_back)
 	/* The other way round: the exclusive lock (a subscribe between its
 	 * lock and its commit) holds a mint back. */
 	cr_assert_eq(tbx__pg_begin(conn), TBX_OK);
-	cr_assert_eq(tbx__pg_exec(conn, "SELECT pg_advisory_xact_lock("
-					"1413634050, 0)"),
-		     TBX_OK);
+	snprintf(lock, sizeof(lock),
+		 "SELECT pg_advisory_xact_lock(1413634050, hashtext('%s'))",
+		 schema);
+	cr_assert_eq(tbx__pg_exec(conn, lock), TBX_OK);
 	cr_assert_eq(tbx_tokens_mint(other, NULL,
 				     &(tbx__mint_req_t){NULL, NULL, &item, 1},
 				     1, &seq, &rows),
 		     TBX_EBUSY);
+	/* The lock is the token store's: another one in the same database
+	 * (s_schema here) is not held back. */
+	elsewhere = open_with(s_schema, NULL, &quick);
+	cr_assert_eq(tbx_tokens_subscribe(elsewhere, "out", "g", &since),
+		     TBX_OK);
+	tbx_tokens_close(elsewhere);
 	tbx__pg_rollback(conn);
 	tbx__uuid(tok[0]);
 	cr_assert_eq(tbx_tokens_mint(other, NULL,
@@ -1200,17 +1218,33 @@ Test(pg_tokens, a_mint_in_progress_holds_a_subscribe_back)
 #define SOUT  "out"
 #define SDOWN "g2"
 
-static tbx_outbox_t *sweep_store(void)
+/* Where S is: an SQLite file, or PostgreSQL apart from T (a connection
+ * each), or joined (T on S's connection). */
+enum { S_SQLITE, S_PG, S_PG_JOINED };
+
+static tbx_outbox_t *sweep_store(int where)
 {
 	tbx_outbox_t *s = NULL;
 	char path[128], err[512];
 
+	if (where != S_SQLITE) {
+		cr_assert_eq(tbx_outbox_pg_open(tt_pg_url(), s_schema, NULL, &s,
+						err, sizeof(err)),
+			     TBX_OK, "%s", err);
+		return s;
+	}
 	tbx__strlcpy(dir, "/tmp/tbx-pgsweep-XXXXXX", sizeof(dir));
 	cr_assert(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/s.db", dir);
 	cr_assert_eq(tbx_outbox_open(path, NULL, &s, err, sizeof(err)), TBX_OK,
 		     "%s", err);
 	return s;
+}
+
+static tbx_tokens_t *sweep_tokens(int where, tbx_outbox_t *s)
+{
+	return where == S_PG_JOINED ? open_with(schema, tbx_outbox_pg(s), NULL)
+				    : open_store();
 }
 
 /* A row of @p msg_id with @p n messages, and an attempt minted for it;
@@ -1263,10 +1297,10 @@ static size_t tokens_left(tbx_tokens_t *t, const tbx__row_t *row)
 	return n;
 }
 
-Test(pg_tokens, the_sweeper_keeps_winners_and_drops_orphans)
+static void sweeper(int where)
 {
-	tbx_outbox_t *s = sweep_store();
-	tbx_tokens_t *t = open_store();
+	tbx_outbox_t *s = sweep_store(where);
+	tbx_tokens_t *t = sweep_tokens(where, s);
 	tbx__row_t won, lost, orphan, flight;
 	tbx__sweep_stats_t st;
 	tbx__sweep_cursor_t cur;
@@ -1307,11 +1341,26 @@ Test(pg_tokens, the_sweeper_keeps_winners_and_drops_orphans)
 	tbx_outbox_close(s);
 }
 
+Test(pg_tokens, the_sweeper_keeps_winners_and_drops_orphans)
+{
+	sweeper(S_SQLITE);
+}
+
+Test(pg_tokens, the_sweeper_with_the_service_store_on_postgresql)
+{
+	sweeper(S_PG);
+}
+
+Test(pg_tokens, the_sweeper_with_both_stores_on_one_connection)
+{
+	sweeper(S_PG_JOINED);
+}
+
 /* A confirm that got there first (C of a winner that finished after the
  * sweeper read S) keeps its tokens: the drop finds no registration. */
 Test(pg_tokens, a_drop_after_the_confirm_keeps_the_tokens)
 {
-	tbx_outbox_t *s = sweep_store();
+	tbx_outbox_t *s = sweep_store(S_PG);
 	tbx_tokens_t *t = open_store(), *w = open_store();
 	tbx__row_t row;
 	int verdict = -1, dropped = -1;

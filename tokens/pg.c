@@ -107,9 +107,13 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
 	       "one migration step per schema version");
 
 /* The subscription lock (docs/architecture.md): exclusive in subscribe
- * and unsubscribe, shared in mint. */
-#define SUB_LOCK	"pg_advisory_xact_lock(" TBX_PG_LOCK_SUBS ", 0)"
-#define SUB_LOCK_SHARED "pg_advisory_xact_lock_shared(" TBX_PG_LOCK_SUBS ", 0)"
+ * and unsubscribe, shared in mint; one per token store, the second key
+ * the hash of its schema's name (parameter @p n). */
+#define SUB_LOCK(n)                                                            \
+	"pg_advisory_xact_lock(" TBX_PG_LOCK_SUBS ", hashtext(" n "::text))"
+#define SUB_LOCK_SHARED(n)                                                     \
+	"pg_advisory_xact_lock_shared(" TBX_PG_LOCK_SUBS ", hashtext(" n       \
+	"::text))"
 /* The number is taken in the statement that takes the lock, after it:
  * nextval runs per row of the materialized lock. */
 #define SEQ_AFTER(lock)                                                        \
@@ -162,7 +166,7 @@ static const char *const sql[Q__COUNT] = {
     /* The last number taken; 0 before the first. */
     [Q_SEQ_CURRENT] = "SELECT CASE WHEN is_called THEN last_value ELSE 0 "
 		      "END FROM @T.tbx_seq",
-    [Q_SEQ_MINT] = "WITH " SEQ_AFTER(SUB_LOCK_SHARED),
+    [Q_SEQ_MINT] = "WITH " SEQ_AFTER(SUB_LOCK_SHARED("$1")),
     /* The publisher's: the edge's bounded sweep (oldest first; entries
      * another publisher is sweeping are skipped, not waited for) in the
      * same statement. */
@@ -170,8 +174,8 @@ static const char *const sql[Q__COUNT] = {
 		      "topic, caller_id FROM @T.tbx_edge WHERE created_ms < "
 		      "$1 ORDER BY created_ms LIMIT $2 FOR UPDATE SKIP "
 		      "LOCKED) o WHERE e.topic = o.topic AND e.caller_id = "
-		      "o.caller_id), " SEQ_AFTER(SUB_LOCK_SHARED),
-    [Q_SUB_LOCK] = "SELECT " SUB_LOCK,
+		      "o.caller_id), " SEQ_AFTER(SUB_LOCK_SHARED("$3")),
+    [Q_SUB_LOCK] = "SELECT " SUB_LOCK("$1"),
     /* A statement after the lock: it sees every subscription committed
      * before.  Found: touched, and its number kept. */
     [Q_SUB_TOUCH] = "UPDATE @T.tbx_subscriptions SET used_ms = $3 WHERE "
@@ -701,7 +705,9 @@ static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
 	/* The exclusive lock before the number: a mint that took its
 	 * number before ours has committed (its shared lock is gone), and
 	 * none takes one until we commit. */
-	err = run(t, Q_SUB_LOCK, NULL, NULL);
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, t->schema);
+	err = run(t, Q_SUB_LOCK, &p, NULL);
 	/* A subscription is taken once, and its number never moves (moving
 	 * it would change which tokens the group expects). */
 	if (!err)
@@ -744,9 +750,12 @@ static int mint_check(const char *send_grp, const tbx__mint_req_t *reqs,
  * caller's transaction. */
 static int seq_next(tbx_tokens_pg_t *t, int64_t *seq)
 {
+	tbx__pg_params_t p;
 	int found, err;
 
-	if ((err = run_i64(t, Q_SEQ_MINT, NULL, seq, &found)))
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, t->schema);
+	if ((err = run_i64(t, Q_SEQ_MINT, &p, seq, &found)))
 		return err;
 	return found ? TBX_OK : TBX_ESTORE;
 }
@@ -1521,6 +1530,7 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 	tbx__pgp_i64(&p, from);
 	tbx__pgp_i64(&p,
 		     sweep_max > INT64_MAX ? INT64_MAX : (int64_t)sweep_max);
+	tbx__pgp_text(&p, t->schema);
 	if (!(err = run_i64(t, Q_SEQ_PUBLISH, &p, &num, &found)) && !found)
 		err = TBX_ESTORE;
 	/* Recorded with its token, in one transaction: a re-send after a

@@ -77,7 +77,8 @@ static const char *const rsql[R__COUNT] = {
     /* A subscription change: the exclusive subscription lock, so that
      * no mint reads the subscription and then writes token rows for the
      * group after they were removed. */
-    [R_UNSUB_LOCK] = "SELECT pg_advisory_xact_lock(" TBX_PG_LOCK_SUBS ", 0)",
+    [R_UNSUB_LOCK] = "SELECT pg_advisory_xact_lock(" TBX_PG_LOCK_SUBS
+		     ", hashtext($1::text))",
     [R_UNSUB_FIND] = "SELECT (SELECT coalesce(used_ms, created_ms) FROM "
 		     "@T.tbx_subscriptions WHERE grp = $1 AND topic = $2), "
 		     "(SELECT count(*) FROM @T.tbx_subscriptions WHERE grp = "
@@ -445,7 +446,9 @@ int tbx__tp_unsubscribe(tbx_tokens_t *tokens, const char *topic,
 		return TBX_ESTATE;
 	if ((err = tbx__pg_begin(t->pg)))
 		return err;
-	if ((err = run(t, R_UNSUB_LOCK, NULL, NULL)))
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, t->schema);
+	if ((err = run(t, R_UNSUB_LOCK, &p, NULL)))
 		goto out;
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
