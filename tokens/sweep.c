@@ -3,10 +3,13 @@
  * "Register-cleanup").
  *
  * Safe against every interleaving with workers because the decision to
- * delete tokens is re-checked in T under T's write lock: drop_attempt
- * removes an attempt's tokens only while its registration still exists,
- * and the winner's confirm (C) deletes the registration before any of its
- * tokens is dispatched.  What the sweeper read in S may be stale by then;
+ * delete tokens is re-checked in T, atomically with the delete:
+ * drop_attempt removes an attempt's tokens only while its registration
+ * still exists (SQLite: checked under the file's write lock; PostgreSQL:
+ * one statement deletes the tokens through the registrations it deleted
+ * itself, waiting for a confirm that holds them), and the winner's
+ * confirm (C) deletes the registration before any of its tokens is
+ * dispatched.  Only the interface is used: it works on either backend.  What the sweeper read in S may be stale by then;
  * it is only a hint:
  *   - same attempt in S: recorded, so it won; confirming it again is
  *     harmless (C may already have);

@@ -1,7 +1,8 @@
 /*
  * The token store T: an interface (a struct of function pointers) so that a
- * server-backed store can be added without touching the protocol, and its
- * SQLite backend.
+ * server-backed store can be added without touching the protocol, its
+ * SQLite backend (tokens/sqlite*.c) and its PostgreSQL backend
+ * (tokens/pg*.c; its tables: docs/postgresql.md).
  *
  * Tables (in every tokenbox database file; their columns and every schema
  * version: the migrations in store/db.c):
