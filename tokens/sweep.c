@@ -9,8 +9,8 @@
  * one statement deletes the tokens through the registrations it deleted
  * itself, waiting for a confirm that holds them), and the winner's
  * confirm (C) deletes the registration before any of its tokens is
- * dispatched.  Only the interface is used: it works on either backend.  What the sweeper read in S may be stale by then;
- * it is only a hint:
+ * dispatched.  Only the interface is used: it works on either backend.
+ * What the sweeper read in S may be stale by then; it is only a hint:
  *   - same attempt in S: recorded, so it won; confirming it again is
  *     harmless (C may already have);
  *   - another attempt in S: the row's attempt never changes once set, so
