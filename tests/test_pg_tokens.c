@@ -242,6 +242,10 @@ Test(pg_tokens, open_creates_the_tables_and_keeps_its_identity)
 		t = open_with(schema, NULL, &ro);
 		cr_assert_eq(tbx_tokens_store_id(t, id2), TBX_OK);
 		cr_assert_str_eq(id, id2);
+		cr_assert_neq(tbx_tokens_subscribe(t, "orders", "g1", &seq),
+			      TBX_OK, "a read-only store writes nothing");
+		cr_assert(strstr(tbx_tokens_errmsg(t), "read-only"), "%s",
+			  tbx_tokens_errmsg(t));
 		tbx_tokens_close(t);
 	}
 	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_schema_info"), 1);
