@@ -768,4 +768,29 @@ static inline int tbx_outbox_count_older(tbx_outbox_t *store, const char *grp,
 	return store->ops->count_older(store, grp, created_max, rows);
 }
 
+/* What differs between an embedded and a server store (see the ops). */
+
+static inline int tbx_outbox_lock_ids(tbx_outbox_t *store, const char *grp,
+				      const char *const *ids, size_t n)
+{
+	return store->ops->lock_ids(store, grp, ids, n);
+}
+
+static inline int tbx_outbox_relaxed(tbx_outbox_t *store, int on)
+{
+	return store->ops->relaxed(store, on);
+}
+
+static inline void *tbx_outbox_native(tbx_outbox_t *store, int backend)
+{
+	return store->ops->native(store, backend);
+}
+
+static inline int tbx_outbox_exec(tbx_outbox_t *store, const char *sql,
+				  const char *const *params, int n,
+				  int64_t *changes)
+{
+	return store->ops->exec(store, sql, params, n, changes);
+}
+
 #endif

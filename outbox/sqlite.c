@@ -13,7 +13,9 @@
  */
 #include "outbox/outbox.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +167,7 @@ int tbx_outbox_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 		free(store);
 		return err;
 	}
+	store->sync_full = opts ? opts->synchronous_full : 1;
 	tbx__stmts_init(&store->stmts, store->db, sql, store->slots, Q__COUNT);
 	tbx__outbox_sqlite_read_init(store);
 	*out = &store->base;
@@ -194,6 +197,7 @@ static int sq_begin(tbx_outbox_t *base)
 {
 	sq_store_t *store = sq(base);
 
+	store->exec_err[0] = '\0';
 	return tbx__stmt_run(&store->stmts, Q_BEGIN);
 }
 
@@ -987,6 +991,164 @@ static int sq_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
 	return tbx__stmt_done(stmt);
 }
 
+/*
+ * What differs between an embedded and a server store.
+ */
+
+/* begin() took the file's write lock: no other A can look at any row
+ * until this one ends. */
+static int sq_lock_ids(tbx_outbox_t *base, const char *grp,
+		       const char *const *ids, size_t n)
+{
+	(void)base;
+	(void)grp;
+	(void)ids;
+	(void)n;
+	return TBX_OK;
+}
+
+/* The level applies to the connection from the next COMMIT on. */
+static int sq_relaxed(tbx_outbox_t *base, int on)
+{
+	sq_store_t *store = sq(base);
+
+	return tbx__db_exec(store->db, on || !store->sync_full
+					   ? "PRAGMA synchronous=NORMAL"
+					   : "PRAGMA synchronous=FULL");
+}
+
+static void *sq_native(tbx_outbox_t *base, int backend)
+{
+	return backend == TBX_BACKEND_SQLITE ? sq(base)->db : NULL;
+}
+
+/* Skips white space and SQL comments. */
+static const char *skip_blank(const char *p)
+{
+	for (;;) {
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' ||
+		       *p == '\f' || *p == '\v')
+			p++;
+		if (p[0] == '-' && p[1] == '-') {
+			p += strcspn(p, "\n");
+		} else if (p[0] == '/' && p[1] == '*') {
+			const char *end = strstr(p + 2, "*/");
+			if (!end)
+				return p + strlen(p);
+			p = end + 2;
+		} else if (*p == ';') {
+			p++; /* an empty statement after the one */
+		} else {
+			return p;
+		}
+	}
+}
+
+/* @returns the number k of a parameter named "$k" (1 <= k <= n), else
+ * 0. */
+static int param_number(const char *name, int n)
+{
+	char *end;
+	long k;
+
+	if (!name || name[0] != '$' || name[1] < '1' || name[1] > '9')
+		return 0;
+	k = strtol(name + 1, &end, 10);
+	return *end == '\0' && k >= 1 && k <= n ? (int)k : 0;
+}
+
+/* Records why exec() failed (errmsg()) and logs it at WARN; the handler
+ * decides what the failure means.  @returns @p err. */
+static int exec_fail(sq_store_t *store, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int exec_fail(sq_store_t *store, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(store->exec_err, sizeof(store->exec_err), fmt, ap);
+	va_end(ap);
+	tbx__log(TBX_LOG_WARNING, "outbox: a handler's statement: %s",
+		 store->exec_err);
+	return err;
+}
+
+/* A handler's statement: one statement, its parameters all named $1..$n
+ * and each of $1..$n used (as PostgreSQL requires of a statement's
+ * parameters), text values or NULL, stepped to its end. */
+static int sq_exec(tbx_outbox_t *base, const char *sql_text,
+		   const char *const *params, int n, int64_t *changes)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt = NULL;
+	const char *tail = NULL;
+	int64_t total;
+	int rc = SQLITE_OK, err = TBX_OK, cnt;
+
+	store->exec_err[0] = '\0';
+	if (changes)
+		*changes = 0;
+	if (!sql_text || n < 0 || (n > 0 && !params))
+		return exec_fail(store, TBX_EINVAL,
+				 "no statement, or %d parameters without "
+				 "values",
+				 n);
+	rc = sqlite3_prepare_v2(store->db, sql_text, -1, &stmt, &tail);
+	if (rc != SQLITE_OK) {
+		err = tbx__db_err(rc);
+		return exec_fail(store, err == TBX_ESTORE ? TBX_EINVAL : err,
+				 "it does not prepare: %s",
+				 sqlite3_errmsg(store->db));
+	}
+	if (!stmt)
+		return exec_fail(store, TBX_EINVAL, "it is empty");
+	if (tail && *skip_blank(tail)) {
+		sqlite3_finalize(stmt);
+		return exec_fail(store, TBX_EINVAL,
+				 "the text holds more than one statement (one "
+				 "per call)");
+	}
+	cnt = sqlite3_bind_parameter_count(stmt);
+	for (int i = 1; i <= cnt && !err; i++) {
+		const char *name = sqlite3_bind_parameter_name(stmt, i);
+		if (!param_number(name, n))
+			err = exec_fail(store, TBX_EINVAL,
+					"it has parameter %s; only $1 to $%d "
+					"are bound",
+					name ? name : "?", n);
+	}
+	for (int k = 1; k <= n && !err; k++) {
+		char name[16];
+		int idx;
+
+		snprintf(name, sizeof(name), "$%d", k);
+		if (!(idx = sqlite3_bind_parameter_index(stmt, name)))
+			err = exec_fail(store, TBX_EINVAL,
+					"it does not use %s of its %d "
+					"parameters",
+					name, n);
+		else if ((rc = params[k - 1]
+				   ? sqlite3_bind_text(stmt, idx, params[k - 1],
+						       -1, SQLITE_STATIC)
+				   : sqlite3_bind_null(stmt, idx)) != SQLITE_OK)
+			err =
+			    exec_fail(store, tbx__db_err(rc), "binding %s: %s",
+				      name, sqlite3_errmsg(store->db));
+	}
+	total = sqlite3_total_changes64(store->db);
+	while (!err && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		;
+	if (!err && rc != SQLITE_DONE)
+		err = exec_fail(store, tbx__db_err(rc), "%s",
+				sqlite3_errmsg(store->db));
+	/* Rows a DML statement changed; a statement that changed none (a
+	 * query, DDL) leaves the count of an earlier one behind. */
+	if (!err && changes && sqlite3_total_changes64(store->db) != total)
+		*changes = sqlite3_changes64(store->db);
+	sqlite3_finalize(stmt);
+	return err;
+}
+
 static const tbx_outbox_ops_t sqlite_ops = {
     .name = "sqlite",
     .close = sq_close,
@@ -1037,4 +1199,8 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .alarms = tbx__sq_alarms,
     .ingress_list = tbx__sq_ingress_list,
     .count_older = tbx__sq_count_older,
+    .lock_ids = sq_lock_ids,
+    .relaxed = sq_relaxed,
+    .native = sq_native,
+    .exec = sq_exec,
 };

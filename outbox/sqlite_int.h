@@ -19,6 +19,9 @@
 typedef struct sq_store {
 	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */
 	sqlite3 *db;
+	int sync_full;	    /* the configured level: synchronous=FULL */
+	char exec_err[256]; /* why the last exec() failed, until the next
+			       exec() or begin(); "" when it did not */
 	tbx__stmts_t stmts; /* sqlite.c's statements (store/stmt.h) */
 	sqlite3_stmt *slots[SQ_STMTS];
 	tbx__stmts_t reads; /* sqlite_read.c's */

@@ -215,6 +215,9 @@ const char *tbx__sq_errmsg(tbx_outbox_t *base)
 	sqlite3 *db = sq(base)->db;
 	int rc = sqlite3_errcode(db);
 
+	if (sq(base)->exec_err[0])
+		return sq(base)->exec_err;
+
 	if (rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE)
 		return NULL;
 	return sqlite3_errmsg(db);

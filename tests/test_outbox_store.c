@@ -1320,3 +1320,136 @@ Test(hdrs, every_truncation_of_a_valid_blob_is_rejected)
 	cr_assert_eq(tbx__hdrs_next(blob, len, &pos, &h), -1, "pos past end");
 	free(blob);
 }
+
+/* ---- what differs between an embedded and a server store ---------- */
+
+TestSuite(seam, .init = fx_setup, .fini = fx_teardown);
+
+Test(seam, native_is_the_sqlite_connection_and_nothing_else)
+{
+	tbx_outbox_t *store = fx_open(fx_path("s.db"));
+
+	cr_assert_not_null(tbx_outbox_native(store, TBX_BACKEND_SQLITE));
+	cr_assert_eq(tbx_outbox_native(store, TBX_BACKEND_SQLITE),
+		     (void *)tbx_outbox_db(store));
+	cr_assert_null(tbx_outbox_native(store, TBX_BACKEND_PG));
+	tbx_outbox_close(store);
+}
+
+Test(seam, relaxed_lowers_synchronous_and_restores_the_configured_level)
+{
+	tbx__db_opts_t opts;
+	tbx_outbox_t *full = fx_open(fx_path("full.db")), *normal = NULL;
+	char err[256];
+
+	cr_assert_eq(fx_int(tbx_outbox_db(full), "PRAGMA synchronous"), 2);
+	cr_assert_eq(tbx_outbox_relaxed(full, 1), TBX_OK);
+	cr_assert_eq(fx_int(tbx_outbox_db(full), "PRAGMA synchronous"), 1);
+	cr_assert_eq(tbx_outbox_relaxed(full, 0), TBX_OK);
+	cr_assert_eq(fx_int(tbx_outbox_db(full), "PRAGMA synchronous"), 2);
+	/* Configured NORMAL stays NORMAL. */
+	tbx__db_opts_init(&opts);
+	opts.synchronous_full = 0;
+	cr_assert_eq(tbx_outbox_open(fx_path("normal.db"), &opts, &normal, err,
+				     sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx_outbox_relaxed(normal, 1), TBX_OK);
+	cr_assert_eq(tbx_outbox_relaxed(normal, 0), TBX_OK);
+	cr_assert_eq(fx_int(tbx_outbox_db(normal), "PRAGMA synchronous"), 1);
+	tbx_outbox_close(full);
+	tbx_outbox_close(normal);
+}
+
+Test(seam, lock_ids_is_nothing_inside_the_write_transaction)
+{
+	tbx_outbox_t *store = fx_open(fx_path("s.db"));
+	const char *ids[] = {"m1", "m2", "m1"};
+
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_lock_ids(store, GRP, ids, 3), TBX_OK);
+	cr_assert_eq(tbx_outbox_lock_ids(store, GRP, ids, 0), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx_outbox_close(store);
+}
+
+Test(seam, exec_binds_dollar_parameters_by_number_and_counts_changes)
+{
+	tbx_outbox_t *store = fx_open(fx_path("s.db"));
+	sqlite3 *db = tbx_outbox_db(store);
+	const char *p3[] = {"a", NULL, "7"};
+	const char *p1[] = {"a"};
+	int64_t changes = -1;
+
+	cr_assert_eq(tbx_outbox_exec(store,
+				     "CREATE TABLE IF NOT EXISTS t(k TEXT, "
+				     "v TEXT, n BIGINT)",
+				     NULL, 0, &changes),
+		     TBX_OK);
+	cr_assert_eq(changes, 0);
+	/* Out of order and repeated, as PostgreSQL allows. */
+	cr_assert_eq(tbx_outbox_exec(store,
+				     "INSERT INTO t(n, k, v) VALUES ($3, $1, "
+				     "$2), ($3 + 1, $1 || $1, $2)",
+				     p3, 3, &changes),
+		     TBX_OK);
+	cr_assert_eq(changes, 2);
+	cr_assert_eq(fx_int(db, "SELECT COUNT(*) FROM t WHERE v IS NULL"), 2);
+	cr_assert_eq(fx_int(db, "SELECT n FROM t WHERE k = 'aa'"), 8);
+	cr_assert_eq(fx_int(db, "SELECT typeof(n) = 'integer' FROM t LIMIT 1"),
+		     1);
+	/* A query changes nothing, whatever the statement before did. */
+	cr_assert_eq(tbx_outbox_exec(store, "SELECT * FROM t WHERE k = $1", p1,
+				     1, &changes),
+		     TBX_OK);
+	cr_assert_eq(changes, 0);
+	cr_assert_eq(tbx_outbox_exec(store, "UPDATE t SET v = 'x' WHERE k = $1",
+				     p1, 1, &changes),
+		     TBX_OK);
+	cr_assert_eq(changes, 1);
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "DELETE FROM t -- all\n;  ", NULL, 0, NULL),
+	    TBX_OK);
+	cr_assert_eq(fx_int(db, "SELECT COUNT(*) FROM t"), 0);
+	tbx_outbox_close(store);
+}
+
+Test(seam, exec_refuses_what_is_not_one_statement_on_dollar_parameters)
+{
+	tbx_outbox_t *store = fx_open(fx_path("s.db"));
+	const char *p2[] = {"a", "b"};
+	int64_t changes = -1;
+
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "CREATE TABLE t(k TEXT)", NULL, 0, NULL),
+	    TBX_OK);
+	/* A second statement, even a harmless one, is refused unrun. */
+	cr_assert_eq(tbx_outbox_exec(store,
+				     "INSERT INTO t VALUES ('x'); DELETE FROM "
+				     "t",
+				     NULL, 0, &changes),
+		     TBX_EINVAL);
+	cr_assert_eq(fx_int(tbx_outbox_db(store), "SELECT COUNT(*) FROM t"), 0);
+	cr_assert_eq(tbx_outbox_exec(store, "INSERT INTO nowhere VALUES (1)",
+				     NULL, 0, NULL),
+		     TBX_EINVAL);
+	cr_assert_eq(tbx_outbox_exec(store, "", NULL, 0, NULL), TBX_EINVAL);
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "INSERT INTO t VALUES (?)", p2, 1, NULL),
+	    TBX_EINVAL, "an anonymous parameter");
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "INSERT INTO t VALUES (:k)", p2, 1, NULL),
+	    TBX_EINVAL, "a named parameter");
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "INSERT INTO t VALUES ($2)", p2, 1, NULL),
+	    TBX_EINVAL, "a parameter past n");
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "INSERT INTO t VALUES ($1)", p2, 2, NULL),
+	    TBX_EINVAL, "$2 unused");
+	cr_assert_eq(
+	    tbx_outbox_exec(store, "INSERT INTO t VALUES ($1)", NULL, 1, NULL),
+	    TBX_EINVAL, "no params");
+	cr_assert_eq(fx_int(tbx_outbox_db(store), "SELECT COUNT(*) FROM t"), 0);
+	cr_assert_str_neq(
+	    tbx_outbox_errmsg(store) ? tbx_outbox_errmsg(store) : "", "");
+	tbx_outbox_close(store);
+}
