@@ -154,6 +154,12 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {"commit_alarms_total", st->commit_alarms,
 	     "Alarms that the group refused a partition's offset commits for "
 	     "commit.behind.alarm.ms."},
+	    {"rows_conflicted_total", st->rows_conflicted,
+	     "Outbox rows another worker's A committed first: the handler's "
+	     "effects rolled back, the row resumed."},
+	    {"handler_ended_txn_total", st->handler_ended_txn,
+	     "Handlers that ended the worker's transaction on tbx_ctx_pg(): "
+	     "the worker stopped."},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)

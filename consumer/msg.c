@@ -12,6 +12,7 @@
 
 #include "base/ids.h"
 #include "base/log.h"
+#include "consumer/guard.h"
 #include "consumer/msg.h"
 
 /* Copies header @p name into @p dst if present.  @returns 1 present and
@@ -192,7 +193,51 @@ int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,
 
 struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx)
 {
-	return tbx_outbox_db(ctx->store);
+	return ctx ? tbx_outbox_native(ctx->store, TBX_BACKEND_SQLITE) : NULL;
+}
+
+struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx)
+{
+	if (!ctx)
+		return NULL;
+	if (ctx->guard)
+		return tbx__guard_pg(ctx->guard);
+	return tbx_outbox_native(ctx->store, TBX_BACKEND_PG);
+}
+
+int tbx_ctx_exec(tbx_ctx_t *ctx, const char *sql, const char *const *params,
+		 int n, int64_t *changes)
+{
+	const struct tbx_msg *msg;
+	int err;
+
+	if (changes)
+		*changes = 0;
+	if (!ctx || !sql || n < 0 || (n > 0 && !params))
+		return TBX_EINVAL;
+	if (!ctx->guard || !ctx->guard->active)
+		return TBX_ESTATE; /* only inside a handler call */
+	if (tbx__guard_sql(ctx->guard, sql)) {
+		if (!ctx->error)
+			ctx->error = tbx__strdup("the handler's statement "
+						 "was refused: it would end "
+						 "or escape the worker's "
+						 "transaction");
+		return TBX_EINVAL;
+	}
+	if (!(err = tbx_outbox_exec(ctx->store, sql, params, n, changes)))
+		return TBX_OK;
+	msg = ctx->msg;
+	tbx__log(
+	    TBX_LOG_WARNING,
+	    "%s [%" PRId32 "] @%" PRId64 ": tbx_ctx_exec: %s: %s", msg->topic,
+	    msg->rkm->partition, msg->rkm->offset, tbx_strerror(err),
+	    tbx_outbox_errmsg(ctx->store) ? tbx_outbox_errmsg(ctx->store) : "");
+	if (!ctx->error) {
+		const char *why = tbx_outbox_errmsg(ctx->store);
+		ctx->error = tbx__strdup(why && *why ? why : tbx_strerror(err));
+	}
+	return err;
 }
 
 int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,

@@ -51,9 +51,13 @@ struct tbx_msg {
 	int first;  /**< the first record of its partition in the batch */
 };
 
+struct tbx__guard;
+
 /** What a handler call gets (A, protocol.c). */
 struct tbx_ctx {
-	tbx_outbox_t *store; /**< the service store: tbx_ctx_db() */
+	tbx_outbox_t *store;	  /**< the service store: tbx_ctx_db() */
+	struct tbx__guard *guard; /**< armed during the call: tbx_ctx_pg(),
+				     tbx_ctx_exec() */
 	const struct tbx_msg *msg;
 	tbx__row_t *row; /**< where tbx_ctx_send queues */
 	char *error;	 /**< tbx_ctx_set_error() */

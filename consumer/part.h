@@ -47,7 +47,10 @@ typedef struct tbx__part {
 	uint64_t prefix_drops; /**< duplicates dropped before that */
 	int64_t broke_next;    /**< offset + 1 of a record whose handler
 				    tried to commit A (refused, A rolled
-				    back): dead-lettered next; 0: none */
+				    back) or broke the record's savepoint:
+				    dead-lettered next; 0: none */
+	int broke_savepoint;   /**< that record's handler broke the
+				    savepoint (else: tried to commit) */
 	/* commit_watch.c: monotonic time of the first commit of it the
 	 * group refused since it last accepted one (0: none), and of the
 	 * last alarm about it (0: none yet). */

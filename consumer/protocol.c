@@ -50,8 +50,7 @@
 
 void tbx__proto_init(tbx__proto_t *proto)
 {
-	tbx__guard_install(&proto->guard, tbx_outbox_db(proto->store),
-			   proto->stats);
+	tbx__guard_install(&proto->guard, proto->store, proto->stats);
 	proto->rand_state = (unsigned)getpid() ^ (unsigned)tbx__now_ms();
 }
 
@@ -194,6 +193,52 @@ static void dlq_reason_fit(const tbx__proto_t *proto, tbx_header_t *hdr,
 	hdr->len = strlen(buf);
 }
 
+/* A row of @p msg exists (committed): the work is done, resume its
+ * B–E. */
+static int resume_row(tbx__proto_t *proto, tbx__batch_t *batch,
+		      struct tbx_msg *msg)
+{
+	tbx__brow_t *brow;
+	size_t idx;
+	int err;
+
+	if (!(brow = tbx__batch_row_new(batch, &idx)))
+		return TBX_ENOMEM;
+	if ((err = tbx_outbox_row_load(proto->store, proto->group, msg->id,
+				       &brow->row))) {
+		tbx__batch_row_pop(batch);
+		return err;
+	}
+	if (brow->row.attempt[0])
+		tbx__brow_set_state(brow, TBX_BROW_RECORDED);
+	msg->state = TBX_MS_ROW;
+	msg->row = idx;
+	proto->stats->resumed++;
+	return TBX_OK;
+}
+
+/*
+ * The outbox row's insert found the row there: another worker's A
+ * committed it after this A's row check.  The message lock of A makes
+ * that impossible between workers that take it (docs/architecture.md,
+ * "PostgreSQL: locking without a file lock"); the unique key is the
+ * guard for one that does not.  The record's savepoint was rolled back
+ * (the handler's effects with it): the committed row is resumed.
+ */
+static int row_conflict(tbx__proto_t *proto, tbx__batch_t *batch,
+			struct tbx_msg *msg)
+{
+	proto->stats->rows_conflicted++;
+	tbx__log(TBX_LOG_WARNING,
+		 "%s [%" PRId32 "] @%" PRId64
+		 ": outbox row %s was committed by another worker while this "
+		 "one handled the record (a worker that does not lock the "
+		 "message?); the handler's effects are rolled back and the "
+		 "committed row is resumed",
+		 msg->topic, msg->rkm->partition, msg->rkm->offset, msg->id);
+	return resume_row(proto, batch, msg);
+}
+
 /*
  * Queues the original record for the dead-letter topic through a row of
  * its own, in a savepoint.  Headers other than tbx-* are kept, and
@@ -213,7 +258,7 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 	void *blob = NULL;
 	tbx__brow_t *brow;
 	uint64_t created = 0;
-	int err;
+	int err, conflict = TBX_OK;
 
 	dlq_topic_of(proto, msg->topic, dlq_topic);
 	if (rd_kafka_message_headers(msg->rkm, &in) !=
@@ -273,15 +318,18 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 	free(blob);
 	if (!err && !(err = tbx_outbox_savepoint(proto->store))) {
 		if (!(err = mint_in_A(proto, batch, brow, &created)) &&
-		    !(err = tbx_outbox_row_insert(proto->store, proto->group,
-						  &brow->row)) &&
+		    !(err = conflict = tbx_outbox_row_insert(
+			  proto->store, proto->group, &brow->row)) &&
 		    !(err = tbx_outbox_dead_letter_add(proto->store,
 						       proto->group, &brow->row,
 						       dlq_topic, attempts)) &&
 		    (!by_offset || !(err = ingress_advance(proto, msg))))
 			err = tbx_outbox_release(proto->store);
-		if (err)
-			tbx_outbox_undo(proto->store);
+		if (err && tbx_outbox_undo(proto->store) == TBX_OK &&
+		    conflict == TBX_EEXIST) {
+			tbx__batch_row_pop(batch);
+			return row_conflict(proto, batch, msg);
+		}
 	}
 	if (err) {
 		tbx__batch_row_pop(batch);
@@ -350,14 +398,81 @@ static int store_mismatch(tbx__proto_t *proto, tbx__batch_t *batch,
 	return err;
 }
 
+/*
+ * The handler left A's transaction ended (@p gs TBX_GUARD_ENDED) or its
+ * record's savepoint gone (TBX_GUARD_BROKEN); A is then rolled back.
+ * SQLite: nothing of the batch committed (the commit hook turned a COMMIT
+ * into a ROLLBACK, or the handler rolled back): the batch is retried, the
+ * record dead-lettered when it was a COMMIT.  PostgreSQL: a COMMIT cannot
+ * be refused there; the batch's earlier records and this handler's
+ * effects may have committed, this record without its outbox row, so the
+ * worker stops (TBX_ESTATE, fatal) rather than run the handler again.  A
+ * savepoint released or rolled back past: A rolls back whole, the record
+ * is dead-lettered when the batch is retried.
+ */
+static int handler_broke(tbx__proto_t *proto, struct tbx_msg *msg,
+			 tbx__guard_state_t gs)
+{
+	tbx__part_t *part = msg->part;
+	int sqlite = tbx_outbox_native(proto->store, TBX_BACKEND_SQLITE) != 0;
+	int err = TBX_ESTORE;
+
+	if (gs == TBX_GUARD_BROKEN) {
+		part->broke_next = msg->rkm->offset + 1;
+		part->broke_savepoint = 1;
+		proto->stats->handler_refused++;
+		snprintf(proto->errstr, proto->errstr_size,
+			 "%s [%" PRId32 "] @%" PRId64
+			 ": the handler released or rolled back tokenbox's "
+			 "savepoint of the record (or left a query running) "
+			 "on tbx_ctx_pg(); the batch was rolled back and the "
+			 "record is dead-lettered",
+			 msg->topic, msg->rkm->partition, msg->rkm->offset);
+	} else if (sqlite && proto->guard.commit_refused) {
+		/* Its handler would do it again: dead-letter it. */
+		part->broke_next = msg->rkm->offset + 1;
+		part->broke_savepoint = 0;
+		snprintf(proto->errstr, proto->errstr_size,
+			 "%s [%" PRId32 "] @%" PRId64
+			 ": the handler tried to commit the worker's "
+			 "transaction; the batch was rolled back and "
+			 "the record is dead-lettered",
+			 msg->topic, msg->rkm->partition, msg->rkm->offset);
+	} else if (sqlite) {
+		/* A's transaction is gone, and with it everything of the
+		 * batch: nothing committed (the guard refuses COMMIT), so
+		 * the batch is simply retried. */
+		snprintf(proto->errstr, proto->errstr_size,
+			 "%s [%" PRId32 "] @%" PRId64
+			 ": the worker's transaction ended while the "
+			 "handler ran (a ROLLBACK on tbx_ctx_db(), "
+			 "or a store error); the batch is retried",
+			 msg->topic, msg->rkm->partition, msg->rkm->offset);
+	} else {
+		proto->stats->handler_ended_txn++;
+		snprintf(proto->errstr, proto->errstr_size,
+			 "%s [%" PRId32 "] @%" PRId64
+			 ": the handler ended the worker's transaction on "
+			 "tbx_ctx_pg() (COMMIT or ROLLBACK): the batch's "
+			 "earlier records may have committed with their "
+			 "outbox rows, and this record's effects without "
+			 "its row; the worker stops, fix the handler before "
+			 "restarting it (the record would be handled again)",
+			 msg->topic, msg->rkm->partition, msg->rkm->offset);
+		err = TBX_ESTATE;
+	}
+	tbx__log(TBX_LOG_ERR, "%s", proto->errstr);
+	return err;
+}
+
 /* Runs the handler in a savepoint; OK inserts the outbox row with it. */
 static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 		       struct tbx_msg *msg, int by_offset)
 {
 	const tbx__route_t *route = tbx_router_lookup(
 	    proto->router, msg->topic, msg->has_type ? msg->type : NULL);
-	sqlite3 *db = tbx_outbox_db(proto->store);
 	tbx__part_t *part = msg->part;
+	tbx__guard_state_t gs;
 	tbx_verdict_t verdict;
 	tbx__brow_t *brow;
 	tbx_ctx_t ctx;
@@ -382,13 +497,19 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 				   by_offset);
 	}
 	if (part->broke_next == msg->rkm->offset + 1) {
-		/* Its handler tried to commit A; it would again. */
+		/* Its handler tried to commit A, or broke its savepoint; it
+		 * would again. */
 		part->broke_next = 0;
-		return dead_letter(proto, batch, msg,
-				   "the handler tried to commit the worker's "
-				   "transaction (refused: COMMIT on "
-				   "tbx_ctx_db() is not allowed)",
-				   msg->attempt, by_offset);
+		return dead_letter(
+		    proto, batch, msg,
+		    part->broke_savepoint
+			? "the handler released or rolled back tokenbox's "
+			  "savepoint of the record (refused: savepoints "
+			  "named tbx_* are tokenbox's)"
+			: "the handler tried to commit the worker's "
+			  "transaction (refused: COMMIT on tbx_ctx_db() is "
+			  "not allowed)",
+		    msg->attempt, by_offset);
 	}
 	if (!(brow = tbx__batch_row_new(batch, &idx)))
 		return TBX_ENOMEM;
@@ -399,39 +520,29 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	}
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.store = proto->store;
+	ctx.guard = &proto->guard;
 	ctx.msg = msg;
 	ctx.row = &brow->row;
 	tbx__guard_enter(&proto->guard, msg);
 	verdict = route->fn(&ctx, msg, route->opaque);
 	tbx__guard_leave(&proto->guard);
 	tbx__crashpoint("A.handled");
-	if (sqlite3_get_autocommit(db)) {
-		/* A's transaction is gone, and with it everything of the
-		 * batch: nothing committed (the guard refuses COMMIT), so
-		 * the batch is simply retried. */
+	gs = tbx__guard_check(&proto->guard);
+	if (gs == TBX_GUARD_ENDED || gs == TBX_GUARD_BROKEN) {
 		free(ctx.error);
 		tbx__batch_row_pop(batch);
-		if (proto->guard.commit_refused) {
-			/* Its handler would do it again: dead-letter it. */
-			part->broke_next = msg->rkm->offset + 1;
-			snprintf(proto->errstr, proto->errstr_size,
-				 "%s [%" PRId32 "] @%" PRId64
-				 ": the handler tried to commit the worker's "
-				 "transaction; the batch was rolled back and "
-				 "the record is dead-lettered",
-				 msg->topic, msg->rkm->partition,
-				 msg->rkm->offset);
-		} else {
-			snprintf(proto->errstr, proto->errstr_size,
-				 "%s [%" PRId32 "] @%" PRId64
-				 ": the worker's transaction ended while the "
-				 "handler ran (a ROLLBACK on tbx_ctx_db(), "
-				 "or a store error); the batch is retried",
-				 msg->topic, msg->rkm->partition,
-				 msg->rkm->offset);
-		}
-		tbx__log(TBX_LOG_ERR, "%s", proto->errstr);
-		return TBX_ESTORE;
+		return handler_broke(proto, msg, gs);
+	}
+	if (gs == TBX_GUARD_ABORTED && verdict == TBX_VERDICT_OK) {
+		/* PostgreSQL: a statement failed and aborted the
+		 * transaction up to the record's savepoint; nothing of the
+		 * handler can commit. */
+		tbx__log(TBX_LOG_WARNING,
+			 "%s [%" PRId32 "] @%" PRId64
+			 ": a statement of the handler failed and aborted "
+			 "its work, but it returned OK; retrying the record",
+			 msg->topic, msg->rkm->partition, msg->rkm->offset);
+		verdict = TBX_VERDICT_RETRY;
 	}
 	if (verdict == TBX_VERDICT_OK && ctx.send_failed) {
 		tbx__log(TBX_LOG_WARNING,
@@ -442,16 +553,19 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	}
 	if (verdict == TBX_VERDICT_OK) {
 		uint64_t created = 0;
+		int conflict = TBX_OK;
 
 		if (!(err = mint_in_A(proto, batch, brow, &created)) &&
-		    !(err = tbx_outbox_row_insert(proto->store, proto->group,
-						  &brow->row)) &&
+		    !(err = conflict = tbx_outbox_row_insert(
+			  proto->store, proto->group, &brow->row)) &&
 		    (!by_offset || !(err = ingress_advance(proto, msg))))
 			err = tbx_outbox_release(proto->store);
 		free(ctx.error);
 		if (err) {
-			tbx_outbox_undo(proto->store);
+			int undo = tbx_outbox_undo(proto->store);
 			tbx__batch_row_pop(batch);
+			if (conflict == TBX_EEXIST && undo == TBX_OK)
+				return row_conflict(proto, batch, msg);
 			return err;
 		}
 		batch->minted += created;
@@ -503,7 +617,6 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		       struct tbx_msg *msg)
 {
 	char attempt[TBX_UUID_LEN + 1];
-	tbx__brow_t *brow;
 	size_t idx;
 	int found, err, exists;
 
@@ -518,21 +631,8 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 	if ((err = tbx_outbox_row_find(proto->store, proto->group, msg->id,
 				       &found, attempt)))
 		return err;
-	if (found) {
-		if (!(brow = tbx__batch_row_new(batch, &idx)))
-			return TBX_ENOMEM;
-		if ((err = tbx_outbox_row_load(proto->store, proto->group,
-					       msg->id, &brow->row))) {
-			tbx__batch_row_pop(batch);
-			return err;
-		}
-		if (brow->row.attempt[0])
-			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
-		msg->state = TBX_MS_ROW;
-		msg->row = idx;
-		proto->stats->resumed++;
-		return TBX_OK;
-	}
+	if (found)
+		return resume_row(proto, batch, msg);
 
 	/* A token minted in another token store was never ours either,
 	 * whatever its number. */
@@ -665,18 +765,18 @@ static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
  * blamed; a record whose lone As died retry.max times (at least once) is
  * dead-lettered without its handler.  The counts (deaths and RETRY
  * verdicts) live in the same row, for one record per partition, so they
- * outlast rebalances and restarts.  The marker commits with
- * synchronous=NORMAL: a process crash does not lose it (the OS has it),
- * and a power cut only loses a count.
+ * outlast rebalances and restarts.  The marker commits relaxed
+ * (tbx_outbox_relaxed(): SQLite's synchronous=NORMAL, PostgreSQL's
+ * synchronous_commit=off): a process crash does not lose it, and a power
+ * cut only loses a count.
  */
 static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int limit = proto->retry_max > 0 ? proto->retry_max : 1;
-	sqlite3 *db = tbx_outbox_db(proto->store);
 	size_t chosen = SIZE_MAX;
 	int err;
 
-	if ((err = tbx__db_exec(db, "PRAGMA synchronous=NORMAL")))
+	if ((err = tbx_outbox_relaxed(proto->store, 1)))
 		return err;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
@@ -798,9 +898,7 @@ fail:
 	if (err || (err = tbx_outbox_commit(proto->store)))
 		tbx_outbox_rollback(proto->store);
 out:;
-	int err2 = tbx__db_exec(db, proto->synchronous_full
-					? "PRAGMA synchronous=FULL"
-					: "PRAGMA synchronous=NORMAL");
+	int err2 = tbx_outbox_relaxed(proto->store, 0);
 	return err ? err : err2;
 }
 
@@ -904,6 +1002,37 @@ int tbx__proto_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 	return TBX_OK;
 }
 
+/*
+ * A's lock on the messages it may handle (tbx_outbox_lock_ids()): the ids
+ * of the tokened records it covers, whose row check and token check must
+ * not interleave with another worker's A of the same message (on SQLite
+ * the file's write lock does it, and this is nothing).  Untokened and
+ * malformed records are judged by the ingress offset, which the backend
+ * locks with the offset's row.
+ */
+static int lock_ids(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	const char *few[64], **ids = few;
+	size_t n = 0;
+	int err;
+
+	if (batch->cnt > sizeof(few) / sizeof(few[0]) &&
+	    !(ids = malloc(batch->cnt * sizeof(*ids))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		const struct tbx_msg *msg = &batch->msgs[i];
+		if ((batch->isolating && i != batch->isolated) ||
+		    msg->malformed || msg->untokened)
+			continue;
+		ids[n++] = msg->id;
+	}
+	err = n ? tbx_outbox_lock_ids(proto->store, proto->group, ids, n)
+		: TBX_OK;
+	if (ids != few)
+		free(ids);
+	return err;
+}
+
 /* A: after G, one S transaction over the batch; a failed A releases G's
  * marker (it was no death). */
 static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
@@ -914,8 +1043,13 @@ static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 		goto released;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto released;
-	/* Joined: one number for every token this A mints, taken before
-	 * any savepoint (a rolled-back savepoint must not take it back). */
+	/* The messages' locks, before anything is read and before any
+	 * savepoint (a rolled-back savepoint would release them). */
+	if ((err = lock_ids(proto, batch)))
+		goto fail;
+	/* Joined: one number for every token this A mints, taken after the
+	 * locks and before any savepoint (a rolled-back savepoint must not
+	 * take it back). */
 	batch->mint_seq = 0;
 	batch->minted = 0;
 	if (proto->joined &&

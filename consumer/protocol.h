@@ -52,10 +52,8 @@ typedef struct tbx__proto {
 	int retry_max;		/**< retry.max */
 	int backoff_ms, backoff_max_ms; /**< retry.backoff.ms, .max.ms */
 	int untokened_offsets;		/**< ingress.untokened=offsets */
-	int synchronous_full;	    /**< store.synchronous=full: G lowers it for
-					 its own commit and restores it */
-	int mismatch_stop;	    /**< token.store.mismatch=stop */
-	int64_t dispatch_retry_max; /**< dispatch.retry.max */
+	int mismatch_stop;		/**< token.store.mismatch=stop */
+	int64_t dispatch_retry_max;	/**< dispatch.retry.max */
 	/* The protocol's own state. */
 	tbx__guard_t guard;  /**< armed around each handler call */
 	unsigned rand_state; /**< the backoff's jitter */
@@ -77,14 +75,14 @@ typedef struct tbx__proto_result {
 } tbx__proto_result_t;
 
 /** Readies @p proto once its handed-over fields and settings are set:
- *  installs the handler guard on S's connection and seeds the jitter. */
+ *  installs the handler guard on S and seeds the jitter. */
 void tbx__proto_init(tbx__proto_t *proto);
 
 /** Before G: numbers the batch (counted in stats.batches), marks the
  *  first record of each partition and clears the partitions' per-batch
  *  notes.  The batch is not empty. */
 void tbx__proto_start(tbx__proto_t *proto, tbx__batch_t *batch);
-/** G: one S transaction (synchronous=NORMAL) that reads what the
+/** G: one S transaction (relaxed: tbx_outbox_relaxed()) that reads what the
  *  partitions' last As left (deaths, suspicion, counts), decides whether
  *  A takes one record (isolation), and marks what A covers.
  *  @returns TBX_OK or the error that stopped it (A–E do not run). */

@@ -69,8 +69,6 @@ static void worker_proto_init(tbx_worker_t *worker)
 	proto->backoff_max_ms = (int)worker->cfg->retry_backoff_max_ms;
 	proto->untokened_offsets =
 	    worker->cfg->ingress_untokened == TBX_UNTOKENED_OFFSETS;
-	proto->synchronous_full =
-	    worker->cfg->store_synchronous == TBX_SYNC_FULL;
 	proto->mismatch_stop =
 	    worker->cfg->token_store_mismatch == TBX_MISMATCH_STOP;
 	proto->dispatch_retry_max = worker->cfg->dispatch_retry_max;
@@ -121,8 +119,8 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
 	worker->cfg = cfg;
-	/* G lowers the service connection to NORMAL for its own commit and
-	 * restores this level afterwards. */
+	/* G relaxes the service store's durability for its own commit and
+	 * restores this level afterwards (tbx_outbox_relaxed()). */
 	worker_proto_init(worker);
 	if (tbx__worker_metrics_start(worker, errstr, errstr_size)) {
 		worker->conf = NULL;
@@ -703,6 +701,8 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"undelivered_stored", st->undelivered_stored},
 	    {"producer_restarts", st->producer_restarts},
 	    {"commit_alarms", st->commit_alarms},
+	    {"rows_conflicted", st->rows_conflicted},
+	    {"handler_ended_txn", st->handler_ended_txn},
 	};
 	cJSON *obj;
 	char *text;

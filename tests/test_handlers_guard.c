@@ -203,3 +203,97 @@ Test(guard, a_commit_prepared_before_the_handler_is_rolled_back)
 	tbx_worker_destroy(w);
 	tt_env_fini(&e);
 }
+
+/* What tbx_ctx_exec() refuses by the statement's first keywords, on
+ * either backend, before the database sees it. */
+static const char *const exec_attacks[] = {
+    "COMMIT",
+    "  commit work",
+    "/* a comment */ COMMIT",
+    "-- a comment\nEND",
+    "END TRANSACTION",
+    "ABORT",
+    "ROLLBACK",
+    "rollback transaction",
+    "ROLLBACK PREPARED 'x'",
+    "BEGIN",
+    "START TRANSACTION",
+    "RELEASE tbx_msg",
+    "release savepoint \"tbx_msg\"",
+    "ROLLBACK TO tbx_msg",
+    "ROLLBACK TRANSACTION TO SAVEPOINT tbx_msg",
+    "SAVEPOINT tbx_mine",
+    "PREPARE TRANSACTION 'x'",
+    "COMMIT PREPARED 'x'",
+    "SET synchronous_commit = off",
+    "SET LOCAL lock_timeout = 0",
+    "set session statement_timeout to 0",
+    "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+    "SET ROLE other",
+    "RESET ALL",
+    "DEALLOCATE ALL",
+    "DISCARD ALL",
+};
+#define EXEC_ATTACKS (sizeof(exec_attacks) / sizeof(exec_attacks[0]))
+
+typedef struct exec_probe {
+	int calls;
+	int results[EXEC_ATTACKS];
+	int own_savepoint; /* TBX_OK expected */
+	int effect;
+	int pg_is_null;
+} exec_probe_t;
+
+static tbx_verdict_t exec_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				 void *opaque)
+{
+	exec_probe_t *p = opaque;
+	const char *id = tbx_msg_id(msg);
+	int64_t changes = 0;
+
+	p->calls++;
+	p->pg_is_null = tbx_ctx_pg(ctx) == NULL;
+	for (size_t i = 0; i < EXEC_ATTACKS; i++)
+		p->results[i] =
+		    tbx_ctx_exec(ctx, exec_attacks[i], NULL, 0, NULL);
+	/* Savepoints of the handler's own are its business. */
+	p->own_savepoint = tbx_ctx_exec(ctx, "SAVEPOINT mine", NULL, 0, NULL);
+	if (!p->own_savepoint)
+		p->own_savepoint =
+		    tbx_ctx_exec(ctx, "RELEASE mine", NULL, 0, NULL);
+	p->effect = tbx_ctx_exec(ctx, "INSERT INTO effects(msg_id) VALUES ($1)",
+				 &id, 1, &changes);
+	if (p->effect == TBX_OK && changes != 1)
+		p->effect = -1;
+	return TBX_VERDICT_OK;
+}
+
+Test(guard, tbx_ctx_exec_refuses_what_would_end_the_transaction)
+{
+	tt_env_t e;
+	exec_probe_t p = {0};
+	const char *list[] = {"x"};
+	tbx_stats_t st;
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, exec_handle, (hostile_t *)(void *)&p);
+	tt_env_publish(&e, "in", "Hit", list, 1);
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM effects", 1};
+	cr_assert(tt_drive(&w, 1, tt_reached, &want, 10, 60));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	for (size_t i = 0; i < EXEC_ATTACKS; i++)
+		cr_expect_eq(p.results[i], TBX_EINVAL, "'%s' gave %d",
+			     exec_attacks[i], p.results[i]);
+	cr_assert_eq(p.own_savepoint, TBX_OK);
+	cr_assert_eq(p.effect, TBX_OK);
+	cr_assert(p.pg_is_null, "tbx_ctx_pg() on an SQLite store");
+	cr_assert_eq(p.calls, 1);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"), 1);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_outbox"), 0);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.handler_refused, EXEC_ATTACKS, "refused: %llu",
+		     (unsigned long long)st.handler_refused);
+	tbx_worker_destroy(w);
+	tt_env_fini(&e);
+}

@@ -32,15 +32,15 @@ extern "C" {
 #endif
 
 #define TBX_VERSION_MAJOR 0
-#define TBX_VERSION_MINOR 2
+#define TBX_VERSION_MINOR 3
 #define TBX_VERSION_PATCH 0
-#define TBX_VERSION_STR	  "0.2.0"
+#define TBX_VERSION_STR	  "0.3.0"
 
 /** Version of the plugin ABI (tbx_plugin_init). Bumped on any
  *  incompatible change to this header. */
-#define TBX_PLUGIN_ABI_VERSION 2
+#define TBX_PLUGIN_ABI_VERSION 3
 
-/** @returns the library's version string, e.g. "0.2.0". */
+/** @returns the library's version string, e.g. "0.3.0". */
 const char *tbx_version(void);
 
 /*
@@ -180,8 +180,10 @@ typedef struct tbx_ctx tbx_ctx_t;
 
 struct sqlite3;
 /**
- * @returns the service database connection, inside the savepoint that
- * holds this message's effects.  Borrowed, valid during the handler call.
+ * @returns the service database connection of an SQLite service store
+ * (store.path), inside the savepoint that holds this message's effects;
+ * NULL when the service store is on PostgreSQL (tbx_ctx_pg()).  Borrowed,
+ * valid during the handler call.
  * The handler must not BEGIN, COMMIT, ROLLBACK or RELEASE on it; it may use
  * nested SAVEPOINTs of its own and must release them before returning.
  * While the handler runs, the connection refuses (SQLITE_AUTH) BEGIN,
@@ -189,6 +191,51 @@ struct sqlite3;
  * change durability or journaling (docs/handlers.md).
  */
 struct sqlite3 *tbx_ctx_db(tbx_ctx_t *ctx);
+
+struct pg_conn; /* libpq's PGconn */
+/**
+ * @returns the libpq connection of a PostgreSQL service store
+ * (store.url), inside the transaction and the savepoint that hold this
+ * message's effects; NULL when the service store is an SQLite file
+ * (tbx_ctx_db()).  Borrowed, valid during the handler call; a handler
+ * that includes <libpq-fe.h> uses it as a PGconn *.
+ * The same rules as for tbx_ctx_db(): no BEGIN, COMMIT, ROLLBACK, END,
+ * PREPARE TRANSACTION, savepoints named tbx_*, nor settings of the
+ * transaction.  libpq cannot refuse them beforehand: after every handler
+ * call the worker checks that the transaction is still open and the
+ * message's savepoint still there.  A handler that ended the transaction
+ * stops the worker (tbx_worker_poll() returns TBX_ESTATE): what the
+ * batch's earlier records did may have committed with it
+ * (docs/handlers.md).  A statement that fails aborts the transaction up
+ * to the message's savepoint: the message is then retried, whatever the
+ * handler returns.
+ */
+struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx);
+
+/**
+ * Runs one SQL statement on the service store's connection, inside this
+ * message's savepoint, on either backend: the portable way to write
+ * business tables.  @p sql is one statement (no ';'-separated second
+ * one) whose parameters are $1 … $n, each used; @p params holds @p n
+ * texts (a NULL entry binds NULL; PostgreSQL converts text to the
+ * column's type, SQLite stores it with the column's affinity).  Rows a
+ * query returns are ignored.  @p changes (may be NULL) receives the rows
+ * an INSERT, UPDATE or DELETE changed, else 0.
+ * Statements that would end or escape the transaction are refused before
+ * they reach the database, with TBX_EINVAL (counted in handler_refused,
+ * logged at ERROR): BEGIN, START, COMMIT, END, ROLLBACK (but ROLLBACK TO
+ * a savepoint of the handler's own), ABORT, savepoints named tbx_*,
+ * PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED, DEALLOCATE, DISCARD, and
+ * SET/RESET of the settings tokenbox's transaction relies on.
+ * @returns TBX_OK; TBX_EINVAL (refused, more than one statement, a
+ * statement that does not prepare, a parameter other than $1 … $n);
+ * TBX_ESTATE outside a handler call; or the store's error (TBX_EBUSY,
+ * TBX_ESTORE, …), logged at WARN with the database's message.  Each
+ * failure also becomes the message's error reason (tbx_ctx_set_error())
+ * unless the handler set one.
+ */
+int tbx_ctx_exec(tbx_ctx_t *ctx, const char *sql, const char *const *params,
+		 int n, int64_t *changes);
 
 /** A Kafka header of an outgoing message. */
 typedef struct tbx_header {
@@ -235,11 +282,12 @@ typedef tbx_verdict_t (*tbx_handler_fn)(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 typedef struct tbx_worker tbx_worker_t;
 
 /**
- * Creates a worker.  Required keys: group.id, store.path,
- * kafka.bootstrap.servers.  Opens (and migrates) the stores, creating the
- * service store if missing; a separate token store (tokens.path) must
- * exist unless tokens.create=true (TBX_ENOENT otherwise, with @p errstr
- * naming the path and how to create it).  Connects lazily.
+ * Creates a worker.  Required keys: group.id, store.path (an SQLite file)
+ * or store.url (PostgreSQL), kafka.bootstrap.servers.  Opens (and
+ * migrates) the stores, creating the service store if missing; a separate token
+ * store (tokens.path) must exist unless tokens.create=true (TBX_ENOENT
+ * otherwise, with @p errstr naming the path and how to create it).  Connects
+ * lazily.
  *
  * On success the worker owns @p conf; on failure the caller still owns it
  * and @p errstr says why.
@@ -351,6 +399,15 @@ typedef struct tbx_stats {
 					commit.behind.alarm.ms: its committed
 					offset stays behind the records
 					processed */
+	uint64_t rows_conflicted;    /**< outbox rows another worker's A
+					committed first (PostgreSQL, a
+					worker that took no lock): the
+					handler's effects rolled back, the
+					row resumed */
+	uint64_t handler_ended_txn;  /**< handlers that ended the worker's
+					transaction on tbx_ctx_pg()
+					(COMMIT, ROLLBACK): the worker
+					stopped */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
