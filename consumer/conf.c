@@ -13,11 +13,13 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "consumer/metrics.h"
 #include "base/str.h"
 #include "base/log.h"
 #include "base/ids.h"
+#include "store/pg.h"
 
 /* The field of a row: its offset in tbx__cfg_t, checked to be of type T
  * (_Generic has no match otherwise), and its name for the tests. */
@@ -39,9 +41,26 @@ const tbx__prop_t tbx__props[] = {
 	 "Consumer group of the worker. Tokens are minted per group: a group "
 	 "checks and deletes only its own."},
 	{"store.path", PATH(store_path), NULL, 1, 4096,
-	 NULL, "worker", 1,
+	 NULL, "worker", 0,
 	 "Service store: the SQLite file that holds the outbox and the "
-	 "handlers' business tables. Created if missing."},
+	 "handlers' business tables. Created if missing. A worker needs "
+	 "either store.path or store.url, not both."},
+	{"store.url", STR(store_url), "", 0, 4096,
+	 NULL, "worker", 0,
+	 "Service store on PostgreSQL: a libpq connection URL "
+	 "(postgresql://HOST[:PORT]/DB?...) or key=value string (host=... "
+	 "dbname=...), instead of store.path. The service store's tables "
+	 "live in the schema store.schema, created if missing; handlers "
+	 "write through the same connection (tbx_ctx_pg(), tbx_ctx_exec()). "
+	 "Give credentials through libpq's own means (a password file, "
+	 "PGPASSWORD, a service file): tokenbox never writes a password in "
+	 "a log line or an error."},
+	{"store.schema", STR(store_schema), NULL, 0, 63,
+	 NULL, "worker", 0,
+	 "PostgreSQL schema of the service store (with store.url); unset: "
+	 "the group.id, which must then be a valid schema name. 1 to 63 "
+	 "letters, digits, '_', '.' or '-', not starting with a digit, a "
+	 "dot or pg_."},
 	{"tokens.path", PATH(tokens_path), "", 0, 4096,
 	 NULL, "both", 0,
 	 "Token store: the SQLite file shared by every service of a pipeline "
@@ -52,12 +71,28 @@ const tbx__prop_t tbx__props[] = {
 	 "(`tokenbox init --tokens PATH` creates one) unless tokens.create "
 	 "is true: a worker pointed at a misspelt path would otherwise "
 	 "make an empty store and take every record for a duplicate. "
-	 "Publishers never create it."},
+	 "Publishers never create it. Not with tokens.url."},
 	{"tokens.create", ENUM(tokens_create), "false", 0, 0,
 	 S2I({"false", 0}, {"true", 1}), "worker", 0,
-	 "'true' lets the worker create a token store (tokens.path) that "
-	 "does not exist. The service store, and in single-file mode the "
-	 "token tables in it, are always created."},
+	 "'true' lets the worker create a token store (tokens.path, or "
+	 "the schema tokens.schema at tokens.url) that does not exist. The "
+	 "service store, and in single-file mode the token tables in it, "
+	 "are always created."},
+	{"tokens.url", STR(tokens_url), "", 0, 4096,
+	 NULL, "both", 0,
+	 "Token store on PostgreSQL: a libpq connection URL or key=value "
+	 "string, instead of tokens.path. Empty, or the same text as "
+	 "store.url: the token store is in the service store's database "
+	 "and shares its connection (the joined path: tokens commit with "
+	 "the handlers' transaction). Another text: a connection of its "
+	 "own (the token store may be another database, or the same one "
+	 "reached apart). A worker creates a missing token store only "
+	 "with tokens.create=true; publishers never create it."},
+	{"tokens.schema", STR(tokens_schema), "tokenbox_tokens", 1, 63,
+	 NULL, "both", 0,
+	 "PostgreSQL schema of the token store (with store.url or "
+	 "tokens.url), shared by every service of the pipeline. The same "
+	 "naming rules as store.schema."},
 	{"token.store.mismatch", ENUM(token_store_mismatch), "dlq", 0, 0,
 	 S2I({"dlq", TBX_MISMATCH_DLQ}, {"stop", TBX_MISMATCH_STOP}),
 	 "worker", 0,
@@ -431,6 +466,56 @@ static int check_value(const tbx__prop_t *prop, const char *value, char *errstr,
 	return TBX_ECONF;
 }
 
+/* 1 when @p s holds "pass" in any case (password, passfile). */
+static int mentions_pass(const char *s)
+{
+	for (; *s; s++)
+		if (strncasecmp(s, "pass", 4) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * A PostgreSQL connection string: a URL (postgresql:// or postgres://) or
+ * key=value pairs, as libpq parses them.  The message names the string
+ * redacted; libpq's reason echoes parts of the string, so it is given
+ * only when the string holds no password.
+ */
+static int check_url(const char *key, const char *value, char *errstr,
+		     size_t errstr_size)
+{
+	char red[512], *why = NULL;
+	PQconninfoOption *opts;
+	int rc;
+
+	tbx__pg_redact(value, red, sizeof(red));
+	if (!tbx__pg_is_url(value) && !strchr(value, '='))
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "%s: '%s' is not a PostgreSQL connection "
+				   "string: a URL postgresql://HOST/DB or "
+				   "key=value pairs (host=... dbname=...) are "
+				   "expected; an SQLite file is %s",
+				   key, red,
+				   strcmp(key, "store.url") == 0
+				       ? "store.path"
+				       : "tokens.path");
+	if ((opts = PQconninfoParse(value, &why))) {
+		PQconninfoFree(opts);
+		return TBX_OK;
+	}
+	rc = tbx__seterr(errstr, errstr_size, TBX_ECONF,
+			 "%s: '%s' is not a valid PostgreSQL connection "
+			 "string: %s",
+			 key, red,
+			 !why ? "out of memory"
+			 : strcmp(red, value) == 0 && !mentions_pass(value)
+			     ? why
+			     : "libpq refused it (its reason is withheld: "
+			       "the string holds a password)");
+	PQfreemem(why);
+	return rc;
+}
+
 /* Checks a "kafka." pair with librdkafka on a scratch configuration. */
 static int check_kafka(const char *key, const char *value, char *errstr,
 		       size_t errstr_size)
@@ -533,6 +618,14 @@ int tbx_conf_set(tbx_conf_t *conf, const char *name, const char *value,
 						   &port, errstr, errstr_size)))
 			return err;
 	}
+	if ((prop->offset == offsetof(tbx__cfg_t, store_url) ||
+	     prop->offset == offsetof(tbx__cfg_t, tokens_url)) &&
+	    *value && (err = check_url(prop->name, value, errstr, errstr_size)))
+		return err;
+	if ((prop->offset == offsetof(tbx__cfg_t, store_schema) ||
+	     prop->offset == offsetof(tbx__cfg_t, tokens_schema)) &&
+	    (err = tbx__pg_ident_check(prop->name, value, errstr, errstr_size)))
+		return err;
 	if (prop->offset == offsetof(tbx__cfg_t, dlq_suffix)) {
 		/* Derived topic names must be topic names (Kafka's rule). */
 		for (const char *c = value; *c; c++)
@@ -627,6 +720,23 @@ int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
 				   "set (%s)",
 				   p->name, p->doc);
 	}
+	if (conf->cfg.store_path && *conf->cfg.store_url)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "store.path and store.url are both set: the "
+				   "service store is either an SQLite file or "
+				   "a PostgreSQL database; set one");
+	if (*conf->cfg.tokens_path && *conf->cfg.tokens_url)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "tokens.path and tokens.url are both set: "
+				   "the token store is either an SQLite file "
+				   "or a PostgreSQL database; set one");
+	if (strcmp(used_by, "worker") == 0 && !conf->cfg.store_path &&
+	    !*conf->cfg.store_url)
+		return tbx__seterr(
+		    errstr, errstr_size, TBX_ECONF,
+		    "store.path: required configuration key is "
+		    "not set (the service store: an SQLite file, "
+		    "or store.url for PostgreSQL)");
 	if (!tbx_conf_get(conf, "kafka.bootstrap.servers"))
 		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
 				   "kafka.bootstrap.servers: required "

@@ -47,7 +47,11 @@ enum { TBX_CFG_LOGF_AUTO = -1 };
 typedef struct tbx__cfg {
 	const char *group_id;
 	const char *store_path;
+	const char *store_url;
+	const char *store_schema;
 	const char *tokens_path;
+	const char *tokens_url;
+	const char *tokens_schema;
 	int tokens_create;
 	int token_store_mismatch;
 	int64_t batch_max_messages;
@@ -117,7 +121,9 @@ rd_kafka_conf_t *tbx__conf_kafka(const tbx_conf_t *conf, const char *role,
 				 char *errstr, size_t errstr_size);
 
 /** Checks that every required key of @p used_by ("worker"/"publisher")
- *  is set.  @returns TBX_OK or TBX_ECONF with @p errstr naming it. */
+ *  is set (for a worker: store.path or store.url), and that a store is
+ *  not given both a path and a URL.  @returns TBX_OK or TBX_ECONF with
+ *  @p errstr naming it. */
 int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
 			     char *errstr, size_t errstr_size);
 

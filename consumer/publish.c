@@ -72,10 +72,11 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	}
 	tbx__crashpoints_arm();
 	cfg = tbx__conf_cfg(conf);
-	if (!*tbx__stores_tokens_path(cfg)) {
+	if (!tbx__stores_tokens_set(cfg)) {
 		tbx__seterr(errstr, errstr_size, TBX_ECONF,
 			    "tokens.path: required configuration key is not "
-			    "set (the token store of the receiving groups)");
+			    "set (the token store of the receiving groups; "
+			    "tokens.url on PostgreSQL)");
 		return NULL;
 	}
 	if (tbx__conf_check_required(conf, "publisher", errstr, errstr_size))
@@ -89,9 +90,12 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	if (tbx__stores_open_publisher(cfg, &pub->tokens, errstr, errstr_size))
 		goto fail;
 	if (tbx_tokens_store_id(pub->tokens, pub->store_id)) {
-		tbx__seterr(errstr, errstr_size, TBX_ESTORE,
-			    "%s: cannot read the token store's id",
-			    tbx__stores_tokens_path(cfg));
+		char where[600];
+
+		tbx__seterr(
+		    errstr, errstr_size, TBX_ESTORE,
+		    "%s: cannot read the token store's id",
+		    tbx__stores_tokens_where(cfg, where, sizeof(where)));
 		goto fail;
 	}
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))

@@ -1,7 +1,8 @@
 /*
  * The stores of a configuration (see stores.h): the one place that turns
- * store.path, tokens.path, tokens.create, store.synchronous and
- * store.busy.timeout.ms into files and open options.
+ * store.path / store.url, tokens.path / tokens.url, the schemas,
+ * tokens.create, store.synchronous and store.busy.timeout.ms into stores
+ * and open options.
  */
 #include "consumer/stores.h"
 
@@ -16,6 +17,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "store/db.h"
+#include "store/pg.h"
 
 const char *tbx__stores_tokens_path(const tbx__cfg_t *cfg)
 {
@@ -41,6 +43,135 @@ static int joined(const tbx__cfg_t *cfg)
 	       tbx__same_file(cfg->tokens_path, cfg->store_path);
 }
 
+/* 1: the service store is on PostgreSQL. */
+static int pg_store(const tbx__cfg_t *cfg)
+{
+	return *cfg->store_url != '\0';
+}
+
+/* With store.url: 1 when the token store is in the service store's
+ * database on its connection (tokens.url empty, or the same text, and no
+ * tokens.path). */
+static int pg_joined(const tbx__cfg_t *cfg)
+{
+	return !*cfg->tokens_path &&
+	       (!*cfg->tokens_url ||
+		strcmp(cfg->tokens_url, cfg->store_url) == 0);
+}
+
+/* The service store's schema: store.schema, else the group id. */
+static const char *store_schema(const tbx__cfg_t *cfg)
+{
+	return cfg->store_schema ? cfg->store_schema
+				 : (cfg->group_id ? cfg->group_id : "");
+}
+
+/* Checks the service store's schema name (the group id by default). */
+static int store_schema_check(const tbx__cfg_t *cfg, char *errstr,
+			      size_t errstr_size)
+{
+	char why[256];
+	int err;
+
+	if (cfg->store_schema)
+		return tbx__pg_ident_check("store.schema", cfg->store_schema,
+					   errstr, errstr_size);
+	if ((err = tbx__pg_ident_check("group.id", store_schema(cfg), why,
+				       sizeof(why))))
+		tbx__seterr(errstr, errstr_size, err,
+			    "store.schema: not set, and the default, the "
+			    "group id, cannot name a schema (%s): set "
+			    "store.schema",
+			    why);
+	return err;
+}
+
+const char *tbx__stores_tokens_where(const tbx__cfg_t *cfg, char *buf,
+				     size_t size)
+{
+	const char *url = NULL;
+	char red[512];
+
+	if (*cfg->tokens_url)
+		url = cfg->tokens_url;
+	else if (!*cfg->tokens_path && pg_store(cfg))
+		url = cfg->store_url;
+	if (url)
+		snprintf(buf, size, "%s (schema %s)",
+			 tbx__pg_redact(url, red, sizeof(red)),
+			 cfg->tokens_schema);
+	else
+		tbx__strlcpy(buf, tbx__stores_tokens_path(cfg), size);
+	return buf;
+}
+
+int tbx__stores_tokens_set(const tbx__cfg_t *cfg)
+{
+	return *tbx__stores_tokens_path(cfg) || *cfg->tokens_url ||
+	       pg_store(cfg);
+}
+
+/* The message of a token store that does not exist at @p url. */
+static void tokens_missing(const tbx__cfg_t *cfg, const char *url,
+			   int publisher, char *errstr, size_t errstr_size)
+{
+	char red[512];
+
+	tbx__seterr(errstr, errstr_size, TBX_ENOENT,
+		    "%s: token store schema %s does not exist in %s; %s, or "
+		    "fix %s",
+		    *cfg->tokens_url ? "tokens.url" : "store.url",
+		    cfg->tokens_schema, tbx__pg_redact(url, red, sizeof(red)),
+		    publisher
+			? "a publisher never creates one: create it "
+			  "with 'tokenbox init' on that database (or "
+			  "start a worker with tokens.create=true)"
+			: "create it with 'tokenbox init' on that "
+			  "database, or set tokens.create=true to let the "
+			  "worker create it",
+		    "tokens.schema");
+}
+
+/* The token store on PostgreSQL at @p url: on @p shared's connection
+ * (joined) or one of its own. */
+static int open_pg_tokens(const tbx__cfg_t *cfg, const char *url,
+			  struct tbx__pg *shared, const tbx__db_opts_t *opts,
+			  int publisher, tbx_tokens_t **tokens, char *errstr,
+			  size_t errstr_size)
+{
+	int err;
+
+	err = tbx_tokens_pg_open(url, cfg->tokens_schema, shared, opts, tokens,
+				 errstr, errstr_size);
+	if (err == TBX_ENOENT)
+		tokens_missing(cfg, url, publisher, errstr, errstr_size);
+	return err;
+}
+
+/* The token store of a worker as an SQLite file apart (tokens.path). */
+static int open_sqlite_tokens(const tbx__cfg_t *cfg, tbx__db_opts_t *opts,
+			      tbx_tokens_t **tokens, char *errstr,
+			      size_t errstr_size)
+{
+	int err;
+
+	/* A separate token store is the pipeline's, shared with its
+	 * senders: one made here at a misspelt path would be empty and
+	 * every record would look finished. */
+	opts->create = cfg->tokens_create;
+	err = tbx_tokens_sqlite_open(cfg->tokens_path, opts, NULL, tokens,
+				     errstr, errstr_size);
+	if (err == TBX_ENOENT)
+		tbx__seterr(errstr, errstr_size, TBX_ENOENT,
+			    "tokens.path: token store %s does not "
+			    "exist; create it with 'tokenbox init "
+			    "--tokens %s', or set tokens.create=true "
+			    "to let the worker create it, or fix the "
+			    "path",
+			    cfg->tokens_path, cfg->tokens_path);
+	return err;
+}
+
 int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 			    tbx_tokens_t **tokens, char *errstr,
 			    size_t errstr_size)
@@ -51,31 +182,47 @@ int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 	*store = NULL;
 	*tokens = NULL;
 	opts_of(cfg, &opts);
-	if ((err = tbx_outbox_open(cfg->store_path, &opts, store, errstr,
-				   errstr_size)))
-		return err;
-	/* One file for both stores: the token operations share the
-	 * service connection, and A–B and D–E each commit as one
-	 * transaction (the joined path, see protocol.c). */
-	if (joined(cfg)) {
-		err = tbx_tokens_sqlite_open(cfg->store_path, &opts,
-					     tbx_outbox_db(*store), tokens,
-					     errstr, errstr_size);
-	} else {
-		/* A separate token store is the pipeline's, shared with its
-		 * senders: one made here at a misspelt path would be empty
-		 * and every record would look finished. */
+	if (pg_store(cfg)) {
+		if ((err = store_schema_check(cfg, errstr, errstr_size)) ||
+		    (err =
+			 tbx_outbox_pg_open(cfg->store_url, store_schema(cfg),
+					    &opts, store, errstr, errstr_size)))
+			return err;
+		/* The token store is the pipeline's, shared with its
+		 * senders: created only when asked, joined or not. */
 		opts.create = cfg->tokens_create;
-		err = tbx_tokens_sqlite_open(cfg->tokens_path, &opts, NULL,
+		if (pg_joined(cfg))
+			/* One database, one connection: A–B and D–E each
+			 * commit as one transaction (the joined path). */
+			err = open_pg_tokens(cfg, cfg->store_url,
+					     tbx_outbox_pg(*store), &opts, 0,
 					     tokens, errstr, errstr_size);
-		if (err == TBX_ENOENT)
-			tbx__seterr(errstr, errstr_size, TBX_ENOENT,
-				    "tokens.path: token store %s does not "
-				    "exist; create it with 'tokenbox init "
-				    "--tokens %s', or set tokens.create=true "
-				    "to let the worker create it, or fix the "
-				    "path",
-				    cfg->tokens_path, cfg->tokens_path);
+		else if (*cfg->tokens_url)
+			err = open_pg_tokens(cfg, cfg->tokens_url, NULL, &opts,
+					     0, tokens, errstr, errstr_size);
+		else
+			err = open_sqlite_tokens(cfg, &opts, tokens, errstr,
+						 errstr_size);
+	} else {
+		if ((err = tbx_outbox_open(cfg->store_path, &opts, store,
+					   errstr, errstr_size)))
+			return err;
+		if (*cfg->tokens_url) {
+			opts.create = cfg->tokens_create;
+			err = open_pg_tokens(cfg, cfg->tokens_url, NULL, &opts,
+					     0, tokens, errstr, errstr_size);
+		} else if (joined(cfg)) {
+			/* One file for both stores: the token operations
+			 * share the service connection, and A–B and D–E
+			 * each commit as one transaction (the joined path,
+			 * see protocol.c). */
+			err = tbx_tokens_sqlite_open(
+			    cfg->store_path, &opts, tbx_outbox_db(*store),
+			    tokens, errstr, errstr_size);
+		} else {
+			err = open_sqlite_tokens(cfg, &opts, tokens, errstr,
+						 errstr_size);
+		}
 	}
 	if (err) {
 		*tokens = NULL;
@@ -97,6 +244,14 @@ int tbx__stores_open_publisher(const tbx__cfg_t *cfg, tbx_tokens_t **tokens,
 	/* Never created here: a publisher that made an empty store at a
 	 * misspelt path would mint tokens no worker ever sees. */
 	opts.create = 0;
+	if (*cfg->tokens_url || (!*path && pg_store(cfg))) {
+		err = open_pg_tokens(
+		    cfg, *cfg->tokens_url ? cfg->tokens_url : cfg->store_url,
+		    NULL, &opts, 1, tokens, errstr, errstr_size);
+		if (err)
+			*tokens = NULL;
+		return err;
+	}
 	if ((err = tbx_tokens_sqlite_open(path, &opts, NULL, tokens, errstr,
 					  errstr_size))) {
 		*tokens = NULL;
@@ -145,6 +300,54 @@ static int check_store(const char *key, const char *path,
 	return TBX_OK;
 }
 
+/* Checks the service store on PostgreSQL for --check-config: connects
+ * and reads, read-only; schema not there yet is what a first start
+ * creates. */
+static int check_pg_store(const tbx__cfg_t *cfg, const tbx__db_opts_t *opts,
+			  char *errstr, size_t errstr_size)
+{
+	tbx_outbox_t *store = NULL;
+	char why[512], red[512];
+	int err;
+
+	if ((err = store_schema_check(cfg, errstr, errstr_size)))
+		return err;
+	err = tbx_outbox_pg_open(cfg->store_url, store_schema(cfg), opts,
+				 &store, why, sizeof(why));
+	tbx_outbox_close(store);
+	if (err == TBX_ENOENT)
+		return TBX_OK; /* the worker creates it */
+	if (err)
+		tbx__seterr(errstr, errstr_size, err, "store.url: %s: %s",
+			    tbx__pg_redact(cfg->store_url, red, sizeof(red)),
+			    why);
+	return err;
+}
+
+/* The same for a token store on PostgreSQL; a missing one is an error
+ * unless the worker may create it. */
+static int check_pg_tokens(const tbx__cfg_t *cfg, const char *url,
+			   const tbx__db_opts_t *opts, char *errstr,
+			   size_t errstr_size)
+{
+	tbx_tokens_t *tokens = NULL;
+	char why[512], red[512];
+	int err;
+
+	err = tbx_tokens_pg_open(url, cfg->tokens_schema, NULL, opts, &tokens,
+				 why, sizeof(why));
+	tbx_tokens_close(tokens);
+	if (err == TBX_ENOENT && cfg->tokens_create)
+		return TBX_OK;
+	if (err == TBX_ENOENT)
+		tokens_missing(cfg, url, 0, errstr, errstr_size);
+	else if (err)
+		tbx__seterr(errstr, errstr_size, err, "%s: %s: %s",
+			    *cfg->tokens_url ? "tokens.url" : "store.url",
+			    tbx__pg_redact(url, red, sizeof(red)), why);
+	return err;
+}
+
 int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size)
 {
 	tbx__db_opts_t opts;
@@ -152,11 +355,22 @@ int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size)
 
 	opts_of(cfg, &opts);
 	opts.readonly = 1;
-	if ((err = check_store("store.path", cfg->store_path, &opts, errstr,
-			       errstr_size)))
+	opts.create = 0;
+	if (pg_store(cfg)) {
+		if ((err = check_pg_store(cfg, &opts, errstr, errstr_size)))
+			return err;
+		if (pg_joined(cfg))
+			return check_pg_tokens(cfg, cfg->store_url, &opts,
+					       errstr, errstr_size);
+	} else if ((err = check_store("store.path", cfg->store_path, &opts,
+				      errstr, errstr_size))) {
 		return err;
-	if (!joined(cfg) && (err = check_store("tokens.path", cfg->tokens_path,
-					       &opts, errstr, errstr_size)))
-		return err;
-	return TBX_OK;
+	}
+	if (*cfg->tokens_url)
+		return check_pg_tokens(cfg, cfg->tokens_url, &opts, errstr,
+				       errstr_size);
+	if (!pg_store(cfg) && joined(cfg))
+		return TBX_OK;
+	return check_store("tokens.path", cfg->tokens_path, &opts, errstr,
+			   errstr_size);
 }

@@ -19,13 +19,30 @@
  *  the configuration of @p cfg. */
 const char *tbx__stores_tokens_path(const tbx__cfg_t *cfg);
 
+/** Where the token store is, for messages: tokens.url or (without
+ *  tokens.path) store.url, redacted, with tokens.schema; else
+ *  tbx__stores_tokens_path().  @returns @p buf. */
+const char *tbx__stores_tokens_where(const tbx__cfg_t *cfg, char *buf,
+				     size_t size);
+/** 1 when the configuration names a token store (a path or a URL). */
+int tbx__stores_tokens_set(const tbx__cfg_t *cfg);
+
 /**
- * Opens a worker's stores: the service store at store.path, created if
- * missing; then the token store, on the service store's connection when
- * tokens.path is empty or names that file, else at tokens.path, created
- * only when tokens.create=true (a missing one is TBX_ENOENT with a message
- * saying how to create it).  Both with store.synchronous and
- * store.busy.timeout.ms.  On failure nothing stays open.
+ * Opens a worker's stores: the service store at store.path, or in schema
+ * store.schema (default: the group id) at store.url, created if missing;
+ * then the token store:
+ *  - SQLite: on the service store's connection when tokens.path is empty
+ *    or names that file (and tokens.url is empty), else at tokens.path
+ *    or tokens.url;
+ *  - PostgreSQL: in schema tokens.schema, on the service store's
+ *    connection (joined) when tokens.url is empty or the same text as
+ *    store.url, else at tokens.url on a connection of its own, or at
+ *    tokens.path;
+ * a token store apart, and any on PostgreSQL, created only when
+ * tokens.create=true (a missing one is TBX_ENOENT with a message saying
+ * how to create it).  All with store.synchronous and
+ * store.busy.timeout.ms.  On failure nothing stays open; every message
+ * names a URL redacted.
  * @returns TBX_OK with *store and *tokens the caller's, or the error with
  * @p errstr set.
  */
@@ -34,9 +51,10 @@ int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 			    size_t errstr_size);
 
 /**
- * Opens a publisher's token store, tbx__stores_tokens_path(), never
- * creating it (a missing one is TBX_ENOENT with a message saying how to
- * create it), with store.synchronous and store.busy.timeout.ms.
+ * Opens a publisher's token store: tokens.url, else
+ * tbx__stores_tokens_path(), else store.url's database; never creating it (a
+ * missing one is TBX_ENOENT with a message saying how to create it), with
+ * store.synchronous and store.busy.timeout.ms.
  * @returns TBX_OK with *tokens the caller's, or the error with @p errstr
  * set.
  */
@@ -47,7 +65,10 @@ int tbx__stores_open_publisher(const tbx__cfg_t *cfg, tbx_tokens_t **tokens,
  * The stores' part of `tokenbox worker --check-config`: each store file a
  * worker would open is opened read-only when it exists (a tokenbox file
  * of a schema this tokenbox knows); a missing one needs a directory the
- * worker can create it in.  Nothing is created.
+ * worker can create it in.  A store on PostgreSQL is connected to and
+ * opened read-only: a service schema not there yet is what the worker
+ * creates; a token schema not there is an error unless
+ * tokens.create=true.  Nothing is created.
  * @returns TBX_OK, or the error with @p errstr naming the key and file.
  */
 int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size);

@@ -106,9 +106,12 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 					   errstr, errstr_size)))
 		goto fail;
 	if ((err = tbx_tokens_store_id(worker->tokens, worker->store_id))) {
-		tbx__seterr(errstr, errstr_size, err,
-			    "%s: cannot read the token store's id",
-			    tbx__stores_tokens_path(cfg));
+		char where[600];
+
+		tbx__seterr(
+		    errstr, errstr_size, err,
+		    "%s: cannot read the token store's id",
+		    tbx__stores_tokens_where(cfg, where, sizeof(where)));
 		goto fail;
 	}
 	worker->joined = tbx_tokens_joinable(worker->tokens);

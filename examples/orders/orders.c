@@ -18,9 +18,13 @@
  *
  * The plugin is loaded by `tokenbox worker` (plugin=…, plugin.args=…); it
  * does not link libtokenbox: the tbx_* symbols come from the host.
+ *
+ * It runs on either service store, an SQLite file (store.path) or
+ * PostgreSQL (store.url): its statements go through tbx_ctx_exec(), with
+ * $1 … $n parameters, in SQL both databases accept.
  */
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,12 +52,14 @@ typedef struct role {
 	const char *name;
 	const char *topic; /* consumed */
 	const char *type;
-	const char *table_sql; /* run when the insert cannot be prepared */
+	const char *table_sql; /* run before a worker's first insert */
 	const char *insert_sql;
 	const char *next_topic; /* NULL: the last hop */
 	const char *next_type;
 } role_t;
 
+/* Types both SQLite and PostgreSQL take: TEXT, and BIGINT (an INTEGER
+ * column in SQLite). */
 static const role_t roles[] = {
     {.name = "order-service",
      .topic = "orders",
@@ -61,11 +67,11 @@ static const role_t roles[] = {
      .table_sql = "CREATE TABLE IF NOT EXISTS orders("
 		  " order_no TEXT NOT NULL,"
 		  " customer TEXT NOT NULL,"
-		  " amount INTEGER NOT NULL,"
+		  " amount BIGINT NOT NULL,"
 		  " msg_id TEXT NOT NULL," /* tbx-id of the OrderPlaced */
-		  " handled_at INTEGER NOT NULL)",
+		  " handled_at BIGINT NOT NULL)",
      .insert_sql = "INSERT INTO orders(order_no, customer, amount, msg_id, "
-		   "handled_at) VALUES (?, ?, ?, ?, ?)",
+		   "handled_at) VALUES ($1, $2, $3, $4, $5)",
      .next_topic = "payments",
      .next_type = "PaymentRequested"},
     {.name = "payment-service",
@@ -74,12 +80,19 @@ static const role_t roles[] = {
      .table_sql = "CREATE TABLE IF NOT EXISTS payments("
 		  " order_no TEXT NOT NULL,"
 		  " customer TEXT NOT NULL,"
-		  " amount INTEGER NOT NULL,"
+		  " amount BIGINT NOT NULL,"
 		  " msg_id TEXT NOT NULL," /* tbx-id of the PaymentRequested */
-		  " handled_at INTEGER NOT NULL)",
+		  " handled_at BIGINT NOT NULL)",
      .insert_sql = "INSERT INTO payments(order_no, customer, amount, "
-		   "msg_id, handled_at) VALUES (?, ?, ?, ?, ?)"},
+		   "msg_id, handled_at) VALUES ($1, $2, $3, $4, $5)"},
 };
+
+#define ROLES (sizeof(roles) / sizeof(roles[0]))
+
+/* Per role: a statement of this process made (or found) the table and
+ * did not fail.  Cleared by a failed insert, so that the next attempt
+ * makes it again (the first message rolled back, or another store). */
+static int table_ready[ROLES];
 
 typedef struct order {
 	char no[ORDER_NO_MAX + 1];
@@ -120,39 +133,21 @@ static int order_parse(const void *payload, size_t len, order_t *order)
 	return rc;
 }
 
-/* Runs one statement without parameters. @returns an SQLite code. */
-static int run_sql(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *stmt = NULL;
-	int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
-
-	if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_DONE)
-		rc = SQLITE_OK;
-	sqlite3_finalize(stmt);
-	return rc;
-}
-
 /*
- * Prepares the role's insert on the handler's connection.  The first
- * message a store sees finds no table: it is created then, inside the
- * message's savepoint, so it commits with the first row or not at all.
- * Later messages pay no DDL.
+ * Makes the role's table unless this process did.  The first message a
+ * store sees creates it, inside the message's savepoint, so it commits
+ * with the first row or not at all; later messages pay no DDL.
  */
-static sqlite3_stmt *prepare_insert(tbx_ctx_t *ctx, sqlite3 *db,
-				    const role_t *role)
+static int table_make(tbx_ctx_t *ctx, const role_t *role)
 {
-	sqlite3_stmt *stmt = NULL;
+	int *ready = &table_ready[role - roles];
+	int err;
 
-	if (sqlite3_prepare_v2(db, role->insert_sql, -1, &stmt, NULL) ==
-	    SQLITE_OK)
-		return stmt;
-	if (run_sql(db, role->table_sql) == SQLITE_OK &&
-	    sqlite3_prepare_v2(db, role->insert_sql, -1, &stmt, NULL) ==
-		SQLITE_OK)
-		return stmt;
-	tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	return NULL;
+	if (*ready)
+		return TBX_OK;
+	if ((err = tbx_ctx_exec(ctx, role->table_sql, NULL, 0, NULL)) == TBX_OK)
+		*ready = 1;
+	return err;
 }
 
 /* Queues the next hop's message: same order, same key (key NULL keeps the
@@ -188,36 +183,44 @@ static tbx_verdict_t on_order(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 			      void *opaque)
 {
 	const role_t *role = opaque;
-	sqlite3 *db = tbx_ctx_db(ctx);
 	size_t len, key_len;
 	const void *payload = tbx_msg_payload(msg, &len);
 	const void *key = tbx_msg_key(msg, &key_len);
-	sqlite3_stmt *stmt;
+	char customer[CUSTOMER_MAX + 1], amount[24], at[24];
+	const char *params[5];
+	int64_t changes = 0;
 	order_t order;
-	int rc;
 
 	if (order_parse(payload, len, &order) || !key || key_len == 0 ||
-	    key_len > CUSTOMER_MAX) {
+	    key_len > CUSTOMER_MAX || memchr(key, '\0', key_len)) {
 		/* Retrying cannot fix the message: dead-letter it. */
 		tbx_ctx_set_error(ctx, "not an order: expected the customer as "
 				       "key and {\"order\": \"<n>\", "
 				       "\"amount\": <cents>}");
 		return TBX_VERDICT_REJECT;
 	}
-	if (!(stmt = prepare_insert(ctx, db, role)))
+	/* Parameters are text; each database converts them to the
+	 * column's type. */
+	memcpy(customer, key, key_len);
+	customer[key_len] = '\0';
+	snprintf(amount, sizeof(amount), "%lld", order.amount);
+	snprintf(at, sizeof(at), "%" PRId64, wall_ms());
+	params[0] = order.no;
+	params[1] = customer;
+	params[2] = amount;
+	params[3] = tbx_msg_id(msg);
+	params[4] = at;
+	/* A failed statement made the message's error reason (what the
+	 * database said): the message is retried, and dead-lettered with
+	 * that reason after retry.max. */
+	if (table_make(ctx, role) != TBX_OK)
 		return TBX_VERDICT_RETRY;
-	sqlite3_bind_text(stmt, 1, order.no, -1, SQLITE_STATIC);
-	sqlite3_bind_text(stmt, 2, key, (int)key_len, SQLITE_STATIC);
-	sqlite3_bind_int64(stmt, 3, order.amount);
-	sqlite3_bind_text(stmt, 4, tbx_msg_id(msg), -1, SQLITE_STATIC);
-	sqlite3_bind_int64(stmt, 5, wall_ms());
-	rc = sqlite3_step(stmt);
-	if (rc != SQLITE_DONE)
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE)
-		return TBX_VERDICT_RETRY; /* dead-lettered after retry.max */
-
+	if (tbx_ctx_exec(ctx, role->insert_sql, params, 5, &changes) !=
+		TBX_OK ||
+	    changes != 1) {
+		table_ready[role - roles] = 0;
+		return TBX_VERDICT_RETRY;
+	}
 	if (role->next_topic && send_next(ctx, role, &order) != TBX_OK) {
 		tbx_ctx_set_error(ctx, "cannot queue the next message");
 		return TBX_VERDICT_RETRY;
