@@ -489,6 +489,10 @@ static int check_url(const char *key, const char *value, char *errstr,
 	int rc;
 
 	tbx__pg_redact(value, red, sizeof(red));
+	if (mentions_pass(value) && strcmp(red, value) == 0)
+		/* A password redaction did not find: a malformed string. */
+		tbx__strlcpy(red, "(withheld: it holds a password)",
+			     sizeof(red));
 	if (!tbx__pg_is_url(value) && !strchr(value, '='))
 		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
 				   "%s: '%s' is not a PostgreSQL connection "

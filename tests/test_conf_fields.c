@@ -126,7 +126,7 @@ Test(conf_fields, defaults_land_in_the_fields)
 
 /* A valid value of @p p other than its default: the top of an INT range,
  * the longest string of the lower range ('a's; a port for
- * metrics.listen). */
+ * metrics.listen, a connection string for the URLs). */
 static void other_value(const tbx__prop_t *p, char *buf, size_t size)
 {
 	switch (p->type) {
@@ -143,6 +143,11 @@ static void other_value(const tbx__prop_t *p, char *buf, size_t size)
 
 		if (p->offset == offsetof(tbx__cfg_t, metrics_listen)) {
 			snprintf(buf, size, "9100");
+			return;
+		}
+		if (p->offset == offsetof(tbx__cfg_t, store_url) ||
+		    p->offset == offsetof(tbx__cfg_t, tokens_url)) {
+			snprintf(buf, size, "host=aaa");
 			return;
 		}
 		memset(buf, 'a', len);
