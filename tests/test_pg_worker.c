@@ -1,0 +1,528 @@
+/*
+ * A worker whose stores are on PostgreSQL (store.url), on the in-process
+ * mock cluster: every record takes effect once, copies included, with the
+ * token store joined (the service store's connection) and apart (a
+ * connection of its own); a handler that commits on tbx_ctx_pg() stops
+ * the worker loudly, one that breaks the record's savepoint has its record
+ * dead-lettered, and tbx_ctx_exec() refuses COMMIT before the server sees
+ * it; the orders example runs unchanged.
+ */
+#include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer/worker.h"
+#include "fixture.h"
+
+static PGconn *raw; /* the test's own connection, for checks */
+
+static void fx_setup(void)
+{
+	raw = PQconnectdb(tt_pg_url());
+	cr_assert_eq(PQstatus(raw), CONNECTION_OK, "%s", PQerrorMessage(raw));
+	PQclear(PQexec(raw, "SET client_min_messages = warning"));
+}
+
+static void fx_teardown(void)
+{
+	PQfinish(raw);
+	raw = NULL;
+}
+
+TestSuite(pg_worker, .init = fx_setup, .fini = fx_teardown);
+
+static void fx_exec(const char *sql)
+{
+	PGresult *r = PQexec(raw, sql);
+
+	cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK ||
+		      PQresultStatus(r) == PGRES_TUPLES_OK,
+		  "%s: %s", sql, PQresultErrorMessage(r));
+	PQclear(r);
+}
+
+/* The integer "SELECT count(*) FROM \"<schema>\".<rest>" returns; -1
+ * when it fails (a table not there yet). */
+static int64_t fx_count(const char *schema, const char *rest)
+{
+	char sql[512];
+	PGresult *r;
+	int64_t n = -1;
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM \"%s\".%s", schema,
+		 rest);
+	r = PQexec(raw, sql);
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		n = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	return n;
+}
+
+/* The test's world: a cluster, a service schema, a token schema. */
+typedef struct env {
+	tt_cluster_t *cluster;
+	char sschema[64], tschema[64];
+	char url[1024];	      /* the server's URL */
+	char apart_url[1100]; /* the same database, spelt otherwise */
+} env_t;
+
+static void env_init(env_t *e, const char *tag)
+{
+	char t[32];
+
+	memset(e, 0, sizeof(*e));
+	e->cluster = tt_cluster_new(1);
+	tt_cluster_topic(e->cluster, "in", 2);
+	tt_cluster_topic(e->cluster, "in.dlq", 1);
+	tt_pg_schema(e->sschema, sizeof(e->sschema), tag);
+	snprintf(t, sizeof(t), "%s_t", tag);
+	tt_pg_schema(e->tschema, sizeof(e->tschema), t);
+	snprintf(e->url, sizeof(e->url), "%s", tt_pg_url());
+	snprintf(e->apart_url, sizeof(e->apart_url),
+		 "%s%sapplication_name=apart", e->url,
+		 strchr(e->url, '?') ? "&" : "?");
+}
+
+static void env_fini(env_t *e)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS \"%s\" CASCADE",
+		 e->sschema);
+	fx_exec(sql);
+	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS \"%s\" CASCADE",
+		 e->tschema);
+	fx_exec(sql);
+	tt_cluster_destroy(e->cluster);
+}
+
+/* A worker of group g on the schemas of @p e; @p tokens_url NULL: joined
+ * (tokens.url unset).  Its first poll subscribes the group. */
+static tbx_worker_t *worker(env_t *e, const char *tokens_url, tbx_handler_fn fn,
+			    void *opaque)
+{
+	char err[512];
+	tbx_conf_t *conf =
+	    tt_conf(e->cluster->bootstraps, "g", NULL, NULL, "store.url",
+		    e->url, "store.schema", e->sschema, "tokens.schema",
+		    e->tschema, "tokens.create", "true", NULL);
+	tbx_worker_t *w;
+
+	if (tokens_url)
+		cr_assert_eq(tbx_conf_set(conf, "tokens.url", tokens_url, err,
+					  sizeof(err)),
+			     TBX_OK, "%s", err);
+	w = tbx_worker_new(conf, err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", NULL, fn, opaque), TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK, "%s",
+		     tbx_worker_errstr(w));
+	return w;
+}
+
+/* Publishes @p cnt records to "in" (payloads "0", "1", … unless given),
+ * with tokens from the token schema of @p e at @p tokens_url. */
+static void publish(env_t *e, const char *tokens_url, size_t cnt,
+		    const char *const *payloads)
+{
+	tbx_conf_t *conf = tbx_conf_new();
+	tbx_publisher_t *pub;
+	char err[512], num[16];
+
+	cr_assert_eq(tbx_conf_set(conf, "kafka.bootstrap.servers",
+				  e->cluster->bootstraps, err, sizeof(err)),
+		     TBX_OK);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.url", tokens_url, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.schema", e->tschema, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	for (size_t i = 0; i < cnt; i++) {
+		const char *p = payloads ? payloads[i] : num;
+		tbx_out_t out = {
+		    .topic = "in", .type = "Hit", .key = "k", .key_len = 1};
+
+		snprintf(num, sizeof(num), "%zu", i);
+		out.payload = p;
+		out.payload_len = strlen(p);
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	tbx_publisher_destroy(pub);
+}
+
+/* Re-produces every record of "in" once more: copies of the same
+ * messages, with the same ids and tokens. */
+static void copy_all(env_t *e)
+{
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(e->cluster->bootstraps, "in", &recs);
+
+	tt_reproduce(e->cluster->bootstraps, "in", recs, cnt);
+	tt_records_free(recs, cnt);
+}
+
+/* The handler's table, in the service schema. */
+static void effects_table(env_t *e)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+		 "CREATE TABLE \"%s\".effects(msg_id TEXT NOT NULL, payload "
+		 "TEXT)",
+		 e->sschema);
+	fx_exec(sql);
+}
+
+typedef struct effect {
+	char insert[256];
+	int calls;
+	int refused; /* tbx_ctx_exec("COMMIT") gave TBX_EINVAL */
+	int pg_conn; /* tbx_ctx_pg() was not NULL, tbx_ctx_db() NULL */
+} effect_t;
+
+static void effect_init(effect_t *f, const env_t *e)
+{
+	memset(f, 0, sizeof(*f));
+	snprintf(f->insert, sizeof(f->insert),
+		 "INSERT INTO \"%s\".effects(msg_id, payload) VALUES ($1, $2)",
+		 e->sschema);
+}
+
+/* One row per call through tbx_ctx_exec(). */
+static tbx_verdict_t effect_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				   void *opaque)
+{
+	effect_t *f = opaque;
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+	char text[64];
+	const char *params[2] = {tbx_msg_id(msg), text};
+	int64_t changes = 0;
+
+	f->calls++;
+	f->pg_conn += tbx_ctx_pg(ctx) != NULL && tbx_ctx_db(ctx) == NULL;
+	snprintf(text, sizeof(text), "%.*s", (int)len, payload ? payload : "");
+	if (tbx_ctx_exec(ctx, f->insert, params, 2, &changes) != TBX_OK ||
+	    changes != 1)
+		return TBX_VERDICT_RETRY;
+	return TBX_VERDICT_OK;
+}
+
+typedef struct done {
+	const env_t *e;
+	int64_t n;
+} done_t;
+
+static int all_done(void *opaque)
+{
+	done_t *d = opaque;
+
+	return fx_count(d->e->sschema, "effects") >= d->n &&
+	       fx_count(d->e->sschema, "tbx_outbox") == 0;
+}
+
+/* N records and a copy of each: N effects, each once; nothing left in
+ * either store. */
+static void exactly_once(const char *tag, int apart)
+{
+	enum { N = 40 };
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+	tbx_stats_t st;
+
+	env_init(&e, tag);
+	effect_init(&f, &e);
+	w = worker(&e, apart ? e.apart_url : NULL, effect_handle, &f);
+	cr_assert_eq(w->joined, !apart, "joined: %d", w->joined);
+	effects_table(&e);
+	publish(&e, apart ? e.apart_url : e.url, N, NULL);
+	copy_all(&e);
+	done_t d = {&e, N};
+	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120),
+		  "not every record was processed");
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	cr_assert_eq(fx_count(e.sschema, "effects"), N);
+	/* One call per message, each with its effect: no second run. */
+	cr_assert_eq(f.calls, N, "handler calls: %d", f.calls);
+	cr_assert_eq(fx_count(e.sschema, "tbx_outbox"), 0);
+	cr_assert_eq(fx_count(e.tschema, "tbx_tokens"), 0);
+	cr_assert_eq(f.pg_conn, f.calls);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.processed, N);
+	cr_assert_geq(st.duplicates_dropped + st.resumed, N,
+		      "the copies were not dropped");
+	cr_assert_eq(st.handler_refused, 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+Test(pg_worker, every_record_takes_effect_once_joined)
+{
+	exactly_once("wj", 0);
+}
+
+Test(pg_worker, every_record_takes_effect_once_apart)
+{
+	exactly_once("wa", 1);
+}
+
+/* COMMIT on tbx_ctx_pg() for the record "commit"; the others write an
+ * effect first. */
+static tbx_verdict_t commit_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				   void *opaque)
+{
+	effect_t *f = opaque;
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+	PGconn *conn;
+
+	if (effect_handle(ctx, msg, opaque) != TBX_VERDICT_OK)
+		return TBX_VERDICT_RETRY;
+	if (payload && len == 6 && memcmp(payload, "commit", 6) == 0) {
+		conn = (PGconn *)tbx_ctx_pg(ctx);
+		PQclear(PQexec(conn, "COMMIT"));
+		f->refused++; /* counts the COMMITs run */
+	}
+	return TBX_VERDICT_OK;
+}
+
+Test(pg_worker, a_handler_that_commits_stops_the_worker_loudly)
+{
+	static const char *const payloads[] = {"a", "commit", "b"};
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+	tbx_stats_t st;
+	int err = TBX_OK;
+
+	env_init(&e, "wc");
+	effect_init(&f, &e);
+	w = worker(&e, NULL, commit_handle, &f);
+	effects_table(&e);
+	publish(&e, e.url, 3, payloads);
+	for (int i = 0; i < 2000 && err == TBX_OK && f.refused == 0; i++)
+		err = tbx_worker_poll(w, 50, NULL);
+	if (err == TBX_OK)
+		err = tbx_worker_poll(w, 50, NULL);
+	cr_assert_eq(f.refused, 1, "the handler never committed");
+	cr_assert_eq(err, TBX_ESTATE, "poll gave %s: %s", tbx_strerror(err),
+		     tbx_worker_errstr(w));
+	cr_assert(strstr(tbx_worker_errstr(w), "ended the worker's "
+					       "transaction") &&
+		      strstr(tbx_worker_errstr(w), "in ["),
+		  "%s", tbx_worker_errstr(w));
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.handler_ended_txn, 1);
+	/* The record's effect committed without its outbox row: what the
+	 * stop is for. */
+	cr_assert_eq(fx_count(e.sschema, "effects WHERE "
+					 "payload = 'commit'"),
+		     1);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* tbx_ctx_exec() refuses COMMIT; the effect commits once with its row. */
+static tbx_verdict_t exec_commit_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+					void *opaque)
+{
+	effect_t *f = opaque;
+
+	if (tbx_ctx_exec(ctx, "COMMIT", NULL, 0, NULL) == TBX_EINVAL)
+		f->refused++;
+	if (tbx_ctx_exec(ctx, "  end", NULL, 0, NULL) == TBX_EINVAL)
+		f->refused++;
+	return effect_handle(ctx, msg, opaque);
+}
+
+Test(pg_worker, tbx_ctx_exec_refuses_commit)
+{
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+	tbx_stats_t st;
+
+	env_init(&e, "we");
+	effect_init(&f, &e);
+	w = worker(&e, NULL, exec_commit_handle, &f);
+	effects_table(&e);
+	publish(&e, e.url, 2, NULL);
+	done_t d = {&e, 2};
+	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120));
+	cr_assert_eq(f.refused, 4);
+	cr_assert_eq(f.calls, 2, "handlers ran again");
+	cr_assert_eq(fx_count(e.sschema, "effects"), 2);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.handler_refused, 4);
+	cr_assert_eq(st.handler_ended_txn, 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* RELEASE of tokenbox's savepoint on tbx_ctx_pg() for the record
+ * "release": the batch rolls back, that record is dead-lettered without
+ * its handler, the others take effect once. */
+static tbx_verdict_t release_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				    void *opaque)
+{
+	effect_t *f = opaque;
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+
+	if (effect_handle(ctx, msg, opaque) != TBX_VERDICT_OK)
+		return TBX_VERDICT_RETRY;
+	if (payload && len == 7 && memcmp(payload, "release", 7) == 0) {
+		PGconn *conn = (PGconn *)tbx_ctx_pg(ctx);
+		PQclear(PQexec(conn, "RELEASE SAVEPOINT tbx_msg"));
+		f->refused++;
+	}
+	return TBX_VERDICT_OK;
+}
+
+Test(pg_worker, a_handler_that_releases_the_savepoint_is_dead_lettered)
+{
+	static const char *const payloads[] = {"a", "release", "b"};
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e, "wr");
+	effect_init(&f, &e);
+	w = worker(&e, NULL, release_handle, &f);
+	effects_table(&e);
+	publish(&e, e.url, 3, payloads);
+	done_t d = {&e, 2};
+	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	cr_assert_eq(fx_count(e.sschema, "effects"), 2);
+	cr_assert_eq(fx_count(e.sschema, "effects WHERE "
+					 "payload = 'release'"),
+		     0);
+	cr_assert_eq(f.refused, 1, "the handler ran again");
+	cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 1);
+	cr_assert_str_eq(recs[0].payload, "release");
+	cr_assert(recs[0].dlq_error && strstr(recs[0].dlq_error, "savepoint"),
+		  "%s", recs[0].dlq_error ? recs[0].dlq_error : "(none)");
+	tt_records_free(recs, cnt);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* The orders example, unchanged, on PostgreSQL: each service's store in
+ * a schema of its own, which its handlers' unqualified tables reach
+ * through the connection's search_path; the token store joined to each
+ * (one database). */
+typedef struct orders_done {
+	const char *so, *sp;
+	int64_t n;
+} orders_done_t;
+
+static int orders_all_done(void *opaque)
+{
+	orders_done_t *d = opaque;
+
+	return fx_count(d->so, "orders") >= d->n &&
+	       fx_count(d->sp, "payments") >= d->n &&
+	       fx_count(d->so, "tbx_outbox") == 0 &&
+	       fx_count(d->sp, "tbx_outbox") == 0;
+}
+
+Test(pg_worker, the_orders_example_runs_on_postgresql)
+{
+	enum { N = 30 };
+	env_t e;
+	char so[64], sp[64], url[2][1200], err[512];
+	const char *schemas[2] = {so, sp};
+	const char *groups[2] = {"order-service", "payment-service"};
+	tt_plugin_t plugin;
+	tbx_worker_t *w[2];
+	tbx_conf_t *conf;
+	tbx_publisher_t *pub;
+
+	env_init(&e, "wo");
+	tt_cluster_topic(e.cluster, "orders", 2);
+	tt_cluster_topic(e.cluster, "payments", 2);
+	tt_cluster_topic(e.cluster, "orders.dlq", 1);
+	tt_cluster_topic(e.cluster, "payments.dlq", 1);
+	tt_pg_schema(so, sizeof(so), "wo_o");
+	tt_pg_schema(sp, sizeof(sp), "wo_p");
+	tt_plugin_open(&plugin, "libtbx_orders.so");
+	for (int i = 0; i < 2; i++) {
+		char args[64];
+
+		snprintf(url[i], sizeof(url[i]),
+			 "%s%soptions=-csearch_path%%3D%s", e.url,
+			 strchr(e.url, '?') ? "&" : "?", schemas[i]);
+		conf = tt_conf(e.cluster->bootstraps, groups[i], NULL, NULL,
+			       "store.url", url[i], "store.schema", schemas[i],
+			       "tokens.schema", e.tschema, "tokens.create",
+			       "true", NULL);
+		w[i] = tbx_worker_new(conf, err, sizeof(err));
+		cr_assert(w[i], "%s", err);
+		cr_assert(w[i]->joined);
+		snprintf(args, sizeof(args), "role=%s", groups[i]);
+		cr_assert_eq(plugin.init(w[i], args), TBX_OK);
+		cr_assert_eq(tbx_worker_poll(w[i], 0, NULL), TBX_OK, "%s",
+			     tbx_worker_errstr(w[i]));
+	}
+	conf = tbx_conf_new();
+	cr_assert_eq(tbx_conf_set(conf, "kafka.bootstrap.servers",
+				  e.cluster->bootstraps, err, sizeof(err)),
+		     TBX_OK);
+	cr_assert_eq(tbx_conf_set(conf, "tokens.url", e.url, err, sizeof(err)),
+		     TBX_OK);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.schema", e.tschema, err, sizeof(err)),
+	    TBX_OK);
+	pub = tbx_publisher_new(conf, err, sizeof(err));
+	cr_assert(pub, "%s", err);
+	for (int i = 1; i <= N; i++) {
+		char payload[64], key[32];
+		tbx_out_t out = {.topic = "orders", .type = "OrderPlaced"};
+
+		snprintf(payload, sizeof(payload),
+			 "{\"order\": \"%d\", \"amount\": %d}", i, 100 + i);
+		snprintf(key, sizeof(key), "customer-%d", i % 5);
+		out.key = key;
+		out.key_len = strlen(key);
+		out.payload = payload;
+		out.payload_len = strlen(payload);
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	tbx_publisher_destroy(pub);
+	orders_done_t d = {so, sp, N};
+	cr_assert(tt_drive(w, 2, orders_all_done, &d, 10, 180),
+		  "orders %lld, payments %lld",
+		  (long long)fx_count(so, "orders"),
+		  (long long)fx_count(sp, "payments"));
+	cr_assert(tt_drive(w, 2, NULL, NULL, 10, 60));
+	cr_assert_eq(fx_count(so, "orders"), N);
+	cr_assert_eq(fx_count(sp, "payments"), N);
+	cr_assert_eq(fx_count(so, "orders WHERE amount = 100 + "
+				  "order_no::bigint"),
+		     N, "BIGINT amounts");
+	for (int i = 0; i < 2; i++)
+		tbx_worker_destroy(w[i]);
+	tt_plugin_close(&plugin);
+	for (int i = 0; i < 2; i++) {
+		char sql[128];
+		snprintf(sql, sizeof(sql), "DROP SCHEMA \"%s\" CASCADE",
+			 schemas[i]);
+		fx_exec(sql);
+	}
+	env_fini(&e);
+}
