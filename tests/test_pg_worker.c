@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/stores.h"
 #include "consumer/worker.h"
 #include "fixture.h"
 
@@ -524,5 +525,160 @@ Test(pg_worker, the_orders_example_runs_on_postgresql)
 			 schemas[i]);
 		fx_exec(sql);
 	}
+	env_fini(&e);
+}
+
+/* Another process that does not take A's message lock commits the
+ * outbox row of the record while its handler runs (here: the test's own
+ * connection): the insert conflicts, the record's savepoint is rolled
+ * back with the handler's effect, and the committed row is resumed. */
+typedef struct intruder {
+	effect_t f;
+	const char *schema;
+	int inserted;
+} intruder_t;
+
+static tbx_verdict_t intruder_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				     void *opaque)
+{
+	intruder_t *in = opaque;
+	const void *token;
+	size_t len;
+	char sql[512], tok[64], part[16], off[24];
+	const char *params[5];
+	PGresult *r;
+
+	if (effect_handle(ctx, msg, &in->f) != TBX_VERDICT_OK)
+		return TBX_VERDICT_RETRY;
+	cr_assert_eq(tbx_msg_header(msg, "tbx-token", &token, &len), TBX_OK);
+	snprintf(tok, sizeof(tok), "%.*s", (int)len, (const char *)token);
+	snprintf(part, sizeof(part), "%d", (int)tbx_msg_partition(msg));
+	snprintf(off, sizeof(off), "%lld", (long long)tbx_msg_offset(msg));
+	params[0] = tbx_msg_id(msg);
+	params[1] = tbx_msg_topic(msg);
+	params[2] = part;
+	params[3] = off;
+	params[4] = tok;
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO \"%s\".tbx_outbox (grp, msg_id, in_topic, "
+		 "in_partition, in_offset, in_token, kind, created_ms) VALUES "
+		 "('g', $1, $2, $3, $4, $5, 0, 1)",
+		 in->schema);
+	r = PQexecParams(raw, sql, 5, NULL, params, NULL, NULL, 0);
+	in->inserted += PQresultStatus(r) == PGRES_COMMAND_OK;
+	cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s",
+		     PQresultErrorMessage(r));
+	PQclear(r);
+	return TBX_VERDICT_OK;
+}
+
+static int intruder_done(void *opaque)
+{
+	intruder_t *in = opaque;
+
+	return in->inserted >= 1 && fx_count(in->schema, "tbx_outbox") == 0;
+}
+
+Test(pg_worker, a_row_committed_by_a_worker_without_the_lock_is_resumed)
+{
+	env_t e;
+	intruder_t in;
+	tbx_worker_t *w;
+	tbx_stats_t st;
+
+	env_init(&e, "wi");
+	effect_init(&in.f, &e);
+	in.schema = e.sschema;
+	in.inserted = 0;
+	w = worker(&e, NULL, intruder_handle, &in);
+	effects_table(&e);
+	publish(&e, e.url, 1, NULL);
+	cr_assert(tt_drive(&w, 1, intruder_done, &in, 10, 120));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	cr_assert_eq(in.inserted, 1);
+	cr_assert_eq(in.f.calls, 1);
+	/* The handler's effect went with its savepoint; the intruder's row
+	 * was finished (its token consumed, the row deleted). */
+	cr_assert_eq(fx_count(e.sschema, "effects"), 0);
+	cr_assert_eq(fx_count(e.sschema, "tbx_outbox"), 0);
+	cr_assert_eq(fx_count(e.tschema, "tbx_tokens"), 0);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.rows_conflicted, 1);
+	cr_assert_eq(st.resumed, 1);
+	cr_assert_eq(st.processed, 0);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* --check-config on PostgreSQL: a service schema not there yet is what
+ * the worker makes; a token schema not there is an error without
+ * tokens.create; a server that does not answer is named without the
+ * password; nothing is created. */
+Test(pg_worker, check_config_connects_read_only_and_creates_nothing)
+{
+	env_t e;
+	char err[1024];
+	tbx_conf_t *conf;
+
+	env_init(&e, "wk");
+	conf = tt_conf(e.cluster->bootstraps, "g", NULL, NULL, "store.url",
+		       e.url, "store.schema", e.sschema, "tokens.schema",
+		       e.tschema, NULL);
+	cr_assert_neq(tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
+		      TBX_OK);
+	cr_assert(strstr(err, "tokens.create") && strstr(err, e.tschema), "%s",
+		  err);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.create", "true", err, sizeof(err)),
+	    TBX_OK);
+	cr_assert_eq(tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	{
+		char sql[256];
+		PGresult *r;
+
+		snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM pg_namespace WHERE nspname IN "
+			 "('%s', '%s')",
+			 e.sschema, e.tschema);
+		r = PQexec(raw, sql);
+		cr_assert_str_eq(PQgetvalue(r, 0, 0), "0",
+				 "--check-config created a schema");
+		PQclear(r);
+	}
+	cr_assert_eq(tbx_conf_set(conf, "store.url",
+				  "postgresql://tokenbox:s3cret@/tokenbox?host="
+				  "/nonexistent&connect_timeout=2",
+				  err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_neq(tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
+		      TBX_OK);
+	cr_assert(strstr(err, "store.url"), "%s", err);
+	cr_assert_null(strstr(err, "s3cret"), "%s", err);
+	tbx_conf_destroy(conf);
+	env_fini(&e);
+}
+
+/* A publisher never creates the token store: a missing token schema is
+ * refused, saying how to make it. */
+Test(pg_worker, a_publisher_never_creates_the_token_store)
+{
+	env_t e;
+	tbx_conf_t *conf = tbx_conf_new();
+	char err[1024];
+
+	env_init(&e, "wp");
+	cr_assert_eq(tbx_conf_set(conf, "kafka.bootstrap.servers",
+				  e.cluster->bootstraps, err, sizeof(err)),
+		     TBX_OK);
+	cr_assert_eq(tbx_conf_set(conf, "tokens.url", e.url, err, sizeof(err)),
+		     TBX_OK);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.schema", e.tschema, err, sizeof(err)),
+	    TBX_OK);
+	cr_assert_null(tbx_publisher_new(conf, err, sizeof(err)));
+	cr_assert(strstr(err, "never creates") && strstr(err, e.tschema), "%s",
+		  err);
+	tbx_conf_destroy(conf);
 	env_fini(&e);
 }
