@@ -228,14 +228,30 @@ static int resume_row(tbx__proto_t *proto, tbx__batch_t *batch,
 static int row_conflict(tbx__proto_t *proto, tbx__batch_t *batch,
 			struct tbx_msg *msg)
 {
+	char detail[TBX_TOPIC_MAX + TBX_MSGID_MAX + 128];
+	int err;
+
 	proto->stats->rows_conflicted++;
-	tbx__log(TBX_LOG_WARNING,
+	snprintf(detail, sizeof(detail),
 		 "%s [%" PRId32 "] @%" PRId64
 		 ": outbox row %s was committed by another worker while this "
-		 "one handled the record (a worker that does not lock the "
-		 "message?); the handler's effects are rolled back and the "
-		 "committed row is resumed",
+		 "one handled the record",
 		 msg->topic, msg->rkm->partition, msg->rkm->offset, msg->id);
+	tbx__log(TBX_LOG_WARNING,
+		 "%s (a worker that does not lock the message?); the "
+		 "handler's effects are rolled back and the committed row is "
+		 "resumed",
+		 detail);
+	/* Seen by `inspect status --check`; commits or rolls back with A. */
+	if ((err = tbx_outbox_savepoint(proto->store)))
+		return err;
+	if ((err = tbx_outbox_alarm_add(proto->store, proto->group,
+					"row_conflict", detail))) {
+		tbx_outbox_undo(proto->store);
+		return err;
+	}
+	if ((err = tbx_outbox_release(proto->store)))
+		return err;
 	return resume_row(proto, batch, msg);
 }
 
@@ -450,6 +466,7 @@ static int handler_broke(tbx__proto_t *proto, struct tbx_msg *msg,
 			 msg->topic, msg->rkm->partition, msg->rkm->offset);
 	} else {
 		proto->stats->handler_ended_txn++;
+		proto->txn_ended = 1; /* an alarm, once A is rolled back */
 		snprintf(proto->errstr, proto->errstr_size,
 			 "%s [%" PRId32 "] @%" PRId64
 			 ": the handler ended the worker's transaction on "
@@ -1721,7 +1738,12 @@ void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
 {
 	if (err == TBX_EMISMATCH)
 		alarm_commit(proto, "store_mismatch", proto->mismatch_detail);
-	else if (err)
+	if (proto->txn_ended) {
+		/* The record's effects may have committed without its row:
+		 * an operator must look at it. */
+		proto->txn_ended = 0;
+		alarm_commit(proto, "handler_ended_txn", proto->errstr);
+	} else if (err)
 		tbx__log(TBX_LOG_WARNING,
 			 "batch of %zu left unfinished: %s (redelivery "
 			 "resumes it)",

@@ -59,6 +59,8 @@ typedef struct tbx__proto {
 	unsigned rand_state; /**< the backoff's jitter */
 	uint64_t batch_gen;  /**< numbers batches for tbx__part_t.batch_mark */
 	char mismatch_detail[TBX_TOPIC_MAX + 512]; /**< the last one seen */
+	int txn_ended; /**< a handler ended A's transaction (PostgreSQL):
+			  F records the alarm */
 	/* Records dropped as duplicates (no row, no token) in the current
 	 * window, out of the tokened records looked up. */
 	uint64_t dup_window_seen, dup_window_dropped;

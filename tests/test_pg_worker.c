@@ -323,6 +323,9 @@ Test(pg_worker, a_handler_that_commits_stops_the_worker_loudly)
 		  "%s", tbx_worker_errstr(w));
 	tbx_worker_stats(w, &st);
 	cr_assert_eq(st.handler_ended_txn, 1);
+	cr_assert_eq(fx_count(e.sschema, "tbx_alarms WHERE name = "
+					 "'handler_ended_txn'"),
+		     1, "inspect status --check does not see it");
 	/* The record's effect committed without its outbox row: what the
 	 * stop is for. */
 	cr_assert_eq(fx_count(e.sschema, "effects WHERE "
@@ -604,6 +607,9 @@ Test(pg_worker, a_row_committed_by_a_worker_without_the_lock_is_resumed)
 	cr_assert_eq(fx_count(e.tschema, "tbx_tokens"), 0);
 	tbx_worker_stats(w, &st);
 	cr_assert_eq(st.rows_conflicted, 1);
+	cr_assert_eq(fx_count(e.sschema, "tbx_alarms WHERE name = "
+					 "'row_conflict' AND count = 1"),
+		     1, "inspect status --check does not see it");
 	cr_assert_eq(st.resumed, 1);
 	cr_assert_eq(st.processed, 0);
 	tbx_worker_destroy(w);
