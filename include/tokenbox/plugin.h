@@ -27,7 +27,9 @@
  * handler stops it too.  @p worker is borrowed: it stays valid until the
  * command destroys it, which happens before the plugin is unloaded.
  * tbx_worker_conf_get(worker, "store.path") tells the init where the
- * service store is (and "group.id", "tokens.path" the rest).  Under
+ * service store is ("store.url" when it is on PostgreSQL; and "group.id",
+ * "tokens.path" the rest).  Handlers written with tbx_ctx_exec() run on
+ * either backend (plugin ABI 3).  Under
  * `tokenbox worker --check-config` the init runs too, on a worker whose
  * stores are not open: it should register and check its arguments, and
  * leave other work to the handlers.

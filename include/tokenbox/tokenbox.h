@@ -220,7 +220,8 @@ struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx);
  * texts (a NULL entry binds NULL; PostgreSQL converts text to the
  * column's type, SQLite stores it with the column's affinity).  Rows a
  * query returns are ignored.  @p changes (may be NULL) receives the rows
- * an INSERT, UPDATE or DELETE changed, else 0.
+ * an INSERT, UPDATE or DELETE changed (other statements: not
+ * meaningful).
  * Statements that would end or escape the transaction are refused before
  * they reach the database, with TBX_EINVAL (counted in handler_refused,
  * logged at ERROR): BEGIN, START, COMMIT, END, ROLLBACK (but ROLLBACK TO
@@ -228,9 +229,10 @@ struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx);
  * PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED, DEALLOCATE, DISCARD, and
  * SET/RESET of the settings tokenbox's transaction relies on.
  * @returns TBX_OK; TBX_EINVAL (refused, more than one statement, a
- * statement that does not prepare, a parameter other than $1 … $n);
- * TBX_ESTATE outside a handler call; or the store's error (TBX_EBUSY,
- * TBX_ESTORE, …), logged at WARN with the database's message.  Each
+ * syntax error; on SQLite also a statement that does not prepare or a
+ * parameter other than $1 … $n); TBX_ESTATE outside a handler call; or
+ * the store's error (TBX_EBUSY, TBX_ESTORE, …), logged at WARN with the
+ * database's message.  Each
  * failure also becomes the message's error reason (tbx_ctx_set_error())
  * unless the handler set one.
  */
