@@ -854,6 +854,81 @@ Test(pg_tokens, edge_entries_past_the_window_are_superseded_or_swept)
 	tbx_tokens_close(t);
 }
 
+/* Another publisher's entry of the same caller id, not committed yet:
+ * the mint waits for it (with a short busy timeout: BUSY), and after its
+ * commit finds it. */
+Test(pg_tokens, publish_mint_waits_for_a_concurrent_entry_of_its_caller_id)
+{
+	tbx__db_opts_t quick;
+	tbx_tokens_t *t;
+	tbx__edge_item_t it[2];
+	tbx__pg_t *conn;
+	char err[512], ins[512];
+	uint64_t rows = 0;
+
+	memset(fp_a, 0xaa, sizeof(fp_a));
+	memset(fp_b, 0xbb, sizeof(fp_b));
+	tbx__db_opts_init(&quick);
+	quick.busy_timeout_ms = 100;
+	t = open_with(schema, NULL, &quick);
+	cr_assert_eq(tbx__pg_connect(tt_pg_url(), &conn, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	snprintf(ins, sizeof(ins),
+		 "INSERT INTO \"%s\".tbx_edge VALUES ('in', 'c1', "
+		 "decode(repeat('aa', 32), 'hex'), "
+		 "'00000000-0000-4000-8000-000000000001', "
+		 "'00000000-0000-4000-8000-000000000002', 77, 0, 0, "
+		 "(extract(epoch FROM now()) * 1000)::bigint)",
+		 schema);
+	cr_assert_eq(tbx__pg_begin(conn), TBX_OK);
+	cr_assert_eq(tbx__pg_exec(conn, ins), TBX_OK, "%s",
+		     tbx__pg_errmsg(conn));
+	edge_item(&it[0], "in", "c1", fp_a, NULL);
+	cr_assert_eq(tbx_tokens_publish_mint(t, it, 1, 60000, 100, &rows),
+		     TBX_EBUSY);
+	cr_assert_eq(tbx__pg_commit(conn), TBX_OK);
+	edge_item(&it[0], "in", "c1", fp_a, NULL);
+	edge_item(&it[1], "in", "c1", fp_b, NULL);
+	cr_assert_eq(tbx_tokens_publish_mint(t, it, 2, 60000, 100, &rows),
+		     TBX_OK);
+	cr_assert_eq(it[0].verdict, TBX_EDGE_INFLIGHT);
+	cr_assert_str_eq(it[0].msg_id, "00000000-0000-4000-8000-000000000001");
+	cr_assert_eq(it[0].seq, 77);
+	cr_assert_eq(it[1].verdict, TBX_EDGE_SYNTHETIC);
+	tbx__pg_unref(conn);
+	tbx_tokens_close(t);
+}
+
+/* A flush of many caller ids, in no order, with repeats. */
+Test(pg_tokens, publish_mint_of_a_large_flush_decides_every_item)
+{
+	enum { N = 300 };
+	tbx_tokens_t *t = open_store();
+	static tbx__edge_item_t it[N];
+	static char ids[N][16];
+	int64_t entries = -1;
+	uint64_t rows = 0;
+
+	memset(fp_a, 0xaa, sizeof(fp_a));
+	subscribe(t, "in", "g1");
+	for (int i = 0; i < N; i++) {
+		/* Ids 0..199 in a scrambled order; the last 100 repeat. */
+		snprintf(ids[i], sizeof(ids[i]), "c%03d",
+			 i < 200 ? (i * 37) % 200 : (i * 13) % 200);
+		edge_item(&it[i], "in", ids[i], fp_a, NULL);
+	}
+	cr_assert_eq(tbx_tokens_publish_mint(t, it, N, 60000, 100, &rows),
+		     TBX_OK);
+	cr_assert_eq(rows, 200);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(it[i].verdict,
+			     i < 200 ? TBX_EDGE_NEW : TBX_EDGE_INFLIGHT,
+			     "item %d", i);
+	cr_assert_eq(tbx_tokens_edge_count(t, &entries, NULL), TBX_OK);
+	cr_assert_eq(entries, 200);
+	tbx_tokens_close(t);
+}
+
 /*
  * The read side.
  */

@@ -1232,13 +1232,27 @@ static void hex(const uint8_t *fp, char out[2 * TBX_EDGE_FP_LEN + 1])
 	out[2 * TBX_EDGE_FP_LEN] = '\0';
 }
 
-/* Which key of the flush is (@p topic, @p cid)? */
+/* Which key of the flush is (@p topic, @p cid)?  The keys are in
+ * byte order (pub_keys() sorted them): a binary search. */
 static size_t key_find(const pub_t *w, const char *topic, const char *cid)
 {
-	for (size_t k = 0; k < w->nkeys; k++) {
-		const tbx__edge_item_t *it = &w->items[w->key_item[k]];
-		if (!strcmp(it->topic, topic) && !strcmp(it->caller_id, cid))
-			return k;
+	size_t lo = 0, hi = w->nkeys;
+
+	if (!topic || !cid)
+		return (size_t)-1;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const tbx__edge_item_t *it = &w->items[w->key_item[mid]];
+		int c = strcmp(it->topic, topic);
+
+		if (!c)
+			c = strcmp(it->caller_id, cid);
+		if (!c)
+			return mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
 	return (size_t)-1;
 }
