@@ -297,3 +297,45 @@ Test(guard, tbx_ctx_exec_refuses_what_would_end_the_transaction)
 	tbx_worker_destroy(w);
 	tt_env_fini(&e);
 }
+
+/* A statement that fails gives the handler an error and the message its
+ * reason: the dead letter says what the database said. */
+static tbx_verdict_t failing_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				    void *opaque)
+{
+	int *res = opaque;
+	const char *id = tbx_msg_id(msg);
+
+	*res = tbx_ctx_exec(ctx, "INSERT INTO no_such_table VALUES ($1)", &id,
+			    1, NULL);
+	return TBX_VERDICT_REJECT;
+}
+
+Test(guard, a_failed_tbx_ctx_exec_is_the_dead_letters_reason)
+{
+	tt_env_t e;
+	const char *list[] = {"x"};
+	tt_record_t *recs;
+	size_t cnt;
+	int res = -1;
+
+	env_init(&e);
+	tbx_worker_t *w = worker(&e, failing_handle, (hostile_t *)(void *)&res);
+	tt_env_publish(&e, "in", "Hit", list, 1);
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	for (int i = 0;; i++) {
+		cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+		if (cnt || i == 100)
+			break;
+		tt_records_free(recs, cnt);
+		cr_assert(tt_drive(&w, 1, NULL, NULL, 5, 60));
+	}
+	cr_assert_eq(res, TBX_EINVAL);
+	cr_assert_eq(cnt, 1);
+	cr_assert(recs[0].dlq_error &&
+		      strstr(recs[0].dlq_error, "no such table"),
+		  "%s", recs[0].dlq_error ? recs[0].dlq_error : "(none)");
+	tt_records_free(recs, cnt);
+	tbx_worker_destroy(w);
+	tt_env_fini(&e);
+}
