@@ -194,7 +194,7 @@ static void dlq_reason_fit(const tbx__proto_t *proto, tbx_header_t *hdr,
 }
 
 /* A row of @p msg exists (committed): the work is done, resume its
- * B–E. */
+ * B–E; a row gone meanwhile was finished. */
 static int resume_row(tbx__proto_t *proto, tbx__batch_t *batch,
 		      struct tbx_msg *msg)
 {
@@ -207,7 +207,14 @@ static int resume_row(tbx__proto_t *proto, tbx__batch_t *batch,
 	if ((err = tbx_outbox_row_load(proto->store, proto->group, msg->id,
 				       &brow->row))) {
 		tbx__batch_row_pop(batch);
-		return err;
+		if (err != TBX_ENOENT)
+			return err;
+		/* Gone since it was found: a worker finished it (E, which
+		 * takes no message lock, after D consumed the token) on a
+		 * server store.  Done. */
+		msg->state = TBX_MS_DROPPED;
+		proto->stats->duplicates_dropped++;
+		return TBX_OK;
 	}
 	if (brow->row.attempt[0])
 		tbx__brow_set_state(brow, TBX_BROW_RECORDED);

@@ -9,9 +9,11 @@
  */
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "consumer/stores.h"
 #include "consumer/worker.h"
@@ -686,5 +688,78 @@ Test(pg_worker, a_publisher_never_creates_the_token_store)
 	cr_assert(strstr(err, "never creates") && strstr(err, e.tschema), "%s",
 		  err);
 	tbx_conf_destroy(conf);
+	env_fini(&e);
+}
+
+/* Two workers of one group, each on a thread of its own, with every
+ * message also in the other partition (an upstream re-send that landed
+ * elsewhere): both may hold copies of a message at once, and A's message
+ * locks let one take effect.  Outcomes only: whether the copies overlap
+ * in time is up to the scheduler. */
+typedef struct runner {
+	tbx_worker_t *w;
+	volatile int *stop;
+	int err;
+	pthread_t thread;
+} runner_t;
+
+static void *runner_main(void *arg)
+{
+	runner_t *r = arg;
+
+	while (!*r->stop && !r->err)
+		r->err = tbx_worker_poll(r->w, 20, NULL);
+	return NULL;
+}
+
+Test(pg_worker, copies_in_two_partitions_on_two_threads_take_effect_once)
+{
+	enum { N = 200 };
+	env_t e;
+	effect_t f[2];
+	runner_t r[2];
+	volatile int stop = 0;
+	tt_record_t *recs;
+	size_t cnt;
+	int ok = 0;
+
+	env_init(&e, "wt");
+	for (int i = 0; i < 2; i++) {
+		effect_init(&f[i], &e);
+		r[i].w = worker(&e, NULL, effect_handle, &f[i]);
+		r[i].stop = &stop;
+		r[i].err = TBX_OK;
+		if (i == 0)
+			effects_table(&e);
+	}
+	publish(&e, e.url, N, NULL);
+	cnt = tt_read_topic(e.cluster->bootstraps, "in", &recs);
+	for (size_t i = 0; i < cnt; i++)
+		recs[i].partition = 1 - recs[i].partition;
+	tt_reproduce(e.cluster->bootstraps, "in", recs, cnt);
+	tt_records_free(recs, cnt);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(
+		    pthread_create(&r[i].thread, NULL, runner_main, &r[i]), 0);
+	for (int i = 0; i < 1200 * tt_time_factor() && !ok; i++) {
+		ok = fx_count(e.sschema, "effects") >= N &&
+		     fx_count(e.sschema, "tbx_outbox") == 0 &&
+		     fx_count(e.tschema, "tbx_tokens") == 0;
+		if (!ok)
+			usleep(100 * 1000); /* polling the outcome */
+	}
+	stop = 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(r[i].thread, NULL);
+	cr_assert(ok, "effects %lld, rows %lld",
+		  (long long)fx_count(e.sschema, "effects"),
+		  (long long)fx_count(e.sschema, "tbx_outbox"));
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(r[i].err, TBX_OK, "%s", tbx_strerror(r[i].err));
+	cr_assert_eq(fx_count(e.sschema, "effects"), N);
+	cr_assert_eq(f[0].calls + f[1].calls, N, "handler calls: %d + %d",
+		     f[0].calls, f[1].calls);
+	for (int i = 0; i < 2; i++)
+		tbx_worker_destroy(r[i].w);
 	env_fini(&e);
 }
