@@ -38,11 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define KEY_LEN	    16
-#define PAYLOAD_LEN 200
+#include "bench/floor.h"
 
 static const char usage_text[] =
     "Usage: tbx_floor [--records N] [--batch N] [--variants LIST] [--dir DIR]\n"
+    "       tbx_floor --store-url URL [--records N] [--batch N]\n"
+    "                 [--variants LIST] [--rounds N]\n"
     "\n"
     "Times the store operations a consumer must do per record, alone: one\n"
     "SQLite file per variant (WAL, synchronous=FULL), one transaction per\n"
@@ -55,32 +56,40 @@ static const char usage_text[] =
     "         outbox row in; then the token and the outbox row out in a\n"
     "         second transaction per batch\n"
     "\n"
+    "With --store-url the variants run against that PostgreSQL server\n"
+    "instead, each in a schema of its own (dropped afterwards),\n"
+    "synchronous_commit on, and are counted in round trips: the lookups,\n"
+    "checks and deletes take one statement per batch (= ANY, unnest), the\n"
+    "business row one per record, token a savepoint per record and one\n"
+    "statement for its minted token and outbox row; token-batched (only\n"
+    "there) is token without the savepoints, its tokens and outbox rows in\n"
+    "one statement per batch (see bench/floor_pg.c).\n"
+    "\n"
     "Options:\n"
     "  --records N      records per variant, 500..10000000 (default 20000)\n"
     "  --batch N        records per transaction, 1..100000 (default 500,\n"
     "                   tokenbox's batch.max.messages)\n"
     "  --variants LIST  comma-separated subset of plain, inbox, outbox,\n"
-    "                   token (default: all four)\n"
+    "                   token, token-batched (default: all that the store\n"
+    "                   runs)\n"
     "  --dir DIR        where the store files go (default: a new directory\n"
     "                   under $TMPDIR or /tmp, removed afterwards)\n"
+    "  --store-url URL  a PostgreSQL server (a libpq URL or key=value\n"
+    "                   string; printed without its password)\n"
+    "  --rounds N       PostgreSQL: the variants run N times, interleaved;\n"
+    "                   the times printed are medians, 1..50 (default 3)\n"
     "  -h, --help       show this help\n"
     "\n"
     "Prints one line per variant: its name, microseconds per record (wall\n"
     "clock, fsyncs included) and CPU microseconds per record (user and\n"
-    "system time: no waiting for the disk).  Under callgrind the\n"
+    "system time: no waiting for the disk); on PostgreSQL first the round\n"
+    "trips per record, in all and in each of the two transactions (A: the\n"
+    "records'; E: the deletes after delivery).  Under callgrind the\n"
     "instructions per record are the inclusive cost of floor_<variant>\n"
     "(outbox, token: floor_<variant>_a and _e) divided by the records;\n"
     "bench/profile prints them.\n"
     "Exit status: 0 on success, 1 when a store operation failed, 2 for a\n"
     "bad command line.\n";
-
-typedef struct rec {
-	unsigned char id[KEY_LEN];   /* the record's id */
-	unsigned char tok[KEY_LEN];  /* its incoming token */
-	unsigned char out[KEY_LEN];  /* the outgoing message's id */
-	unsigned char mint[KEY_LEN]; /* the token minted for it */
-	char id_text[37];
-} rec_t;
 
 typedef struct floor_db {
 	sqlite3 *db;
@@ -440,9 +449,11 @@ static int tokens_preload(floor_db_t *f, const rec_t *recs, long n)
 	       exec_sql(f->db, "PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
-enum { V_PLAIN, V_INBOX, V_OUTBOX, V_TOKEN, NVARIANTS };
-static const char *const variant_names[] = {"plain", "inbox", "outbox",
-					    "token"};
+const char *const floor_variant_names[NVARIANTS] = {"plain", "inbox", "outbox",
+						    "token", "token-batched"};
+#define variant_names floor_variant_names
+/* The variants SQLite runs: token-batched is PostgreSQL's alone. */
+#define SQLITE_VARIANTS ((1u << V_TOKEN_BATCHED) - 1)
 
 static int variant_run(int v, const char *dir, const rec_t *recs, long n,
 		       long batch, double *us, double *cpu_us)
@@ -492,6 +503,31 @@ static int variant_run(int v, const char *dir, const rec_t *recs, long n,
 	return err;
 }
 
+/* The records: ids and tokens 50 a millisecond, as a busy sender mints
+ * them; outgoing ids and minted tokens later, as the consumer makes
+ * them. */
+static rec_t *floor_recs(long records)
+{
+	uint64_t ms0 = 1764000000000ull;
+	rec_t *recs = calloc((size_t)records, sizeof(*recs));
+
+	if (!recs)
+		return NULL;
+	for (long i = 0; i < records; i++) {
+		key_v7(recs[i].id, ms0 + (uint64_t)i / 50);
+		key_v7(recs[i].tok, ms0 + (uint64_t)i / 50);
+		key_text(recs[i].id, recs[i].id_text);
+		key_text(recs[i].tok, recs[i].tok_text);
+	}
+	for (long i = 0; i < records; i++) {
+		key_v7(recs[i].out, ms0 + 3600000 + (uint64_t)i / 50);
+		key_v7(recs[i].mint, ms0 + 3600000 + (uint64_t)i / 50);
+		key_text(recs[i].out, recs[i].out_text);
+		key_text(recs[i].mint, recs[i].mint_text);
+	}
+	return recs;
+}
+
 static int parse_long(const char *name, const char *v, long min, long max,
 		      long *out)
 {
@@ -512,9 +548,9 @@ static int parse_long(const char *name, const char *v, long min, long max,
 
 int main(int argc, char **argv)
 {
-	long records = 20000, batch = 500;
-	unsigned mask = (1u << NVARIANTS) - 1;
-	const char *dir = NULL;
+	long records = 20000, batch = 500, rounds = 3;
+	unsigned mask = 0;
+	const char *dir = NULL, *url = NULL;
 	char tmpl[4096];
 	rec_t *recs;
 	int rc = 0;
@@ -552,12 +588,24 @@ int main(int argc, char **argv)
 					fprintf(stderr,
 						"tbx_floor: --variants: "
 						"unknown variant '%s' (plain, "
-						"inbox, outbox, token)\n",
+						"inbox, outbox, token, "
+						"token-batched)\n",
 						tok);
 					return 2;
 				}
 				mask |= 1u << k;
 			}
+		} else if (strcmp(a, "--rounds") == 0) {
+			if ((rc = parse_long(a, v, 1, 50, &rounds)))
+				return rc;
+		} else if (strcmp(a, "--store-url") == 0) {
+			if (!v || !*v || strlen(v) > 4096) {
+				fprintf(stderr, "tbx_floor: --store-url needs "
+						"a PostgreSQL URL or "
+						"connection string\n");
+				return 2;
+			}
+			url = v;
 		} else if (strcmp(a, "--dir") == 0) {
 			if (!v || !*v) {
 				fprintf(stderr, "tbx_floor: --dir needs a "
@@ -574,6 +622,25 @@ int main(int argc, char **argv)
 		}
 		i++;
 	}
+	if (!mask)
+		mask = url ? (1u << NVARIANTS) - 1 : SQLITE_VARIANTS;
+	if (!url && (mask & ~SQLITE_VARIANTS)) {
+		fprintf(stderr, "tbx_floor: --variants: token-batched runs on "
+				"PostgreSQL only (--store-url)\n");
+		return 2;
+	}
+	if (url && dir) {
+		fprintf(stderr, "tbx_floor: --dir and --store-url exclude each "
+				"other\n");
+		return 2;
+	}
+	if (url) {
+		if (!(recs = floor_recs(records)))
+			return fail("out of memory for %ld records", records);
+		rc = floor_pg_main(url, recs, records, batch, mask, rounds);
+		free(recs);
+		return rc ? 1 : 0;
+	}
 	if (!dir) {
 		const char *t = getenv("TMPDIR");
 
@@ -585,21 +652,8 @@ int main(int argc, char **argv)
 		return fail("--dir: cannot create '%s': %s", dir,
 			    strerror(errno));
 	}
-	if (!(recs = calloc((size_t)records, sizeof(*recs))))
+	if (!(recs = floor_recs(records)))
 		return fail("out of memory for %ld records", records);
-	/* Ids and tokens: 50 a millisecond, as a busy sender mints them. */
-	uint64_t ms0 = 1764000000000ull;
-	for (long i = 0; i < records; i++) {
-		key_v7(recs[i].id, ms0 + (uint64_t)i / 50);
-		key_v7(recs[i].tok, ms0 + (uint64_t)i / 50);
-		key_text(recs[i].id, recs[i].id_text);
-	}
-	/* Outgoing ids and minted tokens: later, as the consumer makes
-	 * them. */
-	for (long i = 0; i < records; i++) {
-		key_v7(recs[i].out, ms0 + 3600000 + (uint64_t)i / 50);
-		key_v7(recs[i].mint, ms0 + 3600000 + (uint64_t)i / 50);
-	}
 	printf("floor: %ld records a variant, %ld a transaction, WAL + "
 	       "synchronous=FULL, SQLite %s\n",
 	       records, batch, sqlite3_libversion());
