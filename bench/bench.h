@@ -42,6 +42,15 @@ typedef struct bench_io_counts {
 int bench_countvfs_register(void);
 void bench_countvfs_get(bench_io_counts_t *counts);
 
+/* PostgreSQL round trips of this process (countpq.c): every libpq call
+ * that sends a statement and waits for its answer, COMMITs among them. */
+typedef struct bench_pq_counts {
+	uint64_t round_trips;
+	uint64_t commits;
+} bench_pq_counts_t;
+
+void bench_pq_get(bench_pq_counts_t *counts);
+
 /** CLOCK_MONOTONIC in nanoseconds (shared by every process of the host). */
 int64_t bench_now_ns(void);
 

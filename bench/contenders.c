@@ -11,6 +11,17 @@
  *              send_offsets_to_transaction), the SQLite write outside it
  *   tokenbox   a tbx_worker with default settings and one handler
  *
+ * With --schema (the driver's --store-url) the stores are PostgreSQL
+ * instead: the connection string comes from TBX_BENCH_STORE_URL (never
+ * on a command line), each run has a schema of its own, and the
+ * hand-written contenders batch their own statements as tokenbox's
+ * PostgreSQL design does: the inbox's ids in one INSERT ... unnest ...
+ * ON CONFLICT DO NOTHING RETURNING per batch, its outbox rows in one
+ * INSERT ... unnest and out in one DELETE ... = ANY; the business row is
+ * one statement per record for every contender, as a handler writes it.
+ * synchronous_commit is on for all.  The libpq calls are counted
+ * (countpq.c): round trips and commits per record.
+ *
  * The three hand-written ones collect batches like tokenbox does (up to
  * BENCH_BATCH_MAX records, or what arrives within BENCH_BATCH_MAX_MS of the
  * first, polled one at a time) and use the same librdkafka settings as
@@ -31,6 +42,7 @@
 #include <uuid/uuid.h>
 
 #include "bench/bench.h"
+#include "store/pg.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 
@@ -41,6 +53,8 @@ static const char *const kind_names[] = {"plain", "inbox", "kafka-txn",
 typedef struct opts {
 	enum kind kind;
 	const char *bootstrap, *in, *out, *group, *dir;
+	const char *schema, *tschema; /* PostgreSQL: the run's schemas */
+	const char *url;	      /* PostgreSQL: TBX_BENCH_STORE_URL */
 	long messages, batch, samples;
 	int until_rows, separate_tokens;
 } opts_t;
@@ -62,6 +76,7 @@ typedef struct result {
 	long long downstream_tokens;
 	long long store_bytes;
 	bench_io_counts_t io_start, io_end;
+	bench_pq_counts_t pq_start, pq_end;
 	sample_t samples[64];
 	int sample_cnt;
 } result_t;
@@ -424,6 +439,80 @@ typedef struct stmts {
 	sqlite3_stmt *row, *inbox, *outbox, *outbox_del;
 } stmts_t;
 
+/* PostgreSQL's statements of the hand-written contenders (@S: the
+ * run's schema). */
+enum { P_ROW, P_INBOX, P_OUTBOX, P_OUTBOX_DEL, P_INBOX_COUNT, NP };
+static const char *const pg_sql[NP] = {
+    [P_ROW] = "INSERT INTO @S.bench_rows (msg_id, part, off, payload) "
+	      "VALUES ($1, $2, $3, $4)",
+    [P_INBOX] = "INSERT INTO @S.inbox (msg_id, processed_ns) SELECT "
+		"unnest($1::text[]), $2 ON CONFLICT DO NOTHING RETURNING "
+		"msg_id",
+    [P_OUTBOX] = "INSERT INTO @S.outbox (out_id, topic, key, payload, ts) "
+		 "SELECT o, $2, k, p, t FROM unnest($1::text[], $3::text[], "
+		 "$4::text[], $5::text[]) AS u(o, k, p, t) RETURNING id",
+    [P_OUTBOX_DEL] = "DELETE FROM @S.outbox WHERE id = ANY($1::int8[])",
+    [P_INBOX_COUNT] = "SELECT count(*) FROM @S.inbox",
+};
+
+/* A contender's store: SQLite (db, st) or PostgreSQL (pg, ps). */
+typedef struct hstore {
+	sqlite3 *db;
+	stmts_t st;
+	tbx__pg_t *pg;
+	tbx__pg_stmts_t ps;
+} hstore_t;
+
+/* The batch's records, as the stores need them. */
+typedef struct hbatch {
+	char (*ids)[256];
+	char (*out_ids)[37];
+	char (*keys)[64];
+	char (*payloads)[BENCH_PAYLOAD_LEN + 1];
+	char (*ts)[24];
+	const char **a_out, **a_key, **a_pay, **a_ts;
+	int64_t *outbox_ids;
+	long outbox_cnt;
+	char *fresh;
+} hbatch_t;
+
+static int hbatch_alloc(hbatch_t *b)
+{
+	size_t n = BENCH_BATCH_MAX_LIMIT;
+
+	b->ids = calloc(n, sizeof(*b->ids));
+	b->out_ids = calloc(n, sizeof(*b->out_ids));
+	b->keys = calloc(n, sizeof(*b->keys));
+	b->payloads = calloc(n, sizeof(*b->payloads));
+	b->ts = calloc(n, sizeof(*b->ts));
+	b->a_out = calloc(n, sizeof(*b->a_out));
+	b->a_key = calloc(n, sizeof(*b->a_key));
+	b->a_pay = calloc(n, sizeof(*b->a_pay));
+	b->a_ts = calloc(n, sizeof(*b->a_ts));
+	b->outbox_ids = calloc(n, sizeof(*b->outbox_ids));
+	b->fresh = calloc(n, 1);
+	return b->ids && b->out_ids && b->keys && b->payloads && b->ts &&
+		       b->a_out && b->a_key && b->a_pay && b->a_ts &&
+		       b->outbox_ids && b->fresh
+		   ? 0
+		   : die("out of memory%s%s", "", "");
+}
+
+static void hbatch_free(hbatch_t *b)
+{
+	free(b->ids);
+	free(b->out_ids);
+	free(b->keys);
+	free(b->payloads);
+	free(b->ts);
+	free(b->a_out);
+	free(b->a_key);
+	free(b->a_pay);
+	free(b->a_ts);
+	free(b->outbox_ids);
+	free(b->fresh);
+}
+
 static int step_reset(sqlite3_stmt *stmt)
 {
 	int rc = sqlite3_step(stmt);
@@ -451,45 +540,27 @@ static void uuid_text(char out[37])
 	uuid_unparse_lower(u, out);
 }
 
-/* One batch of plain, inbox or kafka-txn.  @returns 0 or 1 (fatal). */
-static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
-		      rd_kafka_t *cons, rd_kafka_t *prod,
-		      rd_kafka_message_t **msgs, size_t cnt, result_t *r)
+/* SQLite, the batch's transaction: per record the inbox's id (a
+ * duplicate stops there), the business row and the outbox row. */
+static int sq_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
+		      size_t cnt, hbatch_t *b)
 {
-	static char(*out_ids)[37];
-	static int64_t *outbox_ids;
-	static char *fresh;
-	rd_kafka_topic_partition_list_t *offsets;
-	char id[256];
+	sqlite3 *db = hs->db;
+	stmts_t *st = &hs->st;
 	int fail = 0;
 
-	if (!out_ids) {
-		out_ids = calloc(BENCH_BATCH_MAX_LIMIT, sizeof(*out_ids));
-		outbox_ids = calloc(BENCH_BATCH_MAX_LIMIT, sizeof(*outbox_ids));
-		fresh = calloc(BENCH_BATCH_MAX_LIMIT, 1);
-		if (!out_ids || !outbox_ids || !fresh)
-			return die("out of memory%s%s", "", "");
-	}
-	if (o->kind == K_TXN) {
-		rd_kafka_error_t *e = rd_kafka_begin_transaction(prod);
-		if (e) {
-			die("begin_transaction: %s%s", rd_kafka_error_string(e),
-			    "");
-			rd_kafka_error_destroy(e);
-			return 1;
-		}
-	}
 	if (exec_sql(db, "BEGIN IMMEDIATE"))
 		return 1;
 	for (size_t i = 0; i < cnt && !fail; i++) {
-		msg_id(msgs[i], id, sizeof(id));
-		fresh[i] = 1;
+		const char *id = b->ids[i];
+
+		b->fresh[i] = 1;
 		if (o->kind == K_INBOX) {
 			sqlite3_bind_text(st->inbox, 1, id, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(st->inbox, 2, bench_now_ns());
 			fail |= step_reset(st->inbox);
 			if (!fail && sqlite3_changes(db) == 0) {
-				fresh[i] = 0; /* a duplicate: done before */
+				b->fresh[i] = 0; /* a duplicate: done before */
 				continue;
 			}
 		}
@@ -498,9 +569,9 @@ static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
 			const void *ts;
 			size_t ts_len;
 
-			uuid_text(out_ids[i]);
+			uuid_text(b->out_ids[i]);
 			ts_header(msgs[i], &ts, &ts_len);
-			sqlite3_bind_text(st->outbox, 1, out_ids[i], -1,
+			sqlite3_bind_text(st->outbox, 1, b->out_ids[i], -1,
 					  SQLITE_STATIC);
 			sqlite3_bind_text(st->outbox, 2, o->out, -1,
 					  SQLITE_STATIC);
@@ -511,7 +582,7 @@ static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
 			sqlite3_bind_blob(st->outbox, 5, ts, (int)ts_len,
 					  SQLITE_STATIC);
 			fail |= step_reset(st->outbox);
-			outbox_ids[i] = sqlite3_last_insert_rowid(db);
+			b->outbox_ids[i] = sqlite3_last_insert_rowid(db);
 		}
 	}
 	if (fail || exec_sql(db, "COMMIT")) {
@@ -519,12 +590,191 @@ static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
 			sqlite3_errmsg(db));
 		return 1;
 	}
+	return 0;
+}
+
+/* SQLite, after delivery: the inbox's outbox rows out. */
+static int sq_store_e(hstore_t *hs, size_t cnt, hbatch_t *b)
+{
+	int fail = 0;
+
+	if (exec_sql(hs->db, "BEGIN IMMEDIATE"))
+		fail = 1;
+	for (size_t i = 0; i < cnt && !fail; i++) {
+		if (!b->fresh[i])
+			continue;
+		sqlite3_bind_int64(hs->st.outbox_del, 1, b->outbox_ids[i]);
+		fail |= step_reset(hs->st.outbox_del);
+	}
+	if (fail || exec_sql(hs->db, "COMMIT"))
+		return die("outbox delete: %s%s", sqlite3_errmsg(hs->db), "");
+	return 0;
+}
+
+/* Copies @p len bytes into a string of @p size bytes. */
+static int copy_text(char *dst, size_t size, const void *src, size_t len,
+		     const char *what)
+{
+	if (len >= size)
+		return die("a record's %s of %zu bytes: at most %zu here", what,
+			   len, size - 1);
+	if (len)
+		memcpy(dst, src, len);
+	dst[len] = '\0';
+	return 0;
+}
+
+static int pg_failed(hstore_t *hs, const char *what)
+{
+	tbx__pg_rollback(hs->pg);
+	return die("%s: %s", what, tbx__pg_errmsg(hs->pg));
+}
+
+/* PostgreSQL, the batch's transaction: the inbox's ids in one statement
+ * (the ones not returned are duplicates), the business row per record,
+ * the inbox's outbox rows in one statement. */
+static int pg_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
+		      size_t cnt, hbatch_t *b)
+{
+	tbx__pg_params_t p;
+	PGresult *res = NULL;
+	size_t m = 0;
+	int err;
+
+	if (tbx__pg_begin(hs->pg))
+		return pg_failed(hs, "BEGIN");
+	memset(b->fresh, 1, cnt);
+	if (o->kind == K_INBOX) {
+		int rows;
+
+		tbx__pgp_init(&p);
+		tbx__pgp_text_array_of(&p, b->ids, sizeof(*b->ids), cnt);
+		tbx__pgp_i64(&p, bench_now_ns());
+		err = tbx__pg_run(&hs->ps, P_INBOX, &p, &res);
+		tbx__pgp_free(&p);
+		if (err)
+			return pg_failed(hs, "inbox");
+		rows = PQntuples(res);
+		if ((size_t)rows != cnt) { /* duplicates: which ones */
+			memset(b->fresh, 0, cnt);
+			for (int k = 0; k < rows; k++) {
+				const char *id = tbx__pg_text(res, k, 0);
+				for (size_t i = 0; i < cnt; i++)
+					if (!b->fresh[i] &&
+					    strcmp(b->ids[i], id) == 0) {
+						b->fresh[i] = 1;
+						break;
+					}
+			}
+		}
+		PQclear(res);
+	}
+	for (size_t i = 0; i < cnt; i++) {
+		rd_kafka_message_t *rkm = msgs[i];
+
+		if (!b->fresh[i])
+			continue;
+		if (copy_text(b->payloads[i], sizeof(b->payloads[i]),
+			      rkm->payload, rkm->len, "payload")) {
+			tbx__pg_rollback(hs->pg);
+			return 1;
+		}
+		tbx__pgp_init(&p);
+		tbx__pgp_text(&p, b->ids[i]);
+		tbx__pgp_i64(&p, rkm->partition);
+		tbx__pgp_i64(&p, rkm->offset);
+		tbx__pgp_text(&p, b->payloads[i]);
+		if (tbx__pg_run(&hs->ps, P_ROW, &p, NULL))
+			return pg_failed(hs, "business row");
+		if (o->kind == K_INBOX) {
+			const void *ts;
+			size_t ts_len;
+
+			uuid_text(b->out_ids[i]);
+			ts_header(rkm, &ts, &ts_len);
+			if (copy_text(b->keys[i], sizeof(b->keys[i]), rkm->key,
+				      rkm->key_len, "key") ||
+			    copy_text(b->ts[i], sizeof(b->ts[i]), ts, ts_len,
+				      BENCH_TS_HEADER)) {
+				tbx__pg_rollback(hs->pg);
+				return 1;
+			}
+			b->a_out[m] = b->out_ids[i];
+			b->a_key[m] = b->keys[i];
+			b->a_pay[m] = b->payloads[i];
+			b->a_ts[m++] = b->ts[i];
+		}
+	}
+	b->outbox_cnt = 0;
+	if (m) {
+		tbx__pgp_init(&p);
+		tbx__pgp_text_array(&p, b->a_out, m);
+		tbx__pgp_text(&p, o->out);
+		tbx__pgp_text_array(&p, b->a_key, m);
+		tbx__pgp_text_array(&p, b->a_pay, m);
+		tbx__pgp_text_array(&p, b->a_ts, m);
+		err = tbx__pg_run(&hs->ps, P_OUTBOX, &p, &res);
+		tbx__pgp_free(&p);
+		if (err)
+			return pg_failed(hs, "outbox rows");
+		for (int k = 0; k < PQntuples(res); k++)
+			b->outbox_ids[b->outbox_cnt++] = tbx__pg_i64(res, k, 0);
+		PQclear(res);
+	}
+	if (tbx__pg_commit(hs->pg))
+		return die("COMMIT: %s%s", tbx__pg_errmsg(hs->pg), "");
+	return 0;
+}
+
+/* PostgreSQL, after delivery: the inbox's outbox rows out, one
+ * statement. */
+static int pg_store_e(hstore_t *hs, hbatch_t *b)
+{
+	tbx__pg_params_t p;
+	int err;
+
+	if (!b->outbox_cnt)
+		return 0;
+	if (tbx__pg_begin(hs->pg))
+		return pg_failed(hs, "BEGIN");
+	tbx__pgp_init(&p);
+	tbx__pgp_i64_array(&p, b->outbox_ids, (size_t)b->outbox_cnt);
+	err = tbx__pg_run(&hs->ps, P_OUTBOX_DEL, &p, NULL);
+	tbx__pgp_free(&p);
+	if (err)
+		return pg_failed(hs, "outbox delete");
+	if (tbx__pg_commit(hs->pg))
+		return die("COMMIT: %s%s", tbx__pg_errmsg(hs->pg), "");
+	return 0;
+}
+
+/* One batch of plain, inbox or kafka-txn.  @returns 0 or 1 (fatal). */
+static int hand_batch(const opts_t *o, hstore_t *hs, rd_kafka_t *cons,
+		      rd_kafka_t *prod, rd_kafka_message_t **msgs, size_t cnt,
+		      hbatch_t *b, result_t *r)
+{
+	rd_kafka_topic_partition_list_t *offsets;
+
+	if (o->kind == K_TXN) {
+		rd_kafka_error_t *e = rd_kafka_begin_transaction(prod);
+		if (e) {
+			die("begin_transaction: %s%s", rd_kafka_error_string(e),
+			    "");
+			rd_kafka_error_destroy(e);
+			return 1;
+		}
+	}
+	for (size_t i = 0; i < cnt; i++)
+		msg_id(msgs[i], b->ids[i], sizeof(b->ids[i]));
+	if (hs->pg ? pg_store_a(o, hs, msgs, cnt, b)
+		   : sq_store_a(o, hs, msgs, cnt, b))
+		return 1;
 	/* Dispatch (the inbox contender from its outbox rows' copies in
 	 * memory, as MassTransit's and Wolverine's in-process outboxes do). */
 	for (size_t i = 0; i < cnt; i++)
-		if (fresh[i] &&
+		if (b->fresh[i] &&
 		    produce_out(prod, o, msgs[i],
-				o->kind == K_INBOX ? out_ids[i] : NULL))
+				o->kind == K_INBOX ? b->out_ids[i] : NULL))
 			return 1;
 	offsets = batch_offsets(msgs, cnt);
 	if (o->kind == K_TXN) {
@@ -549,21 +799,10 @@ static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
 			rd_kafka_topic_partition_list_destroy(offsets);
 			return 1;
 		}
-		if (o->kind == K_INBOX) {
-			if (exec_sql(db, "BEGIN IMMEDIATE"))
-				fail = 1;
-			for (size_t i = 0; i < cnt && !fail; i++) {
-				if (!fresh[i])
-					continue;
-				sqlite3_bind_int64(st->outbox_del, 1,
-						   outbox_ids[i]);
-				fail |= step_reset(st->outbox_del);
-			}
-			if (fail || exec_sql(db, "COMMIT")) {
-				rd_kafka_topic_partition_list_destroy(offsets);
-				return die("outbox delete: %s%s",
-					   sqlite3_errmsg(db), "");
-			}
+		if (o->kind == K_INBOX &&
+		    (hs->pg ? pg_store_e(hs, b) : sq_store_e(hs, cnt, b))) {
+			rd_kafka_topic_partition_list_destroy(offsets);
+			return 1;
 		}
 		rd_kafka_commit(cons, offsets, 1);
 		rd_kafka_topic_partition_list_destroy(offsets);
@@ -572,45 +811,128 @@ static int hand_batch(const opts_t *o, sqlite3 *db, stmts_t *st,
 	return 0;
 }
 
+/* A schema name given on the command line, checked as tokenbox checks
+ * store.schema. */
+static int schema_ok(const char *opt, const char *name)
+{
+	char err[256];
+
+	if (tbx__pg_ident_check(opt, name, err, sizeof(err)))
+		return die("%s%s", err, "");
+	return 0;
+}
+
+/* PostgreSQL: connects and makes the run's schema and tables. */
+static int pg_store_open(const opts_t *o, tbx__pg_t **pg)
+{
+	char err[512], sql[512];
+
+	if (tbx__pg_connect(o->url, pg, err, sizeof(err)))
+		return die("TBX_BENCH_STORE_URL: %s%s", err, "");
+	snprintf(sql, sizeof(sql),
+		 "CREATE SCHEMA IF NOT EXISTS \"%s\"; SET synchronous_commit "
+		 "= on; CREATE TABLE IF NOT EXISTS \"%s\".bench_rows (id "
+		 "bigserial PRIMARY KEY, msg_id text NOT NULL, part int, off "
+		 "bigint, payload text)",
+		 o->schema, o->schema);
+	if (tbx__pg_exec(*pg, sql)) {
+		die("%s: %s", o->schema, tbx__pg_errmsg(*pg));
+		tbx__pg_unref(*pg);
+		*pg = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+/* The bytes of the relations of @p schema; -1 when unknown. */
+static long long pg_schema_bytes(tbx__pg_t *pg, const char *schema)
+{
+	const char *v[1] = {schema};
+	PGresult *res = PQexecParams(
+	    pg->conn,
+	    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8 "
+	    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+	    "WHERE n.nspname = $1 AND c.relkind IN ('r', 'm')",
+	    1, NULL, v, NULL, NULL, 0);
+	long long n = -1;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		n = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return n;
+}
+
 static int run_hand(const opts_t *o, result_t *r)
 {
 	rd_kafka_t *cons = NULL, *prod = NULL;
 	rd_kafka_message_t **msgs = NULL;
 	rd_kafka_topic_partition_list_t *topics;
-	stmts_t st = {0};
-	sqlite3 *db;
+	hstore_t hs;
+	hbatch_t b;
 	int rc = 1;
 
-	if (!(db = store_open(store_path)))
-		return 1;
-	if (o->kind == K_INBOX &&
-	    exec_sql(db, "CREATE TABLE IF NOT EXISTS inbox (msg_id TEXT "
-			 "PRIMARY KEY, processed_ns INTEGER) WITHOUT ROWID;"
-			 "CREATE TABLE IF NOT EXISTS outbox (id INTEGER "
-			 "PRIMARY KEY, out_id TEXT, topic TEXT, key BLOB, "
-			 "payload BLOB, ts BLOB);"))
+	memset(&hs, 0, sizeof(hs));
+	memset(&b, 0, sizeof(b));
+	if (hbatch_alloc(&b))
 		goto out;
-	if (sqlite3_prepare_v3(db,
-			       "INSERT INTO bench_rows (msg_id, part, off, "
-			       "payload) VALUES (?, ?, ?, ?)",
-			       -1, SQLITE_PREPARE_PERSISTENT, &st.row,
-			       NULL) != SQLITE_OK ||
-	    (o->kind == K_INBOX &&
-	     (sqlite3_prepare_v3(db,
-				 "INSERT OR IGNORE INTO inbox (msg_id, "
-				 "processed_ns) VALUES (?, ?)",
-				 -1, SQLITE_PREPARE_PERSISTENT, &st.inbox,
-				 NULL) != SQLITE_OK ||
-	      sqlite3_prepare_v3(db,
-				 "INSERT INTO outbox (out_id, topic, key, "
-				 "payload, ts) VALUES (?, ?, ?, ?, ?)",
-				 -1, SQLITE_PREPARE_PERSISTENT, &st.outbox,
-				 NULL) != SQLITE_OK ||
-	      sqlite3_prepare_v3(db, "DELETE FROM outbox WHERE id = ?", -1,
-				 SQLITE_PREPARE_PERSISTENT, &st.outbox_del,
-				 NULL) != SQLITE_OK))) {
-		die("prepare: %s%s", sqlite3_errmsg(db), "");
-		goto out;
+	if (o->url) {
+		char sql[512];
+
+		if (pg_store_open(o, &hs.pg))
+			goto out;
+		snprintf(sql, sizeof(sql),
+			 "CREATE TABLE IF NOT EXISTS \"%s\".inbox (msg_id text "
+			 "PRIMARY KEY, processed_ns bigint); CREATE TABLE IF "
+			 "NOT EXISTS \"%s\".outbox (id bigserial PRIMARY KEY, "
+			 "out_id text, topic text, key text, payload text, ts "
+			 "text)",
+			 o->schema, o->schema);
+		if (o->kind == K_INBOX && tbx__pg_exec(hs.pg, sql)) {
+			die("%s: %s", o->schema, tbx__pg_errmsg(hs.pg));
+			goto out;
+		}
+		if (tbx__pg_stmts_init(&hs.ps, hs.pg, "b", pg_sql, NP,
+				       o->schema, NULL)) {
+			die("out of memory%s%s", "", "");
+			goto out;
+		}
+	} else {
+		sqlite3 *db;
+
+		if (!(db = hs.db = store_open(store_path)))
+			goto out;
+		if (o->kind == K_INBOX &&
+		    exec_sql(db,
+			     "CREATE TABLE IF NOT EXISTS inbox (msg_id TEXT "
+			     "PRIMARY KEY, processed_ns INTEGER) WITHOUT ROWID;"
+			     "CREATE TABLE IF NOT EXISTS outbox (id INTEGER "
+			     "PRIMARY KEY, out_id TEXT, topic TEXT, key BLOB, "
+			     "payload BLOB, ts BLOB);"))
+			goto out;
+		if (sqlite3_prepare_v3(db,
+				       "INSERT INTO bench_rows (msg_id, part, "
+				       "off, payload) VALUES (?, ?, ?, ?)",
+				       -1, SQLITE_PREPARE_PERSISTENT,
+				       &hs.st.row, NULL) != SQLITE_OK ||
+		    (o->kind == K_INBOX &&
+		     (sqlite3_prepare_v3(db,
+					 "INSERT OR IGNORE INTO inbox (msg_id, "
+					 "processed_ns) VALUES (?, ?)",
+					 -1, SQLITE_PREPARE_PERSISTENT,
+					 &hs.st.inbox, NULL) != SQLITE_OK ||
+		      sqlite3_prepare_v3(db,
+					 "INSERT INTO outbox (out_id, topic, "
+					 "key, payload, ts) VALUES (?, ?, ?, "
+					 "?, ?)",
+					 -1, SQLITE_PREPARE_PERSISTENT,
+					 &hs.st.outbox, NULL) != SQLITE_OK ||
+		      sqlite3_prepare_v3(db, "DELETE FROM outbox WHERE id = ?",
+					 -1, SQLITE_PREPARE_PERSISTENT,
+					 &hs.st.outbox_del,
+					 NULL) != SQLITE_OK))) {
+			die("prepare: %s%s", sqlite3_errmsg(db), "");
+			goto out;
+		}
 	}
 	if (!(cons = client(o, RD_KAFKA_CONSUMER)) ||
 	    !(prod = client(o, RD_KAFKA_PRODUCER)))
@@ -637,23 +959,33 @@ static int run_hand(const opts_t *o, result_t *r)
 		goto out;
 	r->io_start.syncs = 0;
 	bench_countvfs_get(&r->io_start);
+	bench_pq_get(&r->pq_start);
 	while (!stop_flag) {
 		size_t cnt = poll_batch(cons, msgs, (size_t)o->batch);
 		int fail = 0, done;
 
 		if (cnt)
-			fail = hand_batch(o, db, &st, cons, prod, msgs, cnt, r);
+			fail = hand_batch(o, &hs, cons, prod, msgs, cnt, &b, r);
 		for (size_t i = 0; i < cnt; i++)
 			rd_kafka_message_destroy(msgs[i]);
 		if (fail)
 			goto out;
-		done = after_batch(o, r, db, NULL, (long)cnt);
+		done = after_batch(o, r, hs.db, NULL, (long)cnt);
 		if (done)
 			break;
 	}
 	r->t_end = bench_now_ns();
 	bench_countvfs_get(&r->io_end);
-	r->dedup_rows = dedup_rows(o, db, NULL);
+	bench_pq_get(&r->pq_end);
+	if (hs.pg) {
+		int64_t n = -1;
+		if (o->kind == K_INBOX &&
+		    tbx__pg_run_i64(&hs.ps, P_INBOX_COUNT, NULL, &n, NULL))
+			goto out;
+		r->dedup_rows = o->kind == K_INBOX ? (long long)n : -1;
+	} else {
+		r->dedup_rows = dedup_rows(o, hs.db, NULL);
+	}
 	rc = 0;
 out:
 	free(msgs);
@@ -663,13 +995,22 @@ out:
 	}
 	if (prod)
 		rd_kafka_destroy(prod);
-	sqlite3_finalize(st.row);
-	sqlite3_finalize(st.inbox);
-	sqlite3_finalize(st.outbox);
-	sqlite3_finalize(st.outbox_del);
-	if (!rc && exec_sql(db, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
+	hbatch_free(&b);
+	if (hs.pg) {
+		if (!rc)
+			r->store_bytes = pg_schema_bytes(hs.pg, o->schema);
+		tbx__pg_stmts_free(&hs.ps);
+		tbx__pg_unref(hs.pg);
+		return rc;
+	}
+	sqlite3_finalize(hs.st.row);
+	sqlite3_finalize(hs.st.inbox);
+	sqlite3_finalize(hs.st.outbox);
+	sqlite3_finalize(hs.st.outbox_del);
+	if (!rc && hs.db &&
+	    exec_sql(hs.db, "PRAGMA wal_checkpoint(TRUNCATE)") == 0)
 		r->store_bytes = file_bytes(store_path);
-	sqlite3_close(db);
+	sqlite3_close(hs.db);
 	return rc;
 }
 
@@ -724,6 +1065,14 @@ static tbx_verdict_t on_record(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 						 : TBX_VERDICT_RETRY;
 }
 
+/* tokenbox on PostgreSQL: store.url, store.schema and tokens.schema. */
+static int run_tokenbox_pg(const opts_t *o, result_t *r)
+{
+	(void)r;
+	return die("tokenbox on PostgreSQL (schema %s): not in this build%s",
+		   o->schema, "");
+}
+
 static int run_tokenbox(const opts_t *o, result_t *r)
 {
 	tbx_conf_t *conf = tbx_conf_new();
@@ -734,6 +1083,10 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	tbx_stats_t stats;
 	int rc = 1;
 
+	if (o->url) {
+		tbx_conf_destroy(conf);
+		return run_tokenbox_pg(o, r);
+	}
 	snprintf(batch, sizeof(batch), "%ld", o->batch);
 	/* Defaults otherwise: synchronous=FULL, batch.max.ms=100. */
 	const char *kv[][2] = {
@@ -827,6 +1180,11 @@ static void print_result(const opts_t *o, const result_t *r)
 	    (double)(r->io_end.write_txns - r->io_start.write_txns));
 	cJSON_AddNumberToObject(j, "syncs",
 				(double)(r->io_end.syncs - r->io_start.syncs));
+	cJSON_AddNumberToObject(
+	    j, "pg_round_trips",
+	    (double)(r->pq_end.round_trips - r->pq_start.round_trips));
+	cJSON_AddNumberToObject(
+	    j, "pg_commits", (double)(r->pq_end.commits - r->pq_start.commits));
 	cJSON_AddNumberToObject(j, "dedup_rows", (double)r->dedup_rows);
 	cJSON_AddNumberToObject(j, "downstream_tokens",
 				(double)r->downstream_tokens);
@@ -905,6 +1263,11 @@ int bench_contender_main(int argc, char **argv)
 			o.separate_tokens = strcmp(v, "separate") == 0;
 		} else if (strcmp(a, "--dir") == 0) {
 			o.dir = v;
+		} else if (strcmp(a, "--schema") == 0 ||
+			   strcmp(a, "--tokens-schema") == 0) {
+			if (schema_ok(a, v))
+				return 1;
+			*(a[2] == 's' ? &o.schema : &o.tschema) = v;
 		} else if (strcmp(a, "--messages") == 0) {
 			if (parse_long(a, v, 1, 100000000, &o.messages))
 				return 1;
@@ -924,6 +1287,18 @@ int bench_contender_main(int argc, char **argv)
 		return die("needs --kind, --bootstrap, --in, --out, --group, "
 			   "--dir and --messages%s%s",
 			   "", "");
+	if (o.schema) {
+		o.url = getenv("TBX_BENCH_STORE_URL");
+		if (!o.url || !*o.url)
+			return die("--schema: the store's connection string "
+				   "comes in TBX_BENCH_STORE_URL, which is "
+				   "empty%s%s",
+				   "", "");
+		if (o.kind == K_TOKENBOX && !o.tschema)
+			return die("tokenbox on PostgreSQL needs "
+				   "--tokens-schema%s%s",
+				   "", "");
+	}
 	snprintf(store_path, sizeof(store_path), "%s/service.db", o.dir);
 	snprintf(tokens_path, sizeof(tokens_path), "%s/%s", o.dir,
 		 o.separate_tokens ? "tokens.db" : "service.db");

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "store/pg.h"
 #include "tokenbox/tokenbox.h"
 #include "tokens/tokens.h"
 #include "tools/cli.h"
@@ -37,6 +38,7 @@ static const char usage_text[] =
     "                 [--contenders LIST] [--downstream 0|1]\n"
     "                 [--token-store single|separate] [--out DIR]\n"
     "                 [--tokenbox PATH] [--keep] [--bootstrap-servers B]\n"
+    "                 [--store-url URL]\n"
     "\n"
     "Runs one workload (consume a record, write one row to a business table\n"
     "in an SQLite store, produce one record; 200-byte payloads, 8\n"
@@ -86,6 +88,18 @@ static const char usage_text[] =
     "                        of the broker's default) and groups carry a\n"
     "                        prefix of the run, bench-<pid>-, and stay;\n"
     "                        kafka-txn's transactions are real ones there\n"
+    "  --store-url URL       every contender's store on this PostgreSQL\n"
+    "                        server (a libpq URL or key=value string, never\n"
+    "                        printed with its password) instead of SQLite:\n"
+    "                        each run in a schema of its own\n"
+    "                        (bench_<pid>_<n>, dropped at the end unless\n"
+    "                        --keep), synchronous_commit on for all, and\n"
+    "                        round trips and commits per record counted in\n"
+    "                        place of SQLite's write transactions and\n"
+    "                        fsyncs.  Contenders by default plain, inbox,\n"
+    "                        tokenbox; tokenbox's token store is a schema\n"
+    "                        of the same database (the joined path); no\n"
+    "                        sweeps and no storage phase\n"
     "  -h, --help            show this help\n"
     "\n"
     "The last line of standard output is one summary:\n"
@@ -106,6 +120,9 @@ typedef struct cfg {
 	char out[PATH_MAX], tokenbox[PATH_MAX], self[PATH_MAX], work[256];
 	const char *bootstrap; /* a real cluster, or NULL: the mock */
 	char prefix[32];       /* of topics and groups on a real cluster */
+	const char *store_url; /* PostgreSQL, or NULL: SQLite */
+	char store_where[256]; /* store_url without its password */
+	char pg_server[128];   /* the server's version and durability */
 } cfg_t;
 
 static cfg_t cfg;
@@ -289,6 +306,7 @@ static double jnum(const cJSON *j, const char *name)
 typedef struct run {
 	int kind;
 	char in[64], out[64], group[64], dir[PATH_MAX];
+	char schema[64], tschema[64]; /* PostgreSQL: service, tokens */
 	long messages, batch;
 	int downstream; /* a downstream group subscribed to the output */
 } run_t;
@@ -326,6 +344,12 @@ static void run_plan(run_t *r, int kind, long messages, long batch,
 	snprintf(r->group, sizeof(r->group), "%s%s-%s-%d", cfg.prefix,
 		 kinds[kind], tag, n);
 	snprintf(r->dir, sizeof(r->dir), "%s/run-%d", cfg.work, n);
+	if (cfg.store_url) {
+		snprintf(r->schema, sizeof(r->schema), "bench_%ld_%d",
+			 (long)getpid(), n);
+		snprintf(r->tschema, sizeof(r->tschema), "bench_%ld_%d_t",
+			 (long)getpid(), n);
+	}
 	snprintf(spec, sizeof(spec), "%s:%d", r->in, BENCH_PARTITIONS);
 	argv_push("--topic");
 	argv_push(spec);
@@ -405,36 +429,56 @@ static void cluster_start(void)
 	bootstraps[strcspn(bootstraps, "\n")] = '\0';
 }
 
-/* Creates the token store at @p tokens_path if it does not exist: every
- * contender's records are published with tokens, and a publisher never
- * creates a token store. */
-static void token_store_create(const char *tokens_path)
-{
-	tbx__db_opts_t opts;
-	tbx_tokens_t *t;
-	char err[512];
+/* Until the token store's PostgreSQL backend is linked in. */
+#pragma weak tbx_tokens_pg_open
 
-	tbx__db_opts_init(&opts);
-	if (tbx_tokens_sqlite_open(tokens_path, &opts, NULL, &t, err,
-				   sizeof(err)))
-		fail("create the token store %s: %s", tokens_path, err);
-	tbx_tokens_close(t);
+/* tokenbox on PostgreSQL: its token store is a schema of the server. */
+static int pg_tokens(const run_t *r)
+{
+	return cfg.store_url && r->kind == TOKENBOX;
 }
 
-static void subscribe(const char *tokens_path, const char *topic,
-		      const char *group)
+/* Opens the run's token store at @p tokens_path, or its schema on
+ * PostgreSQL (created when missing). */
+static tbx_tokens_t *tokens_open(const run_t *r, const char *tokens_path)
 {
 	tbx__db_opts_t opts;
 	tbx_tokens_t *t;
 	char err[512];
-	int64_t since;
 
 	tbx__db_opts_init(&opts);
-	if (tbx_tokens_sqlite_open(tokens_path, &opts, NULL, &t, err,
-				   sizeof(err)) ||
-	    tbx_tokens_subscribe(t, topic, group, &since))
-		fail("subscribe %s to %s in %s: %s", group, topic, tokens_path,
-		     err);
+	if (pg_tokens(r)) {
+		if (!tbx_tokens_pg_open)
+			fail("tokenbox on PostgreSQL: the token store's "
+			     "backend is not in this build");
+		if (tbx_tokens_pg_open(cfg.store_url, r->tschema, NULL, &opts,
+				       &t, err, sizeof(err)))
+			fail("the token store in schema %s: %s", r->tschema,
+			     err);
+	} else if (tbx_tokens_sqlite_open(tokens_path, &opts, NULL, &t, err,
+					  sizeof(err))) {
+		fail("the token store %s: %s", tokens_path, err);
+	}
+	return t;
+}
+
+/* Creates the token store if it does not exist: every contender's
+ * records are published with tokens, and a publisher never creates a
+ * token store. */
+static void token_store_create(const run_t *r, const char *tokens_path)
+{
+	tbx_tokens_close(tokens_open(r, tokens_path));
+}
+
+static void subscribe(const run_t *r, const char *tokens_path,
+		      const char *topic, const char *group)
+{
+	tbx_tokens_t *t = tokens_open(r, tokens_path);
+	int64_t since;
+
+	if (tbx_tokens_subscribe(t, topic, group, &since))
+		fail("subscribe %s to %s in %s", group, topic,
+		     pg_tokens(r) ? r->tschema : tokens_path);
 	tbx_tokens_close(t);
 }
 
@@ -460,11 +504,11 @@ static void run_prepare(const run_t *r)
 	if (mkdir(r->dir, 0700) && errno != EEXIST)
 		fail("mkdir %s: %s", r->dir, strerror(errno));
 	path_in(tokens, sizeof(tokens), r, token_file(r));
-	token_store_create(tokens);
+	token_store_create(r, tokens);
 	if (r->kind == TOKENBOX) {
-		subscribe(tokens, r->in, r->group);
+		subscribe(r, tokens, r->in, r->group);
 		if (r->downstream)
-			subscribe(tokens, r->out, "downstream");
+			subscribe(r, tokens, r->out, "downstream");
 	}
 }
 
@@ -475,9 +519,15 @@ static tbx_publisher_t *publisher(const run_t *r)
 	tbx_publisher_t *pub;
 
 	path_in(tokens, sizeof(tokens), r, token_file(r));
+	if (pg_tokens(r) &&
+	    (tbx_conf_set(conf, "tokens.url", cfg.store_url, err,
+			  sizeof(err)) ||
+	     tbx_conf_set(conf, "tokens.schema", r->tschema, err, sizeof(err))))
+		fail("publisher conf: %s", err);
 	if (tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, err,
 			 sizeof(err)) ||
-	    tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err)) ||
+	    (!pg_tokens(r) &&
+	     tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err))) ||
 	    tbx_conf_set(conf, "kafka.compression.type", "lz4", err,
 			 sizeof(err)) ||
 	    tbx_conf_set(conf, "log.level", "warning", err, sizeof(err)))
@@ -595,8 +645,24 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 			s,
 			"--token-store",
 			cfg.separate_tokens ? "separate" : "single",
-			until_rows ? "--until-rows" : NULL,
+			NULL,
+			NULL,
+			NULL,
+			NULL,
+			NULL,
 			NULL};
+	size_t a = sizeof(argv) / sizeof(argv[0]) - 6; /* the NULLs */
+
+	if (cfg.store_url) {
+		argv[a++] = "--schema";
+		argv[a++] = (char *)r->schema;
+		if (r->kind == TOKENBOX) {
+			argv[a++] = "--tokens-schema";
+			argv[a++] = (char *)r->tschema;
+		}
+	}
+	if (until_rows)
+		argv[a++] = "--until-rows";
 	c.pid = spawn_wrapped(argv, &c.fd);
 	return c;
 }
@@ -605,6 +671,7 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 
 typedef struct tp {
 	double rate, txn_per_k, sync_per_k, rss_mb;
+	double rt_per_rec, commits_per_k; /* PostgreSQL */
 	long long dedup_rows, downstream, store_bytes;
 } tp_t;
 
@@ -634,13 +701,21 @@ static tp_t throughput_run(const run_t *r)
 	t.rate = rate_of(j);
 	t.txn_per_k = jnum(j, "write_txns") * 1000 / jnum(j, "processed");
 	t.sync_per_k = jnum(j, "syncs") * 1000 / jnum(j, "processed");
+	t.rt_per_rec = jnum(j, "pg_round_trips") / jnum(j, "processed");
+	t.commits_per_k = jnum(j, "pg_commits") * 1000 / jnum(j, "processed");
 	t.rss_mb = rss / 1024.0;
 	t.dedup_rows = (long long)jnum(j, "dedup_rows");
 	t.downstream = (long long)jnum(j, "downstream_tokens");
 	t.store_bytes = (long long)jnum(j, "store_bytes");
 	cJSON_Delete(j);
-	progress("%-9s %8.0f msg/s  (%s, %ld records)\n", kinds[r->kind],
-		 t.rate, r->group, r->messages);
+	if (cfg.store_url)
+		progress("%-9s %8.0f msg/s  %.2f round trips/record  (%s, %ld "
+			 "records)\n",
+			 kinds[r->kind], t.rate, t.rt_per_rec, r->group,
+			 r->messages);
+	else
+		progress("%-9s %8.0f msg/s  (%s, %ld records)\n",
+			 kinds[r->kind], t.rate, r->group, r->messages);
 	return t;
 }
 
@@ -895,10 +970,64 @@ static void rm_rf(const char *dir)
 	waitpid(pid, &status, 0);
 }
 
+/* --store-url: connects once (the string validated by libpq, the
+ * server reachable), notes the server's version and durability, and
+ * hands the string to the contenders in their environment. */
+static int pg_check(void)
+{
+	tbx__pg_t *pg;
+	char err[512];
+	PGresult *res;
+
+	tbx__pg_redact(cfg.store_url, cfg.store_where, sizeof(cfg.store_where));
+	if (tbx__pg_connect(cfg.store_url, &pg, err, sizeof(err))) {
+		fprintf(stderr, "tbx_bench: --store-url: %s\n", err);
+		return 2;
+	}
+	res = PQexec(pg->conn, "SELECT current_setting('server_version'), "
+			       "current_setting('fsync'), "
+			       "current_setting('synchronous_commit')");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(cfg.pg_server, sizeof(cfg.pg_server),
+			 "PostgreSQL %s, fsync=%s", PQgetvalue(res, 0, 0),
+			 PQgetvalue(res, 0, 1));
+	PQclear(res);
+	tbx__pg_unref(pg);
+	if (setenv("TBX_BENCH_STORE_URL", cfg.store_url, 1)) {
+		fprintf(stderr, "tbx_bench: setenv: %s\n", strerror(errno));
+		return 2;
+	}
+	return 0;
+}
+
+/* Drops the runs' schemas (--store-url, without --keep). */
+static void pg_drop_schemas(void)
+{
+	tbx__pg_t *pg;
+	char err[512], sql[256];
+
+	if (tbx__pg_connect(cfg.store_url, &pg, err, sizeof(err))) {
+		progress("the schemas bench_%ld_* stay: %s\n", (long)getpid(),
+			 err);
+		return;
+	}
+	for (int n = 1; n <= topic_seq; n++) {
+		snprintf(sql, sizeof(sql),
+			 "DROP SCHEMA IF EXISTS \"bench_%ld_%d\" CASCADE; "
+			 "DROP SCHEMA IF EXISTS \"bench_%ld_%d_t\" CASCADE",
+			 (long)getpid(), n, (long)getpid(), n);
+		if (tbx__pg_exec(pg, sql))
+			progress("drop schema bench_%ld_%d: %s\n",
+				 (long)getpid(), n, tbx__pg_errmsg(pg));
+	}
+	tbx__pg_unref(pg);
+}
+
 static int parse_args(int argc, char **argv)
 {
 	long v;
 	int rc, set_msgs = 0, set_reps = 0, set_lat = 0, set_sto = 0;
+	int set_mask = 0, set_sweeps = 0;
 	char *slash;
 
 	cfg.reps = 3;
@@ -934,12 +1063,21 @@ static int parse_args(int argc, char **argv)
 			snprintf(cfg.prefix, sizeof(cfg.prefix), "bench-%ld-",
 				 (long)getpid());
 			i++;
+		} else if (strcmp(a, "--store-url") == 0) {
+			if (!val || !*val || strlen(val) > 4096)
+				return usage_error("--store-url: want a "
+						   "PostgreSQL URL or "
+						   "connection string%s",
+						   "");
+			cfg.store_url = val;
+			i++;
 		} else if (strcmp(a, "--contenders") == 0) {
 			char list[256], *tok, *save = NULL;
 			if (!val || !*val || strlen(val) >= sizeof(list))
 				return usage_error("%s needs a list", a);
 			snprintf(list, sizeof(list), "%s", val);
 			cfg.mask = 0;
+			set_mask = 1;
 			for (tok = strtok_r(list, ",", &save); tok;
 			     tok = strtok_r(NULL, ",", &save)) {
 				int k = 0;
@@ -996,6 +1134,7 @@ static int parse_args(int argc, char **argv)
 		} else if (strcmp(a, "--sweeps") == 0) {
 			if ((rc = parse_num(a, val, 0, 1, &cfg.sweeps)))
 				return rc;
+			set_sweeps = 1;
 			i++;
 		} else if (strcmp(a, "--out") == 0 ||
 			   strcmp(a, "--tokenbox") == 0) {
@@ -1010,6 +1149,30 @@ static int parse_args(int argc, char **argv)
 		} else {
 			return usage_error("unknown argument '%s'%s", a, "");
 		}
+	}
+	if (cfg.store_url) {
+		if (set_sweeps && cfg.sweeps)
+			return usage_error("--sweeps 1: not with --store-url "
+					   "(the sweeps run on SQLite)%s",
+					   "");
+		if (set_sto && cfg.storage_messages)
+			return usage_error("--storage-messages: not with "
+					   "--store-url (the storage phase "
+					   "runs on SQLite)%s",
+					   "");
+		if (cfg.separate_tokens)
+			return usage_error("--token-store separate: not with "
+					   "--store-url (tokenbox's token "
+					   "store is a schema of the same "
+					   "database)%s",
+					   "");
+		cfg.sweeps = 0;
+		cfg.storage_messages = 0;
+		set_sto = 1;
+		if (!set_mask)
+			cfg.mask = 1u << PLAIN | 1u << INBOX | 1u << TOKENBOX;
+		if ((rc = pg_check()))
+			return rc;
 	}
 	if (cfg.quick) {
 		if (!set_msgs)
@@ -1160,7 +1323,7 @@ int bench_driver_main(int argc, char **argv)
 	cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
 	tp_t agg[NKINDS];
 	for (int k = 0; k < NKINDS; k++) {
-		double v[5][64];
+		double v[6][64];
 		int n = 0;
 		cJSON *c = cJSON_CreateObject(), *runs = cJSON_CreateArray();
 
@@ -1177,6 +1340,8 @@ int bench_driver_main(int argc, char **argv)
 			v[1][n] = t->txn_per_k;
 			v[2][n] = t->sync_per_k;
 			v[3][n] = t->rss_mb;
+			v[4][n] = t->rt_per_rec;
+			v[5][n] = t->commits_per_k;
 			cJSON_AddItemToArray(runs, cJSON_CreateNumber(t->rate));
 			if (k == TOKENBOX)
 				tokens_left += t->dedup_rows;
@@ -1188,6 +1353,8 @@ int bench_driver_main(int argc, char **argv)
 		agg[k].txn_per_k = median(v[1], n);
 		agg[k].sync_per_k = median(v[2], n);
 		agg[k].rss_mb = median(v[3], n);
+		agg[k].rt_per_rec = median(v[4], n);
+		agg[k].commits_per_k = median(v[5], n);
 		cJSON_AddStringToObject(c, "name", kinds[k]);
 		cJSON_AddNumberToObject(c, "msgs_per_s", agg[k].rate);
 		cJSON_AddItemToObject(c, "runs_msgs_per_s", runs);
@@ -1195,9 +1362,17 @@ int bench_driver_main(int argc, char **argv)
 			cJSON_AddNumberToObject(c, "p50_ms", lat50[k]);
 			cJSON_AddNumberToObject(c, "p99_ms", lat99[k]);
 		}
-		cJSON_AddNumberToObject(c, "write_txns_per_1k",
-					agg[k].txn_per_k);
-		cJSON_AddNumberToObject(c, "fsyncs_per_1k", agg[k].sync_per_k);
+		if (cfg.store_url) {
+			cJSON_AddNumberToObject(c, "round_trips_per_record",
+						agg[k].rt_per_rec);
+			cJSON_AddNumberToObject(c, "commits_per_1k",
+						agg[k].commits_per_k);
+		} else {
+			cJSON_AddNumberToObject(c, "write_txns_per_1k",
+						agg[k].txn_per_k);
+			cJSON_AddNumberToObject(c, "fsyncs_per_1k",
+						agg[k].sync_per_k);
+		}
 		cJSON_AddNumberToObject(c, "peak_rss_mb", agg[k].rss_mb);
 		if (agg[k].dedup_rows >= 0)
 			cJSON_AddNumberToObject(c, "dedup_rows_left",
@@ -1227,14 +1402,25 @@ int bench_driver_main(int argc, char **argv)
 	cJSON_AddStringToObject(root, "librdkafka", rd_kafka_version_str());
 	cJSON_AddStringToObject(root, "cluster",
 				cfg.bootstrap ? cfg.bootstrap : "mock");
+	if (cfg.store_url) {
+		cJSON_AddStringToObject(root, "store", cfg.store_where);
+		cJSON_AddStringToObject(root, "store_server", cfg.pg_server);
+	} else {
+		cJSON_AddStringToObject(root, "store", "sqlite");
+	}
 	cJSON_AddNumberToObject(root, "messages", (double)cfg.messages);
 	cJSON_AddNumberToObject(root, "reps", (double)reps);
 	cJSON_AddNumberToObject(root, "partitions", BENCH_PARTITIONS);
 	cJSON_AddNumberToObject(root, "payload_bytes", BENCH_PAYLOAD_LEN);
 	cJSON_AddStringToObject(
 	    root, "count_method",
-	    "in-process counting SQLite VFS: fsyncs = xSync calls, write "
-	    "transactions = WAL write-lock acquisitions");
+	    cfg.store_url
+		? "libpq calls of the contender process (linked with --wrap): "
+		  "round trips = PQexec, PQexecParams, PQexecPrepared, "
+		  "PQprepare and PQpipelineSync calls, commits = those that "
+		  "send COMMIT"
+		: "in-process counting SQLite VFS: fsyncs = xSync calls, write "
+		  "transactions = WAL write-lock acquisitions");
 	cJSON_AddStringToObject(
 	    root, "latency_method",
 	    "records published live at latency_rate by tbx_publisher (stamped "
@@ -1322,13 +1508,30 @@ int bench_driver_main(int argc, char **argv)
 		    "mock-cluster`\n",
 		    tbx_version(), date, sysconf(_SC_NPROCESSORS_ONLN),
 		    rd_kafka_version_str());
-	OUT("workload: %ld records per run, %d partitions, %d-byte payloads, "
-	    "batches of up to %d records / %d ms; every store WAL + "
-	    "synchronous=FULL; %ld interleaved run(s), medians\n\n",
-	    cfg.messages, BENCH_PARTITIONS, BENCH_PAYLOAD_LEN, BENCH_BATCH_MAX,
-	    BENCH_BATCH_MAX_MS, reps);
-	OUT("| contender | msg/s | p50 ms | p99 ms | write txns/1k | fsyncs/1k "
-	    "| peak RSS MB | dedup rows left |\n");
+	if (cfg.store_url)
+		OUT("workload: %ld records per run, %d partitions, %d-byte "
+		    "payloads, batches of up to %d records / %d ms; every "
+		    "store "
+		    "on %s (%s), a schema per run, synchronous_commit=on; %ld "
+		    "interleaved run(s), medians\n\n",
+		    cfg.messages, BENCH_PARTITIONS, BENCH_PAYLOAD_LEN,
+		    BENCH_BATCH_MAX, BENCH_BATCH_MAX_MS, cfg.store_where,
+		    cfg.pg_server, reps);
+	else
+		OUT("workload: %ld records per run, %d partitions, %d-byte "
+		    "payloads, batches of up to %d records / %d ms; every "
+		    "store "
+		    "WAL + synchronous=FULL; %ld interleaved run(s), "
+		    "medians\n\n",
+		    cfg.messages, BENCH_PARTITIONS, BENCH_PAYLOAD_LEN,
+		    BENCH_BATCH_MAX, BENCH_BATCH_MAX_MS, reps);
+	if (cfg.store_url)
+		OUT("| contender | msg/s | p50 ms | p99 ms | round "
+		    "trips/record "
+		    "| commits/1k | peak RSS MB | dedup rows left |\n");
+	else
+		OUT("| contender | msg/s | p50 ms | p99 ms | write txns/1k | "
+		    "fsyncs/1k | peak RSS MB | dedup rows left |\n");
 	OUT("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
 	for (int k = 0; k < NKINDS; k++) {
 		char rows[32] = "-", p50[16] = "-", p99[16] = "-";
@@ -1340,10 +1543,18 @@ int bench_driver_main(int argc, char **argv)
 			snprintf(p50, sizeof(p50), "%.1f", lat50[k]);
 			snprintf(p99, sizeof(p99), "%.1f", lat99[k]);
 		}
-		OUT("| %s%s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s |\n",
-		    kinds[k], k == TXN && !cfg.bootstrap ? " (*)" : "",
-		    agg[k].rate, p50, p99, agg[k].txn_per_k, agg[k].sync_per_k,
-		    agg[k].rss_mb, rows);
+		if (cfg.store_url)
+			OUT("| %s%s | %.0f | %s | %s | %.3f | %.1f | %.1f | %s "
+			    "|\n",
+			    kinds[k], k == TXN && !cfg.bootstrap ? " (*)" : "",
+			    agg[k].rate, p50, p99, agg[k].rt_per_rec,
+			    agg[k].commits_per_k, agg[k].rss_mb, rows);
+		else
+			OUT("| %s%s | %.0f | %s | %s | %.1f | %.1f | %.1f | %s "
+			    "|\n",
+			    kinds[k], k == TXN && !cfg.bootstrap ? " (*)" : "",
+			    agg[k].rate, p50, p99, agg[k].txn_per_k,
+			    agg[k].sync_per_k, agg[k].rss_mb, rows);
 	}
 	if (HAS(TXN) && !cfg.bootstrap)
 		OUT("\n(*) librdkafka's mock cluster writes no transaction "
@@ -1351,8 +1562,14 @@ int bench_driver_main(int argc, char **argv)
 		    "drops TxnOffsetCommit: kafka-txn's row is a lower bound "
 		    "on its "
 		    "cost.\n");
-	OUT("fsyncs and write transactions: counted by an in-process SQLite "
-	    "VFS (xSync calls; WAL write-lock acquisitions).\n");
+	if (cfg.store_url)
+		OUT("round trips and commits: the contender process's libpq "
+		    "calls that wait for the server (PQexec, PQexecParams, "
+		    "PQexecPrepared, PQprepare, PQpipelineSync), counted from "
+		    "its first poll.\n");
+	else
+		OUT("fsyncs and write transactions: counted by an in-process "
+		    "SQLite VFS (xSync calls; WAL write-lock acquisitions).\n");
 	if (cfg.lat_messages)
 		OUT("latency: %ld records at %ld/s per contender, publish call "
 		    "-> output read back by a consumer.\n",
@@ -1426,6 +1643,8 @@ int bench_driver_main(int argc, char **argv)
 		cJSON_Delete(s_res[i]);
 	if (!cfg.keep)
 		rm_rf(cfg.work);
+	if (cfg.store_url && !cfg.keep)
+		pg_drop_schemas();
 	free(tp_runs);
 	free(tps);
 	for (int i = 0; i < cluster_argc; i++)
