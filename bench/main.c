@@ -149,6 +149,8 @@ static void progress(const char *fmt, ...)
 	va_end(ap);
 }
 
+static void pg_drop_schemas(void);
+
 static void fail(const char *fmt, ...)
 {
 	va_list ap;
@@ -163,6 +165,11 @@ static void fail(const char *fmt, ...)
 			kill(live[i], SIGKILL);
 	if (cluster_pid > 0)
 		kill(cluster_pid, SIGTERM);
+	if (cfg.store_url && !cfg.keep) {
+		static int dropping; /* fail() again from in there */
+		if (!dropping++)
+			pg_drop_schemas();
+	}
 	exit(1);
 }
 
