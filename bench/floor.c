@@ -63,15 +63,18 @@ static const char usage_text[] =
     "business row one per record, token a savepoint per record and one\n"
     "statement for its minted token and outbox row; token-batched (only\n"
     "there) is token without the savepoints, its tokens and outbox rows in\n"
-    "one statement per batch (see bench/floor_pg.c).\n"
+    "one statement per batch; token-per-record (only there) is token with\n"
+    "a statement per record for each lookup, check, insert and delete, and\n"
+    "its savepoint taken and released by statements of their own, as the\n"
+    "store interface's calls per record make them (see bench/floor_pg.c).\n"
     "\n"
     "Options:\n"
     "  --records N      records per variant, 500..10000000 (default 20000)\n"
     "  --batch N        records per transaction, 1..100000 (default 500,\n"
     "                   tokenbox's batch.max.messages)\n"
     "  --variants LIST  comma-separated subset of plain, inbox, outbox,\n"
-    "                   token, token-batched (default: all that the store\n"
-    "                   runs)\n"
+    "                   token, token-batched, token-per-record (default:\n"
+    "                   all that the store runs)\n"
     "  --dir DIR        where the store files go (default: a new directory\n"
     "                   under $TMPDIR or /tmp, removed afterwards)\n"
     "  --store-url URL  a PostgreSQL server (a libpq URL or key=value\n"
@@ -449,10 +452,10 @@ static int tokens_preload(floor_db_t *f, const rec_t *recs, long n)
 	       exec_sql(f->db, "PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
-const char *const floor_variant_names[NVARIANTS] = {"plain", "inbox", "outbox",
-						    "token", "token-batched"};
+const char *const floor_variant_names[NVARIANTS] = {
+    "plain", "inbox", "outbox", "token", "token-batched", "token-per-record"};
 #define variant_names floor_variant_names
-/* The variants SQLite runs: token-batched is PostgreSQL's alone. */
+/* The variants SQLite runs: the others are PostgreSQL's alone. */
 #define SQLITE_VARIANTS ((1u << V_TOKEN_BATCHED) - 1)
 
 static int variant_run(int v, const char *dir, const rec_t *recs, long n,
@@ -589,7 +592,8 @@ int main(int argc, char **argv)
 						"tbx_floor: --variants: "
 						"unknown variant '%s' (plain, "
 						"inbox, outbox, token, "
-						"token-batched)\n",
+						"token-batched, "
+						"token-per-record)\n",
 						tok);
 					return 2;
 				}
@@ -625,8 +629,9 @@ int main(int argc, char **argv)
 	if (!mask)
 		mask = url ? (1u << NVARIANTS) - 1 : SQLITE_VARIANTS;
 	if (!url && (mask & ~SQLITE_VARIANTS)) {
-		fprintf(stderr, "tbx_floor: --variants: token-batched runs on "
-				"PostgreSQL only (--store-url)\n");
+		fprintf(stderr, "tbx_floor: --variants: token-batched and "
+				"token-per-record run on PostgreSQL only "
+				"(--store-url)\n");
 		return 2;
 	}
 	if (url && dir) {

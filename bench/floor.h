@@ -17,9 +17,19 @@ typedef struct rec {
 	char tok_text[37], out_text[37], mint_text[37];
 } rec_t;
 
-/* The variants: the four of both stores, and token-batched, the token
- * protocol without a savepoint per record (PostgreSQL only). */
-enum { V_PLAIN, V_INBOX, V_OUTBOX, V_TOKEN, V_TOKEN_BATCHED, NVARIANTS };
+/* The variants: the four of both stores; on PostgreSQL only,
+ * token-batched, the token protocol without a savepoint per record, and
+ * token-per-record, its lookups, inserts and deletes one statement per
+ * record each. */
+enum {
+	V_PLAIN,
+	V_INBOX,
+	V_OUTBOX,
+	V_TOKEN,
+	V_TOKEN_BATCHED,
+	V_TOKEN_PER_RECORD,
+	NVARIANTS
+};
 extern const char *const floor_variant_names[NVARIANTS];
 
 /**

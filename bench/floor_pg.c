@@ -29,6 +29,12 @@
  *           tokens and outbox rows in one statement for the batch after
  *           the handlers: what the protocol costs when a handler's
  *           failure rolls back the batch instead of its savepoint.
+ *   token-per-record  the token protocol as the store interface calls it
+ *           record by record (row_find, exists, savepoint, the handler,
+ *           mint_joined, row_insert, release; in E consume_joined for the
+ *           batch, then row_delete per record): every lookup, insert and
+ *           delete a statement per record, the savepoint and its release
+ *           statements of their own.
  *
  * G (tokenbox's crash marker, a transaction of its own per batch) is left
  * out, as in the SQLite floor: three round trips a batch.
@@ -61,6 +67,11 @@ enum {
 	Q_MINT_OB,
 	Q_MINT_OB_BATCH,
 	Q_TOK_CONSUME,
+	Q_OB_FIND1,
+	Q_TOK_CHECK1,
+	Q_MINT1,
+	Q_OB_INSERT1,
+	Q_OB_DELETE1,
 	NQ
 };
 
@@ -94,6 +105,14 @@ static const char *const sql[NQ] = {
 	"$6::bytea[]) AS u(i, t, o, m, p) ON CONFLICT (id) DO NOTHING",
     [Q_TOK_CONSUME] = "DELETE FROM tokens WHERE grp = $2::int4 AND "
 		      "token = ANY($1::uuid[])",
+    [Q_OB_FIND1] = "SELECT id FROM outbox WHERE id = $1::uuid",
+    [Q_TOK_CHECK1] = "SELECT 1 FROM tokens WHERE token = $1::uuid AND grp = "
+		     "$2::int4",
+    [Q_MINT1] = "INSERT INTO tokens (token, grp) VALUES ($1::uuid, 2)",
+    [Q_OB_INSERT1] = "INSERT INTO outbox (id, in_token, out_id, out_token, "
+		     "topic, payload) VALUES ($1::uuid, $2::uuid, $3::uuid, "
+		     "$4::uuid, $5, $6::bytea) ON CONFLICT (id) DO NOTHING",
+    [Q_OB_DELETE1] = "DELETE FROM outbox WHERE id = $1::uuid",
 };
 
 #define GRP_SELF "1"
@@ -255,7 +274,28 @@ static int expect(long got, long want, const char *what)
 	return 1;
 }
 
-/* A's share of a batch; *a_rt its round trips. */
+/* token-per-record, one record of A: a statement for each step. */
+static int record_each(fpg_t *f, const rec_t *r, long i)
+{
+	static const unsigned char zero[PAYLOAD_LEN];
+	const char *p[6] = {r->id_text,	  r->tok_text, r->out_text,
+			    r->mint_text, "bench-out", (const char *)zero};
+	int lens[6] = {0, 0, 0, 0, 0, PAYLOAD_LEN};
+	const char *chk[2] = {r->tok_text, GRP_SELF};
+	long rows = 0;
+
+	if (run(f, Q_OB_FIND1, 1, p, NULL, &rows) ||
+	    expect(rows, 0, "outbox lookup") ||
+	    run(f, Q_TOK_CHECK1, 2, chk, NULL, &rows) ||
+	    expect(rows, 1, "token check") || exec(f, "SAVEPOINT r") ||
+	    row(f, r, i) || run(f, Q_MINT1, 1, &p[3], NULL, NULL) ||
+	    run(f, Q_OB_INSERT1, 6, p, lens, &rows) ||
+	    expect(rows, 1, "outbox row") || exec(f, "RELEASE SAVEPOINT r"))
+		return 1;
+	return 0;
+}
+
+/* A's share of a batch. */
 static int phase_a(fpg_t *f, int v, const rec_t *recs, long first, long n)
 {
 	long rows = 0;
@@ -268,6 +308,17 @@ static int phase_a(fpg_t *f, int v, const rec_t *recs, long first, long n)
 		if (run(f, Q_INBOX, 1, p, NULL, &rows) ||
 		    expect(rows, n, "inbox"))
 			return 1;
+	}
+	if (v == V_TOKEN_PER_RECORD) {
+		const char *p[1] = {f->keys};
+		lock_keys(f, recs, first, n);
+		if (run(f, Q_LOCK, 1, p, NULL, NULL) ||
+		    run(f, Q_SEQ, 0, NULL, NULL, NULL))
+			return 1;
+		for (long i = first; i < first + n; i++)
+			if (record_each(f, &recs[i], i))
+				return 1;
+		return exec(f, "COMMIT");
 	}
 	if (v == V_TOKEN || v == V_TOKEN_BATCHED) {
 		const char *p[2] = {f->keys, GRP_SELF};
@@ -330,13 +381,22 @@ static int phase_e(fpg_t *f, int v, const rec_t *recs, long first, long n)
 	uuid_array(f->ids, recs, first, n, F_ID);
 	if (exec(f, "BEGIN ISOLATION LEVEL READ COMMITTED"))
 		return 1;
-	if (v == V_TOKEN || v == V_TOKEN_BATCHED) {
+	if (v == V_TOKEN || v == V_TOKEN_BATCHED || v == V_TOKEN_PER_RECORD) {
 		uuid_array(f->toks, recs, first, n, F_TOK);
 		p[0] = f->toks;
 		if (run(f, Q_TOK_CONSUME, 2, p, NULL, &rows) ||
 		    expect(rows, n, "token consume"))
 			return 1;
 		p[0] = f->ids;
+	}
+	if (v == V_TOKEN_PER_RECORD) {
+		for (long i = first; i < first + n; i++) {
+			const char *one[1] = {recs[i].id_text};
+			if (run(f, Q_OB_DELETE1, 1, one, NULL, &rows) ||
+			    expect(rows, 1, "outbox delete"))
+				return 1;
+		}
+		return exec(f, "COMMIT");
 	}
 	if (run(f, Q_OB_DELETE, 1, p, NULL, &rows) ||
 	    expect(rows, n, "outbox delete"))
@@ -440,8 +500,7 @@ static int variant_run(fpg_t *f, int v, long round, const rec_t *recs, long n,
 			*c = '_';
 	if (schema_make(f, schema))
 		return 1;
-	err = (v == V_TOKEN || v == V_TOKEN_BATCHED) &&
-	      tokens_preload(f, recs, n);
+	err = v >= V_TOKEN && tokens_preload(f, recs, n);
 	t0 = clock_ns(CLOCK_MONOTONIC);
 	c0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 	for (long first = 0; first < n && !err; first += batch) {
@@ -451,8 +510,7 @@ static int variant_run(fpg_t *f, int v, long round, const rec_t *recs, long n,
 		err = phase_a(f, v, recs, first, cnt);
 		rt_a += f->rt;
 		f->rt = 0;
-		if (!err &&
-		    (v == V_OUTBOX || v == V_TOKEN || v == V_TOKEN_BATCHED))
+		if (!err && v != V_PLAIN && v != V_INBOX)
 			err = phase_e(f, v, recs, first, cnt);
 		rt_e += f->rt;
 	}
@@ -543,7 +601,7 @@ int floor_pg_main(const char *url, const rec_t *recs, long n, long batch,
 			us[r] = figs[r * NVARIANTS + v].us;
 			cpu[r] = figs[r * NVARIANTS + v].cpu_us;
 		}
-		printf("%-13s %6.3f rt/record (A %.3f, E %.3f) %8.2f "
+		printf("%-16s %6.3f rt/record (A %.3f, E %.3f) %8.2f "
 		       "us/record %8.2f cpu us/record\n",
 		       floor_variant_names[v], fg->rt, fg->rt_a, fg->rt_e,
 		       median(us, m), median(cpu, m));
