@@ -436,9 +436,6 @@ static void cluster_start(void)
 	bootstraps[strcspn(bootstraps, "\n")] = '\0';
 }
 
-/* Until the token store's PostgreSQL backend is linked in. */
-#pragma weak tbx_tokens_pg_open
-
 /* tokenbox on PostgreSQL: its token store is a schema of the server. */
 static int pg_tokens(const run_t *r)
 {
@@ -455,9 +452,6 @@ static tbx_tokens_t *tokens_open(const run_t *r, const char *tokens_path)
 
 	tbx__db_opts_init(&opts);
 	if (pg_tokens(r)) {
-		if (!tbx_tokens_pg_open)
-			fail("tokenbox on PostgreSQL: the token store's "
-			     "backend is not in this build");
 		if (tbx_tokens_pg_open(cfg.store_url, r->tschema, NULL, &opts,
 				       &t, err, sizeof(err)))
 			fail("the token store in schema %s: %s", r->tschema,
