@@ -26,6 +26,9 @@
  * cost of it is that variant's instructions; bench/profile divides them by the
  * records.  The incoming tokens are inserted before the clock starts:
  * the sender mints them, not the consumer.
+ *
+ * With --store-url the variants run against a PostgreSQL server instead,
+ * counted in round trips (bench/floor_pg.c).
  */
 #include <errno.h>
 #include <inttypes.h>
