@@ -6,9 +6,10 @@
  * a child process of its own (this executable again, `contender ...`), so
  * that getrusage() gives each its own peak RSS and no librdkafka thread
  * crosses a fork.  A contender (bench_contender_main) consumes its input
- * topic, writes one business row per record in its SQLite store, produces
- * one outgoing record per record, and prints one JSON object of figures on
- * standard output when it is done.
+ * topic, writes one business row per record in its SQLite store (with
+ * --store-url: its schema on a PostgreSQL server), produces one outgoing
+ * record per record, and prints one JSON object of figures on standard
+ * output when it is done.
  */
 #ifndef TBX_BENCH_BENCH_H
 #define TBX_BENCH_BENCH_H
