@@ -476,10 +476,9 @@ typedef struct hbatch {
 	char *fresh;
 } hbatch_t;
 
-static int hbatch_alloc(hbatch_t *b)
+/* For batches of up to @p n records. */
+static int hbatch_alloc(hbatch_t *b, size_t n)
 {
-	size_t n = BENCH_BATCH_MAX_LIMIT;
-
 	b->ids = calloc(n, sizeof(*b->ids));
 	b->out_ids = calloc(n, sizeof(*b->out_ids));
 	b->keys = calloc(n, sizeof(*b->keys));
@@ -873,7 +872,7 @@ static int run_hand(const opts_t *o, result_t *r)
 
 	memset(&hs, 0, sizeof(hs));
 	memset(&b, 0, sizeof(b));
-	if (hbatch_alloc(&b))
+	if (hbatch_alloc(&b, (size_t)o->batch))
 		goto out;
 	if (o->url) {
 		char sql[512];
