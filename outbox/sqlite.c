@@ -1057,8 +1057,9 @@ static int param_number(const char *name, int n)
 	return *end == '\0' && k >= 1 && k <= n ? (int)k : 0;
 }
 
-/* Records why exec() failed (errmsg()) and logs it at WARN; the handler
- * decides what the failure means.  @returns @p err. */
+/* Records why exec() failed, for errmsg(); not logged here: the caller
+ * (tbx_ctx_exec()) logs it with the record, and the handler decides what
+ * the failure means.  @returns @p err. */
 static int exec_fail(sq_store_t *store, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int exec_fail(sq_store_t *store, int err, const char *fmt, ...)
@@ -1068,8 +1069,6 @@ static int exec_fail(sq_store_t *store, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(store->exec_err, sizeof(store->exec_err), fmt, ap);
 	va_end(ap);
-	tbx__log(TBX_LOG_WARNING, "outbox: a handler's statement: %s",
-		 store->exec_err);
 	return err;
 }
 

@@ -763,3 +763,68 @@ Test(pg_worker, copies_in_two_partitions_on_two_threads_take_effect_once)
 		tbx_worker_destroy(r[i].w);
 	env_fini(&e);
 }
+
+/* An SQLite service store with the token store on PostgreSQL
+ * (store.path, tokens.url): the token store apart, each record once. */
+static tbx_verdict_t sqlite_effect_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+					  void *opaque)
+{
+	int *calls = opaque;
+	const char *id = tbx_msg_id(msg);
+
+	(*calls)++;
+	if (tbx_ctx_exec(ctx, "CREATE TABLE IF NOT EXISTS effects(msg_id TEXT)",
+			 NULL, 0, NULL) ||
+	    tbx_ctx_exec(ctx, "INSERT INTO effects(msg_id) VALUES ($1)", &id, 1,
+			 NULL))
+		return TBX_VERDICT_RETRY;
+	return TBX_VERDICT_OK;
+}
+
+typedef struct sqlite_done {
+	const char *store, *tschema;
+	int64_t n;
+} sqlite_done_t;
+
+static int sqlite_all_done(void *opaque)
+{
+	sqlite_done_t *d = opaque;
+
+	return tt_query(d->store, "SELECT count(*) FROM effects") >= d->n &&
+	       tt_query(d->store, "SELECT count(*) FROM tbx_outbox") == 0 &&
+	       fx_count(d->tschema, "tbx_tokens") == 0;
+}
+
+Test(pg_worker, an_sqlite_service_store_with_the_token_store_on_postgresql)
+{
+	enum { N = 20 };
+	env_t e;
+	char *dir = tt_tmpdir(), *store = tt_path(dir, "s.db"), err[512];
+	tbx_worker_t *w;
+	int calls = 0;
+
+	env_init(&e, "ws");
+	w = tbx_worker_new(tt_conf(e.cluster->bootstraps, "g", store, NULL,
+				   "tokens.url", e.url, "tokens.schema",
+				   e.tschema, "tokens.create", "true", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert(!w->joined);
+	cr_assert_eq(
+	    tbx_worker_register(w, "in", NULL, sqlite_effect_handle, &calls),
+	    TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK, "%s",
+		     tbx_worker_errstr(w));
+	publish(&e, e.url, N, NULL);
+	copy_all(&e);
+	sqlite_done_t d = {store, e.tschema, N};
+	cr_assert(tt_drive(&w, 1, sqlite_all_done, &d, 10, 120));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	cr_assert_eq(tt_count(store, "SELECT count(*) FROM effects"), N);
+	cr_assert_eq(calls, N);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+}
