@@ -721,9 +721,16 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 
 		/* A number this store never issued: the token was minted in
 		 * a history it does not have (restored from an older backup,
-		 * or another store for a sender without tbx-store). */
-		if ((err = tbx_tokens_seq_current(proto->tokens, &cur)))
-			return err;
+		 * or another store for a sender without tbx-store).  The
+		 * sequence is read once per A: every record's number was
+		 * issued before the batch was polled, so one above the
+		 * sequence as read at any time in A was never issued. */
+		if (batch->seq_current < 0) {
+			if ((err = tbx_tokens_seq_current(proto->tokens, &cur)))
+				return err;
+			batch->seq_current = cur;
+		}
+		cur = batch->seq_current;
 		if (msg->seq > cur) {
 			char reason[256];
 
@@ -1096,6 +1103,7 @@ static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
 	int *exists = malloc(batch->cnt * sizeof(*exists));
 	int err = TBX_OK;
 
+	batch->seq_current = -1;
 	for (size_t i = 0; i < batch->cnt; i++)
 		batch->msgs[i].pre_row = batch->msgs[i].pre_token = -1;
 	if (!ids || !at || !hits || !exists) {
