@@ -88,10 +88,12 @@ typedef struct tbx__batch {
 	 * row index + 1 per slot (0: empty), ids_cap a power of two. */
 	uint32_t *ids;
 	size_t ids_cap;
-	int isolating;	  /**< a suspect partition: A takes one record */
-	size_t isolated;  /**< that record's index when isolating */
-	int64_t mint_seq; /**< joined: the number A took for its tokens */
-	uint64_t minted;  /**< joined: token rows A created (stats) */
+	int isolating;	     /**< a suspect partition: A takes one record */
+	size_t isolated;     /**< that record's index when isolating */
+	int64_t mint_seq;    /**< joined: the number A took for its tokens */
+	uint64_t minted;     /**< joined: token rows A created (stats) */
+	int64_t seq_current; /**< A: the token store's sequence, read once
+				  when a record needs it; -1: not yet */
 } tbx__batch_t;
 
 /** A new record slot at the end of the batch, zeroed.  NULL: no memory. */

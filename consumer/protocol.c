@@ -645,15 +645,19 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 	int found, err, exists;
 
 	/* 1. An outbox row: the work is done, resume its B–E.  A copy in the
-	 * same batch as its original joins the original's row. */
+	 * same batch as its original joins the original's row: looked up in
+	 * the batch first, since the batch's row check (prefetch()) was made
+	 * before the original had its row. */
 	if (tbx__batch_row_find(batch, msg->id, &idx)) {
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
 		proto->stats->duplicates_dropped++;
 		return TBX_OK;
 	}
-	if ((err = tbx_outbox_row_find(proto->store, proto->group, msg->id,
-				       &found, attempt)))
+	if (msg->pre_row >= 0)
+		found = msg->pre_row;
+	else if ((err = tbx_outbox_row_find(proto->store, proto->group, msg->id,
+					    &found, attempt)))
 		return err;
 	if (found)
 		return resume_row(proto, batch, msg);
@@ -701,8 +705,10 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 	}
 
 	/* 2. Under S's write lock: no row and no token means done. */
-	if ((err = tbx_tokens_exists(proto->tokens, msg->token, proto->group,
-				     &exists)))
+	if (msg->pre_token >= 0)
+		exists = msg->pre_token;
+	else if ((err = tbx_tokens_exists(proto->tokens, msg->token,
+					  proto->group, &exists)))
 		return err;
 	/* After an assignment the records the previous owner finished but
 	 * did not commit come again, all dropped: that prefix ends with the
@@ -715,9 +721,16 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 
 		/* A number this store never issued: the token was minted in
 		 * a history it does not have (restored from an older backup,
-		 * or another store for a sender without tbx-store). */
-		if ((err = tbx_tokens_seq_current(proto->tokens, &cur)))
-			return err;
+		 * or another store for a sender without tbx-store).  The
+		 * sequence is read once per A: every record's number was
+		 * issued before the batch was polled, so one above the
+		 * sequence as read at any time in A was never issued. */
+		if (batch->seq_current < 0) {
+			if ((err = tbx_tokens_seq_current(proto->tokens, &cur)))
+				return err;
+			batch->seq_current = cur;
+		}
+		cur = batch->seq_current;
 		if (msg->seq > cur) {
 			char reason[256];
 
@@ -1057,6 +1070,78 @@ static int lock_ids(tbx__proto_t *proto, tbx__batch_t *batch)
 	return err;
 }
 
+/* Does process_one() check @p msg's token (its step 2), once it has no
+ * row?  Not for a record judged by the ingress offset, nor for one minted
+ * in another token store or before the group subscribed. */
+static int token_checked(const tbx__proto_t *proto, const struct tbx_msg *msg)
+{
+	return !msg->malformed && !msg->untokened &&
+	       !(msg->store[0] && strcmp(msg->store, proto->store_id) != 0) &&
+	       msg->seq >= msg->part->since;
+}
+
+/*
+ * A's lookups for the batch, after its locks (lock_ids()): one row check
+ * for the records A covers, then one token check for those of them with
+ * no row whose token process_one() checks -- per record, the row before
+ * the token, as docs/architecture.md requires.  On PostgreSQL each is one
+ * statement (a round trip) for the batch instead of one per record.
+ *
+ * The answers hold for the whole of A: under the locks no other A of
+ * these messages can commit, and a row that goes (another worker's E)
+ * had its token consumed first.  What A itself does is the exception:
+ * a copy of a record earlier in the batch finds the original's row in
+ * the batch (tbx__batch_row_find()) before it looks at its answer, so a
+ * prefetched "no row" never runs a handler twice.  A record without an
+ * answer (-1) is looked up when its turn comes.
+ */
+static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	const char **ids = malloc(batch->cnt * sizeof(*ids));
+	size_t *at = malloc(batch->cnt * sizeof(*at)), n = 0, k = 0;
+	tbx__row_hit_t *hits = malloc(batch->cnt * sizeof(*hits));
+	int *exists = malloc(batch->cnt * sizeof(*exists));
+	int err = TBX_OK;
+
+	batch->seq_current = -1;
+	for (size_t i = 0; i < batch->cnt; i++)
+		batch->msgs[i].pre_row = batch->msgs[i].pre_token = -1;
+	if (!ids || !at || !hits || !exists) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < batch->cnt; i++) {
+		if (batch->isolating && i != batch->isolated)
+			continue;
+		at[n] = i;
+		ids[n++] = batch->msgs[i].id;
+	}
+	if (n == 0 || (err = tbx_outbox_rows_find(proto->store, proto->group,
+						  ids, n, hits)))
+		goto out;
+	/* The records without a row whose token is checked, in place. */
+	for (size_t j = 0; j < n; j++) {
+		struct tbx_msg *msg = &batch->msgs[at[j]];
+
+		msg->pre_row = hits[j].found;
+		if (!msg->pre_row && token_checked(proto, msg)) {
+			at[k] = at[j];
+			ids[k++] = msg->token;
+		}
+	}
+	if (k == 0 || (err = tbx_tokens_exists_many(proto->tokens, proto->group,
+						    ids, k, exists)))
+		goto out;
+	for (size_t j = 0; j < k; j++)
+		batch->msgs[at[j]].pre_token = exists[j] != 0;
+out:
+	free(ids);
+	free(at);
+	free(hits);
+	free(exists);
+	return err;
+}
+
 /* A: after G, one S transaction over the batch; a failed A releases G's
  * marker (it was no death). */
 static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
@@ -1078,6 +1163,8 @@ static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	batch->minted = 0;
 	if (proto->joined &&
 	    (err = tbx_tokens_seq_joined(proto->tokens, &batch->mint_seq)))
+		goto fail;
+	if ((err = prefetch(proto, batch)))
 		goto fail;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
@@ -1553,29 +1640,32 @@ static int phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
  * commit with it. */
 static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	const char **ids = NULL;
-	size_t cnt = 0;
+	const char **ids = NULL, **rows;
+	size_t cnt = 0, nrows = 0;
 	uint64_t deleted = 0;
-	int err, any = 0;
+	int err;
 
+	if (!(rows = malloc((batch->row_cnt ? batch->row_cnt : 1) *
+			    sizeof(*rows))))
+		return TBX_ENOMEM;
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		any |= batch->rows[i].state == TBX_BROW_DELIVERED;
-	if (!any)
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			rows[nrows++] = batch->rows[i].row.msg_id;
+	if (nrows == 0) {
+		free(rows);
 		return TBX_OK;
+	}
 	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
-		return err;
+		goto out;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
 	if (cnt && (err = tbx_tokens_consume_joined(proto->tokens, proto->group,
 						    ids, cnt, &deleted)))
 		goto undo;
-	for (size_t i = 0; i < batch->row_cnt; i++) {
-		if (batch->rows[i].state != TBX_BROW_DELIVERED)
-			continue;
-		if ((err = tbx_outbox_row_delete(proto->store, proto->group,
-						 batch->rows[i].row.msg_id)))
-			goto undo;
-	}
+	/* The batch's finished rows, one statement. */
+	if ((err = tbx_outbox_rows_delete(proto->store, proto->group, rows,
+					  nrows)))
+		goto undo;
 	if ((err = tbx_outbox_commit(proto->store)))
 		goto undo;
 	proto->stats->tokens_consumed += deleted;
@@ -1583,12 +1673,14 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 		if (batch->rows[i].state == TBX_BROW_DELIVERED)
 			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
 	free(ids);
+	free(rows);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
 undo:
 	tbx_outbox_rollback(proto->store);
 out:
 	free(ids);
+	free(rows);
 	return err;
 }
 

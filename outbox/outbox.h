@@ -133,6 +133,12 @@ typedef struct tbx__inflight {
 	int retries;	       /**< RETRY verdicts at count_offset */
 } tbx__inflight_t;
 
+/** What rows_find() found for one message id. */
+typedef struct tbx__row_hit {
+	int found;			/**< the row (grp, id) exists */
+	char attempt[TBX_UUID_LEN + 1]; /**< its attempt, "" when none */
+} tbx__row_hit_t;
+
 /** A message id, for listings. */
 typedef struct tbx__msgid {
 	char id[TBX_MSGID_MAX + 1];
@@ -214,6 +220,12 @@ typedef struct tbx_outbox_ops {
 	int (*row_find)(tbx_outbox_t *store, const char *grp,
 			const char *msg_id, int *found,
 			char attempt[TBX_UUID_LEN + 1]);
+	/** row_find for @p n message ids (any order, repeats allowed) in
+	 *  one statement where the backend can: out[i] for ids[i].  Inside
+	 *  the caller's transaction.  PostgreSQL: one round trip
+	 *  (msg_id = ANY($2)); SQLite: the cached row_find per id. */
+	int (*rows_find)(tbx_outbox_t *store, const char *grp,
+			 const char *const *ids, size_t n, tbx__row_hit_t *out);
 	/** Inserts @p row and its outgoing messages (caller's txn).
 	 *  PostgreSQL: TBX_EEXIST when the row (grp, msg_id) is there
 	 *  already and nothing was inserted (INSERT ... ON CONFLICT DO
@@ -234,6 +246,10 @@ typedef struct tbx_outbox_ops {
 	/** Deletes the row and its messages (E), inside the caller's txn. */
 	int (*row_delete)(tbx_outbox_t *store, const char *grp,
 			  const char *msg_id);
+	/** row_delete for @p n message ids (repeats allowed), inside the
+	 *  caller's transaction; PostgreSQL: one statement. */
+	int (*rows_delete)(tbx_outbox_t *store, const char *grp,
+			   const char *const *ids, size_t n);
 
 	/** Next offset to process for untokened ingress; *next = -1 when
 	 *  none.  ingress_set: upsert, inside the caller's txn. */
@@ -495,6 +511,13 @@ static inline int tbx_outbox_row_find(tbx_outbox_t *store, const char *grp,
 	return store->ops->row_find(store, grp, msg_id, found, attempt);
 }
 
+static inline int tbx_outbox_rows_find(tbx_outbox_t *store, const char *grp,
+				       const char *const *ids, size_t n,
+				       tbx__row_hit_t *out)
+{
+	return store->ops->rows_find(store, grp, ids, n, out);
+}
+
 static inline int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,
 					const tbx__row_t *row)
 {
@@ -518,6 +541,12 @@ static inline int tbx_outbox_row_delete(tbx_outbox_t *store, const char *grp,
 					const char *msg_id)
 {
 	return store->ops->row_delete(store, grp, msg_id);
+}
+
+static inline int tbx_outbox_rows_delete(tbx_outbox_t *store, const char *grp,
+					 const char *const *ids, size_t n)
+{
+	return store->ops->rows_delete(store, grp, ids, n);
 }
 
 static inline int tbx_outbox_ingress_get(tbx_outbox_t *store, const char *grp,

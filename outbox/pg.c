@@ -157,6 +157,8 @@ enum {
 	Q_DISPATCH_FAILED,
 	Q_UNDELIVERED_ADD,
 	Q_LOCK_IDS,
+	Q_ROWS_FIND,
+	Q_ROWS_DELETE,
 	Q__COUNT
 };
 
@@ -259,6 +261,12 @@ static const char *const sql[Q__COUNT] = {
     [Q_LOCK_IDS] = "SELECT pg_advisory_xact_lock(" LOCK_MSG
 		   ", s.k) FROM (SELECT DISTINCT hashtext($1::text || ':' || "
 		   "x) AS k FROM unnest($2::text[]) AS x ORDER BY 1) s",
+    /* A's row check for the batch: one round trip. */
+    [Q_ROWS_FIND] = "SELECT msg_id, attempt FROM @S.tbx_outbox WHERE grp = "
+		    "$1 AND msg_id = ANY($2::text[])",
+    /* E for the batch. */
+    [Q_ROWS_DELETE] = "DELETE FROM @S.tbx_outbox WHERE grp = $1 AND msg_id "
+		      "= ANY($2::text[])",
 };
 
 static const tbx_outbox_ops_t pg_ops;
@@ -683,6 +691,72 @@ static int pg_row_find(tbx_outbox_t *base, const char *grp, const char *msg_id,
 	return err;
 }
 
+/* A row rows_find() found: its id and its row in the result. */
+typedef struct row_ref {
+	const char *id;
+	int r;
+} row_ref_t;
+
+static int cmp_ref(const void *a, const void *b)
+{
+	return strcmp(((const row_ref_t *)a)->id, ((const row_ref_t *)b)->id);
+}
+
+static int pg_rows_find(tbx_outbox_t *base, const char *grp,
+			const char *const *ids, size_t n, tbx__row_hit_t *out)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	PGresult *res;
+	row_ref_t *refs = NULL;
+	int rows, err = TBX_OK;
+
+	if (!grp || (n && (!ids || !out)))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		out[i].found = 0;
+		out[i].attempt[0] = '\0';
+	}
+	if (n == 0)
+		return TBX_OK;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text_array(&p, ids, n);
+	if ((err = run(store, Q_ROWS_FIND, &p, &res)))
+		return err;
+	/* The rows found (few, usually), sorted by id (byte order); each id
+	 * then looks its row up. */
+	if ((rows = PQntuples(res)) == 0)
+		goto out;
+	if (!(refs = malloc((size_t)rows * sizeof(*refs)))) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	for (int r = 0; r < rows; r++)
+		refs[r] = (row_ref_t){tbx__pg_text(res, r, 0), r};
+	qsort(refs, (size_t)rows, sizeof(*refs), cmp_ref);
+	for (size_t i = 0; i < n && !err; i++) {
+		row_ref_t key = {ids[i], 0};
+		const row_ref_t *hit =
+		    bsearch(&key, refs, (size_t)rows, sizeof(*refs), cmp_ref);
+
+		if (!hit)
+			continue;
+		out[i].found = 1;
+		if (tbx__pg_text_to(res, hit->r, 1, out[i].attempt,
+				    sizeof(out[i].attempt))) {
+			tbx__log(TBX_LOG_ERR,
+				 "outbox row %s: its attempt is not a UUID",
+				 ids[i]);
+			err = TBX_ESTORE;
+		}
+	}
+out:
+	free(refs);
+	PQclear(res);
+	return err;
+}
+
 static int pg_row_insert(tbx_outbox_t *base, const char *grp,
 			 const tbx__row_t *row)
 {
@@ -919,6 +993,21 @@ static int pg_row_delete(tbx_outbox_t *base, const char *grp,
 			 const char *msg_id)
 {
 	return run2(ps(base), Q_ROW_DELETE, grp, msg_id);
+}
+
+static int pg_rows_delete(tbx_outbox_t *base, const char *grp,
+			  const char *const *ids, size_t n)
+{
+	tbx__pg_params_t p;
+
+	if (!grp || (n && !ids))
+		return TBX_EINVAL;
+	if (n == 0)
+		return TBX_OK;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text_array(&p, ids, n);
+	return run(ps(base), Q_ROWS_DELETE, &p, NULL);
 }
 
 /*
@@ -1303,10 +1392,12 @@ static const tbx_outbox_ops_t pg_ops = {
     .release = pg_release,
     .undo = pg_undo,
     .row_find = pg_row_find,
+    .rows_find = pg_rows_find,
     .row_insert = pg_row_insert,
     .row_load = pg_row_load,
     .row_set_attempt = pg_row_set_attempt,
     .row_delete = pg_row_delete,
+    .rows_delete = pg_rows_delete,
     .ingress_get = pg_ingress_get,
     .ingress_set = pg_ingress_set,
     .dead_letter_add = pg_dead_letter_add,

@@ -271,6 +271,20 @@ static int sq_row_find(tbx_outbox_t *base, const char *grp, const char *msg_id,
 	return TBX_OK;
 }
 
+/* SQLite answers from the same process: one cached statement per id
+ * costs no round trip. */
+static int sq_rows_find(tbx_outbox_t *base, const char *grp,
+			const char *const *ids, size_t n, tbx__row_hit_t *out)
+{
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		if ((err = sq_row_find(base, grp, ids[i], &out[i].found,
+				       out[i].attempt)))
+			return err;
+	return TBX_OK;
+}
+
 /* Encodes the messages of @p row (store/msgs.h); none: *blob NULL. */
 static int msgs_encode(const tbx__row_t *row, void **blob, size_t *len)
 {
@@ -642,6 +656,17 @@ static int sq_row_delete(tbx_outbox_t *base, const char *grp,
 	    sqlite3_bind_text(stmt, 2, msg_id, -1, SQLITE_STATIC))
 		return tbx__stmt_bind_fail(stmt);
 	return tbx__stmt_done(stmt);
+}
+
+static int sq_rows_delete(tbx_outbox_t *base, const char *grp,
+			  const char *const *ids, size_t n)
+{
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		if ((err = sq_row_delete(base, grp, ids[i])))
+			return err;
+	return TBX_OK;
 }
 
 static int sq_ingress_get(tbx_outbox_t *base, const char *grp,
@@ -1158,10 +1183,12 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .release = sq_release,
     .undo = sq_undo,
     .row_find = sq_row_find,
+    .rows_find = sq_rows_find,
     .row_insert = sq_row_insert,
     .row_load = sq_row_load,
     .row_set_attempt = sq_row_set_attempt,
     .row_delete = sq_row_delete,
+    .rows_delete = sq_rows_delete,
     .ingress_get = sq_ingress_get,
     .ingress_set = sq_ingress_set,
     .dead_letter_add = sq_dead_letter_add,

@@ -608,6 +608,74 @@ Test(pg_outbox, first_recorded_attempt_wins_and_a_later_one_loses)
 	fx_drop(schema);
 }
 
+/* The batch forms: rows_find answers per id (found, attempt) for ids in
+ * any order with repeats and absent ones, of one group only, and
+ * rows_delete removes the rows named and no other -- each in one
+ * statement (the countdown fault counts the calls). */
+Test(pg_outbox, rows_find_and_rows_delete_are_one_statement_per_batch)
+{
+	char schema[64];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "rowsfind");
+	const char *ids[] = {"m3", "none", "m1", "m2", "m1", "only-g2"};
+	tbx__row_hit_t hits[6];
+	tbx__row_t m1, m2, m3, other;
+	int found;
+
+	fx_row(&m1, "m1", 1);
+	fx_row(&m2, "m2", 0);
+	fx_row(&m3, "m3", 2);
+	fx_row(&other, "only-g2", 1);
+	fx_insert(store, GRP, &m1);
+	fx_insert(store, GRP, &m2);
+	fx_insert(store, GRP, &m3);
+	fx_insert(store, "g2", &other);
+	fx_tokened(&m3, 4);
+	cr_assert_eq(fx_set_attempt(store, &m3), 1);
+	memset(hits, 0x5a, sizeof(hits));
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	tbx__fault_arm(2); /* a second call would fail */
+	cr_assert_eq(tbx_outbox_rows_find(store, GRP, ids, 6, hits), TBX_OK);
+	cr_assert_eq(tbx_outbox_rows_find(store, GRP, ids, 0, NULL), TBX_OK);
+	cr_assert_not(tbx__fault_fired(), "one statement for six ids");
+	tbx__fault_arm(0);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(hits[0].found, 1);
+	cr_assert_str_eq(hits[0].attempt, m3.attempt);
+	cr_assert_eq(hits[1].found, 0);
+	cr_assert_str_eq(hits[1].attempt, "");
+	cr_assert_eq(hits[2].found, 1);
+	cr_assert_str_eq(hits[2].attempt, "", "a PROCESSED row: no attempt");
+	cr_assert_eq(hits[3].found, 1);
+	cr_assert_eq(hits[4].found, 1, "a repeated id answers again");
+	cr_assert_eq(hits[5].found, 0, "another group's row is not ours");
+
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	tbx__fault_arm(2);
+	cr_assert_eq(tbx_outbox_rows_delete(store, GRP, ids + 1, 4), TBX_OK);
+	cr_assert_eq(tbx_outbox_rows_delete(store, GRP, ids, 0), TBX_OK);
+	cr_assert_not(tbx__fault_fired(), "one statement for four ids");
+	tbx__fault_arm(0);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_find(store, GRP, "m1", &found, NULL),
+		     TBX_OK);
+	cr_assert_eq(found, 0);
+	cr_assert_eq(tbx_outbox_row_find(store, GRP, "m2", &found, NULL),
+		     TBX_OK);
+	cr_assert_eq(found, 0);
+	cr_assert_eq(tbx_outbox_row_find(store, GRP, "m3", &found, NULL),
+		     TBX_OK);
+	cr_assert_eq(found, 1, "not named: kept");
+	cr_assert_eq(tbx_outbox_row_find(store, "g2", "only-g2", &found, NULL),
+		     TBX_OK);
+	cr_assert_eq(found, 1, "another group's row is kept");
+	tbx__row_clear(&m1);
+	tbx__row_clear(&m2);
+	tbx__row_clear(&m3);
+	tbx__row_clear(&other);
+	tbx_outbox_close(store);
+	fx_drop(schema);
+}
+
 typedef struct recorder {
 	tbx_outbox_t *store;
 	const tbx__row_t *row;

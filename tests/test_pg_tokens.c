@@ -569,6 +569,39 @@ Test(pg_tokens, consume_confirm_and_drop_attempt)
 	tbx_tokens_close(t);
 }
 
+/* exists for many tokens: an answer per token, in order, with repeats
+ * and unknown ones, for the group asked about only, in one statement
+ * (the countdown fault counts the calls). */
+Test(pg_tokens, exists_many_answers_per_token_in_one_statement)
+{
+	tbx_tokens_t *t = open_store();
+	char tok[2][TBX_UUID_LEN + 1], other[1][TBX_UUID_LEN + 1];
+	const char *ids[5];
+	int e[5] = {-1, -1, -1, -1, -1};
+
+	subscribe(t, "orders", "g1");
+	subscribe(t, "audit", "g2");
+	mint(t, NULL, NULL, NULL, "orders", 2, tok, NULL);
+	mint(t, NULL, NULL, NULL, "audit", 1, other, NULL);
+	ids[0] = tok[1];
+	ids[1] = "no-such-token";
+	ids[2] = tok[0];
+	ids[3] = other[0]; /* g2's token only */
+	ids[4] = tok[1];   /* twice */
+	tbx__fault_arm(2); /* a second call would fail */
+	cr_assert_eq(tbx_tokens_exists_many(t, "g1", ids, 5, e), TBX_OK);
+	cr_assert_eq(tbx_tokens_exists_many(t, "g1", NULL, 0, NULL), TBX_OK);
+	cr_assert_not(tbx__fault_fired(), "one statement for five tokens");
+	tbx__fault_arm(0);
+	cr_assert_eq(e[0], 1);
+	cr_assert_eq(e[1], 0);
+	cr_assert_eq(e[2], 1);
+	cr_assert_eq(e[3], 0, "another group's token is not ours");
+	cr_assert_eq(e[4], 1);
+	cr_assert_eq(tbx_tokens_exists_many(t, NULL, ids, 1, e), TBX_EINVAL);
+	tbx_tokens_close(t);
+}
+
 Test(pg_tokens, registrations_are_listed_oldest_first_one_per_attempt)
 {
 	tbx_tokens_t *t = open_store();

@@ -359,6 +359,34 @@ Test(tokens, consume_deletes_only_the_groups_own_rows)
 	tbx_tokens_close(t);
 }
 
+/* exists for many tokens at once: an answer per token, in order, with
+ * repeats and unknown ones, for the group asked about only. */
+Test(tokens, exists_many_answers_per_token_for_one_group)
+{
+	tbx_tokens_t *t = fx_open();
+	char tok[2][TBX_UUID_LEN + 1], mine[1][TBX_UUID_LEN + 1];
+	const char *ids[5];
+	int exists[5] = {-1, -1, -1, -1, -1};
+
+	fx_subscribe(t, "orders", "g1");
+	fx_subscribe(t, "audit", "g2");
+	fx_mint(t, NULL, NULL, NULL, "orders", 2, tok, NULL);
+	fx_mint(t, NULL, NULL, NULL, "audit", 1, mine, NULL);
+	ids[0] = tok[1];
+	ids[1] = "unknown-token";
+	ids[2] = tok[0];
+	ids[3] = mine[0]; /* g2's token only */
+	ids[4] = tok[1];  /* twice */
+	cr_assert_eq(tbx_tokens_exists_many(t, "g1", ids, 5, exists), TBX_OK);
+	cr_assert_eq(exists[0], 1);
+	cr_assert_eq(exists[1], 0);
+	cr_assert_eq(exists[2], 1);
+	cr_assert_eq(exists[3], 0, "another group's token is not ours");
+	cr_assert_eq(exists[4], 1);
+	cr_assert_eq(tbx_tokens_exists_many(t, "g1", NULL, 0, NULL), TBX_OK);
+	tbx_tokens_close(t);
+}
+
 Test(tokens, confirm_removes_registrations_and_keeps_tokens)
 {
 	tbx_tokens_t *t = fx_open();

@@ -149,6 +149,7 @@ enum {
 	Q_EDGE_DELIVERED,
 	Q_EDGE_COUNT,
 	Q_SUB_COUNT,
+	Q_EXISTS_MANY,
 	Q__COUNT
 };
 
@@ -273,6 +274,9 @@ static const char *const sql[Q__COUNT] = {
 		     "FROM @T.tbx_edge",
     [Q_SUB_COUNT] = "SELECT count(*) FROM @T.tbx_subscriptions WHERE topic "
 		    "= $1",
+    /* A's token check for the batch: one round trip. */
+    [Q_EXISTS_MANY] = "SELECT token FROM @T.tbx_tokens WHERE grp = $1 AND "
+		      "token = ANY($2::text[])",
 };
 
 static tbx_tokens_pg_t *backend(tbx_tokens_t *tokens)
@@ -580,6 +584,51 @@ static int op_exists(tbx_tokens_t *tokens, const char *token, const char *grp,
 	tbx__pgp_text(&p, token);
 	tbx__pgp_text(&p, grp);
 	return run_i64(t, Q_EXISTS, &p, &one, exists);
+}
+
+static int cmp_token(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int op_exists_many(tbx_tokens_t *tokens, const char *grp,
+			  const char *const *token_ids, size_t n, int *exists)
+{
+	tbx_tokens_pg_t *t = backend(tokens);
+	tbx__pg_params_t p;
+	PGresult *res;
+	const char **found = NULL;
+	int rows, err;
+
+	if (!grp || (n && (!token_ids || !exists)))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		exists[i] = 0;
+	if (n == 0)
+		return TBX_OK;
+	if ((err = tbx__tokens_pg_ready(t)))
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text_array(&p, token_ids, n);
+	if ((err = run(t, Q_EXISTS_MANY, &p, &res)))
+		return err;
+	/* The tokens there, sorted; each one asked for is looked up. */
+	if ((rows = PQntuples(res)) > 0) {
+		if (!(found = malloc((size_t)rows * sizeof(*found)))) {
+			PQclear(res);
+			return TBX_ENOMEM;
+		}
+		for (int r = 0; r < rows; r++)
+			found[r] = tbx__pg_text(res, r, 0);
+		qsort(found, (size_t)rows, sizeof(*found), cmp_token);
+		for (size_t i = 0; i < n; i++)
+			exists[i] = bsearch(&token_ids[i], found, (size_t)rows,
+					    sizeof(*found), cmp_token) != NULL;
+	}
+	free(found);
+	PQclear(res);
+	return TBX_OK;
 }
 
 static int op_subscription(tbx_tokens_t *tokens, const char *topic,
@@ -1668,6 +1717,7 @@ static void op_close(tbx_tokens_t *tokens)
 static const tbx_tokens_ops_t pg_ops = {
     .name = "postgresql",
     .exists = op_exists,
+    .exists_many = op_exists_many,
     .subscribe = op_subscribe,
     .subscription = op_subscription,
     .mint = op_mint,

@@ -200,6 +200,21 @@ static int op_exists(tbx_tokens_t *tokens, const char *token, const char *grp,
 	return TBX_OK;
 }
 
+/* SQLite answers in the process: the cached statement per token costs no
+ * round trip. */
+static int op_exists_many(tbx_tokens_t *tokens, const char *grp,
+			  const char *const *token_ids, size_t n, int *exists)
+{
+	int err;
+
+	if (n && (!token_ids || !exists))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if ((err = op_exists(tokens, token_ids[i], grp, &exists[i])))
+			return err;
+	return TBX_OK;
+}
+
 /* Reads (topic, grp)'s since.  @returns TBX_OK, TBX_ENOENT or an error. */
 static int sub_get(tbx_tokens_sqlite_t *t, const char *topic, const char *grp,
 		   int64_t *since)
@@ -982,6 +997,7 @@ static void op_close(tbx_tokens_t *tokens)
 static const tbx_tokens_ops_t sqlite_ops = {
     .name = "sqlite",
     .exists = op_exists,
+    .exists_many = op_exists_many,
     .subscribe = op_subscribe,
     .subscription = op_subscription,
     .mint = op_mint,

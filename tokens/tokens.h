@@ -118,6 +118,13 @@ typedef struct tbx_tokens_ops {
 	/** *exists = 1 when the row (token, grp) exists. A read. */
 	int (*exists)(tbx_tokens_t *tokens, const char *token, const char *grp,
 		      int *exists);
+	/** exists for @p n tokens of @p grp (repeats allowed): exists[i]
+	 *  for token_ids[i].  One statement where the backend can
+	 *  (PostgreSQL: token = ANY($2)); NULL: the wrapper asks exists
+	 *  once per token.  A read; on a shared connection, inside the
+	 *  caller's transaction. */
+	int (*exists_many)(tbx_tokens_t *tokens, const char *grp,
+			   const char *const *token_ids, size_t n, int *exists);
 	/** Registers (topic, grp) if new, taking a number from the sequence;
 	 *  *since receives the subscription's number (old or new). */
 	int (*subscribe)(tbx_tokens_t *tokens, const char *topic,
@@ -308,6 +315,19 @@ static inline int tbx_tokens_exists(tbx_tokens_t *t, const char *token,
 				    const char *grp, int *exists)
 {
 	return t->ops->exists(t, token, grp, exists);
+}
+static inline int tbx_tokens_exists_many(tbx_tokens_t *t, const char *grp,
+					 const char *const *token_ids, size_t n,
+					 int *exists)
+{
+	int err;
+
+	if (t->ops->exists_many)
+		return t->ops->exists_many(t, grp, token_ids, n, exists);
+	for (size_t i = 0; i < n; i++)
+		if ((err = t->ops->exists(t, token_ids[i], grp, &exists[i])))
+			return err;
+	return TBX_OK;
 }
 static inline int tbx_tokens_subscribe(tbx_tokens_t *t, const char *topic,
 				       const char *grp, int64_t *since)
