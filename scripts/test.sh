@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole check, as CI runs it: dependencies, a real Apache Kafka broker
-# (scripts/kafka.sh), a -Werror build and its tests, an ASan+UBSan build
-# and its tests -- each suite with its `kafka` tier against that broker --,
-# a bounded run of the fuzz targets, clang-format, and a scan for banned
+# (scripts/kafka.sh) and a throwaway PostgreSQL server (scripts/pg.sh), a
+# -Werror build and its tests, an ASan+UBSan build and its tests -- each
+# suite with its `kafka` tier against that broker and its `pg` tier
+# against that server --, a bounded run of the fuzz targets, clang-format, and a scan for banned
 # string functions.  Every step runs (a failed build skips only its own
 # tests); the last line sums up, and the exit status is 0 only if all
 # passed.
@@ -53,6 +54,36 @@ start_kafka() {
 }
 unset TBX_KAFKA_BOOTSTRAP
 step kafka-broker start_kafka
+
+# One PostgreSQL server for both suites' pg tier: a fresh cluster (initdb)
+# in a temporary directory, on a private Unix socket, stopped however this
+# ends.  Port TBX_PG_PORT, else scripts/pg.sh's default (it only names the
+# socket).  If it does not start, the tier's tests skip and the step fails
+# the run.  The directory is made by hand, not mktemp -d: the server runs
+# as the user postgres when this runs as root, and must enter it.
+pg_dir=/tmp/tokenbox-pg.$$
+stop_pg() {
+	bash scripts/pg.sh stop --dir "$pg_dir" >/dev/null 2>&1
+	if ((${#failed[@]} == 0)); then
+		rm -rf "$pg_dir"
+	else
+		echo "test.sh: the PostgreSQL server's log stays in $pg_dir" >&2
+	fi
+}
+stop_servers() {
+	stop_pg
+	stop_kafka
+}
+trap stop_servers EXIT
+start_pg() {
+	local url
+	rm -rf "$pg_dir"
+	url=$(bash scripts/pg.sh start --dir "$pg_dir") || return 1
+	export TBX_PG_URL=$url
+	echo "test.sh: PostgreSQL at $url (log in $pg_dir)"
+}
+unset TBX_PG_URL
+step pg-server start_pg
 
 if step build bash scripts/build.sh --dir build; then
 	step tests ctest --test-dir build --output-on-failure -j4

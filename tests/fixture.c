@@ -19,10 +19,12 @@
 void tt_env_init(tt_env_t *e, const char *const topics[])
 {
 	e->dir = tt_tmpdir();
-	e->store = tt_path(e->dir, "s1.db");
-	e->store2 = tt_path(e->dir, "s2.db");
-	e->store3 = tt_path(e->dir, "s3.db");
-	e->tokens = tt_path(e->dir, "tokens.db");
+	/* In the pg tier, schemas: the token store's joined with the
+	 * service stores (one database). */
+	e->store = tt_store_new(e->dir, "s1");
+	e->store2 = tt_store_new(e->dir, "s2");
+	e->store3 = tt_store_new(e->dir, "s3");
+	e->tokens = tt_tokens_new(e->dir, "tokens", 1);
 	e->cluster = tt_cluster_new(1);
 	for (size_t i = 0; topics && topics[i]; i++) {
 		char name[256];
@@ -96,6 +98,8 @@ int64_t tt_query(const char *db, const char *sql)
 	sqlite3_stmt *stmt = NULL;
 	int64_t v = -1;
 
+	if (tt_store_is_pg(db))
+		return tt_pg_value(db, sql);
 	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) ==
 		SQLITE_OK &&
 	    sqlite3_busy_timeout(conn, 5000) == SQLITE_OK &&

@@ -24,8 +24,10 @@ void tt_pg_schema(char *out, size_t size, const char *tag);
 
 /* ---- in process ---------------------------------------------------- */
 
-/** A temporary directory with the paths of up to three service stores
- *  and a token store, and a cluster (the mock, or the kafka tier's). */
+/** A temporary directory with up to three service stores and a token
+ *  store, and a cluster (the mock, or the kafka tier's).  The stores are
+ *  descriptors (hop.h): files, or in the pg tier schemas, the token
+ *  store's joined with the others (tt_store_new()). */
 typedef struct tt_env {
 	char *dir;
 	char *store, *store2, *store3; /**< dir/s1.db, dir/s2.db, dir/s3.db */
@@ -54,8 +56,9 @@ int tt_reached(void *opaque);
 
 /** The whole file, malloc'ed ("" when missing). */
 char *tt_read_text(const char *path);
-/** One integer from @p sql on @p db, or -1 when the file or the table is
- *  not there (yet).  Never creates the file. */
+/** One integer from @p sql on the store @p db (a file or "pg:SCHEMA"),
+ *  or -1 when the file or the table is not there (yet).  Never creates
+ *  the file. */
 int64_t tt_query(const char *db, const char *sql);
 /** Waits until tt_query() gives @p want; @returns 1, or 0 after
  *  @p timeout_ms. */

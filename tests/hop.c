@@ -3,6 +3,7 @@
  * processes (prog_*.c) link it too, and must not load Criterion, whose
  * constructor would talk to the parent's test runner.
  */
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -12,12 +13,109 @@
 
 #include "hop.h"
 
+int tt_store_is_pg(const char *store)
+{
+	return store && (strncmp(store, "pg:", 3) == 0 ||
+			 strncmp(store, "pg2:", 4) == 0);
+}
+
+const char *tt_store_schema(const char *store)
+{
+	return strchr(store, ':') + 1;
+}
+
+const char *tt_store_url(const char *store, char *out, size_t size)
+{
+	const char *url = getenv("TBX_PG_URL");
+
+	if (!url || !*url) {
+		fprintf(stderr, "%s: TBX_PG_URL is not set\n", store);
+		abort();
+	}
+	if (strncmp(store, "pg2:", 4) != 0)
+		snprintf(out, size, "%s", url);
+	else if (strncmp(url, "postgres", 8) == 0) /* a URL */
+		snprintf(out, size, "%s%capplication_name=tbx-test-tokens", url,
+			 strchr(url, '?') ? '&' : '?');
+	else /* key=value … */
+		snprintf(out, size, "%s application_name=tbx-test-tokens", url);
+	return out;
+}
+
+int tt_store_conf(tbx_conf_t *conf, const char *which, const char *store,
+		  char *err, size_t err_size)
+{
+	char key[32], url[2048];
+	int rc;
+
+	if (!tt_store_is_pg(store)) {
+		snprintf(key, sizeof(key), "%s.path", which);
+		return tbx_conf_set(conf, key, store, err, err_size);
+	}
+	snprintf(key, sizeof(key), "%s.url", which);
+	rc = tbx_conf_set(conf, key, tt_store_url(store, url, sizeof(url)), err,
+			  err_size);
+	if (rc)
+		return rc;
+	snprintf(key, sizeof(key), "%s.schema", which);
+	return tbx_conf_set(conf, key, tt_store_schema(store), err, err_size);
+}
+
+const char *tt_store_args(const char *which, const char *store, char *kv1,
+			  char *kv2, size_t size)
+{
+	char url[2048];
+
+	if (!tt_store_is_pg(store)) {
+		snprintf(kv1, size, "%s.path=%s", which, store);
+		kv2[0] = '\0';
+		return kv1;
+	}
+	snprintf(kv1, size, "%s.url=%s", which,
+		 tt_store_url(store, url, sizeof(url)));
+	snprintf(kv2, size, "%s.schema=%s", which, tt_store_schema(store));
+	return kv1;
+}
+
+/* The hop's table in a PostgreSQL schema, made with the schema if
+ * missing (before the service store's tables: a business schema may
+ * exist first). */
+static void hop_table_pg(const char *store, const char *table)
+{
+	char url[2048], sql[512];
+	PGconn *conn = PQconnectdb(tt_store_url(store, url, sizeof(url)));
+	PGresult *res;
+
+	if (PQstatus(conn) != CONNECTION_OK) {
+		fprintf(stderr, "%s: %s\n", store, PQerrorMessage(conn));
+		abort();
+	}
+	snprintf(sql, sizeof(sql),
+		 "CREATE SCHEMA IF NOT EXISTS \"%s\"; "
+		 "CREATE TABLE IF NOT EXISTS \"%s\".%s("
+		 "id bigserial PRIMARY KEY, msg_id text, key text, "
+		 "payload text, topic text, part int, off bigint, "
+		 "attempt int)",
+		 tt_store_schema(store), tt_store_schema(store), table);
+	res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		fprintf(stderr, "%s: %s\n", store, PQerrorMessage(conn));
+		abort();
+	}
+	PQclear(res);
+	PQfinish(conn);
+}
+
 void tt_hop_table(const char *store, const char *table)
 {
 	sqlite3 *db;
 	char sql[512];
 	char *err = NULL;
 
+	if (tt_store_is_pg(store)) {
+		hop_table_pg(store, table);
+		return;
+	}
 	snprintf(sql, sizeof(sql),
 		 "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS %s("
 		 "id INTEGER PRIMARY KEY, msg_id TEXT, key TEXT, payload TEXT,"
@@ -47,6 +145,57 @@ static int listed(const char *list, const char *payload, size_t plen)
 	return 0;
 }
 
+/* Sends the hop's one message, if it has a next topic. */
+static tbx_verdict_t hop_send(tbx_ctx_t *ctx, const tt_hop_t *hop,
+			      const char *payload, size_t plen)
+{
+	if (hop->next_topic) {
+		tbx_out_t out = {.topic = hop->next_topic,
+				 .type =
+				     hop->next_type ? hop->next_type : "Next",
+				 .payload = payload,
+				 .payload_len = plen};
+		if (tbx_ctx_send(ctx, &out) != TBX_OK)
+			return TBX_VERDICT_RETRY;
+	}
+	return TBX_VERDICT_OK;
+}
+
+/* The hop's row through tbx_ctx_exec(): text parameters, the table found
+ * through the connection's search path (the service store's schema). */
+static int hop_insert_exec(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+			   const tt_hop_t *hop)
+{
+#if TT_HAVE_PG_STORES
+	size_t klen, plen;
+	const char *key = tbx_msg_key(msg, &klen);
+	const char *payload = tbx_msg_payload(msg, &plen);
+	char sql[256], *k = key ? strndup(key, klen) : NULL,
+		       *p = payload ? strndup(payload, plen) : NULL;
+	char part[16], off[24], attempt[16];
+	int rc;
+
+	snprintf(part, sizeof(part), "%d", (int)tbx_msg_partition(msg));
+	snprintf(off, sizeof(off), "%lld", (long long)tbx_msg_offset(msg));
+	snprintf(attempt, sizeof(attempt), "%d", tbx_msg_attempt(msg));
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s(msg_id, key, payload, topic, part, off, "
+		 "attempt) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+		 hop->table);
+	const char *const params[] = {
+	    tbx_msg_id(msg), k, p, tbx_msg_topic(msg), part, off, attempt};
+	rc = tbx_ctx_exec(ctx, sql, params, 7, NULL);
+	free(k);
+	free(p);
+	return rc;
+#else
+	(void)ctx;
+	(void)msg;
+	(void)hop;
+	return TBX_EINVAL;
+#endif
+}
+
 tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 {
 	const tt_hop_t *hop = opaque;
@@ -72,6 +221,11 @@ tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 		tbx_ctx_set_error(ctx, "test asks to retry");
 		return TBX_VERDICT_RETRY;
 	}
+	if (!db) { /* PostgreSQL: the backend-neutral call */
+		if (hop_insert_exec(ctx, msg, hop) != TBX_OK)
+			return TBX_VERDICT_RETRY;
+		return hop_send(ctx, hop, payload, plen);
+	}
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO %s(msg_id, key, payload, topic, part, off, "
 		 "attempt) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -89,14 +243,5 @@ tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 	sqlite3_finalize(stmt);
 	if (rc != SQLITE_DONE)
 		return TBX_VERDICT_RETRY;
-	if (hop->next_topic) {
-		tbx_out_t out = {.topic = hop->next_topic,
-				 .type =
-				     hop->next_type ? hop->next_type : "Next",
-				 .payload = payload,
-				 .payload_len = plen};
-		if (tbx_ctx_send(ctx, &out) != TBX_OK)
-			return TBX_VERDICT_RETRY;
-	}
-	return TBX_VERDICT_OK;
+	return hop_send(ctx, hop, payload, plen);
 }

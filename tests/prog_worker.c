@@ -4,6 +4,7 @@
  * idle for a while (exit 3 after 60 s).
  *
  * usage: tbx_prog_worker BOOTSTRAPS STORE TOKENS GROUP [key=value]...
+ * (STORE and TOKENS are store descriptors: paths or "pg:SCHEMA", hop.h)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +35,6 @@ int main(int argc, char **argv)
 	conf = tbx_conf_new();
 	const char *kv[][2] = {
 	    {"kafka.bootstrap.servers", argv[1]},
-	    {"store.path", argv[2]},
-	    {"tokens.path", argv[3]},
 	    {"tokens.create", "true"},
 	    {"group.id", argv[4]},
 	    {"kafka.consumer.session.timeout.ms", "3000"},
@@ -49,6 +48,12 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s\n", err);
 			return 2;
 		}
+	}
+	/* STORE and TOKENS: paths, or "pg:SCHEMA" (hop.h). */
+	if (tt_store_conf(conf, "store", argv[2], err, sizeof(err)) ||
+	    tt_store_conf(conf, "tokens", argv[3], err, sizeof(err))) {
+		fprintf(stderr, "%s\n", err);
+		return 2;
 	}
 	for (int i = 5; i < argc; i++) {
 		char *eq = strchr(argv[i], '=');

@@ -4,6 +4,7 @@
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <libpq-fe.h>
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixture.h"
 #include "tokens/tokens.h"
 #include "tools/kafka_admin.h"
 
@@ -192,8 +194,6 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 	const char *base[][2] = {
 	    {"kafka.bootstrap.servers", bootstraps},
 	    {"group.id", group},
-	    {"store.path", store},
-	    {"tokens.path", tokens},
 	    {"kafka.consumer.session.timeout.ms", "3000"},
 	    {"kafka.consumer.heartbeat.interval.ms", "300"},
 	    {"kafka.consumer.fetch.wait.max.ms", "10"},
@@ -213,6 +213,15 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 					  sizeof(err)),
 			     TBX_OK, "%s", err);
 	}
+	/* Paths, or "pg:SCHEMA" (hop.h). */
+	if (store)
+		cr_assert_eq(
+		    tt_store_conf(conf, "store", store, err, sizeof(err)),
+		    TBX_OK, "%s", err);
+	if (tokens)
+		cr_assert_eq(
+		    tt_store_conf(conf, "tokens", tokens, err, sizeof(err)),
+		    TBX_OK, "%s", err);
 	va_start(ap, tokens);
 	while ((k = va_arg(ap, const char *))) {
 		v = va_arg(ap, const char *);
@@ -223,32 +232,47 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 	return conf;
 }
 
-void tt_subscribe(const char *tokens, const char *topic, const char *group)
+/* Opens (creating if missing) the token store @p tokens: a file, or a
+ * schema on the pg tier's server. */
+static tbx_tokens_t *tokens_open(const char *tokens)
 {
 	tbx__db_opts_t opts;
-	tbx_tokens_t *t;
+	tbx_tokens_t *t = NULL;
 	char err[256];
-	int64_t since;
 
 	tbx__db_opts_init(&opts);
+	if (tt_store_is_pg(tokens)) {
+#if TT_HAVE_PG_STORES
+		char url[2048];
+		cr_assert_eq(
+		    tbx_tokens_pg_open(tt_store_url(tokens, url, sizeof(url)),
+				       tt_store_schema(tokens), NULL, &opts, &t,
+				       err, sizeof(err)),
+		    TBX_OK, "%s: %s", tokens, err);
+#else
+		cr_assert_fail("%s: the PostgreSQL token store is not built",
+			       tokens);
+#endif
+		return t;
+	}
 	cr_assert_eq(
 	    tbx_tokens_sqlite_open(tokens, &opts, NULL, &t, err, sizeof(err)),
 	    TBX_OK, "%s", err);
+	return t;
+}
+
+void tt_subscribe(const char *tokens, const char *topic, const char *group)
+{
+	tbx_tokens_t *t = tokens_open(tokens);
+	int64_t since;
+
 	cr_assert_eq(tbx_tokens_subscribe(t, topic, group, &since), TBX_OK);
 	tbx_tokens_close(t);
 }
 
 void tt_tokens_init(const char *tokens)
 {
-	tbx__db_opts_t opts;
-	tbx_tokens_t *t;
-	char err[256];
-
-	tbx__db_opts_init(&opts);
-	cr_assert_eq(
-	    tbx_tokens_sqlite_open(tokens, &opts, NULL, &t, err, sizeof(err)),
-	    TBX_OK, "%s", err);
-	tbx_tokens_close(t);
+	tbx_tokens_close(tokens_open(tokens));
 }
 
 tbx_publisher_t *tt_publisher(const char *bootstraps, const char *tokens,
@@ -259,7 +283,8 @@ tbx_publisher_t *tt_publisher(const char *bootstraps, const char *tokens,
 	tbx_publisher_t *pub;
 
 	tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, NULL, 0);
-	tbx_conf_set(conf, "tokens.path", tokens, NULL, 0);
+	cr_assert_eq(tt_store_conf(conf, "tokens", tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
 	tbx_conf_set(conf, "log.level", log_level, NULL, 0);
 	pub = tbx_publisher_new(conf, err, sizeof(err));
 	cr_assert(pub, "publisher: %s", err);
@@ -450,12 +475,221 @@ void tt_produce_plain(const char *bootstraps, const char *topic,
 	rd_kafka_destroy(rk);
 }
 
+/* The pg tier's counts go through a connection of their own (libpq, not
+ * tokenbox's store layer, so that the fault injection of store/db.h never
+ * counts nor cuts them), kept for the test's process; search_path names
+ * the descriptor's schema, so that the tests' SQL is the same on both
+ * backends. */
+static PGconn *count_conn;
+static char count_schema[128];
+
+static int pg_value(const char *store, const char *sql,
+		    const char *const *params, int n, int64_t *v, char *err,
+		    size_t err_size)
+{
+	PGresult *res;
+	char set[256];
+
+	*v = -1;
+	if (count_conn && PQstatus(count_conn) != CONNECTION_OK) {
+		PQfinish(count_conn);
+		count_conn = NULL;
+	}
+	if (!count_conn) {
+		count_conn = PQconnectdb(getenv("TBX_PG_URL"));
+		count_schema[0] = '\0';
+		if (PQstatus(count_conn) != CONNECTION_OK) {
+			snprintf(err, err_size, "%s",
+				 PQerrorMessage(count_conn));
+			PQfinish(count_conn);
+			count_conn = NULL;
+			return -1;
+		}
+	}
+	if (strcmp(count_schema, tt_store_schema(store)) != 0) {
+		snprintf(set, sizeof(set), "SET search_path TO \"%s\"",
+			 tt_store_schema(store));
+		res = PQexec(count_conn, set);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			snprintf(err, err_size, "%s",
+				 PQerrorMessage(count_conn));
+			PQclear(res);
+			return -1;
+		}
+		PQclear(res);
+		snprintf(count_schema, sizeof(count_schema), "%s",
+			 tt_store_schema(store));
+	}
+	res = PQexecParams(count_conn, sql, n, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK &&
+	    PQresultStatus(res) != PGRES_COMMAND_OK) {
+		snprintf(err, err_size, "%s", PQerrorMessage(count_conn));
+		PQclear(res);
+		return -1;
+	}
+	/* As sqlite3_column_int64(): NULL is 0. */
+	if (PQntuples(res) > 0 && PQnfields(res) > 0)
+		*v = PQgetisnull(res, 0, 0)
+			 ? 0
+			 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+int tt_pg_tier(void)
+{
+	const char *tier = getenv("TBX_PG_TIER");
+
+	return tier && strcmp(tier, "1") == 0;
+}
+
+static char *store_new(const char *dir, const char *name, const char *kind)
+{
+	char schema[64], sql[160], err[512];
+	size_t n;
+	char *s;
+	int64_t v;
+
+	if (!tt_pg_tier()) {
+		n = strlen(dir) + strlen(name) + 5;
+		s = malloc(n);
+		snprintf(s, n, "%s/%s.db", dir, name);
+		return s;
+	}
+	cr_assert(getenv("TBX_PG_URL") && *getenv("TBX_PG_URL"),
+		  "the pg tier needs TBX_PG_URL (bash scripts/pg.sh start "
+		  "--dir DIR prints it)");
+	tt_pg_schema(schema, sizeof(schema), name);
+	n = strlen(kind) + strlen(schema) + 2;
+	s = malloc(n);
+	snprintf(s, n, "%s:%s", kind, schema);
+	/* Pids come round again: nothing of an earlier run may be found. */
+	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS \"%s\" CASCADE",
+		 schema);
+	cr_assert_eq(pg_value(s, sql, NULL, 0, &v, err, sizeof(err)), 0,
+		     "%s: %s", s, err);
+	return s;
+}
+
+char *tt_store_new(const char *dir, const char *name)
+{
+	return store_new(dir, name, "pg");
+}
+
+char *tt_tokens_new(const char *dir, const char *name, int joined)
+{
+	return store_new(dir, name, joined ? "pg" : "pg2");
+}
+
+int64_t tt_pg_value(const char *store, const char *sql)
+{
+	int64_t v;
+	char err[512];
+
+	if (pg_value(store, sql, NULL, 0, &v, err, sizeof(err)))
+		return -1;
+	return v;
+}
+
+size_t tt_rows(const char *store, const char *sql, tt_row_fn fn, void *opaque)
+{
+	const char *vals[16];
+	size_t rows = 0;
+
+	if (tt_store_is_pg(store)) {
+		int64_t v;
+		char err[512];
+		PGresult *res;
+
+		/* search_path first, through pg_value() */
+		cr_assert_eq(
+		    pg_value(store, "SELECT 0", NULL, 0, &v, err, sizeof(err)),
+		    0, "%s: %s", store, err);
+		res =
+		    PQexecParams(count_conn, sql, 0, NULL, NULL, NULL, NULL, 0);
+		cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s: %s: %s",
+			     store, sql, PQerrorMessage(count_conn));
+		cr_assert_leq(PQnfields(res), 16);
+		for (int r = 0; r < PQntuples(res); r++, rows++) {
+			for (int c = 0; c < PQnfields(res); c++)
+				vals[c] = PQgetisnull(res, r, c)
+					      ? NULL
+					      : PQgetvalue(res, r, c);
+			fn(opaque, PQnfields(res), vals);
+		}
+		PQclear(res);
+		return rows;
+	}
+	sqlite3 *conn;
+	sqlite3_stmt *stmt;
+
+	cr_assert_eq(sqlite3_open_v2(store, &conn, SQLITE_OPEN_READONLY, NULL),
+		     SQLITE_OK, "open %s", store);
+	sqlite3_busy_timeout(conn, 10000);
+	cr_assert_eq(sqlite3_prepare_v2(conn, sql, -1, &stmt, NULL), SQLITE_OK,
+		     "%s: %s", sql, sqlite3_errmsg(conn));
+	cr_assert_leq(sqlite3_column_count(stmt), 16);
+	while (sqlite3_step(stmt) == SQLITE_ROW) {
+		int n = sqlite3_column_count(stmt);
+		for (int c = 0; c < n; c++)
+			vals[c] = (const char *)sqlite3_column_text(stmt, c);
+		fn(opaque, n, vals);
+		rows++;
+	}
+	sqlite3_finalize(stmt);
+	sqlite3_close(conn);
+	return rows;
+}
+
+int tt_table_exists(const char *store, const char *table)
+{
+	sqlite3 *conn;
+	sqlite3_stmt *stmt;
+	int found = 0;
+
+	if (tt_store_is_pg(store)) {
+		const char *params[] = {tt_store_schema(store), table};
+		int64_t v;
+		char err[512];
+		return pg_value(store,
+				"SELECT COUNT(*) FROM pg_tables WHERE "
+				"schemaname = $1 AND tablename = $2",
+				params, 2, &v, err, sizeof(err)) == 0 &&
+		       v == 1;
+	}
+	if (access(store, F_OK) != 0)
+		return 0;
+	if (sqlite3_open_v2(store, &conn, SQLITE_OPEN_READONLY, NULL) !=
+	    SQLITE_OK) {
+		sqlite3_close(conn);
+		return 0;
+	}
+	sqlite3_busy_timeout(conn, 10000);
+	if (sqlite3_prepare_v2(conn,
+			       "SELECT COUNT(*) FROM sqlite_master WHERE type "
+			       "= 'table' AND name = ?",
+			       -1, &stmt, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
+		found = sqlite3_step(stmt) == SQLITE_ROW &&
+			sqlite3_column_int64(stmt, 0) == 1;
+		sqlite3_finalize(stmt);
+	}
+	sqlite3_close(conn);
+	return found;
+}
+
 int64_t tt_count(const char *db, const char *sql)
 {
 	sqlite3 *conn;
 	sqlite3_stmt *stmt;
 	int64_t v = -1;
 
+	if (tt_store_is_pg(db)) {
+		char err[512];
+		cr_assert_eq(pg_value(db, sql, NULL, 0, &v, err, sizeof(err)),
+			     0, "%s: %s: %s", db, sql, err);
+		return v;
+	}
 	cr_assert_eq(sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL),
 		     SQLITE_OK, "open %s", db);
 	sqlite3_busy_timeout(conn, 10000);
@@ -474,6 +708,10 @@ int tt_integrity_ok(const char *db)
 	sqlite3_stmt *stmt;
 	int ok = 0;
 
+	/* A file's check; a PostgreSQL server keeps its own consistency
+	 * (what a killed client leaves is a rolled-back transaction). */
+	if (tt_store_is_pg(db))
+		return 1;
 	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
 		return 0;
 	if (sqlite3_prepare_v2(conn, "PRAGMA integrity_check", -1, &stmt,
@@ -586,9 +824,14 @@ void tt_crash_case(const char *point, int single_file)
 {
 	enum { N = 8 };
 	char *dir = tt_tmpdir();
-	char *s1 = tt_path(dir, single_file ? "all.db" : "s1.db");
-	char *s2 = tt_path(dir, single_file ? "all.db" : "s2.db");
-	char *tokens = tt_path(dir, single_file ? "all.db" : "tokens.db");
+	/* One file, or a file each.  In the pg tier a schema each, the
+	 * token store's on the same connection string (joined) or on a
+	 * second one (two databases). */
+	int one = single_file && !tt_pg_tier();
+	char *s1 = tt_store_new(dir, one ? "all" : "s1");
+	char *s2 = one ? strdup(s1) : tt_store_new(dir, "s2");
+	char *tokens =
+	    one ? strdup(s1) : tt_tokens_new(dir, "tokens", single_file);
 	tt_cluster_t *cluster = tt_cluster_new(1);
 	char prog[512], env_crash[200], tokens_arg[600];
 	const char *bin = getenv("TBX_TEST_BIN_DIR");

@@ -8,6 +8,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -95,9 +96,36 @@ void tt_produce_plain(const char *bootstraps, const char *topic,
 		      int32_t partition, const char *key, const char *payload,
 		      const char *type);
 
-/** Runs a query returning one integer on the SQLite file @p db. */
+/** 1 in the pg tier (TBX_PG_TIER=1): the stores are PostgreSQL schemas. */
+int tt_pg_tier(void);
+/** A new store for this test, malloc'ed: "@p dir/@p name.db", or in the
+ *  pg tier "pg:t_<name>_<pid>_<n>", a schema on $TBX_PG_URL that no
+ *  other test uses (a leftover of that name from an earlier run is
+ *  dropped).  @p name: letters, digits and '_'. */
+char *tt_store_new(const char *dir, const char *name);
+/** As tt_store_new() for a token store; in the pg tier "pg2:…" unless
+ *  @p joined (hop.h: with "pg:" stores a worker takes the joined path,
+ *  with "pg2:" the path of two databases, as with one SQLite file or
+ *  two). */
+char *tt_tokens_new(const char *dir, const char *name, int joined);
+
+/** Runs a query returning one integer (NULL: 0) on the store @p db, an
+ *  SQLite file or "pg:SCHEMA" (hop.h: the query runs with search_path
+ *  set to SCHEMA); asserts it ran. */
 int64_t tt_count(const char *db, const char *sql);
-/** PRAGMA integrity_check is "ok". */
+/** tt_count() on "pg:SCHEMA" @p store, or -1 when it fails (a table not
+ *  there yet). */
+int64_t tt_pg_value(const char *store, const char *sql);
+/** Called by tt_rows() for each row: its @p n columns as text (NULL for
+ *  NULL), valid during the call. */
+typedef void (*tt_row_fn)(void *opaque, int n, const char *const *vals);
+/** Runs @p sql on the store @p store (as tt_count()) and calls @p fn for
+ *  every row (up to 16 columns); asserts it ran.  @returns the rows. */
+size_t tt_rows(const char *store, const char *sql, tt_row_fn fn, void *opaque);
+/** 1 when the table @p table exists in @p store (a file not there yet
+ *  has none). */
+int tt_table_exists(const char *store, const char *table);
+/** PRAGMA integrity_check is "ok"; always 1 on PostgreSQL. */
 int tt_integrity_ok(const char *db);
 
 /** Polls every worker in turn until @p done(opaque) is true and every
@@ -111,8 +139,6 @@ pid_t tt_spawn(char *const argv[], char *const env[]);
 /** Waits up to @p timeout_s; @returns the wait status, or -1 on timeout
  *  (the child is then killed). */
 int tt_wait(pid_t pid, int timeout_s);
-
-#endif
 
 /** An example plugin loaded as `tokenbox worker` loads it. */
 typedef struct tt_plugin {
@@ -146,3 +172,5 @@ void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
  *  death is also checked for the joined path's promises: no row with
  *  messages lacks an attempt, and nothing is registered. */
 void tt_crash_case(const char *point, int single_file);
+
+#endif

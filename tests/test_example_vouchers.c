@@ -8,7 +8,6 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +30,9 @@ static void env_init(env_t *e, const char *args)
 	char err[512];
 
 	e->dir = tt_tmpdir();
-	e->store = tt_path(e->dir, "vouchers.db");
-	e->tokens = tt_path(e->dir, "tokens.db");
+	/* Files, or in the pg tier schemas (support.h). */
+	e->store = tt_store_new(e->dir, "vouchers");
+	e->tokens = tt_tokens_new(e->dir, "tokens", 1);
 	e->cluster = tt_cluster_new(1);
 	tt_cluster_topic(e->cluster, "voucher-requests", 6);
 	tt_cluster_topic(e->cluster, "voucher-replies", 3);
@@ -131,41 +131,32 @@ static int all_done(void *opaque)
 		consumed += st.consumed;
 	}
 	return consumed >= p->want_consumed &&
-	       tt_count(p->e->store,
-			"SELECT COUNT(*) FROM sqlite_master WHERE name = "
-			"'vouchers'") == 1 &&
+	       tt_table_exists(p->e->store, "vouchers") &&
 	       tt_count(p->e->store, "SELECT COUNT(*) FROM tbx_outbox") == 0;
 }
 
 /* The customer's code in the bank ("" when none), by customer number. */
 typedef char code_t[16];
 
+static void bank_row(void *opaque, int n, const char *const *vals)
+{
+	code_t *codes = opaque;
+	int c;
+
+	cr_assert_eq(n, 2);
+	cr_assert(sscanf(vals[0], "c%d", &c) == 1 && c >= 1 && c <= CUSTOMERS,
+		  "unknown customer '%s'", vals[0]);
+	cr_assert_eq(codes[c][0], '\0', "%s holds two codes", vals[0]);
+	snprintf(codes[c], sizeof(code_t), "%s", vals[1] ? vals[1] : "");
+}
+
 static void read_bank(env_t *e, code_t codes[CUSTOMERS + 1])
 {
-	sqlite3 *db;
-	sqlite3_stmt *stmt;
-	int n;
-
 	memset(codes, 0, sizeof(code_t) * (CUSTOMERS + 1));
-	cr_assert_eq(sqlite3_open_v2(e->store, &db, SQLITE_OPEN_READONLY, NULL),
-		     SQLITE_OK);
-	cr_assert_eq(sqlite3_prepare_v2(db,
-					"SELECT customer, code FROM vouchers "
-					"WHERE customer IS NOT NULL",
-					-1, &stmt, NULL),
-		     SQLITE_OK, "%s", sqlite3_errmsg(db));
-	while (sqlite3_step(stmt) == SQLITE_ROW) {
-		const char *customer =
-		    (const char *)sqlite3_column_text(stmt, 0);
-		const char *code = (const char *)sqlite3_column_text(stmt, 1);
-		cr_assert(sscanf(customer, "c%d", &n) == 1 && n >= 1 &&
-			      n <= CUSTOMERS,
-			  "unknown customer '%s'", customer);
-		cr_assert_eq(codes[n][0], '\0', "%s holds two codes", customer);
-		snprintf(codes[n], sizeof(code_t), "%s", code);
-	}
-	sqlite3_finalize(stmt);
-	sqlite3_close(db);
+	tt_rows(e->store,
+		"SELECT customer, code FROM vouchers WHERE customer IS NOT "
+		"NULL",
+		bank_row, codes);
 }
 
 /*
@@ -343,7 +334,8 @@ Test(example_vouchers, a_malformed_request_is_dead_lettered_untouched)
 	tbx_conf_t *conf = tbx_conf_new();
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e.cluster->bootstraps,
 		     NULL, 0);
-	tbx_conf_set(conf, "tokens.path", e.tokens, NULL, 0);
+	cr_assert_eq(tt_store_conf(conf, "tokens", e.tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
 	tbx_publisher_t *pub = tbx_publisher_new(conf, err, sizeof(err));
 	cr_assert(pub, "%s", err);
 	const char *bad[][2] = {{"c2", "{\"customer\":\"c1\"}"},
@@ -363,9 +355,8 @@ Test(example_vouchers, a_malformed_request_is_dead_lettered_untouched)
 	cr_assert(tt_drive(e.w, WORKERS, three_dead_letters, &e, 5, 60));
 	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
 		     3);
-	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM sqlite_master "
-				       "WHERE name = 'vouchers'"),
-		     0, "a rejected request leaves nothing behind");
+	cr_assert(!tt_table_exists(e.store, "vouchers"),
+		  "a rejected request leaves nothing behind");
 	env_fini(&e);
 }
 

@@ -4,15 +4,19 @@
  * pipeline must still handle every message exactly once at both hops and
  * leave no outbox row, token or registration behind.  The loop ends with
  * the first N that the run never reaches.  It runs with a file per store
- * and with one file for all of them (the joined path).
+ * and with one file for all of them (the joined path); in the pg tier
+ * with a schema per store, joined or not, and again with every fault a
+ * cut connection.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store/db.h"
+#include "store/pg.h"
 #include "support.h"
 
 typedef struct round {
@@ -30,13 +34,30 @@ static int round_done(void *opaque)
 	       tt_count(r->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
 }
 
-static void every_failing_store_call(int single_file)
+/* Sessions of the pg tier's database that the server saw end without
+ * goodbye: a client whose connection was cut. */
+static int64_t abandoned(const char *store)
+{
+	return tt_count(store, "SELECT sessions_abandoned FROM "
+			       "pg_stat_database WHERE datname = "
+			       "current_database()");
+}
+
+/* @p conn_loss (PostgreSQL): the fault is a cut connection, not a failed
+ * call. */
+static void every_failing_store_call(int single_file, int conn_loss)
 {
 	char *dir = tt_tmpdir();
-	char *s1 = tt_path(dir, single_file ? "all.db" : "s1.db");
-	char *s2 = tt_path(dir, single_file ? "all.db" : "s2.db");
-	char *tokens = tt_path(dir, single_file ? "all.db" : "tokens.db");
+	/* One file, or a file each; in the pg tier a schema each, the token
+	 * store joined or on a second connection string (support.h). */
+	int one = single_file && !tt_pg_tier();
+	char *s1 = tt_store_new(dir, one ? "all" : "s1");
+	char *s2 = one ? strdup(s1) : tt_store_new(dir, "s2");
+	char *tokens =
+	    one ? strdup(s1) : tt_tokens_new(dir, "tokens", single_file);
 	tt_cluster_t *c = tt_cluster_new(1);
+	long cuts = 0;
+	int64_t abandoned_before = 0;
 	tt_hop_t hop1 = {
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
 	tt_hop_t hop2 = {.table = "hop2"};
@@ -60,12 +81,17 @@ static void every_failing_store_call(int single_file)
 	tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2);
 	tbx_conf_t *pconf = tbx_conf_new();
 	tbx_conf_set(pconf, "kafka.bootstrap.servers", c->bootstraps, NULL, 0);
-	tbx_conf_set(pconf, "tokens.path", tokens, NULL, 0);
+	cr_assert_eq(tt_store_conf(pconf, "tokens", tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
 	tbx_publisher_t *pub = tbx_publisher_new(pconf, err, sizeof(err));
 	cr_assert(pub, "%s", err);
 	/* Join both groups before the faults start. */
 	round_t r = {s1, s2, 0};
 	cr_assert(tt_drive(w, 2, NULL, NULL, 60, 30));
+	if (conn_loss) {
+		abandoned_before = abandoned(s1);
+		tbx__fault_pg_conn_loss(1);
+	}
 
 	for (n = 1; n < 400; n++) {
 		/* Two messages on one key per round. */
@@ -89,6 +115,7 @@ static void every_failing_store_call(int single_file)
 			  n);
 		int fired = tbx__fault_fired();
 		tbx__fault_arm(0);
+		cuts += fired;
 		/* Orphans of attempts cut short are the sweeper's. */
 		cr_assert_eq(tbx_worker_cleanup(w[0], 0, NULL), TBX_OK);
 		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
@@ -108,9 +135,23 @@ static void every_failing_store_call(int single_file)
 		if (!fired)
 			break; /* a whole round without reaching call n */
 	}
+	tbx__fault_pg_conn_loss(0);
 	cr_log_info("faults injected at store calls 1..%ld", n - 1);
 	cr_assert_lt(n, 400, "the loop must end with a fault-free round");
 	cr_assert_gt(n, 10, "the fault loop covered too few calls");
+	if (conn_loss) {
+		/* Every fault cut a connection for real: the server saw each
+		 * session end without goodbye (its statistics count them;
+		 * other tests on the server only add to the count). */
+		long long deadline = 0;
+		while (abandoned(s1) - abandoned_before < cuts &&
+		       deadline++ < 600 * tt_time_factor())
+			usleep(100000);
+		cr_assert_geq(abandoned(s1) - abandoned_before, cuts,
+			      "%ld connections cut, the server saw %lld end",
+			      cuts,
+			      (long long)(abandoned(s1) - abandoned_before));
+	}
 	tbx_publisher_destroy(pub);
 	tbx_worker_destroy(w[0]);
 	tbx_worker_destroy(w[1]);
@@ -124,15 +165,36 @@ static void every_failing_store_call(int single_file)
 
 Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
 {
-	every_failing_store_call(0);
+	every_failing_store_call(0, 0);
 }
 
-/* One file: A mints the tokens and D's deletes go with E; a failure
- * anywhere in those transactions takes all of it back. */
+/* One file (on PostgreSQL: one database, the joined path): A mints the
+ * tokens and D's deletes go with E; a failure anywhere in those
+ * transactions takes all of it back. */
 Test(faults, every_failing_store_call_in_one_file_is_recovered_exactly_once,
      .timeout = 500)
 {
-	every_failing_store_call(1);
+	every_failing_store_call(1, 0);
+}
+
+/* PostgreSQL: each store call in turn finds its connection cut (the
+ * socket shut down under libpq, as a network would).  The call fails,
+ * the next transaction connects again, and still every message takes
+ * effect once.  Joined, and with the token store on a connection of its
+ * own. */
+Test(faults, every_lost_connection_is_recovered_exactly_once, .timeout = 500)
+{
+	if (!tt_pg_tier())
+		cr_skip_test("connections are PostgreSQL's (the pg tier)");
+	every_failing_store_call(1, 1);
+}
+
+Test(faults, every_lost_connection_of_two_databases_is_recovered_exactly_once,
+     .timeout = 500)
+{
+	if (!tt_pg_tier())
+		cr_skip_test("connections are PostgreSQL's (the pg tier)");
+	every_failing_store_call(0, 1);
 }
 
 /* The disk fills up during a handler: A's COMMIT fails, and so does the
@@ -162,7 +224,8 @@ static int hop1_has_8(void *opaque)
 Test(faults, a_full_disk_is_no_death_of_the_batch, .timeout = 300)
 {
 	char *dir = tt_tmpdir();
-	char *s1 = tt_path(dir, "s1.db"), *tokens = tt_path(dir, "tokens.db");
+	char *s1 = tt_store_new(dir, "s1");
+	char *tokens = tt_tokens_new(dir, "tokens", 0);
 	tt_cluster_t *c = tt_cluster_new(1);
 	tt_hop_t hop1 = {
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
