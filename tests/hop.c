@@ -42,39 +42,53 @@ const char *tt_store_url(const char *store, char *out, size_t size)
 	return out;
 }
 
-int tt_store_conf(tbx_conf_t *conf, const char *which, const char *store,
-		  char *err, size_t err_size)
+static void kv_set(tt_kv_t *kv, const char *key, const char *val)
 {
-	char key[32], url[2048];
-	int rc;
-
-	if (!tt_store_is_pg(store)) {
-		snprintf(key, sizeof(key), "%s.path", which);
-		return tbx_conf_set(conf, key, store, err, err_size);
-	}
-	snprintf(key, sizeof(key), "%s.url", which);
-	rc = tbx_conf_set(conf, key, tt_store_url(store, url, sizeof(url)), err,
-			  err_size);
-	if (rc)
-		return rc;
-	snprintf(key, sizeof(key), "%s.schema", which);
-	return tbx_conf_set(conf, key, tt_store_schema(store), err, err_size);
+	snprintf(kv->key, sizeof(kv->key), "%s", key);
+	snprintf(kv->val, sizeof(kv->val), "%s", val);
 }
 
-const char *tt_store_args(const char *which, const char *store, char *kv1,
-			  char *kv2, size_t size)
+int tt_stores_kv(const char *store, const char *tokens, tt_kv_t kv[5])
 {
 	char url[2048];
+	int n = 0;
 
-	if (!tt_store_is_pg(store)) {
-		snprintf(kv1, size, "%s.path=%s", which, store);
-		kv2[0] = '\0';
-		return kv1;
+	if (store && !tt_store_is_pg(store))
+		kv_set(&kv[n++], "store.path", store);
+	else if (store) {
+		/* options=-csearch_path=SCHEMA, URL-encoded */
+		tt_store_url(store, url, sizeof(url));
+		snprintf(kv[n].key, sizeof(kv[n].key), "store.url");
+		snprintf(kv[n].val, sizeof(kv[n].val),
+			 "%s%coptions=-csearch_path%%3D%s", url,
+			 strchr(url, '?') ? '&' : '?', tt_store_schema(store));
+		n++;
+		kv_set(&kv[n++], "store.schema", tt_store_schema(store));
 	}
-	snprintf(kv1, size, "%s.url=%s", which,
-		 tt_store_url(store, url, sizeof(url)));
-	snprintf(kv2, size, "%s.schema=%s", which, tt_store_schema(store));
-	return kv1;
+	if (tokens && !tt_store_is_pg(tokens))
+		kv_set(&kv[n++], "tokens.path", tokens);
+	else if (tokens) {
+		/* Joined: no tokens.url, the service store's connection. */
+		if (!store || !tt_store_is_pg(store) ||
+		    strncmp(tokens, "pg2:", 4) == 0)
+			kv_set(&kv[n++], "tokens.url",
+			       tt_store_url(tokens, url, sizeof(url)));
+		kv_set(&kv[n++], "tokens.schema", tt_store_schema(tokens));
+	}
+	return n;
+}
+
+int tt_stores_conf(tbx_conf_t *conf, const char *store, const char *tokens,
+		   char *err, size_t err_size)
+{
+	tt_kv_t kv[5];
+	int n = tt_stores_kv(store, tokens, kv), rc;
+
+	for (int i = 0; i < n; i++)
+		if ((rc = tbx_conf_set(conf, kv[i].key, kv[i].val, err,
+				       err_size)))
+			return rc;
+	return TBX_OK;
 }
 
 /* The hop's table in a PostgreSQL schema, made with the schema if

@@ -27,11 +27,12 @@ typedef struct tt_hop {
 /*
  * A store as the tests name it (a store descriptor): an SQLite file's
  * path, or "pg:SCHEMA" -- the schema SCHEMA on the pg tier's server
- * ($TBX_PG_URL) --, or "pg2:SCHEMA", the same server under a second
- * connection string (the URL with another application_name): a worker
- * whose service store is "pg:…" and token store "pg2:…" takes the path of
- * two databases (separate transactions on S and T), as with two SQLite
- * files; with both "pg:…" it takes the joined path, as with one file.
+ * ($TBX_PG_URL) --, or for a token store "pg2:SCHEMA", the same server
+ * under a second connection string (the URL with another
+ * application_name).  A worker whose service store and token store are
+ * both "pg:…" takes the joined path (one connection, A with B, D with E),
+ * as with one SQLite file; with a "pg2:…" token store it takes the path of
+ * two databases (separate transactions on S and T), as with two files.
  */
 /** 1 when @p store names a PostgreSQL schema. */
 int tt_store_is_pg(const char *store);
@@ -39,17 +40,24 @@ int tt_store_is_pg(const char *store);
 const char *tt_store_schema(const char *store);
 /** The connection string of a PostgreSQL descriptor, into @p out. */
 const char *tt_store_url(const char *store, char *out, size_t size);
-/** Sets "@p which.path" (@p which: "store" or "tokens"), or "@p which.url"
- *  and "@p which.schema", in @p conf.  @returns TBX_OK or the error of
- *  tbx_conf_set() with @p err saying why. */
-int tt_store_conf(tbx_conf_t *conf, const char *which, const char *store,
-		  char *err, size_t err_size);
 
-/** The settings of @p store for `tokenbox worker -X`: "@p which.path=…"
- *  into @p kv1 and "" into @p kv2, or "@p which.url=…" and
- *  "@p which.schema=…" (each @p size bytes).  @returns @p kv1. */
-const char *tt_store_args(const char *which, const char *store, char *kv1,
-			  char *kv2, size_t size);
+/** One setting. */
+typedef struct tt_kv {
+	char key[32];
+	char val[2200];
+} tt_kv_t;
+/** The settings that name a worker's service store @p store and token
+ *  store @p tokens (either may be NULL): "store.path" and "tokens.path",
+ *  or for PostgreSQL "store.url" -- with the connection's search_path
+ *  set to the store's schema, where the handlers' unqualified tables are
+ *  found (docs/handlers.md) -- and "store.schema", "tokens.schema", and
+ *  "tokens.url" unless the token store is joined to the service store.
+ *  @returns how many (at most 5) are in @p kv. */
+int tt_stores_kv(const char *store, const char *tokens, tt_kv_t kv[5]);
+/** Sets tt_stores_kv()'s settings in @p conf.  @returns TBX_OK or the
+ *  error of tbx_conf_set() with @p err saying why. */
+int tt_stores_conf(tbx_conf_t *conf, const char *store, const char *tokens,
+		   char *err, size_t err_size);
 
 /** Creates the hop's table in the store (an SQLite file, or a schema made
  *  if missing). */

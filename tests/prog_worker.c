@@ -50,8 +50,7 @@ int main(int argc, char **argv)
 		}
 	}
 	/* STORE and TOKENS: paths, or "pg:SCHEMA" (hop.h). */
-	if (tt_store_conf(conf, "store", argv[2], err, sizeof(err)) ||
-	    tt_store_conf(conf, "tokens", argv[3], err, sizeof(err))) {
+	if (tt_stores_conf(conf, argv[2], argv[3], err, sizeof(err))) {
 		fprintf(stderr, "%s\n", err);
 		return 2;
 	}

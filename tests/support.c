@@ -214,14 +214,8 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 			     TBX_OK, "%s", err);
 	}
 	/* Paths, or "pg:SCHEMA" (hop.h). */
-	if (store)
-		cr_assert_eq(
-		    tt_store_conf(conf, "store", store, err, sizeof(err)),
-		    TBX_OK, "%s", err);
-	if (tokens)
-		cr_assert_eq(
-		    tt_store_conf(conf, "tokens", tokens, err, sizeof(err)),
-		    TBX_OK, "%s", err);
+	cr_assert_eq(tt_stores_conf(conf, store, tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
 	va_start(ap, tokens);
 	while ((k = va_arg(ap, const char *))) {
 		v = va_arg(ap, const char *);
@@ -283,7 +277,7 @@ tbx_publisher_t *tt_publisher(const char *bootstraps, const char *tokens,
 	tbx_publisher_t *pub;
 
 	tbx_conf_set(conf, "kafka.bootstrap.servers", bootstraps, NULL, 0);
-	cr_assert_eq(tt_store_conf(conf, "tokens", tokens, err, sizeof(err)),
+	cr_assert_eq(tt_stores_conf(conf, NULL, tokens, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_conf_set(conf, "log.level", log_level, NULL, 0);
 	pub = tbx_publisher_new(conf, err, sizeof(err));

@@ -54,7 +54,7 @@ static void env_init(env_t *e)
 	conf = tbx_conf_new();
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
 		     NULL, 0);
-	cr_assert_eq(tt_store_conf(conf, "tokens", e->tokens, err, sizeof(err)),
+	cr_assert_eq(tt_stores_conf(conf, NULL, e->tokens, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
 	e->pub = tbx_publisher_new(conf, err, sizeof(err));

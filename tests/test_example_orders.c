@@ -73,7 +73,7 @@ static tbx_publisher_t *publisher(env_t *e)
 
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
 		     NULL, 0);
-	cr_assert_eq(tt_store_conf(conf, "tokens", e->tokens, err, sizeof(err)),
+	cr_assert_eq(tt_stores_conf(conf, NULL, e->tokens, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
 	pub = tbx_publisher_new(conf, err, sizeof(err));

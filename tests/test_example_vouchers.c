@@ -334,7 +334,7 @@ Test(example_vouchers, a_malformed_request_is_dead_lettered_untouched)
 	tbx_conf_t *conf = tbx_conf_new();
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e.cluster->bootstraps,
 		     NULL, 0);
-	cr_assert_eq(tt_store_conf(conf, "tokens", e.tokens, err, sizeof(err)),
+	cr_assert_eq(tt_stores_conf(conf, NULL, e.tokens, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_publisher_t *pub = tbx_publisher_new(conf, err, sizeof(err));
 	cr_assert(pub, "%s", err);

@@ -81,7 +81,7 @@ static void every_failing_store_call(int single_file, int conn_loss)
 	tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2);
 	tbx_conf_t *pconf = tbx_conf_new();
 	tbx_conf_set(pconf, "kafka.bootstrap.servers", c->bootstraps, NULL, 0);
-	cr_assert_eq(tt_store_conf(pconf, "tokens", tokens, err, sizeof(err)),
+	cr_assert_eq(tt_stores_conf(pconf, NULL, tokens, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_publisher_t *pub = tbx_publisher_new(pconf, err, sizeof(err));
 	cr_assert(pub, "%s", err);

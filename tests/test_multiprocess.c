@@ -45,15 +45,15 @@ static void kill_children(void)
 
 static pid_t start_worker(world_t *w, const char *role)
 {
-	char group[64], store[2600], tokens[2600], boot[1100], plugin[600],
-	    args[64], store2[2600], tokens2[2600];
+	char group[64], boot[1100], plugin[600], args[64];
+	char stores[5][sizeof(tt_kv_t) + 2];
 	int orders = strcmp(role, "order-service") == 0;
-	/* A path, or a server's URL and a schema (the pg tier). */
-	const char *more[3] = {NULL, NULL, NULL};
-	size_t n = 0;
+	tt_kv_t kv[5];
+	/* Paths, or a server's URL and schemas (the pg tier). */
+	int n =
+	    tt_stores_kv(orders ? w->orders_db : w->payments_db, w->tokens, kv);
+	const char *more[6] = {NULL};
 	const char *settings[] = {group,
-				  store,
-				  tokens,
 				  boot,
 				  plugin,
 				  args,
@@ -65,14 +65,12 @@ static pid_t start_worker(world_t *w, const char *role)
 				  "log.level=error",
 				  NULL};
 
+	for (int i = 0; i < n; i++) {
+		snprintf(stores[i], sizeof(stores[i]), "%.31s=%.2199s",
+			 kv[i].key, kv[i].val);
+		more[i] = stores[i];
+	}
 	snprintf(group, sizeof(group), "group.id=%s", role);
-	tt_store_args("store", orders ? w->orders_db : w->payments_db, store,
-		      store2, sizeof(store));
-	tt_store_args("tokens", w->tokens, tokens, tokens2, sizeof(tokens));
-	if (*store2)
-		more[n++] = store2;
-	if (*tokens2)
-		more[n++] = tokens2;
 	snprintf(boot, sizeof(boot), "kafka.bootstrap.servers=%s",
 		 w->bootstraps);
 	snprintf(plugin, sizeof(plugin), "plugin=%s",
