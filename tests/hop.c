@@ -180,7 +180,6 @@ static tbx_verdict_t hop_send(tbx_ctx_t *ctx, const tt_hop_t *hop,
 static int hop_insert_exec(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 			   const tt_hop_t *hop)
 {
-#if TT_HAVE_PG_STORES
 	size_t klen, plen;
 	const char *key = tbx_msg_key(msg, &klen);
 	const char *payload = tbx_msg_payload(msg, &plen);
@@ -202,12 +201,6 @@ static int hop_insert_exec(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	free(k);
 	free(p);
 	return rc;
-#else
-	(void)ctx;
-	(void)msg;
-	(void)hop;
-	return TBX_EINVAL;
-#endif
 }
 
 tbx_verdict_t tt_hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
