@@ -97,7 +97,11 @@ int tt_stores_conf(tbx_conf_t *conf, const char *store, const char *tokens,
 static void hop_table_pg(const char *store, const char *table)
 {
 	char url[2048], sql[512];
-	PGconn *conn = PQconnectdb(tt_store_url(store, url, sizeof(url)));
+	PGconn *conn = PQconnectdbParams(
+	    (const char *const[]){"dbname", "options", NULL},
+	    (const char *const[]){tt_store_url(store, url, sizeof(url)),
+				  "-c client_min_messages=warning", NULL},
+	    1);
 	PGresult *res;
 
 	if (PQstatus(conn) != CONNECTION_OK) {

@@ -5,9 +5,6 @@
 
 #include "tokenbox/tokenbox.h"
 
-/* The PostgreSQL backends of both stores are linked. */
-#define TT_HAVE_PG_STORES 0
-
 /* A pipeline hop for tests: the handler inserts (msg_id, key, payload,
  * topic, partition, offset, attempt) into @p table of the service store
  * and, when @p next_topic is set, sends one message there with the same

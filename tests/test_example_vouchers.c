@@ -76,7 +76,8 @@ static void publish_requests(env_t *e)
 
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
 		     NULL, 0);
-	tbx_conf_set(conf, "tokens.path", e->tokens, NULL, 0);
+	cr_assert_eq(tt_stores_conf(conf, NULL, e->tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
 	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
 	pub = tbx_publisher_new(conf, err, sizeof(err));
 	cr_assert(pub, "publisher: %s", err);
