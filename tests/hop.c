@@ -42,6 +42,15 @@ const char *tt_store_url(const char *store, char *out, size_t size)
 	return out;
 }
 
+PGconn *tt_pg_connect(const char *conninfo)
+{
+	return PQconnectdbParams(
+	    (const char *const[]){"dbname", "options", NULL},
+	    (const char *const[]){conninfo, "-c client_min_messages=warning",
+				  NULL},
+	    1);
+}
+
 static void kv_set(tt_kv_t *kv, const char *key, const char *val)
 {
 	snprintf(kv->key, sizeof(kv->key), "%s", key);
@@ -97,11 +106,7 @@ int tt_stores_conf(tbx_conf_t *conf, const char *store, const char *tokens,
 static void hop_table_pg(const char *store, const char *table)
 {
 	char url[2048], sql[512];
-	PGconn *conn = PQconnectdbParams(
-	    (const char *const[]){"dbname", "options", NULL},
-	    (const char *const[]){tt_store_url(store, url, sizeof(url)),
-				  "-c client_min_messages=warning", NULL},
-	    1);
+	PGconn *conn = tt_pg_connect(tt_store_url(store, url, sizeof(url)));
 	PGresult *res;
 
 	if (PQstatus(conn) != CONNECTION_OK) {

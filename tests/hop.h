@@ -38,6 +38,12 @@ const char *tt_store_schema(const char *store);
 /** The connection string of a PostgreSQL descriptor, into @p out. */
 const char *tt_store_url(const char *store, char *out, size_t size);
 
+struct pg_conn; /* libpq's PGconn */
+/** A libpq connection to @p conninfo without NOTICEs (the IF EXISTS of
+ *  the fixtures' DDL stays out of the tests' output); PQstatus() says
+ *  whether it is made. */
+struct pg_conn *tt_pg_connect(const char *conninfo);
+
 /** One setting. */
 typedef struct tt_kv {
 	char key[32];

@@ -485,13 +485,7 @@ static int pg_value(const char *store, const char *sql,
 		count_conn = NULL;
 	}
 	if (!count_conn) {
-		/* options: no NOTICE of IF EXISTS in the test's output */
-		count_conn = PQconnectdbParams(
-		    (const char *const[]){"dbname", "options", NULL},
-		    (const char *const[]){getenv("TBX_PG_URL"),
-					  "-c client_min_messages=warning",
-					  NULL},
-		    1);
+		count_conn = tt_pg_connect(getenv("TBX_PG_URL"));
 		count_schema[0] = '\0';
 		if (PQstatus(count_conn) != CONNECTION_OK) {
 			snprintf(err, err_size, "%s",
