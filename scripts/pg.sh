@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL server for tests: a fresh cluster (initdb) in a
-# directory of its own, listening only on a Unix socket in that directory,
-# started with pg_ctl and removed again by stop.  Run with --help.
+# directory of its own, listening on a Unix socket in that directory (and,
+# with --listen, on TCP too), started with pg_ctl and removed again by
+# stop.  Run with --help.
 set -euo pipefail
 
 prog=scripts/pg.sh
 usage() {
 	cat <<EOF
-usage: $prog start [--dir DIR] [--port P] [--durable]
+usage: $prog start [--dir DIR] [--port P] [--durable] [--listen ADDRS [--trust NET]]
+       $prog restart [--dir DIR] [--mode fast|immediate]
        $prog stop [--dir DIR]
        $prog url [--dir DIR]
        $prog status [--dir DIR]
@@ -17,11 +19,14 @@ A throwaway PostgreSQL cluster for tests, nothing assumed about a server
 already running.
 
   start     makes a fresh cluster in DIR/data (initdb), starts it with
-            pg_ctl listening on the Unix socket DIR/sock/.s.PGSQL.P only (no
-            TCP), creates the login role "tokenbox" and the database
-            "tokenbox" it owns, and prints a libpq URL for them on stdout;
-            DIR/url holds it too.  A server already running in DIR is
+            pg_ctl listening on the Unix socket DIR/sock/.s.PGSQL.P (TCP
+            only with --listen), creates the login role "tokenbox" and
+            the database "tokenbox" it owns, and prints a libpq URL for
+            them on stdout; DIR/url holds it too.  A server already running in DIR is
             refused.  On failure it prints the tail of the server's log.
+  restart   stops the server of DIR and starts it again on the same data
+            (nothing is removed): sessions are cut, committed data stay.
+            Run it in the network namespace the server was started in.
   stop      stops the server of DIR (fast shutdown, immediate after 60 s)
             and removes its data and socket directory; the log stays
             (DIR/server.log).
@@ -32,10 +37,25 @@ already running.
 
   --dir DIR   the cluster's directory (default /tmp/tokenbox-pg); the
               socket's path DIR/sock/.s.PGSQL.P must fit in 107 bytes
-  --port P    the port, which here only names the socket (default
-              \$TBX_PG_PORT, else 39700)
+  --port P    the port, which only names the socket unless --listen is
+              given (default \$TBX_PG_PORT, else 39700)
   --durable   keep fsync on (off by default: a throwaway cluster must
               survive a killed process, not a power cut)
+  --listen ADDRS
+              also listen on TCP at ADDRS, IPv4 addresses separated by
+              commas (listen_addresses), on port P; the URL printed
+              stays the socket's, over TCP it is
+              postgresql://tokenbox@ADDR:P/tokenbox
+  --trust NET TCP connections from NET are trusted, without a password
+              (pg_hba.conf: a CIDR such as 10.0.0.0/8, or samenet, the
+              default: the subnets the server's host is directly
+              connected to); others are refused.  Only with --listen,
+              and only for a network of test hosts
+  --mode M    restart: fast (default; sessions are ended, a checkpoint is
+              written) or immediate (like a crash: recovery at start)
+
+Without --listen the server has no TCP socket at all, so clusters in
+different directories never collide, whatever their ports.
 
 initdb and the server refuse to run as root: as root they run as the
 unprivileged user "postgres" of Debian's package (through runuser), and DIR
@@ -61,11 +81,17 @@ shift
 dir=/tmp/tokenbox-pg
 port=${TBX_PG_PORT:-39700}
 durable=0
+listen=
+trust=
+mode=fast
 while (($#)); do
 	case $1 in
 	--dir) dir=${2:-} && shift 2 ;;
 	--port) port=${2:-} && shift 2 ;;
 	--durable) durable=1 && shift ;;
+	--listen) listen=${2:-} && shift 2 ;;
+	--trust) trust=${2:-} && shift 2 ;;
+	--mode) mode=${2:-} && shift 2 ;;
 	-h | --help)
 		usage
 		exit 0
@@ -76,6 +102,17 @@ done
 [[ $port =~ ^[0-9]+$ ]] && ((port >= 1024 && port <= 65535)) ||
 	die "--port: want a port from 1024 to 65535, got '$port'"
 [[ -n $dir ]] || die "--dir: empty"
+if [[ -n $listen ]]; then
+	[[ $listen =~ ^[0-9.]+(,[0-9.]+)*$ ]] ||
+		die "--listen: want IPv4 addresses separated by commas, got '$listen'"
+	[[ -n $trust ]] || trust=samenet
+	[[ $trust == samenet || $trust =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] ||
+		die "--trust: want samenet or a CIDR such as 10.0.0.0/8, got '$trust'"
+elif [[ -n $trust ]]; then
+	die "--trust: only with --listen"
+fi
+[[ $mode == fast || $mode == immediate ]] ||
+	die "--mode: want fast or immediate, got '$mode'"
 
 # The directory of initdb, pg_ctl and postgres: pg_config's, else the
 # newest version installed under /usr/lib/postgresql.
@@ -176,10 +213,19 @@ start)
 	fi
 	fsync=off
 	((durable)) && fsync=on
+	listen_conf="listen_addresses = ''"
+	if [[ -n $listen ]]; then
+		listen_conf="listen_addresses = '$listen'"
+		as_srv sh -c "cat >>'$dir/data/pg_hba.conf'" <<EOF
+
+# scripts/pg.sh --listen: test hosts on $trust, without a password
+host all all $trust trust
+EOF
+	fi
 	as_srv sh -c "cat >>'$dir/data/postgresql.conf'" <<EOF
 
-# scripts/pg.sh: a private server on a Unix socket only
-listen_addresses = ''
+# scripts/pg.sh: a private server on a Unix socket (and --listen)
+$listen_conf
 port = $port
 unix_socket_directories = '$sock'
 unix_socket_permissions = 0700
@@ -201,6 +247,20 @@ EOF
 	fi
 	echo "postgresql://tokenbox@/tokenbox?host=$sock&port=$port" >"$dir/url"
 	cat "$dir/url"
+	;;
+restart)
+	[[ -d $dir/data ]] || die "no server in $dir"
+	dir=$(cd "$dir" && pwd)
+	need_bindir
+	if running; then
+		as_srv "$bindir/pg_ctl" -D "$dir/data" -m "$mode" -w -t 60 stop >/dev/null 2>&1 ||
+			die "the server in $dir did not stop (see $dir/server.log)"
+	fi
+	if ! as_srv "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+		-t "${TBX_PG_START_TIMEOUT:-120}" start >/dev/null 2>&1; then
+		log_tail
+		die "the server did not start again; see $dir/server.log"
+	fi
 	;;
 stop)
 	[[ -d $dir/data ]] || exit 0
