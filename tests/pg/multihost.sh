@@ -94,7 +94,8 @@ kill_ns() {
 	local ns pids i
 	for ns in "$@"; do
 		pids=$(ip netns pids "$ns" 2>/dev/null)
-		[[ -n $pids ]] && kill -TERM $pids 2>/dev/null
+		[[ -n $pids ]] && kill -TERM $pids 2>/dev/null &&
+			kill -CONT $pids 2>/dev/null # a paused host too
 	done
 	for ((i = 0; i < 100; i++)); do
 		pids=
@@ -215,7 +216,7 @@ wait_for() {
 	wait_until "$secs" "$@" || fail "$what: not within $((secs * tf)) s"
 }
 
-mkdir -p "$tmp/logs"
+mkdir -p "$tmp/logs" "$tmp/metrics"
 
 # --- PostgreSQL in infra, over TCP for the hosts (and its socket for the
 # checks made from here).
@@ -238,7 +239,7 @@ if [[ $backend == pg ]]; then
 fi
 
 # --- The Kafka mock cluster in infra: three brokers.
-in_ns "$infra" "$tbx" mock-cluster -b 3 -t orders:6 -t payments:6 -t orders.dlq:1 \
+ip netns exec "$infra" "$tbx" mock-cluster -b 3 -t orders:6 -t payments:6 -t orders.dlq:1 \
 	-t payments.dlq:1 -f "$tmp/bootstrap" >/dev/null 2>"$tmp/logs/mock-cluster.log" &
 disown $!
 wait_for "the mock cluster's bootstrap line" 30 test -s "$tmp/bootstrap"
@@ -302,6 +303,7 @@ for s in "${services[@]}"; do
 		echo "cleanup.interval.ms=1000"
 		echo "recovery.interval.ms=2000"
 		echo "stats.interval.ms=0"
+		echo "metrics.interval.ms=250"
 		echo "log.level=notice"
 	} >"$tmp/$s.conf"
 done
@@ -313,10 +315,12 @@ done
 start_host() {
 	local i=$1 s
 	for s in "${services[@]}"; do
-		in_ns "${hosts[i - 1]}" env STOP="$tmp/stop" TBX="$tbx" CONF="$tmp/$s.conf" \
+		ip netns exec "${hosts[i - 1]}" env STOP="$tmp/stop" TBX="$tbx" CONF="$tmp/$s.conf" \
 			ID="$s@h$i" LOG="$tmp/logs/$s@h$i.log" EXITS="$tmp/exits" \
+			METRICS="$tmp/metrics/$s@h$i.prom" \
 			bash -c 'while [ ! -e "$STOP" ]; do
-				"$TBX" worker --config "$CONF" -X worker.id="$ID" >>"$LOG" 2>&1
+				"$TBX" worker --config "$CONF" -X worker.id="$ID" \
+					-X metrics.textfile="$METRICS" >>"$LOG" 2>&1
 				rc=$?
 				echo "$(date -u +%T) $ID exited with status $rc" >>"$EXITS"
 				[ -e "$STOP" ] || sleep 1
@@ -325,6 +329,21 @@ start_host() {
 		# holds no process (and bash does not report the kill).
 		disown $!
 	done
+}
+
+# metric NAME HOST...: the sum of counter tokenbox_NAME over the current
+# workers of the hosts (1..3), from their metrics.textfile.
+metric() {
+	local name=$1 i s sum=0 v
+	shift
+	for i in "$@"; do
+		for s in "${services[@]}"; do
+			v=$(awk -v m="tokenbox_$name{" 'index($0, m) == 1 { print $2 }' \
+				"$tmp/metrics/$s@h$i.prom" 2>/dev/null)
+			[[ $v =~ ^[0-9]+$ ]] && sum=$((sum + v))
+		done
+	done
+	echo "$sum"
 }
 
 host_pids() { ip netns pids "${hosts[$1 - 1]}" 2>/dev/null; }
@@ -359,11 +378,11 @@ log "6 workers up and subscribed"
 # go out are not published twice.
 published=0
 mkdir -p "$tmp/chunks"
-# publish FROM TO: orders FROM..TO, in chunks of 50.
+# publish FROM TO CHUNK: orders FROM..TO, in chunks of CHUNK.
 publish() {
-	local from=$1 to=$2 a b k tries out
-	for ((a = from; a <= to; a += 50)); do
-		b=$((a + 49 > to ? to : a + 49))
+	local from=$1 to=$2 chunk=$3 a b k tries out
+	for ((a = from; a <= to; a += chunk)); do
+		b=$((a + chunk - 1 > to ? to : a + chunk - 1))
 		for ((k = a; k <= b; k++)); do
 			printf 'customer-%d\t{"order":"%d","amount":%d}\n' $((k % 37)) "$k" $((k % 1000 + 100))
 		done >"$tmp/chunks/$a"
@@ -386,9 +405,9 @@ publish() {
 # pub_pid and published.
 pub_pid=
 publish_next() {
-	local share=$1 from=$((published + 1))
+	local share=$1 chunk=$2 from=$((published + 1))
 	published=$((published + share))
-	publish "$from" "$published" &
+	publish "$from" "$published" "$chunk" &
 	pub_pid=$!
 }
 publish_done() {
@@ -401,6 +420,9 @@ paid() { n payment-service "SELECT COUNT(DISTINCT order_no) FROM payments"; }
 # Traffic is flowing: some of the orders just published are handled.
 flowing_since=0
 flowing() { (($(handled) > flowing_since)); }
+# h3 has taken records of the orders just published: it holds a batch.
+h3_since=0
+h3_busy() { (($(metric consumed_total 3) > h3_since)); }
 
 drained() {
 	(($(handled) >= published && $(paid) >= published)) &&
@@ -432,20 +454,27 @@ check() {
 	log "check after $what: $published orders, each once in orders and in payments; outbox empty, no dead letter"
 }
 
-# One round: publish a share, wait until it flows, attack, recover, wait
-# until everything published is handled, check.
+# round NAME ATTACK RECOVER [READY [COUNT [CHUNK [PREPARE]]]]: run
+# PREPARE (nothing), publish COUNT orders (a fifth) in chunks of CHUNK
+# (50), wait until READY (flowing), attack, recover, wait until
+# everything published is handled, check.
 share=$((msgs / 5))
 round() {
-	local name=$1 attack=$2 recover=$3 count=${4:-$share}
+	local name=$1 attack=$2 recover=$3 ready=${4:-flowing} count=${5:-$share} chunk=${6:-50}
+	local prepare=${7:-nothing}
 	flowing_since=$(handled)
-	publish_next "$count"
-	wait_for "$name: traffic flowing before the attack" 120 flowing
+	h3_since=$(metric consumed_total 3)
+	$prepare
+	publish_next "$count" "$chunk"
+	wait_for "$name: traffic flowing before the attack" 120 "$ready"
 	log "$name: attacking with $((published - $(handled))) of $published orders not yet handled"
 	$attack
-	publish_done
 	$recover
+	publish_done
 	wait_for "$name: every order handled at both hops after recovery" 300 drained
 	check "$name"
+	log "$name: so far the current workers dropped $(metric duplicates_dropped_total 1 2 3)" \
+		"duplicates and resumed $(metric resumed_total 1 2 3) rows found in the outbox"
 }
 
 # a: every process of h2 killed, then h2 started again.
@@ -455,25 +484,65 @@ recover_kill() {
 	log "h2 started again"
 }
 
-# b: h3's link to the brokers cut, PostgreSQL still reachable.  The cut
-# lasts three session timeouts: the group drops h3's members and gives
-# their partitions to h1 and h2 while h3's workers finish what they hold.
+# Waits N session timeouts: how long an attack lasts (not a check).
+session_timeouts() {
+	local until=$((SECONDS + $1 * session_ms / 1000 * tf))
+	while ((SECONDS < until)); do sleep 1; done
+}
+
+# b: a zombie.  So that h3 surely holds a batch when it is cut, the table
+# orders is locked (PostgreSQL) before b's orders are published: every
+# order-service worker takes a batch and waits in its INSERT.  Then h3
+# is paused (SIGSTOP: a long garbage-collection or swap pause), its link
+# to the brokers cut (PostgreSQL stays reachable) and the lock released:
+# h1 and h2 finish their batches, the group drops h3's members after the
+# session timeout and gives their partitions to h1 and h2, which fetch
+# from the last committed offsets the records h3 holds.  Then h3 goes on:
+# it finishes its batch in the database as a member the group no longer
+# has, while the others handle copies of the same messages, and cannot
+# dispatch or commit.  At last its link comes back.
+locker_pid=
+lock_orders() {
+	[[ $backend == pg ]] || return 0
+	local line
+	coproc LOCKER { "${pg_admin[@]}" 2>&1; }
+	locker_pid=$LOCKER_PID
+	echo "SET search_path TO \"order-service\"; BEGIN; LOCK TABLE orders IN EXCLUSIVE MODE; SELECT 'locked';" >&"${LOCKER[1]}"
+	read -r -t $((30 * tf)) line <&"${LOCKER[0]}"
+	[[ $line == locked ]] || fail "locking the table orders: $line"
+	log "table orders locked: handlers wait in their INSERT"
+}
+unlock_orders() {
+	[[ -n $locker_pid ]] || return 0
+	echo "COMMIT;" >&"${LOCKER[1]}"
+	eval "exec ${LOCKER[1]}>&-"
+	wait "$locker_pid"
+	locker_pid=
+}
 attack_broker() {
+	local pids
+	pids=$(host_pids 3)
+	kill -STOP $pids || fail "pausing h3"
+	zombie_from=$(metric processed_total 3)
 	ip -n "$infra" link set k3 down || fail "cutting k3"
 	reaches 3 127.0.0.1 "$broker_port" && fail "h3 still reaches the broker after the cut"
 	if [[ $backend == pg ]]; then
 		reaches 3 "$pg_addr" "$pg_port" || fail "h3 lost PostgreSQL with the broker link"
 	fi
-	log "h3's link to the brokers cut (PostgreSQL reachable)"
-	local until=$((SECONDS + 3 * session_ms / 1000 * tf))
-	while ((SECONDS < until)); do sleep 1; done
+	unlock_orders
+	log "h3 paused, its link to the brokers cut (PostgreSQL reachable)"
+	session_timeouts 3
+	kill -CONT $pids
+	log "h3 goes on: a zombie finishing its batch"
+	session_timeouts 2
 }
 recover_broker() {
 	ip -n "$infra" link set k3 up || fail "restoring k3"
 	wait_for "h3 reaching the broker again" 60 reaches 3 127.0.0.1 "$broker_port"
-	log "h3's link to the brokers restored; handled but not yet dispatched:" \
-		"$(n order-service "SELECT COUNT(*) FROM tbx_outbox") order-service," \
-		"$(n payment-service "SELECT COUNT(*) FROM tbx_outbox") payment-service"
+	log "h3's link to the brokers restored; cut, h3 handled" \
+		"$(($(metric processed_total 3) - zombie_from)) messages (the zombie's work);" \
+		"in the outbox: $(n order-service "SELECT COUNT(*) FROM tbx_outbox") order-service," \
+		"$(n payment-service "SELECT COUNT(*) FROM tbx_outbox") payment-service rows"
 }
 
 # c: h2's link to PostgreSQL cut for two session timeouts, the brokers
@@ -483,8 +552,7 @@ attack_pg_link() {
 	reaches 2 "$pg_addr" "$pg_port" && fail "h2 still reaches PostgreSQL after the cut"
 	reaches 2 127.0.0.1 "$broker_port" || fail "h2 lost the brokers with the PostgreSQL link"
 	log "h2's link to PostgreSQL cut (brokers reachable)"
-	local until=$((SECONDS + 2 * session_ms / 1000 * tf))
-	while ((SECONDS < until)); do sleep 1; done
+	session_timeouts 2
 }
 recover_pg_link() {
 	ip -n "$infra" link set p2 up || fail "restoring p2"
@@ -511,7 +579,9 @@ attack_terminate() {
 nothing() { :; }
 
 round "a (kill -9 of every process of h2)" attack_kill recover_kill
-round "b (h3 cut from the brokers, not from PostgreSQL)" attack_broker recover_broker
+# All of b's orders in one go: h3 has a backlog fetched when it is cut.
+round "b (h3 paused and cut from the brokers, not from PostgreSQL)" attack_broker \
+	recover_broker h3_busy "$share" "$share" lock_orders
 if [[ $backend == pg ]]; then
 	round "c (h2 cut from PostgreSQL, not from the brokers)" attack_pg_link recover_pg_link
 	round "d (PostgreSQL restarted)" attack_pg_restart nothing
@@ -520,7 +590,7 @@ else
 	log "attacks c, d and e need PostgreSQL: skipped with TBX_MULTIHOST_BACKEND=sqlite"
 fi
 if ((published < msgs)); then
-	round "no attack (the rest of the orders)" nothing nothing $((msgs - published))
+	round "no attack (the rest of the orders)" nothing nothing flowing $((msgs - published))
 fi
 
 # --- The end: the tokens are consumed and the registrations confirmed or
