@@ -265,9 +265,9 @@ if [[ $backend == pg ]]; then
 	q() {
 		local schema=$1
 		[[ $schema == tokens ]] && schema=tokenbox_tokens
-		"${pg_admin[@]}" -c "SET search_path TO \"$schema\"" -c "$2" 2>/dev/null
+		"${pg_admin[@]}" -c "SET search_path TO \"$schema\", public" -c "$2" 2>/dev/null
 	}
-	tokens_arg=(-X "tokens.url=$store_url")
+	tokens_arg=(-S "$store_url")
 else
 	store_keys() {
 		printf '%s\n' "store.path=$tmp/$1.db" "tokens.path=$tmp/tokens.db"
@@ -279,8 +279,12 @@ else
 		sqlite3 -batch -noheader -cmd ".timeout 30000" "$f" "$2" 2>/dev/null
 	}
 	tokens_arg=(-S "$tmp/tokens.db")
-	out=$("$tbx" init --tokens "$tmp/tokens.db" 2>&1) || fail "tokenbox init: $out"
 fi
+# The token store, made from h1 as an operator would, once.
+out=$(in_ns "${hosts[0]}" "$tbx" init --tokens "${tokens_arg[1]}" 2>&1) ||
+	fail "tokenbox init --tokens ${tokens_arg[1]}: $out"
+log "$out"
+
 # A count; 0 when the table is not there yet.
 n() {
 	local v
@@ -411,7 +415,18 @@ publish_next() {
 	pub_pid=$!
 }
 publish_done() {
+	[[ -n $pub_pid ]] || return 0
 	wait "$pub_pid" || fail "publishing stopped: see $tmp/logs/send.log"
+	pub_pid=
+}
+# ready_or_stuck COMMAND: COMMAND succeeds; fails the test at once when the
+# publisher gave up instead.
+ready_or_stuck() {
+	"$@" && return 0
+	if [[ -n $pub_pid ]] && ! kill -0 "$pub_pid" 2>/dev/null; then
+		publish_done
+	fi
+	return 1
 }
 
 handled() { n order-service "SELECT COUNT(DISTINCT order_no) FROM orders"; }
@@ -466,7 +481,7 @@ round() {
 	h3_since=$(metric consumed_total 3)
 	$prepare
 	publish_next "$count" "$chunk"
-	wait_for "$name: traffic flowing before the attack" 120 "$ready"
+	wait_for "$name: traffic flowing before the attack" 120 ready_or_stuck "$ready"
 	log "$name: attacking with $((published - $(handled))) of $published orders not yet handled"
 	$attack
 	$recover
@@ -507,7 +522,7 @@ lock_orders() {
 	local line
 	coproc LOCKER { "${pg_admin[@]}" 2>&1; }
 	locker_pid=$LOCKER_PID
-	echo "SET search_path TO \"order-service\"; BEGIN; LOCK TABLE orders IN EXCLUSIVE MODE; SELECT 'locked';" >&"${LOCKER[1]}"
+	echo "SET search_path TO \"order-service\", public; BEGIN; LOCK TABLE orders IN EXCLUSIVE MODE; SELECT 'locked';" >&"${LOCKER[1]}"
 	read -r -t $((30 * tf)) line <&"${LOCKER[0]}"
 	[[ $line == locked ]] || fail "locking the table orders: $line"
 	log "table orders locked: handlers wait in their INSERT"
