@@ -8,9 +8,10 @@
 # attacks, each followed by recovery and a check from the database:
 #
 #   a  kill -9 every process of a host, then start it again
-#   b  cut a host's link to the brokers while its link to PostgreSQL
-#      stays up: the group moves its partitions, the cut member (a
-#      zombie) finishes its batch in the database; then restore the link
+#   b  pause a host holding a batch and cut its link to the brokers while
+#      its link to PostgreSQL stays up: the group moves its partitions,
+#      the paused member goes on as a zombie and finishes its batch in
+#      the database; then restore the link
 #   c  cut a host's link to PostgreSQL, then restore it
 #   d  restart PostgreSQL (fast shutdown: every session ends)
 #   e  pg_terminate_backend() of every session of the workers
@@ -46,6 +47,10 @@ pg_port=${TBX_MULTIHOST_PG_PORT:-39760}
 brk=${TBX_MULTIHOST_BREAK:-}
 
 [[ $tf =~ ^[1-9][0-9]*$ ]] || tf=1
+[[ $pg_port =~ ^[0-9]+$ ]] && ((pg_port >= 1024 && pg_port <= 65535)) || {
+	echo "FAIL: TBX_MULTIHOST_PG_PORT: want a port from 1024 to 65535, got '$pg_port'"
+	exit 2
+}
 [[ $msgs =~ ^[1-9][0-9]*$ ]] && ((msgs >= 50)) || {
 	echo "FAIL: TBX_MULTIHOST_MESSAGES: want a number >= 50, got '$msgs'"
 	exit 2
