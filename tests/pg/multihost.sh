@@ -32,7 +32,7 @@
 #   TBX_MULTIHOST_PG_PORT      PostgreSQL's port in infra (default 39760)
 #   TBX_MULTIHOST_BREAK        for checking the check: "rows" deletes a
 #                              business row before the final check,
-#                              which must then fail
+#                              "twice" doubles one; the check must fail
 #   TBX_MULTIHOST_KEEP=1       keep the temporary directory (logs)
 set -u
 
@@ -45,6 +45,11 @@ msgs=${TBX_MULTIHOST_MESSAGES:-3000}
 tf=${TBX_TIME_FACTOR:-1}
 pg_port=${TBX_MULTIHOST_PG_PORT:-39760}
 brk=${TBX_MULTIHOST_BREAK:-}
+case $brk in '' | rows | twice) ;; *)
+	echo "FAIL: TBX_MULTIHOST_BREAK: want rows or twice, got '$brk'"
+	exit 2
+	;;
+esac
 
 [[ $tf =~ ^[1-9][0-9]*$ ]] || tf=1
 [[ $pg_port =~ ^[0-9]+$ ]] && ((pg_port >= 1024 && pg_port <= 65535)) || {
@@ -296,6 +301,17 @@ n() {
 	v=$(q "$1" "$2")
 	[[ $v =~ ^[0-9]+$ ]] && echo "$v" || echo 0
 }
+# A count for the checks: a query that fails (a table not found) fails
+# the test rather than count 0.
+count() {
+	local v
+	v=$(q "$1" "$2")
+	[[ $v =~ ^[0-9]+$ ]] || {
+		echo "$1: '$2' gave '$v'" >&2
+		return 1
+	}
+	echo "$v"
+}
 
 session_ms=6000
 for s in "${services[@]}"; do
@@ -468,9 +484,9 @@ check() {
 	for s in order-service:orders payment-service:payments; do
 		t=${s#*:}
 		s=${s%%:*}
-		rows=$(n "$s" "SELECT COUNT(*) FROM $t")
-		distinct=$(n "$s" "SELECT COUNT(DISTINCT order_no) FROM $t")
-		dl=$(n "$s" "SELECT COUNT(*) FROM tbx_dead_letters")
+		rows=$(count "$s" "SELECT COUNT(*) FROM $t") || fail "a query of the check failed (above)"
+		distinct=$(count "$s" "SELECT COUNT(DISTINCT order_no) FROM $t") || fail "a query of the check failed (above)"
+		dl=$(count "$s" "SELECT COUNT(*) FROM tbx_dead_letters") || fail "a query of the check failed (above)"
 		if ((rows != published || distinct != published)); then
 			bad+=" $t: $rows rows, $distinct distinct orders, $published published;"
 			bad+=" twice: $(q "$s" "SELECT order_no || 'x' || COUNT(*) FROM $t GROUP BY order_no HAVING COUNT(*) > 1 ORDER BY 1 LIMIT 10" | tr '\n' ' ')"
@@ -478,7 +494,7 @@ check() {
 				<(seq 1 "$published" | sort) | head -n 10 | tr '\n' ' ')"
 		fi
 		((dl == 0)) || bad+=" $s: $dl dead letters: $(q "$s" "SELECT msg_id || ': ' || COALESCE(error, '') FROM tbx_dead_letters LIMIT 5" | tr '\n' ';')"
-		tbl=$(n "$s" "SELECT COUNT(*) FROM tbx_outbox")
+		tbl=$(count "$s" "SELECT COUNT(*) FROM tbx_outbox") || fail "a query of the check failed (above)"
 		((tbl == 0)) || bad+=" $s: $tbl outbox rows left;"
 	done
 	[[ -z $bad ]] || fail "after $what:$bad"
@@ -638,15 +654,23 @@ leftovers() {
 	(($(n tokens "SELECT COUNT(*) FROM tbx_tokens") == 0 &&
 		$(n tokens "SELECT COUNT(*) FROM tbx_registrations") == 0))
 }
+count tokens "SELECT COUNT(*) FROM tbx_tokens" >/dev/null || fail "a query of the check failed (above)"
+count tokens "SELECT COUNT(*) FROM tbx_registrations" >/dev/null || fail "a query of the check failed (above)"
 if ! wait_until 120 leftovers; then
 	fail "left over after the run: $(n tokens "SELECT COUNT(*) FROM tbx_tokens") tokens" \
 		"($(q tokens "SELECT grp || ':' || COUNT(*) FROM tbx_tokens GROUP BY grp" | tr '\n' ' ')), " \
 		"$(n tokens "SELECT COUNT(*) FROM tbx_registrations") registrations"
 fi
-if [[ $brk == rows ]]; then
+case $brk in
+rows)
 	q order-service "DELETE FROM orders WHERE order_no = '7'" >/dev/null
 	log "TBX_MULTIHOST_BREAK=rows: deleted order 7's row; the check must fail"
-fi
+	;;
+twice)
+	q payment-service "INSERT INTO payments SELECT * FROM payments WHERE order_no = '7'" >/dev/null
+	log "TBX_MULTIHOST_BREAK=twice: order 7's payment row doubled; the check must fail"
+	;;
+esac
 check "the run"
 [[ -s $tmp/exits ]] && {
 	log "workers that exited (and were restarted by their host):"
