@@ -22,8 +22,9 @@ already running.
             pg_ctl listening on the Unix socket DIR/sock/.s.PGSQL.P (TCP
             only with --listen), creates the login role "tokenbox" and
             the database "tokenbox" it owns, and prints a libpq URL for
-            them on stdout; DIR/url holds it too.  A server already running in DIR is
-            refused.  On failure it prints the tail of the server's log.
+            them on stdout; DIR/url holds it too.  A server already
+            running in DIR is refused.  On failure it prints the tail of
+            the server's log.
   restart   stops the server of DIR and starts it again on the same data
             (nothing is removed): sessions are cut, committed data stay.
             Run it in the network namespace the server was started in.
