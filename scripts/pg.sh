@@ -8,7 +8,8 @@ set -euo pipefail
 prog=scripts/pg.sh
 usage() {
 	cat <<EOF
-usage: $prog start [--dir DIR] [--port P] [--durable] [--listen ADDRS [--trust NET]]
+usage: $prog start [--dir DIR] [--port P] [--durable]
+                     [--listen ADDRS [--trust NET]]
        $prog restart [--dir DIR] [--mode fast|immediate]
        $prog stop [--dir DIR]
        $prog url [--dir DIR]
