@@ -9,7 +9,7 @@ prog=scripts/pg.sh
 usage() {
 	cat <<EOF
 usage: $prog start [--dir DIR] [--port P] [--durable]
-                     [--listen ADDRS [--trust NET]]
+                           [--listen ADDRS [--trust NET]]
        $prog restart [--dir DIR] [--mode fast|immediate]
        $prog stop [--dir DIR]
        $prog url [--dir DIR]
