@@ -65,7 +65,7 @@ typedef struct tbx__proto {
 	 * (tbx__proto_reconnect_check). */
 	uint64_t reconnects_seen[2];
 	int reconnect_alarm[2];	       /**< its alarm not recorded yet */
-	char reconnect_detail[2][384]; /**< and what it says */
+	char reconnect_detail[2][512]; /**< and what it says */
 	/* Records dropped as duplicates (no row, no token) in the current
 	 * window, out of the tokened records looked up. */
 	uint64_t dup_window_seen, dup_window_dropped;
