@@ -8,6 +8,7 @@
  * for what they hold (tbx_tokens_has), whatever their version number.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,7 @@ typedef struct env {
 	char apart_url[1100]; /* the same database, spelt otherwise */
 	char pub_app[80];     /* the publisher's application_name */
 	char pub_url[1200];   /* its URL, which sets it */
+	char *dir, *prom;     /* the worker's metrics.textfile */
 } env_t;
 
 static void env_init(env_t *e, const char *tag)
@@ -125,6 +127,8 @@ static void env_init(env_t *e, const char *tag)
 	snprintf(e->apart_url, sizeof(e->apart_url),
 		 "%s%sapplication_name=apart", e->url,
 		 strchr(e->url, '?') ? "&" : "?");
+	e->dir = tt_tmpdir();
+	e->prom = tt_path(e->dir, "worker.prom");
 	snprintf(e->pub_app, sizeof(e->pub_app), "pub_%s", e->tschema);
 	snprintf(e->pub_url, sizeof(e->pub_url), "%s%sapplication_name=%s",
 		 e->url, strchr(e->url, '?') ? "&" : "?", e->pub_app);
@@ -141,6 +145,9 @@ static void env_fini(env_t *e)
 		 e->tschema);
 	fx_exec(sql);
 	tt_cluster_destroy(e->cluster);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->prom);
 }
 
 /* A worker of group g on the schemas of @p e; @p tokens_url NULL: joined.
@@ -152,7 +159,8 @@ static tbx_worker_t *worker(env_t *e, const char *tokens_url, tbx_handler_fn fn,
 	tbx_conf_t *conf =
 	    tt_conf(e->cluster->bootstraps, "g", NULL, NULL, "store.url",
 		    e->url, "store.schema", e->sschema, "tokens.schema",
-		    e->tschema, "tokens.create", "true", NULL);
+		    e->tschema, "tokens.create", "true", "metrics.textfile",
+		    e->prom, "metrics.interval.ms", "100", NULL);
 	tbx_worker_t *w;
 
 	if (tokens_url)
@@ -242,6 +250,36 @@ static tbx_verdict_t effect_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	return TBX_VERDICT_OK;
 }
 
+/* The value of the sample @p name in the metrics textfile; -1 without. */
+static int64_t prom_value(const env_t *e, const char *name)
+{
+	char line[512];
+	size_t len = strlen(name);
+	int64_t v = -1;
+	FILE *f = fopen(e->prom, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, name, len) == 0 && line[len] == ' ')
+			v = strtoll(line + len + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+typedef struct prom_want {
+	const env_t *e;
+	const char *name;
+	int64_t n;
+} prom_want_t;
+
+static int prom_reached(void *opaque)
+{
+	prom_want_t *p = opaque;
+
+	return prom_value(p->e, p->name) == p->n;
+}
+
 typedef struct done {
 	const env_t *e;
 	int64_t n;
@@ -325,6 +363,12 @@ static void survives_terminate(const char *tag, int apart)
 	cr_assert_eq(st.store_reconnects,
 		     tbx__pg_reconnects(spg) +
 			 (apart ? tbx__pg_reconnects(tpg) : 0));
+	/* In the metrics too. */
+	prom_want_t pw = {&e, "tokenbox_store_reconnects_total{group=\"g\"}",
+			  (int64_t)st.store_reconnects};
+	cr_assert(tt_drive(&w, 1, prom_reached, &pw, 10, 60),
+		  "metrics: %" PRId64 ", stats: %llu", prom_value(&e, pw.name),
+		  (unsigned long long)st.store_reconnects);
 
 	/* The alarm, one row per group and name, without a password. */
 	cr_assert_eq(fx_count(e.sschema,
