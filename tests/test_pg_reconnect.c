@@ -3,17 +3,19 @@
  * a worker on PostgreSQL whose sessions the server ends
  * (pg_terminate_backend) goes on, every record takes effect once, the
  * reconnects are counted (store_reconnects) and recorded as a
- * store_reconnect alarm, which `inspect status --check` flags; a
- * publisher counts its own.  The token store's PostgreSQL tables answer
- * for what they hold (tbx_tokens_has), whatever their version number.
+ * store_reconnect alarm, which `inspect status --check` flags (read
+ * from an SQLite service store beside a token store on PostgreSQL); a
+ * publisher counts its own.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_child.h"
 #include "consumer/stores.h"
 #include "consumer/worker.h"
 #include "fixture.h"
@@ -402,4 +404,91 @@ Test(pg_reconnect, a_worker_goes_on_after_its_session_is_ended_joined)
 Test(pg_reconnect, a_worker_goes_on_after_its_sessions_are_ended_apart)
 {
 	survives_terminate("ra", 1);
+}
+
+static void fx_sqlite_exec(const char *path, const char *sql)
+{
+	sqlite3 *db;
+	char *msg = NULL;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s",
+		     msg ? msg : "");
+	sqlite3_close(db);
+}
+
+typedef struct sqlite_done {
+	const char *store;
+	int64_t n;
+} sqlite_done_t;
+
+static int sqlite_all_done(void *opaque)
+{
+	sqlite_done_t *d = opaque;
+
+	return tt_query(d->store, "SELECT count(*) FROM effects") >= d->n &&
+	       tt_query(d->store, "SELECT count(*) FROM tbx_outbox") == 0;
+}
+
+/* An SQLite service store with the token store on PostgreSQL: the token
+ * store's session ended, the alarm lands in the service store's file,
+ * where `inspect status --check` flags it. */
+Test(pg_reconnect, inspect_check_flags_a_lost_token_store_connection)
+{
+	enum { N = 10 };
+	env_t e;
+	char err[512], *store;
+	tbx_worker_t *w;
+	tbx_publisher_t *pub;
+	tbx_stats_t st;
+	cc_result_t res;
+
+	env_init(&e, "rs");
+	store = tt_path(e.dir, "s.db");
+	w = tbx_worker_new(tt_conf(e.cluster->bootstraps, "g", store, NULL,
+				   "tokens.url", e.url, "tokens.schema",
+				   e.tschema, "tokens.create", "true", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_null(tbx_outbox_pg(w->store));
+	cr_assert_eq(tbx_worker_register(w, "in", NULL, effect_handle, NULL),
+		     TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK, "%s",
+		     tbx_worker_errstr(w));
+	fx_sqlite_exec(store,
+		       "CREATE TABLE effects(msg_id TEXT NOT NULL UNIQUE, "
+		       "payload TEXT NOT NULL UNIQUE)");
+	snprintf(insert_sql, sizeof(insert_sql),
+		 "INSERT INTO effects(msg_id, payload) VALUES ($1, $2)");
+	pub = publisher(&e, e.pub_url);
+	publish(pub, 0, N);
+	sqlite_done_t d = {store, N};
+	cr_assert(tt_drive(&w, 1, sqlite_all_done, &d, 10, 120));
+
+	fx_terminate(tbx_tokens_pg(w->tokens));
+	publish(pub, N, N);
+	d.n = 2 * N;
+	cr_assert(tt_drive(&w, 1, sqlite_all_done, &d, 10, 120),
+		  "not every record was processed after the connection loss");
+	cr_assert_eq(tt_count(store, "SELECT count(*) FROM effects"), 2 * N);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.store_reconnects, 1, "store_reconnects: %llu",
+		     (unsigned long long)st.store_reconnects);
+	cr_assert_eq(tt_count(store, "SELECT count(*) FROM tbx_alarms WHERE "
+				     "grp = 'g' AND name = 'store_reconnect' "
+				     "AND detail LIKE '%token store%'"),
+		     1);
+	tbx_publisher_destroy(pub);
+	tbx_worker_destroy(w);
+
+	const char *args[] = {"inspect", "--store", store,
+			      "status",	 "--check", NULL};
+	res = cc_run(args);
+	cr_assert(cc_exited(res.status, 1), "status %d: %s%s", res.status,
+		  res.out, res.err);
+	cr_assert(strstr(res.out, "store_reconnect"), "%s", res.out);
+	cc_result_free(&res);
+	free(store);
+	env_fini(&e);
 }
