@@ -160,6 +160,9 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {"handler_ended_txn_total", st->handler_ended_txn,
 	     "Handlers that ended the worker's transaction on tbx_ctx_pg(): "
 	     "the worker stopped."},
+	    {"store_reconnects_total", st->store_reconnects,
+	     "Connections to the stores' server (PostgreSQL) found lost and "
+	     "made again."},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)

@@ -42,6 +42,7 @@
 #include "base/str.h"
 #include "consumer/producer.h"
 #include "consumer/protocol.h"
+#include "store/pg.h"
 
 /* A partition whose first this many batches' worth of tokened records
  * after an assignment are all dropped as duplicates is more than the
@@ -1750,15 +1751,54 @@ static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 }
 
 /* Records an alarm in a transaction of its own (best effort: the log
- * line has been written already). */
-static void alarm_commit(tbx__proto_t *proto, const char *name,
-			 const char *detail)
+ * line has been written already).  @returns TBX_OK or the error. */
+static int alarm_commit(tbx__proto_t *proto, const char *name,
+			const char *detail)
 {
-	if (tbx_outbox_begin(proto->store))
-		return;
-	if (tbx_outbox_alarm_add(proto->store, proto->group, name, detail) ||
-	    tbx_outbox_commit(proto->store))
+	int err;
+
+	if ((err = tbx_outbox_begin(proto->store)))
+		return err;
+	if ((err = tbx_outbox_alarm_add(proto->store, proto->group, name,
+					detail)) ||
+	    (err = tbx_outbox_commit(proto->store)))
 		tbx_outbox_rollback(proto->store);
+	return err;
+}
+
+void tbx__proto_reconnect_check(tbx__proto_t *proto)
+{
+	struct tbx__pg *pg[2] = {tbx_outbox_pg(proto->store),
+				 tbx_tokens_pg(proto->tokens)};
+	static const char *const which[2] = {"service store", "token store"};
+
+	if (pg[1] == pg[0])
+		pg[1] = NULL; /* joined: one connection, counted once */
+	for (int i = 0; i < 2; i++) {
+		uint64_t n = tbx__pg_reconnects(pg[i]);
+
+		if (n > proto->reconnects_seen[i]) {
+			proto->stats->store_reconnects +=
+			    n - proto->reconnects_seen[i];
+			proto->reconnects_seen[i] = n;
+			proto->reconnect_alarm[i] = 1;
+			snprintf(proto->reconnect_detail[i],
+				 sizeof(proto->reconnect_detail[i]),
+				 "the %s's connection %s was lost and made "
+				 "again (%" PRIu64
+				 " time%s since the worker started); what "
+				 "ran on it was retried",
+				 which[i], pg[i]->where, n, n == 1 ? "" : "s");
+			tbx__log(TBX_LOG_WARNING, "%s",
+				 proto->reconnect_detail[i]);
+		}
+		/* One alarm per check that found reconnects, tried again at
+		 * the next check while the server does not take it. */
+		if (proto->reconnect_alarm[i] &&
+		    !alarm_commit(proto, "store_reconnect",
+				  proto->reconnect_detail[i]))
+			proto->reconnect_alarm[i] = 0;
+	}
 }
 
 /* Tokened records looked up per judgement, the share of them dropped

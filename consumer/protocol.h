@@ -61,6 +61,11 @@ typedef struct tbx__proto {
 	char mismatch_detail[TBX_TOPIC_MAX + 512]; /**< the last one seen */
 	int txn_ended; /**< a handler ended A's transaction (PostgreSQL):
 			  F records the alarm */
+	/* The reconnects of S's and (apart) T's connections already counted
+	 * (tbx__proto_reconnect_check). */
+	uint64_t reconnects_seen[2];
+	int reconnect_alarm[2];	       /**< its alarm not recorded yet */
+	char reconnect_detail[2][512]; /**< and what it says */
 	/* Records dropped as duplicates (no row, no token) in the current
 	 * window, out of the tokened records looked up. */
 	uint64_t dup_window_seen, dup_window_dropped;
@@ -101,6 +106,12 @@ int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch);
  *  commits the offsets and applies the holds. */
 void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
 		       tbx__proto_result_t *result);
+
+/** Counts (stats.store_reconnects) the connections of S and, when apart,
+ *  T made again since the last call (PostgreSQL: lost and reconnected;
+ *  SQLite: never), and records a store_reconnect alarm for each store
+ *  whose connection was, for `inspect status --check`. */
+void tbx__proto_reconnect_check(tbx__proto_t *proto);
 
 /**
  * Finishes this group's outbox rows created at or before

@@ -32,6 +32,7 @@
 #include "consumer/conf.h"
 #include "consumer/msg.h"
 #include "consumer/producer.h"
+#include "store/pg.h"
 #include "tokens/tokens.h"
 
 /* What the publisher keeps per queued message besides its outgoing
@@ -541,6 +542,9 @@ void tbx_publisher_stats(const tbx_publisher_t *pub,
 		return;
 	}
 	*stats = pub->stats;
+	/* The token store's connection counts its own (SQLite: 0). */
+	stats->store_reconnects =
+	    tbx__pg_reconnects(tbx_tokens_pg(pub->tokens));
 }
 
 /* The last error librdkafka reported to the check's client. */

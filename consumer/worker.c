@@ -706,6 +706,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"commit_alarms", st->commit_alarms},
 	    {"rows_conflicted", st->rows_conflicted},
 	    {"handler_ended_txn", st->handler_ended_txn},
+	    {"store_reconnects", st->store_reconnects},
 	};
 	cJSON *obj;
 	char *text;
@@ -917,6 +918,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	int64_t began = tbx__mono_ms();
 	err = process_batch(worker);
 	tbx__batch_reset(&worker->batch);
+	tbx__proto_reconnect_check(&worker->proto);
 	if (cnt) {
 		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
 		worker->lat_next = (worker->lat_next + 1) % 1024;

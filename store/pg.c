@@ -164,6 +164,12 @@ const char *tbx__pg_errmsg(const tbx__pg_t *pg)
 	return pg->errmsg;
 }
 
+uint64_t tbx__pg_reconnects(const tbx__pg_t *pg)
+{
+	/* gen is 1 after tbx__pg_connect(); each reconnect adds one. */
+	return pg && pg->gen > 1 ? pg->gen - 1 : 0;
+}
+
 /* The server's notices (a ROLLBACK with no transaction open, a handler's
  * RAISE NOTICE) go to the log, not to stderr. */
 static void on_notice(void *arg, const char *msg)

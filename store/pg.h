@@ -209,6 +209,11 @@ const void *tbx__pg_bytea(const PGresult *res, int row, int col, size_t *len);
 int tbx__pg_text_to(const PGresult *res, int row, int col, char *out,
 		    size_t size);
 
+/** How many times @p pg's connection was lost and made again (its
+ *  generation less the first connect); 0 for NULL (a store of another
+ *  backend). */
+uint64_t tbx__pg_reconnects(const tbx__pg_t *pg);
+
 /** The redacted message of the last failure on @p pg. */
 const char *tbx__pg_errmsg(const tbx__pg_t *pg);
 

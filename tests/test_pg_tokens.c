@@ -1577,6 +1577,7 @@ Test(pg_tokens, a_read_after_a_lost_connection_connects_again)
 	int e = -1;
 
 	subscribe(t, "out", "g1");
+	cr_assert_eq(tbx__pg_reconnects(tbx_tokens_pg(t)), 0);
 	tbx__fault_pg_conn_loss(1);
 	tbx__fault_arm(1);
 	cr_assert_neq(tbx_tokens_exists(t, "x", "g1", &e), TBX_OK);
@@ -1584,6 +1585,28 @@ Test(pg_tokens, a_read_after_a_lost_connection_connects_again)
 	tbx__fault_arm(0);
 	cr_assert_eq(tbx_tokens_exists(t, "x", "g1", &e), TBX_OK);
 	cr_assert_eq(e, 0);
+	/* Counted, for the stats of a worker or publisher. */
+	cr_assert_eq(tbx__pg_reconnects(tbx_tokens_pg(t)), 1);
 	cr_assert_eq(count_rows(t, NULL), 0);
+	tbx_tokens_close(t);
+}
+
+/* inspect asks the store what its tables hold: PostgreSQL's version 1
+ * has the ingress edge and the store's identity, which SQLite's schema
+ * numbers (4 and 6) would deny it. */
+Test(pg_tokens, the_tables_answer_what_they_hold)
+{
+	tbx_tokens_t *t = open_store();
+	int version = 0, yes = -1;
+
+	cr_assert_eq(tbx_tokens_schema(t, &version), TBX_OK);
+	cr_assert_eq(version, 1);
+	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_EDGE, &yes), TBX_OK);
+	cr_assert_eq(yes, 1);
+	yes = -1;
+	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_STORE_ID, &yes), TBX_OK);
+	cr_assert_eq(yes, 1);
+	cr_assert_eq(tbx_tokens_has(t, 99, &yes), TBX_EINVAL);
+	cr_assert_eq(yes, 0);
 	tbx_tokens_close(t);
 }

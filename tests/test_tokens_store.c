@@ -784,3 +784,32 @@ Test(tokens, concurrent_processes_create_the_file_and_take_distinct_numbers)
 				 "tbx_registrations"),
 		     PROCS * MINTS);
 }
+
+/* inspect asks the store what its tables hold: on SQLite, what the
+ * schema version brought (the ingress edge with 4, the store's identity
+ * with 6). */
+Test(tokens, the_schema_version_answers_what_the_tables_hold)
+{
+	static const struct {
+		int version, edge, store_id;
+	} cases[] = {{3, 0, 0}, {5, 1, 0}, {TBX_SCHEMA_VERSION, 1, 1}};
+	tbx_tokens_t *t = fx_open();
+	char sql[64];
+	int yes;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(sql, sizeof(sql), "PRAGMA user_version = %d",
+			 cases[i].version);
+		fx_sql(fx_path("tokens.db"), sql);
+		cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_EDGE, &yes),
+			     TBX_OK);
+		cr_assert_eq(yes, cases[i].edge, "version %d",
+			     cases[i].version);
+		cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_STORE_ID, &yes),
+			     TBX_OK);
+		cr_assert_eq(yes, cases[i].store_id, "version %d",
+			     cases[i].version);
+	}
+	cr_assert_eq(tbx_tokens_has(t, 99, &yes), TBX_EINVAL);
+	tbx_tokens_close(t);
+}

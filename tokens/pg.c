@@ -1739,6 +1739,7 @@ static const tbx_tokens_ops_t pg_ops = {
     .read_begin = tbx__tp_read_begin,
     .read_end = tbx__tp_read_end,
     .schema = tbx__tp_schema,
+    .has = tbx__tp_has,
     .errmsg = tbx__tp_errmsg,
     .tokens_summary = tbx__tp_tokens_summary,
     .registrations_summary = tbx__tp_registrations_summary,
@@ -1753,6 +1754,11 @@ static const tbx_tokens_ops_t pg_ops = {
     .unsubscribe = tbx__tp_unsubscribe,
     .close = op_close,
 };
+
+struct tbx__pg *tbx_tokens_pg(tbx_tokens_t *t)
+{
+	return t && t->ops == &pg_ops ? backend(t)->pg : NULL;
+}
 
 int tbx__tokens_pg_joinable(tbx_tokens_t *t)
 {

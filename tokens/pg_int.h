@@ -47,6 +47,7 @@ int tbx__tokens_pg_joinable(tbx_tokens_t *t);
 int tbx__tp_read_begin(tbx_tokens_t *tokens);
 void tbx__tp_read_end(tbx_tokens_t *tokens);
 int tbx__tp_schema(tbx_tokens_t *tokens, int *version);
+int tbx__tp_has(tbx_tokens_t *tokens, int what, int *yes);
 const char *tbx__tp_errmsg(tbx_tokens_t *tokens);
 int tbx__tp_tokens_summary(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
 			   void *opaque);

@@ -176,6 +176,14 @@ int tbx__tp_schema(tbx_tokens_t *tokens, int *version)
 	return TBX_OK;
 }
 
+int tbx__tp_has(tbx_tokens_t *tokens, int what, int *yes)
+{
+	(void)tokens;
+	/* Version 1 of the PostgreSQL tables holds all of them. */
+	*yes = what == TBX_TOKENS_HAS_EDGE || what == TBX_TOKENS_HAS_STORE_ID;
+	return *yes ? TBX_OK : TBX_EINVAL;
+}
+
 const char *tbx__tp_errmsg(tbx_tokens_t *tokens)
 {
 	const char *msg = tbx__pg_errmsg(backend(tokens)->pg);

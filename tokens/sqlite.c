@@ -1019,6 +1019,7 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .read_begin = tbx__tq_read_begin,
     .read_end = tbx__tq_read_end,
     .schema = tbx__tq_schema,
+    .has = tbx__tq_has,
     .errmsg = tbx__tq_errmsg,
     .tokens_summary = tbx__tq_tokens_summary,
     .registrations_summary = tbx__tq_registrations_summary,

@@ -34,6 +34,7 @@ void tbx__tokens_sqlite_read_init(tbx_tokens_sqlite_t *t);
 int tbx__tq_read_begin(tbx_tokens_t *tokens);
 void tbx__tq_read_end(tbx_tokens_t *tokens);
 int tbx__tq_schema(tbx_tokens_t *tokens, int *version);
+int tbx__tq_has(tbx_tokens_t *tokens, int what, int *yes);
 const char *tbx__tq_errmsg(tbx_tokens_t *tokens);
 int tbx__tq_tokens_summary(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
 			   void *opaque);

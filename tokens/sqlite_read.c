@@ -158,6 +158,26 @@ int tbx__tq_schema(tbx_tokens_t *tokens, int *version)
 	return err;
 }
 
+int tbx__tq_has(tbx_tokens_t *tokens, int what, int *yes)
+{
+	int version = 0, err = tbx__tq_schema(tokens, &version);
+
+	*yes = 0;
+	if (err)
+		return err;
+	switch (what) {
+	case TBX_TOKENS_HAS_EDGE:
+		*yes = version >= 4;
+		break;
+	case TBX_TOKENS_HAS_STORE_ID:
+		*yes = version >= 6;
+		break;
+	default:
+		return TBX_EINVAL;
+	}
+	return TBX_OK;
+}
+
 const char *tbx__tq_errmsg(tbx_tokens_t *tokens)
 {
 	sqlite3 *db = backend(tokens)->db;

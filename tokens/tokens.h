@@ -230,6 +230,9 @@ typedef struct tbx_tokens_ops {
 	void (*read_end)(tbx_tokens_t *tokens);
 	/** The schema version of the store. */
 	int (*schema)(tbx_tokens_t *tokens, int *version);
+	/** *yes = 1 when the store's tables hold @p what (TBX_TOKENS_HAS_*),
+	 *  which each backend answers from its own schema versions. */
+	int (*has)(tbx_tokens_t *tokens, int what, int *yes);
 	/** The backend's text for the last failed call (NULL: none). */
 	const char *(*errmsg)(tbx_tokens_t *tokens);
 	/** Per group with token rows, by name: n[0] = rows, ms = the
@@ -281,6 +284,12 @@ typedef struct tbx_tokens_ops {
 	void (*close)(tbx_tokens_t *tokens);
 } tbx_tokens_ops_t;
 
+/** What a token store may lack, for has(): a table or a column that came
+ *  with a later schema version of one backend (SQLite: the ingress edge
+ *  with schema 4, the store's identity with schema 6; PostgreSQL's
+ *  version 1 holds both). */
+enum { TBX_TOKENS_HAS_EDGE = 1, TBX_TOKENS_HAS_STORE_ID = 2 };
+
 /** Backends embed this first. */
 struct tbx_tokens {
 	const tbx_tokens_ops_t *ops;
@@ -309,6 +318,10 @@ struct tbx__pg;
 int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 		       struct tbx__pg *shared, const tbx__db_opts_t *opts,
 		       tbx_tokens_t **out, char *errstr, size_t errstr_size);
+/** Backend-specific: the connection of a token store of the PostgreSQL
+ *  backend (borrowed; the service store's when shared), NULL for any
+ *  other. */
+struct tbx__pg *tbx_tokens_pg(tbx_tokens_t *t);
 
 /* Thin wrappers so call sites read as verbs. */
 static inline int tbx_tokens_exists(tbx_tokens_t *t, const char *token,
@@ -450,6 +463,11 @@ static inline void tbx_tokens_read_end(tbx_tokens_t *t)
 static inline int tbx_tokens_schema(tbx_tokens_t *t, int *version)
 {
 	return t->ops->schema(t, version);
+}
+
+static inline int tbx_tokens_has(tbx_tokens_t *t, int what, int *yes)
+{
+	return t->ops->has(t, what, yes);
 }
 
 static inline const char *tbx_tokens_errmsg(tbx_tokens_t *t)

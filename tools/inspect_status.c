@@ -633,7 +633,7 @@ int insp_status(insp_t *in)
 	    in->o->older_ms >= 0 ? in->o->older_ms : INSPECT_DEFAULT_STUCK_MS;
 	status_t st;
 	totals_t t;
-	int rc;
+	int rc, edge;
 
 	memset(&st, 0, sizeof(st));
 	if (status_gather(in, &st, in->now_ms - stuck_ms)) {
@@ -641,9 +641,9 @@ int insp_status(insp_t *in)
 		return INSPECT_EXIT_ERROR;
 	}
 	/* Shown only when in use: the edge is a publisher's table. */
-	if (in->schema[1] >= 4 &&
-	    (rc = tbx_tokens_edge_count(in->tokens, &st.edge,
-					&st.edge_refused))) {
+	if ((rc = tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_EDGE, &edge)) ||
+	    (edge && (rc = tbx_tokens_edge_count(in->tokens, &st.edge,
+						 &st.edge_refused)))) {
 		status_free(&st);
 		return insp_t_fail(in, rc);
 	}

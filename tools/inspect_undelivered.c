@@ -233,7 +233,10 @@ static int ud_copy(ud_found_t *f, const tbx__ud_rec_t *u)
  */
 static const char *token_store_id(insp_t *in, char out[TBX_UUID_LEN + 1])
 {
-	if (!in->tokens || in->schema[1] < 6 ||
+	int has = 0;
+
+	if (!in->tokens ||
+	    tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_STORE_ID, &has) || !has ||
 	    tbx_tokens_store_id(in->tokens, out))
 		return NULL;
 	return out;

@@ -410,6 +410,10 @@ typedef struct tbx_stats {
 					transaction on tbx_ctx_pg()
 					(COMMIT, ROLLBACK): the worker
 					stopped */
+	uint64_t store_reconnects;   /**< connections to the stores' server
+					(PostgreSQL) found lost and made
+					again; the batch in hand was retried
+					(SQLite: 0) */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
@@ -533,6 +537,9 @@ typedef struct tbx_publisher_stats {
 				       error (the undelivered messages were
 				       sent again with their ids and
 				       tokens) */
+	uint64_t store_reconnects;  /**< connections to the token store's
+				       server (PostgreSQL) found lost and
+				       made again (SQLite: 0) */
 } tbx_publisher_stats_t;
 
 /** Copies the counters into @p stats. */
