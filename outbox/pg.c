@@ -517,6 +517,16 @@ static int session(pg_store_t *store, const tbx__db_opts_t *opts, char *errstr,
 	    (err = tbx__pg_set(store->pg, "synchronous_commit", "off")))
 		return open_fail(store, err, "cannot set synchronous_commit",
 				 errstr, errstr_size);
+	/* A handler's unqualified tables: in the service schema, then
+	 * public, unless the connection string says otherwise. */
+	if (!tbx__pg_option_given(store->pg, "search_path")) {
+		char path[TBX_PG_IDENT_MAX + 16];
+
+		snprintf(path, sizeof(path), "\"%s\", public", store->schema);
+		if ((err = tbx__pg_set(store->pg, "search_path", path)))
+			return open_fail(store, err, "cannot set search_path",
+					 errstr, errstr_size);
+	}
 	return TBX_OK;
 }
 

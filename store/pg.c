@@ -965,6 +965,21 @@ static int apply_set(tbx__pg_t *pg, const char *name, const char *value)
 	return err;
 }
 
+int tbx__pg_option_given(const tbx__pg_t *pg, const char *name)
+{
+	PQconninfoOption *opts;
+	int given = 0;
+
+	if (!pg->conn || !(opts = PQconninfo(pg->conn)))
+		return 0;
+	for (PQconninfoOption *o = opts; o->keyword; o++)
+		if (!strcmp(o->keyword, "options") && o->val &&
+		    strstr(o->val, name))
+			given = 1;
+	PQconninfoFree(opts);
+	return given;
+}
+
 int tbx__pg_set(tbx__pg_t *pg, const char *name, const char *value)
 {
 	int i;

@@ -48,7 +48,7 @@ typedef struct tbx__pg {
 	int refs;	  /**< a connection shared by S and T (joined) */
 	int in_tx;	  /**< a transaction is open */
 	char errmsg[512]; /**< the last server error, redacted */
-	char sets[TBX_PG_MAX_SETS][2][64]; /**< tbx__pg_set()'s name, value */
+	char sets[TBX_PG_MAX_SETS][2][160]; /**< tbx__pg_set()'s name, value */
 	int nsets;
 	/* The record's savepoint, deferred (tbx__pg_savepoint()). */
 	char sp_name[32]; /**< its name, "" when none is deferred */
@@ -97,6 +97,12 @@ int tbx__pg_connect(const char *conninfo, tbx__pg_t **pg, char *errstr,
  * transaction) or the mapped error.
  */
 int tbx__pg_set(tbx__pg_t *pg, const char *name, const char *value);
+
+/**
+ * @returns 1 when the connection string (or PGOPTIONS) sets the session
+ * parameter @p name through libpq's options (-c name=value), 0 otherwise.
+ */
+int tbx__pg_option_given(const tbx__pg_t *pg, const char *name);
 
 /**
  * Records and logs the failure of a call on @p pg that a backend ran

@@ -488,6 +488,29 @@ Test(pg_worker, a_rejected_record_undoes_only_its_writes_on_tbx_ctx_pg)
 	env_fini(&e);
 }
 
+/* Without search_path in the URL, a handler's unqualified table is the
+ * service schema's (store.schema), not public's. */
+Test(pg_worker, unqualified_tables_are_the_service_schemas_by_default)
+{
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+
+	env_init(&e, "wp");
+	effect_init(&f, &e);
+	snprintf(f.insert, sizeof(f.insert),
+		 "INSERT INTO effects(msg_id, payload) VALUES ($1, $2)");
+	w = worker(&e, NULL, effect_handle, &f);
+	effects_table(&e);
+	publish(&e, e.url, 3, NULL);
+	done_t d = {&e, 3};
+	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120),
+		  "the handler's unqualified table was not found");
+	cr_assert_eq(fx_count(e.sschema, "effects"), 3);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
 /* The orders example, unchanged, on PostgreSQL: each service's store in
  * a schema of its own, which its handlers' unqualified tables reach
  * through the connection's search_path; the token store joined to each
