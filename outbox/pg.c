@@ -517,6 +517,16 @@ static int session(pg_store_t *store, const tbx__db_opts_t *opts, char *errstr,
 	    (err = tbx__pg_set(store->pg, "synchronous_commit", "off")))
 		return open_fail(store, err, "cannot set synchronous_commit",
 				 errstr, errstr_size);
+	/* A handler's unqualified tables: in the service schema, then
+	 * public, unless the connection string says otherwise. */
+	if (!tbx__pg_option_given(store->pg, "search_path")) {
+		char path[TBX_PG_IDENT_MAX + 16];
+
+		snprintf(path, sizeof(path), "\"%s\", public", store->schema);
+		if ((err = tbx__pg_set(store->pg, "search_path", path)))
+			return open_fail(store, err, "cannot set search_path",
+					 errstr, errstr_size);
+	}
 	return TBX_OK;
 }
 
@@ -639,22 +649,21 @@ static int pg_rollback(tbx_outbox_t *base)
 	return TBX_OK;
 }
 
+/* Deferred: sent with the next statement's round trip, the release
+ * with the next savepoint's (store/pg.h). */
 static int pg_savepoint(tbx_outbox_t *base)
 {
-	return tbx__pg_exec(ps(base)->pg, "SAVEPOINT tbx_msg");
+	return tbx__pg_savepoint(ps(base)->pg, "tbx_msg");
 }
 
 static int pg_release(tbx_outbox_t *base)
 {
-	return tbx__pg_exec(ps(base)->pg, "RELEASE SAVEPOINT tbx_msg");
+	return tbx__pg_release(ps(base)->pg);
 }
 
 static int pg_undo(tbx_outbox_t *base)
 {
-	pg_store_t *store = ps(base);
-	int err = tbx__pg_exec(store->pg, "ROLLBACK TO SAVEPOINT tbx_msg");
-
-	return err ? err : tbx__pg_exec(store->pg, "RELEASE SAVEPOINT tbx_msg");
+	return tbx__pg_undo(ps(base)->pg);
 }
 
 /*
@@ -1343,7 +1352,12 @@ static int pg_relaxed(tbx_outbox_t *base, int on)
 
 static void *pg_native(tbx_outbox_t *base, int backend)
 {
-	return backend == TBX_BACKEND_PG ? ps(base)->pg->conn : NULL;
+	if (backend != TBX_BACKEND_PG)
+		return NULL;
+	/* What runs on the raw connection runs after the record's
+	 * savepoint; a failure stays in the connection (store/pg.h). */
+	(void)tbx__pg_flush(ps(base)->pg);
+	return ps(base)->pg->conn;
 }
 
 static int pg_exec(tbx_outbox_t *base, const char *stmt,
@@ -1362,6 +1376,8 @@ static int pg_exec(tbx_outbox_t *base, const char *stmt,
 			 "no statement, or parameters missing");
 		return TBX_EINVAL;
 	}
+	if ((err = tbx__pg_flush(pg)))
+		return err;
 	if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK)
 		return tbx__pg_fail(pg, stmt, NULL);
 	/* Text parameters, the types inferred by the server; not cached:

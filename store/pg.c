@@ -385,6 +385,14 @@ static int fault(tbx__pg_t *pg, const char *what, int *err)
 	return 1;
 }
 
+/* Forgets the deferred savepoint: the transaction ended. */
+static void sp_clear(tbx__pg_t *pg)
+{
+	pg->sp_name[0] = '\0';
+	pg->sp_send = pg->sp_release = 0;
+	pg->sp_err = TBX_OK;
+}
+
 /* Runs a parameterless statement outside the cache. */
 static int exec_plain(tbx__pg_t *pg, const char *sql)
 {
@@ -405,9 +413,93 @@ int tbx__pg_exec(tbx__pg_t *pg, const char *sql)
 {
 	int err;
 
+	if ((err = tbx__pg_flush(pg)))
+		return err;
 	if (fault(pg, sql, &err))
 		return err;
 	return exec_plain(pg, sql);
+}
+
+int tbx__pg_savepoint(tbx__pg_t *pg, const char *name)
+{
+	if (!pg->in_tx)
+		return TBX_ESTATE;
+	if (strlen(name) >= sizeof(pg->sp_name) ||
+	    (pg->sp_name[0] && strcmp(pg->sp_name, name) != 0))
+		return TBX_EINVAL;
+	if (pg->sp_err)
+		return pg->sp_err;
+	tbx__strlcpy(pg->sp_name, name, sizeof(pg->sp_name));
+	pg->sp_send = 1;
+	return TBX_OK;
+}
+
+int tbx__pg_release(tbx__pg_t *pg)
+{
+	if (pg->sp_err)
+		return pg->sp_err;
+	if (!pg->sp_name[0])
+		return TBX_ESTATE;
+	if (pg->sp_send) {
+		/* Never sent: nothing to release, unless a release of the
+		 * one before is still due. */
+		pg->sp_send = 0;
+		if (!pg->sp_release)
+			pg->sp_name[0] = '\0';
+	} else {
+		pg->sp_release = 1;
+	}
+	return TBX_OK;
+}
+
+int tbx__pg_flush(tbx__pg_t *pg)
+{
+	char sql[128];
+	int err;
+
+	if (pg->sp_err)
+		return pg->sp_err;
+	if (!pg->sp_send && !pg->sp_release)
+		return TBX_OK;
+	snprintf(sql, sizeof(sql), "%s%s%s%s%s",
+		 pg->sp_release ? "RELEASE SAVEPOINT " : "",
+		 pg->sp_release ? pg->sp_name : "",
+		 pg->sp_release && pg->sp_send ? "; " : "",
+		 pg->sp_send ? "SAVEPOINT " : "",
+		 pg->sp_send ? pg->sp_name : "");
+	if (!pg->sp_send)
+		pg->sp_name[0] = '\0';
+	pg->sp_send = pg->sp_release = 0;
+	if (fault(pg, sql, &err) || (err = exec_plain(pg, sql)))
+		pg->sp_err = err;
+	return err;
+}
+
+int tbx__pg_undo(tbx__pg_t *pg)
+{
+	char sql[128];
+	int err;
+
+	if (pg->sp_err)
+		return pg->sp_err;
+	if (!pg->sp_name[0])
+		return TBX_ESTATE;
+	if (pg->sp_send) {
+		/* Never sent, so nothing ran after it. */
+		pg->sp_send = 0;
+		if (!pg->sp_release)
+			pg->sp_name[0] = '\0';
+		return TBX_OK;
+	}
+	if (pg->sp_release)
+		return TBX_ESTATE; /* released already */
+	snprintf(sql, sizeof(sql),
+		 "ROLLBACK TO SAVEPOINT %s; RELEASE SAVEPOINT %s", pg->sp_name,
+		 pg->sp_name);
+	pg->sp_name[0] = '\0';
+	if (fault(pg, sql, &err) || (err = exec_plain(pg, sql)))
+		pg->sp_err = err;
+	return err;
 }
 
 int tbx__pg_begin(tbx__pg_t *pg)
@@ -427,6 +519,7 @@ int tbx__pg_begin(tbx__pg_t *pg)
 		return err;
 	if ((err = exec_plain(pg, "BEGIN ISOLATION LEVEL READ COMMITTED")))
 		return err;
+	sp_clear(pg);
 	pg->in_tx = 1;
 	return TBX_OK;
 }
@@ -437,6 +530,12 @@ int tbx__pg_commit(tbx__pg_t *pg)
 	int err = TBX_OK;
 
 	pg->in_tx = 0;
+	if (pg->sp_err) {
+		err = pg->sp_err;
+		tbx__pg_rollback(pg);
+		return err;
+	}
+	sp_clear(pg); /* COMMIT releases every savepoint */
 	if (fault(pg, "COMMIT", &err)) {
 		tbx__pg_rollback(pg);
 		return err;
@@ -464,6 +563,7 @@ void tbx__pg_rollback(tbx__pg_t *pg)
 	PGresult *res;
 
 	pg->in_tx = 0;
+	sp_clear(pg);
 	if (lost(pg))
 		return;
 	res = PQexec(pg->conn, "ROLLBACK");
@@ -740,6 +840,8 @@ int tbx__pg_run(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		return TBX_EINVAL;
 	if (params && params->err)
 		return params->err;
+	if ((err = tbx__pg_flush(pg)))
+		return err;
 	snprintf(name, sizeof(name), "tbx_%s%d", stmts->prefix, q);
 	if (fault(pg, stmts->sql[q], &err))
 		return err;
@@ -867,6 +969,21 @@ static int apply_set(tbx__pg_t *pg, const char *name, const char *value)
 		err = failed(pg, "set_config", res);
 	PQclear(res);
 	return err;
+}
+
+int tbx__pg_option_given(const tbx__pg_t *pg, const char *name)
+{
+	PQconninfoOption *opts;
+	int given = 0;
+
+	if (!pg->conn || !(opts = PQconninfo(pg->conn)))
+		return 0;
+	for (PQconninfoOption *o = opts; o->keyword; o++)
+		if (!strcmp(o->keyword, "options") && o->val &&
+		    strstr(o->val, name))
+			given = 1;
+	PQconninfoFree(opts);
+	return given;
 }
 
 int tbx__pg_set(tbx__pg_t *pg, const char *name, const char *value)

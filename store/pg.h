@@ -48,8 +48,14 @@ typedef struct tbx__pg {
 	int refs;	  /**< a connection shared by S and T (joined) */
 	int in_tx;	  /**< a transaction is open */
 	char errmsg[512]; /**< the last server error, redacted */
-	char sets[TBX_PG_MAX_SETS][2][64]; /**< tbx__pg_set()'s name, value */
+	char sets[TBX_PG_MAX_SETS][2][160]; /**< tbx__pg_set()'s name, value */
 	int nsets;
+	/* The record's savepoint, deferred (tbx__pg_savepoint()). */
+	char sp_name[32]; /**< its name, "" when none is deferred */
+	int sp_send;	  /**< SAVEPOINT not sent yet */
+	int sp_release;	  /**< RELEASE not sent yet */
+	int sp_err;	  /**< a failed deferred statement: every call until the
+			     transaction ends fails with it */
 } tbx__pg_t;
 
 /**
@@ -93,6 +99,12 @@ int tbx__pg_connect(const char *conninfo, tbx__pg_t **pg, char *errstr,
 int tbx__pg_set(tbx__pg_t *pg, const char *name, const char *value);
 
 /**
+ * @returns 1 when the connection string (or PGOPTIONS) sets the session
+ * parameter @p name through libpq's options (-c name=value), 0 otherwise.
+ */
+int tbx__pg_option_given(const tbx__pg_t *pg, const char *name);
+
+/**
  * Records and logs the failure of a call on @p pg that a backend ran
  * itself (PQexecParams of a handler's statement; @p res may be NULL),
  * as tbx__pg_run() does its own.  @returns the mapped error.
@@ -121,6 +133,29 @@ void tbx__pg_rollback(tbx__pg_t *pg);
 /** Runs one parameterless statement that is not cached (SAVEPOINT x,
  *  SET …, DDL).  @returns TBX_OK or the mapped error. */
 int tbx__pg_exec(tbx__pg_t *pg, const char *sql);
+
+/**
+ * Savepoints without round trips of their own.  tbx__pg_savepoint() only
+ * notes the savepoint @p name (one at a time, a plain identifier);
+ * tbx__pg_release() notes its release.  What is noted goes to the server
+ * as one simple query ("RELEASE SAVEPOINT x; SAVEPOINT x") before the
+ * next statement on the connection: tbx__pg_run(), tbx__pg_exec(),
+ * tbx__pg_flush() (which a backend calls before it runs a statement of
+ * its own or hands the raw connection out).  A release of a savepoint
+ * never sent sends nothing; COMMIT drops a pending release (COMMIT
+ * releases it).  A deferred statement that fails fails the call that
+ * sent it and every later call until the transaction ends (ROLLBACK,
+ * COMMIT fails), as a failed savepoint would.
+ * @returns TBX_OK or the mapped error (tbx__pg_savepoint(): TBX_EINVAL
+ * for a name too long, TBX_ESTATE outside a transaction).
+ */
+int tbx__pg_savepoint(tbx__pg_t *pg, const char *name);
+int tbx__pg_release(tbx__pg_t *pg);
+/** Rolls back to the savepoint and releases it, one round trip; nothing
+ *  when it was never sent.  @returns TBX_OK or the mapped error. */
+int tbx__pg_undo(tbx__pg_t *pg);
+/** Sends what is deferred.  @returns TBX_OK or the mapped error. */
+int tbx__pg_flush(tbx__pg_t *pg);
 
 /** The parameters of one statement: text, int64 (as text) and bytea
  *  (binary), or NULL. */

@@ -426,6 +426,91 @@ Test(pg_worker, a_handler_that_releases_the_savepoint_is_dead_lettered)
 	env_fini(&e);
 }
 
+/* Writes the effect on tbx_ctx_pg() itself; the record "reject" then
+ * gives REJECT, the record "fail" runs a statement that fails first. */
+static tbx_verdict_t raw_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				void *opaque)
+{
+	effect_t *f = opaque;
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+	PGconn *conn = (PGconn *)tbx_ctx_pg(ctx);
+	char text[64];
+	const char *params[2] = {tbx_msg_id(msg), text};
+	PGresult *res;
+	int ok;
+
+	f->calls++;
+	snprintf(text, sizeof(text), "%.*s", (int)len, payload ? payload : "");
+	res = PQexecParams(conn, f->insert, 2, NULL, params, NULL, NULL, 0);
+	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	PQclear(res);
+	if (!ok)
+		return TBX_VERDICT_RETRY;
+	if (!strcmp(text, "fail"))
+		PQclear(PQexec(conn, "SELECT 1 / 0"));
+	return strcmp(text, "reject") && strcmp(text, "fail")
+		   ? TBX_VERDICT_OK
+		   : TBX_VERDICT_REJECT;
+}
+
+/* The record's savepoint is in place before the handler's first
+ * statement on tbx_ctx_pg(), although tokenbox sends it with a later
+ * round trip: a rejected record's writes roll back, and only its. */
+Test(pg_worker, a_rejected_record_undoes_only_its_writes_on_tbx_ctx_pg)
+{
+	static const char *const payloads[] = {"a", "reject", "b", "fail", "c"};
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e, "wx");
+	effect_init(&f, &e);
+	w = worker(&e, NULL, raw_handle, &f);
+	effects_table(&e);
+	publish(&e, e.url, 5, payloads);
+	done_t d = {&e, 3};
+	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120));
+	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
+	cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 2, "dead letters: %zu", cnt);
+	tt_records_free(recs, cnt);
+	cr_assert_eq(fx_count(e.sschema, "effects WHERE payload IN "
+					 "('reject', 'fail')"),
+		     0, "a rejected record's write committed");
+	cr_assert_eq(fx_count(e.sschema, "effects"), 3);
+	cr_assert_eq(fx_count(e.sschema, "effects WHERE payload IN "
+					 "('a', 'b', 'c')"),
+		     3);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
+/* Without search_path in the URL, a handler's unqualified table is the
+ * service schema's (store.schema), not public's. */
+Test(pg_worker, unqualified_tables_are_the_service_schemas_by_default)
+{
+	env_t e;
+	effect_t f;
+	tbx_worker_t *w;
+
+	env_init(&e, "wp");
+	effect_init(&f, &e);
+	snprintf(f.insert, sizeof(f.insert),
+		 "INSERT INTO effects(msg_id, payload) VALUES ($1, $2)");
+	w = worker(&e, NULL, effect_handle, &f);
+	effects_table(&e);
+	publish(&e, e.url, 3, NULL);
+	done_t d = {&e, 3};
+	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120),
+		  "the handler's unqualified table was not found");
+	cr_assert_eq(fx_count(e.sschema, "effects"), 3);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
+
 /* The orders example, unchanged, on PostgreSQL: each service's store in
  * a schema of its own, which its handlers' unqualified tables reach
  * through the connection's search_path; the token store joined to each
