@@ -1,0 +1,225 @@
+/*
+ * Secrets and access: a PostgreSQL connection string is shown only
+ * without its password (tbx__pg_redact, tbx__pg_censor, and what the
+ * commands print), and the SQLite stores are files their owner alone may
+ * read.  No server is needed: the PostgreSQL cases fail to connect.
+ */
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include "cli_child.h"
+#include "fixture.h"
+#include "store/db.h"
+#include "store/pg.h"
+#include "tokenbox/tokenbox.h"
+
+/* ---- tbx__pg_redact ------------------------------------------------- */
+
+static void redacts(const char *in, const char *want)
+{
+	char out[512];
+
+	tbx__pg_redact(in, out, sizeof(out));
+	cr_expect_str_eq(out, want, "redact(%s)", in);
+}
+
+Test(redact, url_user_password)
+{
+	redacts("postgresql://alice:s3cret@db.example:5432/app",
+		"postgresql://alice:***@db.example:5432/app");
+	redacts("postgres://alice:s3cret@db.example/app?sslmode=require",
+		"postgres://alice:***@db.example/app?sslmode=require");
+	/* Several hosts; an '@' in the password. */
+	redacts("postgresql://alice:p@ss@h1:5432,h2:5433/app",
+		"postgresql://alice:***@h1:5432,h2:5433/app");
+}
+
+Test(redact, url_without_password_unchanged)
+{
+	redacts("postgresql://alice@db.example/app?sslmode=require",
+		"postgresql://alice@db.example/app?sslmode=require");
+	redacts("postgresql:///app?host=/tmp/sock&port=5432",
+		"postgresql:///app?host=/tmp/sock&port=5432");
+	redacts("postgresql://db.example/app", "postgresql://db.example/app");
+}
+
+Test(redact, url_query_password)
+{
+	redacts("postgresql://alice@h/app?password=s3cret",
+		"postgresql://alice@h/app?password=***");
+	redacts("postgresql://alice@h/app?sslmode=require&password=s3cret&"
+		"connect_timeout=5",
+		"postgresql://alice@h/app?sslmode=require&password=***&"
+		"connect_timeout=5");
+	/* Both places at once. */
+	redacts("postgresql://alice:one@h/app?password=two",
+		"postgresql://alice:***@h/app?password=***");
+}
+
+Test(redact, percent_encoded)
+{
+	/* libpq decodes the password and the query's keys. */
+	redacts("postgresql://alice:p%40ss%3Aw%2Fd@h/app",
+		"postgresql://alice:***@h/app");
+	redacts("postgresql://h/app?%70assword=s3cret",
+		"postgresql://h/app?%70assword=***");
+	redacts("postgresql://h/app?pass%77ord=s3cret&x=1",
+		"postgresql://h/app?pass%77ord=***&x=1");
+	/* Refused by libpq, but quoted in its message: hidden too. */
+	redacts("postgresql://h/app?PASSWORD=s3cret",
+		"postgresql://h/app?PASSWORD=***");
+}
+
+Test(redact, key_value)
+{
+	redacts("host=db user=alice password=s3cret dbname=app",
+		"host=db user=alice password=*** dbname=app");
+	redacts("host=db password = s3cret dbname=app",
+		"host=db password = *** dbname=app");
+	redacts("host=db password='s3 cr\\'et' dbname=app",
+		"host=db password=*** dbname=app");
+	redacts("password=s3\\ cret host=db", "password=*** host=db");
+	redacts("host=db PASSWORD=s3cret", "host=db PASSWORD=***");
+	redacts("host=db dbname=app", "host=db dbname=app");
+}
+
+Test(redact, words_without_a_value)
+{
+	/* A mistyped key: the word may be the password. */
+	redacts("host=db s3cret dbname=app", "host=db *** dbname=app");
+	redacts("POSTGRESQL://alice:s3cret@h/app", "***");
+}
+
+Test(redact, cut_to_the_buffer)
+{
+	char out[16];
+
+	tbx__pg_redact("postgresql://alice:s3cret@a-long-host-name/app", out,
+		       sizeof(out));
+	cr_expect_eq(strlen(out), sizeof(out) - 1);
+	cr_expect_null(strstr(out, "s3"), "%s", out);
+	tbx__pg_redact(NULL, out, sizeof(out));
+	cr_expect_str_eq(out, "");
+}
+
+Test(redact, censor_a_message)
+{
+	char msg[] = "invalid percent-encoded token: \"s3%zzcret\"";
+	char msg2[] =
+	    "missing \"=\" after \"s3cret\" in connection info string";
+
+	tbx__pg_censor("postgresql://alice:s3%zzcret@h/app", msg);
+	cr_expect_str_eq(msg, "invalid percent-encoded token: \"***\"");
+	tbx__pg_censor("host=h s3cret", msg2);
+	cr_expect_str_eq(
+	    msg2, "missing \"=\" after \"***\" in connection info string");
+}
+
+/* tbx__pg_connect's errors: a malformed string, an unreachable server. */
+Test(redact, connect_errors)
+{
+	static const char *const bad[] = {
+	    "postgresql://alice:s3%zzcret@h/app",
+	    "postgresql://h/app?password=s3%zzcret",
+	    "host=h s3cret",
+	    "host=h PASSWORD=s3cret",
+	    "postgresql://alice:s3cret@/app?host=/nonexistent-tbx&port=1",
+	    "host=/nonexistent-tbx port=1 password=s3cret",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tbx__pg_t *pg = NULL;
+		char errstr[1024] = "";
+		int err = tbx__pg_connect(bad[i], &pg, errstr, sizeof(errstr));
+
+		cr_expect_neq(err, TBX_OK, "%s connected", bad[i]);
+		cr_expect(*errstr, "%s: no message", bad[i]);
+		cr_expect_null(strstr(errstr, "s3"), "%s: %s", bad[i], errstr);
+	}
+}
+
+/* ---- SQLite files: the owner's only --------------------------------- */
+
+static unsigned mode_of(const char *path)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
+	return (unsigned)st.st_mode & 07777;
+}
+
+static void expect_private(const char *path)
+{
+	char side[4200];
+
+	cr_expect_eq(mode_of(path), 0600, "%s: mode %o", path, mode_of(path));
+	for (int i = 0; i < 2; i++) {
+		snprintf(side, sizeof(side), "%s-%s", path, i ? "shm" : "wal");
+		if (access(side, F_OK) == 0)
+			cr_expect_eq(mode_of(side), 0600, "%s: mode %o", side,
+				     mode_of(side));
+	}
+}
+
+Test(files, store_opened_by_the_library_is_0600)
+{
+	char *dir = tt_tmpdir(), *path = tt_path(dir, "s.db");
+	char wal[4200], errstr[512];
+	tbx__db_opts_t opts;
+	sqlite3 *db = NULL;
+
+	umask(022);
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx__db_open(path, &opts, &db, errstr, sizeof(errstr)),
+		     TBX_OK, "%s", errstr);
+	/* A write while open: the WAL and its index exist now. */
+	cr_assert_eq(sqlite3_exec(db, "CREATE TABLE t(x)", NULL, NULL, NULL),
+		     SQLITE_OK);
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	cr_assert_eq(access(wal, F_OK), 0, "no WAL file");
+	expect_private(path);
+	sqlite3_close_v2(db);
+	tt_rmrf(dir);
+	free(path);
+	free(dir);
+}
+
+Test(files, tokenbox_init_makes_0600_files)
+{
+	char *dir = tt_tmpdir(), *tokens = tt_path(dir, "tokens.db");
+	char *store = tt_path(dir, "service.db");
+	const char *args[] = {"init",	 "--tokens", tokens,
+			      "--store", store,	     NULL};
+	cc_result_t res;
+
+	umask(022); /* the child inherits it */
+	res = cc_run(args);
+	cr_assert(cc_exited(res.status, 0), "%d: %s", res.status, res.err);
+	expect_private(tokens);
+	expect_private(store);
+	cc_result_free(&res);
+	tt_rmrf(dir);
+	free(tokens);
+	free(store);
+	free(dir);
+}
+
+Test(files, existing_file_keeps_its_mode)
+{
+	char *dir = tt_tmpdir(), *path = tt_path(dir, "s.db");
+	char errstr[512];
+	tbx__db_opts_t opts;
+	sqlite3 *db = NULL;
+	FILE *f = fopen(path, "w");
+
+	cr_assert(f);
+	fclose(f);
+	cr_assert_eq(chmod(path, 0640), 0);
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx__db_open(path, &opts, &db, errstr, sizeof(errstr)),
+		     TBX_OK, "%s", errstr);
+	cr_expect_eq(mode_of(path), 0640);
+	sqlite3_close_v2(db);
+	tt_rmrf(dir);
+	free(path);
+	free(dir);
+}
