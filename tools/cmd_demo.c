@@ -22,9 +22,11 @@
  * The result counts the business rows: exactly once means N rows with N
  * distinct orders in both tables.  The token store should be empty too.
  *
- * Only the public API (tokenbox/tokenbox.h) is used, like any user of the
- * library would, plus librdkafka, SQLite and cJSON directly.  Everything
- * runs on the calling thread; the handlers run inside tbx_worker_poll().
+ * The pipeline uses only the public API (tokenbox/tokenbox.h), like any
+ * user of the library would, plus librdkafka, SQLite and cJSON directly;
+ * what is left in the token store at the end is read through the token
+ * store's interface (tokens/tokens.h).  Everything runs on the calling
+ * thread; the handlers run inside tbx_worker_poll().
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -42,6 +44,7 @@
 #include <unistd.h>
 
 #include "tokenbox/tokenbox.h"
+#include "tokens/tokens.h"
 #include "tools/cli.h"
 #include "tools/kafka_admin.h"
 
@@ -599,34 +602,29 @@ static void temp_dir_remove(const char *path)
 			strerror(errno));
 }
 
-/* Row counts of the token store, read-only. */
+/* Token rows and registrations left in the token store, read through
+ * its interface (tokens/tokens.h), read-only. */
 static int count_tokens(const char *path, int64_t *tokens,
 			int64_t *registrations, char *errstr,
 			size_t errstr_size)
 {
-	static const char *const sql[2] = {
-	    "SELECT COUNT(*) FROM tbx_tokens",
-	    "SELECT COUNT(*) FROM tbx_registrations",
-	};
-	int64_t *out[2] = {tokens, registrations};
-	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t = NULL;
+	int err;
 
-	for (int i = 0; i < 2 && rc == SQLITE_OK; i++) {
-		sqlite3_stmt *stmt = NULL;
-		rc = sqlite3_prepare_v2(db, sql[i], -1, &stmt, NULL);
-		if (rc == SQLITE_OK &&
-		    (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-			*out[i] = sqlite3_column_int64(stmt, 0);
-			rc = SQLITE_OK;
-		}
-		sqlite3_finalize(stmt);
-	}
-	if (rc != SQLITE_OK)
+	tbx__db_opts_init(&opts);
+	opts.readonly = 1;
+	opts.create = 0;
+	if ((err = tbx_tokens_sqlite_open(path, &opts, NULL, &t, errstr,
+					  errstr_size)))
+		return -1;
+	if ((err = tbx_tokens_count(t, NULL, tokens, registrations))) {
+		const char *msg = tbx_tokens_errmsg(t);
 		snprintf(errstr, errstr_size, "%s: %s", path,
-			 db ? sqlite3_errmsg(db) : "out of memory");
-	sqlite3_close(db);
-	return rc == SQLITE_OK ? 0 : -1;
+			 msg ? msg : tbx_strerror(err));
+	}
+	tbx_tokens_close(t);
+	return err ? -1 : 0;
 }
 
 /* Rows and distinct orders of a hop's table, after the run. */
