@@ -252,13 +252,22 @@ int tbx__pg_ident_check(const char *key, const char *name, char *errstr,
 /* The server's message without its trailing newline, into pg->errmsg. */
 static void keep_msg(tbx__pg_t *pg, const char *msg)
 {
-	size_t n;
+	size_t n = 0;
 
-	tbx__strlcpy(pg->errmsg, msg && *msg ? msg : "unknown error",
-		     sizeof(pg->errmsg));
-	n = strlen(pg->errmsg);
-	while (n && (pg->errmsg[n - 1] == '\n' || pg->errmsg[n - 1] == ' '))
-		pg->errmsg[--n] = '\0';
+	/* On one line: libpq's messages may hold "\n\t" before a hint,
+	 * and a log line or a command's error is one line. */
+	for (msg = msg && *msg ? msg : "unknown error";
+	     *msg && n + 1 < sizeof(pg->errmsg); msg++) {
+		if (*msg == '\n' || *msg == '\r' || *msg == '\t') {
+			if (n && pg->errmsg[n - 1] != ' ')
+				pg->errmsg[n++] = ' ';
+			continue;
+		}
+		pg->errmsg[n++] = *msg;
+	}
+	while (n && pg->errmsg[n - 1] == ' ')
+		n--;
+	pg->errmsg[n] = '\0';
 }
 
 const char *tbx__pg_errmsg(const tbx__pg_t *pg)
@@ -354,6 +363,9 @@ int tbx__pg_connect(const char *conninfo, tbx__pg_t **out, char *errstr,
 	opts = PQconninfoParse(conninfo, &err);
 	if (!opts) {
 		char red[256];
+		size_t n = err ? strlen(err) : 0;
+		while (n && (err[n - 1] == '\n' || err[n - 1] == ' '))
+			err[--n] = '\0';
 		rc = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
 				 "%s: not a valid PostgreSQL connection "
 				 "string: %s",

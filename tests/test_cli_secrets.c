@@ -1,8 +1,10 @@
 /*
  * Secrets and access: a PostgreSQL connection string is shown only
  * without its password (tbx__pg_redact, tbx__pg_censor, and what the
- * commands print), and the SQLite stores are files their owner alone may
- * read.  No server is needed: the PostgreSQL cases fail to connect.
+ * commands print), sslmode is honoured, and the SQLite stores are files
+ * their owner alone may read.  No server is needed: the PostgreSQL cases
+ * fail to connect, or meet a listener that answers as a server without
+ * TLS does.
  */
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -134,6 +136,8 @@ Test(redact, connect_errors)
 		cr_expect_neq(err, TBX_OK, "%s connected", bad[i]);
 		cr_expect(*errstr, "%s: no message", bad[i]);
 		cr_expect_null(strstr(errstr, "s3"), "%s: %s", bad[i], errstr);
+		cr_expect_null(strchr(errstr, '\n'), "%s: not one line: %s",
+			       bad[i], errstr);
 	}
 }
 
