@@ -6,7 +6,12 @@
  * fail to connect, or meet a listener that answers as a server without
  * TLS does.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "cli_child.h"
@@ -226,4 +231,183 @@ Test(files, existing_file_keeps_its_mode)
 	tt_rmrf(dir);
 	free(path);
 	free(dir);
+}
+
+/* ---- the commands' output and errors -------------------------------- */
+
+/* No server: every command fails to connect, and says where without the
+ * password, in each of its forms. */
+Test(commands, errors_never_show_a_password)
+{
+	static const char *const urls[] = {
+	    "postgresql://alice:s3cretPW@/db?host=/nonexistent-tbx&port=1",
+	    "postgresql://alice@/db?host=/nonexistent-tbx&port=1&password="
+	    "s3cretPW",
+	    "postgresql://alice:s3cretPW%zz@/db?host=/nonexistent-tbx",
+	    "postgresql://alice@/db?host=/nonexistent-tbx&PASSWORD=s3cretPW",
+	};
+	for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+		const char *inspect[] = {"inspect",  "-s",	urls[i],
+					 "--schema", "billing", "status",
+					 NULL};
+		const char *inspect_t[] = {
+		    "inspect", "-s",	 "/nonexistent.db", "-S",
+		    urls[i],   "--json", "status",	    NULL};
+		const char *init[] = {"init", "--tokens", urls[i], NULL};
+		const char *send[] = {"send",  "-b", "127.0.0.1:1", "-t",
+				      "t",     "-T", "T",	    "-S",
+				      urls[i], NULL};
+		const char *const *cmds[] = {inspect, inspect_t, init, send};
+
+		for (size_t c = 0; c < 4; c++) {
+			cc_result_t res =
+			    cc_run_with(cmds[c], "x\n", 2, CC_RUN_TIMEOUT_MS);
+			cr_expect(!cc_exited(res.status, 0), "%s %s: exit 0",
+				  cmds[c][0], urls[i]);
+			cr_expect(*res.err, "%s %s: no error", cmds[c][0],
+				  urls[i]);
+			cr_expect_null(strstr(res.out, "s3cret"),
+				       "%s %s: stdout: %s", cmds[c][0], urls[i],
+				       res.out);
+			cr_expect_null(strstr(res.err, "s3cret"),
+				       "%s %s: stderr: %s", cmds[c][0], urls[i],
+				       res.err);
+			cc_result_free(&res);
+		}
+	}
+}
+
+Test(commands, a_schema_is_for_a_url_only)
+{
+	const char *inspect[] = {"inspect", "-s",     "/tmp/s.db", "--schema",
+				 "billing", "status", NULL};
+	const char *send[] = {
+	    "send", "-b",	 "127.0.0.1:1",	    "-t",  "t", "-T", "T",
+	    "-S",   "/tmp/t.db", "--tokens-schema", "tok", NULL};
+	const char *const *cmds[] = {inspect, send};
+
+	for (size_t c = 0; c < 2; c++) {
+		cc_result_t res = cc_run(cmds[c]);
+		cr_expect(cc_exited(res.status, 2), "%s: %d", cmds[c][0],
+			  res.status);
+		cr_expect(strstr(res.err, "applies to a PostgreSQL URL"), "%s",
+			  res.err);
+		cr_expect_eq(cc_lines(res.err), 1, "%s", res.err);
+		cc_result_free(&res);
+	}
+}
+
+/* ---- sslmode ---------------------------------------------------------- */
+
+/* A TCP listener on 127.0.0.1 that answers PostgreSQL's SSLRequest with
+ * 'N', as a server without TLS does (the pg tier's server listens on a
+ * Unix socket only, where libpq never uses TLS). */
+typedef struct no_tls {
+	int fd, port;
+	int asked; /* SSLRequests answered */
+	volatile int stop;
+	pthread_t thread;
+} no_tls_t;
+
+/* Reads @p n bytes within 10 s (times the factor); @returns 0 or -1. */
+static int read_all(int fd, unsigned char *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		struct pollfd p = {fd, POLLIN, 0};
+		ssize_t r;
+		if (poll(&p, 1, 10000 * tt_time_factor()) <= 0)
+			return -1;
+		if ((r = read(fd, buf + got, n - got)) <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+static void *no_tls_serve(void *arg)
+{
+	no_tls_t *s = arg;
+
+	while (!s->stop) {
+		struct pollfd p = {s->fd, POLLIN, 0};
+		unsigned char req[8], rest[64];
+		int c;
+
+		if (poll(&p, 1, 50) <= 0 || (c = accept(s->fd, NULL, NULL)) < 0)
+			continue;
+		/* SSLRequest: length 8, code 80877103. */
+		if (!read_all(c, req, 8) && req[3] == 8 && req[4] == 0x04 &&
+		    req[5] == 0xd2 && req[6] == 0x16 && req[7] == 0x2f &&
+		    write(c, "N", 1) == 1) {
+			s->asked++;
+			/* libpq gives up and closes: wait for that. */
+			while (read(c, rest, sizeof(rest)) > 0)
+				;
+		}
+		close(c);
+	}
+	return NULL;
+}
+
+static void no_tls_start(no_tls_t *s)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+
+	memset(s, 0, sizeof(*s));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(s->fd >= 0);
+	cr_assert_eq(bind(s->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(s->fd, 8), 0);
+	cr_assert_eq(getsockname(s->fd, (struct sockaddr *)&a, &len), 0);
+	s->port = ntohs(a.sin_port);
+	cr_assert_eq(pthread_create(&s->thread, NULL, no_tls_serve, s), 0);
+}
+
+static void no_tls_stop(no_tls_t *s)
+{
+	s->stop = 1;
+	pthread_join(s->thread, NULL);
+	close(s->fd);
+}
+
+Test(commands, sslmode_require_refuses_a_server_without_tls)
+{
+	no_tls_t srv;
+	char url[256];
+
+	no_tls_start(&srv);
+	snprintf(url, sizeof(url),
+		 "postgresql://alice:s3cretPW@127.0.0.1:%d/db?sslmode=require&"
+		 "connect_timeout=10",
+		 srv.port);
+	{
+		const char *inspect[] = {"inspect", "-s",     url, "--schema",
+					 "billing", "status", NULL};
+		const char *init[] = {"init", "--tokens", url, NULL};
+		const char *const *cmds[] = {inspect, init};
+
+		for (size_t c = 0; c < 2; c++) {
+			cc_result_t res = cc_run(cmds[c]);
+			cr_expect(!cc_exited(res.status, 0), "%s: exit 0",
+				  cmds[c][0]);
+			cr_expect(strstr(res.err, "SSL"),
+				  "%s: the error does not say why: %s",
+				  cmds[c][0], res.err);
+			cr_expect(strstr(res.err, "alice:***@127.0.0.1"),
+				  "%s: the error does not name the URL: %s",
+				  cmds[c][0], res.err);
+			cr_expect(strstr(res.err, "sslmode=require"), "%s",
+				  res.err);
+			cr_expect_null(strstr(res.err, "s3cret"), "%s",
+				       res.err);
+			cr_expect_eq(cc_lines(res.err), 1, "%s", res.err);
+			cc_result_free(&res);
+		}
+	}
+	no_tls_stop(&srv);
+	cr_expect_geq(srv.asked, 2, "libpq did not ask for TLS");
 }
