@@ -292,6 +292,45 @@ Test(pg_cli, errors_name_the_url_without_its_password)
 	free(base);
 }
 
+/* ---- worker ---------------------------------------------------------- */
+
+Test(pg_cli, worker_check_config_names_the_stores_redacted)
+{
+	char *url = url_as(NULL, 1), t[64], s[64], store[600], schema[100],
+	     tschema[100], plugin[4200];
+	const char *args[] = {"worker", "--check-config",
+			      "-X",	"group.id=g",
+			      "-X",	store,
+			      "-X",	schema,
+			      "-X",	tschema,
+			      "-X",	"kafka.bootstrap.servers=127.0.0.1:9",
+			      "-X",	plugin,
+			      "-X",	"plugin.args=role=order-service",
+			      NULL};
+	cc_result_t res;
+	char want[200];
+
+	tt_pg_schema(t, sizeof(t), "clit");
+	tt_pg_schema(s, sizeof(s), "clis");
+	free(init_tokens(url, t, 1));
+	snprintf(store, sizeof(store), "store.url=%s", url);
+	snprintf(schema, sizeof(schema), "store.schema=%s", s);
+	snprintf(tschema, sizeof(tschema), "tokens.schema=%s", t);
+	snprintf(plugin, sizeof(plugin), "plugin=%s",
+		 tt_plugin_path("tbx_orders"));
+	res = run(args);
+	cr_assert(cc_exited(res.status, 0), "%d: %s", res.status, res.err);
+	no_password(&res, "worker --check-config");
+	snprintf(want, sizeof(want), ":***@/tokenbox?host=");
+	cr_expect(strstr(res.out, want), "%s", res.out);
+	snprintf(want, sizeof(want), "(schema %s), token store ", s);
+	cr_expect(strstr(res.out, want), "%s", res.out);
+	snprintf(want, sizeof(want), "(schema %s)\n", t);
+	cr_expect(strstr(res.out, want), "%s", res.out);
+	cc_result_free(&res);
+	free(url);
+}
+
 /* ---- send ------------------------------------------------------------ */
 
 Test(pg_cli, send_mints_in_a_token_schema)

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "consumer/conf.h"
+#include "consumer/stores.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
@@ -556,7 +557,6 @@ static int queue_line(send_state_t *st, char *line, size_t len, size_t lineno)
 static int configure(const send_opts_t *o, tbx_conf_t *conf)
 {
 	tbx_cli_store_t tokens;
-	const char *url;
 	char errstr[512];
 	int rc;
 
@@ -581,8 +581,7 @@ static int configure(const send_opts_t *o, tbx_conf_t *conf)
 					  "kafka.bootstrap.servers in the "
 					  "configuration; see 'tokenbox help "
 					  "send')");
-	url = tbx_conf_get(conf, "tokens.url");
-	if (!*tbx__conf_cfg(conf)->tokens_path && (!url || !*url))
+	if (!tbx__stores_tokens_set(tbx__conf_cfg(conf)))
 		return tbx_cli_usage(CMD,
 				     "--tokens is required (or tokens.path or "
 				     "tokens.url in the configuration; see "
