@@ -413,7 +413,11 @@ static int migrate(pg_store_t *store, char *errstr, size_t errstr_size)
 			  errstr_size);
 		goto rollback;
 	}
-	if ((err = ddl(store, "CREATE SCHEMA IF NOT EXISTS @S"))) {
+	/* Not CREATE SCHEMA IF NOT EXISTS: PostgreSQL checks the database's
+	 * CREATE privilege before it looks, and a service's role may own
+	 * its schema without it (docs/operations.md, roles and grants). */
+	if ((err = ddl(store, "DO $$BEGIN IF to_regnamespace('@S') IS NULL "
+			      "THEN CREATE SCHEMA @S; END IF; END$$"))) {
 		open_fail(store, err, "cannot create the schema", errstr,
 			  errstr_size);
 		goto rollback;

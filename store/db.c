@@ -17,6 +17,7 @@
 #include "store/db.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -589,6 +590,21 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 			    opts->readonly ? "" : " (and creating it is off)");
 		return tbx__seterr(errstr, errstr_size, TBX_EIO, "%s: %s", path,
 				   strerror(errno));
+	}
+	/* A new file is made here, readable and writable by its owner only
+	 * (SQLite would make it 0644 less the umask): the stores hold the
+	 * messages' payloads.  SQLite gives its -wal and -shm files the
+	 * database file's mode.  An empty file is an empty database; a file
+	 * made meanwhile by another process is left as it is. */
+	if (!opts->readonly && opts->create) {
+		int fd =
+		    open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			close(fd);
+		else if (errno != EEXIST)
+			return tbx__seterr(errstr, errstr_size, TBX_EIO,
+					   "%s: cannot create: %s", path,
+					   strerror(errno));
 	}
 	flags = SQLITE_OPEN_NOMUTEX; /* a handle is used by one thread */
 	if (opts->readonly)

@@ -36,87 +36,189 @@ static void put(char *out, size_t size, size_t *len, const char *s, size_t n)
 	out[*len] = '\0';
 }
 
-/* A URL: the part between "//" and the '@' of the authority may hold
- * "user:password". */
-static void redact_url(const char *url, char *out, size_t size)
+/* A span of a connection string that must not be shown. */
+typedef void (*secret_fn)(void *opaque, const char *s, size_t n);
+
+/* The value of hex digit @p c, or -1. */
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* 1 when the @p n bytes at @p key, percent-decoded as libpq decodes a
+ * URL's query, are "password" in any case (libpq takes only the lower
+ * case, but refuses the others with a message that quotes the string). */
+static int is_password_key(const char *key, size_t n, int decode)
+{
+	static const char want[] = "password";
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++, k++) {
+		int c = (unsigned char)key[i];
+		if (decode && c == '%' && i + 2 < n &&
+		    hexval(key[i + 1]) >= 0 && hexval(key[i + 2]) >= 0) {
+			c = hexval(key[i + 1]) * 16 + hexval(key[i + 2]);
+			i += 2;
+		}
+		if (k >= sizeof(want) - 1 || tolower(c) != want[k])
+			return 0;
+	}
+	return k == sizeof(want) - 1;
+}
+
+/* A URL's secrets: the password of "user:password@" in the authority,
+ * and the values of password=… in the query. */
+static void url_secrets(const char *url, secret_fn fn, void *opaque)
 {
 	const char *auth = strstr(url, "//") + 2;
 	const char *end = auth + strcspn(auth, "/?#");
-	const char *at = NULL, *colon;
-	size_t len = 0;
+	const char *at = NULL, *colon, *q;
 
 	for (const char *p = auth; p < end; p++)
 		if (*p == '@')
 			at = p;
 	colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-	if (colon) {
-		put(out, size, &len, url, (size_t)(colon + 1 - url));
-		put(out, size, &len, "***", 3);
-		url = at;
+	if (colon)
+		fn(opaque, colon + 1, (size_t)(at - colon - 1));
+	if (!(q = strchr(end, '?')))
+		return;
+	for (q++; *q;) {
+		size_t len = strcspn(q, "&");
+		const char *eq = memchr(q, '=', len);
+		if (eq && is_password_key(q, (size_t)(eq - q), 1))
+			fn(opaque, eq + 1, len - (size_t)(eq + 1 - q));
+		q += len;
+		if (*q)
+			q++;
 	}
-	/* A password in the query string (…?password=x). */
-	for (const char *p = url; *p; p++) {
-		if ((*p == '?' || *p == '&') &&
-		    strncmp(p + 1, "password=", 9) == 0) {
-			put(out, size, &len, url, (size_t)(p + 10 - url));
-			put(out, size, &len, "***", 3);
-			url = p + 10 + strcspn(p + 10, "&#");
-			p = url - 1;
-		}
-	}
-	put(out, size, &len, url, strlen(url));
 }
 
-/* key=value form: the value of password (quoted or not) becomes ***. */
-static void redact_kv(const char *s, char *out, size_t size)
+/* The end of a key=value string's value at @p v (quoted or not, with
+ * backslash escapes, as libpq reads it). */
+static const char *kv_value_end(const char *v)
 {
-	size_t len = 0;
+	if (*v == '\'') {
+		for (v++; *v && *v != '\''; v++)
+			if (*v == '\\' && v[1])
+				v++;
+		return *v ? v + 1 : v;
+	}
+	for (; *v && !isspace((unsigned char)*v); v++)
+		if (*v == '\\' && v[1])
+			v++;
+	return v;
+}
+
+/* key=value form: the values of password (in any case), and every word
+ * that is not key=value (libpq quotes it whole in its complaint, and it
+ * may be a password with its key mistyped). */
+static void kv_secrets(const char *s, secret_fn fn, void *opaque)
+{
 	const char *p = s;
 
-	while (*p) {
-		const char *key = p + strspn(p, " \t\n");
-		size_t klen = strcspn(key, " \t\n=");
-		const char *v = key + klen;
-		const char *vend;
+	for (;;) {
+		const char *key = p + strspn(p, " \t\n\r\f\v");
+		size_t klen = strcspn(key, " \t\n\r\f\v=");
+		const char *v = key + klen, *vend;
 
-		v += strspn(v, " \t\n");
-		if (*v != '=') { /* malformed: keep the rest as is */
-			put(out, size, &len, p, strlen(p));
+		if (!*key)
 			return;
+		v += strspn(v, " \t\n\r\f\v");
+		if (*v != '=') { /* a word without a value */
+			fn(opaque, key, klen);
+			p = key + klen;
+			continue;
 		}
 		v++;
-		v += strspn(v, " \t\n");
-		vend = v;
-		if (*vend == '\'') {
-			for (vend++; *vend && *vend != '\''; vend++)
-				if (*vend == '\\' && vend[1])
-					vend++;
-			if (*vend)
-				vend++;
-		} else {
-			vend += strcspn(vend, " \t\n");
-		}
-		put(out, size, &len, p, (size_t)(v - p));
-		if (klen == 8 && strncmp(key, "password", 8) == 0)
-			put(out, size, &len, "***", 3);
-		else
-			put(out, size, &len, v, (size_t)(vend - v));
+		v += strspn(v, " \t\n\r\f\v");
+		vend = kv_value_end(v);
+		if (!klen || is_password_key(key, klen, 0))
+			fn(opaque, v, (size_t)(vend - v));
 		p = vend;
 	}
 }
 
+static void secrets(const char *conninfo, secret_fn fn, void *opaque)
+{
+	if (tbx__pg_is_url(conninfo))
+		url_secrets(conninfo, fn, opaque);
+	else
+		kv_secrets(conninfo, fn, opaque);
+}
+
+/* The copy being made by tbx__pg_redact(). */
+typedef struct redacting {
+	const char *src; /* copied up to here */
+	char *out;
+	size_t size, len;
+} redacting_t;
+
+static void redact_span(void *opaque, const char *s, size_t n)
+{
+	redacting_t *r = opaque;
+
+	if (!n)
+		return;
+	put(r->out, r->size, &r->len, r->src, (size_t)(s - r->src));
+	put(r->out, r->size, &r->len, "***", 3);
+	r->src = s + n;
+}
+
 const char *tbx__pg_redact(const char *conninfo, char *out, size_t size)
 {
+	redacting_t r = {conninfo, out, size, 0};
+
 	if (!size)
 		return out;
 	out[0] = '\0';
 	if (!conninfo)
 		return out;
-	if (tbx__pg_is_url(conninfo))
-		redact_url(conninfo, out, size);
-	else
-		redact_kv(conninfo, out, size);
+	secrets(conninfo, redact_span, &r);
+	put(out, size, &r.len, r.src, strlen(r.src));
 	return out;
+}
+
+/* A message being cleaned of a connection string's secrets. */
+typedef struct censoring {
+	char *msg;
+} censoring_t;
+
+static void censor_span(void *opaque, const char *s, size_t n)
+{
+	censoring_t *c = opaque;
+
+	if (!n)
+		return;
+	/* Each occurrence becomes "***"; a shorter one becomes stars of
+	 * its length. */
+	for (char *p = c->msg; *p;) {
+		size_t rest;
+		if (strncmp(p, s, n) != 0) {
+			p++;
+			continue;
+		}
+		rest = strlen(p + n);
+		if (n >= 3) {
+			memcpy(p, "***", 3);
+			memmove(p + 3, p + n, rest + 1);
+			p += 3;
+		} else {
+			memset(p, '*', n);
+			p += n;
+		}
+	}
+}
+
+char *tbx__pg_censor(const char *conninfo, char *msg)
+{
+	censoring_t c = {msg};
+
+	if (conninfo && msg)
+		secrets(conninfo, censor_span, &c);
+	return msg;
 }
 
 int tbx__pg_ident_check(const char *key, const char *name, char *errstr,
@@ -150,13 +252,22 @@ int tbx__pg_ident_check(const char *key, const char *name, char *errstr,
 /* The server's message without its trailing newline, into pg->errmsg. */
 static void keep_msg(tbx__pg_t *pg, const char *msg)
 {
-	size_t n;
+	size_t n = 0;
 
-	tbx__strlcpy(pg->errmsg, msg && *msg ? msg : "unknown error",
-		     sizeof(pg->errmsg));
-	n = strlen(pg->errmsg);
-	while (n && (pg->errmsg[n - 1] == '\n' || pg->errmsg[n - 1] == ' '))
-		pg->errmsg[--n] = '\0';
+	/* On one line: libpq's messages may hold "\n\t" before a hint,
+	 * and a log line or a command's error is one line. */
+	for (msg = msg && *msg ? msg : "unknown error";
+	     *msg && n + 1 < sizeof(pg->errmsg); msg++) {
+		if (*msg == '\n' || *msg == '\r' || *msg == '\t') {
+			if (n && pg->errmsg[n - 1] != ' ')
+				pg->errmsg[n++] = ' ';
+			continue;
+		}
+		pg->errmsg[n++] = *msg;
+	}
+	while (n && pg->errmsg[n - 1] == ' ')
+		n--;
+	pg->errmsg[n] = '\0';
 }
 
 const char *tbx__pg_errmsg(const tbx__pg_t *pg)
@@ -258,11 +369,15 @@ int tbx__pg_connect(const char *conninfo, tbx__pg_t **out, char *errstr,
 	opts = PQconninfoParse(conninfo, &err);
 	if (!opts) {
 		char red[256];
+		size_t n = err ? strlen(err) : 0;
+		while (n && (err[n - 1] == '\n' || err[n - 1] == ' '))
+			err[--n] = '\0';
 		rc = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
 				 "%s: not a valid PostgreSQL connection "
 				 "string: %s",
 				 tbx__pg_redact(conninfo, red, sizeof(red)),
-				 err ? err : "out of memory");
+				 err ? tbx__pg_censor(conninfo, err)
+				     : "out of memory");
 		PQfreemem(err);
 		return rc;
 	}

@@ -65,10 +65,19 @@ typedef struct tbx__pg {
 int tbx__pg_is_url(const char *s);
 
 /**
- * Writes @p conninfo without its password (a URL's password and a
- * password=… keyword both become "***") to @p out.  @returns @p out.
+ * Writes @p conninfo without its password to @p out (cut to @p size):
+ * a URL's "user:password@" and its query's password=… (the key in any
+ * case, percent-encoded or not), a key=value string's password value
+ * (quoted or not) and any word of it that is not key=value (a password
+ * whose key is mistyped) each become "***".  @returns @p out.
  */
 const char *tbx__pg_redact(const char *conninfo, char *out, size_t size);
+/**
+ * Replaces in the message @p msg, in place, every occurrence of the
+ * parts of @p conninfo that tbx__pg_redact() hides (libpq's complaint
+ * about a malformed string may quote them).  @returns @p msg.
+ */
+char *tbx__pg_censor(const char *conninfo, char *msg);
 
 /**
  * Checks a schema name: 1 to 63 bytes of [A-Za-z0-9_.-], not starting

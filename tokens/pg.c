@@ -472,7 +472,11 @@ static int migrate(tbx_tokens_pg_t *t, char *errstr, size_t errstr_size)
 			  errstr_size);
 		goto rollback;
 	}
-	if ((err = ddl(t, "CREATE SCHEMA IF NOT EXISTS @T"))) {
+	/* Not CREATE SCHEMA IF NOT EXISTS: PostgreSQL checks the database's
+	 * CREATE privilege before it looks (docs/operations.md, roles and
+	 * grants). */
+	if ((err = ddl(t, "DO $$BEGIN IF to_regnamespace('@T') IS NULL "
+			  "THEN CREATE SCHEMA @T; END IF; END$$"))) {
 		open_fail(t, err, "cannot create the schema", errstr,
 			  errstr_size);
 		goto rollback;

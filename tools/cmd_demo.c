@@ -22,9 +22,18 @@
  * The result counts the business rows: exactly once means N rows with N
  * distinct orders in both tables.  The token store should be empty too.
  *
- * Only the public API (tokenbox/tokenbox.h) is used, like any user of the
- * library would, plus librdkafka, SQLite and cJSON directly.  Everything
- * runs on the calling thread; the handlers run inside tbx_worker_poll().
+ * With --store-url the stores are schemas of a PostgreSQL database, fresh
+ * per run (dropped at the end unless --keep), and the business tables are
+ * in the services' schemas.
+ *
+ * The pipeline uses only the public API (tokenbox/tokenbox.h), like any
+ * user of the library would, plus librdkafka, SQLite and cJSON directly;
+ * the handlers write through tbx_ctx_db() on SQLite and tbx_ctx_exec() on
+ * PostgreSQL.  What is left in the token store at the end is read through
+ * the token store's interface (tokens/tokens.h), and the demo's own
+ * PostgreSQL connection (creating and counting the business tables,
+ * dropping the schemas) is the stores' (store/pg.h).  Everything runs on
+ * the calling thread; the handlers run inside tbx_worker_poll().
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -41,8 +50,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/pg.h"
 #include "tokenbox/tokenbox.h"
+#include "tokens/tokens.h"
 #include "tools/cli.h"
+#include "tools/cli_store.h"
 #include "tools/kafka_admin.h"
 
 #define CMD "demo"
@@ -62,6 +74,8 @@
 #define DEMO_READ_MAX	      2000 /* records read back per round */
 #define DEMO_MAX_SEED	      9007199254740991LL /* 2^53 - 1: exact in JSON */
 #define DEMO_ADMIN_TIMEOUT_MS 60000
+
+enum { OPT_STORE_URL = 256 };
 
 static int64_t mono_ms(void)
 {
@@ -132,6 +146,7 @@ static int order_parse(const void *payload, size_t len, order_t *order)
  */
 typedef struct hop {
 	const char *group;    /* the service's name: stores, output */
+	const char *table;    /* its business table */
 	const char *group_id; /* its consumer group on the cluster */
 	const char *topic;    /* consumed */
 	const char *type;
@@ -142,6 +157,13 @@ typedef struct hop {
 	const char *next_topic; /* NULL: the last hop */
 	const char *next_type;
 	char path[PATH_MAX];
+	/* PostgreSQL (--store-url): the service's schema, the handler's
+	 * insert, and the demo's statements on its own connection. */
+	char schema[TBX_PG_IDENT_MAX + 1];
+	char pg_insert[256];
+	tbx__pg_t *pg; /* the demo's connection (borrowed); NULL: SQLite */
+	tbx__pg_stmts_t stmts;
+	int stmts_made;
 	tbx_conf_t *conf; /* template: each instance gets a copy */
 	tbx_worker_t *worker;
 	tbx_stats_t past; /* counters of destroyed instances */
@@ -174,7 +196,22 @@ static tbx_verdict_t hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 				       "{\"order\": \"<n>\", \"amount\": <n>}");
 		return TBX_VERDICT_REJECT;
 	}
-	if (hop->stmt_db != db) {
+	if (!db) {
+		/* PostgreSQL: the portable call, with text parameters. */
+		char customer[64], amount[24], at[24];
+		const char *params[4] = {order.no_text, customer, amount, at};
+
+		if (key_len >= sizeof(customer)) {
+			tbx_ctx_set_error(ctx, "the key is too long for a "
+					       "customer");
+			return TBX_VERDICT_REJECT;
+		}
+		snprintf(customer, sizeof(customer), "%.*s", (int)key_len, key);
+		snprintf(amount, sizeof(amount), "%lld", order.amount);
+		snprintf(at, sizeof(at), "%lld", (long long)wall_ms());
+		if (tbx_ctx_exec(ctx, hop->pg_insert, params, 4, NULL))
+			return TBX_VERDICT_RETRY; /* the reason is set */
+	} else if (hop->stmt_db != db) {
 		if (sqlite3_prepare_v3(db, hop->insert_sql, -1,
 				       SQLITE_PREPARE_PERSISTENT, &hop->insert,
 				       NULL) != SQLITE_OK) {
@@ -185,16 +222,20 @@ static tbx_verdict_t hop_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 		}
 		hop->stmt_db = db;
 	}
-	sqlite3_bind_text(hop->insert, 1, order.no_text, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(hop->insert, 2, key, (int)key_len, SQLITE_TRANSIENT);
-	sqlite3_bind_int64(hop->insert, 3, order.amount);
-	sqlite3_bind_int64(hop->insert, 4, wall_ms());
-	rc = sqlite3_step(hop->insert);
-	sqlite3_reset(hop->insert);
-	sqlite3_clear_bindings(hop->insert);
-	if (rc != SQLITE_DONE) {
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-		return TBX_VERDICT_RETRY;
+	if (db) {
+		sqlite3_bind_text(hop->insert, 1, order.no_text, -1,
+				  SQLITE_TRANSIENT);
+		sqlite3_bind_text(hop->insert, 2, key, (int)key_len,
+				  SQLITE_TRANSIENT);
+		sqlite3_bind_int64(hop->insert, 3, order.amount);
+		sqlite3_bind_int64(hop->insert, 4, wall_ms());
+		rc = sqlite3_step(hop->insert);
+		sqlite3_reset(hop->insert);
+		sqlite3_clear_bindings(hop->insert);
+		if (rc != SQLITE_DONE) {
+			tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
+			return TBX_VERDICT_RETRY;
+		}
 	}
 	if (!hop->next_topic)
 		return TBX_VERDICT_OK;
@@ -255,6 +296,42 @@ static int run_once(sqlite3 *db, const char *sql)
 	return rc;
 }
 
+/* The demo's statements on a PostgreSQL service schema. */
+enum { Q_COUNT, Q_FINAL, Q_N };
+
+/* Creates the business table in the hop's schema (made by the worker's
+ * store) and prepares the demo's counts.  @returns 0 or -1. */
+static int hop_pg_prepare(hop_t *hop, char *errstr, size_t errstr_size)
+{
+	char create[320], count[96], final[128];
+	const char *tmpl[Q_N] = {count, final};
+	int err;
+
+	/* The schema's name is the demo's own, checked by
+	 * tbx__pg_ident_check(): quoting it is enough. */
+	snprintf(create, sizeof(create),
+		 "CREATE TABLE IF NOT EXISTS \"%s\".%s(order_no text NOT "
+		 "NULL, customer text NOT NULL, amount bigint NOT NULL, "
+		 "handled_at bigint NOT NULL)",
+		 hop->schema, hop->table);
+	snprintf(count, sizeof(count), "SELECT COUNT(*) FROM @S.%s",
+		 hop->table);
+	snprintf(final, sizeof(final),
+		 "SELECT COUNT(*), COUNT(DISTINCT order_no) FROM @S.%s",
+		 hop->table);
+	if ((err = tbx__pg_exec(hop->pg, create)) ||
+	    (err = tbx__pg_stmts_init(&hop->stmts, hop->pg, hop->table, tmpl,
+				      Q_N, hop->schema, NULL))) {
+		snprintf(errstr, errstr_size, "%s: schema %s: %s",
+			 hop->pg->where, hop->schema,
+			 err == TBX_ENOMEM ? "out of memory"
+					   : tbx__pg_errmsg(hop->pg));
+		return -1;
+	}
+	hop->stmts_made = 1;
+	return 0;
+}
+
 /* Creates a worker instance from a copy of the template and, the first
  * time, the business table. */
 static int hop_start(hop_t *hop, char *errstr, size_t errstr_size)
@@ -280,8 +357,12 @@ static int hop_start(hop_t *hop, char *errstr, size_t errstr_size)
 		return -1;
 	}
 	/* The table exists before the first message can arrive: the
-	 * worker created the file, the demo adds its business table. */
-	if (!hop->db) {
+	 * worker created the file (or schema), the demo adds its business
+	 * table. */
+	if (hop->pg && !hop->stmts_made) {
+		if (hop_pg_prepare(hop, errstr, errstr_size))
+			return -1;
+	} else if (!hop->pg && !hop->db) {
 		if (sqlite3_open_v2(hop->path, &hop->db, SQLITE_OPEN_READWRITE,
 				    NULL) != SQLITE_OK ||
 		    sqlite3_busy_timeout(hop->db, 10000) != SQLITE_OK ||
@@ -323,6 +404,15 @@ static void hop_stop(hop_t *hop)
 
 static int64_t hop_count(hop_t *hop)
 {
+	int64_t n;
+
+	/* A failed count keeps the last one: the final count reports. */
+	if (hop->pg) {
+		if (hop->stmts_made &&
+		    !tbx__pg_run_i64(&hop->stmts, Q_COUNT, NULL, &n, NULL))
+			hop->rows = n;
+		return hop->rows;
+	}
 	if (sqlite3_step(hop->count) == SQLITE_ROW)
 		hop->rows = sqlite3_column_int64(hop->count, 0);
 	sqlite3_reset(hop->count); /* ends the read transaction */
@@ -334,6 +424,9 @@ static void hop_fini(hop_t *hop)
 	hop_stop(hop);
 	sqlite3_finalize(hop->count);
 	sqlite3_close(hop->db);
+	if (hop->stmts_made)
+		tbx__pg_stmts_free(&hop->stmts);
+	hop->stmts_made = 0;
 	tbx_conf_destroy(hop->conf);
 }
 
@@ -599,34 +692,29 @@ static void temp_dir_remove(const char *path)
 			strerror(errno));
 }
 
-/* Row counts of the token store, read-only. */
-static int count_tokens(const char *path, int64_t *tokens,
+/* Token rows and registrations left in the token store @p st, read
+ * through its interface (tokens/tokens.h), read-only. */
+static int count_tokens(const tbx_cli_store_t *st, int64_t *tokens,
 			int64_t *registrations, char *errstr,
 			size_t errstr_size)
 {
-	static const char *const sql[2] = {
-	    "SELECT COUNT(*) FROM tbx_tokens",
-	    "SELECT COUNT(*) FROM tbx_registrations",
-	};
-	int64_t *out[2] = {tokens, registrations};
-	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t = NULL;
+	int err;
 
-	for (int i = 0; i < 2 && rc == SQLITE_OK; i++) {
-		sqlite3_stmt *stmt = NULL;
-		rc = sqlite3_prepare_v2(db, sql[i], -1, &stmt, NULL);
-		if (rc == SQLITE_OK &&
-		    (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-			*out[i] = sqlite3_column_int64(stmt, 0);
-			rc = SQLITE_OK;
-		}
-		sqlite3_finalize(stmt);
+	tbx__db_opts_init(&opts);
+	opts.readonly = 1;
+	opts.create = 0;
+	if ((err =
+		 tbx_cli_open_tokens(st, NULL, &opts, &t, errstr, errstr_size)))
+		return -1;
+	if ((err = tbx_tokens_count(t, NULL, tokens, registrations))) {
+		const char *msg = tbx_tokens_errmsg(t);
+		snprintf(errstr, errstr_size, "%s: %s", st->name,
+			 msg ? msg : tbx_strerror(err));
 	}
-	if (rc != SQLITE_OK)
-		snprintf(errstr, errstr_size, "%s: %s", path,
-			 db ? sqlite3_errmsg(db) : "out of memory");
-	sqlite3_close(db);
-	return rc == SQLITE_OK ? 0 : -1;
+	tbx_tokens_close(t);
+	return err ? -1 : 0;
 }
 
 /* Rows and distinct orders of a hop's table, after the run. */
@@ -634,7 +722,26 @@ static int count_final(hop_t *hop, int64_t *rows, int64_t *distinct,
 		       char *errstr, size_t errstr_size)
 {
 	sqlite3_stmt *stmt = NULL;
-	int rc = sqlite3_prepare_v2(hop->db, hop->final_sql, -1, &stmt, NULL);
+	int rc;
+
+	if (hop->pg) {
+		PGresult *res = NULL;
+		int err = hop->stmts_made
+			      ? tbx__pg_run(&hop->stmts, Q_FINAL, NULL, &res)
+			      : TBX_ESTATE;
+		if (!err && PQntuples(res) == 1) {
+			*rows = tbx__pg_i64(res, 0, 0);
+			*distinct = tbx__pg_i64(res, 0, 1);
+		} else {
+			snprintf(errstr, errstr_size, "%s: schema %s: %s",
+				 hop->pg->where, hop->schema,
+				 err ? tbx__pg_errmsg(hop->pg) : "no count");
+			err = err ? err : TBX_ESTORE;
+		}
+		PQclear(res);
+		return err ? -1 : 0;
+	}
+	rc = sqlite3_prepare_v2(hop->db, hop->final_sql, -1, &stmt, NULL);
 
 	if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		*rows = sqlite3_column_int64(stmt, 0);
@@ -661,7 +768,8 @@ static void usage(void)
 {
 	printf("Usage: tokenbox demo [--messages N] [--json] [--keep DIR] "
 	       "[--seed S]\n"
-	       "                     [--bootstrap-servers B]\n"
+	       "                     [--bootstrap-servers B] [--store-url "
+	       "URL]\n"
 	       "\n"
 	       "Runs a two-hop pipeline on an embedded mock Kafka cluster, or "
 	       "on the\n"
@@ -679,7 +787,12 @@ static void usage(void)
 	       "  -j, --json        print the result as one JSON object, no "
 	       "progress\n"
 	       "  -k, --keep DIR    keep the stores in DIR (created; must be "
-	       "empty)\n"
+	       "empty); with\n"
+	       "                    --store-url: keep the schemas, named "
+	       "DIR_tokens,\n"
+	       "                    DIR_order_service and "
+	       "DIR_payment_service (none may\n"
+	       "                    exist)\n"
 	       "  -s, --seed S      seed of customers, amounts and duplicate "
 	       "picks\n"
 	       "                    (0..%lld, default: random, printed)\n"
@@ -694,6 +807,17 @@ static void usage(void)
 	       "leaves them\n"
 	       "                    there (the broker may also auto-create "
 	       "topics)\n"
+	       "      --store-url URL\n"
+	       "                    put every store into the PostgreSQL "
+	       "database URL\n"
+	       "                    (postgresql://...), in fresh schemas "
+	       "named after the\n"
+	       "                    run (tokenbox_demo_<pid>_<n>_...), "
+	       "dropped at the end;\n"
+	       "                    the password comes from the URL, "
+	       "PGPASSWORD, ~/.pgpass\n"
+	       "                    or a service file, and is never "
+	       "printed\n"
 	       "  -h, --help        show this help\n"
 	       "\n"
 	       "Exit status: 0 when every order took effect exactly once, 1 "
@@ -711,7 +835,10 @@ typedef struct result {
 	double elapsed_s;
 	int timed_out;
 	int exactly_once;
-	const char *cluster; /* bootstrap servers, or NULL: the mock */
+	const char *cluster;	/* bootstrap servers, or NULL: the mock */
+	const char *store_url;	/* redacted, or NULL: SQLite files */
+	const char *schemas[3]; /* tokens, the services' */
+	int schemas_kept;
 } result_t;
 
 static cJSON *stats_json(const tbx_stats_t *s, int instances)
@@ -786,6 +913,19 @@ static int print_json(const result_t *r, hop_t *hops, int64_t n,
 		cJSON_AddStringToObject(o, "store_dir", kept);
 	else
 		cJSON_AddNullToObject(o, "store_dir");
+	if (r->store_url) {
+		cJSON *sch;
+		cJSON_AddStringToObject(o, "store_url", r->store_url);
+		if ((sch = cJSON_AddObjectToObject(o, "schemas"))) {
+			cJSON_AddStringToObject(sch, "tokens", r->schemas[0]);
+			for (int i = 0; i < 2; i++)
+				cJSON_AddStringToObject(sch, hops[i].group,
+							r->schemas[i + 1]);
+		}
+		cJSON_AddBoolToObject(o, "schemas_kept", r->schemas_kept);
+	} else {
+		cJSON_AddNullToObject(o, "store_url");
+	}
 	if ((h = cJSON_AddObjectToObject(o, "hops"))) {
 		for (int i = 0; i < 2; i++)
 			cJSON_AddItemToObject(
@@ -834,6 +974,10 @@ static void print_summary(const result_t *r, const hop_t *hops, int64_t n,
 	       rate);
 	if (kept)
 		printf("  stores               %s\n", kept);
+	if (r->store_url)
+		printf("  stores               %s, schemas %s, %s, %s (%s)\n",
+		       r->store_url, r->schemas[0], r->schemas[1],
+		       r->schemas[2], r->schemas_kept ? "kept" : "dropped");
 	if (r->timed_out)
 		printf("exactly once: NO (nothing moved for %d s)\n",
 		       DEMO_STALL_S);
@@ -858,7 +1002,15 @@ typedef struct demo {
 	char dir[PATH_MAX];
 	int dir_made;
 	char tokens_path[PATH_MAX];
-	rd_kafka_t *mock_rk; /* hosts the mock cluster */
+	/* --store-url: the database, the demo's own connection, and the
+	 * schemas (PREFIX_tokens and one per service). */
+	const char *url;
+	tbx__pg_t *pg;
+	char prefix[TBX_PG_IDENT_MAX + 1];
+	char tokens_schema[TBX_PG_IDENT_MAX + 1];
+	int schemas_made;	/* from here on they are dropped at the end */
+	tbx_cli_store_t tokens; /* the token store, for the final count */
+	rd_kafka_t *mock_rk;	/* hosts the mock cluster */
 	rd_kafka_mock_cluster_t *mock;
 	const char *cluster; /* --bootstrap-servers, or NULL: the mock */
 	char bootstraps[1024];
@@ -940,6 +1092,116 @@ static int demo_cluster(demo_t *d)
 	return TBX_EXIT_OK;
 }
 
+/* The schemas of a --store-url run: PREFIX_tokens, PREFIX_order_service,
+ * PREFIX_payment_service, none of which may exist; the token store made
+ * in the first; the demo's connection.  @returns an exit status. */
+static int demo_pg_setup(demo_t *d)
+{
+	static const char *const exists_sql[1] = {
+	    "SELECT count(*) FROM pg_namespace WHERE nspname = ANY($1)"};
+	const char *names[3];
+	char *es = d->errstr;
+	size_t esz = sizeof(d->errstr);
+	tbx__pg_stmts_t stmts;
+	tbx__pg_params_t params;
+	tbx__db_opts_t opts;
+	tbx_tokens_t *tokens = NULL;
+	int64_t found = 0;
+	int err, rc;
+
+	if (d->keep)
+		snprintf(d->prefix, sizeof(d->prefix), "%s", d->keep);
+	else
+		snprintf(d->prefix, sizeof(d->prefix), "tokenbox_demo_%ld_%lld",
+			 (long)getpid(), (long long)(wall_ms() % 1000000000));
+	if (snprintf(d->tokens_schema, sizeof(d->tokens_schema), "%s_tokens",
+		     d->prefix) >= (int)sizeof(d->tokens_schema))
+		return tbx_cli_usage(CMD,
+				     "--keep: '%s' is too long for a schema "
+				     "prefix",
+				     d->prefix);
+	names[0] = d->tokens_schema;
+	for (int i = 0; i < 2; i++) {
+		hop_t *hop = &d->hops[i];
+		char *p;
+		if (snprintf(hop->schema, sizeof(hop->schema), "%s_%s",
+			     d->prefix, hop->group) >= (int)sizeof(hop->schema))
+			return tbx_cli_usage(CMD,
+					     "--keep: '%s' is too long for a "
+					     "schema prefix (at most %d "
+					     "characters)",
+					     d->prefix,
+					     TBX_PG_IDENT_MAX -
+						 (int)strlen(hop->group) - 1);
+		for (p = hop->schema; *p; p++)
+			if (*p == '-')
+				*p = '_';
+		if (tbx__pg_ident_check("--keep", hop->schema, es, esz))
+			return tbx_cli_usage(CMD, "%s", es);
+		snprintf(hop->pg_insert, sizeof(hop->pg_insert),
+			 "INSERT INTO \"%s\".%s(order_no, customer, amount, "
+			 "handled_at) VALUES ($1, $2, $3, $4)",
+			 hop->schema, hop->table);
+		names[i + 1] = hop->schema;
+	}
+	if ((rc = tbx_cli_store_set(CMD, &d->tokens, "--store-url", d->url,
+				    "--keep", d->tokens_schema, NULL)))
+		return rc;
+	if ((err = tbx__pg_connect(d->url, &d->pg, es, esz)))
+		return tbx_cli_fail(CMD, "%s", es);
+	/* Fresh schemas: a second run never meets a first one's rows. */
+	if ((err = tbx__pg_stmts_init(&stmts, d->pg, "dx", exists_sql, 1, NULL,
+				      NULL)))
+		return tbx_cli_fail(CMD, "out of memory");
+	tbx__pgp_init(&params);
+	tbx__pgp_text_array(&params, names, 3);
+	err = tbx__pg_run_i64(&stmts, 0, &params, &found, NULL);
+	tbx__pgp_free(&params);
+	tbx__pg_stmts_free(&stmts);
+	if (err)
+		return tbx_cli_fail(CMD, "%s: %s", d->pg->where,
+				    tbx__pg_errmsg(d->pg));
+	if (found)
+		return tbx_cli_usage(CMD,
+				     "%s: a schema %s, %s or %s exists already "
+				     "(the demo makes fresh ones; give another "
+				     "--keep prefix, or drop them)",
+				     d->pg->where, names[0], names[1],
+				     names[2]);
+	d->schemas_made = 1;
+	tbx__db_opts_init(&opts);
+	if ((err = tbx_cli_open_tokens(&d->tokens, NULL, &opts, &tokens, es,
+				       esz)))
+		return tbx_cli_fail(CMD, "cannot create the token store: %s",
+				    es);
+	tbx_tokens_close(tokens);
+	for (int i = 0; i < 2; i++)
+		d->hops[i].pg = d->pg;
+	return TBX_EXIT_OK;
+}
+
+/* Drops the run's schemas (unless --keep), then closes the connection. */
+static void demo_pg_fini(demo_t *d)
+{
+	const char *names[3] = {d->tokens_schema, d->hops[0].schema,
+				d->hops[1].schema};
+	char sql[128];
+
+	if (!d->pg)
+		return;
+	for (int i = 0; i < 3 && d->schemas_made && !d->keep; i++) {
+		snprintf(sql, sizeof(sql),
+			 "DROP SCHEMA IF EXISTS \"%s\" CASCADE", names[i]);
+		if (tbx__pg_exec(d->pg, sql))
+			fprintf(stderr,
+				"tokenbox demo: %s: cannot drop schema %s: "
+				"%s\n",
+				d->pg->where, names[i], tbx__pg_errmsg(d->pg));
+	}
+	tbx__pg_unref(d->pg);
+	d->pg = NULL;
+}
+
 static int demo_setup(demo_t *d)
 {
 	rd_kafka_topic_partition_list_t *parts;
@@ -950,7 +1212,10 @@ static int demo_setup(demo_t *d)
 	int rc;
 
 	/* Stores. */
-	if (d->keep) {
+	if (d->url) {
+		if ((rc = demo_pg_setup(d)))
+			return rc;
+	} else if (d->keep) {
 		if (snprintf(d->dir, sizeof(d->dir), "%s", d->keep) >=
 		    (int)sizeof(d->dir))
 			return tbx_cli_usage(CMD, "--keep: path too long");
@@ -965,14 +1230,22 @@ static int demo_setup(demo_t *d)
 					    d->dir, strerror(errno));
 		d->dir_made = 1;
 	}
-	if (snprintf(d->tokens_path, sizeof(d->tokens_path), "%s/tokens.db",
-		     d->dir) >= (int)sizeof(d->tokens_path))
-		return tbx_cli_usage(CMD, "--keep: path too long");
-	for (int i = 0; i < 2; i++)
-		if (snprintf(d->hops[i].path, sizeof(d->hops[i].path),
-			     "%s/%s.db", d->dir,
-			     d->hops[i].group) >= (int)sizeof(d->hops[i].path))
+	if (!d->url) {
+		if (snprintf(d->tokens_path, sizeof(d->tokens_path),
+			     "%s/tokens.db",
+			     d->dir) >= (int)sizeof(d->tokens_path))
 			return tbx_cli_usage(CMD, "--keep: path too long");
+		for (int i = 0; i < 2; i++)
+			if (snprintf(d->hops[i].path, sizeof(d->hops[i].path),
+				     "%s/%s.db", d->dir, d->hops[i].group) >=
+			    (int)sizeof(d->hops[i].path))
+				return tbx_cli_usage(CMD,
+						     "--keep: path too long");
+		if ((rc = tbx_cli_store_set(CMD, &d->tokens, "--keep",
+					    d->tokens_path, "--keep", NULL,
+					    NULL)))
+			return rc;
+	}
 
 	if ((rc = demo_cluster(d)))
 		return rc;
@@ -982,22 +1255,30 @@ static int demo_setup(demo_t *d)
 	 * untokened ingress for it. */
 	for (int i = 0; i < 2; i++) {
 		hop_t *hop = &d->hops[i];
-		const char *kv[] = {
-		    "group.id", hop->group_id, "store.path", hop->path,
-		    "tokens.path", d->tokens_path, "tokens.create", "true",
-		    "kafka.bootstrap.servers", d->bootstraps, "log.level",
-		    "warning",
-		    /* The mock rebalances a group that a
-		     * member left after the session timeout
-		     * less 1 s: a short one keeps the
-		     * restart quick.  Heartbeats come from
-		     * librdkafka's own thread.  A broker
-		     * refuses less than its
-		     * group.min.session.timeout.ms, 6 s by
-		     * default. */
-		    "kafka.consumer.session.timeout.ms",
-		    d->cluster ? "6000" : "3000",
-		    "kafka.consumer.heartbeat.interval.ms", "300", NULL};
+		/* The stores: files, or schemas of one database (the
+		 * token schema reached through the service store's
+		 * connection: tokens.url left empty). */
+		const char *kv[] = {"group.id", hop->group_id,
+				    d->url ? "store.url" : "store.path",
+				    d->url ? d->url : hop->path,
+				    d->url ? "store.schema" : "tokens.path",
+				    d->url ? hop->schema : d->tokens_path,
+				    d->url ? "tokens.schema" : "tokens.create",
+				    d->url ? d->tokens_schema : "true",
+				    "kafka.bootstrap.servers", d->bootstraps,
+				    "log.level", "warning",
+				    /* The mock rebalances a group that a
+				     * member left after the session timeout
+				     * less 1 s: a short one keeps the
+				     * restart quick.  Heartbeats come from
+				     * librdkafka's own thread.  A broker
+				     * refuses less than its
+				     * group.min.session.timeout.ms, 6 s by
+				     * default. */
+				    "kafka.consumer.session.timeout.ms",
+				    d->cluster ? "6000" : "3000",
+				    "kafka.consumer.heartbeat.interval.ms",
+				    "300", NULL};
 		if (!(hop->conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
 		if (conf_set_all(hop->conf, kv, es, esz))
@@ -1009,12 +1290,12 @@ static int demo_setup(demo_t *d)
 
 	/* Ingress. */
 	{
-		const char *kv[] = {"tokens.path", d->tokens_path,
-				    "kafka.bootstrap.servers", d->bootstraps,
+		const char *kv[] = {"kafka.bootstrap.servers", d->bootstraps,
 				    NULL};
 		if (!(pub_conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
-		if (conf_set_all(pub_conf, kv, es, esz)) {
+		if (conf_set_all(pub_conf, kv, es, esz) ||
+		    tbx_cli_store_conf_tokens(&d->tokens, pub_conf, es, esz)) {
 			tbx_conf_destroy(pub_conf);
 			return tbx_cli_fail(CMD, "publisher: %s", es);
 		}
@@ -1072,6 +1353,7 @@ static void demo_fini(demo_t *d)
 	tbx_publisher_destroy(d->pub);
 	for (int i = 0; i < 2; i++)
 		hop_fini(&d->hops[i]);
+	demo_pg_fini(d);
 	/* Clients first: they would log the cluster's going. */
 	if (d->mock)
 		rd_kafka_mock_cluster_destroy(d->mock);
@@ -1275,12 +1557,19 @@ static int demo_result(demo_t *d, result_t *res)
 	    count_final(&d->hops[1], &res->payments_rows,
 			&res->payments_distinct, d->errstr,
 			sizeof(d->errstr)) ||
-	    count_tokens(d->tokens_path, &res->tokens_left,
+	    count_tokens(&d->tokens, &res->tokens_left,
 			 &res->registrations_left, d->errstr,
 			 sizeof(d->errstr)))
 		return tbx_cli_fail(CMD, "cannot read the stores: %s",
 				    d->errstr);
 	res->cluster = d->cluster;
+	if (d->url) {
+		res->store_url = d->tokens.url;
+		res->schemas[0] = d->tokens_schema;
+		res->schemas[1] = d->hops[0].schema;
+		res->schemas[2] = d->hops[1].schema;
+		res->schemas_kept = d->keep != NULL;
+	}
 	res->exactly_once = !res->timed_out && res->orders_rows == d->n &&
 			    res->orders_distinct == d->n &&
 			    res->payments_rows == d->n &&
@@ -1296,6 +1585,7 @@ int tbx_cmd_demo(int argc, char **argv)
 	    {"keep", required_argument, NULL, 'k'},
 	    {"seed", required_argument, NULL, 's'},
 	    {"bootstrap-servers", required_argument, NULL, 'b'},
+	    {"store-url", required_argument, NULL, OPT_STORE_URL},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -1303,6 +1593,7 @@ int tbx_cmd_demo(int argc, char **argv)
 	    .n = DEMO_DEFAULT_MESSAGES,
 	    .seed = -1,
 	    .hops = {{.group = "order-service",
+		      .table = "orders",
 		      .topic = "orders",
 		      .type = "OrderPlaced",
 		      .create_sql = "CREATE TABLE IF NOT EXISTS orders("
@@ -1317,6 +1608,7 @@ int tbx_cmd_demo(int argc, char **argv)
 		      .next_topic = "payments",
 		      .next_type = "PaymentRequested"},
 		     {.group = "payment-service",
+		      .table = "payments",
 		      .topic = "payments",
 		      .type = "PaymentRequested",
 		      .create_sql = "CREATE TABLE IF NOT EXISTS payments("
@@ -1367,6 +1659,13 @@ int tbx_cmd_demo(int argc, char **argv)
 				    sizeof(d.bootstraps) - 1);
 			d.cluster = optarg;
 			break;
+		case OPT_STORE_URL:
+			if (!tbx__pg_is_url(optarg))
+				return tbx_cli_usage(
+				    CMD, "--store-url: want a PostgreSQL URL "
+					 "(postgresql://...)");
+			d.url = optarg;
+			break;
 		case 'h':
 			usage();
 			return TBX_EXIT_OK;
@@ -1379,7 +1678,7 @@ int tbx_cmd_demo(int argc, char **argv)
 				     "unexpected argument '%s' (see 'tokenbox "
 				     "help demo')",
 				     argv[optind]);
-	if (d.keep && (rc = keep_dir_prepare(d.keep)))
+	if (d.keep && !d.url && (rc = keep_dir_prepare(d.keep)))
 		return rc;
 	if (d.seed < 0)
 		d.seed = (long long)(((uint64_t)wall_ms() * 2654435761u) ^
@@ -1400,11 +1699,11 @@ int tbx_cmd_demo(int argc, char **argv)
 	    !(rc = demo_result(&d, &res))) {
 		if (d.json) {
 			if (print_json(&res, d.hops, d.n, d.customers, d.seed,
-				       d.keep))
+				       d.url ? NULL : d.keep))
 				rc = tbx_cli_fail(CMD, "out of memory");
 		} else {
 			print_summary(&res, d.hops, d.n, d.customers, d.seed,
-				      d.keep);
+				      d.url ? NULL : d.keep);
 		}
 		if (!rc && !res.exactly_once)
 			rc = TBX_EXIT_FAIL;

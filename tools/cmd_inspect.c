@@ -18,7 +18,15 @@
 #include "tools/cli.h"
 #include "tools/inspect.h"
 
-enum { OPT_BUSY = 256, OPT_BATCH, OPT_CHECK, OPT_IDLE, OPT_YES };
+enum {
+	OPT_BUSY = 256,
+	OPT_BATCH,
+	OPT_CHECK,
+	OPT_IDLE,
+	OPT_YES,
+	OPT_SCHEMA,
+	OPT_TSCHEMA
+};
 
 static void usage(void)
 {
@@ -29,10 +37,24 @@ static void usage(void)
 	    "(--tokens; without\n"
 	    "it, the token tables of the --store file: single-file mode).  "
 	    "Commands that\n"
-	    "only read open both files read-only: they change nothing, and "
+	    "only read open both stores read-only: they change nothing, and "
 	    "are safe while\n"
 	    "workers run (SQLite WAL readers neither wait for writers nor "
-	    "block them).\n"
+	    "block them;\n"
+	    "PostgreSQL readers read one snapshot).\n"
+	    "\n"
+	    "STORE and TOKENS are SQLite files, or PostgreSQL URLs "
+	    "(postgresql://...)\n"
+	    "with the schema of each store: --schema for the service store "
+	    "(the worker's\n"
+	    "store.schema, by default its group id), --tokens-schema for the "
+	    "token store\n"
+	    "(default tokenbox_tokens; without --tokens, in the --store "
+	    "database).\n"
+	    "Passwords come from the URL, PGPASSWORD, ~/.pgpass or a service "
+	    "file, and\n"
+	    "nothing printed shows one: URLs appear with the password as "
+	    "***.\n"
 	    "\n"
 	    "Commands:\n"
 	    "  status                  schema, pending outbox rows, tokens, "
@@ -87,9 +109,15 @@ static void usage(void)
 	    "                          remove it (writes the service store)\n"
 	    "\n"
 	    "Options:\n"
-	    "  -s, --store PATH        the service store (required)\n"
-	    "  -S, --tokens PATH       the token store (default: the --store "
-	    "file)\n"
+	    "  -s, --store PATH|URL    the service store (required)\n"
+	    "  -S, --tokens PATH|URL   the token store (default: the --store "
+	    "file or\n"
+	    "                          database)\n"
+	    "      --schema NAME       the service store's schema (a "
+	    "PostgreSQL --store:\n"
+	    "                          required)\n"
+	    "      --tokens-schema NAME  the token store's schema (default "
+	    "tokenbox_tokens)\n"
 	    "  -j, --json              print one JSON document instead of "
 	    "tables\n"
 	    "      --check             exit 1 on a finding: status: orphans, "
@@ -337,6 +365,8 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 	static const struct option longopts[] = {
 	    {"store", required_argument, NULL, 's'},
 	    {"tokens", required_argument, NULL, 'S'},
+	    {"schema", required_argument, NULL, OPT_SCHEMA},
+	    {"tokens-schema", required_argument, NULL, OPT_TSCHEMA},
 	    {"json", no_argument, NULL, 'j'},
 	    {"check", no_argument, NULL, OPT_CHECK},
 	    {"config", required_argument, NULL, 'c'},
@@ -375,6 +405,12 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 			break;
 		case 'S':
 			o->tokens = optarg;
+			break;
+		case OPT_SCHEMA:
+			o->schema = optarg;
+			break;
+		case OPT_TSCHEMA:
+			o->tokens_schema = optarg;
 			break;
 		case 'j':
 			o->json = 1;
@@ -564,7 +600,8 @@ int tbx_cmd_inspect(int argc, char **argv)
 		tbx_cli_conf_free(&o.conf);
 		return rc < 0 ? INSPECT_EXIT_OK : rc;
 	}
-	if ((rc = now_ms(&in.now_ms)) || (rc = insp_open(&in)))
+	if ((rc = insp_stores(&in)) || (rc = now_ms(&in.now_ms)) ||
+	    (rc = insp_open(&in)))
 		goto out;
 	switch (o.cmd) {
 	case C_CLEANUP:

@@ -20,9 +20,11 @@
 #include <string.h>
 
 #include "consumer/conf.h"
+#include "consumer/stores.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
+#include "tools/cli_store.h"
 
 #define CMD "send"
 
@@ -36,6 +38,8 @@
 
 /* The input was read to its end, but some lines were not published. */
 #define SEND_EXIT_LINES 3
+
+enum { OPT_TSCHEMA = 256 };
 
 static void usage(void)
 {
@@ -55,8 +59,13 @@ static void usage(void)
 	    "  -b, --bootstrap-servers B  Kafka brokers, host:port[,...]\n"
 	    "  -t, --topic TOPIC          topic to publish to\n"
 	    "  -T, --type TYPE            message type (the tbx-type header)\n"
-	    "  -S, --tokens PATH          the pipeline's token store (SQLite "
-	    "file)\n"
+	    "  -S, --tokens PATH|URL      the pipeline's token store: an "
+	    "SQLite file,\n"
+	    "                             or a PostgreSQL URL "
+	    "(postgresql://...)\n"
+	    "      --tokens-schema NAME   a URL's schema of the token store "
+	    "(default\n"
+	    "                             tokenbox_tokens)\n"
 	    "  -k, --key K                Kafka key of every message\n"
 	    "  -K, --key-delimiter DELIM  each line is KEY DELIM PAYLOAD, "
 	    "split "
@@ -88,7 +97,11 @@ static void usage(void)
 	    "\n"
 	    "-b and -S may come from the configuration instead "
 	    "(kafka.bootstrap.servers,\n"
-	    "tokens.path).  Short options mean the same in every command: -S "
+	    "tokens.path, or tokens.url and tokens.schema).  A URL's password "
+	    "comes from\n"
+	    "the URL, PGPASSWORD, ~/.pgpass or a service file; no message "
+	    "shows it.\n"
+	    "Short options mean the same in every command: -S "
 	    "is the\n"
 	    "token store (it was -s here), -s the service store, -t a topic, "
 	    "-c a\n"
@@ -141,6 +154,7 @@ typedef enum id_from { ID_NONE = 0, ID_KEY, ID_JSON } id_from_t;
 
 typedef struct send_opts {
 	const char *servers, *topic, *type, *key, *tokens, *delim;
+	const char *tokens_schema; /* --tokens-schema */
 	id_from_t id_from;
 	const char *id_field; /* json:FIELD */
 	tbx_header_t *headers;
@@ -194,6 +208,7 @@ static int parse_args(int argc, char **argv, send_opts_t *o)
 	    {"topic", required_argument, NULL, 't'},
 	    {"type", required_argument, NULL, 'T'},
 	    {"tokens", required_argument, NULL, 'S'},
+	    {"tokens-schema", required_argument, NULL, OPT_TSCHEMA},
 	    {"key", required_argument, NULL, 'k'},
 	    {"key-delimiter", required_argument, NULL, 'K'},
 	    {"header", required_argument, NULL, 'H'},
@@ -222,6 +237,9 @@ static int parse_args(int argc, char **argv, send_opts_t *o)
 			break;
 		case 'S':
 			o->tokens = optarg;
+			break;
+		case OPT_TSCHEMA:
+			o->tokens_schema = optarg;
 			break;
 		case 'k':
 			o->key = optarg;
@@ -538,13 +556,23 @@ static int queue_line(send_state_t *st, char *line, size_t len, size_t lineno)
 /* The configuration: --config, -X, then the options, which win. */
 static int configure(const send_opts_t *o, tbx_conf_t *conf)
 {
+	tbx_cli_store_t tokens;
 	char errstr[512];
 	int rc;
 
 	if ((rc = tbx_cli_conf_apply(CMD, &o->conf, conf)))
 		return rc;
-	if ((o->tokens && tbx_conf_set(conf, "tokens.path", o->tokens, errstr,
-				       sizeof(errstr))) ||
+	if (o->tokens_schema && !o->tokens)
+		return tbx_cli_usage(CMD, "--tokens-schema is the schema of "
+					  "--tokens: --tokens is needed with "
+					  "it");
+	if (o->tokens &&
+	    (rc = tbx_cli_store_set(CMD, &tokens, "--tokens", o->tokens,
+				    "--tokens-schema", o->tokens_schema,
+				    TBX_CLI_TOKENS_SCHEMA)))
+		return rc;
+	if ((o->tokens && tbx_cli_store_conf_tokens(&tokens, conf, errstr,
+						    sizeof(errstr))) ||
 	    (o->servers && tbx_conf_set(conf, "kafka.bootstrap.servers",
 					o->servers, errstr, sizeof(errstr))))
 		return tbx_cli_usage(CMD, "%s", errstr);
@@ -553,11 +581,11 @@ static int configure(const send_opts_t *o, tbx_conf_t *conf)
 					  "kafka.bootstrap.servers in the "
 					  "configuration; see 'tokenbox help "
 					  "send')");
-	if (!*tbx__conf_cfg(conf)->tokens_path)
+	if (!tbx__stores_tokens_set(tbx__conf_cfg(conf)))
 		return tbx_cli_usage(CMD,
-				     "--tokens is required (or tokens.path in "
-				     "the configuration; see 'tokenbox help "
-				     "send')");
+				     "--tokens is required (or tokens.path or "
+				     "tokens.url in the configuration; see "
+				     "'tokenbox help send')");
 	return 0;
 }
 

@@ -53,7 +53,10 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "consumer/conf.h"
+#include "consumer/stores.h"
 #include "consumer/worker.h"
+#include "store/pg.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
@@ -106,9 +109,9 @@ static void usage(void)
 	    "with a\n"
 	    "message naming the line (FILE:LINE, or -X), the key, the value "
 	    "and why.\n"
-	    "group.id, store.path and kafka.bootstrap.servers are required.  "
-	    "Two keys\n"
-	    "belong to this command:\n"
+	    "group.id, store.path (or store.url) and kafka.bootstrap.servers "
+	    "are\n"
+	    "required.  Two keys belong to this command:\n"
 	    "  plugin=PATH        load the handler plugin PATH, a shared "
 	    "object;\n"
 	    "                     repeat for more plugins.  At least one is "
@@ -155,6 +158,19 @@ static void usage(void)
 	    "partitions wait for the group's session timeout before another "
 	    "member\n"
 	    "gets them.\n"
+	    "\n"
+	    "PostgreSQL.  store.url (and tokens.url) may name a PostgreSQL "
+	    "database, a\n"
+	    "libpq URL postgresql://..., with store.schema (default: the group "
+	    "id) and\n"
+	    "tokens.schema (default tokenbox_tokens); then the group's workers "
+	    "may run\n"
+	    "on several hosts.  Passwords come from libpq's own means (the "
+	    "URL, "
+	    "PGPASSWORD,\n"
+	    "~/.pgpass, a service file); every message shows a URL with its "
+	    "password as\n"
+	    "***.  See docs/operations.md.\n"
 	    "\n"
 	    "Logs go to standard error, one line each (log.level, log.format): "
 	    "in text\n"
@@ -203,7 +219,12 @@ static void usage(void)
 	    "  $ tokenbox worker --config /etc/tokenbox/billing.conf "
 	    "--check-config\n"
 	    "  $ tokenbox worker --config /etc/tokenbox/billing.conf -X "
-	    "log.level=info\n",
+	    "log.level=info\n"
+	    "On PostgreSQL, instead of store.path and tokens.path:\n"
+	    "  "
+	    "store.url=postgresql://billing@db1/pipeline?sslmode=verify-full\n"
+	    "  store.schema=billing\n"
+	    "  tokens.schema=tokenbox_tokens\n",
 	    TBX_PLUGIN_ABI_VERSION);
 }
 
@@ -462,8 +483,10 @@ static int lacks_required_key(const tbx_conf_t *conf)
 	const tbx__cfg_t *cfg = tbx__conf_cfg(conf);
 	const char *servers = tbx_conf_get(conf, "kafka.bootstrap.servers");
 
-	return !cfg->group_id || !*cfg->group_id || !cfg->store_path ||
-	       !*cfg->store_path || !servers || !*servers;
+	return !cfg->group_id || !*cfg->group_id ||
+	       ((!cfg->store_path || !*cfg->store_path) &&
+		(!cfg->store_url || !*cfg->store_url)) ||
+	       !servers || !*servers;
 }
 
 /*
@@ -790,10 +813,29 @@ static int plugins_init(worker_cmd_t *w, tbx_worker_t *worker)
  * standard output.  @returns an exit status. */
 static int check_config(worker_cmd_t *w)
 {
-	char errstr[512];
+	char errstr[512], store[600], tokens[600];
 	tbx_worker_t *worker;
+	const tbx__cfg_t *cfg;
 	int rc;
 
+	/* What the worker would open, URLs redacted. */
+	cfg = tbx__conf_cfg(w->conf);
+	if (cfg->store_url && *cfg->store_url) {
+		char red[512];
+		snprintf(store, sizeof(store), "%s (schema %s)",
+			 tbx__pg_redact(cfg->store_url, red, sizeof(red)),
+			 cfg->store_schema && *cfg->store_schema
+			     ? cfg->store_schema
+			     : cfg->group_id);
+	} else {
+		snprintf(store, sizeof(store), "%s",
+			 cfg->store_path ? cfg->store_path : "");
+	}
+	if (!*cfg->tokens_path && !*cfg->tokens_url &&
+	    !(cfg->store_url && *cfg->store_url))
+		snprintf(tokens, sizeof(tokens), "(the same file)");
+	else
+		tbx__stores_tokens_where(cfg, tokens, sizeof(tokens));
 	if (!(worker = tbx__worker_new_check(w->conf, errstr, sizeof(errstr))))
 		return wusage("%s", errstr);
 	w->conf = NULL; /* the worker owns it */
@@ -802,11 +844,7 @@ static int check_config(worker_cmd_t *w)
 		return rc;
 	}
 	printf("configuration OK: group %s, store %s, token store %s\n",
-	       tbx_worker_conf_get(worker, "group.id"),
-	       tbx_worker_conf_get(worker, "store.path"),
-	       *tbx_worker_conf_get(worker, "tokens.path")
-		   ? tbx_worker_conf_get(worker, "tokens.path")
-		   : "(the same file)");
+	       tbx_worker_conf_get(worker, "group.id"), store, tokens);
 	for (size_t i = 0; i < w->plugin_cnt; i++)
 		printf("plugin %s\n", w->plugins[i].path);
 	for (size_t i = 0; i < tbx__worker_topic_count(worker); i++)

@@ -42,6 +42,7 @@
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
 #include "tools/cli_conf.h"
+#include "tools/cli_store.h"
 
 #define INSPECT_CMD "inspect"
 
@@ -84,6 +85,7 @@ typedef enum insp_cmd {
 
 typedef struct insp_opts {
 	const char *store, *tokens;
+	const char *schema, *tokens_schema; /**< --schema, --tokens-schema */
 	int json, check, dry_run;
 	long long busy_ms;
 	int64_t older_ms; /**< -1: not given */
@@ -105,9 +107,11 @@ typedef struct insp_opts {
 typedef struct insp {
 	const insp_opts_t *o;
 	int64_t now_ms;	      /**< TBX_INSPECT_NOW_MS, or the wall clock */
-	const char *tpath;    /**< the token store's path (== store path when
-				 single) */
-	int single;	      /**< one file for both stores */
+	tbx_cli_store_t s;    /**< the service store as named */
+	tbx_cli_store_t t;    /**< the token store (the --store file or
+				 database when single) */
+	int single;	      /**< one database for both stores: one file,
+				 or one connection to two schemas */
 	tbx_outbox_t *store;  /**< S, read-only */
 	tbx_tokens_t *tokens; /**< T, read-only (on S's connection when
 				 single) */
@@ -122,6 +126,9 @@ int tbx_cmd_inspect(int argc, char **argv);
 /*
  * inspect_common.c
  */
+/** Checks --store, --tokens and their schemas into in->s and in->t.
+ *  @returns 0, or an exit status after reporting. */
+int insp_stores(insp_t *in);
 /** Opens both stores read-only (see the top of this file). */
 int insp_open(insp_t *in);
 void insp_close(insp_t *in);
@@ -141,7 +148,8 @@ int insp_open_write(insp_t *in, int synchronous_full, tbx_outbox_t **store,
 int insp_open_write_err(insp_t *in, int synchronous_full, tbx_outbox_t **store,
 			tbx_tokens_t **tokens, char *errstr,
 			size_t errstr_size);
-/** Reports a store error @p err (a tbx_err_t) on @p path in one line,
+/** Reports a store error @p err (a tbx_err_t) on @p path (a name for
+ *  messages: tbx_cli_store_t.name) in one line,
  *  with the backend's text @p msg (NULL: the error's).
  *  @returns INSPECT_EXIT_ERROR. */
 int insp_store_fail(const char *path, int err, const char *msg);

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/file.h"
 #include "base/str.h"
 #include "store/db.h"
 #include "tools/cli.h"
@@ -43,12 +42,12 @@ int insp_store_fail(const char *path, int err, const char *msg)
 
 int insp_s_fail(insp_t *in, int err)
 {
-	return insp_store_fail(in->o->store, err, tbx_outbox_errmsg(in->store));
+	return insp_store_fail(in->s.name, err, tbx_outbox_errmsg(in->store));
 }
 
 int insp_t_fail(insp_t *in, int err)
 {
-	return insp_store_fail(in->tpath, err, tbx_tokens_errmsg(in->tokens));
+	return insp_store_fail(in->t.name, err, tbx_tokens_errmsg(in->tokens));
 }
 
 /*
@@ -62,6 +61,25 @@ static int open_fail(int err, const char *errstr)
 			     *errstr ? errstr : tbx_strerror(err));
 }
 
+int insp_stores(insp_t *in)
+{
+	const insp_opts_t *o = in->o;
+	int rc;
+
+	if ((rc = tbx_cli_store_set(INSPECT_CMD, &in->s, "--store", o->store,
+				    "--schema", o->schema, NULL)))
+		return rc;
+	/* Without --tokens: the token tables of the --store file, or the
+	 * token schema in the --store database. */
+	if ((rc = tbx_cli_store_set(INSPECT_CMD, &in->t, "--tokens",
+				    o->tokens ? o->tokens : o->store,
+				    "--tokens-schema", o->tokens_schema,
+				    TBX_CLI_TOKENS_SCHEMA)))
+		return rc;
+	in->single = tbx_cli_store_joined(&in->s, &in->t);
+	return 0;
+}
+
 int insp_open(insp_t *in)
 {
 	const insp_opts_t *o = in->o;
@@ -73,17 +91,15 @@ int insp_open(insp_t *in)
 	opts.readonly = 1;
 	opts.create = 0;
 	opts.busy_timeout_ms = (int)o->busy_ms;
-	in->single = !o->tokens || tbx__same_file(o->store, o->tokens);
-	in->tpath = in->single ? o->store : o->tokens;
-	if ((err = tbx_outbox_open(o->store, &opts, &in->store, errstr,
-				   sizeof(errstr))))
+	if ((err = tbx_cli_open_outbox(&in->s, &opts, &in->store, errstr,
+				       sizeof(errstr))))
 		return open_fail(err, errstr);
 	errstr[0] = '\0';
-	/* One file: the token store reads through the service store's
+	/* One database: the token store reads through the service store's
 	 * connection, in its snapshot. */
-	if ((err = tbx_tokens_sqlite_open(
-		 in->tpath, &opts, in->single ? tbx_outbox_db(in->store) : NULL,
-		 &in->tokens, errstr, sizeof(errstr))))
+	if ((err = tbx_cli_open_tokens(&in->t, in->single ? in->store : NULL,
+				       &opts, &in->tokens, errstr,
+				       sizeof(errstr))))
 		return open_fail(err, errstr);
 	if ((err = tbx_outbox_schema(in->store, &in->schema[0])))
 		return insp_s_fail(in, err);
@@ -140,12 +156,11 @@ int insp_open_write_err(insp_t *in, int synchronous_full, tbx_outbox_t **store,
 	opts.synchronous_full = synchronous_full;
 	opts.busy_timeout_ms = (int)in->o->busy_ms;
 	errstr[0] = '\0';
-	if (store && (err = tbx_outbox_open(in->o->store, &opts, store, errstr,
-					    errstr_size)))
+	if (store && (err = tbx_cli_open_outbox(&in->s, &opts, store, errstr,
+						errstr_size)))
 		return err;
-	if (tokens && (err = tbx_tokens_sqlite_open(
-			   in->tpath, &opts,
-			   store && in->single ? tbx_outbox_db(*store) : NULL,
+	if (tokens && (err = tbx_cli_open_tokens(
+			   &in->t, store && in->single ? *store : NULL, &opts,
 			   tokens, errstr, errstr_size))) {
 		if (store) {
 			tbx_outbox_close(*store);

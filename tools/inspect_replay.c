@@ -431,8 +431,7 @@ int insp_dl_replay(insp_t *in)
 		rc = INSPECT_EXIT_ERROR;
 		goto out;
 	}
-	if (tbx_conf_set(conf, "tokens.path", in->tpath, errstr,
-			 sizeof(errstr)) ||
+	if (tbx_cli_store_conf_tokens(&in->t, conf, errstr, sizeof(errstr)) ||
 	    tbx_conf_set(conf, "log.level", "error", errstr, sizeof(errstr))) {
 		rc = tbx_cli_usage(INSPECT_CMD, "%s", errstr);
 		goto out;

@@ -277,11 +277,16 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 
 	if (!doc)
 		return NULL;
+	/* A URL is shown redacted, with its schema (a file has none). */
 	o = cJSON_AddObjectToObject(doc, "store");
-	insp_json_add_str(o, "path", in->o->store);
+	insp_json_add_str(o, "path", in->s.pg ? in->s.url : in->s.where);
+	if (in->s.pg)
+		insp_json_add_str(o, "schema", in->s.schema);
 	insp_json_add_int(o, "schema_version", in->schema[0]);
 	o = cJSON_AddObjectToObject(doc, "token_store");
-	insp_json_add_str(o, "path", in->tpath);
+	insp_json_add_str(o, "path", in->t.pg ? in->t.url : in->t.where);
+	if (in->t.pg)
+		insp_json_add_str(o, "schema", in->t.schema);
 	insp_json_add_int(o, "schema_version", in->schema[1]);
 	cJSON_AddBoolToObject(o, "same_file", in->single);
 	insp_json_add_int(doc, "now_ms", in->now_ms);
@@ -363,11 +368,21 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 	insp_tbl_t *tbl;
 
 	insp_fmt_duration(stuck_ms, dur, sizeof(dur));
-	printf("store   %s (schema %d)\n", in->o->store, in->schema[0]);
-	if (in->single)
-		printf("tokens  the same file\n");
+	if (in->s.pg)
+		printf("store   %s, schema %s (version %d)\n", in->s.url,
+		       in->s.schema, in->schema[0]);
 	else
-		printf("tokens  %s (schema %d)\n", in->tpath, in->schema[1]);
+		printf("store   %s (schema %d)\n", in->s.where, in->schema[0]);
+	if (in->single && in->t.pg)
+		printf("tokens  the same database, schema %s (version %d)\n",
+		       in->t.schema, in->schema[1]);
+	else if (in->single)
+		printf("tokens  the same file\n");
+	else if (in->t.pg)
+		printf("tokens  %s, schema %s (version %d)\n", in->t.url,
+		       in->t.schema, in->schema[1]);
+	else
+		printf("tokens  %s (schema %d)\n", in->t.where, in->schema[1]);
 
 	insp_fmt_age(insp_age(in, t->oldest), age, sizeof(age));
 	printf("\nOutbox: %s pending (%" PRId64 " processed, %" PRId64

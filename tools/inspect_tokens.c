@@ -317,7 +317,7 @@ int insp_tokens_show(insp_t *in)
 				     in->o->id);
 	if (!n)
 		return tbx_cli_fail(INSPECT_CMD, "no token %s in %s", in->o->id,
-				    in->tpath);
+				    in->t.name);
 	if (in->o->json) {
 		if (!(doc = cJSON_CreateObject()))
 			return tbx_cli_usage(INSPECT_CMD, "out of memory");
@@ -639,8 +639,8 @@ static int sweep_fail(insp_t *in, int err)
 	const char *msg = tbx_outbox_errmsg(in->store);
 
 	if (msg)
-		return insp_store_fail(in->o->store, err, msg);
-	return insp_store_fail(in->tpath, err, NULL);
+		return insp_store_fail(in->s.name, err, msg);
+	return insp_store_fail(in->t.name, err, NULL);
 }
 
 int insp_cleanup(insp_t *in)
@@ -1028,7 +1028,8 @@ int insp_unsubscribe(insp_t *in)
 	if ((err = tbx_tokens_unsubscribe(tokens, topic, grp,
 					  in->now_ms - in->o->idle_ms,
 					  in->o->yes, &u))) {
-		rc = insp_store_fail(in->tpath, err, tbx_tokens_errmsg(tokens));
+		rc =
+		    insp_store_fail(in->t.name, err, tbx_tokens_errmsg(tokens));
 		goto out;
 	}
 	used = u.used_ms;
@@ -1038,7 +1039,7 @@ int insp_unsubscribe(insp_t *in)
 	if (!u.found) {
 		tbx_cli_note(INSPECT_CMD,
 			     "%s: group %s has no subscription to %s",
-			     in->tpath, grp, topic);
+			     in->t.name, grp, topic);
 		rc = INSPECT_EXIT_FINDING;
 		goto out;
 	}

@@ -142,7 +142,7 @@ static int ud_find(insp_t *in, tbx_outbox_t *store, ud_found_t *f)
 				     in->o->cmd_name, in->o->id);
 	if ((err = tbx_outbox_undelivered_get(store, id, &filter, ud_found_one,
 					      f)))
-		return insp_store_fail(in->o->store, err,
+		return insp_store_fail(in->s.name, err,
 				       tbx_outbox_errmsg(store));
 	if (!f->found) {
 		fprintf(stderr, "tokenbox inspect: no undelivered message %s\n",
@@ -288,8 +288,7 @@ int insp_ud_resend(insp_t *in)
 		goto out;
 	}
 	if ((err = tbx_outbox_undelivered_delete(store, f.id))) {
-		rc = insp_store_fail(in->o->store, err,
-				     tbx_outbox_errmsg(store));
+		rc = insp_store_fail(in->s.name, err, tbx_outbox_errmsg(store));
 		goto out;
 	}
 	if (in->o->json) {
