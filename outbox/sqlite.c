@@ -285,130 +285,6 @@ static int sq_rows_find(tbx_outbox_t *base, const char *grp,
 	return TBX_OK;
 }
 
-/* Encodes the messages of @p row (store/msgs.h); none: *blob NULL. */
-static int msgs_encode(const tbx__row_t *row, void **blob, size_t *len)
-{
-	tbx__mfield_t *f;
-	int err;
-
-	*blob = NULL;
-	*len = 0;
-	if (row->msg_cnt == 0)
-		return TBX_OK;
-	if (!(f = calloc(row->msg_cnt, TBX__MF_COUNT * sizeof(*f))))
-		return TBX_ENOMEM;
-	for (size_t i = 0; i < row->msg_cnt; i++) {
-		const tbx__outmsg_t *m = &row->msgs[i];
-		tbx__mfield_t *g = f + i * TBX__MF_COUNT;
-		const char *topic = m->topic ? m->topic : "";
-		const char *type = m->type ? m->type : "";
-
-		g[TBX__MF_ID] = (tbx__mfield_t){m->id, strlen(m->id)};
-		g[TBX__MF_TOPIC] = (tbx__mfield_t){topic, strlen(topic)};
-		g[TBX__MF_TYPE] = (tbx__mfield_t){type, strlen(type)};
-		g[TBX__MF_KEY] = (tbx__mfield_t){m->key, m->key_len};
-		g[TBX__MF_PAYLOAD] =
-		    (tbx__mfield_t){m->payload, m->payload_len};
-		g[TBX__MF_HEADERS] =
-		    (tbx__mfield_t){m->headers, m->headers_len};
-		if (m->token[0])
-			g[TBX__MF_TOKEN] =
-			    (tbx__mfield_t){m->token, strlen(m->token)};
-	}
-	err = tbx__msgs_encode(f, row->msg_cnt, blob, len);
-	free(f);
-	return err;
-}
-
-/* A text field of the blob into a fixed buffer: NULL is "", and a value
- * that does not fit or holds a NUL was not written by tokenbox. */
-static int field_text(const tbx__mfield_t *f, char *dst, size_t size)
-{
-	if (!f->p) {
-		dst[0] = '\0';
-		return TBX_OK;
-	}
-	if (f->len >= size || memchr(f->p, '\0', f->len))
-		return TBX_ESTORE;
-	memcpy(dst, f->p, f->len);
-	dst[f->len] = '\0';
-	return TBX_OK;
-}
-
-/* A text field as a new string (NULL is ""). */
-static int field_str(const tbx__mfield_t *f, char **dst)
-{
-	*dst = NULL;
-	if (f->p && memchr(f->p, '\0', f->len))
-		return TBX_ESTORE;
-	if (!(*dst = malloc(f->len + 1)))
-		return TBX_ENOMEM;
-	if (f->len)
-		memcpy(*dst, f->p, f->len);
-	(*dst)[f->len] = '\0';
-	return TBX_OK;
-}
-
-/* NULL stays NULL, empty is a non-NULL empty buffer (no key vs an empty
- * key). */
-static int field_blob(const tbx__mfield_t *f, void **dst, size_t *len)
-{
-	*dst = NULL;
-	*len = 0;
-	if (!f->p)
-		return TBX_OK;
-	if (!(*dst = tbx__memdup(f->p, f->len)))
-		return TBX_ENOMEM;
-	*len = f->len;
-	return TBX_OK;
-}
-
-/* Appends the messages of a stored blob to @p row.  A malformed blob is
- * TBX_ESTORE, logged. */
-static int msgs_decode(const void *blob, size_t len, const char *msg_id,
-		       tbx__row_t *row)
-{
-	tbx__msgs_iter_t it;
-	tbx__mfield_t f[TBX__MF_COUNT];
-	int r = -1, err = TBX_OK;
-
-	if (tbx__msgs_iter_init(&it, blob, len) < 0)
-		goto bad;
-	while ((r = tbx__msgs_iter_next(&it, f)) == 1) {
-		tbx__outmsg_t *m = tbx__row_grow(row);
-
-		if (!m)
-			return TBX_ENOMEM;
-		if ((err = field_text(&f[TBX__MF_ID], m->id, sizeof(m->id))) ||
-		    (err = field_text(&f[TBX__MF_TOKEN], m->token,
-				      sizeof(m->token))) ||
-		    (err = field_str(&f[TBX__MF_TOPIC], &m->topic)) ||
-		    (err = field_str(&f[TBX__MF_TYPE], &m->type)) ||
-		    (err = field_blob(&f[TBX__MF_KEY], &m->key, &m->key_len)) ||
-		    (err = field_blob(&f[TBX__MF_PAYLOAD], &m->payload,
-				      &m->payload_len)) ||
-		    (err = field_blob(&f[TBX__MF_HEADERS], &m->headers,
-				      &m->headers_len)))
-			break;
-		/* An empty headers blob is "none" in memory. */
-		if (m->headers && m->headers_len == 0) {
-			free(m->headers);
-			m->headers = NULL;
-		}
-	}
-	if (err == TBX_ENOMEM)
-		return err;
-	if (!err && r == 0)
-		return TBX_OK;
-bad:
-	tbx__log(TBX_LOG_ERR,
-		 "outbox row %s: its stored messages are malformed (%s)",
-		 msg_id,
-		 err ? "a text field too long or holding a NUL"
-		     : "a length runs past the blob, or bytes trail");
-	return TBX_ESTORE;
-}
-
 static int sq_row_insert(tbx_outbox_t *base, const char *grp,
 			 const tbx__row_t *row)
 {
@@ -426,7 +302,7 @@ static int sq_row_insert(tbx_outbox_t *base, const char *grp,
 			 row ? row->msg_id : "(null)");
 		return TBX_EINVAL;
 	}
-	if ((err = msgs_encode(row, &blob, &blob_len)))
+	if ((err = tbx__row_msgs_encode(row, &blob, &blob_len)))
 		return err;
 	if ((err = tbx__stmt_get(&store->stmts, Q_ROW_INSERT, &stmt))) {
 		free(blob);
@@ -510,8 +386,8 @@ static int row_get(sq_store_t *store, const char *grp, const char *msg_id,
 	row->created_ms = sqlite3_column_int64(stmt, 8);
 	/* Per SQLite's advice: the pointer first, then the length. */
 	blob = sqlite3_column_blob(stmt, 9);
-	err = msgs_decode(blob, (size_t)sqlite3_column_bytes(stmt, 9),
-			  row->msg_id, row);
+	err = tbx__row_msgs_decode(blob, (size_t)sqlite3_column_bytes(stmt, 9),
+				   row->msg_id, row);
 out:
 	sqlite3_reset(stmt);
 	return err;
@@ -566,8 +442,9 @@ static int msgs_with_tokens(sq_store_t *store, const char *grp,
 	if (hit) {
 		*found = 1;
 		b = sqlite3_column_blob(stmt, 0);
-		err = msgs_decode(b, (size_t)sqlite3_column_bytes(stmt, 0),
-				  row->msg_id, &stored);
+		err = tbx__row_msgs_decode(
+		    b, (size_t)sqlite3_column_bytes(stmt, 0), row->msg_id,
+		    &stored);
 	}
 	sqlite3_reset(stmt);
 	if (err || !hit)
@@ -593,7 +470,7 @@ static int msgs_with_tokens(sq_store_t *store, const char *grp,
 		memcpy(stored.msgs[i].token, row->msgs[i].token,
 		       sizeof(stored.msgs[i].token));
 	}
-	err = msgs_encode(&stored, blob, blob_len);
+	err = tbx__row_msgs_encode(&stored, blob, blob_len);
 out:
 	tbx__row_clear(&stored);
 	return err;
