@@ -102,6 +102,12 @@ int tbx__row_msgs_encode(const tbx__row_t *row, void **blob, size_t *len);
  *  a malformed value. */
 int tbx__row_msgs_decode(const void *blob, size_t len, const char *msg_id,
 			 tbx__row_t *row);
+/** B's record of the attempt, for a backend: the stored messages
+ *  (@p stored_blob) are the truth; @p row must match them one for one
+ *  (same count, same ids, else TBX_ESTATE, logged), and each gets the
+ *  token of its namesake.  *blob (malloc'ed) is the encoding to store. */
+int tbx__row_msgs_tokened(const void *stored_blob, size_t stored_len,
+			  const tbx__row_t *row, void **blob, size_t *blob_len);
 /** Asserts the lifecycle invariants above; @returns 1 when they hold. */
 int tbx_outbox_row_check(const tbx__row_t *row);
 

@@ -897,7 +897,6 @@ static int msgs_with_tokens(pg_store_t *store, const char *grp,
 			    size_t *blob_len)
 {
 	tbx__pg_params_t p;
-	tbx__row_t stored;
 	PGresult *res;
 	const void *b;
 	size_t len;
@@ -916,36 +915,9 @@ static int msgs_with_tokens(pg_store_t *store, const char *grp,
 		return TBX_OK;
 	}
 	*found = 1;
-	tbx__row_init(&stored);
 	b = tbx__pg_bytea(res, 0, 0, &len);
-	err = tbx__row_msgs_decode(b, len, row->msg_id, &stored);
+	err = tbx__row_msgs_tokened(b, len, row, blob, blob_len);
 	PQclear(res);
-	if (err)
-		goto out;
-	if (stored.msg_cnt != row->msg_cnt) {
-		tbx__log(TBX_LOG_ERR,
-			 "outbox row %s: %zu stored message(s), %zu in memory; "
-			 "the row in memory differs from the stored one",
-			 row->msg_id, stored.msg_cnt, row->msg_cnt);
-		err = TBX_ESTATE;
-		goto out;
-	}
-	for (size_t i = 0; i < row->msg_cnt; i++) {
-		if (strcmp(stored.msgs[i].id, row->msgs[i].id) != 0) {
-			tbx__log(TBX_LOG_ERR,
-				 "outbox row %s: message %zu (%s) is not in "
-				 "the store; the row in memory differs from "
-				 "the stored one",
-				 row->msg_id, i, row->msgs[i].id);
-			err = TBX_ESTATE;
-			goto out;
-		}
-		memcpy(stored.msgs[i].token, row->msgs[i].token,
-		       sizeof(stored.msgs[i].token));
-	}
-	err = tbx__row_msgs_encode(&stored, blob, blob_len);
-out:
-	tbx__row_clear(&stored);
 	return err;
 }
 

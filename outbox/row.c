@@ -276,3 +276,42 @@ bad:
 		     : "a length runs past the blob, or bytes trail");
 	return TBX_ESTORE;
 }
+
+int tbx__row_msgs_tokened(const void *stored_blob, size_t stored_len,
+			  const tbx__row_t *row, void **blob, size_t *blob_len)
+{
+	tbx__row_t stored;
+	int err;
+
+	*blob = NULL;
+	*blob_len = 0;
+	tbx__row_init(&stored);
+	if ((err = tbx__row_msgs_decode(stored_blob, stored_len, row->msg_id,
+					&stored)))
+		goto out;
+	if (stored.msg_cnt != row->msg_cnt) {
+		tbx__log(TBX_LOG_ERR,
+			 "outbox row %s: %zu stored message(s), %zu in memory; "
+			 "the row in memory differs from the stored one",
+			 row->msg_id, stored.msg_cnt, row->msg_cnt);
+		err = TBX_ESTATE;
+		goto out;
+	}
+	for (size_t i = 0; i < row->msg_cnt; i++) {
+		if (strcmp(stored.msgs[i].id, row->msgs[i].id) != 0) {
+			tbx__log(TBX_LOG_ERR,
+				 "outbox row %s: message %zu (%s) is not in "
+				 "the store; the row in memory differs from "
+				 "the stored one",
+				 row->msg_id, i, row->msgs[i].id);
+			err = TBX_ESTATE;
+			goto out;
+		}
+		memcpy(stored.msgs[i].token, row->msgs[i].token,
+		       sizeof(stored.msgs[i].token));
+	}
+	err = tbx__row_msgs_encode(&stored, blob, blob_len);
+out:
+	tbx__row_clear(&stored);
+	return err;
+}

@@ -424,14 +424,11 @@ static int msgs_with_tokens(sq_store_t *store, const char *grp,
 			    size_t *blob_len)
 {
 	sqlite3_stmt *stmt;
-	tbx__row_t stored;
-	const void *b;
-	int hit, err;
+	int hit, err = TBX_OK;
 
 	*found = 0;
 	*blob = NULL;
 	*blob_len = 0;
-	tbx__row_init(&stored);
 	if ((err = tbx__stmt_get(&store->stmts, Q_MSGS_UNTOKENED, &stmt)))
 		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
@@ -441,38 +438,11 @@ static int msgs_with_tokens(sq_store_t *store, const char *grp,
 		return err;
 	if (hit) {
 		*found = 1;
-		b = sqlite3_column_blob(stmt, 0);
-		err = tbx__row_msgs_decode(
-		    b, (size_t)sqlite3_column_bytes(stmt, 0), row->msg_id,
-		    &stored);
+		err = tbx__row_msgs_tokened(
+		    sqlite3_column_blob(stmt, 0),
+		    (size_t)sqlite3_column_bytes(stmt, 0), row, blob, blob_len);
 	}
 	sqlite3_reset(stmt);
-	if (err || !hit)
-		goto out;
-	if (stored.msg_cnt != row->msg_cnt) {
-		tbx__log(TBX_LOG_ERR,
-			 "outbox row %s: %zu stored message(s), %zu in memory; "
-			 "the row in memory differs from the stored one",
-			 row->msg_id, stored.msg_cnt, row->msg_cnt);
-		err = TBX_ESTATE;
-		goto out;
-	}
-	for (size_t i = 0; i < row->msg_cnt; i++) {
-		if (strcmp(stored.msgs[i].id, row->msgs[i].id) != 0) {
-			tbx__log(TBX_LOG_ERR,
-				 "outbox row %s: message %zu (%s) is not in "
-				 "the store; the row in memory differs from "
-				 "the stored one",
-				 row->msg_id, i, row->msgs[i].id);
-			err = TBX_ESTATE;
-			goto out;
-		}
-		memcpy(stored.msgs[i].token, row->msgs[i].token,
-		       sizeof(stored.msgs[i].token));
-	}
-	err = tbx__row_msgs_encode(&stored, blob, blob_len);
-out:
-	tbx__row_clear(&stored);
 	return err;
 }
 
