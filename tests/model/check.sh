@@ -69,6 +69,7 @@ pg_joined_snapshot_before_lock -DJOINED,-DBUG_SNAPSHOT_BEFORE_LOCK fail pg.pml
 pg_token_before_row -DBUG_TOKEN_BEFORE_ROW fail pg.pml
 pg_lock_in_t -DBUG_LOCK_IN_T fail pg.pml
 pg_token_lock_no_unique -DJOINED,-DTOKEN_LOCK,-DBUG_NO_UNIQUE fail pg.pml
+pg_token_lock_conflict_ignored -DJOINED,-DTOKEN_LOCK,-DBUG_CONFLICT_IGNORED fail pg.pml
 pg_seq_subscribe - pass pg_seq.pml
 pg_seq_subscribe_nocrash -DNOCRASH pass pg_seq.pml
 pg_seq_subscribe_no_lock -DBUG_NO_SUBLOCK fail pg_seq.pml

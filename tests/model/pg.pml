@@ -19,10 +19,12 @@
  *             taken after the lock was granted
  *   token     SELECT of the token row: in T (its own session, autocommit)
  *             or, JOINED, in A's own transaction
- *   insert    the handler's effects and INSERT of the outbox row ... ON
- *             CONFLICT (grp, msg_id) DO NOTHING: an insert of a key that an
- *             open transaction inserted waits for it; a key that exists
- *             committed inserts nothing (the row is read again: resumed)
+ *   insert    the handler's effects, then INSERT of the outbox row ... ON
+ *             CONFLICT (grp, msg_id) DO NOTHING, sent with A's next
+ *             statement or its COMMIT: an insert of a key that an open
+ *             transaction inserted waits for it; a key that exists
+ *             committed inserts nothing, which fails A whole (rolled back;
+ *             its redelivery finds the row and resumes it)
  *   commit    the effects, the row (JOINED: its attempt and the downstream
  *             tokens) become visible at once; the locks go
  * Every other transaction (B's mint and record, confirm, D, E, D+E, the
@@ -60,6 +62,10 @@
  *                          while S's transaction goes on
  *   BUG_NO_UNIQUE          the outbox insert has no unique key to conflict
  *                          on (fails with TOKEN_LOCK)
+ *   BUG_CONFLICT_IGNORED   an insert that inserted nothing does not fail A:
+ *                          A commits the handler's effects without its row
+ *                          (fails with TOKEN_LOCK, where the unique key is
+ *                          what serialises two As)
  */
 
 #if defined(TOKEN_LOCK) && !defined(JOINED)
@@ -154,6 +160,7 @@ bit  rdone;
 #define DROP     0
 #define HANDLE   1
 #define RESUME   2
+#define CONFLICT 3
 
 proctype Worker(byte me)
 {
@@ -237,7 +244,9 @@ restart:
 	:: !t -> act = DROP; goto commit_a /* finished: a duplicate */
 	:: else -> skip
 	fi;
-	/* SAVEPOINT; the handler runs; INSERT ... ON CONFLICT DO NOTHING */
+	/* SAVEPOINT; the handler runs, its effects A's own until the commit;
+	 * then INSERT ... ON CONFLICT DO NOTHING of the row, sent with A's
+	 * next statement or its COMMIT (store/pg.h, tbx__pg_defer()) */
 	atomic {
 #ifdef BUG_NO_UNIQUE
 		act = HANDLE
@@ -245,13 +254,26 @@ restart:
 		(ins == 0) ->                   /* waits for an open insert */
 		if
 		:: row ->
-			/* 0 rows inserted: ROLLBACK TO the savepoint, the row
-			 * is read again and resumed */
-			a = row_att; act = RESUME
+			/* 0 rows inserted: the statement fails, and with it
+			 * the whole A */
+			act = CONFLICT
 		:: else -> ins = me; act = HANDLE
 		fi
 #endif
 	}
+	if
+	:: act == CONFLICT ->
+#ifdef BUG_CONFLICT_IGNORED
+		/* the count of rows inserted is not checked: A commits the
+		 * handler's effects without a row of its own */
+		act = HANDLE
+#else
+		/* A rolls back, its locks go; the redelivery starts A again
+		 * and finds the committed row */
+		goto restart
+#endif
+	:: else -> skip
+	fi;
 	CRASH; /* A.handled, A.before_commit: nothing of A persists */
 commit_a:
 	atomic {
