@@ -73,6 +73,8 @@ typedef enum tbx__brow_state {
 typedef struct tbx__brow {
 	tbx__row_t row;
 	tbx__brow_state_t state;
+	int later; /**< its row (and joined, its tokens) is written at the
+		      end of A with the batch's others (protocol.c) */
 } tbx__brow_t;
 
 typedef struct tbx__batch {
@@ -88,12 +90,14 @@ typedef struct tbx__batch {
 	 * row index + 1 per slot (0: empty), ids_cap a power of two. */
 	uint32_t *ids;
 	size_t ids_cap;
-	int isolating;	     /**< a suspect partition: A takes one record */
-	size_t isolated;     /**< that record's index when isolating */
-	int64_t mint_seq;    /**< joined: the number A took for its tokens */
-	uint64_t minted;     /**< joined: token rows A created (stats) */
-	int64_t seq_current; /**< A: the token store's sequence, read once
-				  when a record needs it; -1: not yet */
+	int isolating;		/**< a suspect partition: A takes one record */
+	size_t isolated;	/**< that record's index when isolating */
+	int64_t mint_seq;	/**< joined: the number A took for its tokens */
+	uint64_t minted;	/**< joined: token rows A created (stats) */
+	uint64_t processed;	/**< A's handled records (stats, at commit) */
+	uint64_t dead_lettered; /**< A's dead letters (stats, at commit) */
+	int64_t seq_current;	/**< A: the token store's sequence, read once
+				     when a record needs it; -1: not yet */
 } tbx__batch_t;
 
 /** A new record slot at the end of the batch, zeroed.  NULL: no memory. */

@@ -98,25 +98,28 @@ static int ingress_advance(tbx__proto_t *proto, const struct tbx_msg *msg)
  * token per outgoing message, numbered with the sequence number A took,
  * inside the record's savepoint: they commit or roll back with the row
  * and the handler's effects.  No registration is written, since no
- * attempt can be persisted without the row that names it.  *created
- * receives the token rows made.
+ * attempt can be persisted without the row that names it.  The token
+ * rows made are added to batch->minted (on PostgreSQL when the statement
+ * has run: before A's commit).
  */
-static int mint_in_A(tbx__proto_t *proto, const tbx__batch_t *batch,
-		     tbx__brow_t *brow, uint64_t *created)
+static int mint_in_A(tbx__proto_t *proto, tbx__batch_t *batch,
+		     tbx__brow_t *brow)
 {
 	tbx__row_t *row = &brow->row;
 	tbx__mint_item_t few[8], *items = few;
 	int err;
 
-	*created = 0;
 	if (!proto->joined || row->msg_cnt == 0)
 		return TBX_OK; /* a row that sends nothing needs no tokens */
 	if (row->msg_cnt > sizeof(few) / sizeof(few[0]) &&
 	    !(items = malloc(row->msg_cnt * sizeof(*items))))
 		return TBX_ENOMEM;
 	tbx__brow_mint(brow, batch->mint_seq, items);
-	err = tbx_tokens_mint_joined(proto->tokens, items, row->msg_cnt,
-				     batch->mint_seq, created);
+	if (brow->later)
+		err = TBX_OK; /* written by rows_write() */
+	else
+		err = tbx_tokens_mint_joined(proto->tokens, items, row->msg_cnt,
+					     batch->mint_seq, &batch->minted);
 	if (items != few)
 		free(items);
 	if (err) {
@@ -281,7 +284,7 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 	const void *key, *payload;
 	void *blob = NULL;
 	tbx__brow_t *brow;
-	uint64_t created = 0;
+	uint64_t minted = batch->minted;
 	int err, conflict = TBX_OK;
 
 	dlq_topic_of(proto, msg->topic, dlq_topic);
@@ -341,7 +344,7 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 			   payload_len, blob, blob_len);
 	free(blob);
 	if (!err && !(err = tbx_outbox_savepoint(proto->store))) {
-		if (!(err = mint_in_A(proto, batch, brow, &created)) &&
+		if (!(err = mint_in_A(proto, batch, brow)) &&
 		    !(err = conflict = tbx_outbox_row_insert(
 			  proto->store, proto->group, &brow->row)) &&
 		    !(err = tbx_outbox_dead_letter_add(proto->store,
@@ -349,6 +352,8 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 						       dlq_topic, attempts)) &&
 		    (!by_offset || !(err = ingress_advance(proto, msg))))
 			err = tbx_outbox_release(proto->store);
+		if (err)
+			batch->minted = minted; /* rolled back with them */
 		if (err && tbx_outbox_undo(proto->store) == TBX_OK &&
 		    conflict == TBX_EEXIST) {
 			tbx__batch_row_pop(batch);
@@ -363,10 +368,9 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 		 "%s [%" PRId32 "] @%" PRId64 ": dead-lettered to %s: %s",
 		 msg->topic, msg->rkm->partition, msg->rkm->offset, dlq_topic,
 		 reason);
-	batch->minted += created;
 	msg->state = TBX_MS_ROW;
 	msg->row = idx;
-	proto->stats->dead_lettered++;
+	batch->dead_lettered++;
 	return TBX_OK;
 }
 
@@ -577,26 +581,30 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 		verdict = TBX_VERDICT_RETRY;
 	}
 	if (verdict == TBX_VERDICT_OK) {
-		uint64_t created = 0;
+		uint64_t minted = batch->minted;
 		int conflict = TBX_OK;
 
-		if (!(err = mint_in_A(proto, batch, brow, &created)) &&
-		    !(err = conflict = tbx_outbox_row_insert(
-			  proto->store, proto->group, &brow->row)) &&
+		/* Where the store writes many rows in one statement, the
+		 * row (and its tokens) waits for the end of A. */
+		brow->later = tbx_outbox_batches_rows(proto->store);
+		if (!(err = mint_in_A(proto, batch, brow)) &&
+		    (brow->later ||
+		     !(err = conflict = tbx_outbox_row_insert(
+			   proto->store, proto->group, &brow->row))) &&
 		    (!by_offset || !(err = ingress_advance(proto, msg))))
 			err = tbx_outbox_release(proto->store);
 		free(ctx.error);
 		if (err) {
 			int undo = tbx_outbox_undo(proto->store);
+			batch->minted = minted; /* rolled back with them */
 			tbx__batch_row_pop(batch);
 			if (conflict == TBX_EEXIST && undo == TBX_OK)
 				return row_conflict(proto, batch, msg);
 			return err;
 		}
-		batch->minted += created;
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
-		proto->stats->processed++;
+		batch->processed++;
 		return TBX_OK;
 	}
 
@@ -1145,6 +1153,87 @@ out:
 
 /* A: after G, one S transaction over the batch; a failed A releases G's
  * marker (it was no death). */
+static int alarm_commit(tbx__proto_t *proto, const char *name,
+			const char *detail);
+
+/*
+ * The rows A's handlers made (brow->later), and joined their tokens, in
+ * one statement each (PostgreSQL: rows_insert, one mint_joined for the
+ * batch), after the last handler and before the commit.  A record whose
+ * savepoint was rolled back has no row here any more (popped), so nothing
+ * of it is written.  A row found there already fails A (late_conflict()).
+ */
+static int rows_write(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	const tbx__row_t **rows;
+	tbx__mint_item_t *items = NULL;
+	size_t n = 0, k = 0;
+	int err = TBX_OK;
+
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		if (batch->rows[i].later) {
+			n++;
+			k += batch->rows[i].row.msg_cnt;
+		}
+	if (n == 0)
+		return TBX_OK;
+	if (!(rows = malloc(n * sizeof(*rows))) ||
+	    (proto->joined && k && !(items = malloc(k * sizeof(*items))))) {
+		free(rows);
+		return TBX_ENOMEM;
+	}
+	n = k = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__row_t *row = &batch->rows[i].row;
+
+		if (!batch->rows[i].later)
+			continue;
+		rows[n++] = row;
+		for (size_t j = 0; items && j < row->msg_cnt; j++)
+			items[k++] =
+			    (tbx__mint_item_t){.token = row->msgs[j].token,
+					       .topic = row->msgs[j].topic};
+	}
+	if (k)
+		err = tbx_tokens_mint_joined(proto->tokens, items, k,
+					     batch->mint_seq, &batch->minted);
+	if (!err)
+		err =
+		    tbx_outbox_rows_insert(proto->store, proto->group, rows, n);
+	free(items);
+	free(rows);
+	return err;
+}
+
+/*
+ * A write of A found its row there at A's commit (PostgreSQL sends the
+ * outbox row's INSERT with A's next statement, store/pg.h): another
+ * worker committed the row after this A's row check, which the message
+ * lock rules out between workers that take it.  The whole A was rolled
+ * back, the handlers' effects with it; the batch is left unfinished and
+ * its redelivery finds the committed row and resumes it.
+ */
+static int late_conflict(tbx__proto_t *proto)
+{
+	char detail[600];
+	const char *why = tbx_outbox_errmsg(proto->store);
+
+	proto->stats->rows_conflicted++;
+	snprintf(detail, sizeof(detail),
+		 "%s, committed by another worker while this one handled "
+		 "the batch",
+		 why && *why ? why : "an outbox row");
+	tbx__log(TBX_LOG_WARNING,
+		 "%s (a worker that does not lock the message?); the batch "
+		 "was rolled back and its redelivery resumes the committed "
+		 "row",
+		 detail);
+	if (alarm_commit(proto, "row_conflict", detail))
+		tbx__log(TBX_LOG_ERR, "the row_conflict alarm was not "
+				      "recorded");
+	return TBX_EBUSY;
+}
+
 static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int err;
@@ -1162,6 +1251,7 @@ static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	 * take it back). */
 	batch->mint_seq = 0;
 	batch->minted = 0;
+	batch->processed = batch->dead_lettered = 0;
 	if (proto->joined &&
 	    (err = tbx_tokens_seq_joined(proto->tokens, &batch->mint_seq)))
 		goto fail;
@@ -1186,17 +1276,23 @@ static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 		if (batch->row_cnt > rows_before)
 			tbx__batch_ids_add(batch, batch->row_cnt - 1);
 	}
-	if ((err = guard_clear(proto, batch)))
+	if ((err = rows_write(proto, batch)) ||
+	    (err = guard_clear(proto, batch)))
 		goto fail;
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(proto->store)))
 		goto fail;
+	/* Counted once they took effect: a rolled-back A is done again. */
 	proto->stats->tokens_created += batch->minted;
+	proto->stats->processed += batch->processed;
+	proto->stats->dead_lettered += batch->dead_lettered;
 	tbx__crashpoint("A.committed");
 	return TBX_OK;
 fail:
 	tbx_outbox_rollback(proto->store);
 	tbx__batch_undo_rows(batch);
+	if (err == TBX_EEXIST)
+		err = late_conflict(proto);
 released:
 	guard_release(proto, batch);
 	return err;

@@ -232,11 +232,23 @@ typedef struct tbx_outbox_ops {
 	 *  (msg_id = ANY($2)); SQLite: the cached row_find per id. */
 	int (*rows_find)(tbx_outbox_t *store, const char *grp,
 			 const char *const *ids, size_t n, tbx__row_hit_t *out);
+	/** Inserts the @p n rows (caller's txn) in one statement; NULL
+	 *  where the backend has no use for it (SQLite: row_insert per
+	 *  row costs no round trip).  TBX_EEXIST when any of them is there
+	 *  already; the transaction can then only roll back.  PostgreSQL:
+	 *  one INSERT ... SELECT FROM unnest(...), sent as row_insert's is
+	 *  (store/pg.h, tbx__pg_defer()). */
+	int (*rows_insert)(tbx_outbox_t *store, const char *grp,
+			   const tbx__row_t *const *rows, size_t n);
 	/** Inserts @p row and its outgoing messages (caller's txn).
-	 *  PostgreSQL: TBX_EEXIST when the row (grp, msg_id) is there
-	 *  already and nothing was inserted (INSERT ... ON CONFLICT DO
-	 *  NOTHING: the transaction stays usable; A rolls back to the
-	 *  record's savepoint and resumes the committed row). */
+	 *  TBX_EEXIST when the row (grp, msg_id) is there already and
+	 *  nothing was inserted.  SQLite: at once, the transaction stays
+	 *  usable (A rolls back to the record's savepoint and resumes the
+	 *  committed row).  PostgreSQL: the INSERT ... ON CONFLICT DO
+	 *  NOTHING goes with the transaction's next statement (store/pg.h,
+	 *  tbx__pg_defer()), so TBX_EEXIST comes from a later call or the
+	 *  commit, and the transaction can only roll back (A is retried
+	 *  whole and finds the committed row). */
 	int (*row_insert)(tbx_outbox_t *store, const char *grp,
 			  const tbx__row_t *row);
 	/** Loads the row and its messages into @p row (cleared first), from
@@ -522,6 +534,18 @@ static inline int tbx_outbox_rows_find(tbx_outbox_t *store, const char *grp,
 				       tbx__row_hit_t *out)
 {
 	return store->ops->rows_find(store, grp, ids, n, out);
+}
+
+/** 1 when the backend inserts many rows in one statement (rows_insert). */
+static inline int tbx_outbox_batches_rows(const tbx_outbox_t *store)
+{
+	return store->ops->rows_insert != NULL;
+}
+static inline int tbx_outbox_rows_insert(tbx_outbox_t *store, const char *grp,
+					 const tbx__row_t *const *rows,
+					 size_t n)
+{
+	return store->ops->rows_insert(store, grp, rows, n);
 }
 
 static inline int tbx_outbox_row_insert(tbx_outbox_t *store, const char *grp,

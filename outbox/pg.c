@@ -135,6 +135,7 @@ enum {
 	Q_INFO_VERSION,
 	Q_ROW_FIND,
 	Q_ROW_INSERT,
+	Q_ROWS_INSERT,
 	Q_ROW_GET,
 	Q_MSGS_UNTOKENED,
 	Q_SET_ATTEMPT,
@@ -183,6 +184,18 @@ static const char *const sql[Q__COUNT] = {
 		     "kind, error, created_ms, msgs) VALUES ($1, $2, $3, $4, "
 		     "$5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (grp, "
 		     "msg_id) DO NOTHING",
+    /* The optional texts come as "" (NULL in the table), mint_seq as 0
+     * without an attempt (NULL). */
+    [Q_ROWS_INSERT] =
+	"INSERT INTO @S.tbx_outbox (grp, msg_id, in_topic, in_partition, "
+	"in_offset, in_token, attempt, mint_seq, kind, error, created_ms, "
+	"msgs) SELECT $1, u.id, u.topic, u.part, u.off, NULLIF(u.tok, ''), "
+	"NULLIF(u.att, ''), CASE WHEN u.att = '' THEN NULL ELSE u.seq END, "
+	"u.kind, NULLIF(u.err, ''), u.ms, u.msgs FROM unnest($2::text[], "
+	"$3::text[], $4::int8[], $5::int8[], $6::text[], $7::text[], "
+	"$8::int8[], $9::int8[], $10::text[], $11::int8[], $12::bytea[]) AS "
+	"u(id, topic, part, off, tok, att, seq, kind, err, ms, msgs) ON "
+	"CONFLICT (grp, msg_id) DO NOTHING",
     [Q_ROW_GET] = "SELECT in_topic, in_partition, in_offset, in_token, "
 		  "attempt, mint_seq, kind, error, created_ms, msgs FROM "
 		  "@S.tbx_outbox WHERE grp = $1 AND msg_id = $2",
@@ -775,9 +788,9 @@ static int pg_row_insert(tbx_outbox_t *base, const char *grp,
 {
 	pg_store_t *store = ps(base);
 	tbx__pg_params_t p;
-	PGresult *res;
 	void *blob = NULL;
 	size_t blob_len;
+	char what[TBX_MSGID_MAX + 16];
 	int err;
 
 	if (!grp || !tbx_outbox_row_check(row)) {
@@ -805,13 +818,122 @@ static int pg_row_insert(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_opt_text(&p, row->error);
 	tbx__pgp_i64(&p, row->created_ms ? row->created_ms : tbx__now_ms());
 	tbx__pgp_bytea(&p, blob, blob_len);
-	err = run(store, Q_ROW_INSERT, &p, &res);
+	/* Sent with the transaction's next statement (store/pg.h): a row
+	 * there already fails that statement, or the commit, with
+	 * TBX_EEXIST, and the transaction can only roll back. */
+	snprintf(what, sizeof(what), "outbox row %s", row->msg_id);
+	err = tbx__pg_defer(&store->stmts, Q_ROW_INSERT, &p, NULL, 1, what);
+	tbx__pgp_free(&p);
 	free(blob);
-	if (err)
+	return err;
+}
+
+/* The columns of pg_rows_insert(), one array each. */
+typedef struct {
+	const char **id, **topic, **tok, **att, **err;
+	int64_t *part, *off, *seq, *kind, *ms;
+	void **blob;
+	size_t *blen;
+} rows_cols_t;
+
+static void rows_cols_free(rows_cols_t *c, size_t n)
+{
+	if (c->blob)
+		for (size_t i = 0; i < n; i++)
+			free(c->blob[i]);
+	free(c->id);
+	free(c->part);
+	free(c->blob);
+	free(c->blen);
+}
+
+static int rows_cols_make(rows_cols_t *c, const tbx__row_t *const *rows,
+			  size_t n)
+{
+	int err;
+
+	memset(c, 0, sizeof(*c));
+	c->id = calloc(5 * n, sizeof(*c->id));
+	c->part = calloc(5 * n, sizeof(*c->part));
+	c->blob = calloc(n, sizeof(*c->blob));
+	c->blen = calloc(n, sizeof(*c->blen));
+	if (!c->id || !c->part || !c->blob || !c->blen)
+		return TBX_ENOMEM;
+	c->topic = c->id + n;
+	c->tok = c->id + 2 * n;
+	c->att = c->id + 3 * n;
+	c->err = c->id + 4 * n;
+	c->off = c->part + n;
+	c->seq = c->part + 2 * n;
+	c->kind = c->part + 3 * n;
+	c->ms = c->part + 4 * n;
+	for (size_t i = 0; i < n; i++) {
+		const tbx__row_t *row = rows[i];
+
+		c->id[i] = row->msg_id;
+		c->topic[i] = row->in_topic;
+		c->tok[i] = row->in_token;
+		c->att[i] = row->attempt;
+		c->err[i] = row->error ? row->error : "";
+		c->part[i] = row->in_partition;
+		c->off[i] = row->in_offset;
+		c->seq[i] = row->attempt[0] ? row->mint_seq : 0;
+		c->kind[i] = row->kind;
+		c->ms[i] = row->created_ms ? row->created_ms : tbx__now_ms();
+		if ((err = tbx__row_msgs_encode(row, &c->blob[i], &c->blen[i])))
+			return err;
+	}
+	return TBX_OK;
+}
+
+static int pg_rows_insert(tbx_outbox_t *base, const char *grp,
+			  const tbx__row_t *const *rows, size_t n)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	rows_cols_t c;
+	char what[TBX_MSGID_MAX + 64];
+	int err;
+
+	if (n == 0)
+		return TBX_OK;
+	if (!grp || !rows)
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!rows[i] || !tbx_outbox_row_check(rows[i])) {
+			tbx__log(TBX_LOG_ERR,
+				 "outbox: refusing to insert row %s: it "
+				 "breaks the row invariants",
+				 rows[i] ? rows[i]->msg_id : "(null)");
+			return TBX_EINVAL;
+		}
+	if ((err = rows_cols_make(&c, rows, n))) {
+		rows_cols_free(&c, n);
 		return err;
-	if (changes(res) == 0)
-		err = TBX_EEXIST;
-	PQclear(res);
+	}
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text_array(&p, c.id, n);
+	tbx__pgp_text_array(&p, c.topic, n);
+	tbx__pgp_i64_array(&p, c.part, n);
+	tbx__pgp_i64_array(&p, c.off, n);
+	tbx__pgp_text_array(&p, c.tok, n);
+	tbx__pgp_text_array(&p, c.att, n);
+	tbx__pgp_i64_array(&p, c.seq, n);
+	tbx__pgp_i64_array(&p, c.kind, n);
+	tbx__pgp_text_array(&p, c.err, n);
+	tbx__pgp_i64_array(&p, c.ms, n);
+	tbx__pgp_bytea_array(&p, (const void *const *)c.blob, c.blen, n);
+	if (n == 1)
+		snprintf(what, sizeof(what), "outbox row %s", rows[0]->msg_id);
+	else
+		snprintf(what, sizeof(what), "one of %zu outbox rows (%s, ...)",
+			 n, rows[0]->msg_id);
+	/* Every row inserted, or the statement fails A. */
+	err =
+	    tbx__pg_defer(&store->stmts, Q_ROWS_INSERT, &p, NULL, (int)n, what);
+	tbx__pgp_free(&p);
+	rows_cols_free(&c, n);
 	return err;
 }
 
@@ -1342,7 +1464,6 @@ static int pg_exec(tbx_outbox_t *base, const char *stmt,
 	pg_store_t *store = ps(base);
 	tbx__pg_t *pg = store->pg;
 	PGresult *res;
-	const char *state;
 	int err = TBX_OK;
 
 	if (nchanged)
@@ -1352,26 +1473,19 @@ static int pg_exec(tbx_outbox_t *base, const char *stmt,
 			 "no statement, or parameters missing");
 		return TBX_EINVAL;
 	}
-	if ((err = tbx__pg_flush(pg)))
-		return err;
-	if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK)
-		return tbx__pg_fail(pg, stmt, NULL);
 	/* Text parameters, the types inferred by the server; not cached:
-	 * a handler's statements are its own. */
-	res = PQexecParams(pg->conn, stmt, n, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) == PGRES_COMMAND_OK ||
-	    PQresultStatus(res) == PGRES_TUPLES_OK) {
-		if (nchanged)
-			*nchanged = changes(res);
-	} else {
-		state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-		err = tbx__pg_fail(pg, stmt, res);
+	 * a handler's statements are its own.  What tokenbox deferred
+	 * goes with it. */
+	if ((err = tbx__pg_query(pg, stmt, n, params, &res))) {
 		/* A syntax error, or more than one statement. */
-		if (state && !strcmp(state, "42601"))
+		if (!strcmp(pg->state, "42601"))
 			err = TBX_EINVAL;
+		return err;
 	}
+	if (nchanged)
+		*nchanged = changes(res);
 	PQclear(res);
-	return err;
+	return TBX_OK;
 }
 
 static const tbx_outbox_ops_t pg_ops = {
@@ -1385,6 +1499,7 @@ static const tbx_outbox_ops_t pg_ops = {
     .undo = pg_undo,
     .row_find = pg_row_find,
     .rows_find = pg_rows_find,
+    .rows_insert = pg_rows_insert,
     .row_insert = pg_row_insert,
     .row_load = pg_row_load,
     .row_set_attempt = pg_row_set_attempt,

@@ -407,10 +407,14 @@ tbx__pg_t *tbx__pg_ref(tbx__pg_t *pg)
 	return pg;
 }
 
+static void dq_drop(tbx__pg_t *pg, int from);
+
 void tbx__pg_unref(tbx__pg_t *pg)
 {
 	if (!pg || --pg->refs > 0)
 		return;
+	dq_drop(pg, 0);
+	free(pg->dq);
 	if (pg->conn)
 		PQfinish(pg->conn);
 	/* The string may hold a password: not left in freed memory. */
@@ -466,6 +470,7 @@ static int failed(tbx__pg_t *pg, const char *what, const PGresult *res)
 	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	int err = map_state(state);
 
+	tbx__strlcpy(pg->state, state ? state : "", sizeof(pg->state));
 	keep_msg(pg, res && *PQresultErrorMessage(res)
 			 ? PQresultErrorMessage(res)
 			 : PQerrorMessage(pg->conn));
@@ -500,12 +505,43 @@ static int fault(tbx__pg_t *pg, const char *what, int *err)
 	return 1;
 }
 
-/* Forgets the deferred savepoint: the transaction ended. */
+/* A statement of tbx__pg_defer(), its parameters copied. */
+struct tbx__pg_dq {
+	tbx__pg_stmts_t *stmts;
+	int q;
+	int n;
+	char *vals[TBX_PG_MAX_PARAMS];
+	int lens[TBX_PG_MAX_PARAMS];
+	int fmts[TBX_PG_MAX_PARAMS];
+	uint64_t *changes;
+	int expect;
+	char what[96];
+};
+
+/* More queued than this and they go before the next one is queued: the
+ * server's answers to a pipeline wait in its socket buffer until the
+ * pipeline is read, which must not fill up. */
+#define DQ_MAX 64
+
+static void dq_drop(tbx__pg_t *pg, int from)
+{
+	for (int i = from; i < pg->dq_cnt; i++)
+		for (int k = 0; k < pg->dq[i].n; k++)
+			free(pg->dq[i].vals[k]);
+	if (from < pg->dq_cnt)
+		pg->dq_cnt = from;
+	if (pg->dq_mark > pg->dq_cnt)
+		pg->dq_mark = pg->dq_cnt;
+}
+
+/* Forgets the deferred savepoint and statements: the transaction ended. */
 static void sp_clear(tbx__pg_t *pg)
 {
 	pg->sp_name[0] = '\0';
 	pg->sp_send = pg->sp_release = 0;
 	pg->sp_err = TBX_OK;
+	dq_drop(pg, 0);
+	pg->dq_mark = 0;
 }
 
 /* Runs a parameterless statement outside the cache. */
@@ -522,6 +558,336 @@ static int exec_plain(tbx__pg_t *pg, const char *sql)
 		err = failed(pg, sql, res);
 	PQclear(res);
 	return err;
+}
+
+/*
+ * One statement of a pipeline: a prepared one of a table (stmts, q) or a
+ * text (sql, not prepared), with its parameters; dq when it is a
+ * deferred one.
+ */
+typedef struct pipe_item {
+	tbx__pg_stmts_t *stmts;
+	int q;
+	const char *sql;
+	int n;
+	const char *const *vals;
+	const int *lens;
+	const int *fmts;
+	int rfmt; /* results: 1 binary, 0 text */
+	struct tbx__pg_dq *dq;
+	int prep; /* sent PQsendPrepare first (a result of its own) */
+} pipe_item_t;
+
+static const char *item_sql(const pipe_item_t *it)
+{
+	return it->stmts ? it->stmts->sql[it->q] : it->sql;
+}
+
+static int64_t res_changes(const PGresult *res)
+{
+	const char *t = PQcmdTuples((PGresult *)res);
+
+	return t && *t ? strtoll(t, NULL, 10) : 0;
+}
+
+/* Sends one item (its PQsendPrepare first when this connection has not
+ * prepared it).  @returns 1 when sent. */
+static int item_send(tbx__pg_t *pg, pipe_item_t *it)
+{
+	char name[24];
+
+	if (!it->stmts)
+		return PQsendQueryParams(pg->conn, it->sql, it->n, NULL,
+					 it->vals, it->lens, it->fmts,
+					 it->rfmt);
+	snprintf(name, sizeof(name), "tbx_%s%d", it->stmts->prefix, it->q);
+	if (it->stmts->gen[it->q] != pg->gen) {
+		if (!PQsendPrepare(pg->conn, name, it->stmts->sql[it->q], 0,
+				   NULL))
+			return 0;
+		/* Once per pipeline: a later item of the same statement
+		 * uses it (undone when the PREPARE fails). */
+		it->stmts->gen[it->q] = pg->gen;
+		it->prep = 1;
+	}
+	return PQsendQueryPrepared(pg->conn, name, it->n, it->vals, it->lens,
+				   it->fmts, it->rfmt);
+}
+
+/* Reads one statement's result: its PGresult (NULL when the connection
+ * broke) and the NULL that ends it. */
+static PGresult *item_result(tbx__pg_t *pg)
+{
+	PGresult *res = PQgetResult(pg->conn), *more;
+
+	if (res)
+		while ((more = PQgetResult(pg->conn)))
+			PQclear(more);
+	return res;
+}
+
+/*
+ * Sends what is deferred -- the statements queued before the record's
+ * savepoint, "RELEASE SAVEPOINT x" / "SAVEPOINT x", the statements
+ * queued after it -- and @p fin (may be NULL), in one pipeline: one
+ * round trip.  A failure before @p fin is kept (pg->sp_err): every call
+ * fails until the transaction ends.  A failure of @p fin alone is its
+ * caller's, as a statement's of its own would be.  Every item is a
+ * countdown fault point (store/db.h), as a call of its own would be.
+ */
+static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
+{
+	int cnt = pg->dq_cnt + (fin ? 1 : 0) + 2, n = 0, sp_at = -1;
+	int err = TBX_OK, fin_err = TBX_OK, broke = 0;
+	char rel[64], sav[64];
+	pipe_item_t few[16], *items = few;
+
+	if (res)
+		*res = NULL;
+	if (cnt > (int)(sizeof(few) / sizeof(few[0])) &&
+	    !(items = calloc((size_t)cnt, sizeof(*items))))
+		return TBX_ENOMEM;
+	for (int i = 0; i <= pg->dq_cnt; i++) {
+		if (i == pg->dq_mark && (pg->sp_release || pg->sp_send)) {
+			sp_at = n;
+			if (pg->sp_release) {
+				snprintf(rel, sizeof(rel),
+					 "RELEASE SAVEPOINT %s", pg->sp_name);
+				items[n++] = (pipe_item_t){.sql = rel};
+			}
+			if (pg->sp_send) {
+				snprintf(sav, sizeof(sav), "SAVEPOINT %s",
+					 pg->sp_name);
+				items[n++] = (pipe_item_t){.sql = sav};
+			}
+		}
+		if (i < pg->dq_cnt) {
+			struct tbx__pg_dq *d = &pg->dq[i];
+
+			items[n++] =
+			    (pipe_item_t){.stmts = d->stmts,
+					  .q = d->q,
+					  .n = d->n,
+					  .vals = (const char *const *)d->vals,
+					  .lens = d->lens,
+					  .fmts = d->fmts,
+					  .rfmt = 1,
+					  .dq = d};
+		}
+	}
+	if (fin)
+		items[n++] = *fin;
+	/* The fault points, in order; the savepoint's commands are one. */
+	for (int i = 0; i < n && !err; i++) {
+		if (sp_at >= 0 && i == sp_at + 1 && !items[i].stmts &&
+		    items[sp_at].sql == rel && items[i].sql == sav)
+			continue;
+		if (fault(pg, item_sql(&items[i]), &err) && fin && i == n - 1) {
+			/* Only the caller's statement: nothing was sent. */
+			if (items != few)
+				free(items);
+			return err;
+		}
+	}
+	if (!err && lost(pg))
+		err = failed(pg, item_sql(&items[0]), NULL);
+	if (!err && !PQenterPipelineMode(pg->conn))
+		err = failed(pg, "pipeline", NULL);
+	if (err)
+		goto out;
+	int sent = 0;
+	for (; sent < n; sent++)
+		if (!item_send(pg, &items[sent]))
+			break;
+	if (!PQpipelineSync(pg->conn))
+		broke = 1;
+	for (int i = 0; i < sent && !broke; i++) {
+		PGresult *r;
+		ExecStatusType st;
+
+		if (items[i].prep) {
+			if (!(r = item_result(pg))) {
+				broke = 1;
+				break;
+			}
+			if (PQresultStatus(r) != PGRES_COMMAND_OK)
+				items[i].stmts->gen[items[i].q] = 0;
+			if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+			    PQresultStatus(r) != PGRES_PIPELINE_ABORTED &&
+			    !err && !fin_err)
+				err = failed(pg, item_sql(&items[i]), r);
+			PQclear(r);
+		}
+		if (!(r = item_result(pg))) {
+			broke = 1;
+			break;
+		}
+		st = PQresultStatus(r);
+		if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+			struct tbx__pg_dq *d = items[i].dq;
+			int64_t ch = res_changes(r);
+
+			if (d && d->changes)
+				*d->changes += (uint64_t)ch;
+			if (d && d->expect && ch != d->expect && !err) {
+				snprintf(pg->errmsg, sizeof(pg->errmsg),
+					 "%s: a conflicting row exists",
+					 d->what);
+				tbx__log(TBX_LOG_WARNING, "postgresql: %s: %s",
+					 pg->where, pg->errmsg);
+				err = TBX_EEXIST;
+			}
+			if (fin && i == n - 1 && res && !err)
+				*res = r;
+			else
+				PQclear(r);
+			continue;
+		}
+		if (st != PGRES_PIPELINE_ABORTED && !err && !fin_err) {
+			if (fin && i == n - 1)
+				fin_err = failed(pg, item_sql(&items[i]), r);
+			else
+				err = failed(pg, item_sql(&items[i]), r);
+		}
+		PQclear(r);
+	}
+	if (!broke) {
+		/* The sync point ends the pipeline. */
+		PGresult *r = PQgetResult(pg->conn);
+
+		if (!r || PQresultStatus(r) != PGRES_PIPELINE_SYNC)
+			broke = 1;
+		PQclear(r);
+	}
+	if (broke || sent < n || !PQexitPipelineMode(pg->conn)) {
+		/* The connection broke under the pipeline (or is in a state
+		 * that cannot be read any more): it is made again at the
+		 * next BEGIN. */
+		if (!err && !fin_err)
+			err = failed(pg, item_sql(&items[sent < n ? sent : 0]),
+				     NULL);
+		if (!lost(pg)) {
+			PQfinish(pg->conn);
+			pg->conn = NULL;
+		}
+		err = err ? err : TBX_ESTORE;
+	}
+out:
+	if (err) {
+		pg->sp_err = err;
+		if (res && *res) {
+			PQclear(*res);
+			*res = NULL;
+		}
+	}
+	/* Sent: the savepoint is on the server, the release done. */
+	if (pg->sp_send)
+		pg->sp_send = 0;
+	else if (pg->sp_release)
+		pg->sp_name[0] = '\0';
+	pg->sp_release = 0;
+	dq_drop(pg, 0);
+	pg->dq_mark = 0;
+	if (items != few)
+		free(items);
+	return err ? err : fin_err;
+}
+
+int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
+		  uint64_t *changes, int expect, const char *what)
+{
+	tbx__pg_t *pg = stmts->pg;
+	struct tbx__pg_dq *d;
+	int err;
+
+	if (q < 0 || q >= stmts->count || !stmts->sql[q])
+		return TBX_EINVAL;
+	if (params && params->err)
+		return params->err;
+	if (pg->sp_err)
+		return pg->sp_err;
+	if (!pg->in_tx) {
+		PGresult *res;
+		int64_t ch;
+
+		if ((err = tbx__pg_run(stmts, q, params, &res)))
+			return err;
+		ch = res_changes(res);
+		PQclear(res);
+		if (changes)
+			*changes += (uint64_t)ch;
+		if (expect && ch != expect) {
+			snprintf(pg->errmsg, sizeof(pg->errmsg),
+				 "%s: a conflicting row exists", what);
+			return TBX_EEXIST;
+		}
+		return TBX_OK;
+	}
+	if (pg->dq_cnt >= DQ_MAX && (err = tbx__pg_flush(pg)))
+		return err;
+	if (pg->dq_cnt == pg->dq_cap) {
+		int cap = pg->dq_cap ? pg->dq_cap * 2 : 16;
+		void *p = realloc(pg->dq, (size_t)cap * sizeof(*pg->dq));
+
+		if (!p)
+			return TBX_ENOMEM;
+		pg->dq = p;
+		pg->dq_cap = cap;
+	}
+	d = &pg->dq[pg->dq_cnt];
+	memset(d, 0, sizeof(*d));
+	d->stmts = stmts;
+	d->q = q;
+	d->changes = changes;
+	d->expect = expect;
+	tbx__strlcpy(d->what, what ? what : stmts->sql[q], sizeof(d->what));
+	for (int i = 0; params && i < params->n; i++) {
+		const char *v = params->vals[i];
+		size_t len = params->fmts[i] ? (size_t)params->lens[i]
+					     : (v ? strlen(v) + 1 : 0);
+
+		d->lens[i] = params->lens[i];
+		d->fmts[i] = params->fmts[i];
+		d->n = i + 1;
+		if (!v)
+			continue;
+		if (!(d->vals[i] = malloc(len ? len : 1))) {
+			for (int k = 0; k < i; k++)
+				free(d->vals[k]);
+			return TBX_ENOMEM;
+		}
+		memcpy(d->vals[i], v, len);
+	}
+	pg->dq_cnt++;
+	return TBX_OK;
+}
+
+int tbx__pg_query(tbx__pg_t *pg, const char *sql, int n,
+		  const char *const *vals, PGresult **res)
+{
+	pipe_item_t fin = {.sql = sql, .n = n, .vals = vals};
+	PGresult *r;
+	int err = TBX_OK;
+
+	*res = NULL;
+	pg->state[0] = '\0';
+	if (pg->sp_err)
+		return pg->sp_err;
+	if (pg->dq_cnt || pg->sp_send || pg->sp_release)
+		return pipe_run(pg, &fin, res);
+	if (fault(pg, sql, &err))
+		return err;
+	if (lost(pg))
+		return failed(pg, sql, NULL);
+	r = PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+	    PQresultStatus(r) != PGRES_TUPLES_OK) {
+		err = failed(pg, sql, r);
+		PQclear(r);
+		return err;
+	}
+	*res = r;
+	return TBX_OK;
 }
 
 int tbx__pg_exec(tbx__pg_t *pg, const char *sql)
@@ -546,6 +912,7 @@ int tbx__pg_savepoint(tbx__pg_t *pg, const char *name)
 		return pg->sp_err;
 	tbx__strlcpy(pg->sp_name, name, sizeof(pg->sp_name));
 	pg->sp_send = 1;
+	pg->dq_mark = pg->dq_cnt;
 	return TBX_OK;
 }
 
@@ -574,6 +941,8 @@ int tbx__pg_flush(tbx__pg_t *pg)
 
 	if (pg->sp_err)
 		return pg->sp_err;
+	if (pg->dq_cnt)
+		return pipe_run(pg, NULL, NULL);
 	if (!pg->sp_send && !pg->sp_release)
 		return TBX_OK;
 	snprintf(sql, sizeof(sql), "%s%s%s%s%s",
@@ -599,6 +968,10 @@ int tbx__pg_undo(tbx__pg_t *pg)
 		return pg->sp_err;
 	if (!pg->sp_name[0])
 		return TBX_ESTATE;
+	if (pg->sp_release && !pg->sp_send)
+		return TBX_ESTATE; /* released already */
+	/* What was queued inside it never ran. */
+	dq_drop(pg, pg->dq_mark);
 	if (pg->sp_send) {
 		/* Never sent, so nothing ran after it. */
 		pg->sp_send = 0;
@@ -606,8 +979,6 @@ int tbx__pg_undo(tbx__pg_t *pg)
 			pg->sp_name[0] = '\0';
 		return TBX_OK;
 	}
-	if (pg->sp_release)
-		return TBX_ESTATE; /* released already */
 	snprintf(sql, sizeof(sql),
 		 "ROLLBACK TO SAVEPOINT %s; RELEASE SAVEPOINT %s", pg->sp_name,
 		 pg->sp_name);
@@ -649,6 +1020,15 @@ int tbx__pg_commit(tbx__pg_t *pg)
 		err = pg->sp_err;
 		tbx__pg_rollback(pg);
 		return err;
+	}
+	if (pg->dq_cnt) {
+		/* COMMIT releases every savepoint: only what is queued is
+		 * still to be sent. */
+		pg->sp_send = pg->sp_release = 0;
+		if ((err = pipe_run(pg, NULL, NULL))) {
+			tbx__pg_rollback(pg);
+			return err;
+		}
 	}
 	sp_clear(pg); /* COMMIT releases every savepoint */
 	if (fault(pg, "COMMIT", &err)) {
@@ -845,6 +1225,57 @@ void tbx__pgp_text_array_of(tbx__pg_params_t *p, const void *base,
 	text_array(p, n, get_strided, &s);
 }
 
+static void put_be32(unsigned char *b, uint32_t v)
+{
+	b[0] = (unsigned char)(v >> 24);
+	b[1] = (unsigned char)(v >> 16);
+	b[2] = (unsigned char)(v >> 8);
+	b[3] = (unsigned char)v;
+}
+
+/* The binary form array_recv() reads: dimensions, a flag for NULLs, the
+ * element type, each dimension's length and lower bound, then each
+ * element as its length and bytes. */
+void tbx__pgp_bytea_array(tbx__pg_params_t *p, const void *const *v,
+			  const size_t *lens, size_t n)
+{
+	size_t len = 20, at = 0;
+	unsigned char *buf;
+	int i = slot(p);
+
+	if (i < 0)
+		return;
+	for (size_t k = 0; k < n; k++) {
+		if (lens[k] > INT32_MAX || len > INT32_MAX - 4 - lens[k]) {
+			if (!p->err)
+				p->err = TBX_EINVAL;
+			return;
+		}
+		len += 4 + lens[k];
+	}
+	if (!(buf = malloc(len))) {
+		if (!p->err)
+			p->err = TBX_ENOMEM;
+		return;
+	}
+	put_be32(buf, 1);		 /* one dimension */
+	put_be32(buf + 4, 0);		 /* no NULLs */
+	put_be32(buf + 8, 17);		 /* bytea's type oid */
+	put_be32(buf + 12, (uint32_t)n); /* its length */
+	put_be32(buf + 16, 1);		 /* its lower bound */
+	at = 20;
+	for (size_t k = 0; k < n; k++) {
+		put_be32(buf + at, (uint32_t)lens[k]);
+		at += 4;
+		if (lens[k])
+			memcpy(buf + at, v[k], lens[k]);
+		at += lens[k];
+	}
+	p->vals[i] = p->owned[i] = (char *)buf;
+	p->lens[i] = (int)len;
+	p->fmts[i] = 1;
+}
+
 void tbx__pgp_i64_array(tbx__pg_params_t *p, const int64_t *v, size_t n)
 {
 	size_t cap = 2 + n * 21, len = 1;
@@ -955,8 +1386,19 @@ int tbx__pg_run(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		return TBX_EINVAL;
 	if (params && params->err)
 		return params->err;
-	if ((err = tbx__pg_flush(pg)))
-		return err;
+	if (pg->sp_err)
+		return pg->sp_err;
+	if (pg->dq_cnt || pg->sp_send || pg->sp_release) {
+		pipe_item_t fin = {.stmts = stmts, .q = q, .rfmt = 1};
+
+		if (params) {
+			fin.n = params->n;
+			fin.vals = params->vals;
+			fin.lens = params->lens;
+			fin.fmts = params->fmts;
+		}
+		return pipe_run(pg, &fin, res);
+	}
 	snprintf(name, sizeof(name), "tbx_%s%d", stmts->prefix, q);
 	if (fault(pg, stmts->sql[q], &err))
 		return err;

@@ -56,6 +56,11 @@ typedef struct tbx__pg {
 	int sp_release;	  /**< RELEASE not sent yet */
 	int sp_err;	  /**< a failed deferred statement: every call until the
 			     transaction ends fails with it */
+	/* Statements deferred by tbx__pg_defer(), in order. */
+	struct tbx__pg_dq *dq;
+	int dq_cnt, dq_cap;
+	int dq_mark;   /**< the first of them inside the record's savepoint */
+	char state[6]; /**< the SQLSTATE of the last failure, "" if none */
 } tbx__pg_t;
 
 /**
@@ -197,6 +202,11 @@ void tbx__pgp_text_array_of(tbx__pg_params_t *p, const void *base,
 			    size_t stride, size_t n);
 /** An int8[] of @p n values. */
 void tbx__pgp_i64_array(tbx__pg_params_t *p, const int64_t *v, size_t n);
+/** A bytea[] of @p n values of @p lens bytes each, sent in binary (a NULL
+ *  pointer binds an empty value).  The statement casts it:
+ *  $n::bytea[]. */
+void tbx__pgp_bytea_array(tbx__pg_params_t *p, const void *const *v,
+			  const size_t *lens, size_t n);
 
 /** A table of statements of one store on one connection. */
 typedef struct tbx__pg_stmts {
@@ -237,6 +247,37 @@ int tbx__pg_run(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
  *  (*n = 0 and *found = 0 without a row; @p found may be NULL). */
 int tbx__pg_run_i64(tbx__pg_stmts_t *stmts, int q,
 		    const tbx__pg_params_t *params, int64_t *n, int *found);
+
+/**
+ * Statements whose result the caller does not wait for.  Inside a
+ * transaction, tbx__pg_defer() copies @p params and queues statement
+ * @p q; what is queued goes to the server in order, with the deferred
+ * savepoint commands, in one pipeline (one round trip) together with the
+ * next statement on the connection (tbx__pg_run(), tbx__pg_query(),
+ * tbx__pg_exec(), tbx__pg_flush(), tbx__pg_commit()).  When it has run,
+ * its count of changed rows is added to *@p changes (may be NULL); when
+ * @p expect is not 0 and that count differs, it fails with TBX_EEXIST
+ * ("@p what: a conflicting row exists").  A queued statement that fails
+ * fails the call that sent it and every later call until the
+ * transaction ends, as a failed deferred savepoint does: the caller of a
+ * deferred statement accepts that its failure ends the transaction.
+ * tbx__pg_undo() drops the statements queued inside the savepoint it
+ * rolls back; ROLLBACK drops them all.  Outside a transaction the
+ * statement runs at once, with the same checks.
+ * @returns TBX_OK, TBX_ENOMEM, a parameter's failure, an earlier
+ * deferred failure, or (outside a transaction) the statement's.
+ */
+int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
+		  uint64_t *changes, int expect, const char *what);
+
+/**
+ * Runs a statement that is not prepared (a handler's: text parameters
+ * and text results, the types inferred by the server), sending what is
+ * deferred with it.  @returns TBX_OK with *res (the caller PQclear()s
+ * it), or the mapped error with pg->state set (*res NULL).
+ */
+int tbx__pg_query(tbx__pg_t *pg, const char *sql, int n,
+		  const char *const *vals, PGresult **res);
 
 /** Reads an integer column (int2, int4, int8 or bool) of a binary
  *  result; NULL reads 0. */

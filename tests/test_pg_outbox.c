@@ -396,10 +396,13 @@ Test(pg_outbox, a_readonly_open_reads_and_never_writes)
 	cr_assert_eq(n, 1);
 	fx_row(&row, "m2", 0);
 	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
-	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &row), TBX_ESTORE);
+	/* The INSERT goes with the commit, which it fails. */
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &row), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_ESTORE);
 	cr_assert(strstr(tbx_outbox_errmsg(store), "read-only"), "%s",
 		  tbx_outbox_errmsg(store));
-	tbx_outbox_rollback(store);
+	cr_assert_eq(tbx_outbox_count(store, GRP, &n), TBX_OK);
+	cr_assert_eq(n, 1, "nothing written");
 	tbx__row_clear(&row);
 	tbx_outbox_close(store);
 	fx_drop(schema);
@@ -530,20 +533,38 @@ Test(pg_outbox, row_round_trips_with_binary_and_null_fields)
 	fx_drop(schema);
 }
 
-Test(pg_outbox, inserting_an_existing_row_is_eexist_and_the_txn_goes_on)
+/* The row's INSERT goes with the transaction's next statement
+ * (store/pg.h): a row there already fails that statement and every later
+ * one with TBX_EEXIST, and the commit rolls back. */
+Test(pg_outbox, inserting_an_existing_row_fails_the_txn_with_eexist)
 {
 	char schema[64];
 	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "exist");
 	tbx__row_t row, other, got;
 	int64_t n = 0;
+	int found = 0;
 
 	fx_row(&row, "m1", 1);
 	fx_insert(store, GRP, &row);
 	fx_row(&other, "m1", 2);
 	fx_row(&got, "m2", 0);
 	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
-	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &other), TBX_EEXIST);
-	/* ON CONFLICT DO NOTHING: no error, the transaction is usable. */
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &got), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &other), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_find(store, GRP, "m2", &found, NULL),
+		     TBX_EEXIST);
+	cr_assert(strstr(tbx_outbox_errmsg(store), "outbox row m1"), "%s",
+		  tbx_outbox_errmsg(store));
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &got), TBX_EEXIST);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_EEXIST);
+	cr_assert_eq(tbx_outbox_count(store, GRP, &n), TBX_OK);
+	cr_assert_eq(n, 1, "m2 rolled back with it");
+	/* And at the commit, when no statement came after it. */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &other), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_EEXIST);
+	/* The transaction is over: the next one works. */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
 	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &got), TBX_OK);
 	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
 	cr_assert_eq(tbx_outbox_count(store, GRP, &n), TBX_OK);
@@ -767,6 +788,34 @@ Test(pg_outbox, undo_discards_only_the_messages_savepoint)
 	cr_assert_eq(found, 0, "undone");
 	tbx_outbox_row_find(store, GRP, "c", &found, NULL);
 	cr_assert_eq(found, 1);
+
+	/* The savepoint sent (a statement ran after it) and inserts queued
+	 * on both sides of it: the undo drops those after it, on the server
+	 * and in the queue alike. */
+	tbx__row_clear(&a);
+	tbx__row_clear(&b);
+	tbx__row_clear(&c);
+	fx_row(&a, "a2", 1);
+	fx_row(&b, "b2", 1);
+	fx_row(&c, "c2", 1);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &a), TBX_OK);
+	cr_assert_eq(tbx_outbox_savepoint(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &b), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_find(store, GRP, "b2", &found, NULL),
+		     TBX_OK);
+	cr_assert_eq(found, 1, "sent with the find, seen by it");
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &c), TBX_OK);
+	cr_assert_eq(tbx_outbox_undo(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx_outbox_row_find(store, GRP, "a2", &found, NULL);
+	cr_assert_eq(found, 1, "before the savepoint");
+	tbx_outbox_row_find(store, GRP, "b2", &found, NULL);
+	cr_assert_eq(found, 0, "sent, then rolled back");
+	tbx_outbox_row_find(store, GRP, "c2", &found, NULL);
+	cr_assert_eq(found, 0, "queued, then dropped");
+	tbx__row_clear(&b);
+	fx_row(&b, "b", 1);
 
 	/* A rollback takes everything since begin. */
 	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);

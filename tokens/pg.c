@@ -943,7 +943,6 @@ static int op_mint_joined(tbx_tokens_t *tokens, const tbx__mint_item_t *items,
 	tbx__mint_req_t req = {NULL, NULL, items, cnt};
 	tbx__pg_params_t p;
 	mint_cols_t c;
-	uint64_t created = 0;
 	int err;
 
 	if (seq <= 0 || !mint_check(NULL, &req, 1))
@@ -955,16 +954,17 @@ static int op_mint_joined(tbx_tokens_t *tokens, const tbx__mint_item_t *items,
 	if ((err = cols_make(&c, &req, 1)))
 		return err;
 	/* A statement after seq_joined()'s lock: it sees every
-	 * subscription that took its number before ours. */
+	 * subscription that took its number before ours.  Sent with the
+	 * transaction's next statement (store/pg.h); *rows grows when it
+	 * has run, before the caller's commit. */
 	tbx__pgp_init(&p);
 	tbx__pgp_text_array(&p, c.tok, c.n);
 	tbx__pgp_i64(&p, seq);
 	tbx__pgp_i64(&p, tbx__now_ms());
 	tbx__pgp_text_array(&p, c.topic, c.n);
-	err = run_changes(t, Q_TOKENS_ADD, &p, &created);
+	err = tbx__pg_defer(&t->stmts, Q_TOKENS_ADD, &p, rows, 0, "tokens");
+	tbx__pgp_free(&p);
 	cols_free(&c);
-	if (!err && rows)
-		*rows += created;
 	return err;
 }
 

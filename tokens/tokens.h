@@ -151,6 +151,11 @@ typedef struct tbx_tokens_ops {
 	 * their attempt, so no attempt can be orphaned.  Each returns
 	 * TBX_ESTATE when the store does not share a connection or no
 	 * transaction is open.  NULL for backends that cannot join.
+	 * mint_joined adds the token rows made to *rows (may be NULL); on
+	 * PostgreSQL its statement goes with the transaction's next one
+	 * (store/pg.h, tbx__pg_defer()), so *rows must stay valid until the
+	 * transaction ends, and a failure of the statement fails a later
+	 * call or the commit.
 	 */
 	int (*seq_joined)(tbx_tokens_t *tokens, int64_t *seq);
 	int (*mint_joined)(tbx_tokens_t *tokens, const tbx__mint_item_t *items,
