@@ -415,6 +415,8 @@ void tbx__pg_unref(tbx__pg_t *pg)
 		return;
 	dq_drop(pg, 0);
 	free(pg->dq);
+	for (size_t i = 0; i < sizeof(pg->qc) / sizeof(pg->qc[0]); i++)
+		free(pg->qc[i].sql);
 	if (pg->conn)
 		PQfinish(pg->conn);
 	/* The string may hold a password: not left in freed memory. */
@@ -575,7 +577,9 @@ typedef struct pipe_item {
 	const int *fmts;
 	int rfmt; /* results: 1 binary, 0 text */
 	struct tbx__pg_dq *dq;
-	int prep; /* sent PQsendPrepare first (a result of its own) */
+	int prep;    /* sent PQsendPrepare first (a result of its own) */
+	int dealloc; /* and DEALLOCATE before that (one more) */
+	int qslot;   /* a text's slot of pg->qc once it is sent */
 } pipe_item_t;
 
 static const char *item_sql(const pipe_item_t *it)
@@ -590,16 +594,78 @@ static int64_t res_changes(const PGresult *res)
 	return t && *t ? strtoll(t, NULL, 10) : 0;
 }
 
+/* The slot of pg->qc for @p sql: the one that holds it on this
+ * connection (*prep 0), else the least recently used, to be prepared
+ * again (*prep 1; *dealloc 1 when its old text is prepared on this
+ * connection and must go first).  -1 without memory. */
+static int qc_slot(tbx__pg_t *pg, const char *sql, int *prep, int *dealloc)
+{
+	size_t n = sizeof(pg->qc) / sizeof(pg->qc[0]), pick = 0;
+	int pick_free = 0;
+
+	*prep = *dealloc = 0;
+	pg->qc_tick++;
+	for (size_t i = 0; i < n; i++) {
+		int live = pg->qc[i].sql && pg->qc[i].gen == pg->gen;
+
+		if (live && !strcmp(pg->qc[i].sql, sql)) {
+			pg->qc[i].used = pg->qc_tick;
+			return (int)i;
+		}
+		if (!live && !pick_free)
+			pick = i, pick_free = 1;
+		else if (live && !pick_free &&
+			 pg->qc[i].used < pg->qc[pick].used)
+			pick = i;
+	}
+	*dealloc = !pick_free;
+	free(pg->qc[pick].sql);
+	pg->qc[pick].gen = 0;
+	if (!(pg->qc[pick].sql = strdup(sql)))
+		return -1;
+	pg->qc[pick].gen = pg->gen;
+	pg->qc[pick].used = pg->qc_tick;
+	*prep = 1;
+	return (int)pick;
+}
+
+/* Forgets a slot whose DEALLOCATE or PREPARE failed. */
+static void qc_drop(tbx__pg_t *pg, int slot)
+{
+	free(pg->qc[slot].sql);
+	pg->qc[slot].sql = NULL;
+	pg->qc[slot].gen = 0;
+}
+
 /* Sends one item (its PQsendPrepare first when this connection has not
  * prepared it).  @returns 1 when sent. */
 static int item_send(tbx__pg_t *pg, pipe_item_t *it)
 {
 	char name[24];
 
-	if (!it->stmts)
-		return PQsendQueryParams(pg->conn, it->sql, it->n, NULL,
-					 it->vals, it->lens, it->fmts,
-					 it->rfmt);
+	if (!it->stmts) {
+		it->qslot = qc_slot(pg, it->sql, &it->prep, &it->dealloc);
+		if (it->qslot < 0) {
+			it->prep = it->dealloc = 0;
+			return PQsendQueryParams(pg->conn, it->sql, it->n, NULL,
+						 it->vals, it->lens, it->fmts,
+						 it->rfmt);
+		}
+		snprintf(name, sizeof(name), "tbx_q%d", it->qslot);
+		if (it->dealloc) {
+			char sql[40];
+
+			snprintf(sql, sizeof(sql), "DEALLOCATE %s", name);
+			if (!PQsendQueryParams(pg->conn, sql, 0, NULL, NULL,
+					       NULL, NULL, 0))
+				return 0;
+		}
+		if (it->prep &&
+		    !PQsendPrepare(pg->conn, name, it->sql, 0, NULL))
+			return 0;
+		return PQsendQueryPrepared(pg->conn, name, it->n, it->vals,
+					   it->lens, it->fmts, it->rfmt);
+	}
 	snprintf(name, sizeof(name), "tbx_%s%d", it->stmts->prefix, it->q);
 	if (it->stmts->gen[it->q] != pg->gen) {
 		if (!PQsendPrepare(pg->conn, name, it->stmts->sql[it->q], 0,
@@ -705,19 +771,32 @@ static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
 		PGresult *r;
 		ExecStatusType st;
 
-		if (items[i].prep) {
+		/* DEALLOCATE (k 0), then PREPARE (k 1), when sent. */
+		for (int k = !items[i].dealloc; k < 2 && items[i].prep; k++) {
 			if (!(r = item_result(pg))) {
 				broke = 1;
 				break;
 			}
-			if (PQresultStatus(r) != PGRES_COMMAND_OK)
-				items[i].stmts->gen[items[i].q] = 0;
+			if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+				if (items[i].stmts)
+					items[i].stmts->gen[items[i].q] = 0;
+				else
+					qc_drop(pg, items[i].qslot);
+			}
 			if (PQresultStatus(r) != PGRES_COMMAND_OK &&
 			    PQresultStatus(r) != PGRES_PIPELINE_ABORTED &&
-			    !err && !fin_err)
-				err = failed(pg, item_sql(&items[i]), r);
+			    !err && !fin_err) {
+				if (fin && i == n - 1)
+					fin_err =
+					    failed(pg, item_sql(&items[i]), r);
+				else
+					err =
+					    failed(pg, item_sql(&items[i]), r);
+			}
 			PQclear(r);
 		}
+		if (broke)
+			break;
 		if (!(r = item_result(pg))) {
 			broke = 1;
 			break;
@@ -774,7 +853,10 @@ static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
 	}
 out:
 	if (err) {
-		pg->sp_err = err;
+		/* Kept until the transaction ends; outside one there is
+		 * nothing to keep it for. */
+		if (pg->in_tx)
+			pg->sp_err = err;
 		if (res && *res) {
 			PQclear(*res);
 			*res = NULL;
@@ -866,28 +948,14 @@ int tbx__pg_query(tbx__pg_t *pg, const char *sql, int n,
 		  const char *const *vals, PGresult **res)
 {
 	pipe_item_t fin = {.sql = sql, .n = n, .vals = vals};
-	PGresult *r;
-	int err = TBX_OK;
 
 	*res = NULL;
 	pg->state[0] = '\0';
 	if (pg->sp_err)
 		return pg->sp_err;
-	if (pg->dq_cnt || pg->sp_send || pg->sp_release)
-		return pipe_run(pg, &fin, res);
-	if (fault(pg, sql, &err))
-		return err;
-	if (lost(pg))
-		return failed(pg, sql, NULL);
-	r = PQexecParams(pg->conn, sql, n, NULL, vals, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_COMMAND_OK &&
-	    PQresultStatus(r) != PGRES_TUPLES_OK) {
-		err = failed(pg, sql, r);
-		PQclear(r);
-		return err;
-	}
-	*res = r;
-	return TBX_OK;
+	/* A pipeline of one when nothing is deferred: one round trip, as
+	 * PQexecParams() would be, with the text prepared once. */
+	return pipe_run(pg, &fin, res);
 }
 
 int tbx__pg_exec(tbx__pg_t *pg, const char *sql)

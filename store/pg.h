@@ -61,6 +61,15 @@ typedef struct tbx__pg {
 	int dq_cnt, dq_cap;
 	int dq_mark;   /**< the first of them inside the record's savepoint */
 	char state[6]; /**< the SQLSTATE of the last failure, "" if none */
+	/* Texts run through tbx__pg_query() and the savepoint commands,
+	 * prepared once per connection as tbx_q<i> (least recently used
+	 * goes first). */
+	struct {
+		char *sql;
+		unsigned gen; /**< the connection it was prepared on */
+		uint64_t used;
+	} qc[16];
+	uint64_t qc_tick;
 } tbx__pg_t;
 
 /**
@@ -271,9 +280,11 @@ int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		  uint64_t *changes, int expect, const char *what);
 
 /**
- * Runs a statement that is not prepared (a handler's: text parameters
- * and text results, the types inferred by the server), sending what is
- * deferred with it.  @returns TBX_OK with *res (the caller PQclear()s
+ * Runs a statement given as text (a handler's: text parameters and text
+ * results, the types inferred by the server), sending what is deferred
+ * with it.  The text is prepared once per connection and kept among the
+ * 16 texts last run, so a handler's statement repeated for every record
+ * is parsed once.  @returns TBX_OK with *res (the caller PQclear()s
  * it), or the mapped error with pg->state set (*res NULL).
  */
 int tbx__pg_query(tbx__pg_t *pg, const char *sql, int n,

@@ -374,3 +374,77 @@ Test(pg_store, schema_names)
 	    TBX_ECONF);
 	cr_assert(strstr(err, "k:"), "%s", err);
 }
+
+/* One text through tbx__pg_query(): its single text result. */
+static int query_text(const char *q, const char *arg, char *out, size_t size)
+{
+	PGresult *res = NULL;
+	int err = tbx__pg_query(pg, q, arg ? 1 : 0, &arg, &res);
+
+	if (!err) {
+		snprintf(out, size, "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+	}
+	return err;
+}
+
+/* A handler's texts are prepared once per connection and kept among the
+ * last 16: more of them than that take slots from the least recently
+ * used (DEALLOCATE, PREPARE again), a text that fails to prepare takes
+ * no slot, and a connection made again prepares them anew. */
+Test(pg_store, query_texts_are_prepared_once_and_evicted)
+{
+	char q[64], out[32], want[32], kill[96];
+	tbx__pg_t *admin;
+	int64_t pid = 0;
+
+	for (int round = 0; round < 3; round++)
+		for (int k = 0; k < 20; k++) {
+			snprintf(q, sizeof(q), "SELECT ($1::int + %d)::text",
+				 k);
+			cr_assert_eq(query_text(q, "100", out, sizeof(out)),
+				     TBX_OK, "%s: %s", q, tbx__pg_errmsg(pg));
+			snprintf(want, sizeof(want), "%d", 100 + k);
+			cr_assert_str_eq(out, want);
+		}
+	/* On the server: at most 16 of them at once. */
+	cr_assert_eq(query_text("SELECT count(*)::text FROM "
+				"pg_prepared_statements WHERE name LIKE "
+				"'tbx_q%'",
+				NULL, out, sizeof(out)),
+		     TBX_OK);
+	cr_assert_leq(atoi(out), 16, "%s prepared", out);
+	cr_assert_geq(atoi(out), 2);
+
+	/* A syntax error is the statement's, twice alike, and takes no
+	 * slot. */
+	for (int i = 0; i < 2; i++) {
+		cr_assert_neq(query_text("SELEC 1", NULL, out, sizeof(out)),
+			      TBX_OK);
+		cr_assert_str_eq(pg->state, "42601");
+	}
+	cr_assert_eq(query_text("SELECT 'still'::text", NULL, out, sizeof(out)),
+		     TBX_OK, "%s", tbx__pg_errmsg(pg));
+	cr_assert_str_eq(out, "still");
+
+	/* A new connection has none of them: prepared again. */
+	cr_assert_eq(
+	    query_text("SELECT pg_backend_pid()::text", NULL, out, sizeof(out)),
+	    TBX_OK);
+	pid = atoll(out);
+	cr_assert_eq(tbx__pg_connect(tt_pg_url(), &admin, kill, sizeof(kill)),
+		     TBX_OK);
+	snprintf(kill, sizeof(kill), "SELECT pg_terminate_backend(%lld)",
+		 (long long)pid);
+	cr_assert_eq(tbx__pg_exec(admin, kill), TBX_OK);
+	tbx__pg_unref(admin);
+	cr_assert_neq(
+	    query_text("SELECT ($1::int + 1)::text", "1", out, sizeof(out)),
+	    TBX_OK);
+	cr_assert_eq(tbx__pg_begin(pg), TBX_OK, "BEGIN reconnects");
+	cr_assert_eq(
+	    query_text("SELECT ($1::int + 1)::text", "1", out, sizeof(out)),
+	    TBX_OK, "%s", tbx__pg_errmsg(pg));
+	cr_assert_str_eq(out, "2");
+	tbx__pg_rollback(pg);
+}
