@@ -3,6 +3,9 @@
  * registrations in T, the outbox row of each in S, and removes the
  * registration of a winner, drops orphans, and leaves attempts in flight
  * alone — also when a worker moves on between its reads and its drop.
+ * The rows of a pass are read in one rows_find() (on PostgreSQL one
+ * round trip).  In the pg tier (TBX_PG_TIER=1) S and T are schemas on
+ * the tier's server, apart (two connections) or joined (one).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -11,10 +14,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
 #include "outbox/outbox.h"
+#include "store/pg.h"
+#include "support.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
 
@@ -27,6 +35,8 @@ static char dir[64];
 typedef struct fx_env {
 	tbx_outbox_t *store;
 	tbx_tokens_t *tokens;
+	char *s_desc, *t_desc; /* "pg:SCHEMA" / "pg2:SCHEMA" (hop.h), or
+				  the files' paths */
 } fx_env_t;
 
 static void fx_setup(void)
@@ -64,28 +74,77 @@ static const char *fx_path(const char *name)
 	return p;
 }
 
-/* S and T in two files, or in one file sharing S's connection. */
+/* S and T in two files, or in one file sharing S's connection; in the pg
+ * tier two schemas, through two connections or S's one. */
 static void fx_env_open(fx_env_t *env, int one_file)
 {
-	const char *s = fx_path(one_file ? "all.db" : "s.db");
-	const char *t = fx_path(one_file ? "all.db" : "t.db");
-	char err[512];
+	char err[512], url[2048];
 	int64_t since;
 
-	cr_assert_eq(tbx_outbox_open(s, NULL, &env->store, err, sizeof(err)),
-		     TBX_OK, "%s", err);
-	cr_assert_eq(tbx_tokens_sqlite_open(
-			 t, NULL, one_file ? tbx_outbox_db(env->store) : NULL,
-			 &env->tokens, err, sizeof(err)),
-		     TBX_OK, "%s", err);
+	memset(env, 0, sizeof(*env));
+	if (tt_pg_tier()) {
+		env->s_desc = tt_store_new(dir, "sweep_s");
+		env->t_desc = tt_tokens_new(dir, "sweep_t", one_file);
+		cr_assert_eq(tbx_outbox_pg_open(
+				 tt_store_url(env->s_desc, url, sizeof(url)),
+				 tt_store_schema(env->s_desc), NULL,
+				 &env->store, err, sizeof(err)),
+			     TBX_OK, "%s", err);
+		cr_assert_eq(tbx_tokens_pg_open(
+				 tt_store_url(env->t_desc, url, sizeof(url)),
+				 tt_store_schema(env->t_desc),
+				 one_file ? tbx_outbox_pg(env->store) : NULL,
+				 NULL, &env->tokens, err, sizeof(err)),
+			     TBX_OK, "%s", err);
+	} else {
+		env->s_desc = strdup(fx_path(one_file ? "all.db" : "s.db"));
+		env->t_desc = strdup(fx_path(one_file ? "all.db" : "t.db"));
+		cr_assert_eq(tbx_outbox_open(env->s_desc, NULL, &env->store,
+					     err, sizeof(err)),
+			     TBX_OK, "%s", err);
+		cr_assert_eq(tbx_tokens_sqlite_open(
+				 env->t_desc, NULL,
+				 one_file ? tbx_outbox_db(env->store) : NULL,
+				 &env->tokens, err, sizeof(err)),
+			     TBX_OK, "%s", err);
+	}
 	cr_assert_eq(tbx_tokens_subscribe(env->tokens, OUT, DOWN, &since),
 		     TBX_OK);
 }
 
 static void fx_env_close(fx_env_t *env)
 {
+	char sql[160];
+
 	tbx_tokens_close(env->tokens);
 	tbx_outbox_close(env->store);
+	if (tt_pg_tier()) {
+		snprintf(sql, sizeof(sql), "DROP SCHEMA \"%s\" CASCADE",
+			 tt_store_schema(env->s_desc));
+		tt_count(env->s_desc, sql);
+		snprintf(sql, sizeof(sql),
+			 "DROP SCHEMA IF EXISTS \"%s\" CASCADE",
+			 tt_store_schema(env->t_desc));
+		tt_count(env->s_desc, sql);
+	}
+	free(env->s_desc);
+	free(env->t_desc);
+}
+
+/* Runs @p sql (no result) on the token store: the file, or the schema. */
+static void fx_t_exec(fx_env_t *env, const char *sql)
+{
+	sqlite3 *db;
+
+	if (tt_pg_tier()) {
+		tt_count(env->t_desc, sql);
+		return;
+	}
+	cr_assert_eq(sqlite3_open(env->t_desc, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s",
+		     sql);
+	sqlite3_close(db);
 }
 
 /* A: a PROCESSED row of @p n outgoing messages. */
@@ -283,6 +342,7 @@ typedef struct fx_hooked {
 	tbx_tokens_t *real;
 	void (*after_list)(void *arg);
 	void *arg;
+	void (*after_drop)(void *arg); /* once, after the first drop */
 } fx_hooked_t;
 
 static tbx_tokens_t *fx_real(tbx_tokens_t *t)
@@ -330,7 +390,14 @@ static int fx_h_consume(tbx_tokens_t *t, const char *grp,
 static int fx_h_drop_attempt(tbx_tokens_t *t, const char *attempt, int *dropped,
 			     uint64_t *deleted)
 {
-	return tbx_tokens_drop_attempt(fx_real(t), attempt, dropped, deleted);
+	fx_hooked_t *h = (fx_hooked_t *)t;
+	void (*hook)(void *) = h->after_drop;
+	int err = tbx_tokens_drop_attempt(h->real, attempt, dropped, deleted);
+
+	h->after_drop = NULL;
+	if (!err && hook)
+		hook(h->arg);
+	return err;
 }
 
 static int fx_h_registrations(tbx_tokens_t *t, const char *send_grp,
@@ -398,7 +465,7 @@ Test(sweep, registration_confirmed_after_the_sweeper_read_it_keeps_its_tokens)
 	tbx__row_t winner;
 	fx_race_t race = {&env, &winner};
 	fx_hooked_t hooked = {
-	    {&fx_hooked_ops}, NULL, fx_worker_finishes, &race};
+	    {&fx_hooked_ops}, NULL, fx_worker_finishes, &race, NULL};
 	tbx__sweep_stats_t st;
 
 	fx_env_open(&env, 0);
@@ -453,7 +520,6 @@ Test(sweep, sweep_is_bounded_and_takes_the_oldest_first)
 	fx_env_t env;
 	tbx__row_t orphans[3];
 	tbx__sweep_stats_t st;
-	sqlite3 *db;
 	char sql[160];
 
 	fx_env_open(&env, 0);
@@ -463,17 +529,13 @@ Test(sweep, sweep_is_bounded_and_takes_the_oldest_first)
 		fx_attempt(&env, id, 1, &orphans[i]);
 	}
 	/* Registered at times 3, 2, 1 ms: m2 is the oldest. */
-	cr_assert_eq(sqlite3_open(fx_path("t.db"), &db), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
 	for (int i = 0; i < 3; i++) {
 		snprintf(sql, sizeof(sql),
 			 "UPDATE tbx_registrations SET created_ms = %d WHERE "
 			 "msg_id = 'm%d'",
 			 3 - i, i);
-		cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL),
-			     SQLITE_OK);
+		fx_t_exec(&env, sql);
 	}
-	sqlite3_close(db);
 	st = fx_sweep(&env, 2);
 	cr_assert_eq(st.examined, 2);
 	cr_assert_eq(st.orphans, 2);
@@ -584,5 +646,321 @@ Test(sweep, orphans_behind_a_full_pass_of_attempts_in_flight_are_reached)
 	cr_assert_eq(st.orphans, 2);
 	cr_assert(!cursor.valid, "a short pass reached the end");
 	cr_assert_eq(fx_regs(&env, GRP), 3);
+	fx_env_close(&env);
+}
+
+/* ---- the rows of a pass in one read ---------------------------------- */
+
+/* S's interface with its row look-ups counted: the real store's
+ * functions, called through a copy of its table. */
+static tbx_outbox_ops_t fx_counted_ops;
+static const tbx_outbox_ops_t *fx_real_ops;
+static int fx_row_finds, fx_rows_finds;
+
+static int fx_c_row_find(tbx_outbox_t *store, const char *grp,
+			 const char *msg_id, int *found,
+			 char attempt[TBX_UUID_LEN + 1])
+{
+	fx_row_finds++;
+	return fx_real_ops->row_find(store, grp, msg_id, found, attempt);
+}
+
+static int fx_c_rows_find(tbx_outbox_t *store, const char *grp,
+			  const char *const *ids, size_t n, tbx__row_hit_t *out)
+{
+	fx_rows_finds++;
+	return fx_real_ops->rows_find(store, grp, ids, n, out);
+}
+
+static void fx_count_finds(fx_env_t *env, int on)
+{
+	int rows = fx_rows_finds, row = fx_row_finds;
+
+	if (on) {
+		fx_real_ops = env->store->ops;
+		fx_counted_ops = *fx_real_ops;
+		fx_counted_ops.row_find = fx_c_row_find;
+		fx_counted_ops.rows_find = fx_c_rows_find;
+		env->store->ops = &fx_counted_ops;
+	} else {
+		env->store->ops = fx_real_ops;
+	}
+	/* Counted from on; kept after off. */
+	fx_row_finds = on ? 0 : row;
+	fx_rows_finds = on ? 0 : rows;
+}
+
+/* PostgreSQL: the round trips on S's own connection, from libpq's trace
+ * of the messages it sends (a Sync ends each statement sent with
+ * parameters, or a pipeline; a Query is a statement without). */
+static FILE *fx_trace;
+
+static void fx_trace_s(fx_env_t *env, int on)
+{
+	PGconn *conn = tbx_outbox_pg(env->store)->conn;
+
+	cr_assert(conn);
+	if (on) {
+		cr_assert((fx_trace = tmpfile()));
+		PQtrace(conn, fx_trace);
+		PQsetTraceFlags(conn, PQTRACE_SUPPRESS_TIMESTAMPS);
+	} else {
+		PQuntrace(conn);
+	}
+}
+
+static int fx_trace_round_trips(void)
+{
+	char line[4096];
+	int n = 0;
+
+	rewind(fx_trace);
+	while (fgets(line, sizeof(line), fx_trace))
+		if (strncmp(line, "F\t", 2) == 0 &&
+		    (strstr(line, "\tSync") || strstr(line, "\tQuery\t")))
+			n++;
+	fclose(fx_trace);
+	fx_trace = NULL;
+	return n;
+}
+
+/* A row of every kind the sweeper tells apart: one rows_find() reads
+ * them all (one round trip on PostgreSQL), where it was one row_find()
+ * per registration. */
+Test(sweep, a_pass_reads_the_rows_of_its_registrations_at_once)
+{
+	fx_env_t env;
+	tbx__row_t won, lost, orphan, flight, won2;
+	tbx__sweep_stats_t st;
+	int pg = tt_pg_tier();
+
+	fx_env_open(&env, 0);
+	fx_row_insert(&env, "m1", 2);
+	fx_row_insert(&env, "m2", 1);
+	fx_row_insert(&env, "m3", 1);
+	fx_attempt(&env, "m1", 0, &won);
+	fx_attempt(&env, "m1", 0, &lost);
+	fx_attempt(&env, "gone", 3, &orphan);
+	fx_attempt(&env, "m2", 0, &flight);
+	fx_attempt(&env, "m3", 0, &won2);
+	cr_assert_eq(fx_record(&env, &won), 1);
+	cr_assert_eq(fx_record(&env, &lost), 0);
+	cr_assert_eq(fx_record(&env, &won2), 1);
+
+	if (pg) {
+		tbx__row_hit_t hit;
+		const char *none[] = {"none"};
+
+		/* Prepared once per connection: not the sweep's. */
+		cr_assert_eq(
+		    tbx_outbox_rows_find(env.store, GRP, none, 1, &hit),
+		    TBX_OK);
+		/* Before the counting: it swaps S's table. */
+		fx_trace_s(&env, 1);
+	}
+	fx_count_finds(&env, 1);
+	st = fx_sweep(&env, 100);
+	fx_count_finds(&env, 0);
+	if (pg) {
+		int trips;
+
+		fx_trace_s(&env, 0);
+		trips = fx_trace_round_trips();
+		cr_log_info("S round trips for a pass of %zu registrations: "
+			    "%d",
+			    st.examined, trips);
+		cr_expect_eq(trips, 1, "S round trips for %zu registrations",
+			     st.examined);
+	}
+	cr_expect_eq(fx_rows_finds, 1, "one rows_find for the pass");
+	cr_expect_eq(fx_row_finds, 0, "no row_find per registration");
+
+	cr_assert_eq(st.examined, 5);
+	cr_assert_eq(st.winners, 2);
+	cr_assert_eq(st.orphans, 2);
+	cr_assert_eq(st.in_flight, 1);
+	cr_assert_eq(st.tokens_deleted, 5);
+	cr_assert_eq(fx_tokens_left(&env, &won), 2);
+	cr_assert_eq(fx_tokens_left(&env, &won2), 1);
+	cr_assert_eq(fx_tokens_left(&env, &flight), 1);
+	cr_assert_eq(fx_tokens_left(&env, &lost), 0);
+	cr_assert_eq(fx_tokens_left(&env, &orphan), 0);
+	cr_assert_eq(fx_regs(&env, GRP), 1, "the one in flight");
+	/* Nothing to read: no call at all. */
+	fx_count_finds(&env, 1);
+	cr_assert_eq(
+	    tbx_tokens_sweep(env.tokens, env.store, "nobody", 100, &st),
+	    TBX_OK);
+	cr_expect_eq(fx_rows_finds + fx_row_finds, 0);
+	fx_count_finds(&env, 0);
+	tbx__row_clear(&won);
+	tbx__row_clear(&lost);
+	tbx__row_clear(&orphan);
+	tbx__row_clear(&flight);
+	tbx__row_clear(&won2);
+	fx_env_close(&env);
+}
+
+/*
+ * A pass longer than one read (TBX__SWEEP_FIND_MAX ids): every
+ * registration is judged by its own row, in both reads -- winners lose
+ * their registration and keep their tokens, attempts in flight keep both,
+ * losers and attempts without a row lose both.
+ */
+Test(sweep, a_pass_of_several_reads_judges_every_registration, .timeout = 300)
+{
+	enum { N = TBX__SWEEP_FIND_MAX + 60 };
+	static tbx__row_t rows[N];
+	static tbx__mint_item_t items[N];
+	static tbx__mint_req_t reqs[N];
+	fx_env_t env;
+	tbx__sweep_stats_t st;
+	int64_t seq, left;
+	size_t want_left = 0;
+
+	fx_env_open(&env, 0);
+	/* i % 4: 0 the winner, 1 a loser (the row names another attempt),
+	 * 2 no row, 3 in flight (a row without attempt). */
+	cr_assert_eq(tbx_outbox_begin(env.store), TBX_OK);
+	for (size_t i = 0; i < N; i++) {
+		tbx__row_t *row = &rows[i];
+
+		tbx__row_init(row);
+		snprintf(row->msg_id, sizeof(row->msg_id), "m%zu", i);
+		tbx__strlcpy(row->in_topic, "in", sizeof(row->in_topic));
+		tbx__uuid(row->in_token);
+		cr_assert_eq(
+		    tbx__row_add(row, OUT, "Pong", NULL, 0, NULL, 0, NULL, 0),
+		    TBX_OK);
+		if (i % 4 != 2)
+			cr_assert_eq(tbx_outbox_row_insert(env.store, GRP, row),
+				     TBX_OK);
+		tbx__uuid(row->attempt);
+		tbx__uuid(row->msgs[0].token);
+		items[i] = (tbx__mint_item_t){row->msgs[0].token, OUT};
+		reqs[i] =
+		    (tbx__mint_req_t){row->attempt, row->msg_id, &items[i], 1};
+	}
+	cr_assert_eq(tbx_outbox_commit(env.store), TBX_OK);
+	cr_assert_eq(tbx_tokens_mint(env.tokens, GRP, reqs, N, &seq, NULL),
+		     TBX_OK);
+	for (size_t i = 0; i < N; i++)
+		rows[i].mint_seq = seq;
+	cr_assert_eq(tbx_outbox_begin(env.store), TBX_OK);
+	for (size_t i = 0; i < N; i++) {
+		tbx__row_t other;
+		int won = -1;
+
+		if (i % 4 == 0)
+			cr_assert_eq(tbx_outbox_row_set_attempt(env.store, GRP,
+								&rows[i], &won),
+				     TBX_OK);
+		if (i % 4 != 1)
+			continue;
+		/* Another attempt, never registered, took the row. */
+		other = rows[i];
+		tbx__uuid(other.attempt);
+		cr_assert_eq(
+		    tbx_outbox_row_set_attempt(env.store, GRP, &other, &won),
+		    TBX_OK);
+		cr_assert_eq(won, 1);
+	}
+	cr_assert_eq(tbx_outbox_commit(env.store), TBX_OK);
+
+	fx_count_finds(&env, 1);
+	st = fx_sweep(&env, N);
+	cr_expect_eq(fx_rows_finds, 2, "%d reads for %d registrations",
+		     fx_rows_finds, N);
+	cr_expect_eq(fx_row_finds, 0);
+	fx_count_finds(&env, 0);
+	cr_assert_eq(st.examined, N);
+	cr_assert_eq(st.winners, (N + 3) / 4);
+	cr_assert_eq(st.in_flight, N / 4);
+	cr_assert_eq(st.orphans, N - st.winners - st.in_flight);
+	cr_assert_eq(st.tokens_deleted, st.orphans);
+	for (size_t i = 0; i < N; i++) {
+		size_t kept = fx_tokens_left(&env, &rows[i]);
+
+		if (i % 4 == 0 || i % 4 == 3) {
+			cr_assert_eq(kept, 1, "%s (kind %zu) lost its token",
+				     rows[i].msg_id, i % 4);
+			want_left++;
+		} else {
+			cr_assert_eq(kept, 0, "%s (kind %zu) kept its token",
+				     rows[i].msg_id, i % 4);
+		}
+	}
+	cr_assert_eq(fx_regs(&env, GRP), N / 4, "the ones in flight");
+	cr_assert_eq(tbx_tokens_count(env.tokens, DOWN, &left, NULL), TBX_OK);
+	cr_assert_eq(left, (int64_t)want_left);
+	for (size_t i = 0; i < N; i++)
+		tbx__row_clear(&rows[i]);
+	fx_env_close(&env);
+}
+
+/* The winner of m2 and the attempt in flight of m3 finish while the pass
+ * acts on the registration before them: what the sweeper read of their
+ * rows is then old ("recorded" and "no attempt yet", with the
+ * registrations confirmed and the rows gone since), or new ("no row") if
+ * it read them after; either way only the true orphan loses its tokens. */
+typedef struct fx_finish2 {
+	fx_env_t *env;
+	tbx__row_t *winner, *flight;
+} fx_finish2_t;
+
+static void fx_finish_row(fx_env_t *env, tbx__row_t *row, int record)
+{
+	const char *attempt[] = {row->attempt};
+
+	if (record)
+		cr_assert_eq(fx_record(env, row), 1);
+	cr_assert_eq(tbx_tokens_confirm(env->tokens, attempt, 1), TBX_OK);
+	cr_assert_eq(tbx_outbox_begin(env->store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_delete(env->store, GRP, row->msg_id),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(env->store), TBX_OK);
+}
+
+static void fx_finish_two(void *arg)
+{
+	fx_finish2_t *f = arg;
+
+	fx_finish_row(f->env, f->winner, 0);
+	fx_finish_row(f->env, f->flight, 1);
+}
+
+Test(sweep, rows_that_move_on_during_the_pass_keep_their_tokens)
+{
+	fx_env_t env;
+	tbx__row_t orphan, winner, flight;
+	fx_finish2_t fin = {&env, &winner, &flight};
+	fx_hooked_t hooked = {
+	    {&fx_hooked_ops}, NULL, NULL, &fin, fx_finish_two};
+	tbx__sweep_stats_t st;
+
+	fx_env_open(&env, 0);
+	hooked.real = env.tokens;
+	fx_attempt(&env, "gone", 1, &orphan); /* the oldest: acted on first */
+	usleep(3000);
+	fx_row_insert(&env, "m2", 2);
+	fx_attempt(&env, "m2", 0, &winner);
+	cr_assert_eq(fx_record(&env, &winner), 1);
+	usleep(3000);
+	fx_row_insert(&env, "m3", 1);
+	fx_attempt(&env, "m3", 0, &flight);
+
+	cr_assert_eq(tbx_tokens_sweep(&hooked.base, env.store, GRP, 100, &st),
+		     TBX_OK);
+	cr_assert_null(hooked.after_drop, "the orphan was dropped first");
+	cr_assert_eq(st.examined, 3);
+	cr_assert_eq(st.orphans, 1);
+	cr_assert_eq(st.tokens_deleted, 1);
+	cr_assert_eq(fx_tokens_left(&env, &orphan), 0);
+	cr_assert_eq(fx_tokens_left(&env, &winner), 2, "dispatched: kept");
+	cr_assert_eq(fx_tokens_left(&env, &flight), 1, "dispatched: kept");
+	cr_assert_eq(fx_regs(&env, GRP), 0);
+	tbx__row_clear(&orphan);
+	tbx__row_clear(&winner);
+	tbx__row_clear(&flight);
 	fx_env_close(&env);
 }

@@ -19,6 +19,12 @@
  *     E deleted the row, and drop_attempt finds no registration of it), or
  *     the row was never recorded with this attempt — an orphan;
  *   - row without attempt: the attempt may still be recorded: leave it.
+ * The rows of a pass are read in one rows_find() after its registrations
+ * were listed, never before: a registration exists only once its row was
+ * committed (A before B's mint; joined, in one transaction), so "no row"
+ * read after the listing means a row that was there and is gone, never
+ * one not written yet.  Reading all of them at once only makes the hints
+ * older when they are acted on, and every hint above holds at any age.
  */
 #include "tokens/sweep.h"
 
@@ -29,30 +35,34 @@
 #include "base/ids.h"
 #include "base/str.h"
 
+int tbx__sweep_judge(const tbx__reg_t *reg, const tbx__row_hit_t *hit)
+{
+	if (!hit->found)
+		return TBX_SWEEP_ORPHAN_NO_ROW;
+	if (hit->attempt[0] == '\0')
+		return TBX_SWEEP_IN_FLIGHT;
+	if (strcmp(hit->attempt, reg->attempt) == 0)
+		return TBX_SWEEP_WINNER;
+	return TBX_SWEEP_ORPHAN_OTHER_ATTEMPT;
+}
+
 int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 			const tbx__reg_t *reg, int *verdict,
 			char row_attempt[TBX_UUID_LEN + 1])
 {
-	char attempt[TBX_UUID_LEN + 1];
-	int found, err;
+	tbx__row_hit_t hit;
+	int err;
 
 	if (row_attempt)
 		row_attempt[0] = '\0';
 	if (!store || !grp || !reg || !verdict)
 		return TBX_EINVAL;
-	if ((err =
-		 tbx_outbox_row_find(store, grp, reg->msg_id, &found, attempt)))
+	if ((err = tbx_outbox_row_find(store, grp, reg->msg_id, &hit.found,
+				       hit.attempt)))
 		return err;
-	if (!found)
-		*verdict = TBX_SWEEP_ORPHAN_NO_ROW;
-	else if (attempt[0] == '\0')
-		*verdict = TBX_SWEEP_IN_FLIGHT;
-	else if (strcmp(attempt, reg->attempt) == 0)
-		*verdict = TBX_SWEEP_WINNER;
-	else
-		*verdict = TBX_SWEEP_ORPHAN_OTHER_ATTEMPT;
-	if (row_attempt && found)
-		tbx__strlcpy(row_attempt, attempt, TBX_UUID_LEN + 1);
+	*verdict = tbx__sweep_judge(reg, &hit);
+	if (row_attempt && hit.found)
+		tbx__strlcpy(row_attempt, hit.attempt, TBX_UUID_LEN + 1);
 	return TBX_OK;
 }
 
@@ -83,13 +93,53 @@ int tbx__tokens_sweep_resume(tbx_tokens_t *tokens, tbx_outbox_t *store,
 	return sweep(tokens, store, grp, limit, cursor, stats, NULL, NULL);
 }
 
+/* Acts on @p reg as @p verdict says; @p st counts it. */
+static int act(tbx_tokens_t *tokens, const tbx__reg_t *reg, int verdict,
+	       tbx__sweep_stats_t *st, int *removed, uint64_t *deleted)
+{
+	const char *one[1] = {reg->attempt};
+	int err = TBX_OK;
+
+	*removed = 0;
+	*deleted = 0;
+	switch (verdict) {
+	case TBX_SWEEP_IN_FLIGHT:
+		st->in_flight++;
+		break;
+	case TBX_SWEEP_WINNER:
+		/* The winner: its tokens are (or will be) in flight; only the
+		 * registration goes. */
+		if ((err = tbx_tokens_confirm(tokens, one, 1)))
+			break;
+		tbx__crashpoint("sweep.confirmed");
+		st->winners++;
+		*removed = 1;
+		break;
+	default:
+		if ((err = tbx_tokens_drop_attempt(tokens, reg->attempt,
+						   removed, deleted)))
+			break;
+		tbx__crashpoint("sweep.dropped");
+		/* Not dropped: confirmed since we listed it (a winner that
+		 * finished meanwhile); its tokens stay. */
+		if (*removed) {
+			st->orphans++;
+			st->tokens_deleted += *deleted;
+		}
+		break;
+	}
+	return err;
+}
+
 static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		 size_t limit, tbx__sweep_cursor_t *cursor,
 		 tbx__sweep_stats_t *stats, tbx__sweep_fn fn, void *opaque)
 {
 	tbx__sweep_stats_t st;
 	tbx__reg_t *regs = NULL;
-	size_t cnt = 0;
+	const char **ids = NULL;
+	tbx__row_hit_t *hits = NULL;
+	size_t cnt = 0, most;
 	int err;
 
 	memset(&st, 0, sizeof(st));
@@ -109,48 +159,33 @@ static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		if (cursor->valid)
 			cursor->last = regs[cnt - 1];
 	}
-	for (size_t i = 0; i < cnt; i++) {
-		const tbx__reg_t *reg = &regs[i];
-		const char *one[1] = {reg->attempt};
-		uint64_t deleted = 0;
-		int verdict, removed = 0;
+	most = cnt < TBX__SWEEP_FIND_MAX ? cnt : TBX__SWEEP_FIND_MAX;
+	if (most && (!(ids = malloc(most * sizeof(*ids))) ||
+		     !(hits = malloc(most * sizeof(*hits)))))
+		err = TBX_ENOMEM;
+	/* The rows of up to TBX__SWEEP_FIND_MAX registrations at a time, in
+	 * one rows_find() (read after the listing: see the top). */
+	for (size_t at = 0; at < cnt && !err; at += most) {
+		size_t n = cnt - at < most ? cnt - at : most;
 
-		st.examined++;
-		if ((err =
-			 tbx__sweep_classify(store, grp, reg, &verdict, NULL)))
+		for (size_t i = 0; i < n; i++)
+			ids[i] = regs[at + i].msg_id;
+		if ((err = tbx_outbox_rows_find(store, grp, ids, n, hits)))
 			break;
-		switch (verdict) {
-		case TBX_SWEEP_IN_FLIGHT:
-			st.in_flight++;
-			break;
-		case TBX_SWEEP_WINNER:
-			/* The winner: its tokens are (or will be) in flight;
-			 * only the registration goes. */
-			if ((err = tbx_tokens_confirm(tokens, one, 1)))
-				break;
-			tbx__crashpoint("sweep.confirmed");
-			st.winners++;
-			removed = 1;
-			break;
-		default:
-			if ((err = tbx_tokens_drop_attempt(tokens, reg->attempt,
-							   &removed, &deleted)))
-				break;
-			tbx__crashpoint("sweep.dropped");
-			/* Not dropped: confirmed since we listed it (a
-			 * winner that finished meanwhile); its tokens
-			 * stay. */
-			if (removed) {
-				st.orphans++;
-				st.tokens_deleted += deleted;
-			}
-			break;
+		for (size_t i = 0; i < n && !err; i++) {
+			const tbx__reg_t *reg = &regs[at + i];
+			int verdict = tbx__sweep_judge(reg, &hits[i]), removed;
+			uint64_t deleted;
+
+			st.examined++;
+			if (!(err = act(tokens, reg, verdict, &st, &removed,
+					&deleted)) &&
+			    fn)
+				fn(opaque, reg, verdict, removed, deleted);
 		}
-		if (err)
-			break;
-		if (fn)
-			fn(opaque, reg, verdict, removed, deleted);
 	}
+	free(hits);
+	free(ids);
 	free(regs);
 	if (stats)
 		*stats = st;

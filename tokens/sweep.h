@@ -1,8 +1,10 @@
 /*
  * Register-cleanup: removes the tokens of attempts that lost or crashed.
  *
- * For each registration of @p grp (oldest first, at most @p limit), the
- * outbox row of its message id in S decides (tbx__sweep_classify()):
+ * The registrations of @p grp are listed (oldest first, at most @p limit),
+ * then the outbox rows of their message ids are read from S in one
+ * rows_find() per TBX__SWEEP_FIND_MAX of them (PostgreSQL: one statement),
+ * and for each registration its row decides (tbx__sweep_judge()):
  *   - row with the same attempt  -> the winner: delete the registration only;
  *   - row with another attempt, or no row -> orphan: drop tokens and
  *     registration in one T transaction, only if the registration still
@@ -22,6 +24,9 @@
 #include "base/ids.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
+
+/** Most message ids a sweep asks S about in one rows_find(). */
+#define TBX__SWEEP_FIND_MAX 1000
 
 typedef struct tbx__sweep_stats {
 	size_t examined;
@@ -54,6 +59,13 @@ static inline int tbx__sweep_is_orphan(int verdict)
 	return verdict == TBX_SWEEP_ORPHAN_OTHER_ATTEMPT ||
 	       verdict == TBX_SWEEP_ORPHAN_NO_ROW;
 }
+
+/**
+ * The sweeper's decision for @p reg from @p hit, what S holds for its
+ * message id (outbox/outbox.h: found, and the row's attempt).
+ * @returns a tbx__sweep_verdict_t.
+ */
+int tbx__sweep_judge(const tbx__reg_t *reg, const tbx__row_hit_t *hit);
 
 /**
  * The sweeper's decision for @p reg, a registration of @p grp, from the
