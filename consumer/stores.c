@@ -18,6 +18,7 @@
 #include "base/str.h"
 #include "store/db.h"
 #include "store/pg.h"
+#include "store/pg_access.h"
 
 const char *tbx__stores_tokens_path(const tbx__cfg_t *cfg)
 {
@@ -172,6 +173,57 @@ static int open_sqlite_tokens(const tbx__cfg_t *cfg, tbx__db_opts_t *opts,
 	return err;
 }
 
+/* The role of a store on PostgreSQL has the grants of docs/operations.md
+ * in its schema (store/pg_access.h); else an error naming every privilege
+ * it lacks.  @p key names the setting of @p url. */
+static int pg_access(tbx__pg_t *pg, const char *key, const char *url,
+		     const char *schema, char *errstr, size_t errstr_size)
+{
+	char role[TBX_PG_IDENT_MAX + 1], missing[1024], red[512];
+	int err;
+
+	if ((err = tbx__pg_access_missing(pg, schema, role, sizeof(role),
+					  missing, sizeof(missing))))
+		return tbx__seterr(errstr, errstr_size, err,
+				   "%s: %s: schema %s: cannot read the role's "
+				   "privileges: %s",
+				   key, tbx__pg_redact(url, red, sizeof(red)),
+				   schema, tbx__pg_errmsg(pg));
+	if (!*missing)
+		return TBX_OK;
+	return tbx__seterr(errstr, errstr_size, TBX_ESTORE,
+			   "%s: %s: role %s lacks grants that tokenbox needs "
+			   "in schema %s: %s (see docs/operations.md, 'Roles "
+			   "and grants')",
+			   key, tbx__pg_redact(url, red, sizeof(red)), role,
+			   schema, missing);
+}
+
+/* pg_access() for the token store on PostgreSQL of @p cfg, on @p pg. */
+static int pg_tokens_access(const tbx__cfg_t *cfg, tbx__pg_t *pg, char *errstr,
+			    size_t errstr_size)
+{
+	return pg_access(pg, *cfg->tokens_url ? "tokens.url" : "store.url",
+			 *cfg->tokens_url ? cfg->tokens_url : cfg->store_url,
+			 cfg->tokens_schema, errstr, errstr_size);
+}
+
+/* A worker's stores on PostgreSQL: what their roles may do. */
+static int worker_access(const tbx__cfg_t *cfg, tbx_outbox_t *store,
+			 tbx_tokens_t *tokens, char *errstr, size_t errstr_size)
+{
+	int err;
+
+	if (tbx_outbox_pg(store) &&
+	    (err = pg_access(tbx_outbox_pg(store), "store.url", cfg->store_url,
+			     store_schema(cfg), errstr, errstr_size)))
+		return err;
+	if (tbx_tokens_pg(tokens))
+		return pg_tokens_access(cfg, tbx_tokens_pg(tokens), errstr,
+					errstr_size);
+	return TBX_OK;
+}
+
 int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 			    tbx_tokens_t **tokens, char *errstr,
 			    size_t errstr_size)
@@ -224,6 +276,11 @@ int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 						 errstr_size);
 		}
 	}
+	/* A grant missing fails now, not at the first record that needs
+	 * it, and at every retry after. */
+	if (!err &&
+	    (err = worker_access(cfg, *store, *tokens, errstr, errstr_size)))
+		tbx_tokens_close(*tokens);
 	if (err) {
 		*tokens = NULL;
 		tbx_outbox_close(*store);
@@ -314,13 +371,17 @@ static int check_pg_store(const tbx__cfg_t *cfg, const tbx__db_opts_t *opts,
 		return err;
 	err = tbx_outbox_pg_open(cfg->store_url, store_schema(cfg), opts,
 				 &store, why, sizeof(why));
-	tbx_outbox_close(store);
 	if (err == TBX_ENOENT)
 		return TBX_OK; /* the worker creates it */
 	if (err)
 		tbx__seterr(errstr, errstr_size, err, "store.url: %s: %s",
 			    tbx__pg_redact(cfg->store_url, red, sizeof(red)),
 			    why);
+	else
+		err =
+		    pg_access(tbx_outbox_pg(store), "store.url", cfg->store_url,
+			      store_schema(cfg), errstr, errstr_size);
+	tbx_outbox_close(store);
 	return err;
 }
 
@@ -336,15 +397,18 @@ static int check_pg_tokens(const tbx__cfg_t *cfg, const char *url,
 
 	err = tbx_tokens_pg_open(url, cfg->tokens_schema, NULL, opts, &tokens,
 				 why, sizeof(why));
-	tbx_tokens_close(tokens);
-	if (err == TBX_ENOENT && cfg->tokens_create)
-		return TBX_OK;
-	if (err == TBX_ENOENT)
+	if (!err)
+		err = pg_tokens_access(cfg, tbx_tokens_pg(tokens), errstr,
+				       errstr_size);
+	else if (err == TBX_ENOENT && cfg->tokens_create)
+		err = TBX_OK;
+	else if (err == TBX_ENOENT)
 		tokens_missing(cfg, url, 0, errstr, errstr_size);
-	else if (err)
+	else
 		tbx__seterr(errstr, errstr_size, err, "%s: %s: %s",
 			    *cfg->tokens_url ? "tokens.url" : "store.url",
 			    tbx__pg_redact(url, red, sizeof(red)), why);
+	tbx_tokens_close(tokens);
 	return err;
 }
 
