@@ -3,8 +3,9 @@
  * against the pg tier's server ($TBX_PG_URL): `init` creates the stores
  * in schemas and prints their ids, `inspect` reads them read-only,
  * `send` mints in a token schema, `demo --store-url` runs its pipeline in
- * fresh schemas; no output or error carries a URL's password; and a
- * service's role needs only the grants of docs/operations.md.  (sslmode:
+ * fresh schemas; no output or error carries a URL's password (a
+ * service's role with only the grants of docs/operations.md:
+ * tests/test_pg_roles.c).  (sslmode:
  * tests/test_cli_secrets.c, since this server listens on a Unix socket,
  * where libpq never uses TLS.)
  */
@@ -454,75 +455,4 @@ Test(pg_cli, demo_keep_keeps_the_schemas_and_refuses_them_again, .timeout = 900)
 	cr_expect(strstr(res.err, "exists already"), "%s", res.err);
 	cc_result_free(&res);
 	free(url);
-}
-
-/* ---- roles and grants (docs/operations.md) --------------------------- */
-
-/* A service's role with only the grants the operations guide gives: it
- * creates its own schema's tables and reads the token schema, and cannot
- * read another service's schema. */
-Test(pg_cli, a_service_role_needs_only_its_schema_and_the_token_schema)
-{
-	char admin[64], svc[64], other[64], t[64], s1[64], s2[64];
-	char *aurl, *surl, *ourl;
-
-	tt_pg_schema(admin, sizeof(admin), "radm");
-	tt_pg_schema(svc, sizeof(svc), "rsvc");
-	tt_pg_schema(other, sizeof(other), "roth");
-	tt_pg_schema(t, sizeof(t), "gtok");
-	tt_pg_schema(s1, sizeof(s1), "gs1");
-	tt_pg_schema(s2, sizeof(s2), "gs2");
-	sql_as("postgres", "CREATE ROLE %s LOGIN", admin);
-	sql_as("postgres", "CREATE ROLE %s LOGIN", svc);
-	sql_as("postgres", "CREATE ROLE %s LOGIN", other);
-	sql_as("postgres", "GRANT CREATE ON DATABASE tokenbox TO %s", admin);
-	sql_as("postgres", "CREATE SCHEMA %s AUTHORIZATION %s", s1, svc);
-	sql_as("postgres", "CREATE SCHEMA %s AUTHORIZATION %s", s2, other);
-	aurl = url_as(admin, 0);
-	surl = url_as(svc, 0);
-	ourl = url_as(other, 0);
-
-	free(init_tokens(aurl, t, 1));
-	sql_as(admin, "GRANT USAGE ON SCHEMA %s TO %s, %s", t, svc, other);
-	sql_as(admin,
-	       "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
-	       "%s TO %s, %s",
-	       t, svc, other);
-	sql_as(admin,
-	       "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO "
-	       "%s, %s",
-	       t, svc, other);
-
-	init_store(surl, s1);
-	init_store(ourl, s2);
-	{
-		const char *args[] = {"inspect",  "-s",	    surl,
-				      "--schema", s1,	    "--tokens-schema",
-				      t,	  "status", NULL};
-		cc_result_t res = run(args);
-		cr_expect(cc_exited(res.status, 0), "as %s: %d: %s", svc,
-			  res.status, res.err);
-		cc_result_free(&res);
-	}
-	{
-		/* The other service's schema is not this role's. */
-		const char *args[] = {"inspect",  "-s",	    surl,
-				      "--schema", s2,	    "--tokens-schema",
-				      t,	  "status", NULL};
-		cc_result_t res = run(args);
-		cr_expect(cc_exited(res.status, 2), "as %s: %d", svc,
-			  res.status);
-		cr_expect(strstr(res.err, "permission denied"), "%s", res.err);
-		cc_result_free(&res);
-	}
-	sql_as("postgres", "DROP SCHEMA %s CASCADE", s1);
-	sql_as("postgres", "DROP SCHEMA %s CASCADE", s2);
-	sql_as("postgres", "DROP SCHEMA %s CASCADE", t);
-	sql_as("postgres", "DROP OWNED BY %s, %s, %s", admin, svc, other);
-	sql_as("postgres", "DROP ROLE %s", admin);
-	sql_as("postgres", "DROP ROLE %s", svc);
-	sql_as("postgres", "DROP ROLE %s", other);
-	free(aurl);
-	free(surl);
-	free(ourl);
 }

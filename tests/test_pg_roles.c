@@ -491,6 +491,55 @@ Test(pg_roles, workers_as_their_roles_take_every_order_once, .timeout = 900)
 	free(dir);
 }
 
+/* ---- init and inspect ----------------------------------------------- */
+
+/* `tokenbox init --store` and `inspect` as a service's role: its own
+ * schema, with the token schema's; never the other service's. */
+Test(pg_roles, init_and_inspect_as_a_service_role, .timeout = 300)
+{
+	const char *roles[] = {nm.svc1, nm.svc2};
+	char *url1;
+
+	world();
+	for (int i = 0; i < 2; i++) {
+		char *url = url_as(roles[i], nm.db, NULL);
+		const char *args[] = {"init",	  "--store", url,
+				      "--schema", roles[i],  NULL};
+		cc_result_t res = cc_run_with(args, NULL, 0, 120000);
+
+		cr_expect(cc_exited(res.status, 0), "init as %s: %d: %s",
+			  roles[i], res.status, res.err);
+		cr_expect(strstr(res.out, ": created, service store"), "%s",
+			  res.out);
+		cc_result_free(&res);
+		free(url);
+	}
+	url1 = url_as(nm.svc1, nm.db, NULL);
+	{
+		const char *args[] = {
+		    "inspect",	       "-s",	  url1,	    "--schema", nm.svc1,
+		    "--tokens-schema", nm.tokens, "status", "--check",	NULL};
+		cc_result_t res = cc_run_with(args, NULL, 0, 120000);
+
+		cr_expect(cc_exited(res.status, 0), "as %s: %d: %s %s", nm.svc1,
+			  res.status, res.out, res.err);
+		cc_result_free(&res);
+	}
+	{
+		/* The other service's schema is not this role's. */
+		const char *args[] = {"inspect",  "-s",	    url1,
+				      "--schema", nm.svc2,  "--tokens-schema",
+				      nm.tokens,  "status", NULL};
+		cc_result_t res = cc_run_with(args, NULL, 0, 120000);
+
+		cr_expect(cc_exited(res.status, 2), "as %s: %d", nm.svc1,
+			  res.status);
+		cr_expect(strstr(res.err, "permission denied"), "%s", res.err);
+		cc_result_free(&res);
+	}
+	free(url1);
+}
+
 /* ---- a grant missing ------------------------------------------------ */
 
 typedef struct omission {
