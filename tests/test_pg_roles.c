@@ -378,6 +378,10 @@ Test(pg_roles, workers_as_their_roles_take_every_order_once, .timeout = 900)
 	long long deadline;
 
 	world();
+	/* A table of the service's schema that is not tokenbox's, which its
+	 * role may not touch: not the workers' business at start (the name
+	 * would match tbx_% if its '_' were a wildcard). */
+	sql_as("postgres", nm.db, "CREATE TABLE %s.tbxaudit (x int)", nm.svc1);
 	mock = tt_mock_proc_start(topics);
 	remember(mock.pid);
 	/* Two workers of order-service on one connection each (joined),
