@@ -205,18 +205,20 @@ struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx)
 	return tbx_outbox_native(ctx->store, TBX_BACKEND_PG);
 }
 
-int tbx_ctx_exec(tbx_ctx_t *ctx, const char *sql, const char *const *params,
-		 int n, int64_t *changes)
+/* tbx_ctx_exec() and tbx_ctx_query() (@p caller): the checks, the
+ * refusal, and a failure logged and made the message's error reason. */
+static int ctx_run(tbx_ctx_t *ctx, const char *caller, const char *sql,
+		   const char *const *params, int n, int64_t *changes,
+		   tbx_row_fn fn, void *arg)
 {
 	const struct tbx_msg *msg;
 	int err;
 
-	if (changes)
-		*changes = 0;
 	if (!ctx || !sql || n < 0 || (n > 0 && !params))
 		return TBX_EINVAL;
-	if (!ctx->guard || !ctx->guard->active)
-		return TBX_ESTATE; /* only inside a handler call */
+	if (!ctx->guard || !ctx->guard->active || ctx->in_query)
+		return TBX_ESTATE; /* only inside a handler call, not in a
+				      row function */
 	if (tbx__guard_sql(ctx->guard, sql)) {
 		if (!ctx->error)
 			ctx->error = tbx__strdup("the handler's statement "
@@ -225,19 +227,43 @@ int tbx_ctx_exec(tbx_ctx_t *ctx, const char *sql, const char *const *params,
 						 "transaction");
 		return TBX_EINVAL;
 	}
-	if (!(err = tbx_outbox_exec(ctx->store, sql, params, n, changes)))
+	if (fn) {
+		ctx->in_query = 1;
+		err = tbx_outbox_query(ctx->store, sql, params, n, fn, arg);
+		ctx->in_query = 0;
+	} else {
+		err = tbx_outbox_exec(ctx->store, sql, params, n, changes);
+	}
+	if (!err)
 		return TBX_OK;
 	msg = ctx->msg;
-	tbx__log(
-	    TBX_LOG_WARNING,
-	    "%s [%" PRId32 "] @%" PRId64 ": tbx_ctx_exec: %s: %s", msg->topic,
-	    msg->rkm->partition, msg->rkm->offset, tbx_strerror(err),
-	    tbx_outbox_errmsg(ctx->store) ? tbx_outbox_errmsg(ctx->store) : "");
+	tbx__log(TBX_LOG_WARNING, "%s [%" PRId32 "] @%" PRId64 ": %s: %s: %s",
+		 msg->topic, msg->rkm->partition, msg->rkm->offset, caller,
+		 tbx_strerror(err),
+		 tbx_outbox_errmsg(ctx->store) ? tbx_outbox_errmsg(ctx->store)
+					       : "");
 	if (!ctx->error) {
 		const char *why = tbx_outbox_errmsg(ctx->store);
 		ctx->error = tbx__strdup(why && *why ? why : tbx_strerror(err));
 	}
 	return err;
+}
+
+int tbx_ctx_exec(tbx_ctx_t *ctx, const char *sql, const char *const *params,
+		 int n, int64_t *changes)
+{
+	if (changes)
+		*changes = 0;
+	return ctx_run(ctx, "tbx_ctx_exec", sql, params, n, changes, NULL,
+		       NULL);
+}
+
+int tbx_ctx_query(tbx_ctx_t *ctx, const char *sql, const char *const *params,
+		  int n, tbx_row_fn fn, void *arg)
+{
+	if (!fn)
+		return TBX_EINVAL;
+	return ctx_run(ctx, "tbx_ctx_query", sql, params, n, NULL, fn, arg);
 }
 
 int tbx__out_prepare(const tbx_out_t *out, const char *caller, void **hdrs,

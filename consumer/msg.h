@@ -66,6 +66,7 @@ struct tbx_ctx {
 	tbx__row_t *row; /**< where tbx_ctx_send queues */
 	char *error;	 /**< tbx_ctx_set_error() */
 	int send_failed; /**< a tbx_ctx_send() failed: never commit */
+	int in_query;	 /**< inside tbx_ctx_query()'s row function */
 };
 
 /** Reads and checks the tbx-* headers of @p msg->rkm. */

@@ -437,6 +437,13 @@ typedef struct tbx_outbox_ops {
 	 *  error, with errmsg() saying why. */
 	int (*exec)(tbx_outbox_t *store, const char *sql,
 		    const char *const *params, int n, int64_t *changes);
+	/** As exec(), and @p fn gets each row the statement returns: its
+	 *  columns as text (NULL for SQL NULL), until @p fn returns
+	 *  non-zero (the other rows are skipped; TBX_OK).  TBX_ENOMEM
+	 *  when a value cannot be had as text. */
+	int (*query)(tbx_outbox_t *store, const char *sql,
+		     const char *const *params, int n, tbx_row_fn fn,
+		     void *arg);
 } tbx_outbox_ops_t;
 
 /** The backends, for native(). */
@@ -850,6 +857,13 @@ static inline int tbx_outbox_exec(tbx_outbox_t *store, const char *sql,
 				  int64_t *changes)
 {
 	return store->ops->exec(store, sql, params, n, changes);
+}
+
+static inline int tbx_outbox_query(tbx_outbox_t *store, const char *sql,
+				   const char *const *params, int n,
+				   tbx_row_fn fn, void *arg)
+{
+	return store->ops->query(store, sql, params, n, fn, arg);
 }
 
 #endif

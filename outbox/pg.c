@@ -1458,8 +1458,33 @@ static void *pg_native(tbx_outbox_t *base, int backend)
 	return ps(base)->pg->conn;
 }
 
-static int pg_exec(tbx_outbox_t *base, const char *stmt,
-		   const char *const *params, int n, int64_t *nchanged)
+/* Hands the rows of @p res to @p fn, their columns as text (NULL for SQL
+ * NULL), until it returns non-zero.  @returns TBX_OK or TBX_ENOMEM. */
+static int rows_call(const PGresult *res, tbx_row_fn fn, void *arg)
+{
+	int nrows = PQntuples(res), ncols = PQnfields(res);
+	const char **cols;
+
+	if (nrows == 0 || ncols == 0)
+		return TBX_OK;
+	if (!(cols = calloc((size_t)ncols, sizeof(*cols))))
+		return TBX_ENOMEM;
+	for (int r = 0; r < nrows; r++) {
+		for (int c = 0; c < ncols; c++)
+			cols[c] = PQgetisnull(res, r, c)
+				      ? NULL
+				      : PQgetvalue(res, r, c);
+		if (fn(arg, ncols, cols))
+			break;
+	}
+	free(cols);
+	return TBX_OK;
+}
+
+/* A handler's statement, its rows to @p fn (NULL: dropped). */
+static int pg_run(tbx_outbox_t *base, const char *stmt,
+		  const char *const *params, int n, int64_t *nchanged,
+		  tbx_row_fn fn, void *arg)
 {
 	pg_store_t *store = ps(base);
 	tbx__pg_t *pg = store->pg;
@@ -1484,8 +1509,27 @@ static int pg_exec(tbx_outbox_t *base, const char *stmt,
 	}
 	if (nchanged)
 		*nchanged = changes(res);
+	if (fn && (err = rows_call(res, fn, arg)))
+		snprintf(pg->errmsg, sizeof(pg->errmsg), "out of memory");
 	PQclear(res);
-	return TBX_OK;
+	return err;
+}
+
+static int pg_exec(tbx_outbox_t *base, const char *stmt,
+		   const char *const *params, int n, int64_t *nchanged)
+{
+	return pg_run(base, stmt, params, n, nchanged, NULL, NULL);
+}
+
+static int pg_query(tbx_outbox_t *base, const char *stmt,
+		    const char *const *params, int n, tbx_row_fn fn, void *arg)
+{
+	if (!fn) {
+		snprintf(ps(base)->pg->errmsg, sizeof(ps(base)->pg->errmsg),
+			 "no row function");
+		return TBX_EINVAL;
+	}
+	return pg_run(base, stmt, params, n, NULL, fn, arg);
 }
 
 static const tbx_outbox_ops_t pg_ops = {
@@ -1545,4 +1589,5 @@ static const tbx_outbox_ops_t pg_ops = {
     .relaxed = pg_relaxed,
     .native = pg_native,
     .exec = pg_exec,
+    .query = pg_query,
 };

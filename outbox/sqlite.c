@@ -944,17 +944,36 @@ static int exec_fail(sq_store_t *store, int err, const char *fmt, ...)
 	return err;
 }
 
+/* Hands the row @p stmt is on to @p fn, its columns as text (NULL for
+ * SQL NULL) in @p cols (one per column).  @returns 0 go on, 1 stop, -1 a
+ * value without its text (out of memory). */
+static int row_call(sqlite3_stmt *stmt, const char **cols, int ncols,
+		    tbx_row_fn fn, void *arg)
+{
+	for (int i = 0; i < ncols; i++) {
+		cols[i] = (const char *)sqlite3_column_text(stmt, i);
+		if (cols[i] || sqlite3_column_type(stmt, i) == SQLITE_NULL)
+			continue;
+		if (sqlite3_errcode(sqlite3_db_handle(stmt)) == SQLITE_NOMEM)
+			return -1;
+		cols[i] = ""; /* an empty BLOB */
+	}
+	return fn(arg, ncols, cols) != 0;
+}
+
 /* A handler's statement: one statement, its parameters all named $1..$n
  * and each of $1..$n used (as PostgreSQL requires of a statement's
- * parameters), text values or NULL, stepped to its end. */
-static int sq_exec(tbx_outbox_t *base, const char *sql_text,
-		   const char *const *params, int n, int64_t *changes)
+ * parameters), text values or NULL, stepped to its end or until @p fn
+ * (NULL: the rows are dropped) stops. */
+static int sq_run(tbx_outbox_t *base, const char *sql_text,
+		  const char *const *params, int n, int64_t *changes,
+		  tbx_row_fn fn, void *arg)
 {
 	sq_store_t *store = sq(base);
 	sqlite3_stmt *stmt = NULL;
-	const char *tail = NULL;
+	const char *tail = NULL, **cols = NULL;
 	int64_t total;
-	int rc = SQLITE_OK, err = TBX_OK, cnt;
+	int rc = SQLITE_OK, err = TBX_OK, cnt, ncols;
 
 	store->exec_err[0] = '\0';
 	if (changes)
@@ -1006,9 +1025,23 @@ static int sq_exec(tbx_outbox_t *base, const char *sql_text,
 			    exec_fail(store, tbx__db_err(rc), "binding %s: %s",
 				      name, sqlite3_errmsg(store->db));
 	}
+	ncols = fn ? sqlite3_column_count(stmt) : 0;
+	if (!err && ncols > 0 && !(cols = calloc((size_t)ncols, sizeof(*cols))))
+		err = exec_fail(store, TBX_ENOMEM, "out of memory");
 	total = sqlite3_total_changes64(store->db);
-	while (!err && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-		;
+	while (!err && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		int stop = fn ? row_call(stmt, cols, ncols, fn, arg) : 0;
+
+		if (stop < 0)
+			err = exec_fail(store, TBX_ENOMEM,
+					"a value of the row could not be had "
+					"as text");
+		else if (stop)
+			rc = SQLITE_DONE;
+		if (stop)
+			break;
+	}
+	free(cols);
 	if (!err && rc != SQLITE_DONE)
 		err = exec_fail(store, tbx__db_err(rc), "%s",
 				sqlite3_errmsg(store->db));
@@ -1018,6 +1051,20 @@ static int sq_exec(tbx_outbox_t *base, const char *sql_text,
 		*changes = sqlite3_changes64(store->db);
 	sqlite3_finalize(stmt);
 	return err;
+}
+
+static int sq_exec(tbx_outbox_t *base, const char *sql_text,
+		   const char *const *params, int n, int64_t *changes)
+{
+	return sq_run(base, sql_text, params, n, changes, NULL, NULL);
+}
+
+static int sq_query(tbx_outbox_t *base, const char *sql_text,
+		    const char *const *params, int n, tbx_row_fn fn, void *arg)
+{
+	if (!fn)
+		return exec_fail(sq(base), TBX_EINVAL, "no row function");
+	return sq_run(base, sql_text, params, n, NULL, fn, arg);
 }
 
 static const tbx_outbox_ops_t sqlite_ops = {
@@ -1076,4 +1123,5 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .relaxed = sq_relaxed,
     .native = sq_native,
     .exec = sq_exec,
+    .query = sq_query,
 };

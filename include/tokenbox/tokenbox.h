@@ -33,14 +33,14 @@ extern "C" {
 
 #define TBX_VERSION_MAJOR 0
 #define TBX_VERSION_MINOR 3
-#define TBX_VERSION_PATCH 0
-#define TBX_VERSION_STR	  "0.3.0"
+#define TBX_VERSION_PATCH 1
+#define TBX_VERSION_STR	  "0.3.1"
 
 /** Version of the plugin ABI (tbx_plugin_init). Bumped on any
  *  incompatible change to this header. */
 #define TBX_PLUGIN_ABI_VERSION 3
 
-/** @returns the library's version string, e.g. "0.3.0". */
+/** @returns the library's version string, e.g. "0.3.1". */
 const char *tbx_version(void);
 
 /*
@@ -238,6 +238,50 @@ struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx);
  */
 int tbx_ctx_exec(tbx_ctx_t *ctx, const char *sql, const char *const *params,
 		 int n, int64_t *changes);
+
+/**
+ * Called by tbx_ctx_query() once per row, in the order the database
+ * returns them: @p cols holds the row's @p ncols columns as text, NULL
+ * for SQL NULL.  The texts are borrowed until fn returns; copy what you
+ * keep.  @returns 0 to go on, non-zero to stop: the rows left are
+ * skipped and tbx_ctx_query() returns TBX_OK.
+ */
+typedef int (*tbx_row_fn)(void *arg, int ncols, const char *const *cols);
+
+/**
+ * Runs one SQL statement as tbx_ctx_exec() does -- the same connection,
+ * savepoint, parameters ($1 … $n, text, NULL binds NULL), refusals,
+ * errors and error reason -- and hands the rows it returns to @p fn
+ * (not NULL) with @p arg: a SELECT, or an INSERT/UPDATE/DELETE …
+ * RETURNING.  The portable way to read business tables.
+ *
+ * Why a callback, and why text: the rows are the database's until the
+ * statement is done (SQLite steps them, libpq holds the result), so the
+ * call lends each row to @p fn and owns every buffer itself; nothing is
+ * left to free, on any path.  Text is the one representation both
+ * backends give every column in: integers and text read alike on both
+ * (strtoll() a number), a boolean is "t"/"f" on PostgreSQL but "1"/"0" on
+ * SQLite (select CASE WHEN … THEN 1 ELSE 0 END for both), a BLOB/bytea
+ * differs (encode it in SQL).  Column names are not passed: the two
+ * databases name an expression differently; the SELECT list fixes the
+ * order.  Stopping early is not an error: a handler that wants the first
+ * row returns 1 after it.  The statement's own effect is whole however
+ * early @p fn stops (both run it to its end before the first row).
+ *
+ * @p fn may call tbx_ctx_send() and tbx_ctx_set_error(), not
+ * tbx_ctx_exec() nor tbx_ctx_query() (TBX_ESTATE: on SQLite the rows are
+ * still being read from the tables; collect, then write after the call).
+ *
+ * @returns TBX_OK (the rows all read, or @p fn stopped them); TBX_EINVAL
+ * (@p fn NULL, refused, more than one statement, a syntax error, …),
+ * TBX_ESTATE, TBX_ENOMEM or the store's error, as tbx_ctx_exec(): logged
+ * at WARN and made the message's error reason unless the handler set one.
+ * A failure may come after @p fn saw some rows; they were the statement's
+ * rows, but the statement failed (on PostgreSQL its work is undone back
+ * to the message's savepoint).
+ */
+int tbx_ctx_query(tbx_ctx_t *ctx, const char *sql, const char *const *params,
+		  int n, tbx_row_fn fn, void *arg);
 
 /** A Kafka header of an outgoing message. */
 typedef struct tbx_header {
