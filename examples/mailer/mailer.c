@@ -11,16 +11,20 @@
  * {"campaign": "spring", "user": "u1"}.  A mail sender consuming "emails"
  * (a tokenbox worker of its own group) then sends each email once.
  *
- * The handler records sent(campaign, user) with INSERT OR IGNORE and
- * queues the email only when the row is new.  That business key and the
- * outgoing message commit in one transaction with the job's outbox row:
- * the row exists exactly when the email is on its way.
+ * The handler records sent(campaign, user) with INSERT … ON CONFLICT DO
+ * NOTHING and queues the email only when the row is new.  That business
+ * key and the outgoing message commit in one transaction with the job's
+ * outbox row: the row exists exactly when the email is on its way.
+ *
+ * It runs on either service store, an SQLite file (store.path) or
+ * PostgreSQL (store.url): its statements go through tbx_ctx_exec(), with
+ * $1 … $n parameters, in SQL both databases accept.
  *
  * plugin.args: none.  The plugin does not link libtokenbox: the tbx_*
  * symbols come from the host that loads it (`tokenbox worker`).
  */
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,15 +41,17 @@
 PLUGIN_EXPORT int tbx_plugin_abi_version(void);
 PLUGIN_EXPORT int tbx_plugin_init(tbx_worker_t *worker, const char *args);
 
+/* Types both SQLite and PostgreSQL take; "user" quoted, as PostgreSQL
+ * reserves the word (and SQLite accepts the quotes). */
 static const char table_sql[] = "CREATE TABLE IF NOT EXISTS sent("
 				" campaign TEXT NOT NULL,"
-				" user TEXT NOT NULL,"
+				" \"user\" TEXT NOT NULL,"
 				" job_id TEXT NOT NULL," /* tbx-id of the job */
-				" sent_at INTEGER NOT NULL,"
-				" PRIMARY KEY (campaign, user))";
+				" sent_at BIGINT NOT NULL,"
+				" PRIMARY KEY (campaign, \"user\"))";
 static const char insert_sql[] =
-    "INSERT OR IGNORE INTO sent(campaign, user, job_id, sent_at) "
-    "VALUES (?, ?, ?, ?)";
+    "INSERT INTO sent(campaign, \"user\", job_id, sent_at) "
+    "VALUES ($1, $2, $3, $4) ON CONFLICT (campaign, \"user\") DO NOTHING";
 
 static int64_t wall_ms(void)
 {
@@ -61,34 +67,6 @@ static int name_ok(const cJSON *item)
 
 	return cJSON_IsString(item) && (n = strlen(item->valuestring)) >= 1 &&
 	       n <= NAME_MAX_LEN;
-}
-
-/* Runs one statement without parameters. @returns an SQLite code. */
-static int run_sql(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *stmt = NULL;
-	int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
-
-	if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_DONE)
-		rc = SQLITE_OK;
-	sqlite3_finalize(stmt);
-	return rc;
-}
-
-/* Prepares the insert; the first job a store sees creates the table, in
- * its own savepoint. */
-static sqlite3_stmt *prepare_insert(tbx_ctx_t *ctx, sqlite3 *db)
-{
-	sqlite3_stmt *stmt = NULL;
-
-	if (sqlite3_prepare_v2(db, insert_sql, -1, &stmt, NULL) == SQLITE_OK)
-		return stmt;
-	if (run_sql(db, table_sql) == SQLITE_OK &&
-	    sqlite3_prepare_v2(db, insert_sql, -1, &stmt, NULL) == SQLITE_OK)
-		return stmt;
-	tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	return NULL;
 }
 
 /* Queues one EmailRequested for (@p campaign, @p user), keyed by the user.
@@ -119,18 +97,21 @@ static int send_email(tbx_ctx_t *ctx, const char *campaign, const char *user)
  * The handler: for every user of the job, a new sent row means a new
  * email.  A user selected twice — by this job, an overlapping list,
  * another job, a job handled on another worker sharing the store — finds
- * the row and is skipped.  The store's write lock, held by a worker for
- * its whole batch, orders the jobs of every worker: two jobs never both
- * find a user unsent.
+ * the row and is skipped.  On SQLite the store's write lock, held by a
+ * worker for its whole batch, orders the jobs of every worker.  On
+ * PostgreSQL two workers may insert the same (campaign, user) at once:
+ * the primary key makes the second wait for the first's commit and then
+ * insert nothing (or insert it, should the first roll back).  Either way
+ * two jobs never both find a user unsent.
  */
 static tbx_verdict_t on_job(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 {
-	sqlite3 *db = tbx_ctx_db(ctx);
 	size_t len;
 	const void *payload = tbx_msg_payload(msg, &len);
 	const cJSON *campaign, *users, *user;
-	sqlite3_stmt *stmt;
-	tbx_verdict_t verdict = TBX_VERDICT_OK;
+	char at[24];
+	const char *params[4];
+	int64_t changes;
 	cJSON *root;
 	int rc;
 
@@ -149,39 +130,39 @@ static tbx_verdict_t on_job(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 				       "[\"<user>\", …]}");
 		return TBX_VERDICT_REJECT;
 	}
-	if (!(stmt = prepare_insert(ctx, db))) {
+	/* The first job a store sees creates the table, inside its own
+	 * savepoint; later jobs find it there.  A failed statement made
+	 * the message's error reason (what the database said): the job is
+	 * retried. */
+	if (tbx_ctx_exec(ctx, table_sql, NULL, 0, NULL) != TBX_OK) {
 		cJSON_Delete(root);
 		return TBX_VERDICT_RETRY;
 	}
+	snprintf(at, sizeof(at), "%" PRId64, wall_ms());
+	params[0] = campaign->valuestring;
+	params[2] = tbx_msg_id(msg);
+	params[3] = at;
 	cJSON_ArrayForEach(user, users)
 	{
-		sqlite3_bind_text(stmt, 1, campaign->valuestring, -1,
-				  SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, user->valuestring, -1,
-				  SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 3, tbx_msg_id(msg), -1, SQLITE_STATIC);
-		sqlite3_bind_int64(stmt, 4, wall_ms());
-		rc = sqlite3_step(stmt);
-		sqlite3_reset(stmt);
-		if (rc != SQLITE_DONE) {
-			tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-			verdict = TBX_VERDICT_RETRY;
-			break;
+		params[1] = user->valuestring;
+		if (tbx_ctx_exec(ctx, insert_sql, params, 4, &changes) !=
+		    TBX_OK) {
+			cJSON_Delete(root);
+			return TBX_VERDICT_RETRY;
 		}
 		/* 0 changes: this user already has this campaign's email. */
-		if (sqlite3_changes(db) == 0)
+		if (changes == 0)
 			continue;
 		if (send_email(ctx, campaign->valuestring, user->valuestring) !=
 		    TBX_OK) {
+			cJSON_Delete(root);
 			tbx_ctx_set_error(ctx, "cannot queue an email");
-			verdict = TBX_VERDICT_RETRY;
-			break;
+			return TBX_VERDICT_RETRY;
 		}
 	}
-	sqlite3_finalize(stmt);
 	cJSON_Delete(root);
 	/* RETRY rolls back the rows and drops the queued emails together. */
-	return verdict;
+	return TBX_VERDICT_OK;
 }
 
 int tbx_plugin_abi_version(void)

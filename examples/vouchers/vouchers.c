@@ -20,12 +20,17 @@
  * default 20) seeds it with V0001..VN the first time a request finds it
  * empty, inside that request's savepoint.
  *
+ * It runs on either service store, an SQLite file (store.path) or
+ * PostgreSQL (store.url): it writes through tbx_ctx_exec() and reads
+ * through tbx_ctx_query(), with $1 … $n parameters, in SQL both databases
+ * accept.
+ *
  * The plugin does not link libtokenbox: the tbx_* symbols come from the
  * host that loads it (`tokenbox worker`).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <sqlite3.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +45,7 @@
 #define REQUESTS      "voucher-requests"
 #define REPLIES	      "voucher-replies"
 #define CUSTOMER_MAX  128 /* bytes */
+#define CODE_MAX      128 /* bytes of a code in the bank */
 #define CODES_DEFAULT 20
 #define CODES_MAX     9999 /* V0001..V9999 */
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -47,12 +53,34 @@
 PLUGIN_EXPORT int tbx_plugin_abi_version(void);
 PLUGIN_EXPORT int tbx_plugin_init(tbx_worker_t *worker, const char *args);
 
+/* Types both SQLite and PostgreSQL take: TEXT, and BIGINT (an INTEGER
+ * column in SQLite). */
 static const char table_sql[] =
     "CREATE TABLE IF NOT EXISTS vouchers("
     " code TEXT PRIMARY KEY,"
     " customer TEXT UNIQUE NULL," /* NULL: still in the bank */
     " request_id TEXT,"		  /* tbx-id of the request that took it */
-    " issued_at INTEGER)";
+    " issued_at BIGINT)";
+
+/* V0001..V<$1>, only into an empty bank: the row source is empty as soon
+ * as the bank holds a code.  ON CONFLICT keeps two workers that both
+ * found it empty from failing (PostgreSQL: the second waits for the
+ * first's commit, then inserts nothing); "WHERE true" makes SQLite read
+ * ON CONFLICT after a SELECT as the upsert clause. */
+static const char seed_sql[] =
+    "WITH RECURSIVE n(i) AS ("
+    " SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM vouchers)"
+    " UNION ALL SELECT i + 1 FROM n WHERE i < CAST($1 AS INTEGER))"
+    " INSERT INTO vouchers(code)"
+    " SELECT 'V' || substr(CAST(10000 + i AS TEXT), 2) FROM n WHERE true"
+    " ON CONFLICT (code) DO NOTHING";
+
+/* The lowest free code to the customer, if it is still free when the row
+ * is written (take_code()). */
+static const char take_sql[] =
+    "UPDATE vouchers SET customer = $1, request_id = $2, issued_at = $3"
+    " WHERE code = (SELECT MIN(code) FROM vouchers WHERE customer IS NULL)"
+    " AND customer IS NULL RETURNING code";
 
 static int64_t wall_ms(void)
 {
@@ -62,62 +90,57 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Runs one statement without parameters. @returns an SQLite code. */
-static int run_sql(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *stmt = NULL;
-	int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
+/* The first column of a statement's first row, for tbx_ctx_query(). */
+typedef struct first {
+	int found; /* 1 a value; -1 NULL or too long */
+	char text[CODE_MAX + 1];
+} first_t;
 
-	if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_DONE)
-		rc = SQLITE_OK;
-	sqlite3_finalize(stmt);
-	return rc;
+static int first_value(void *arg, int ncols, const char *const *cols)
+{
+	first_t *f = arg;
+	size_t n;
+
+	f->found = -1;
+	if (ncols >= 1 && cols[0] && (n = strlen(cols[0])) <= CODE_MAX) {
+		memcpy(f->text, cols[0], n + 1);
+		f->found = 1;
+	}
+	return 1; /* the first row is all it needs */
+}
+
+/* Runs @p sql and reads its first row's first column into @p f.
+ * @returns 1 a value, 0 no row, -1 on failure (reason set). */
+static int query_first(tbx_ctx_t *ctx, const char *sql,
+		       const char *const *params, int n, first_t *f)
+{
+	f->found = 0;
+	if (tbx_ctx_query(ctx, sql, params, n, first_value, f) != TBX_OK)
+		return -1; /* the reason is what the database said */
+	if (f->found < 0)
+		tbx_ctx_set_error(ctx, "a code in the bank is NULL or longer "
+				       "than 128 bytes");
+	return f->found;
 }
 
 /*
- * Makes sure the bank exists.  The first request a store sees finds no
- * table and creates it; a request that finds the table empty seeds it.
- * Both happen inside the request's savepoint, under the store's write
- * lock: they commit with that request's effects, or not at all, and no
- * other worker sharing the store can seed it at the same time.  INSERT OR
- * IGNORE keeps the seeding harmless should two configurations overlap.
+ * Makes sure the bank exists and is seeded.  Both statements run inside
+ * the request's savepoint: they commit with that request's effects, or
+ * not at all.  The first request a store sees creates the table; the
+ * first that finds it empty seeds it.  Running both for every request
+ * keeps the plugin free of state, for a statement that finds the table
+ * there and one that inserts nothing.
  * @returns 0, or -1 with the reason set on @p ctx.
  */
-static int bank_ensure(tbx_ctx_t *ctx, sqlite3 *db, int codes)
+static int bank_ensure(tbx_ctx_t *ctx, int codes)
 {
-	static const char probe_sql[] = "SELECT EXISTS(SELECT 1 FROM vouchers)";
-	sqlite3_stmt *stmt = NULL;
-	char code[16];
-	int rc, empty = 0;
+	char count[16];
+	const char *params[] = {count};
 
-	rc = sqlite3_prepare_v2(db, probe_sql, -1, &stmt, NULL);
-	if (rc != SQLITE_OK && (rc = run_sql(db, table_sql)) == SQLITE_OK)
-		rc = sqlite3_prepare_v2(db, probe_sql, -1, &stmt, NULL);
-	if (rc == SQLITE_OK) {
-		rc = sqlite3_step(stmt);
-		if (rc == SQLITE_ROW) {
-			empty = sqlite3_column_int(stmt, 0) == 0;
-			rc = SQLITE_OK;
-		}
-	}
-	sqlite3_finalize(stmt);
-	stmt = NULL;
-	if (rc == SQLITE_OK && empty) {
-		rc = sqlite3_prepare_v2(
-		    db, "INSERT OR IGNORE INTO vouchers(code) VALUES (?)", -1,
-		    &stmt, NULL);
-		for (int i = 1; rc == SQLITE_OK && i <= codes; i++) {
-			snprintf(code, sizeof(code), "V%04d", i);
-			sqlite3_bind_text(stmt, 1, code, -1, SQLITE_TRANSIENT);
-			if ((rc = sqlite3_step(stmt)) == SQLITE_DONE)
-				rc = sqlite3_reset(stmt);
-		}
-		sqlite3_finalize(stmt);
-	}
-	if (rc != SQLITE_OK) {
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
+	snprintf(count, sizeof(count), "%d", codes);
+	if (tbx_ctx_exec(ctx, table_sql, NULL, 0, NULL) != TBX_OK ||
+	    tbx_ctx_exec(ctx, seed_sql, params, 1, NULL) != TBX_OK)
 		return -1;
-	}
 	return 0;
 }
 
@@ -154,67 +177,66 @@ static int reply(tbx_ctx_t *ctx, const char *customer, const char *code)
  * @returns 1 when a reply was queued, 0 when the customer holds no code,
  * -1 on failure (reason set).
  */
-static int reply_held(tbx_ctx_t *ctx, sqlite3 *db, const char *customer)
+static int reply_held(tbx_ctx_t *ctx, const char *customer)
 {
-	sqlite3_stmt *stmt = NULL;
-	int rc, found = -1;
+	first_t code;
+	int r =
+	    query_first(ctx, "SELECT code FROM vouchers WHERE customer = $1",
+			&customer, 1, &code);
 
-	rc = sqlite3_prepare_v2(db,
-				"SELECT code FROM vouchers WHERE customer = ?",
-				-1, &stmt, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(stmt, 1, customer, -1, SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
-		if (rc == SQLITE_DONE) {
-			found = 0;
-		} else if (rc == SQLITE_ROW) {
-			/* The column's text lives until the statement is
-			 * finalized; reply() copies it. */
-			const char *code =
-			    (const char *)sqlite3_column_text(stmt, 0);
-			if (code && reply(ctx, customer, code) == TBX_OK)
-				found = 1;
-			else
-				tbx_ctx_set_error(ctx,
-						  "cannot queue the reply");
-		}
+	if (r == 1 && reply(ctx, customer, code.text) != TBX_OK) {
+		tbx_ctx_set_error(ctx, "cannot queue the reply");
+		r = -1;
 	}
-	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	return found;
+	return r;
 }
 
 /*
- * Gives the lowest free code to @p customer.  The statement runs under
- * the store's write lock, which every worker of the group takes for its
- * whole batch: no two requests see the same free code.  The UNIQUE
- * constraint on customer would refuse a second code should a bug try.
- * @returns 1 when a code was taken, 0 when the bank is empty, -1 on
- * failure (reason set).
+ * Gives the lowest free code to @p customer and replies with it.
+ *
+ * On SQLite the UPDATE runs under the store's write lock, which every
+ * worker of the group holds for its whole batch: no two requests see the
+ * same free code, and the first try takes it.  On PostgreSQL the workers
+ * run side by side (READ COMMITTED) and two may aim at the same code: the
+ * second waits for the first's row lock, and once the first commits, the
+ * row no longer passes "customer IS NULL" and the second changes nothing.
+ * It then looks again: a free code left means another worker took its
+ * pick, and it tries the next (each such round follows another worker's
+ * commit of a code, so the rounds end); none left means the bank is
+ * empty.  The UNIQUE constraint on customer refuses a second code should
+ * two requests of one customer ever run at once (the statement fails, the
+ * request is retried and then finds the code).
+ * @returns 1 when a code was taken and its reply queued, 0 when the bank
+ * is empty, -1 on failure (reason set).
  */
-static int take_code(tbx_ctx_t *ctx, sqlite3 *db, const char *customer,
+static int take_code(tbx_ctx_t *ctx, const char *customer,
 		     const char *request_id)
 {
-	static const char sql[] =
-	    "UPDATE vouchers SET customer = ?1, request_id = ?2, "
-	    "issued_at = ?3 WHERE code = (SELECT code FROM vouchers "
-	    "WHERE customer IS NULL ORDER BY code LIMIT 1)";
-	sqlite3_stmt *stmt = NULL;
-	int rc, taken = -1;
+	char at[24];
+	const char *params[] = {customer, request_id, at};
+	first_t code, free_code;
+	int r;
 
-	rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(stmt, 1, customer, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, request_id, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(stmt, 3, wall_ms());
-		if ((rc = sqlite3_step(stmt)) == SQLITE_DONE)
-			taken = sqlite3_changes(db) > 0;
+	snprintf(at, sizeof(at), "%" PRId64, wall_ms());
+	for (int round = 0; round <= CODES_MAX; round++) {
+		if ((r = query_first(ctx, take_sql, params, 3, &code)) != 0) {
+			if (r == 1 &&
+			    reply(ctx, customer, code.text) != TBX_OK) {
+				tbx_ctx_set_error(ctx,
+						  "cannot queue the reply");
+				r = -1;
+			}
+			return r;
+		}
+		r = query_first(ctx,
+				"SELECT code FROM vouchers WHERE customer IS "
+				"NULL LIMIT 1",
+				NULL, 0, &free_code);
+		if (r <= 0)
+			return r; /* the bank is empty, or a failure */
 	}
-	if (rc != SQLITE_DONE)
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	return taken;
+	tbx_ctx_set_error(ctx, "no free code stayed free long enough");
+	return -1;
 }
 
 /* Copies the customer of a request {"customer": "<name>"} into @p out.
@@ -249,7 +271,6 @@ static tbx_verdict_t on_request(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 				void *opaque)
 {
 	int codes = (int)(intptr_t)opaque;
-	sqlite3 *db = tbx_ctx_db(ctx);
 	char customer[CUSTOMER_MAX + 1];
 	size_t len, key_len;
 	const void *payload = tbx_msg_payload(msg, &len);
@@ -268,24 +289,22 @@ static tbx_verdict_t on_request(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 		tbx_ctx_set_error(ctx, "the key is not the request's customer");
 		return TBX_VERDICT_REJECT;
 	}
-	if (bank_ensure(ctx, db, codes))
+	/* A failed statement made the message's error reason (what the
+	 * database said): the request is retried, and dead-lettered with
+	 * that reason after retry.max. */
+	if (bank_ensure(ctx, codes))
 		return TBX_VERDICT_RETRY;
-	if ((r = reply_held(ctx, db, customer)) < 0)
+	if ((r = reply_held(ctx, customer)) < 0)
 		return TBX_VERDICT_RETRY;
 	if (r == 1)
 		return TBX_VERDICT_OK; /* asked again: the same code */
-	if ((r = take_code(ctx, db, customer, tbx_msg_id(msg))) < 0)
+	if ((r = take_code(ctx, customer, tbx_msg_id(msg))) < 0)
 		return TBX_VERDICT_RETRY;
-	if (r == 1) {
-		/* Read back what the UPDATE chose: the customer's code. */
-		if ((r = reply_held(ctx, db, customer)) == 0)
-			tbx_ctx_set_error(ctx, "the code taken is not found");
-	} else if (reply(ctx, customer, NULL) == TBX_OK) {
-		r = 1; /* the bank is empty */
-	} else {
+	if (r == 0 && reply(ctx, customer, NULL) != TBX_OK) {
 		tbx_ctx_set_error(ctx, "cannot queue the refusal");
+		return TBX_VERDICT_RETRY;
 	}
-	return r == 1 ? TBX_VERDICT_OK : TBX_VERDICT_RETRY;
+	return TBX_VERDICT_OK; /* issued, or refused: the bank is empty */
 }
 
 int tbx_plugin_abi_version(void)
