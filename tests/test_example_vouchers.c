@@ -8,9 +8,12 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "support.h"
 
@@ -235,31 +238,28 @@ static void run(env_t *e)
 	    tt_count(e->store, "SELECT COUNT(*) FROM tbx_dead_letters"), 0);
 }
 
-Test(example_vouchers,
-     hundred_requests_of_twenty_customers_on_three_workers_take_twenty_codes)
+/* A bank of 25 after the 100 requests of run(): exactly 20 codes went
+ * out, the lowest, one per customer, and every request got its one
+ * reply with the customer's code. */
+static void check_twenty_codes(env_t *e)
 {
-	env_t e;
 	code_t bank[CUSTOMERS + 1];
 	answers_t ans[CUSTOMERS + 1];
-	int workers_busy = 0;
-	tbx_stats_t st;
 
-	env_init(&e, "codes=25");
-	run(&e);
-	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM vouchers"), 25);
-	cr_assert_eq(tt_count(e.store, "SELECT COUNT(customer) FROM vouchers"),
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM vouchers"), 25);
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(customer) FROM vouchers"),
 		     CUSTOMERS, "exactly 20 codes went out");
 	cr_assert_eq(
-	    tt_count(e.store, "SELECT COUNT(DISTINCT customer) FROM vouchers"),
+	    tt_count(e->store, "SELECT COUNT(DISTINCT customer) FROM vouchers"),
 	    CUSTOMERS);
 	/* The lowest codes went, the highest stayed in the bank. */
-	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM vouchers WHERE "
-				       "customer IS NULL AND code <= 'V0020'"),
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM vouchers WHERE "
+					"customer IS NULL AND code <= 'V0020'"),
 		     0);
 	/* One reply per request (a copy of a request is not a request), all
 	 * issued, each customer always the code the bank gave it. */
-	cr_assert_eq(read_replies(&e, ans), REQUESTS);
-	read_bank(&e, bank);
+	cr_assert_eq(read_replies(e, ans), REQUESTS);
+	read_bank(e, bank);
 	for (int n = 1; n <= CUSTOMERS; n++) {
 		cr_assert_eq(ans[n].issued, REQUESTS / CUSTOMERS, "c%d", n);
 		cr_assert_eq(ans[n].refused, 0, "c%d", n);
@@ -268,12 +268,105 @@ Test(example_vouchers,
 			cr_assert_str_neq(bank[m], bank[n],
 					  "c%d and c%d share a code", m, n);
 	}
+}
+
+Test(example_vouchers,
+     hundred_requests_of_twenty_customers_on_three_workers_take_twenty_codes)
+{
+	env_t e;
+	int workers_busy = 0;
+	tbx_stats_t st;
+
+	env_init(&e, "codes=25");
+	run(&e);
+	check_twenty_codes(&e);
 	/* The group shared the partitions. */
 	for (int i = 0; i < WORKERS; i++) {
 		tbx_worker_stats(e.w[i], &st);
 		workers_busy += st.processed > 0;
 	}
 	cr_assert_geq(workers_busy, 2, "the requests were not spread");
+	env_fini(&e);
+}
+
+/* ---- workers on threads of their own --------------------------------- */
+
+typedef struct runner {
+	tbx_worker_t *w;
+	pthread_t thread;
+	int rc;
+} runner_t;
+
+static void *runner_main(void *arg)
+{
+	runner_t *r = arg;
+
+	r->rc = tbx_worker_run(r->w);
+	return NULL;
+}
+
+/* Distinct tbx-ids on voucher-replies. */
+static size_t replies_sent(env_t *e)
+{
+	tt_record_t *recs;
+	size_t cnt, distinct = 0;
+
+	cnt = tt_read_topic(e->cluster->bootstraps, "voucher-replies", &recs);
+	for (size_t i = 0; i < cnt; i++) {
+		size_t j = 0;
+
+		while (j < i && !(recs[j].id && recs[i].id &&
+				  strcmp(recs[j].id, recs[i].id) == 0))
+			j++;
+		distinct += j == i;
+	}
+	tt_records_free(recs, cnt);
+	return distinct;
+}
+
+/*
+ * The requests of run(), each worker on a thread of its own, as
+ * `tokenbox worker` processes run.  On SQLite their batches take turns
+ * under the store's write lock.  On PostgreSQL they run at once: two
+ * workers aim at the same lowest code, the second waits for the first's
+ * row lock and finds the code gone; it must take the next one, not
+ * refuse, and never the same one.
+ */
+Test(example_vouchers, workers_on_threads_of_their_own_take_twenty_codes,
+     .timeout = 600)
+{
+	env_t e;
+	runner_t r[WORKERS];
+	size_t copies;
+	time_t end;
+	int done = 0;
+
+	env_init(&e, "codes=25");
+	for (int i = 0; i < WORKERS; i++) {
+		r[i].w = e.w[i];
+		cr_assert_eq(
+		    pthread_create(&r[i].thread, NULL, runner_main, &r[i]), 0);
+	}
+	publish_requests(&e);
+	copies = reproduce_some(&e);
+	cr_assert_geq(copies, 1);
+	end = time(NULL) + 120 * tt_time_factor();
+	while (!done && time(NULL) < end) {
+		done =
+		    replies_sent(&e) >= REQUESTS &&
+		    tt_count(e.store, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+		if (!done)
+			usleep(200000);
+	}
+	for (int i = 0; i < WORKERS; i++) {
+		tbx_worker_stop(r[i].w);
+		pthread_join(r[i].thread, NULL);
+		cr_assert_eq(r[i].rc, TBX_OK, "%s", tbx_worker_errstr(r[i].w));
+	}
+	cr_assert(done, "%zu replies", replies_sent(&e));
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_dead_letters"),
+		     0);
+	check_twenty_codes(&e);
 	env_fini(&e);
 }
 
