@@ -258,15 +258,18 @@ typedef int (*tbx_row_fn)(void *arg, int ncols, const char *const *cols);
  * Why a callback, and why text: the rows are the database's until the
  * statement is done (SQLite steps them, libpq holds the result), so the
  * call lends each row to @p fn and owns every buffer itself; nothing is
- * left to free, on any path.  Text is the one representation both
+ * left to free, on any path (a cursor would have to be closed on every
+ * path of the handler, and a copied result set would allocate the whole
+ * result).  Text is the one representation both
  * backends give every column in: integers and text read alike on both
  * (strtoll() a number), a boolean is "t"/"f" on PostgreSQL but "1"/"0" on
  * SQLite (select CASE WHEN … THEN 1 ELSE 0 END for both), a BLOB/bytea
  * differs (encode it in SQL).  Column names are not passed: the two
  * databases name an expression differently; the SELECT list fixes the
  * order.  Stopping early is not an error: a handler that wants the first
- * row returns 1 after it.  The statement's own effect is whole however
- * early @p fn stops (both run it to its end before the first row).
+ * row returns 1 after it.  A statement that changes rows has changed them
+ * all however early @p fn stops (both databases run such a statement to
+ * its end before its first row comes back).
  *
  * @p fn may call tbx_ctx_send() and tbx_ctx_set_error(), not
  * tbx_ctx_exec() nor tbx_ctx_query() (TBX_ESTATE: on SQLite the rows are
@@ -276,9 +279,9 @@ typedef int (*tbx_row_fn)(void *arg, int ncols, const char *const *cols);
  * (@p fn NULL, refused, more than one statement, a syntax error, …),
  * TBX_ESTATE, TBX_ENOMEM or the store's error, as tbx_ctx_exec(): logged
  * at WARN and made the message's error reason unless the handler set one.
- * A failure may come after @p fn saw some rows; they were the statement's
- * rows, but the statement failed (on PostgreSQL its work is undone back
- * to the message's savepoint).
+ * On SQLite a failure may come after @p fn saw some rows; on PostgreSQL
+ * none are seen, and the failure aborts the message's work back to its
+ * savepoint (an OK verdict is then turned into a retry).
  */
 int tbx_ctx_query(tbx_ctx_t *ctx, const char *sql, const char *const *params,
 		  int n, tbx_row_fn fn, void *arg);
