@@ -1498,9 +1498,9 @@ static int pg_run(tbx_outbox_t *base, const char *stmt,
 			 "no statement, or parameters missing");
 		return TBX_EINVAL;
 	}
-	/* Text parameters, the types inferred by the server; not cached:
-	 * a handler's statements are its own.  What tokenbox deferred
-	 * goes with it. */
+	/* Text parameters, the types inferred by the server; the text
+	 * prepared once per connection (store/pg.h, tbx__pg_query()).
+	 * What tokenbox deferred goes with it. */
 	if ((err = tbx__pg_query(pg, stmt, n, params, &res))) {
 		/* A syntax error, or more than one statement. */
 		if (!strcmp(pg->state, "42601"))

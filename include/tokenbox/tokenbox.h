@@ -6,10 +6,11 @@
  * A worker consumes Kafka topics as a member of one consumer group and runs
  * the handler registered for each message's topic and type.  A handler writes
  * business tables through the service database connection it is given and
- * queues outgoing messages; both commit in one SQLite transaction together
- * with the outbox row.  Token-based deduplication (see docs/architecture.md)
- * makes every message take effect exactly once per consumer group, whatever
- * the broker redelivers, upstream re-sends or the process crashes.
+ * queues outgoing messages; both commit in one transaction of the service store
+ * (SQLite or PostgreSQL) together with the outbox row.  Token-based
+ * deduplication (see docs/architecture.md) makes every message take effect
+ * exactly once per consumer group, whatever the broker redelivers, upstream
+ * re-sends or the process crashes.
  *
  * Conventions
  *  - Functions that can fail return an int: TBX_OK (0) or a tbx_err_t code.
