@@ -875,6 +875,19 @@ out:
 	return err ? err : fin_err;
 }
 
+/* What tbx__pg_run() and tbx__pg_defer() refuse before anything is sent:
+ * a statement the table does not have, a parameter that failed, a
+ * deferred failure of the transaction. */
+static int run_check(const tbx__pg_stmts_t *stmts, int q,
+		     const tbx__pg_params_t *params)
+{
+	if (q < 0 || q >= stmts->count || !stmts->sql[q])
+		return TBX_EINVAL;
+	if (params && params->err)
+		return params->err;
+	return stmts->pg->sp_err;
+}
+
 int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		  uint64_t *changes, int expect, const char *what)
 {
@@ -882,12 +895,8 @@ int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 	struct tbx__pg_dq *d;
 	int err;
 
-	if (q < 0 || q >= stmts->count || !stmts->sql[q])
-		return TBX_EINVAL;
-	if (params && params->err)
-		return params->err;
-	if (pg->sp_err)
-		return pg->sp_err;
+	if ((err = run_check(stmts, q, params)))
+		return err;
 	if (!pg->in_tx) {
 		PGresult *res;
 		int64_t ch;
@@ -1450,12 +1459,8 @@ int tbx__pg_run(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 
 	if (res)
 		*res = NULL;
-	if (q < 0 || q >= stmts->count || !stmts->sql[q])
-		return TBX_EINVAL;
-	if (params && params->err)
-		return params->err;
-	if (pg->sp_err)
-		return pg->sp_err;
+	if ((err = run_check(stmts, q, params)))
+		return err;
 	if (pg->dq_cnt || pg->sp_send || pg->sp_release) {
 		pipe_item_t fin = {.stmts = stmts, .q = q, .rfmt = 1};
 
