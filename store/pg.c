@@ -692,6 +692,16 @@ static PGresult *item_result(tbx__pg_t *pg)
 	return res;
 }
 
+/* Records the failed result @p r of @p it in *@p to (the caller's own
+ * error for its statement, else the pipeline's), unless an earlier item
+ * failed already (@p seen) or it only followed one (aborted). */
+static void item_failed(tbx__pg_t *pg, const pipe_item_t *it, const PGresult *r,
+			int *to, int seen)
+{
+	if (!seen && PQresultStatus(r) != PGRES_PIPELINE_ABORTED)
+		*to = failed(pg, item_sql(it), r);
+}
+
 /*
  * Sends what is deferred -- the statements queued before the record's
  * savepoint, "RELEASE SAVEPOINT x" / "SAVEPOINT x", the statements
@@ -783,16 +793,10 @@ static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
 				else
 					qc_drop(pg, items[i].qslot);
 			}
-			if (PQresultStatus(r) != PGRES_COMMAND_OK &&
-			    PQresultStatus(r) != PGRES_PIPELINE_ABORTED &&
-			    !err && !fin_err) {
-				if (fin && i == n - 1)
-					fin_err =
-					    failed(pg, item_sql(&items[i]), r);
-				else
-					err =
-					    failed(pg, item_sql(&items[i]), r);
-			}
+			if (PQresultStatus(r) != PGRES_COMMAND_OK)
+				item_failed(pg, &items[i], r,
+					    fin && i == n - 1 ? &fin_err : &err,
+					    err || fin_err);
 			PQclear(r);
 		}
 		if (broke)
@@ -822,12 +826,9 @@ static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
 				PQclear(r);
 			continue;
 		}
-		if (st != PGRES_PIPELINE_ABORTED && !err && !fin_err) {
-			if (fin && i == n - 1)
-				fin_err = failed(pg, item_sql(&items[i]), r);
-			else
-				err = failed(pg, item_sql(&items[i]), r);
-		}
+		item_failed(pg, &items[i], r,
+			    fin && i == n - 1 ? &fin_err : &err,
+			    err || fin_err);
 		PQclear(r);
 	}
 	if (!broke) {
