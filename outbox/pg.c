@@ -134,7 +134,6 @@ enum {
 	Q_INFO_ADD,
 	Q_INFO_VERSION,
 	Q_ROW_FIND,
-	Q_ROW_INSERT,
 	Q_ROWS_INSERT,
 	Q_ROW_GET,
 	Q_MSGS_UNTOKENED,
@@ -179,11 +178,6 @@ static const char *const sql[Q__COUNT] = {
 		   "msg_id = $2",
     /* The key is a guard: with A's lock nothing conflicts; a conflict
      * inserts nothing and keeps the transaction usable. */
-    [Q_ROW_INSERT] = "INSERT INTO @S.tbx_outbox (grp, msg_id, in_topic, "
-		     "in_partition, in_offset, in_token, attempt, mint_seq, "
-		     "kind, error, created_ms, msgs) VALUES ($1, $2, $3, $4, "
-		     "$5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (grp, "
-		     "msg_id) DO NOTHING",
     /* The optional texts come as "" (NULL in the table), mint_seq as 0
      * without an attempt (NULL). */
     [Q_ROWS_INSERT] =
@@ -783,16 +777,15 @@ out:
 	return err;
 }
 
+static int pg_rows_insert(tbx_outbox_t *base, const char *grp,
+			  const tbx__row_t *const *rows, size_t n);
+
+/* One row: the batch's statement with one element (store/pg.h: sent
+ * with the transaction's next statement; a row there already fails that
+ * statement, or the commit, with TBX_EEXIST). */
 static int pg_row_insert(tbx_outbox_t *base, const char *grp,
 			 const tbx__row_t *row)
 {
-	pg_store_t *store = ps(base);
-	tbx__pg_params_t p;
-	void *blob = NULL;
-	size_t blob_len;
-	char what[TBX_MSGID_MAX + 16];
-	int err;
-
 	if (!grp || !tbx_outbox_row_check(row)) {
 		tbx__log(TBX_LOG_ERR,
 			 "outbox: refusing to insert row %s: it "
@@ -800,32 +793,7 @@ static int pg_row_insert(tbx_outbox_t *base, const char *grp,
 			 row ? row->msg_id : "(null)");
 		return TBX_EINVAL;
 	}
-	if ((err = tbx__row_msgs_encode(row, &blob, &blob_len)))
-		return err;
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, grp);
-	tbx__pgp_text(&p, row->msg_id);
-	tbx__pgp_text(&p, row->in_topic);
-	tbx__pgp_i64(&p, row->in_partition);
-	tbx__pgp_i64(&p, row->in_offset);
-	tbx__pgp_opt_text(&p, row->in_token);
-	tbx__pgp_opt_text(&p, row->attempt);
-	if (row->attempt[0])
-		tbx__pgp_i64(&p, row->mint_seq);
-	else
-		tbx__pgp_text(&p, NULL);
-	tbx__pgp_i64(&p, row->kind);
-	tbx__pgp_opt_text(&p, row->error);
-	tbx__pgp_i64(&p, row->created_ms ? row->created_ms : tbx__now_ms());
-	tbx__pgp_bytea(&p, blob, blob_len);
-	/* Sent with the transaction's next statement (store/pg.h): a row
-	 * there already fails that statement, or the commit, with
-	 * TBX_EEXIST, and the transaction can only roll back. */
-	snprintf(what, sizeof(what), "outbox row %s", row->msg_id);
-	err = tbx__pg_defer(&store->stmts, Q_ROW_INSERT, &p, NULL, 1, what);
-	tbx__pgp_free(&p);
-	free(blob);
-	return err;
+	return pg_rows_insert(base, grp, &row, 1);
 }
 
 /* The columns of pg_rows_insert(), one array each. */
