@@ -106,16 +106,17 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:log_path=$sa
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:log_path=$san_logs/ubsan}
 # The protocol model check (spin, gcc -O2) is the same search in both
 # builds, none of it built with sanitizers: it runs in the first suite only.
-# So do two of the pg tier's longest entries, to keep the whole run within
+# So do five of the pg tier's longest entries, to keep the whole run within
 # CI's time: the multi-host test (shell-driven attacks on whole hosts,
-# whose checks are the database's rows) and the crash points re-run on
-# PostgreSQL (each a killed process; the sanitizer build runs the same
-# crash points on SQLite, and the fault loop, every error path of the
-# PostgreSQL code included, on both backends).
+# whose checks are the database's rows) and four protocol tests re-run on
+# PostgreSQL (crash points, end to end, the sweeper's crashes, killed
+# worker processes).  The sanitizer build runs those four on SQLite, the
+# same protocol code, and the fault loop, every error path of the
+# PostgreSQL code included, on both backends.
 asan_suite() {
 	local rc=0
 	ctest --test-dir build-asan --output-on-failure -j$jobs \
-		-E '^(protocol_model_check|pg_multihost|pg_test_crash_process)$' || rc=1
+		-E '^(protocol_model_check|pg_multihost|pg_test_(crash_process|e2e_protocol|crash_sweep|multiprocess))$' || rc=1
 	if compgen -G "$san_logs/*" >/dev/null; then
 		echo "test.sh: sanitizer reports:" >&2
 		cat "$san_logs"/* >&2
