@@ -222,7 +222,13 @@ tbx__guard_state_t tbx__guard_check(tbx__guard_t *guard)
 	if (db)
 		return sqlite3_get_autocommit(db) ? TBX_GUARD_ENDED
 						  : TBX_GUARD_OK;
-	if (!(conn = tbx_outbox_native(guard->store, TBX_BACKEND_PG)))
+	/* Unless the handler had the raw connection (the probe's savepoint
+	 * comes after what is deferred), nothing is sent for the look: a
+	 * write the handler deferred (tbx_ctx_exec()) fails A later, and A
+	 * is done again with every statement waiting for its answer
+	 * (consumer/protocol.c). */
+	if (!(conn = tbx_outbox_native(
+		  guard->store, probe ? TBX_BACKEND_PG : TBX_BACKEND_PG_PEEK)))
 		return TBX_GUARD_OK;
 	guard->probe = 0;
 	/* A lost connection is no handler's doing: the statements that

@@ -1151,8 +1151,6 @@ out:
 	return err;
 }
 
-/* A: after G, one S transaction over the batch; a failed A releases G's
- * marker (it was no death). */
 static int alarm_commit(tbx__proto_t *proto, const char *name,
 			const char *detail);
 
@@ -1234,14 +1232,79 @@ static int late_conflict(tbx__proto_t *proto)
 	return TBX_EBUSY;
 }
 
-static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
+/*
+ * What A changes in memory besides the batch's rows, kept before an A
+ * whose handler writes may be deferred (PostgreSQL): when one of them
+ * fails, A is rolled back and done again as if it had not run.
+ */
+typedef struct a_memo {
+	tbx_stats_t stats;
+	uint64_t dup_window_seen, dup_window_dropped;
+	char dup_prefix[TBX_TOPIC_MAX + 64];
+	tbx__part_t **parts; /* the batch's partitions, */
+	tbx__part_t *saved;  /* as they were */
+	size_t part_cnt;
+	tbx__mstate_t *states; /* the records' states */
+} a_memo_t;
+
+static void memo_free(a_memo_t *m)
+{
+	free(m->parts);
+	free(m->saved);
+	free(m->states);
+}
+
+static int memo_take(const tbx__proto_t *proto, const tbx__batch_t *batch,
+		     a_memo_t *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->parts = malloc(batch->cnt * sizeof(*m->parts));
+	m->saved = malloc(batch->cnt * sizeof(*m->saved));
+	m->states = malloc(batch->cnt * sizeof(*m->states));
+	if (!m->parts || !m->saved || !m->states) {
+		memo_free(m);
+		return TBX_ENOMEM;
+	}
+	m->stats = *proto->stats;
+	m->dup_window_seen = proto->dup_window_seen;
+	m->dup_window_dropped = proto->dup_window_dropped;
+	memcpy(m->dup_prefix, proto->dup_prefix, sizeof(m->dup_prefix));
+	for (size_t i = 0; i < batch->cnt; i++) {
+		m->states[i] = batch->msgs[i].state;
+		if (first_of_part(batch, i)) {
+			m->parts[m->part_cnt] = batch->msgs[i].part;
+			m->saved[m->part_cnt++] = *batch->msgs[i].part;
+		}
+	}
+	return TBX_OK;
+}
+
+static void memo_restore(tbx__proto_t *proto, tbx__batch_t *batch,
+			 const a_memo_t *m)
+{
+	*proto->stats = m->stats;
+	proto->dup_window_seen = m->dup_window_seen;
+	proto->dup_window_dropped = m->dup_window_dropped;
+	memcpy(proto->dup_prefix, m->dup_prefix, sizeof(m->dup_prefix));
+	for (size_t i = 0; i < m->part_cnt; i++)
+		*m->parts[i] = m->saved[i];
+	for (size_t i = 0; i < batch->cnt; i++)
+		batch->msgs[i].state = m->states[i];
+}
+
+/* A once: its transaction, committed, or rolled back on failure (the
+ * batch's rows undone).  *deferred receives the handler writes the store
+ * deferred in it. */
+static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
+			unsigned *deferred)
 {
 	int err;
 
+	*deferred = 0;
 	if ((err = tbx__batch_ids_reset(batch, batch->cnt)))
-		goto released;
+		return err;
 	if ((err = tbx_outbox_begin(proto->store)))
-		goto released;
+		return err;
 	/* The messages' locks, before anything is read and before any
 	 * savepoint (a rolled-back savepoint would release them). */
 	if ((err = lock_ids(proto, batch)))
@@ -1282,18 +1345,76 @@ static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(proto->store)))
 		goto fail;
-	/* Counted once they took effect: a rolled-back A is done again. */
-	proto->stats->tokens_created += batch->minted;
-	proto->stats->processed += batch->processed;
-	proto->stats->dead_lettered += batch->dead_lettered;
-	tbx__crashpoint("A.committed");
 	return TBX_OK;
 fail:
+	*deferred = tbx_outbox_deferred(proto->store);
 	tbx_outbox_rollback(proto->store);
 	tbx__batch_undo_rows(batch);
+	return err;
+}
+
+/*
+ * Is A's failure @p err one that A done again without deferred writes
+ * can attribute to a record?  Not the worker's stop (a handler that ended
+ * the transaction, a token store mismatch), a row committed by another
+ * worker, or a lack of memory.
+ */
+static int redo_can_tell(int err)
+{
+	return err != TBX_ESTATE && err != TBX_EMISMATCH && err != TBX_EEXIST &&
+	       err != TBX_ENOMEM;
+}
+
+/*
+ * A, one S transaction over the batch after G.  Where the store can
+ * (PostgreSQL), the handlers' writes are deferred: sent with the next
+ * statement that waits for an answer, not one round trip each.  A
+ * deferred write that fails is found by a later statement or the commit,
+ * when it can no longer be undone alone: A is rolled back and done again
+ * at once with every statement waiting for its answer, so that the
+ * failure comes back to the handler that made it, as it would have, and
+ * what commits was seen to succeed (docs/postgresql.md).  A failed A
+ * releases G's marker (it was no death).
+ */
+static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	a_memo_t memo;
+	unsigned deferred;
+	int defer = tbx_outbox_defer_writes(proto->store, 1), err;
+
+	if (defer && memo_take(proto, batch, &memo)) {
+		tbx_outbox_defer_writes(proto->store, 0);
+		defer = 0;
+	}
+	err = process_once(proto, batch, &deferred);
+	if (err && defer && deferred && redo_can_tell(err)) {
+		const char *why = tbx_outbox_errmsg(proto->store);
+
+		tbx__log(TBX_LOG_NOTICE,
+			 "a batch of %zu failed with %u handler writes "
+			 "deferred (%s: %s); doing it again with each "
+			 "statement waiting for its answer",
+			 batch->cnt, deferred, tbx_strerror(err),
+			 why && *why ? why : "no message");
+		memo_restore(proto, batch, &memo);
+		tbx_outbox_defer_writes(proto->store, 0);
+		err = process_once(proto, batch, &deferred);
+	}
+	if (defer) {
+		tbx_outbox_defer_writes(proto->store, 0);
+		memo_free(&memo);
+	}
+	if (!err) {
+		/* Counted once they took effect: a rolled-back A is done
+		 * again. */
+		proto->stats->tokens_created += batch->minted;
+		proto->stats->processed += batch->processed;
+		proto->stats->dead_lettered += batch->dead_lettered;
+		tbx__crashpoint("A.committed");
+		return TBX_OK;
+	}
 	if (err == TBX_EEXIST)
 		err = late_conflict(proto);
-released:
 	guard_release(proto, batch);
 	return err;
 }

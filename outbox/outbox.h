@@ -427,8 +427,18 @@ typedef struct tbx_outbox_ops {
 	int (*relaxed)(tbx_outbox_t *store, int on);
 	/** The connection handlers use, if the store is of @p backend
 	 *  (TBX_BACKEND_*): sqlite3 * or PGconn *, borrowed; NULL
-	 *  otherwise. */
+	 *  otherwise.  TBX_BACKEND_PG sends what is deferred first (what
+	 *  runs on the connection comes after it); TBX_BACKEND_PG_PEEK
+	 *  does not: for a look at the connection's state only. */
 	void *(*native)(tbx_outbox_t *store, int backend);
+	/** @p on: exec() may defer a write whose changes are not asked for
+	 *  (PostgreSQL: sent with the next statement that waits for an
+	 *  answer, its failure found then and failing the transaction);
+	 *  off: every statement runs at once.  NULL where a statement costs
+	 *  no round trip (SQLite). */
+	void (*defer_writes)(tbx_outbox_t *store, int on);
+	/** The statements exec() deferred since the transaction began. */
+	unsigned (*deferred)(const tbx_outbox_t *store);
 	/** Runs a handler's statement @p sql with @p n text parameters
 	 *  ($1 … $n; NULL binds NULL) on the store's connection, inside
 	 *  the transaction in progress; *changes (may be NULL) receives the
@@ -447,7 +457,7 @@ typedef struct tbx_outbox_ops {
 } tbx_outbox_ops_t;
 
 /** The backends, for native(). */
-enum { TBX_BACKEND_SQLITE = 1, TBX_BACKEND_PG = 2 };
+enum { TBX_BACKEND_SQLITE = 1, TBX_BACKEND_PG = 2, TBX_BACKEND_PG_PEEK = 3 };
 
 /** Backends embed this first. */
 struct tbx_outbox {
@@ -850,6 +860,21 @@ static inline int tbx_outbox_relaxed(tbx_outbox_t *store, int on)
 static inline void *tbx_outbox_native(tbx_outbox_t *store, int backend)
 {
 	return store->ops->native(store, backend);
+}
+
+/** Asks exec() to defer writes (@p on) or not; @returns 1 when the
+ *  backend can. */
+static inline int tbx_outbox_defer_writes(tbx_outbox_t *store, int on)
+{
+	if (!store->ops->defer_writes)
+		return 0;
+	store->ops->defer_writes(store, on);
+	return 1;
+}
+
+static inline unsigned tbx_outbox_deferred(const tbx_outbox_t *store)
+{
+	return store->ops->deferred ? store->ops->deferred(store) : 0;
 }
 
 static inline int tbx_outbox_exec(tbx_outbox_t *store, const char *sql,

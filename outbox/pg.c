@@ -18,11 +18,13 @@
  */
 #include "outbox/outbox.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/clock.h"
 #include "base/ids.h"
@@ -1418,6 +1420,8 @@ static int pg_relaxed(tbx_outbox_t *base, int on)
 
 static void *pg_native(tbx_outbox_t *base, int backend)
 {
+	if (backend == TBX_BACKEND_PG_PEEK)
+		return ps(base)->pg->conn;
 	if (backend != TBX_BACKEND_PG)
 		return NULL;
 	/* What runs on the raw connection runs after the record's
@@ -1449,6 +1453,36 @@ static int rows_call(const PGresult *res, tbx_row_fn fn, void *arg)
 	return TBX_OK;
 }
 
+/* A statement that only writes, by its first word: INSERT, UPDATE,
+ * DELETE or MERGE (anything else, a comment first included, runs at
+ * once). */
+static int only_writes(const char *text)
+{
+	static const char *const words[] = {"INSERT", "UPDATE", "DELETE",
+					    "MERGE"};
+
+	while (isspace((unsigned char)*text))
+		text++;
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		size_t len = strlen(words[i]);
+
+		if (!strncasecmp(text, words[i], len) &&
+		    !isalnum((unsigned char)text[len]) && text[len] != '_')
+			return 1;
+	}
+	return 0;
+}
+
+static void pg_defer_writes(tbx_outbox_t *base, int on)
+{
+	ps(base)->defer_writes = on != 0;
+}
+
+static unsigned pg_deferred(const tbx_outbox_t *base)
+{
+	return ((const pg_store_t *)base)->pg->dq_texts;
+}
+
 /* A handler's statement, its rows to @p fn (NULL: dropped). */
 static int pg_run(tbx_outbox_t *base, const char *stmt,
 		  const char *const *params, int n, int64_t *nchanged,
@@ -1466,6 +1500,13 @@ static int pg_run(tbx_outbox_t *base, const char *stmt,
 			 "no statement, or parameters missing");
 		return TBX_EINVAL;
 	}
+	/* A write whose answer the handler does not wait for goes with the
+	 * next statement that waits (docs/postgresql.md, "Handler writes
+	 * without round trips"); A is done again without deferring when
+	 * it fails (consumer/protocol.c). */
+	if (store->defer_writes && !nchanged && !fn && pg->in_tx &&
+	    n <= TBX_PG_MAX_PARAMS && only_writes(stmt))
+		return tbx__pg_defer_text(pg, stmt, n, params);
 	/* Text parameters, the types inferred by the server; the text
 	 * prepared once per connection (store/pg.h, tbx__pg_query()).
 	 * What tokenbox deferred goes with it. */
@@ -1556,6 +1597,8 @@ static const tbx_outbox_ops_t pg_ops = {
     .lock_ids = pg_lock_ids,
     .relaxed = pg_relaxed,
     .native = pg_native,
+    .defer_writes = pg_defer_writes,
+    .deferred = pg_deferred,
     .exec = pg_exec,
     .query = pg_query,
 };

@@ -20,6 +20,7 @@ typedef struct pg_store {
 	tbx__pg_stmts_t stmts; /* pg.c's statements */
 	tbx__pg_stmts_t reads; /* pg_read.c's */
 	int relaxed;	       /* relaxed(1): SET LOCAL after each BEGIN */
+	int defer_writes;      /* defer_writes(1): exec() may defer writes */
 	int version;	       /* tbx_schema_info.version */
 	int reading;	       /* read_begin() opened the transaction */
 } pg_store_t;

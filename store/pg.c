@@ -509,6 +509,7 @@ static int fault(tbx__pg_t *pg, const char *what, int *err)
 
 /* A statement of tbx__pg_defer(), its parameters copied. */
 struct tbx__pg_dq {
+	char *sql; /* a text (tbx__pg_defer_text()); else stmts, q */
 	tbx__pg_stmts_t *stmts;
 	int q;
 	int n;
@@ -527,9 +528,11 @@ struct tbx__pg_dq {
 
 static void dq_drop(tbx__pg_t *pg, int from)
 {
-	for (int i = from; i < pg->dq_cnt; i++)
+	for (int i = from; i < pg->dq_cnt; i++) {
 		for (int k = 0; k < pg->dq[i].n; k++)
 			free(pg->dq[i].vals[k]);
+		free(pg->dq[i].sql);
+	}
 	if (from < pg->dq_cnt)
 		pg->dq_cnt = from;
 	if (pg->dq_mark > pg->dq_cnt)
@@ -740,15 +743,24 @@ static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
 		if (i < pg->dq_cnt) {
 			struct tbx__pg_dq *d = &pg->dq[i];
 
-			items[n++] =
-			    (pipe_item_t){.stmts = d->stmts,
-					  .q = d->q,
-					  .n = d->n,
-					  .vals = (const char *const *)d->vals,
-					  .lens = d->lens,
-					  .fmts = d->fmts,
-					  .rfmt = 1,
-					  .dq = d};
+			if (d->sql)
+				items[n++] = (pipe_item_t){
+				    .sql = d->sql,
+				    .n = d->n,
+				    .vals = (const char *const *)d->vals,
+				    .lens = d->lens,
+				    .fmts = d->fmts,
+				    .dq = d};
+			else
+				items[n++] = (pipe_item_t){
+				    .stmts = d->stmts,
+				    .q = d->q,
+				    .n = d->n,
+				    .vals = (const char *const *)d->vals,
+				    .lens = d->lens,
+				    .fmts = d->fmts,
+				    .rfmt = 1,
+				    .dq = d};
 		}
 	}
 	if (fin)
@@ -889,6 +901,29 @@ static int run_check(const tbx__pg_stmts_t *stmts, int q,
 	return stmts->pg->sp_err;
 }
 
+/* The next free entry of the queue, cleared (not counted yet: the
+ * caller does pg->dq_cnt++ once it is filled); what is queued goes first
+ * when the queue is full. */
+static int dq_slot(tbx__pg_t *pg, struct tbx__pg_dq **d)
+{
+	int err;
+
+	if (pg->dq_cnt >= DQ_MAX && (err = tbx__pg_flush(pg)))
+		return err;
+	if (pg->dq_cnt == pg->dq_cap) {
+		int cap = pg->dq_cap ? pg->dq_cap * 2 : 16;
+		void *p = realloc(pg->dq, (size_t)cap * sizeof(*pg->dq));
+
+		if (!p)
+			return TBX_ENOMEM;
+		pg->dq = p;
+		pg->dq_cap = cap;
+	}
+	*d = &pg->dq[pg->dq_cnt];
+	memset(*d, 0, sizeof(**d));
+	return TBX_OK;
+}
+
 int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		  uint64_t *changes, int expect, const char *what)
 {
@@ -915,19 +950,8 @@ int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		}
 		return TBX_OK;
 	}
-	if (pg->dq_cnt >= DQ_MAX && (err = tbx__pg_flush(pg)))
+	if ((err = dq_slot(pg, &d)))
 		return err;
-	if (pg->dq_cnt == pg->dq_cap) {
-		int cap = pg->dq_cap ? pg->dq_cap * 2 : 16;
-		void *p = realloc(pg->dq, (size_t)cap * sizeof(*pg->dq));
-
-		if (!p)
-			return TBX_ENOMEM;
-		pg->dq = p;
-		pg->dq_cap = cap;
-	}
-	d = &pg->dq[pg->dq_cnt];
-	memset(d, 0, sizeof(*d));
 	d->stmts = stmts;
 	d->q = q;
 	d->changes = changes;
@@ -951,6 +975,37 @@ int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		memcpy(d->vals[i], v, len);
 	}
 	pg->dq_cnt++;
+	return TBX_OK;
+}
+
+int tbx__pg_defer_text(tbx__pg_t *pg, const char *sql, int n,
+		       const char *const *vals)
+{
+	struct tbx__pg_dq *d;
+	int err;
+
+	if (!pg->in_tx)
+		return TBX_ESTATE;
+	if (n < 0 || n > TBX_PG_MAX_PARAMS)
+		return TBX_EINVAL;
+	if (pg->sp_err)
+		return pg->sp_err;
+	if ((err = dq_slot(pg, &d)))
+		return err;
+	if (!(d->sql = strdup(sql)))
+		return TBX_ENOMEM;
+	tbx__strlcpy(d->what, sql, sizeof(d->what));
+	for (int i = 0; i < n; i++) {
+		d->n = i + 1;
+		if (vals[i] && !(d->vals[i] = strdup(vals[i]))) {
+			for (int k = 0; k < i; k++)
+				free(d->vals[k]);
+			free(d->sql);
+			return TBX_ENOMEM;
+		}
+	}
+	pg->dq_cnt++;
+	pg->dq_texts++;
 	return TBX_OK;
 }
 
@@ -1084,6 +1139,7 @@ int tbx__pg_begin(tbx__pg_t *pg)
 	if ((err = exec_plain(pg, "BEGIN ISOLATION LEVEL READ COMMITTED")))
 		return err;
 	sp_clear(pg);
+	pg->dq_texts = 0;
 	pg->in_tx = 1;
 	return TBX_OK;
 }

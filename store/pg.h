@@ -59,8 +59,10 @@ typedef struct tbx__pg {
 	/* Statements deferred by tbx__pg_defer(), in order. */
 	struct tbx__pg_dq *dq;
 	int dq_cnt, dq_cap;
-	int dq_mark;   /**< the first of them inside the record's savepoint */
-	char state[6]; /**< the SQLSTATE of the last failure, "" if none */
+	int dq_mark; /**< the first of them inside the record's savepoint */
+	unsigned dq_texts; /**< texts deferred since BEGIN
+			      (tbx__pg_defer_text()) */
+	char state[6];	   /**< the SQLSTATE of the last failure, "" if none */
 	/* Texts run through tbx__pg_query() and the savepoint commands,
 	 * prepared once per connection as tbx_q<i> (least recently used
 	 * goes first). */
@@ -278,6 +280,18 @@ int tbx__pg_run_i64(tbx__pg_stmts_t *stmts, int q,
  */
 int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 		  uint64_t *changes, int expect, const char *what);
+
+/**
+ * tbx__pg_defer() for a text, as tbx__pg_query() would run it (prepared
+ * once per connection, @p n text parameters @p vals copied, its rows
+ * dropped): queued inside a transaction and sent with the next statement,
+ * its failure kept as a deferred one's is.  Counted in pg->dq_texts.
+ * @returns TBX_OK, TBX_ESTATE outside a transaction, TBX_EINVAL (more
+ * than TBX_PG_MAX_PARAMS parameters), TBX_ENOMEM, or an earlier deferred
+ * failure.
+ */
+int tbx__pg_defer_text(tbx__pg_t *pg, const char *sql, int n,
+		       const char *const *vals);
 
 /**
  * Runs a statement given as text (a handler's: text parameters and text

@@ -34,6 +34,15 @@
 
 static PGconn *raw; /* the test's own connection, for checks */
 
+/* A row function that counts the rows. */
+static int count_row(void *arg, int ncols, const char *const *cols)
+{
+	(void)ncols;
+	(void)cols;
+	++*(int *)arg;
+	return 0;
+}
+
 static void fx_setup(void)
 {
 	tbx__log_setup(TBX_LOG_ERR - 1, "test"); /* quiet: errors expected */
@@ -1701,6 +1710,66 @@ Test(pg_outbox, exec_runs_a_handlers_statement_with_text_parameters)
 	cr_assert_eq(
 	    fx_sexec(store, "SELECT * FROM no_such_table", NULL, 0, NULL),
 	    TBX_ESTORE);
+	tbx_outbox_close(store);
+	fx_drop(schema);
+}
+
+/* A write whose changes are not asked for waits for the next statement
+ * that waits for an answer (defer_writes), in order; its failure fails
+ * the transaction at that statement or the commit.  Anything else, or a
+ * write whose changes are asked for, runs at once. */
+Test(pg_outbox, exec_defers_writes_when_asked_and_their_failure_fails_later)
+{
+	char schema[64], create[256], ins[256], sel[256], upd[256];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "defer");
+	const char *one[] = {"1"}, *two[] = {"2"};
+	int64_t changed = -1;
+	int rows = 0;
+
+	snprintf(create, sizeof(create),
+		 "CREATE TABLE \"%s\".k (id int PRIMARY KEY)", schema);
+	snprintf(ins, sizeof(ins), "INSERT INTO \"%s\".k VALUES ($1)", schema);
+	snprintf(sel, sizeof(sel), "SELECT id FROM \"%s\".k", schema);
+	snprintf(upd, sizeof(upd), "  update \"%s\".k SET id = id", schema);
+	cr_assert_eq(tbx_outbox_defer_writes(store, 1), 1);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(fx_sexec(store, create, NULL, 0, NULL), TBX_OK);
+	cr_assert_eq(tbx_outbox_deferred(store), 0, "not a write: at once");
+	cr_assert_eq(fx_sexec(store, ins, one, 1, NULL), TBX_OK);
+	cr_assert_eq(tbx_outbox_deferred(store), 1);
+	/* A read sees it: what is deferred goes first. */
+	cr_assert_eq(store->ops->query(store, sel, NULL, 0, count_row, &rows),
+		     TBX_OK);
+	cr_assert_eq(rows, 1);
+	/* Changes asked for: at once, whatever the case of the word. */
+	cr_assert_eq(fx_sexec(store, upd, NULL, 0, &changed), TBX_OK);
+	cr_assert_eq(changed, 1);
+	cr_assert_eq(fx_sexec(store, upd, NULL, 0, NULL), TBX_OK);
+	cr_assert_eq(tbx_outbox_deferred(store), 2);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(
+	    fx_int(fx_q(schema, "SELECT count(*) FROM \"%s\".k"), NULL), 1);
+
+	/* A deferred write that fails: accepted, and the commit fails
+	 * with nothing of the transaction kept. */
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_deferred(store), 0, "counted per transaction");
+	cr_assert_eq(fx_sexec(store, ins, two, 1, NULL), TBX_OK);
+	cr_assert_eq(fx_sexec(store, ins, one, 1, NULL), TBX_OK, "queued");
+	cr_assert_eq(tbx_outbox_deferred(store), 2);
+	cr_assert_neq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert(strstr(tbx_outbox_errmsg(store), "duplicate key"), "%s",
+		  tbx_outbox_errmsg(store));
+	cr_assert_eq(
+	    fx_int(fx_q(schema, "SELECT count(*) FROM \"%s\".k"), NULL), 1,
+	    "the transaction was rolled back whole");
+
+	/* Off: the same write fails at once. */
+	tbx_outbox_defer_writes(store, 0);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(fx_sexec(store, ins, one, 1, NULL), TBX_ESTORE);
+	cr_assert_eq(tbx_outbox_deferred(store), 0);
+	tbx_outbox_rollback(store);
 	tbx_outbox_close(store);
 	fx_drop(schema);
 }
