@@ -223,6 +223,13 @@ struct pg_conn *tbx_ctx_pg(tbx_ctx_t *ctx);
  * query returns are ignored.  @p changes (may be NULL) receives the rows
  * an INSERT, UPDATE or DELETE changed (other statements: not
  * meaningful).
+ * On PostgreSQL, an INSERT, UPDATE, DELETE or MERGE with @p changes NULL
+ * is queued and sent with the next statement that waits for an answer:
+ * TBX_OK means queued.  If it fails there, the batch's transaction is
+ * rolled back and the batch handled again at once with every statement
+ * run as it is called, so that the failure is returned by the call that
+ * made it; the handler may be called twice for a record.  Pass
+ * @p changes to run a write at once.
  * Statements that would end or escape the transaction are refused before
  * they reach the database, with TBX_EINVAL (counted in handler_refused,
  * logged at ERROR): BEGIN, START, COMMIT, END, ROLLBACK (but ROLLBACK TO

@@ -70,6 +70,9 @@ pg_token_before_row -DBUG_TOKEN_BEFORE_ROW fail pg.pml
 pg_lock_in_t -DBUG_LOCK_IN_T fail pg.pml
 pg_token_lock_no_unique -DJOINED,-DTOKEN_LOCK,-DBUG_NO_UNIQUE fail pg.pml
 pg_token_lock_conflict_ignored -DJOINED,-DTOKEN_LOCK,-DBUG_CONFLICT_IGNORED fail pg.pml
+pg_write_fails -DWFAIL pass pg.pml
+pg_joined_write_fails -DJOINED,-DWFAIL pass pg.pml
+pg_joined_write_failure_ignored -DJOINED,-DWFAIL,-DBUG_WRITE_FAILURE_IGNORED fail pg.pml
 pg_seq_subscribe - pass pg_seq.pml
 pg_seq_subscribe_nocrash -DNOCRASH pass pg_seq.pml
 pg_seq_subscribe_no_lock -DBUG_NO_SUBLOCK fail pg_seq.pml

@@ -66,6 +66,13 @@
  *                          A commits the handler's effects without its row
  *                          (fails with TOKEN_LOCK, where the unique key is
  *                          what serialises two As)
+ *   WFAIL                  the handler's write, deferred like the row's
+ *                          insert, fails once (found by a later statement
+ *                          or the commit): A rolls back whole and is done
+ *                          again at once, its statements not deferred
+ *   BUG_WRITE_FAILURE_IGNORED  (with WFAIL) A commits the row although the
+ *                          handler's write failed: m is marked handled
+ *                          without its effect
  */
 
 #if defined(TOKEN_LOCK) && !defined(JOINED)
@@ -119,6 +126,9 @@ byte dproc[NGRP];
 
 byte crashes;
 byte wdone;
+#ifdef WFAIL
+bit  wfailed;              /* the one failure of a deferred write is spent */
+#endif
 #ifdef RECOVERY
 bit  rdone;
 #define ALLDONE (wdone == 2 && rdone)
@@ -165,14 +175,14 @@ bit  rdone;
 proctype Worker(byte me)
 {
 	byte a, act;
-	bit r, t, won;
+	bit r, t, won, lost;
 #ifdef JOINED
 	bit ja;
 #endif
 
 restart:
 	atomic { RELEASE(me) };
-	a = 0; act = 0; r = 0; t = 0; won = 0;
+	a = 0; act = 0; r = 0; t = 0; won = 0; lost = 0;
 #ifdef JOINED
 	ja = 0;
 #endif
@@ -274,12 +284,28 @@ restart:
 #endif
 	:: else -> skip
 	fi;
+#ifdef WFAIL
+	/* The handler's write was deferred (tbx_ctx_exec() with no count
+	 * asked for) and fails where it is sent: A's transaction is aborted */
+	if
+	:: act == HANDLE && !wfailed ->
+		wfailed = 1;
+#ifdef BUG_WRITE_FAILURE_IGNORED
+		lost = 1 /* committed anyway: the row without the effect */
+#else
+		/* rolled back whole, its locks gone; done again at once, the
+		 * write now failing or succeeding where it is made */
+		goto restart
+#endif
+	:: true -> skip
+	fi;
+#endif
 	CRASH; /* A.handled, A.before_commit: nothing of A persists */
 commit_a:
 	atomic {
 		if
 		:: act == HANDLE ->
-			effect++;
+			effect = effect + (1 - lost);
 			assert(effect <= 1);    /* the handler took effect once */
 			row = 1;
 #ifdef JOINED
