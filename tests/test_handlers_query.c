@@ -339,6 +339,36 @@ Test(query, parameters_that_do_not_match_the_statement_are_an_error)
 	tt_env_fini(&e);
 }
 
+/* The records of in.dlq, once there are any (driving @p w until then,
+ * a hundred rounds at most). */
+static size_t dead_letters(const tt_env_t *e, tbx_worker_t *w,
+			   tt_record_t **recs)
+{
+	size_t cnt;
+
+	for (int i = 0;; i++) {
+		cnt = tt_read_topic(e->cluster->bootstraps, "in.dlq", recs);
+		if (cnt || i == 100)
+			return cnt;
+		tt_records_free(*recs, cnt);
+		cr_assert(tt_drive(&w, 1, NULL, NULL, 5, 60));
+	}
+}
+
+/* A tt_drive() condition: the handler's table exists and holds enough
+ * rows. */
+typedef struct rows_want {
+	const char *table;
+	tt_want_t want;
+} rows_want_t;
+
+static int rows_made(void *opaque)
+{
+	rows_want_t *r = opaque;
+
+	return tt_table_exists(r->want.db, r->table) && tt_reached(&r->want);
+}
+
 /* A statement that fails: the handler sees the error, the message gets
  * the database's reason, and on PostgreSQL, where the failure aborts the
  * message's work, the guard turns the handler's OK into a retry. */
@@ -394,13 +424,7 @@ Test(query, a_failed_query_is_the_dead_letters_reason)
 	tbx_worker_t *w = worker(&e, failing_handle, &f);
 	tt_env_publish(&e, "in", "Hit", list, 1);
 	cr_assert(tt_drive(&w, 1, called, &f.calls, 10, 60));
-	for (int i = 0;; i++) {
-		cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
-		if (cnt || i == 100)
-			break;
-		tt_records_free(recs, cnt);
-		cr_assert(tt_drive(&w, 1, NULL, NULL, 5, 60));
-	}
+	cnt = dead_letters(&e, w, &recs);
 	cr_assert_neq(f.first, TBX_OK);
 	cr_assert_eq(f.rows, 0);
 	cr_assert_eq(cnt, 1);
@@ -410,13 +434,6 @@ Test(query, a_failed_query_is_the_dead_letters_reason)
 	tt_records_free(recs, cnt);
 	tbx_worker_destroy(w);
 	tt_env_fini(&e);
-}
-
-static int effect_made(void *opaque)
-{
-	tt_want_t *want = opaque;
-
-	return tt_table_exists(want->db, "effects") && tt_reached(want);
 }
 
 Test(query, a_failed_query_on_postgresql_makes_the_guard_retry)
@@ -430,8 +447,9 @@ Test(query, a_failed_query_on_postgresql_makes_the_guard_retry)
 	pg = tt_store_is_pg(e.store);
 	tbx_worker_t *w = worker(&e, failing_handle, &f);
 	tt_env_publish(&e, "in", "Hit", list, 1);
-	tt_want_t want = {e.store, "SELECT COUNT(*) FROM effects", 1};
-	cr_assert(tt_drive(&w, 1, effect_made, &want, 10, 60));
+	rows_want_t want = {"effects",
+			    {e.store, "SELECT COUNT(*) FROM effects", 1}};
+	cr_assert(tt_drive(&w, 1, rows_made, &want, 10, 60));
 	cr_assert_neq(f.first, TBX_OK);
 	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM effects"), 1);
 	if (pg) {
@@ -486,13 +504,6 @@ static tbx_verdict_t keys_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 	return TBX_VERDICT_OK;
 }
 
-static int keys_done(void *opaque)
-{
-	tt_want_t *want = opaque;
-
-	return tt_table_exists(want->db, "keys") && tt_reached(want);
-}
-
 Test(query, a_failed_write_among_others_fails_its_own_record_only)
 {
 	tt_env_t e;
@@ -506,15 +517,9 @@ Test(query, a_failed_write_among_others_fails_its_own_record_only)
 	env_init(&e);
 	tbx_worker_t *w = worker(&e, keys_handle, &k);
 	tt_env_publish(&e, "in", "Hit", list, 9);
-	tt_want_t want = {e.store, "SELECT COUNT(*) FROM keys", 8};
-	cr_assert(tt_drive(&w, 1, keys_done, &want, 10, 60));
-	for (int i = 0;; i++) {
-		cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
-		if (cnt || i == 100)
-			break;
-		tt_records_free(recs, cnt);
-		cr_assert(tt_drive(&w, 1, NULL, NULL, 5, 60));
-	}
+	rows_want_t want = {"keys", {e.store, "SELECT COUNT(*) FROM keys", 8}};
+	cr_assert(tt_drive(&w, 1, rows_made, &want, 10, 60));
+	cnt = dead_letters(&e, w, &recs);
 	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM keys"), 8);
 	cr_assert_eq(cnt, 1);
 	cr_assert_str_eq(recs[0].payload, "dup");
