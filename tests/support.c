@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "consumer/worker.h"
 #include "fixture.h"
 #include "tokens/tokens.h"
 #include "tools/kafka_admin.h"
@@ -714,13 +716,64 @@ int tt_integrity_ok(const char *db)
 	return ok;
 }
 
+/* What a worker was doing when tt_drive() gave up: its counters, last
+ * error, assignment and the partitions it holds back. */
+static void drive_report(tbx_worker_t *w, int i)
+{
+	rd_kafka_topic_partition_list_t *as = NULL;
+	tbx_stats_t st;
+	int64_t now = tbx__mono_ms();
+
+	tbx_worker_stats(w, &st);
+	fprintf(stderr,
+		"tt_drive: worker %d (group %s): consumed %llu processed "
+		"%llu duplicates %llu resumed %llu retries %llu "
+		"dead_lettered %llu untokened %llu dispatched %llu "
+		"tokens created %llu consumed %llu batches %llu "
+		"commits_retried %llu reconnects %llu; last error: '%s'\n",
+		i, w->group, (unsigned long long)st.consumed,
+		(unsigned long long)st.processed,
+		(unsigned long long)st.duplicates_dropped,
+		(unsigned long long)st.resumed, (unsigned long long)st.retries,
+		(unsigned long long)st.dead_lettered,
+		(unsigned long long)st.untokened,
+		(unsigned long long)st.dispatched,
+		(unsigned long long)st.tokens_created,
+		(unsigned long long)st.tokens_consumed,
+		(unsigned long long)st.batches,
+		(unsigned long long)st.commits_retried,
+		(unsigned long long)st.store_reconnects, tbx_worker_errstr(w));
+	if (w->consumer && !rd_kafka_assignment(w->consumer, &as) && as) {
+		fprintf(stderr, "tt_drive: worker %d: assigned %d:", i,
+			as->cnt);
+		for (int k = 0; k < as->cnt; k++)
+			fprintf(stderr, " %s[%d]", as->elems[k].topic,
+				(int)as->elems[k].partition);
+		fprintf(stderr, " (ever: %d)\n", w->assigned_once);
+	}
+	if (as)
+		rd_kafka_topic_partition_list_destroy(as);
+	for (size_t k = 0; k < w->part_cnt; k++) {
+		const tbx__part_t *p = &w->parts[k];
+		if (p->paused || p->failures)
+			fprintf(stderr,
+				"tt_drive: worker %d: %s[%d] paused %d "
+				"(resume in %lld ms, at offset %lld), %d "
+				"failed batches\n",
+				i, p->topic, (int)p->partition, p->paused,
+				(long long)(p->resume_at_ms - now),
+				(long long)p->seek_offset, p->failures);
+	}
+}
+
 int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 	     int idle_polls, int timeout_s)
 {
-	time_t deadline = time(NULL) + (time_t)timeout_s * tt_time_factor();
+	int64_t start = tbx__mono_ms(), last_busy = start;
+	int64_t limit = (int64_t)timeout_s * tt_time_factor() * 1000;
 	int idle = 0;
 
-	while (time(NULL) < deadline) {
+	while (tbx__mono_ms() - start < limit) {
 		int busy = 0;
 		for (int i = 0; i < cnt; i++) {
 			size_t n;
@@ -730,10 +783,24 @@ int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 				     tbx_worker_errstr(workers[i]));
 			busy |= n > 0;
 		}
+		if (busy)
+			last_busy = tbx__mono_ms();
 		idle = busy ? 0 : idle + 1;
 		if (idle >= idle_polls && (!done || done(opaque)))
 			return 1;
 	}
+	/* Say why, for a failure seen once in CI. */
+	fprintf(stderr,
+		"tt_drive: gave up after %lld ms (limit %lld ms); the last "
+		"record was polled %lld ms ago; %d idle polls in a row, the "
+		"condition %s\n",
+		(long long)(tbx__mono_ms() - start), (long long)limit,
+		(long long)(tbx__mono_ms() - last_busy), idle,
+		!done	       ? "(none)"
+		: done(opaque) ? "holds"
+			       : "does not hold");
+	for (int i = 0; i < cnt; i++)
+		drive_report(workers[i], i);
 	return 0;
 }
 
