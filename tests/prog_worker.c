@@ -37,7 +37,8 @@ int main(int argc, char **argv)
 	    {"kafka.bootstrap.servers", argv[1]},
 	    {"tokens.create", "true"},
 	    {"group.id", argv[4]},
-	    {"kafka.consumer.session.timeout.ms", "3000"},
+	    /* as tt_conf() (support.c): above the mock's first join */
+	    {"kafka.consumer.session.timeout.ms", "4000"},
 	    {"kafka.consumer.heartbeat.interval.ms", "300"},
 	    {"kafka.consumer.fetch.wait.max.ms", "10"},
 	    {"batch.max.ms", "20"},

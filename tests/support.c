@@ -196,7 +196,16 @@ tbx_conf_t *tt_conf(const char *bootstraps, const char *group,
 	const char *base[][2] = {
 	    {"kafka.bootstrap.servers", bootstraps},
 	    {"group.id", group},
-	    {"kafka.consumer.session.timeout.ms", "3000"},
+	    /* Above the 3 s the mock cluster (librdkafka 2.0.2) waits before
+	     * an empty group's first members form it.  At 3 s a member's
+	     * session ended the moment the group formed: when the cluster's
+	     * thread ran late, its session check came first, dropped the
+	     * member with its JoinGroup pending and never answered it, and
+	     * the consumer waited max.poll.interval.ms + 3 s (303 s) for
+	     * the answer, silently.  4 s gives the first join the margin
+	     * of 1 s the mock gives every later one (it waits session - 1 s
+	     * for members to rejoin).  prog_worker.c uses the same. */
+	    {"kafka.consumer.session.timeout.ms", "4000"},
 	    {"kafka.consumer.heartbeat.interval.ms", "300"},
 	    {"kafka.consumer.fetch.wait.max.ms", "10"},
 	    {"kafka.topic.metadata.refresh.interval.ms", "1000"},
