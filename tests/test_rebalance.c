@@ -66,7 +66,8 @@ static tbx_worker_t *mk(env_t *e, const char *group, const char *store,
 	tbx_worker_t *w = tbx_worker_new(
 	    tt_conf(e->c->bootstraps, group, store, e->tokens,
 		    "kafka.consumer.partition.assignment.strategy", e->strategy,
-		    "kafka.consumer.max.poll.interval.ms", "3000",
+		    /* at least tt_conf()'s session.timeout.ms (librdkafka) */
+		    "kafka.consumer.max.poll.interval.ms", "4000",
 		    "batch.max.messages", "20", NULL),
 	    err, sizeof(err));
 
@@ -112,7 +113,7 @@ static void scenario(const char *strategy)
 	slow_hop_t hop1 = {
 	    .hop = {.table = "hop1", .next_topic = "out", .next_type = "Pong"},
 	    .slow = "a-7",
-	    .stall_ms = 4500};
+	    .stall_ms = 5500};
 	slow_hop_t hop2 = {.hop = {.table = "hop2"}};
 	runner_t r1, r2, r3, down;
 
