@@ -113,7 +113,10 @@ tbx_testkit_t *tbx_testkit_new(const char *group, char *errstr,
 			       size_t errstr_size)
 {
 	static const char *const defaults[][2] = {
-	    {"kafka.consumer.session.timeout.ms", "3000"},
+	    /* Above the 3 s the mock cluster (librdkafka 2.0.2) waits before
+	     * an empty group's first members form it: at 3 s a late session
+	     * check could drop a joining member and never answer it. */
+	    {"kafka.consumer.session.timeout.ms", "4000"},
 	    {"kafka.consumer.heartbeat.interval.ms", "300"},
 	    {"kafka.consumer.fetch.wait.max.ms", "10"},
 	    {"kafka.topic.metadata.refresh.interval.ms", "1000"},

@@ -97,7 +97,7 @@ static pid_t worker_start(const env_t *e, const char *const extra[])
 				  "group.id=hello",
 				  store,
 				  plugin,
-				  "kafka.consumer.session.timeout.ms=3000",
+				  "kafka.consumer.session.timeout.ms=4000",
 				  "kafka.consumer.heartbeat.interval.ms=300",
 				  "batch.max.ms=20",
 				  "log.level=info",

@@ -125,7 +125,7 @@ static setup_t setup_new(const char *plugin_args, const char *extra)
 		 "tokens.create = true\n"
 		 "\n"
 		 "# a killed member is noticed in 3 s\n"
-		 "kafka.consumer.session.timeout.ms = 3000\n"
+		 "kafka.consumer.session.timeout.ms = 4000\n"
 		 "kafka.consumer.heartbeat.interval.ms = 300\n"
 		 "kafka.consumer.fetch.wait.max.ms = 10\n"
 		 "batch.max.ms = 20\n"

@@ -38,7 +38,7 @@ static void reset_offset(const char *bootstraps, const char *group,
 	cr_assert_eq(rd_kafka_conf_set(kc, "enable.auto.commit", "false", err,
 				       sizeof(err)),
 		     RD_KAFKA_CONF_OK, "%s", err);
-	cr_assert_eq(rd_kafka_conf_set(kc, "session.timeout.ms", "3000", err,
+	cr_assert_eq(rd_kafka_conf_set(kc, "session.timeout.ms", "4000", err,
 				       sizeof(err)),
 		     RD_KAFKA_CONF_OK, "%s", err);
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, err, sizeof(err));

@@ -57,7 +57,7 @@ static pid_t start_worker(world_t *w, const char *role)
 				  boot,
 				  plugin,
 				  args,
-				  "kafka.consumer.session.timeout.ms=3000",
+				  "kafka.consumer.session.timeout.ms=4000",
 				  "kafka.consumer.heartbeat.interval.ms=300",
 				  "kafka.consumer.fetch.wait.max.ms=10",
 				  "cleanup.interval.ms=500",

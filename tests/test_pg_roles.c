@@ -317,7 +317,7 @@ static void worker_settings(char set[][1200], const char **out,
 		snprintf(set[n++], 1200, "tokens.url=%s", turl);
 	snprintf(set[n++], 1200, "plugin=%s", tt_plugin_path("tbx_orders"));
 	snprintf(set[n++], 1200, "plugin.args=role=%s", service);
-	snprintf(set[n++], 1200, "kafka.consumer.session.timeout.ms=3000");
+	snprintf(set[n++], 1200, "kafka.consumer.session.timeout.ms=4000");
 	snprintf(set[n++], 1200, "kafka.consumer.heartbeat.interval.ms=300");
 	snprintf(set[n++], 1200, "kafka.consumer.fetch.wait.max.ms=10");
 	snprintf(set[n++], 1200, "cleanup.interval.ms=500");
