@@ -743,24 +743,18 @@ static int pipe_run(tbx__pg_t *pg, pipe_item_t *fin, PGresult **res)
 		if (i < pg->dq_cnt) {
 			struct tbx__pg_dq *d = &pg->dq[i];
 
-			if (d->sql)
-				items[n++] = (pipe_item_t){
-				    .sql = d->sql,
-				    .n = d->n,
-				    .vals = (const char *const *)d->vals,
-				    .lens = d->lens,
-				    .fmts = d->fmts,
-				    .dq = d};
-			else
-				items[n++] = (pipe_item_t){
-				    .stmts = d->stmts,
-				    .q = d->q,
-				    .n = d->n,
-				    .vals = (const char *const *)d->vals,
-				    .lens = d->lens,
-				    .fmts = d->fmts,
-				    .rfmt = 1,
-				    .dq = d};
+			/* A text's rows are dropped; a table's come in
+			 * binary. */
+			items[n++] =
+			    (pipe_item_t){.stmts = d->stmts,
+					  .q = d->q,
+					  .sql = d->sql,
+					  .n = d->n,
+					  .vals = (const char *const *)d->vals,
+					  .lens = d->lens,
+					  .fmts = d->fmts,
+					  .rfmt = d->sql == NULL,
+					  .dq = d};
 		}
 	}
 	if (fin)
@@ -901,6 +895,32 @@ static int run_check(const tbx__pg_stmts_t *stmts, int q,
 	return stmts->pg->sp_err;
 }
 
+/* Copies @p n parameters into @p d: @p vals, binary where @p fmts says
+ * so (@p lens bytes), else text; @p lens and @p fmts NULL: all text.
+ * On failure nothing of them is kept.  @returns TBX_OK or TBX_ENOMEM. */
+static int dq_params(struct tbx__pg_dq *d, int n, const char *const *vals,
+		     const int *lens, const int *fmts)
+{
+	for (int i = 0; i < n; i++) {
+		const char *v = vals[i];
+		int fmt = fmts ? fmts[i] : 0;
+		size_t len = fmt ? (size_t)lens[i] : (v ? strlen(v) + 1 : 0);
+
+		d->lens[i] = lens ? lens[i] : 0;
+		d->fmts[i] = fmt;
+		d->n = i + 1;
+		if (!v)
+			continue;
+		if (!(d->vals[i] = malloc(len ? len : 1))) {
+			for (int k = 0; k < i; k++)
+				free(d->vals[k]);
+			return TBX_ENOMEM;
+		}
+		memcpy(d->vals[i], v, len);
+	}
+	return TBX_OK;
+}
+
 /* The next free entry of the queue, cleared (not counted yet: the
  * caller does pg->dq_cnt++ once it is filled); what is queued goes first
  * when the queue is full. */
@@ -957,23 +977,9 @@ int tbx__pg_defer(tbx__pg_stmts_t *stmts, int q, const tbx__pg_params_t *params,
 	d->changes = changes;
 	d->expect = expect;
 	tbx__strlcpy(d->what, what ? what : stmts->sql[q], sizeof(d->what));
-	for (int i = 0; params && i < params->n; i++) {
-		const char *v = params->vals[i];
-		size_t len = params->fmts[i] ? (size_t)params->lens[i]
-					     : (v ? strlen(v) + 1 : 0);
-
-		d->lens[i] = params->lens[i];
-		d->fmts[i] = params->fmts[i];
-		d->n = i + 1;
-		if (!v)
-			continue;
-		if (!(d->vals[i] = malloc(len ? len : 1))) {
-			for (int k = 0; k < i; k++)
-				free(d->vals[k]);
-			return TBX_ENOMEM;
-		}
-		memcpy(d->vals[i], v, len);
-	}
+	if (params && (err = dq_params(d, params->n, params->vals, params->lens,
+				       params->fmts)))
+		return err;
 	pg->dq_cnt++;
 	return TBX_OK;
 }
@@ -995,14 +1001,9 @@ int tbx__pg_defer_text(tbx__pg_t *pg, const char *sql, int n,
 	if (!(d->sql = strdup(sql)))
 		return TBX_ENOMEM;
 	tbx__strlcpy(d->what, sql, sizeof(d->what));
-	for (int i = 0; i < n; i++) {
-		d->n = i + 1;
-		if (vals[i] && !(d->vals[i] = strdup(vals[i]))) {
-			for (int k = 0; k < i; k++)
-				free(d->vals[k]);
-			free(d->sql);
-			return TBX_ENOMEM;
-		}
+	if ((err = dq_params(d, n, vals, NULL, NULL))) {
+		free(d->sql);
+		return err;
 	}
 	pg->dq_cnt++;
 	pg->dq_texts++;
