@@ -48,6 +48,11 @@ joined_mixed -DJOINED_MIXED pass
 joined_tokens_apart -DBUG_JOINED_TOKENS_APART fail
 joined_registered -DBUG_JOINED_REGISTERED,-DASYNC_DOWNSTREAM fail
 joined_row_before_token -DJOINED,-DBUG_DELETE_ROW_BEFORE_TOKEN fail
+defer_finish -DDEFER_FINISH pass
+defer_finish_crash4 -DDEFER_FINISH,-DMAXCRASH=4 pass
+defer_finish_async -DDEFER_FINISH,-DASYNC_DOWNSTREAM pass
+defer_finish_giveup -DDEFER_FINISH,-DGIVEUP pass
+defer_commits_early -DBUG_DEFER_COMMITS_EARLY fail
 recovery -DRECOVERY pass
 recovery_remint -DBUG_RECOVERY_REMINT fail
 poison - pass poison.pml

@@ -34,6 +34,9 @@
  *                                records it over the one recorded
  *   BUG_GIVEUP_LOSES             GIVEUP, but a message given up is dropped
  *                                instead of kept for a re-send
+ *   BUG_DEFER_COMMITS_EARLY      DEFER_FINISH, but a record whose D+E waits
+ *                                for the next A has its offset committed at
+ *                                once
  * Other switches:
  *   RECOVERY                     a recovery pass runs alongside: it resumes
  *                                any outbox row at any time through B-E, as
@@ -47,6 +50,12 @@
  *                                finishes; an operator re-sends it once the
  *                                workers are done (inspect undelivered
  *                                resend)
+ *   DEFER_FINISH                 JOINED, with the D+E of a record done in
+ *                                the next record's A transaction (before its
+ *                                check) instead of one of its own, and the
+ *                                record's offset committed after that A; a
+ *                                worker with nothing left to process commits
+ *                                the D+E on its own (finish.defer)
  *   JOINED_MIXED                 JOINED for W1 only; W2 is an older process
  *                                on the same file (general path: rows
  *                                without attempt, B, separate D and E)
@@ -55,8 +64,13 @@
  *                                consuming at produce time (much larger)
  */
 
+#ifdef BUG_DEFER_COMMITS_EARLY
+#ifndef DEFER_FINISH
+#define DEFER_FINISH
+#endif
+#endif
 #if defined(BUG_JOINED_TOKENS_APART) || defined(BUG_JOINED_REGISTERED) || \
-	defined(JOINED_MIXED)
+	defined(JOINED_MIXED) || defined(DEFER_FINISH)
 #ifndef JOINED
 #define JOINED
 #endif
@@ -166,12 +180,20 @@ proctype Worker(byte me)
 #ifdef JOINED
 	bit ja;                             /* attempt made in this A */
 #endif
+#ifdef DEFER_FINISH
+	byte pm;                            /* message whose D+E waits, + 1 */
+	byte pp;                            /* the offset to commit after it */
+	bit deferred;                       /* this record's D+E waits */
+#endif
 
 restart:
 	slock = (slock == me -> 0 : slock); /* a dead process holds no lock */
 	m = 0; a = 0; act = 0; won = 0;     /* volatile state is lost */
 #ifdef JOINED
 	ja = 0;
+#endif
+#ifdef DEFER_FINISH
+	pm = 0; pp = 0; deferred = 0;
 #endif
 	pos = in_commit;                    /* resume at the committed offset */
 	do
@@ -198,6 +220,11 @@ restart:
 		atomic {
 			slock == 0 -> slock = me;
 			if
+#ifdef DEFER_FINISH
+			/* the waiting D+E are this transaction's first
+			 * statements: the check sees their row and token gone */
+			:: pm != 0 && m == pm - 1 -> act = DROP
+#endif
 			:: row[m] -> act = RESUME
 			:: else -> act = (tok_in[m] -> HANDLE : DROP)
 			fi
@@ -268,6 +295,15 @@ restart:
 			:: act == RESUME -> a = row_att[m]
 			:: else -> skip
 			fi;
+#ifdef DEFER_FINISH
+			/* the waiting D+E commit with this A, whatever it did */
+			if
+			:: pm != 0 ->
+				tok_in[pm - 1] = 0; row[pm - 1] = 0;
+				row_att[pm - 1] = 0; pm = 0
+			:: else -> skip
+			fi;
+#endif
 			slock = 0 /* COMMIT */
 		}
 		if
@@ -395,10 +431,17 @@ restart:
 			CRASH  /* E.deleted */
 		:: else ->
 #endif
+#ifdef DEFER_FINISH
+		/* ---- D+E wait for the next A (or the end of the work) */
+		pm = m + 1;
+		deferred = 1;
+		goto commit
+#else
 		/* ---- D+E: one S transaction (phase_finish, joined): D's delete
 		 * of the incoming token, then the row */
 		atomic { slock == 0 -> tok_in[m] = 0; row[m] = 0; row_att[m] = 0 }
 		CRASH          /* E.deleted */
+#endif
 #ifdef JOINED_MIXED
 		fi
 #endif
@@ -417,15 +460,57 @@ restart:
 commit:
 		/* ---- F: commit the offset (phase_commit) */
 		atomic {
+#ifdef DEFER_FINISH
+			if
+			:: deferred ->
+				/* this record's D+E wait: commit only as far as
+				 * the record before, whose D+E committed with this
+				 * record's A */
+#ifdef BUG_DEFER_COMMITS_EARLY
+				pp = pos + 1;
+#endif
+				if
+				:: in_commit < pp -> in_commit = pp
+				:: else -> skip
+				fi;
+				pp = pos + 1;
+				deferred = 0
+			:: else ->
+				pp = 0;
+#endif
 			if
 			:: in_commit < pos + 1 -> in_commit = pos + 1
 			:: else -> skip
 			fi;
+#ifdef DEFER_FINISH
+			fi;
+#endif
 			pos++;
 			m = 0; a = 0; act = 0
 		}
 		CRASH          /* F.committed */
 	od;
+#ifdef DEFER_FINISH
+	/* nothing left to process: the waiting D+E in a transaction of their
+	 * own (E.deleted), then their offset */
+	if
+	:: pm != 0 ->
+		atomic {
+			slock == 0 ->
+			tok_in[pm - 1] = 0; row[pm - 1] = 0; row_att[pm - 1] = 0;
+			pm = 0
+		}
+		CRASH;
+		atomic {
+			if
+			:: in_commit < pp -> in_commit = pp
+			:: else -> skip
+			fi;
+			pp = 0
+		}
+	:: else -> skip
+	fi;
+#endif
 	wdone++
 }
 
