@@ -111,6 +111,17 @@ const tbx__prop_t tbx__props[] = {
 	{"batch.max.ms", INT(batch_max_ms), "100", 0, 60000,
 	 NULL, "worker", 0,
 	 "Longest wait for a batch to fill once its first record arrived."},
+	{"finish.defer", ENUM(finish_defer), "true", 0, 0,
+	 S2I({"false", 0}, {"true", 1}), "worker", 0,
+	 "'true': where the service and token stores are one SQLite file, "
+	 "a batch's last store transaction (its incoming tokens consumed, "
+	 "its finished outbox rows deleted) is not committed on its own "
+	 "but as the first statements of the next batch's transaction, "
+	 "saving one synced commit per batch; the batch's offsets are "
+	 "committed after it. With no next batch, it commits at the next "
+	 "poll that finds no record, at a revocation and at the close. "
+	 "'false': it commits at the end of its own batch, as it always "
+	 "does with two files or PostgreSQL."},
 	{"retry.max", INT(retry_max), "5", 0, 1000,
 	 NULL, "worker", 0,
 	 "Retries after the first attempt for a message whose handler "

@@ -56,6 +56,7 @@ typedef struct tbx__cfg {
 	int token_store_mismatch;
 	int64_t batch_max_messages;
 	int64_t batch_max_ms;
+	int finish_defer;
 	int64_t retry_max;
 	int64_t retry_backoff_ms;
 	int64_t retry_backoff_max_ms;

@@ -1036,6 +1036,7 @@ void tbx__proto_start(tbx__proto_t *proto, tbx__batch_t *batch)
 		batch->msgs[i].part->suspect_until = -1;
 	}
 	batch->isolating = 0;
+	proto->e_deferred = 0;
 }
 
 int tbx__proto_guard(tbx__proto_t *proto, tbx__batch_t *batch)
@@ -1292,12 +1293,210 @@ static void memo_restore(tbx__proto_t *proto, tbx__batch_t *batch,
 		batch->msgs[i].state = m->states[i];
 }
 
+/*
+ * finish.defer.  On one SQLite file a batch's D+E (phase_finish()) need
+ * not commit on their own: their statements go first into the next
+ * batch's A, and the offsets F decided behind them are committed only
+ * after that A commits.  Between the two the rows are delivered and
+ * still in S, exactly the state after C.delivered, which redelivery
+ * resumes; one synced commit per batch is saved.  When no A follows soon
+ * (an empty poll, a revocation, the close), tbx__proto_flush() commits
+ * them alone.  docs/architecture.md, "Finishing with the next batch";
+ * the model's DEFER_FINISH.
+ */
+
+/* The waiting D+E's statements, in the open transaction: the incoming
+ * tokens, then the rows (never E before D).  *deleted: tokens deleted. */
+static int e_statements(tbx__proto_t *proto, uint64_t *deleted)
+{
+	const char **ids, **toks;
+	size_t ntok = 0;
+	int err;
+
+	*deleted = 0;
+	if (proto->e_cnt == 0)
+		return TBX_OK;
+	ids = malloc(proto->e_cnt * sizeof(*ids));
+	toks = malloc(proto->e_cnt * sizeof(*toks));
+	if (!ids || !toks) {
+		free(ids);
+		free(toks);
+		return TBX_ENOMEM;
+	}
+	for (size_t i = 0; i < proto->e_cnt; i++) {
+		ids[i] = proto->e_rows[i].msg_id;
+		if (proto->e_rows[i].in_token[0])
+			toks[ntok++] = proto->e_rows[i].in_token;
+	}
+	err = ntok ? tbx_tokens_consume_joined(proto->tokens, proto->group,
+					       toks, ntok, deleted)
+		   : TBX_OK;
+	if (!err)
+		err = tbx_outbox_rows_delete(proto->store, proto->group, ids,
+					     proto->e_cnt);
+	free(ids);
+	free(toks);
+	return err;
+}
+
+/* The waiting D+E committed: their offsets are ready. */
+static void e_committed(tbx__proto_t *proto, uint64_t deleted)
+{
+	if (proto->e_cnt == 0)
+		return;
+	proto->stats->tokens_consumed += deleted;
+	proto->e_cnt = 0;
+	for (size_t i = 0; i < proto->e_off_cnt; i++) {
+		tbx__e_offset_t *o = &proto->e_offs[i];
+		if (o->waiting > o->ready)
+			o->ready = o->waiting;
+		o->waiting = 0;
+	}
+}
+
+/* The waiting-offset slot of @p part, made when @p create. */
+static tbx__e_offset_t *e_offset(tbx__proto_t *proto, const tbx__part_t *part,
+				 int create)
+{
+	for (size_t i = 0; i < proto->e_off_cnt; i++)
+		if (proto->e_offs[i].partition == part->partition &&
+		    strcmp(proto->e_offs[i].topic, part->topic) == 0)
+			return &proto->e_offs[i];
+	if (!create)
+		return NULL;
+	if (proto->e_off_cnt == proto->e_off_cap) {
+		size_t cap = proto->e_off_cap ? proto->e_off_cap * 2 : 8;
+		tbx__e_offset_t *grown =
+		    realloc(proto->e_offs, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		proto->e_offs = grown;
+		proto->e_off_cap = cap;
+	}
+	tbx__e_offset_t *o = &proto->e_offs[proto->e_off_cnt++];
+	memset(o, 0, sizeof(*o));
+	tbx__strlcpy(o->topic, part->topic, sizeof(o->topic));
+	o->partition = part->partition;
+	return o;
+}
+
+/* Does an offset of @p part wait for an E? */
+static int e_waits(tbx__proto_t *proto, const tbx__part_t *part)
+{
+	const tbx__e_offset_t *o = e_offset(proto, part, 0);
+	return o && o->waiting;
+}
+
+int tbx__proto_flush(tbx__proto_t *proto)
+{
+	uint64_t deleted = 0;
+	int err;
+
+	if (proto->e_cnt == 0)
+		return TBX_OK;
+	if ((err = tbx_outbox_begin(proto->store)))
+		return err;
+	if ((err = e_statements(proto, &deleted)) ||
+	    (err = tbx_outbox_commit(proto->store))) {
+		tbx_outbox_rollback(proto->store);
+		return err;
+	}
+	e_committed(proto, deleted);
+	tbx__crashpoint("E.deleted");
+	return TBX_OK;
+}
+
+size_t tbx__proto_waiting(const tbx__proto_t *proto)
+{
+	return proto->e_cnt;
+}
+
+void tbx__proto_take_ready(tbx__proto_t *proto,
+			   rd_kafka_topic_partition_list_t *offsets)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < proto->e_off_cnt; i++) {
+		tbx__e_offset_t *o = &proto->e_offs[i];
+
+		if (o->ready) {
+			rd_kafka_topic_partition_t *tp =
+			    rd_kafka_topic_partition_list_find(
+				offsets, o->topic, o->partition);
+			if (!tp) {
+				tp = rd_kafka_topic_partition_list_add(
+				    offsets, o->topic, o->partition);
+				tp->offset = o->ready;
+			} else if (tp->offset < o->ready) {
+				tp->offset = o->ready;
+			}
+			o->ready = 0;
+		}
+		if (o->waiting)
+			proto->e_offs[kept++] = *o;
+	}
+	proto->e_off_cnt = kept;
+}
+
+void tbx__proto_forget(tbx__proto_t *proto,
+		       const rd_kafka_topic_partition_list_t *parts)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < proto->e_off_cnt; i++) {
+		const tbx__e_offset_t *o = &proto->e_offs[i];
+		if (!rd_kafka_topic_partition_list_find(parts, o->topic,
+							o->partition))
+			proto->e_offs[kept++] = *o;
+	}
+	proto->e_off_cnt = kept;
+}
+
+void tbx__proto_free(tbx__proto_t *proto)
+{
+	free(proto->e_rows);
+	free(proto->e_offs);
+	proto->e_rows = NULL;
+	proto->e_offs = NULL;
+	proto->e_cnt = proto->e_cap = proto->e_off_cnt = proto->e_off_cap = 0;
+}
+
+/* E deferred: the batch's delivered rows wait for the next A.
+ * @returns TBX_OK, or TBX_ENOMEM (nothing waits: E runs now). */
+static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch, size_t nrows)
+{
+	if (proto->e_cnt + nrows > proto->e_cap) {
+		size_t cap = proto->e_cap ? proto->e_cap : 64;
+		while (cap < proto->e_cnt + nrows)
+			cap *= 2;
+		tbx__e_row_t *grown =
+		    realloc(proto->e_rows, cap * sizeof(*grown));
+		if (!grown)
+			return TBX_ENOMEM;
+		proto->e_rows = grown;
+		proto->e_cap = cap;
+	}
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__brow_t *brow = &batch->rows[i];
+		tbx__e_row_t *e;
+
+		if (brow->state != TBX_BROW_DELIVERED)
+			continue;
+		e = &proto->e_rows[proto->e_cnt++];
+		tbx__strlcpy(e->msg_id, brow->row.msg_id, sizeof(e->msg_id));
+		tbx__strlcpy(e->in_token, brow->row.in_token,
+			     sizeof(e->in_token));
+	}
+	return TBX_OK;
+}
+
 /* A once: its transaction, committed, or rolled back on failure (the
  * batch's rows undone).  *deferred receives the handler writes the store
  * deferred in it. */
 static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 			unsigned *deferred)
 {
+	uint64_t e_deleted = 0;
 	int err;
 
 	*deferred = 0;
@@ -1305,6 +1504,11 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 		return err;
 	if ((err = tbx_outbox_begin(proto->store)))
 		return err;
+	/* The previous batch's D+E, if they wait (finish.defer): first, so
+	 * that every check below sees their rows and tokens gone, as if
+	 * they had committed on their own before this transaction. */
+	if ((err = e_statements(proto, &e_deleted)))
+		goto fail;
 	/* The messages' locks, before anything is read and before any
 	 * savepoint (a rolled-back savepoint would release them). */
 	if ((err = lock_ids(proto, batch)))
@@ -1345,6 +1549,7 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(proto->store)))
 		goto fail;
+	e_committed(proto, e_deleted);
 	return TBX_OK;
 fail:
 	*deferred = tbx_outbox_deferred(proto->store);
@@ -1855,8 +2060,10 @@ static int phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
 
 /* E: delete finished rows, one S transaction.  Never before D (see
  * architecture.md); joined, D's deletes go first in this transaction and
- * commit with it. */
-static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
+ * commit with it.  With @p defer (finish.defer), they wait for the next A
+ * instead (e_defer()): the rows count as finished for F, whose offsets
+ * for them wait as well. */
+static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 {
 	const char **ids = NULL, **rows;
 	size_t cnt = 0, nrows = 0;
@@ -1871,6 +2078,16 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch)
 			rows[nrows++] = batch->rows[i].row.msg_id;
 	if (nrows == 0) {
 		free(rows);
+		return TBX_OK;
+	}
+	if (defer && e_defer(proto, batch, nrows) == TBX_OK) {
+		for (size_t i = 0; i < batch->row_cnt; i++)
+			if (batch->rows[i].state == TBX_BROW_DELIVERED)
+				tbx__brow_set_state(&batch->rows[i],
+						    TBX_BROW_FINISHED);
+		proto->e_deferred = 1;
+		free(rows);
+		tbx__crashpoint("E.deferred");
 		return TBX_OK;
 	}
 	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
@@ -1941,6 +2158,23 @@ static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 				break;
 			}
 			next = msg->rkm->offset + 1;
+		}
+		/* finish.defer: an offset behind rows whose E waits, or
+		 * after one that waits, is committed once that E commits
+		 * (never before: the model's BUG_DEFER_COMMITS_EARLY). */
+		if (next >= 0 && proto->defer_finish &&
+		    (proto->e_deferred || e_waits(proto, part))) {
+			tbx__e_offset_t *o = e_offset(proto, part, 1);
+			if (o && next > o->waiting)
+				o->waiting = next;
+			else if (!o)
+				tbx__log(TBX_LOG_WARNING,
+					 "%s [%" PRId32 "]: out of memory: "
+					 "offset %" PRId64 " not committed "
+					 "(its records are redelivered and "
+					 "dropped)",
+					 part->topic, part->partition, next);
+			next = -1;
 		}
 		/* At most one per record: the batch has room for it. */
 		out = &batch->outcomes[batch->outcome_cnt++];
@@ -2085,7 +2319,7 @@ int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	    !(err = phase_tokens(proto, batch)) &&
 	    !(err = phase_dispatch(proto, batch)) &&
 	    !(err = phase_consume(proto, batch)))
-		err = phase_finish(proto, batch);
+		err = phase_finish(proto, batch, proto->defer_finish);
 	return err;
 }
 
@@ -2145,7 +2379,7 @@ static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (!err && !(err = phase_tokens(proto, batch)) &&
 	    !(err = phase_dispatch(proto, batch)) &&
 	    !(err = phase_consume(proto, batch)))
-		err = phase_finish(proto, batch);
+		err = phase_finish(proto, batch, 0);
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		*finished += row_done(&batch->rows[i]);
 	/* Rows left stay for a later run: an error for the caller. */

@@ -31,6 +31,20 @@
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 
+/** A row whose E waits for the next A (finish.defer). */
+typedef struct tbx__e_row {
+	char msg_id[TBX_MSGID_MAX + 1];
+	char in_token[TBX_UUID_LEN + 1]; /**< "" for untokened ingress */
+} tbx__e_row_t;
+
+/** Per partition, the offsets F decided behind rows whose E waits. */
+typedef struct tbx__e_offset {
+	char topic[TBX_TOPIC_MAX + 1];
+	int32_t partition;
+	int64_t waiting; /**< committable once the waiting E commit; 0: none */
+	int64_t ready;	 /**< their E committed: for the worker; 0: none */
+} tbx__e_offset_t;
+
 /** What the protocol works with, and its own state across batches. */
 typedef struct tbx__proto {
 	/* Handed over by the worker, which owns them. */
@@ -54,6 +68,8 @@ typedef struct tbx__proto {
 	int untokened_offsets;		/**< ingress.untokened=offsets */
 	int mismatch_stop;		/**< token.store.mismatch=stop */
 	int64_t dispatch_retry_max;	/**< dispatch.retry.max */
+	int defer_finish; /**< finish.defer, on one SQLite file: a batch's
+			     D+E commit with the next A (protocol.c) */
 	/* The protocol's own state. */
 	tbx__guard_t guard;  /**< armed around each handler call */
 	unsigned rand_state; /**< the backoff's jitter */
@@ -72,6 +88,13 @@ typedef struct tbx__proto {
 	int64_t dup_warned_ms; /**< monotonic time of the last warning */
 	char dup_prefix[TBX_TOPIC_MAX + 64]; /**< a partition whose prefix of
 						  duplicates grew too long */
+	/* finish.defer: the delivered rows whose D+E wait for the next A,
+	 * and the offsets F decided behind them. */
+	tbx__e_row_t *e_rows;
+	size_t e_cnt, e_cap;
+	tbx__e_offset_t *e_offs;
+	size_t e_off_cnt, e_off_cap;
+	int e_deferred; /**< this batch's E waits */
 } tbx__proto_t;
 
 /** F's result: per partition of the batch, what to commit and whether to
@@ -106,6 +129,29 @@ int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch);
  *  commits the offsets and applies the holds. */
 void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
 		       tbx__proto_result_t *result);
+
+/**
+ * Commits the D+E that wait (finish.defer) in a transaction of their own,
+ * when no A follows soon: an empty poll, a revocation, the worker's close.
+ * Their offsets become ready (tbx__proto_take_ready()).  @returns TBX_OK
+ * (also when nothing waits) or the store's error; what waits still waits.
+ */
+int tbx__proto_flush(tbx__proto_t *proto);
+/** Rows whose D+E wait. */
+size_t tbx__proto_waiting(const tbx__proto_t *proto);
+/**
+ * Moves the offsets whose E committed into @p offsets, each the larger of
+ * it and what @p offsets already holds for its partition.  Only these, and
+ * F's own commits, may be stored and committed.
+ */
+void tbx__proto_take_ready(tbx__proto_t *proto,
+			   rd_kafka_topic_partition_list_t *offsets);
+/** Forgets the offsets of @p parts (revoked: no longer this worker's to
+ *  commit).  Their rows' D+E still commit with the next A or flush. */
+void tbx__proto_forget(tbx__proto_t *proto,
+		       const rd_kafka_topic_partition_list_t *parts);
+/** Frees what the protocol allocated across batches. */
+void tbx__proto_free(tbx__proto_t *proto);
 
 /** Counts (stats.store_reconnects) the connections of S and, when apart,
  *  T made again since the last call (PostgreSQL: lost and reconnected;

@@ -72,6 +72,8 @@ static void worker_proto_init(tbx_worker_t *worker)
 	proto->mismatch_stop =
 	    worker->cfg->token_store_mismatch == TBX_MISMATCH_STOP;
 	proto->dispatch_retry_max = worker->cfg->dispatch_retry_max;
+	proto->defer_finish = worker->joined && worker->cfg->finish_defer &&
+			      !worker->cfg->store_url[0];
 	tbx__proto_init(proto);
 }
 
@@ -350,6 +352,46 @@ static void batch_drop(tbx_worker_t *worker,
 	batch->cnt = kept;
 }
 
+/*
+ * finish.defer: commits the D+E that wait for a next batch (protocol.c)
+ * in a transaction of their own, then stores and commits the offsets
+ * that were behind them, waiting for the commit when @p sync.  A failure
+ * leaves rows and offsets waiting for the next batch or flush, and is
+ * counted as a failed phase.  @returns TBX_OK or the store's error.
+ */
+static int finish_waiting(tbx_worker_t *worker, const char *when, int sync)
+{
+	rd_kafka_topic_partition_list_t *offsets;
+	size_t rows = tbx__proto_waiting(&worker->proto);
+	int err;
+
+	if (rows && (err = tbx__proto_flush(&worker->proto))) {
+		worker->stats.retries++;
+		tbx__log(TBX_LOG_WARNING,
+			 "%s: finishing %zu delivered rows failed: %s (their "
+			 "offsets wait; tried again with the next batch)",
+			 when, rows, tbx_strerror(err));
+		return err;
+	}
+	if (!worker->consumer)
+		return TBX_OK;
+	offsets = rd_kafka_topic_partition_list_new(4);
+	tbx__proto_take_ready(&worker->proto, offsets);
+	if (offsets->cnt) {
+		rd_kafka_resp_err_t rerr =
+		    rd_kafka_offsets_store(worker->consumer, offsets);
+		if (rerr)
+			tbx__log(TBX_LOG_INFO, "offsets store: %s",
+				 rd_kafka_err2str(rerr));
+		if (!sync &&
+		    (rerr = rd_kafka_commit(worker->consumer, offsets, 1)))
+			tbx__log(TBX_LOG_INFO, "commit: %s",
+				 rd_kafka_err2str(rerr));
+	}
+	rd_kafka_topic_partition_list_destroy(offsets);
+	return TBX_OK;
+}
+
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 			 rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
@@ -375,13 +417,17 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 		rd_kafka_resume_partitions(rk, parts);
 	} else {
 		/* Revoked (or an error): what is done was stored after the
-		 * last batch; commit it now while we still own it.  Records
-		 * of these partitions in the batch being collected are
-		 * dropped unprocessed: the next owner starts from the
-		 * committed offset. */
-		if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS &&
-		    !rd_kafka_assignment_lost(rk))
+		 * last batch (the rows whose D+E wait are finished first);
+		 * commit it now while we still own it.  Records of these
+		 * partitions in the batch being collected are dropped
+		 * unprocessed: the next owner starts from the committed
+		 * offset. */
+		int lost = rd_kafka_assignment_lost(rk);
+
+		finish_waiting(worker, "revocation", 1);
+		if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && !lost)
 			rd_kafka_commit(rk, NULL, 0);
+		tbx__proto_forget(&worker->proto, parts);
 		batch_drop(worker, parts);
 		for (int i = 0; i < parts->cnt; i++)
 			part_remove(worker, parts->elems[i].topic,
@@ -854,6 +900,9 @@ static void apply_outcome(tbx_worker_t *worker,
 			    offsets, out->part->topic, out->part->partition)
 			    ->offset = out->commit;
 	}
+	/* finish.defer: the offsets behind rows whose D+E committed with
+	 * this batch's A. */
+	tbx__proto_take_ready(&worker->proto, offsets);
 	if (offsets->cnt) {
 		rerr = rd_kafka_offsets_store(worker->consumer, offsets);
 		if (rerr)
@@ -882,7 +931,10 @@ static int process_batch(tbx_worker_t *worker)
 	int err;
 
 	if (batch->cnt == 0)
-		return TBX_OK;
+		/* No next batch to finish the waiting rows with. */
+		return tbx__proto_waiting(proto)
+			   ? finish_waiting(worker, "idle poll", 0)
+			   : TBX_OK;
 	tbx__proto_start(proto, batch);
 	err = tbx__proto_guard(proto, batch); /* G */
 	if (!err)
@@ -1051,6 +1103,8 @@ int tbx_worker_close(tbx_worker_t *worker)
 				       RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 		worker->consumer = NULL;
 	}
+	/* The rows whose D+E wait, and their offsets (finish.defer). */
+	finish_waiting(worker, "close", 1);
 	if (worker->consumer) {
 		/* Offsets of finished batches were stored; an async commit
 		 * may still be in flight: commit them synchronously. */
@@ -1093,6 +1147,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 		return;
 	tbx_worker_close(worker);
 	tbx__worker_metrics_stop(worker);
+	tbx__proto_free(&worker->proto);
 	tbx__batch_free(&worker->batch);
 	free(worker->parts);
 	free(worker->since);
