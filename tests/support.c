@@ -887,6 +887,11 @@ void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
 
 void tt_crash_case(const char *point, int single_file)
 {
+	tt_crash_case_with(point, single_file, NULL);
+}
+
+void tt_crash_case_with(const char *point, int single_file, const char *setting)
+{
 	enum { N = 8 };
 	char *dir = tt_tmpdir();
 	/* One file, or a file each.  In the pg tier a schema each, the
@@ -943,6 +948,7 @@ void tt_crash_case(const char *point, int single_file)
 				strncmp(step, "sweep.", 6) == 0
 				    ? "cleanup.interval.ms=1"
 				    : "cleanup.interval.ms=0",
+				(char *)setting,
 				NULL};
 		char *envv[] = {env_crash, NULL};
 		status = tt_wait(tt_spawn(argv, envv), 90);
@@ -995,6 +1001,13 @@ void tt_crash_case(const char *point, int single_file)
 		  "%s: recovery did not finish", point);
 	/* Attempts that lost or crashed leave orphans: the sweeper's job. */
 	cr_assert_eq(tbx_worker_cleanup(w[0], 0, NULL), TBX_OK);
+	/* F commits no offset before its rows are finished: no row was
+	 * left below a committed offset for the recovery pass. */
+	tbx_stats_t st;
+	tbx_worker_stats(w[0], &st);
+	cr_assert_eq(st.stuck_rows, 0,
+		     "%s: %llu rows left below the committed offset", point,
+		     (unsigned long long)st.stuck_rows);
 
 	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), N,
 		     "%s: hop 1 effects", point);

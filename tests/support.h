@@ -172,5 +172,9 @@ void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
  *  death is also checked for the joined path's promises: no row with
  *  messages lacks an attempt, and nothing is registered. */
 void tt_crash_case(const char *point, int single_file);
+/** tt_crash_case() with @p setting ("key=value", or NULL) for every
+ *  child worker as well. */
+void tt_crash_case_with(const char *point, int single_file,
+			const char *setting);
 
 #endif

@@ -69,3 +69,27 @@ Test(crash, single_file_kill_after_commit_loses_nothing)
 {
 	tt_crash_case("F.committed", 1);
 }
+
+/* finish.defer: a batch's D+E wait for the next batch's A.  Killed while
+ * they wait, the rows are delivered and still there, and no offset
+ * passed them: redelivery resumes them. */
+Test(crash, single_file_kill_while_the_finish_waits_resumes_the_rows)
+{
+	tt_crash_case("E.deferred", 1);
+}
+
+/* Killed right after the second batch's A, which committed the first
+ * batch's D+E with it, before either batch's offset was committed: the
+ * first batch's records come again with neither row nor token (dropped),
+ * the second's with its row (resumed).  One record per batch makes the
+ * second A the one that carries the first batch's D+E. */
+Test(crash, single_file_kill_after_the_next_A_finished_the_batch_before)
+{
+	tt_crash_case_with("A.committed:2", 1, "batch.max.messages=1");
+}
+
+/* finish.defer=false: D+E commit on their own at the end of the batch. */
+Test(crash, single_file_kill_after_D_and_E_of_their_own)
+{
+	tt_crash_case_with("E.deleted", 1, "finish.defer=false");
+}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "fixture.h"
 
 static void env_init(tt_env_t *e)
@@ -677,4 +678,80 @@ Test(e2e, a_copy_in_the_batch_of_its_original_joins_the_originals_row)
 	cr_assert_eq(tt_count(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 	tbx_worker_destroy(w);
 	tt_env_fini(&e);
+}
+
+/*
+ * finish.defer, on one SQLite file: a batch's delivered rows and their
+ * incoming tokens wait for the next batch's A, and a poll that finds no
+ * record finishes them in a transaction of their own.  With
+ * finish.defer=false every batch finishes its own rows.
+ */
+static void finish_case(int defer)
+{
+	char *dir = tt_tmpdir();
+	char *all = tt_path(dir, "all.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop = {.table = "hop1"};
+	char err[512];
+	size_t total = 0, n = 0;
+	int64_t limit = tbx__mono_ms() + 60000 * tt_time_factor();
+	tbx_stats_t st;
+	tbx_worker_t *w;
+
+	tt_cluster_topic(c, "in", 2);
+	tt_hop_table(all, "hop1");
+	w = tbx_worker_new(tt_conf(c->bootstraps, "g1", all, all,
+				   "finish.defer", defer ? "true" : "false",
+				   NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
+		     TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
+	tt_publish(c->bootstraps, all, "in", "Ping", 30, 3, "f");
+	while (total < 30 && tbx__mono_ms() < limit) {
+		cr_assert_eq(tbx_worker_poll(w, 50, &n), TBX_OK);
+		total += n;
+		if (n && !defer)
+			cr_assert_eq(
+			    tt_count(all, "SELECT COUNT(*) FROM tbx_outbox"), 0,
+			    "a batch left its rows");
+	}
+	cr_assert_eq(total, 30);
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM hop1"), 30);
+	tbx_worker_stats(w, &st);
+	if (defer) {
+		/* The last batch's rows and tokens wait for a next batch. */
+		cr_assert_gt(tt_count(all, "SELECT COUNT(*) FROM tbx_outbox"),
+			     0);
+		cr_assert_gt(tt_count(all, "SELECT COUNT(*) FROM tbx_tokens"),
+			     0);
+		cr_assert_lt(st.tokens_consumed, 30);
+		/* None comes: the next poll finishes them. */
+		cr_assert_eq(tbx_worker_poll(w, 50, &n), TBX_OK);
+		cr_assert_eq(n, 0);
+		tbx_worker_stats(w, &st);
+	}
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM tbx_outbox"), 0);
+	cr_assert_eq(tt_count(all, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cr_assert_eq(st.tokens_consumed, 30);
+	tbx_worker_destroy(w);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(all);
+}
+
+Test(e2e, a_batch_finishes_with_the_next_one_or_at_an_idle_poll)
+{
+	if (tt_pg_tier())
+		cr_skip_test("SQLite only: finish.defer");
+	finish_case(1);
+}
+
+Test(e2e, without_finish_defer_every_batch_finishes_its_rows)
+{
+	if (tt_pg_tier())
+		cr_skip_test("SQLite only: finish.defer");
+	finish_case(0);
 }
