@@ -79,21 +79,35 @@ void tbx__uuid(char out[TBX_UUID_LEN + 1])
 	uuid_unparse_lower(u, out);
 }
 
+/* 1 for the hexadecimal digits, either case. */
+static const unsigned char hex_digit[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1,
+    ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1,
+    ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['A'] = 1, ['B'] = 1,
+    ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1,
+};
+
+/* Checked for every id and token of every record, several times: a
+ * table lookup per digit, the dashes where the layout has them. */
 int tbx__is_uuid(const char *s, size_t len)
 {
-	if (!s || len != TBX_UUID_LEN)
+	const unsigned char *u = (const unsigned char *)s;
+	unsigned bad = 0;
+
+	if (!s || len != TBX_UUID_LEN || s[8] != '-' || s[13] != '-' ||
+	    s[18] != '-' || s[23] != '-')
 		return 0;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		if (i == 8 || i == 13 || i == 18 || i == 23) {
-			if (c != '-')
-				return 0;
-		} else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-			     (c >= 'A' && c <= 'F'))) {
-			return 0;
-		}
-	}
-	return 1;
+	for (size_t i = 0; i < 8; i++)
+		bad |= hex_digit[u[i]] ^ 1u;
+	for (size_t i = 9; i < 13; i++)
+		bad |= hex_digit[u[i]] ^ 1u;
+	for (size_t i = 14; i < 18; i++)
+		bad |= hex_digit[u[i]] ^ 1u;
+	for (size_t i = 19; i < 23; i++)
+		bad |= hex_digit[u[i]] ^ 1u;
+	for (size_t i = 24; i < TBX_UUID_LEN; i++)
+		bad |= hex_digit[u[i]] ^ 1u;
+	return !bad;
 }
 
 int tbx__topic_valid(const char *topic)

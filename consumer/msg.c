@@ -28,8 +28,18 @@ static int header_text(rd_kafka_headers_t *hdrs, const char *name, char *dst,
 		return 0;
 	if (!val || len == 0 || len >= dst_size)
 		return -1;
-	if (want_uuid && !tbx__is_uuid(val, len))
-		return -1;
+	if (want_uuid) {
+		/* Hex digits and dashes only: lower-cased as copied. */
+		if (!tbx__is_uuid(val, len))
+			return -1;
+		for (size_t i = 0; i < len; i++) {
+			char c = ((const char *)val)[i];
+			dst[i] =
+			    c >= 'A' && c <= 'F' ? (char)(c - 'A' + 'a') : c;
+		}
+		dst[len] = '\0';
+		return 1;
+	}
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = ((const unsigned char *)val)[i];
 		if (c < 0x20 || c == 0x7f)
@@ -37,9 +47,6 @@ static int header_text(rd_kafka_headers_t *hdrs, const char *name, char *dst,
 	}
 	memcpy(dst, val, len);
 	dst[len] = '\0';
-	if (want_uuid)
-		for (size_t i = 0; i < len; i++)
-			dst[i] = (char)tolower((unsigned char)dst[i]);
 	return 1;
 }
 

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/ids.h"
+#include "consumer/msg.h"
 #include "support.h"
 #include "tokens/tokens.h"
 
@@ -133,4 +135,81 @@ Test(identity, topics_must_be_kafka_names_and_patterns_are_refused)
 	tt_rmrf(dir);
 	free(dir);
 	free(store);
+}
+
+/* The layout check, written the plain way, to hold tbx__is_uuid() to. */
+static int uuid_by_hand(const char *s, size_t len)
+{
+	if (len != 36)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (c != '-')
+				return 0;
+		} else if (!strchr("0123456789abcdefABCDEF", c) || c == '\0') {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Every id and token from the network goes through tbx__is_uuid(): each
+ * position of a valid UUID replaced by every byte, and lengths around
+ * 36, agree with the plain check. */
+Test(identity, uuid_check_accepts_exactly_the_uuid_layout)
+{
+	const char *good[] = {"0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b",
+			      "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF",
+			      "00000000-0000-0000-0000-000000000000"};
+	char buf[40];
+	size_t checked = 0;
+
+	for (size_t g = 0; g < sizeof(good) / sizeof(good[0]); g++) {
+		cr_assert(tbx__is_uuid(good[g], 36), "%s", good[g]);
+		for (size_t i = 0; i < 36; i++)
+			for (int b = 0; b < 256; b++) {
+				memcpy(buf, good[g], 37);
+				buf[i] = (char)b;
+				cr_assert_eq(tbx__is_uuid(buf, 36),
+					     uuid_by_hand(buf, 36),
+					     "position %zu byte %d", i, b);
+				checked++;
+			}
+		for (size_t len = 0; len <= 37; len++)
+			if (len != 36)
+				cr_assert_eq(tbx__is_uuid(good[g], len), 0);
+	}
+	cr_assert_eq(tbx__is_uuid(NULL, 36), 0);
+	cr_assert_eq(checked, 3 * 36 * 256);
+}
+
+/* Of a repeated header the last counts, an id is lower-cased, and only
+ * the exact names are tokenbox's. */
+Test(identity, the_last_of_a_repeated_header_counts_and_names_match_exactly)
+{
+	rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+	struct tbx_msg msg;
+
+	rd_kafka_header_add(h, "tbx-id", -1,
+			    "00000000-0000-0000-0000-000000000001", -1);
+	rd_kafka_header_add(h, "TBX-TOKEN", -1,
+			    "00000000-0000-0000-0000-000000000002", -1);
+	rd_kafka_header_add(h, "tbx-idx", -1, "not a uuid", -1);
+	rd_kafka_header_add(h, "tbx-type", -1, "First", -1);
+	rd_kafka_header_add(h, "tbx-id", -1,
+			    "0190A1B2-C3D4-7E5F-8A6B-7C8D9E0F1A2B", -1);
+	rd_kafka_header_add(h, "tbx-type", -1, "Second", -1);
+	memset(&msg, 0xa5, sizeof(msg));
+	msg.topic = "in";
+	tbx__msg_parse_headers(&msg, h, 0, 5);
+	cr_assert_str_eq(msg.id, "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b");
+	cr_assert_str_eq(msg.type, "Second");
+	cr_assert(msg.untokened, "TBX-TOKEN is not tbx-token");
+	cr_assert_null(msg.malformed);
+	rd_kafka_header_add(h, "tbx-id", -1, "not a uuid", -1);
+	tbx__msg_parse_headers(&msg, h, 0, 5);
+	cr_assert_str_eq(msg.malformed, "tbx-id is not a UUID");
+	cr_assert_str_eq(msg.id, "u:in:0:5");
+	rd_kafka_headers_destroy(h);
 }
