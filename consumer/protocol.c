@@ -1305,8 +1305,24 @@ static void memo_restore(tbx__proto_t *proto, tbx__batch_t *batch,
  * the model's DEFER_FINISH.
  */
 
-/* The waiting D+E's statements, in the open transaction: the incoming
- * tokens, then the rows (never E before D).  *deleted: tokens deleted. */
+/* E's statements in the open transaction: joined, D's deletes of the
+ * incoming tokens @p toks first (never E before D, architecture.md), then
+ * the rows @p rows in one statement.  *deleted: tokens deleted. */
+static int finish_statements(tbx__proto_t *proto, const char **rows,
+			     size_t nrows, const char **toks, size_t ntok,
+			     uint64_t *deleted)
+{
+	int err;
+
+	*deleted = 0;
+	if (ntok && (err = tbx_tokens_consume_joined(
+			 proto->tokens, proto->group, toks, ntok, deleted)))
+		return err;
+	return tbx_outbox_rows_delete(proto->store, proto->group, rows, nrows);
+}
+
+/* The waiting D+E's statements (finish_statements()), in the open
+ * transaction.  *deleted: tokens deleted. */
 static int e_statements(tbx__proto_t *proto, uint64_t *deleted)
 {
 	const char **ids, **toks;
@@ -1328,12 +1344,7 @@ static int e_statements(tbx__proto_t *proto, uint64_t *deleted)
 		if (proto->e_rows[i].in_token[0])
 			toks[ntok++] = proto->e_rows[i].in_token;
 	}
-	err = ntok ? tbx_tokens_consume_joined(proto->tokens, proto->group,
-					       toks, ntok, deleted)
-		   : TBX_OK;
-	if (!err)
-		err = tbx_outbox_rows_delete(proto->store, proto->group, ids,
-					     proto->e_cnt);
+	err = finish_statements(proto, ids, proto->e_cnt, toks, ntok, deleted);
 	free(ids);
 	free(toks);
 	return err;
@@ -1461,13 +1472,18 @@ void tbx__proto_free(tbx__proto_t *proto)
 	proto->e_cnt = proto->e_cap = proto->e_off_cnt = proto->e_off_cap = 0;
 }
 
-/* E deferred: the batch's delivered rows wait for the next A.
- * @returns TBX_OK, or TBX_ENOMEM (nothing waits: E runs now). */
-static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch, size_t nrows)
+/* E deferred: the batch's delivered rows wait for the next A; *nrows
+ * receives how many.  @returns TBX_OK, or TBX_ENOMEM (nothing waits: E
+ * runs now). */
+static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch,
+		   size_t *nrows)
 {
-	if (proto->e_cnt + nrows > proto->e_cap) {
+	*nrows = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		*nrows += batch->rows[i].state == TBX_BROW_DELIVERED;
+	if (proto->e_cnt + *nrows > proto->e_cap) {
 		size_t cap = proto->e_cap ? proto->e_cap : 64;
-		while (cap < proto->e_cnt + nrows)
+		while (cap < proto->e_cnt + *nrows)
 			cap *= 2;
 		tbx__e_row_t *grown =
 		    realloc(proto->e_rows, cap * sizeof(*grown));
@@ -2058,6 +2074,15 @@ static int phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
 	return TBX_OK;
 }
 
+/* The batch's delivered rows are finished (E deleted them, or they wait
+ * for the next A). */
+static void rows_finished(tbx__batch_t *batch)
+{
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
+}
+
 /* E: delete finished rows, one S transaction.  Never before D (see
  * architecture.md); joined, D's deletes go first in this transaction and
  * commit with it.  With @p defer (finish.defer), they wait for the next A
@@ -2070,9 +2095,18 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 	uint64_t deleted = 0;
 	int err;
 
+	if (defer && e_defer(proto, batch, &nrows) == TBX_OK) {
+		if (nrows == 0)
+			return TBX_OK;
+		rows_finished(batch);
+		proto->e_deferred = 1;
+		tbx__crashpoint("E.deferred");
+		return TBX_OK;
+	}
 	if (!(rows = malloc((batch->row_cnt ? batch->row_cnt : 1) *
 			    sizeof(*rows))))
 		return TBX_ENOMEM;
+	nrows = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		if (batch->rows[i].state == TBX_BROW_DELIVERED)
 			rows[nrows++] = batch->rows[i].row.msg_id;
@@ -2080,33 +2114,15 @@ static int phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 		free(rows);
 		return TBX_OK;
 	}
-	if (defer && e_defer(proto, batch, nrows) == TBX_OK) {
-		for (size_t i = 0; i < batch->row_cnt; i++)
-			if (batch->rows[i].state == TBX_BROW_DELIVERED)
-				tbx__brow_set_state(&batch->rows[i],
-						    TBX_BROW_FINISHED);
-		proto->e_deferred = 1;
-		free(rows);
-		tbx__crashpoint("E.deferred");
-		return TBX_OK;
-	}
 	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
 		goto out;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
-	if (cnt && (err = tbx_tokens_consume_joined(proto->tokens, proto->group,
-						    ids, cnt, &deleted)))
-		goto undo;
-	/* The batch's finished rows, one statement. */
-	if ((err = tbx_outbox_rows_delete(proto->store, proto->group, rows,
-					  nrows)))
-		goto undo;
-	if ((err = tbx_outbox_commit(proto->store)))
+	if ((err = finish_statements(proto, rows, nrows, ids, cnt, &deleted)) ||
+	    (err = tbx_outbox_commit(proto->store)))
 		goto undo;
 	proto->stats->tokens_consumed += deleted;
-	for (size_t i = 0; i < batch->row_cnt; i++)
-		if (batch->rows[i].state == TBX_BROW_DELIVERED)
-			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
+	rows_finished(batch);
 	free(ids);
 	free(rows);
 	tbx__crashpoint("E.deleted");

@@ -352,6 +352,22 @@ static void batch_drop(tbx_worker_t *worker,
 	batch->cnt = kept;
 }
 
+/* Stores @p offsets and, when @p async, commits them asynchronously
+ * (else the caller's synchronous commit of the stored offsets follows). */
+static void offsets_commit(tbx_worker_t *worker,
+			   rd_kafka_topic_partition_list_t *offsets, int async)
+{
+	rd_kafka_resp_err_t rerr;
+
+	if (!offsets->cnt)
+		return;
+	if ((rerr = rd_kafka_offsets_store(worker->consumer, offsets)))
+		tbx__log(TBX_LOG_INFO, "offsets store: %s",
+			 rd_kafka_err2str(rerr));
+	if (async && (rerr = rd_kafka_commit(worker->consumer, offsets, 1)))
+		tbx__log(TBX_LOG_INFO, "commit: %s", rd_kafka_err2str(rerr));
+}
+
 /*
  * finish.defer: commits the D+E that wait for a next batch (protocol.c)
  * in a transaction of their own, then stores and commits the offsets
@@ -377,17 +393,7 @@ static int finish_waiting(tbx_worker_t *worker, const char *when, int sync)
 		return TBX_OK;
 	offsets = rd_kafka_topic_partition_list_new(4);
 	tbx__proto_take_ready(&worker->proto, offsets);
-	if (offsets->cnt) {
-		rd_kafka_resp_err_t rerr =
-		    rd_kafka_offsets_store(worker->consumer, offsets);
-		if (rerr)
-			tbx__log(TBX_LOG_INFO, "offsets store: %s",
-				 rd_kafka_err2str(rerr));
-		if (!sync &&
-		    (rerr = rd_kafka_commit(worker->consumer, offsets, 1)))
-			tbx__log(TBX_LOG_INFO, "commit: %s",
-				 rd_kafka_err2str(rerr));
-	}
+	offsets_commit(worker, offsets, !sync);
 	rd_kafka_topic_partition_list_destroy(offsets);
 	return TBX_OK;
 }
@@ -888,7 +894,6 @@ static void apply_outcome(tbx_worker_t *worker,
 {
 	rd_kafka_topic_partition_list_t *offsets =
 	    rd_kafka_topic_partition_list_new(8);
-	rd_kafka_resp_err_t rerr;
 
 	for (size_t i = 0; i < result->part_cnt; i++) {
 		const tbx__part_outcome_t *out = &result->parts[i];
@@ -903,16 +908,7 @@ static void apply_outcome(tbx_worker_t *worker,
 	/* finish.defer: the offsets behind rows whose D+E committed with
 	 * this batch's A. */
 	tbx__proto_take_ready(&worker->proto, offsets);
-	if (offsets->cnt) {
-		rerr = rd_kafka_offsets_store(worker->consumer, offsets);
-		if (rerr)
-			tbx__log(TBX_LOG_INFO, "offsets store: %s",
-				 rd_kafka_err2str(rerr));
-		rerr = rd_kafka_commit(worker->consumer, offsets, 1);
-		if (rerr)
-			tbx__log(TBX_LOG_INFO, "commit: %s",
-				 rd_kafka_err2str(rerr));
-	}
+	offsets_commit(worker, offsets, 1);
 	rd_kafka_topic_partition_list_destroy(offsets);
 	tbx__crashpoint("F.committed");
 }
