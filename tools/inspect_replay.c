@@ -7,10 +7,19 @@
  * recorded it.  Replay re-publishes the dead letters one group recorded to
  * their original topic with a fresh id and a token minted for that group
  * only (tbx__publish_replay): the other groups subscribed to the topic
- * handled the original and drop the replay as a duplicate.  Its caller id
- * on the ingress edge is "replay:<the dead letter's tbx-id>", so a second
- * replay of the same dead letter within ingress.dedup.window.ms is a
- * natural duplicate and is not sent again.
+ * handled the original and drop the replay as a duplicate.
+ *
+ * A dead letter on the topic does not say which group sent it: when
+ * several groups consume one topic and share its dead-letter topic, each
+ * that dead-lettered a record sent a dead letter of the same origin (and
+ * a dead letter can be dispatched twice).  What the group recorded is one
+ * dead letter per origin, so an origin is replayed once per run, from
+ * whichever copy comes first (they carry the same key, payload, type and
+ * headers), and its caller id on the ingress edge is made of the group
+ * and the origin, "replay:<group>:<partition>:<offset>" on the origin
+ * topic: a second replay within ingress.dedup.window.ms, from any copy,
+ * is a natural duplicate and is not sent again, while another group's
+ * replay of the same record is its own.
  */
 #include <inttypes.h>
 #include <strings.h>
@@ -21,6 +30,7 @@
 #include "base/clock.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/str.h"
 #include "consumer/publish.h"
 #include "consumer/conf.h"
@@ -329,8 +339,93 @@ static int subscribed(insp_t *in, const char *topic, const char *grp, int *yes)
 	return 0;
 }
 
+/* The origins taken in this run: a set of "<partition>:<offset>:<topic>"
+ * strings (open addressing, FNV-1a). */
+typedef struct origins {
+	char **slot;
+	size_t cap, cnt;
+} origins_t;
+
+static uint64_t origin_hash(const char *key)
+{
+	uint64_t h = 14695981039346656037ULL;
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 1099511628211ULL;
+	return h;
+}
+
+static void origins_free(origins_t *o)
+{
+	for (size_t i = 0; i < o->cap; i++)
+		free(o->slot[i]);
+	free(o->slot);
+	memset(o, 0, sizeof(*o));
+}
+
+/* Puts @p key in @p o.  @returns 1 when it was new, 0 when it was there,
+ * -1 when out of memory. */
+static int origins_add(origins_t *o, const char *key)
+{
+	size_t i;
+
+	if (2 * (o->cnt + 1) > o->cap) {
+		origins_t grown = {NULL, o->cap ? 2 * o->cap : 64, 0};
+
+		if (!(grown.slot = calloc(grown.cap, sizeof(*grown.slot))))
+			return -1;
+		for (size_t j = 0; j < o->cap; j++) {
+			if (!o->slot[j])
+				continue;
+			i = origin_hash(o->slot[j]) & (grown.cap - 1);
+			while (grown.slot[i])
+				i = (i + 1) & (grown.cap - 1);
+			grown.slot[i] = o->slot[j];
+			grown.cnt++;
+		}
+		free(o->slot);
+		*o = grown;
+	}
+	i = origin_hash(key) & (o->cap - 1);
+	for (; o->slot[i]; i = (i + 1) & (o->cap - 1))
+		if (strcmp(o->slot[i], key) == 0)
+			return 0;
+	if (!(o->slot[i] = tbx__strdup(key)))
+		return -1;
+	o->cnt++;
+	return 1;
+}
+
+/* The caller id of @p grp's replay of origin (@p partition, @p offset)
+ * (the topic is the edge's other key): "replay:<group>:<partition>:
+ * <offset>", with the group's SHA-256 in hex for a group too long to fit
+ * TBX_CALLER_ID_MAX. */
+static void replay_caller_id(const char *grp, int64_t partition, int64_t offset,
+			     char *out, size_t size)
+{
+	char hex[2 * TBX_SHA256_LEN + 8];
+	int n = snprintf(out, size, "replay:%s:%" PRId64 ":%" PRId64, grp,
+			 partition, offset);
+
+	if (n >= 0 && (size_t)n < size && n <= TBX_CALLER_ID_MAX)
+		return;
+	{
+		tbx__sha256_t h;
+		uint8_t sum[TBX_SHA256_LEN];
+
+		tbx__sha256_init(&h);
+		tbx__sha256_update(&h, grp, strlen(grp));
+		tbx__sha256_final(&h, sum);
+		memcpy(hex, "sha256-", 7);
+		for (size_t i = 0; i < TBX_SHA256_LEN; i++)
+			snprintf(hex + 7 + 2 * i, 3, "%02x", sum[i]);
+	}
+	snprintf(out, size, "replay:%s:%" PRId64 ":%" PRId64, hex, partition,
+		 offset);
+}
+
 typedef struct replayed {
-	size_t sent, again, skipped, failed;
+	size_t sent, again, skipped, copies, failed;
 } replayed_t;
 
 /* Flushes the queued replays and counts their outcomes.  @returns 0 or an
@@ -366,15 +461,17 @@ static int replay_flush(tbx_publisher_t *pub, size_t queued, replayed_t *res)
 	return 0;
 }
 
-/* Queues the replay of dead letter @p m (from @p topic). */
+/* Queues the replay of dead letter @p m (from @p topic, @p partition,
+ * @p offset). */
 static int replay_one(insp_t *in, tbx_publisher_t *pub, const char *grp,
-		      const rd_kafka_message_t *m, const char *topic)
+		      const rd_kafka_message_t *m, const char *topic,
+		      int64_t partition, int64_t offset)
 {
 	rd_kafka_headers_t *hs = NULL;
 	tbx_header_t *extra = NULL;
 	size_t cnt = 0, n = 0;
 	char type[REPLAY_TYPE_MAX + 1], dlq_id[TBX_MSGID_MAX + 1],
-	    own_id[TBX_MSGID_MAX + 1], caller[TBX_MSGID_MAX + 64];
+	    own_id[TBX_MSGID_MAX + 1], caller[TBX_CALLER_ID_MAX + 1];
 	const char *name;
 	const void *v;
 	size_t len;
@@ -396,7 +493,7 @@ static int replay_one(insp_t *in, tbx_publisher_t *pub, const char *grp,
 	if (!*hdr(m, "tbx-id", own_id, sizeof(own_id)))
 		snprintf(own_id, sizeof(own_id), "%s:%" PRId32 ":%" PRId64,
 			 in->o->topic, m->partition, m->offset);
-	snprintf(caller, sizeof(caller), "replay:%s", own_id);
+	replay_caller_id(grp, partition, offset, caller, sizeof(caller));
 	tbx_out_t out = {.topic = topic,
 			 .type = *type ? type : "tbx.dead-letter",
 			 .key = m->key,
@@ -419,10 +516,12 @@ int insp_dl_replay(insp_t *in)
 	tbx_conf_t *conf = NULL;
 	replayed_t res = {0};
 	rd_kafka_message_t *m;
-	char *grp = NULL, errstr[512], topic[TBX_TOPIC_MAX + 1];
+	origins_t taken = {NULL, 0, 0};
+	char *grp = NULL, errstr[512], topic[TBX_TOPIC_MAX + 1],
+	     key[TBX_TOPIC_MAX + 48];
 	int64_t partition, offset;
 	size_t queued = 0, considered = 0;
-	int rc, found, yes, err;
+	int rc, found, yes, err, fresh;
 
 	memset(&r, 0, sizeof(r));
 	if ((rc = replay_group(in, &grp)))
@@ -454,6 +553,21 @@ int insp_dl_replay(insp_t *in)
 			rd_kafka_message_destroy(m);
 			continue;
 		}
+		/* One replay per origin the group recorded: another copy is
+		 * another group's dead letter of the same record, or the
+		 * same dead letter dispatched twice. */
+		snprintf(key, sizeof(key), "%" PRId64 ":%" PRId64 ":%s",
+			 partition, offset, topic);
+		if ((fresh = origins_add(&taken, key)) < 0) {
+			rd_kafka_message_destroy(m);
+			rc = tbx_cli_usage(INSPECT_CMD, "out of memory");
+			goto out;
+		}
+		if (!fresh) {
+			res.copies++;
+			rd_kafka_message_destroy(m);
+			continue;
+		}
 		if (o->limit && (long long)considered >= o->limit) {
 			rd_kafka_message_destroy(m);
 			continue;
@@ -471,7 +585,7 @@ int insp_dl_replay(insp_t *in)
 			rd_kafka_message_destroy(m);
 			continue;
 		}
-		err = replay_one(in, pub, grp, m, topic);
+		err = replay_one(in, pub, grp, m, topic, partition, offset);
 		rd_kafka_message_destroy(m);
 		if (err) {
 			rc = tbx_cli_usage(INSPECT_CMD,
@@ -493,6 +607,10 @@ int insp_dl_replay(insp_t *in)
 		printf(", %zu replayed before (not sent again)", res.again);
 	if (res.skipped)
 		printf(", %zu records of other groups skipped", res.skipped);
+	if (res.copies)
+		printf(", %zu more copies of them skipped (another group's "
+		       "dead letter of the same record, or one sent twice)",
+		       res.copies);
 	printf("\n");
 	rc = INSPECT_EXIT_OK;
 	if (res.failed)
@@ -504,6 +622,7 @@ out:
 	reader_close(&r);
 	tbx_publisher_destroy(pub);
 	tbx_conf_destroy(conf);
+	origins_free(&taken);
 	free(grp);
 	return rc;
 }

@@ -1,0 +1,629 @@
+/*
+ * Every repair of `tokenbox inspect` with several consumer groups on one
+ * topic and one dead-letter topic: g1 and g2 both consume "in" (and send
+ * to "out", consumed by d) and dead-letter to "in.dlq".  A repair run for
+ * one group acts on that group's records only, each once: its effect
+ * happens exactly once in that group and nothing happens in the other.
+ *
+ * The same executable runs in the pg tier (TBX_PG_TIER=1), every store a
+ * schema; `inspect` then gets the server's URL and --schema.
+ */
+#include <signal.h>
+
+#include "cli_child.h"
+#include "support.h"
+
+#define N 6 /* records of the crash cases */
+
+typedef struct env {
+	char *dir;
+	char *s1, *s2; /* the service stores of g1 and g2 (may be one) */
+	char *sd;      /* d's */
+	char *t;       /* the token store */
+	tt_cluster_t *c;
+} env_t;
+
+static void env_init(env_t *e, int shared)
+{
+	e->dir = tt_tmpdir();
+	e->s1 = tt_store_new(e->dir, "s1");
+	e->s2 = shared ? strdup(e->s1) : tt_store_new(e->dir, "s2");
+	e->sd = tt_store_new(e->dir, "sd");
+	e->t = tt_tokens_new(e->dir, "tokens", 0);
+	e->c = tt_cluster_new(1);
+	tt_cluster_topic(e->c, "in", 1);
+	tt_cluster_topic(e->c, "out", 1);
+	tt_cluster_topic(e->c, "in.dlq", 1);
+	tt_tokens_init(e->t);
+}
+
+static void env_fini(env_t *e)
+{
+	tt_cluster_destroy(e->c);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->s1);
+	free(e->s2);
+	free(e->sd);
+	free(e->t);
+}
+
+/* Runs `tokenbox inspect` on service store @p s and the token store with
+ * the command @p cmd (NULL-terminated): paths, or in the pg tier the
+ * server's URL and the schemas. */
+static cc_result_t inspect(const env_t *e, const char *s,
+			   const char *const *cmd)
+{
+	static char url[2][2200];
+	const char *argv[64] = {"inspect"};
+	size_t n = 1;
+
+	if (tt_store_is_pg(s)) {
+		argv[n++] = "-s";
+		argv[n++] = tt_store_url(s, url[0], sizeof(url[0]));
+		argv[n++] = "--schema";
+		argv[n++] = tt_store_schema(s);
+		argv[n++] = "-S";
+		argv[n++] = tt_store_url(e->t, url[1], sizeof(url[1]));
+		argv[n++] = "--tokens-schema";
+		argv[n++] = tt_store_schema(e->t);
+	} else {
+		argv[n++] = "-s";
+		argv[n++] = s;
+		argv[n++] = "-S";
+		argv[n++] = e->t;
+	}
+	for (size_t i = 0; cmd[i] && n < 63; i++)
+		argv[n++] = cmd[i];
+	argv[n] = NULL;
+	return cc_run(argv);
+}
+
+#define INSPECT(e, s, ...)                                                     \
+	inspect((e), (s), (const char *const[]){__VA_ARGS__, NULL})
+
+/* A worker of @p grp on "in" (type Ping) with @p hop; more "key",
+ * "value" settings may follow in @p k1, @p v1. */
+static tbx_worker_t *worker(const env_t *e, const char *grp, const char *s,
+			    const char *topic, const char *type,
+			    tbx_handler_fn fn, void *opaque, const char *k1,
+			    const char *v1)
+{
+	char err[256];
+	tbx_worker_t *w =
+	    tbx_worker_new(tt_conf(e->c->bootstraps, grp, s, e->t,
+				   "kafka.producer.message.max.bytes", "4096",
+				   "dispatch.retry.max", "1", k1, v1, NULL),
+			   err, sizeof(err));
+
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, topic, type, fn, opaque), TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK); /* subscribes */
+	return w;
+}
+
+/* A tt_drive() condition: every count equals its number (db NULL ends). */
+typedef struct want {
+	const char *db, *sql;
+	int64_t n;
+} want_t;
+
+static int all_reached(void *opaque)
+{
+	const want_t *w = opaque;
+
+	for (; w->db; w++)
+		if (tt_count(w->db, w->sql) != w->n)
+			return 0;
+	return 1;
+}
+
+static int64_t count_in(const env_t *e, const char *topic, const char *hdr)
+{
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(e->c->bootstraps, topic, &recs);
+	int64_t n = 0;
+
+	for (size_t i = 0; i < cnt; i++) {
+		const void *v;
+		size_t len;
+
+		if (!hdr ||
+		    !rd_kafka_header_get_last(recs[i].headers, hdr, &v, &len))
+			n++;
+	}
+	tt_records_free(recs, cnt);
+	return n;
+}
+
+/*
+ * dead-letters replay
+ */
+
+static cc_result_t replay(const env_t *e, const char *s, const char *grp)
+{
+	return INSPECT(e, s, "dead-letters", "replay", "-b", e->c->bootstraps,
+		       "-t", "in.dlq", "--group", grp);
+}
+
+static void assert_prefix(const cc_result_t *res, int status, const char *out)
+{
+	cr_assert(cc_exited(res->status, status), "status %d: %s%s",
+		  res->status, res->out, res->err);
+	cr_assert(strncmp(res->out, out, strlen(out)) == 0,
+		  "expected '%s...', got '%s'", out, res->out);
+}
+
+/* g1 and g2 both dead-letter m-1 to in.dlq; each replays its own. */
+static void replay_case(int shared)
+{
+	env_t e;
+	tt_hop_t hop1 = {.table = "hop1", .reject = "m-1"};
+	tt_hop_t hop2 = {.table = "hop2", .reject = "m-1"};
+	tbx_worker_t *w[2];
+	cc_result_t res;
+
+	env_init(&e, shared);
+	tt_hop_table(e.s1, "hop1");
+	tt_hop_table(e.s2, "hop2");
+	w[0] = worker(&e, "g1", e.s1, "in", "Ping", tt_hop_handle, &hop1, NULL,
+		      NULL);
+	w[1] = worker(&e, "g2", e.s2, "in", "Ping", tt_hop_handle, &hop2, NULL,
+		      NULL);
+	tt_publish(e.c->bootstraps, e.t, "in", "Ping", 2, 1, "m");
+	want_t dead[] = {
+	    {e.s1, "SELECT COUNT(*) FROM hop1", 1},
+	    {e.s2, "SELECT COUNT(*) FROM hop2", 1},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters WHERE grp = 'g1'", 1},
+	    {e.s2, "SELECT COUNT(*) FROM tbx_dead_letters WHERE grp = 'g2'", 1},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {e.s2, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 2, all_reached, dead, 5, 90));
+	cr_assert_eq(count_in(&e, "in.dlq", NULL), 2,
+		     "one dead letter of m-1 per group");
+
+	/* g1's handler is fixed: g1's dead letter goes back, once. */
+	hop1.reject = NULL;
+	res = replay(&e, e.s1, "g1");
+	assert_prefix(
+	    &res, 0,
+	    "replayed 1 dead letters of g1 from in.dlq, 1 more copies "
+	    "of them skipped (another group's dead letter of the "
+	    "same record, or one sent twice)\n");
+	cr_assert_eq(cc_lines(res.out), 1, "%s", res.out);
+	cc_result_free(&res);
+	want_t g1_done[] = {{e.s1, "SELECT COUNT(*) FROM hop1", 2},
+			    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+			    {e.s2, "SELECT COUNT(*) FROM tbx_outbox", 0},
+			    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 2, all_reached, g1_done, 10, 90));
+	/* Again: nothing new. */
+	res = replay(&e, e.s1, "g1");
+	assert_prefix(&res, 0,
+		      "replayed 0 dead letters of g1 from in.dlq, 1 "
+		      "replayed before (not sent again)");
+	cc_result_free(&res);
+	cr_assert(tt_drive(w, 2, all_reached, g1_done, 10, 90));
+	cr_assert_eq(count_in(&e, "in", "tbx-replay-of"), 1, "one replay");
+	cr_assert_eq(
+	    tt_count(e.s1, "SELECT COUNT(*) FROM hop1 WHERE payload = 'm-1'"),
+	    1, "g1 applied its dead letter once");
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(*) FROM hop2"), 1,
+		     "nothing happened in g2");
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(*) FROM tbx_dead_letters "
+				    "WHERE grp = 'g2'"),
+		     1, "g2 did not see the replay as a record of its own");
+
+	/* g2's turn: its own dead letter, once, and not g1's again. */
+	hop2.reject = NULL;
+	res = replay(&e, e.s2, "g2");
+	assert_prefix(&res, 0, "replayed 1 dead letters of g2 from in.dlq");
+	cc_result_free(&res);
+	want_t g2_done[] = {{e.s2, "SELECT COUNT(*) FROM hop2", 2},
+			    {e.s1, "SELECT COUNT(*) FROM hop1", 2},
+			    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+			    {e.s2, "SELECT COUNT(*) FROM tbx_outbox", 0},
+			    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 2, all_reached, g2_done, 10, 90));
+	res = replay(&e, e.s2, "g2");
+	assert_prefix(&res, 0,
+		      "replayed 0 dead letters of g2 from in.dlq, 1 "
+		      "replayed before (not sent again)");
+	cc_result_free(&res);
+	cr_assert(tt_drive(w, 2, all_reached, g2_done, 10, 90));
+	cr_assert_eq(count_in(&e, "in", "tbx-replay-of"), 2,
+		     "one replay per group");
+	cr_assert_eq(
+	    tt_count(e.s2, "SELECT COUNT(*) FROM hop2 WHERE payload = 'm-1'"),
+	    1, "g2 applied its dead letter once");
+	cr_assert_eq(
+	    tt_count(e.s1, "SELECT COUNT(*) FROM hop1 WHERE payload = 'm-1'"),
+	    1, "g1 did not apply g2's replay");
+	cr_assert_eq(tt_count(e.t, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	env_fini(&e);
+}
+
+Test(cli_repairs, replay_acts_on_its_groups_dead_letters_once, .timeout = 300)
+{
+	replay_case(0);
+}
+
+Test(cli_repairs, replay_acts_once_when_the_groups_share_a_store,
+     .timeout = 300)
+{
+	replay_case(1);
+}
+
+/*
+ * redispatch and cleanup: g1 and g2 share a service store; both were
+ * killed right after minting (B.minted), their rows and attempts left.
+ */
+
+static void crash(const env_t *e, const char *s, const char *grp)
+{
+	char prog[4096];
+	const char *bin = getenv("TBX_TEST_BIN_DIR");
+	int status;
+
+	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
+	char *argv[] = {prog, e->c->bootstraps, (char *)s,
+			e->t, (char *)grp,	NULL};
+	char *envv[] = {"TBX_CRASH_AT=B.minted", NULL};
+	status = tt_wait(tt_spawn(argv, envv), 90);
+	cr_assert(status != -1 && WIFSIGNALED(status) &&
+		      WTERMSIG(status) == SIGKILL,
+		  "%s was not killed at B.minted (%d)", grp, status);
+}
+
+/* tt_count() of @p sql_grp, which ends in "grp = ", for @p grp. */
+static int64_t count_grp(const char *db, const char *sql_grp, const char *grp)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "%s'%s'", sql_grp, grp);
+	return tt_count(db, sql);
+}
+
+#define ROWS   "SELECT COUNT(*) FROM tbx_outbox WHERE grp = "
+#define TOKENS "SELECT COUNT(*) FROM tbx_tokens WHERE grp = "
+#define REGS   "SELECT COUNT(*) FROM tbx_registrations WHERE send_grp = "
+
+/* What the stores hold of one group. */
+typedef struct held {
+	int64_t rows, tokens, regs;
+} held_t;
+
+static held_t held(const env_t *e, const char *s, const char *grp)
+{
+	return (held_t){count_grp(s, ROWS, grp), count_grp(e->t, TOKENS, grp),
+			count_grp(e->t, REGS, grp)};
+}
+
+static void assert_held(held_t now, held_t was, const char *what)
+{
+	cr_assert(now.rows == was.rows && now.tokens == was.tokens &&
+		      now.regs == was.regs,
+		  "%s: g2's rows %lld -> %lld, tokens %lld -> %lld, "
+		  "registrations %lld -> %lld",
+		  what, (long long)was.rows, (long long)now.rows,
+		  (long long)was.tokens, (long long)now.tokens,
+		  (long long)was.regs, (long long)now.regs);
+}
+
+/* Both groups resume and d takes everything: each group's effect and
+ * each outgoing message once. */
+static void finish_all(const env_t *e)
+{
+	tt_hop_t hop1 = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tt_hop_t hop2 = hop1;
+	tt_hop_t hopd = {.table = "hopd"};
+	tbx_worker_t *w[3];
+
+	tt_hop_table(e->sd, "hopd");
+	w[0] = worker(e, "g1", e->s1, "in", "Ping", tt_hop_handle, &hop1, NULL,
+		      NULL);
+	w[1] = worker(e, "g2", e->s2, "in", "Ping", tt_hop_handle, &hop2, NULL,
+		      NULL);
+	w[2] = worker(e, "d", e->sd, "out", "Pong", tt_hop_handle, &hopd, NULL,
+		      NULL);
+	want_t done[] = {
+	    {e->s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {e->sd, "SELECT COUNT(DISTINCT msg_id) FROM hopd", 2 * N},
+	    {e->sd, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {e->t, "SELECT COUNT(*) FROM tbx_tokens", 0},
+	    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 3, all_reached, done, 20, 120),
+		  "the groups did not finish");
+	/* Both groups write hop1 of the shared store. */
+	cr_assert_eq(tt_count(e->s1, "SELECT COUNT(*) FROM hop1"), 2 * N);
+	cr_assert_eq(
+	    tt_count(e->s1, "SELECT COUNT(DISTINCT payload) FROM hop1"), N);
+	cr_assert_eq(tt_count(e->sd, "SELECT COUNT(*) FROM hopd"), 2 * N,
+		     "an outgoing message took effect twice downstream");
+	for (int i = 0; i < 3; i++)
+		tbx_worker_destroy(w[i]);
+}
+
+static void crashed_pair(env_t *e)
+{
+	env_init(e, 1);
+	tt_subscribe(e->t, "in", "g1");
+	tt_subscribe(e->t, "in", "g2");
+	tt_subscribe(e->t, "out", "d");
+	tt_hop_table(e->s1, "hop1");
+	tt_publish(e->c->bootstraps, e->t, "in", "Ping", N, 2, "m");
+	crash(e, e->s1, "g1");
+	crash(e, e->s2, "g2");
+	cr_assert_gt(count_grp(e->s1, ROWS, "g1"), 0);
+	cr_assert_gt(count_grp(e->s2, ROWS, "g2"), 0);
+	cr_assert_gt(count_grp(e->t, REGS, "g2"), 0);
+}
+
+Test(cli_repairs, redispatch_of_one_group_leaves_the_other_alone,
+     .timeout = 400)
+{
+	env_t e;
+	cc_result_t res;
+	held_t g2;
+	int64_t g1_rows;
+
+	crashed_pair(&e);
+	g2 = held(&e, e.s2, "g2");
+	g1_rows = count_grp(e.s1, ROWS, "g1");
+	res = INSPECT(&e, e.s1, "redispatch", "--group", "g1", "--older-than",
+		      "0s", "-b", e.c->bootstraps);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s%s", res.status,
+		  res.out, res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_grp(e.s1, ROWS, "g1"), 0, "g1's rows finished");
+	assert_held(held(&e, e.s2, "g2"), g2, "redispatch --group g1");
+	cr_assert_eq(count_in(&e, "out", NULL), g1_rows,
+		     "g1's messages only, once each: %lld of %lld",
+		     (long long)count_in(&e, "out", NULL), (long long)g1_rows);
+	/* Again: nothing of g1 is left, and g2 is still not touched. */
+	res = INSPECT(&e, e.s1, "redispatch", "--group", "g1", "--older-than",
+		      "0s", "-b", e.c->bootstraps);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	assert_held(held(&e, e.s2, "g2"), g2, "a second redispatch");
+	cr_assert_eq(count_in(&e, "out", NULL), g1_rows);
+	finish_all(&e);
+	env_fini(&e);
+}
+
+Test(cli_repairs, cleanup_of_one_group_leaves_the_other_alone, .timeout = 400)
+{
+	env_t e;
+	cc_result_t res;
+	held_t g2;
+
+	crashed_pair(&e);
+	res = INSPECT(&e, e.s1, "redispatch", "--group", "g1", "--older-than",
+		      "0s", "-b", e.c->bootstraps);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	cr_assert_gt(count_grp(e.t, REGS, "g1"), 0, "g1's crashed attempts");
+	g2 = held(&e, e.s2, "g2");
+	int64_t d_tokens = count_grp(e.t, TOKENS, "d");
+
+	/* g1's crashed attempts are orphans now; g2's are in flight. */
+	res = INSPECT(&e, e.s1, "cleanup", "--group", "g1");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_grp(e.t, REGS, "g1"), 0, "g1's orphans swept");
+	assert_held(held(&e, e.s2, "g2"), g2, "cleanup --group g1");
+	/* d's tokens: g1's orphans' went, g2's attempts' stay. */
+	cr_assert_lt(count_grp(e.t, TOKENS, "d"), d_tokens);
+	int64_t d_after = count_grp(e.t, TOKENS, "d");
+
+	/* Without --group, both groups of the store are judged: g2's
+	 * attempts are in flight and stay. */
+	res = INSPECT(&e, e.s1, "cleanup");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	assert_held(held(&e, e.s2, "g2"), g2, "cleanup");
+	cr_assert_eq(count_grp(e.t, TOKENS, "d"), d_after);
+	finish_all(&e);
+	env_fini(&e);
+}
+
+/*
+ * undelivered resend: g1 and g2 (one store) each reply to "out" with a
+ * message too large for their producers and for the dead-letter topic.
+ */
+
+#define BIG 6000
+
+static tbx_verdict_t big_reply(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+			       void *opaque)
+{
+	char *big = malloc(BIG);
+	tbx_out_t out = {
+	    .topic = "out", .type = "Pong", .payload = big, .payload_len = BIG};
+	int n;
+
+	(void)msg;
+	cr_assert(big);
+	memset(big, 'b', BIG);
+	n = snprintf(big, 16, "%s:", (const char *)opaque);
+	big[n] = 'b';
+	n = tbx_ctx_send(ctx, &out) == TBX_OK;
+	free(big);
+	return n ? TBX_VERDICT_OK : TBX_VERDICT_RETRY;
+}
+
+static int64_t line_of(const env_t *e, const char *grp)
+{
+	return count_grp(
+	    e->s1, "SELECT MAX(id) FROM tbx_undelivered WHERE grp = ", grp);
+}
+
+static cc_result_t resend(const env_t *e, int64_t line, const char *grp)
+{
+	char id[24];
+
+	snprintf(id, sizeof(id), "%lld", (long long)line);
+	return INSPECT(e, e->s1, "undelivered", "resend", id, "--group", grp,
+		       "-b", e->c->bootstraps);
+}
+
+Test(cli_repairs, undelivered_resend_sends_one_groups_line_once, .timeout = 300)
+{
+	env_t e;
+	tbx_worker_t *w[2];
+	cc_result_t res;
+	tt_hop_t hopd = {.table = "hopd"};
+	int64_t l1, l2;
+
+	env_init(&e, 1);
+	tt_subscribe(e.t, "out", "d");
+	w[0] =
+	    worker(&e, "g1", e.s1, "in", "Ping", big_reply, "g1", NULL, NULL);
+	w[1] =
+	    worker(&e, "g2", e.s2, "in", "Ping", big_reply, "g2", NULL, NULL);
+	tt_publish(e.c->bootstraps, e.t, "in", "Ping", 1, 1, "m");
+	want_t kept[] = {
+	    {e.s1, "SELECT COUNT(*) FROM tbx_undelivered WHERE grp = 'g1'", 1},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_undelivered WHERE grp = 'g2'", 1},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 2, all_reached, kept, 10, 90));
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	cr_assert_eq(count_in(&e, "out", NULL), 0);
+	cr_assert_eq(count_in(&e, "in.dlq", NULL), 0);
+	cr_assert_eq(count_grp(e.t, TOKENS, "d"), 2, "a token per reply");
+	l1 = line_of(&e, "g1");
+	l2 = line_of(&e, "g2");
+
+	/* g2's line is not g1's to resend. */
+	res = resend(&e, l2, "g1");
+	cr_assert(cc_exited(res.status, 1), "status %d: %s%s", res.status,
+		  res.out, res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_in(&e, "out", NULL), 0, "nothing sent");
+	/* g1's, once; its line goes, g2's stays. */
+	res = resend(&e, l1, "g1");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	res = resend(&e, l1, "g1");
+	cr_assert(cc_exited(res.status, 1), "a second resend: %s", res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_in(&e, "out", NULL), 1);
+	cr_assert_eq(count_grp(e.s1,
+			       "SELECT COUNT(*) FROM tbx_undelivered WHERE "
+			       "grp = ",
+			       "g2"),
+		     1, "g2's line is kept");
+
+	tt_hop_table(e.sd, "hopd");
+	w[0] = worker(&e, "d", e.sd, "out", "Pong", tt_hop_handle, &hopd, NULL,
+		      NULL);
+	want_t one[] = {
+	    {e.sd, "SELECT COUNT(*) FROM hopd", 1},
+	    {e.t, "SELECT COUNT(*) FROM tbx_tokens WHERE grp = 'd'", 1},
+	    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 1, all_reached, one, 10, 90));
+	cr_assert_eq(
+	    tt_count(e.sd,
+		     "SELECT COUNT(*) FROM hopd WHERE payload LIKE 'g1:%'"),
+	    1, "g1's reply took effect");
+
+	/* Then g2's: once, though its record is sent twice. */
+	res = resend(&e, l2, "g2");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(e.c->bootstraps, "out", &recs);
+	cr_assert_eq(cnt, 2);
+	tt_reproduce(e.c->bootstraps, "out", recs, cnt);
+	tt_records_free(recs, cnt);
+	want_t two[] = {{e.sd, "SELECT COUNT(*) FROM hopd", 2},
+			{e.t, "SELECT COUNT(*) FROM tbx_tokens", 0},
+			{e.sd, "SELECT COUNT(*) FROM tbx_outbox", 0},
+			{NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 1, all_reached, two, 20, 90));
+	cr_assert_eq(
+	    tt_count(e.sd,
+		     "SELECT COUNT(*) FROM hopd WHERE payload LIKE 'g2:%'"),
+	    1, "g2's reply took effect once");
+	cr_assert_eq(
+	    tt_count(e.sd,
+		     "SELECT COUNT(*) FROM hopd WHERE payload LIKE 'g1:%'"),
+	    1, "g1's reply took effect once");
+	tbx_worker_destroy(w[0]);
+	env_fini(&e);
+}
+
+/*
+ * unsubscribe: g1 retires from "in"; g2 goes on.
+ */
+
+Test(cli_repairs, unsubscribe_of_one_group_leaves_the_other_alone,
+     .timeout = 300)
+{
+	env_t e;
+	cc_result_t res;
+	tbx_worker_t *w;
+	tt_hop_t hop1 = {.table = "hop1"}, hop2 = {.table = "hop2"};
+
+	env_init(&e, 0);
+	/* g1 ran once (its store exists), then stopped for good. */
+	tt_hop_table(e.s1, "hop1");
+	w = worker(&e, "g1", e.s1, "in", "Ping", tt_hop_handle, &hop1, NULL,
+		   NULL);
+	tbx_worker_destroy(w);
+	tt_subscribe(e.t, "in", "g2");
+	tt_subscribe(e.t, "in.dlq", "archiver");
+	tt_publish(e.c->bootstraps, e.t, "in", "Ping", 3, 1, "m");
+	cr_assert_eq(count_grp(e.t, TOKENS, "g1"), 3);
+	cr_assert_eq(count_grp(e.t, TOKENS, "g2"), 3);
+
+	res = INSPECT(&e, e.s1, "unsubscribe", "--group", "g1", "--topic", "in",
+		      "--idle-after", "0s", "--yes");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.out, "removed 3 token row(s) of g1"), "%s",
+		  res.out);
+	cc_result_free(&res);
+	cr_assert_eq(count_grp(e.t, TOKENS, "g1"), 0);
+	cr_assert_eq(count_grp(e.t, TOKENS, "g2"), 3, "g2's tokens stay");
+	cr_assert_eq(tt_count(e.t, "SELECT COUNT(*) FROM tbx_subscriptions "
+				   "WHERE grp = 'g2' AND topic = 'in'"),
+		     1);
+	cr_assert_eq(tt_count(e.t, "SELECT COUNT(*) FROM tbx_subscriptions "
+				   "WHERE grp = 'archiver'"),
+		     1);
+	/* Again: g1 has no subscription left (exit 1), g2 keeps its own. */
+	res = INSPECT(&e, e.s1, "unsubscribe", "--group", "g1", "--topic", "in",
+		      "--idle-after", "0s", "--yes");
+	cr_assert(cc_exited(res.status, 1), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_grp(e.t, TOKENS, "g2"), 3);
+
+	/* g2 handles every record once, those sent before and after. */
+	tt_hop_table(e.s2, "hop2");
+	w = worker(&e, "g2", e.s2, "in", "Ping", tt_hop_handle, &hop2, NULL,
+		   NULL);
+	tt_publish(e.c->bootstraps, e.t, "in", "Ping", 2, 1, "n");
+	cr_assert_eq(count_grp(e.t, TOKENS, "g1"), 0, "no token for g1");
+	want_t done[] = {{e.s2, "SELECT COUNT(*) FROM hop2", 5},
+			 {e.t, "SELECT COUNT(*) FROM tbx_tokens", 0},
+			 {NULL, NULL, 0}};
+	cr_assert(tt_drive(&w, 1, all_reached, done, 10, 90));
+	cr_assert_eq(tt_count(e.s2, "SELECT COUNT(DISTINCT payload) FROM hop2"),
+		     5);
+	tbx_worker_destroy(w);
+	env_fini(&e);
+}
