@@ -604,6 +604,7 @@ Test(exporter, refusals_and_partial_success_are_counted, .timeout = 120)
 			"{\"partialSuccess\":{\"rejectedSpans\":\"3\","
 			"\"errorMessage\":\"too old\"}}");
 	conf = conf_for(c.port, 100, 10, 10000);
+	conf.delay_ms = 3600000; /* one request, of all 10 */
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)));
 	for (int i = 0; i < 10; i++)
 		tbx__exporter_enqueue(e, a_span(i));
@@ -652,7 +653,8 @@ Test(exporter, a_dead_collector_loses_spans_counted_never_waited_for,
 	tbx__exporter_stats(e, &st);
 	cr_expect_eq(st.enqueued, queued);
 	cr_expect_eq(st.dropped, dropped);
-	cr_expect_gt(dropped, 0, "a queue of 50 took 5000 spans");
+	/* How many were dropped depends on how fast the refusals come: the
+	 * never-answering collector below pins that down. */
 	tbx__exporter_destroy(e, 2000);
 
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)));
