@@ -335,3 +335,32 @@ Test(metrics_attack, the_worker_and_the_endpoint_survive_hostile_clients,
 	free(store);
 	free(tokens);
 }
+
+/* libmicrohttpd's own timeout counts idle time only: a client trickling
+ * a byte every half second is never idle.  The server still closes it
+ * (TBX_METRICS_IDLE_MS after it came), long before the client would
+ * stop trickling. */
+Test(metrics_attack, a_trickling_client_is_cut_whatever_it_sends,
+     .timeout = 300)
+{
+	tbx__metrics_t *m;
+	char err[256];
+	int fd, cut = 0;
+	/* Trickles far longer than the server's bound, then gives up. */
+	int rounds = 4 * TBX_METRICS_IDLE_MS / 500 * tt_time_factor();
+
+	cr_assert_eq(tbx__metrics_new("127.0.0.1:0", "", &m, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	port_ = tbx__metrics_port(m);
+	fd = dial_from("127.0.0.1");
+	cr_assert(fd >= 0);
+	cr_assert_eq(push(fd, "GET /metrics HTTP/1.1\r\nX-Slow: ", 31), 0);
+	for (int i = 0; i < rounds && !cut; i++) {
+		usleep(500000);
+		cut = closed_by_server(fd) || push(fd, "a", 1) != 0;
+	}
+	cr_expect(cut, "the server kept a trickling connection for %d s",
+		  rounds / 2);
+	close(fd);
+	tbx__metrics_destroy(m);
+}
