@@ -247,6 +247,8 @@ static void *watchdog_main(void *arg)
 /* libmicrohttpd's own messages (a client's bad request, a refused
  * connection) are the clients' business: debug level. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char line[512];
 	size_t n;
