@@ -1,47 +1,54 @@
 /*
  * The metrics server and the textfile (see metrics.h).
  *
- * The server is one thread polling the listening socket, a wake-up pipe
- * and at most TBX_METRICS_CONNS connections.  A connection sends one
- * request head of at most TBX_METRICS_REQUEST_MAX bytes within
- * TBX_METRICS_IDLE_MS, gets one response and is closed (HTTP/1.0 style,
- * "Connection: close"); anything else is refused with a 4xx status and
- * closed.  Responses are written with a send timeout, so a client that
- * does not read holds the thread for at most TBX_METRICS_IDLE_MS.
+ * The server is libmicrohttpd, in a thread of its own, on the socket
+ * bind_listen() opened.  It serves at most TBX_METRICS_CONNS connections
+ * at once (more wait in the listen backlog), TBX_METRICS_CONNS_PER_IP of
+ * them from one client address (more are closed at once), reads a request head
+ * of at most about TBX_METRICS_REQUEST_MAX bytes (longer: 414 or 431), answers
+ * once and closes ("Connection: close"); malformed requests get its 400.
+ * libmicrohttpd's own timeout only counts idle time, so a client that
+ * trickles one byte every few seconds (slowloris) would keep its
+ * connection for ever: a watchdog thread shuts down every connection
+ * older than TBX_METRICS_IDLE_MS, whatever it sends.  Responses are
+ * small and written by libmicrohttpd without blocking its thread.
  */
 #include "consumer/metrics.h"
 
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/str.h"
 
+/* A connection the watchdog watches: its socket and when it came. */
 typedef struct conn {
 	int fd; /* -1: free */
-	size_t len;
 	int64_t deadline_ms;
-	char buf[TBX_METRICS_REQUEST_MAX];
 } conn_t;
 
 struct tbx__metrics {
 	int lfd; /* -1: no server */
-	int wake[2];
 	int port;
-	pthread_t thread;
-	int have_thread;
+	struct MHD_Daemon *mhd;
+	pthread_t watchdog;
+	int have_watchdog;
+	pthread_mutex_t conns_lock; /* conns, stop */
+	pthread_cond_t conns_cond;
+	int stop;
 	conn_t conns[TBX_METRICS_CONNS];
 	pthread_mutex_t lock; /* text and stats */
 	char *text;
@@ -50,7 +57,6 @@ struct tbx__metrics {
 	uint64_t textfile_errors;
 	int textfile_failing; /* the last write failed: logged once */
 };
-
 int tbx__metrics_parse_listen(const char *value, char *host, size_t host_size,
 			      int *port, char *errstr, size_t errstr_size)
 {
@@ -109,195 +115,173 @@ static int set_nonblock_cloexec(int fd)
 		   : 0;
 }
 
-/* Writes all of @p len bytes, bounded by the socket's send timeout. */
-static int send_all(int fd, const char *p, size_t len)
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status,
+			       const char *type, const char *allow, char *body,
+			       size_t len)
 {
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+	    len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!r) {
+		free(body);
+		return MHD_NO;
 	}
-	return 0;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	if (allow)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+	ret = MHD_queue_response(conn, status, r);
+	MHD_destroy_response(r);
+	return ret;
 }
 
-static void respond(int fd, int head_only, const char *status, const char *type,
-		    const char *extra, const char *body, size_t body_len)
+static enum MHD_Result respond_text(struct MHD_Connection *conn,
+				    unsigned status, const char *allow,
+				    const char *msg)
 {
-	char head[512];
-	struct timeval tv = {TBX_METRICS_IDLE_MS / 1000, 0};
-	int fl = fcntl(fd, F_GETFL);
-	int n;
-
-	/* Blocking with a timeout from here: a response is written whole
-	 * or the connection dropped. */
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	n = snprintf(head, sizeof(head),
-		     "HTTP/1.1 %s\r\nContent-Type: %s\r\n"
-		     "Content-Length: %zu\r\nConnection: close\r\n"
-		     "Cache-Control: no-store\r\n%s\r\n",
-		     status, type, body_len, extra ? extra : "");
-	if (n < 0 || (size_t)n >= sizeof(head))
-		return;
-	if (send_all(fd, head, (size_t)n) == 0 && !head_only && body_len)
-		send_all(fd, body, body_len);
+	return respond(conn, status, "text/plain; charset=utf-8", allow,
+		       tbx__strdup(msg), strlen(msg));
 }
 
-static void respond_text(int fd, const char *status, const char *extra,
-			 const char *msg)
+/* One request: answered on the first call, before any body is read. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+				  const char *url, const char *method,
+				  const char *version, const char *upload,
+				  size_t *upload_size, void **req_cls)
 {
-	respond(fd, 0, status, "text/plain; charset=utf-8", extra, msg,
-		strlen(msg));
-}
-
-/* Answers the request head in @p c->buf (complete, NUL-terminated). */
-static void serve(tbx__metrics_t *m, conn_t *c)
-{
-	char method[16], target[256], version[16];
-	const char *path;
+	tbx__metrics_t *m = cls;
 	char *copy = NULL;
-	int head_only;
-	size_t qlen;
+	int metrics = strcmp(url, "/metrics") == 0,
+	    stats = strcmp(url, "/stats.json") == 0;
 
-	if (sscanf(c->buf, "%15s %255s %15s", method, target, version) != 3 ||
-	    strncmp(version, "HTTP/1.", 7) != 0 || target[0] != '/') {
-		respond_text(c->fd, "400 Bad Request", NULL,
-			     "expected: GET /metrics HTTP/1.1\n");
-		return;
-	}
-	head_only = strcmp(method, "HEAD") == 0;
-	if (!head_only && strcmp(method, "GET") != 0) {
-		respond_text(c->fd, "405 Method Not Allowed",
-			     "Allow: GET, HEAD\r\n",
-			     "only GET and HEAD are served\n");
-		return;
-	}
-	qlen = strcspn(target, "?");
-	target[qlen] = '\0';
-	path = target;
+	(void)version, (void)upload, (void)upload_size, (void)req_cls;
+	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+	    strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+		return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+				    "GET, HEAD",
+				    "only GET and HEAD are served\n");
+	if (!metrics && !stats)
+		return respond_text(conn, MHD_HTTP_NOT_FOUND, NULL,
+				    "served: /metrics, /stats.json\n");
 	pthread_mutex_lock(&m->lock);
-	if (strcmp(path, "/metrics") == 0)
+	if (metrics)
 		copy = tbx__strdup(m->text ? m->text : "");
-	else if (strcmp(path, "/stats.json") == 0)
+	else
 		copy = tbx__strdup(m->stats ? m->stats : "{}");
 	pthread_mutex_unlock(&m->lock);
-	if (strcmp(path, "/metrics") == 0 && copy)
-		respond(c->fd, head_only, "200 OK",
-			"text/plain; version=0.0.4; charset=utf-8", NULL, copy,
-			strlen(copy));
-	else if (strcmp(path, "/stats.json") == 0 && copy)
-		respond(c->fd, head_only, "200 OK", "application/json", NULL,
-			copy, strlen(copy));
-	else if (copy == NULL && (strcmp(path, "/metrics") == 0 ||
-				  strcmp(path, "/stats.json") == 0))
-		respond_text(c->fd, "503 Service Unavailable", NULL,
-			     "out of memory\n");
-	else
-		respond_text(c->fd, "404 Not Found", NULL,
-			     "served: /metrics, /stats.json\n");
-	free(copy);
+	if (!copy)
+		return respond_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
+				    "out of memory\n");
+	return respond(conn, MHD_HTTP_OK,
+		       metrics ? "text/plain; version=0.0.4; charset=utf-8"
+			       : "application/json",
+		       NULL, copy, strlen(copy));
 }
 
-static void conn_close(conn_t *c)
+/* Connections come and go on libmicrohttpd's thread; the watchdog sees
+ * them in m->conns.  A slot is freed before libmicrohttpd closes the
+ * socket, under the lock the watchdog holds while it shuts one down, so
+ * it never touches a descriptor that was reused. */
+static void on_connection(void *cls, struct MHD_Connection *conn,
+			  void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode code)
 {
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-	c->len = 0;
+	tbx__metrics_t *m = cls;
+	const union MHD_ConnectionInfo *info;
+	int fd;
+
+	(void)socket_ctx;
+	info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!info)
+		return;
+	fd = info->connect_fd;
+	pthread_mutex_lock(&m->conns_lock);
+	for (size_t i = 0; i < TBX_METRICS_CONNS; i++) {
+		conn_t *c = &m->conns[i];
+		if (code == MHD_CONNECTION_NOTIFY_STARTED && c->fd < 0) {
+			c->fd = fd;
+			c->deadline_ms = tbx__mono_ms() + TBX_METRICS_IDLE_MS;
+			break;
+		}
+		if (code == MHD_CONNECTION_NOTIFY_CLOSED && c->fd == fd) {
+			c->fd = -1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->conns_lock);
 }
 
-/* Reads what @p c has sent; answers once the head is complete. */
-static void conn_read(tbx__metrics_t *m, conn_t *c)
-{
-	ssize_t n;
-
-	n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (n <= 0) {
-		conn_close(c);
-		return;
-	}
-	c->len += (size_t)n;
-	c->buf[c->len] = '\0';
-	if (strstr(c->buf, "\r\n\r\n") || strstr(c->buf, "\n\n")) {
-		serve(m, c);
-		conn_close(c);
-	} else if (c->len == sizeof(c->buf) - 1) {
-		respond_text(c->fd, "431 Request Header Fields Too Large", NULL,
-			     "request head too long\n");
-		conn_close(c);
-	}
-}
-
-static void *server_main(void *arg)
+/* Ends connections past their deadline: shutdown() makes libmicrohttpd
+ * see the connection end and close it on its own thread. */
+static void *watchdog_main(void *arg)
 {
 	tbx__metrics_t *m = arg;
-	struct pollfd pfd[TBX_METRICS_CONNS + 2];
 
-	for (;;) {
-		size_t n = 0, free_slots = 0;
-		int64_t now = tbx__mono_ms(), wait = 1000;
+	pthread_mutex_lock(&m->conns_lock);
+	while (!m->stop) {
+		struct timespec ts;
+		int64_t now = tbx__mono_ms();
 
-		pfd[n++] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
 		for (size_t i = 0; i < TBX_METRICS_CONNS; i++) {
 			conn_t *c = &m->conns[i];
-			if (c->fd < 0) {
-				free_slots++;
-				continue;
+			if (c->fd >= 0 && now >= c->deadline_ms) {
+				shutdown(c->fd, SHUT_RDWR);
+				/* once: libmicrohttpd frees the slot */
+				c->deadline_ms = INT64_MAX;
 			}
-			if (now >= c->deadline_ms) {
-				conn_close(c); /* idle: never sent a head */
-				free_slots++;
-				continue;
-			}
-			if (c->deadline_ms - now < wait)
-				wait = c->deadline_ms - now;
 		}
-		/* Full: new connections wait in the backlog. */
-		pfd[n++] = (struct pollfd){.fd = free_slots ? m->lfd : -1,
-					   .events = POLLIN};
-		for (size_t i = 0; i < TBX_METRICS_CONNS; i++)
-			pfd[n++] = (struct pollfd){.fd = m->conns[i].fd,
-						   .events = POLLIN};
-		if (poll(pfd, n, (int)wait) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents)
-			break; /* tbx__metrics_destroy() */
-		for (size_t i = 0; i < TBX_METRICS_CONNS; i++)
-			if (m->conns[i].fd >= 0 && pfd[2 + i].revents)
-				conn_read(m, &m->conns[i]);
-		if (pfd[1].fd >= 0 && pfd[1].revents) {
-			int fd = accept(m->lfd, NULL, NULL);
-			if (fd < 0)
-				continue;
-			if (set_nonblock_cloexec(fd) != 0) {
-				close(fd);
-				continue;
-			}
-			for (size_t i = 0; i < TBX_METRICS_CONNS; i++) {
-				conn_t *c = &m->conns[i];
-				if (c->fd >= 0)
-					continue;
-				c->fd = fd;
-				c->len = 0;
-				c->deadline_ms =
-				    tbx__mono_ms() + TBX_METRICS_IDLE_MS;
-				fd = -1;
-				break;
-			}
-			if (fd >= 0)
-				close(fd);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 250 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
 		}
+		pthread_cond_timedwait(&m->conns_cond, &m->conns_lock, &ts);
 	}
-	for (size_t i = 0; i < TBX_METRICS_CONNS; i++)
-		conn_close(&m->conns[i]);
+	pthread_mutex_unlock(&m->conns_lock);
 	return NULL;
+}
+
+/* libmicrohttpd's own messages (a client's bad request, a refused
+ * connection) are the clients' business: debug level. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+	size_t n;
+
+	(void)cls;
+	if (!tbx__log_enabled(TBX_LOG_DEBUG))
+		return;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	n = strlen(line);
+	while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	tbx__log(TBX_LOG_DEBUG, "metrics: libmicrohttpd: %s", line);
+}
+
+static int start_server(tbx__metrics_t *m)
+{
+	m->mhd = MHD_start_daemon(
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG,
+	    0, NULL, NULL, on_request, m, MHD_OPTION_LISTEN_SOCKET, m->lfd,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)TBX_METRICS_CONNS,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	    (unsigned)TBX_METRICS_CONNS_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)((TBX_METRICS_IDLE_MS + 999) / 1000),
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	    (size_t)TBX_METRICS_REQUEST_MAX * 2, MHD_OPTION_NOTIFY_CONNECTION,
+	    on_connection, m, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, m,
+	    MHD_OPTION_END);
+	if (!m->mhd)
+		return -1;
+	if (pthread_create(&m->watchdog, NULL, watchdog_main, m) != 0)
+		return -1;
+	m->have_watchdog = 1;
+	return 0;
 }
 
 static int bind_listen(tbx__metrics_t *m, const char *addr, char *errstr,
@@ -332,7 +316,7 @@ static int bind_listen(tbx__metrics_t *m, const char *addr, char *errstr,
 		}
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    listen(fd, 16) == 0 && set_nonblock_cloexec(fd) == 0) {
+		    listen(fd, 128) == 0 && set_nonblock_cloexec(fd) == 0) {
 			m->lfd = fd;
 			break;
 		}
@@ -366,10 +350,18 @@ int tbx__metrics_new(const char *addr, const char *textfile,
 	if (!(m = calloc(1, sizeof(*m))))
 		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				   "out of memory");
-	m->lfd = m->wake[0] = m->wake[1] = -1;
+	m->lfd = -1;
 	for (size_t i = 0; i < TBX_METRICS_CONNS; i++)
 		m->conns[i].fd = -1;
 	pthread_mutex_init(&m->lock, NULL);
+	pthread_mutex_init(&m->conns_lock, NULL);
+	{
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&m->conns_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	if (*textfile && !(m->textfile = strdup(textfile))) {
 		tbx__metrics_destroy(m);
 		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
@@ -379,16 +371,10 @@ int tbx__metrics_new(const char *addr, const char *textfile,
 		tbx__metrics_destroy(m);
 		return err;
 	}
-	if (m->lfd >= 0) {
-		if (pipe(m->wake) != 0 || set_nonblock_cloexec(m->wake[0]) ||
-		    set_nonblock_cloexec(m->wake[1]) ||
-		    (err = pthread_create(&m->thread, NULL, server_main, m))) {
-			tbx__metrics_destroy(m);
-			return tbx__seterr(errstr, errstr_size, TBX_EIO,
-					   "metrics: cannot start the server "
-					   "thread");
-		}
-		m->have_thread = 1;
+	if (m->lfd >= 0 && start_server(m) != 0) {
+		tbx__metrics_destroy(m);
+		return tbx__seterr(errstr, errstr_size, TBX_EIO,
+				   "metrics: cannot start the server");
 	}
 	*out = m;
 	return TBX_OK;
@@ -398,16 +384,22 @@ void tbx__metrics_destroy(tbx__metrics_t *m)
 {
 	if (!m)
 		return;
-	if (m->have_thread) {
-		ssize_t w = write(m->wake[1], "", 1);
-		(void)w;
-		pthread_join(m->thread, NULL);
+	if (m->mhd) {
+		/* Closes the listening socket too. */
+		MHD_stop_daemon(m->mhd);
+		m->lfd = -1;
 	}
-	for (int i = 0; i < 2; i++)
-		if (m->wake[i] >= 0)
-			close(m->wake[i]);
+	if (m->have_watchdog) {
+		pthread_mutex_lock(&m->conns_lock);
+		m->stop = 1;
+		pthread_cond_signal(&m->conns_cond);
+		pthread_mutex_unlock(&m->conns_lock);
+		pthread_join(m->watchdog, NULL);
+	}
 	if (m->lfd >= 0)
 		close(m->lfd);
+	pthread_cond_destroy(&m->conns_cond);
+	pthread_mutex_destroy(&m->conns_lock);
 	pthread_mutex_destroy(&m->lock);
 	free(m->text);
 	free(m->stats);

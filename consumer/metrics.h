@@ -23,8 +23,11 @@
 typedef struct tbx__metrics tbx__metrics_t;
 
 /** Connections served at once; more wait in the listen backlog. */
-#define TBX_METRICS_CONNS 8
-/** A connection that has not sent a whole request by then is closed. */
+#define TBX_METRICS_CONNS 256
+/** Connections from one client address at once; more are closed as they
+ *  come, so that one client cannot take every connection. */
+#define TBX_METRICS_CONNS_PER_IP 32
+/** A connection is closed this long after it came, whatever it sends. */
 #define TBX_METRICS_IDLE_MS 5000
 /** Longest request head read (request line and headers). */
 #define TBX_METRICS_REQUEST_MAX 4096

@@ -7,7 +7,8 @@ set -euo pipefail
 # groff-base: the test that the man pages (made from the --help texts)
 # render without warnings.  valgrind: bench/profile (callgrind).
 # postgresql, libpq-dev: scripts/pg.sh's throwaway servers and the
-# PostgreSQL stores.
+# PostgreSQL stores.  libcurl4-openssl-dev: the OTLP/HTTP span exporter;
+# libmicrohttpd-dev: the metrics endpoint; curl: scripts/jaeger.sh.
 packages=(
 	build-essential cmake pkg-config
 	librdkafka-dev libsqlite3-dev uuid-dev libcjson-dev libcriterion-dev
@@ -16,6 +17,7 @@ packages=(
 	clang-14 libclang-rt-14-dev
 	default-jdk-headless maven
 	postgresql libpq-dev
+	libcurl4-openssl-dev libmicrohttpd-dev curl
 )
 
 missing=()

@@ -138,7 +138,7 @@ fi
 step fuzz bash scripts/fuzz.sh --time 20
 
 dirs=()
-for d in consumer outbox tokens handlers tools tests include examples bench fuzz; do
+for d in trace consumer outbox tokens handlers tools tests include examples bench fuzz; do
 	[[ -d $d ]] && dirs+=("$d")
 done
 

@@ -3,7 +3,8 @@
 # and of the folders below it, never of a folder above.  The layers, from
 # the ground floor up (docs/architecture.md, "Layers"):
 #
-#   base  ->  store  ->  outbox  ->  tokens  ->  handlers  ->  consumer
+#   base  ->  trace  ->  store  ->  outbox  ->  tokens  ->  handlers
+#         ->  consumer
 #         ->  testkit, tools
 #
 # include/ (the public headers) sits below everything.  bench/, examples/,
@@ -15,13 +16,13 @@ set -uo pipefail
 src=${1:-$(dirname "$0")/..}
 cd "$src" || exit 2
 
-declare -A rank=([include]=0 [base]=1 [store]=2 [outbox]=3 [tokens]=4
-	[handlers]=5 [consumer]=6 [testkit]=7 [tools]=7)
+declare -A rank=([include]=0 [base]=1 [trace]=2 [store]=3 [outbox]=4
+	[tokens]=5 [handlers]=6 [consumer]=7 [testkit]=8 [tools]=8)
 bad=0
 edges=$(mktemp)
 trap 'rm -f "$edges"' EXIT
 
-for dir in base store outbox tokens handlers consumer testkit tools; do
+for dir in base trace store outbox tokens handlers consumer testkit tools; do
 	[ -d "$dir" ] || continue
 	for f in "$dir"/*.c "$dir"/*.h; do
 		[ -e "$f" ] || continue

@@ -262,21 +262,25 @@ Test(metrics, the_server_refuses_what_is_not_a_scrape, .timeout = 120)
 	r = http(port, "GET /secrets HTTP/1.1\r\n\r\n");
 	cr_expect(strncmp(r, "HTTP/1.1 404 ", 13) == 0, "%s", r);
 	free(r);
+	/* Not HTTP: libmicrohttpd closes without an answer, or says 400. */
 	r = http(port, "hello\r\n\r\n");
-	cr_expect(strncmp(r, "HTTP/1.1 400 ", 13) == 0, "%s", r);
+	cr_expect(r[0] == '\0' || strncmp(r, "HTTP/1.1 400 ", 13) == 0, "%s",
+		  r);
 	free(r);
 	r = http(port, "HEAD /metrics HTTP/1.0\r\n\r\n");
 	cr_expect(strncmp(r, "HTTP/1.1 200 ", 13) == 0, "%s", r);
 	cr_expect_str_empty(body_of(r), "HEAD has no body");
 	free(r);
 	{
-		/* a head that never ends */
+		/* a head that never ends: 414 for its request target */
 		char *big = malloc(TBX_METRICS_REQUEST_MAX * 2 + 1);
 		memset(big, 'a', TBX_METRICS_REQUEST_MAX * 2);
 		memcpy(big, "GET /", 5);
 		big[TBX_METRICS_REQUEST_MAX * 2] = '\0';
 		r = http(port, big);
-		cr_expect(strncmp(r, "HTTP/1.1 431 ", 13) == 0, "%.40s", r);
+		cr_expect(strncmp(r, "HTTP/1.1 414 ", 13) == 0 ||
+			      strncmp(r, "HTTP/1.1 431 ", 13) == 0,
+			  "%.40s", r);
 		free(r);
 		free(big);
 	}

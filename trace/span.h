@@ -1,0 +1,142 @@
+/*
+ * A finished or open span, as OpenTelemetry defines it: ids, name, kind,
+ * times, attributes (string, integer, boolean), events with attributes,
+ * links, and a status.  A span is built by one thread and then handed
+ * whole to the exporter (export.h), which frees it.
+ *
+ * Bounds: at most TBX_SPAN_ATTRS_MAX attributes per span, event or link,
+ * TBX_SPAN_EVENTS_MAX events, TBX_SPAN_LINKS_MAX links and
+ * TBX_SPAN_VALUE_MAX bytes per string value (longer values are cut);
+ * what is left out is counted in the span (the OTLP dropped*Count
+ * fields), as is an allocation that failed.
+ */
+#ifndef TBX_TRACE_SPAN_H
+#define TBX_TRACE_SPAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace/context.h"
+
+#define TBX_SPAN_ATTRS_MAX  128
+#define TBX_SPAN_EVENTS_MAX 128
+#define TBX_SPAN_LINKS_MAX  128
+#define TBX_SPAN_VALUE_MAX  4096
+
+/** Span kinds, numbered as OTLP's SpanKind. */
+typedef enum tbx__span_kind {
+	TBX_SPAN_KIND_UNSPECIFIED = 0,
+	TBX_SPAN_KIND_INTERNAL = 1,
+	TBX_SPAN_KIND_SERVER = 2,
+	TBX_SPAN_KIND_CLIENT = 3,
+	TBX_SPAN_KIND_PRODUCER = 4,
+	TBX_SPAN_KIND_CONSUMER = 5,
+} tbx__span_kind_t;
+
+/** Status codes, numbered as OTLP's Status.StatusCode. */
+typedef enum tbx__span_status {
+	TBX_SPAN_STATUS_UNSET = 0,
+	TBX_SPAN_STATUS_OK = 1,
+	TBX_SPAN_STATUS_ERROR = 2,
+} tbx__span_status_t;
+
+typedef enum tbx__attr_type {
+	TBX_ATTR_STRING,
+	TBX_ATTR_INT,
+	TBX_ATTR_BOOL,
+} tbx__attr_type_t;
+
+typedef struct tbx__attr {
+	char *key;
+	tbx__attr_type_t type;
+	size_t len; /* TBX_ATTR_STRING: bytes of s, any bytes */
+	union {
+		char *s;
+		int64_t i;
+		int b;
+	} v;
+} tbx__attr_t;
+
+typedef struct tbx__attrs {
+	tbx__attr_t *v;
+	size_t n, cap;
+	uint32_t dropped; /* over TBX_SPAN_ATTRS_MAX, or out of memory */
+} tbx__attrs_t;
+
+typedef struct tbx__span_event {
+	char *name;
+	uint64_t time_ns;
+	tbx__attrs_t attrs;
+} tbx__span_event_t;
+
+typedef struct tbx__span_link {
+	uint8_t trace_id[TBX_TRACE_ID_SIZE];
+	uint8_t span_id[TBX_SPAN_ID_SIZE];
+	char *tracestate; /* NULL: none */
+	tbx__attrs_t attrs;
+} tbx__span_link_t;
+
+typedef struct tbx__span {
+	struct tbx__span *next; /* the exporter's queue */
+	uint8_t trace_id[TBX_TRACE_ID_SIZE];
+	uint8_t span_id[TBX_SPAN_ID_SIZE];
+	uint8_t parent_id[TBX_SPAN_ID_SIZE]; /* all zero: a root span */
+	uint8_t flags;			     /* TBX_TRACE_FLAG_* */
+	char *tracestate;		     /* NULL: none */
+	char *name;
+	tbx__span_kind_t kind;
+	uint64_t start_ns, end_ns; /* Unix time in nanoseconds */
+	tbx__attrs_t attrs;
+	tbx__span_event_t **events;
+	size_t n_events, cap_events;
+	uint32_t dropped_events;
+	tbx__span_link_t **links;
+	size_t n_links, cap_links;
+	uint32_t dropped_links;
+	tbx__span_status_t status;
+	char *status_msg; /* NULL: none */
+} tbx__span_t;
+
+/** The wall clock in nanoseconds since the Unix epoch. */
+uint64_t tbx__now_ns(void);
+
+/**
+ * A new span named @p name in the trace and with the id of @p ctx
+ * (ctx->flags are the span's flags), child of @p parent_id (NULL: a
+ * root span), started at @p start_ns.  The caller owns it until it hands
+ * it to tbx__exporter_enqueue() or frees it with tbx__span_free().
+ * @returns the span, or NULL when out of memory.
+ */
+tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
+			   const tbx__trace_ctx_t *ctx,
+			   const uint8_t *parent_id, uint64_t start_ns);
+/** Frees @p span and all it holds.  NULL: no-op. */
+void tbx__span_free(tbx__span_t *span);
+
+/** Keeps a copy of @p tracestate (a normalised value,
+ *  tbx__tracestate_normalize(); "" or NULL: none). */
+void tbx__span_set_tracestate(tbx__span_t *span, const char *tracestate);
+/** Sets the status; @p msg (may be NULL) is kept for ERROR only, as
+ *  OpenTelemetry asks. */
+void tbx__span_set_status(tbx__span_t *span, tbx__span_status_t status,
+			  const char *msg);
+
+/** Attributes: a string of @p len bytes (any bytes: the encoder makes
+ *  them valid UTF-8), an integer, a boolean.  A key set twice keeps the
+ *  last value. */
+void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
+		    size_t len);
+void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val);
+void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val);
+void tbx__attrs_free(tbx__attrs_t *a);
+
+/** Adds an event; @returns it (owned by the span, valid until the span
+ *  is freed) for its attributes, or NULL when it was dropped. */
+tbx__span_event_t *tbx__span_add_event(tbx__span_t *span, const char *name,
+				       uint64_t time_ns);
+/** Adds a link to the span @p ctx; @returns it (owned by the span) for
+ *  its attributes, or NULL when it was dropped. */
+tbx__span_link_t *tbx__span_add_link(tbx__span_t *span,
+				     const tbx__trace_ctx_t *ctx);
+
+#endif
