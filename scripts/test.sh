@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole check, as CI runs it: dependencies, a real Apache Kafka broker
-# (scripts/kafka.sh) and a throwaway PostgreSQL server (scripts/pg.sh), a
+# (scripts/kafka.sh), a throwaway PostgreSQL server (scripts/pg.sh) and a
+# Jaeger for the otel tier (scripts/jaeger.sh, built in the background), a
 # -Werror build and its tests, an ASan+UBSan build and its tests -- each
 # suite with its `kafka` tier against that broker and its `pg` tier
 # against that server --, a bounded run of the fuzz targets, clang-format, and a scan for banned
@@ -26,7 +27,7 @@ step() {
 }
 skip() {
 	failed+=("$1 (skipped)")
-	echo "=== test.sh: $1 skipped: its build failed" >&2
+	echo "=== test.sh: $1 skipped: ${2:-its build failed}" >&2
 }
 
 if ! bash scripts/install-deps.sh; then
@@ -70,7 +71,26 @@ stop_pg() {
 		echo "test.sh: the PostgreSQL server's log stays in $pg_dir" >&2
 	fi
 }
+# Jaeger for both suites' otel tier (scripts/jaeger.sh): built once into
+# the cache with the machine's Go -- minutes on a fresh machine, so the
+# build runs in the background while the suites below run, and the tier
+# runs last, once Jaeger is up.
+jaeger_dir=$(mktemp -d /tmp/tokenbox-jaeger.XXXXXX)
+jaeger_build_pid=
+stop_jaeger() {
+	if [[ -n $jaeger_build_pid ]]; then
+		kill "$jaeger_build_pid" 2>/dev/null
+		wait "$jaeger_build_pid" 2>/dev/null
+	fi
+	bash scripts/jaeger.sh stop --dir "$jaeger_dir" >/dev/null 2>&1
+	if ((${#failed[@]} == 0)); then
+		rm -rf "$jaeger_dir"
+	else
+		echo "test.sh: Jaeger's logs stay in $jaeger_dir" >&2
+	fi
+}
 stop_servers() {
+	stop_jaeger
 	stop_pg
 	stop_kafka
 }
@@ -85,6 +105,10 @@ start_pg() {
 unset TBX_PG_URL
 step pg-server start_pg
 
+unset TBX_JAEGER_OTLP TBX_JAEGER_QUERY
+bash scripts/jaeger.sh build >"$jaeger_dir/build.log" 2>&1 &
+jaeger_build_pid=$!
+
 # Four tests at a time: most of a test's time is spent waiting (consumer
 # groups joining, brokers and servers answering).  Five at a time saved
 # about 1.5 minutes of the first suite on 2 cores, and one test
@@ -92,7 +116,7 @@ step pg-server start_pg
 # the spin search and the chaos test.
 jobs=4
 if step build bash scripts/build.sh --dir build; then
-	step tests ctest --test-dir build --output-on-failure -j$jobs
+	step tests ctest --test-dir build --output-on-failure -j$jobs -LE otel
 else
 	skip tests
 fi
@@ -117,7 +141,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:log_pat
 # its code runs under ASan on the mock cluster (test_example_orders).
 asan_suite() {
 	local rc=0
-	ctest --test-dir build-asan --output-on-failure -j$jobs \
+	ctest --test-dir build-asan --output-on-failure -j$jobs -LE otel \
 		-E '^(protocol_model_check|pg_multihost|pg_test_(crash_process|e2e_protocol|crash_sweep|multiprocess)|kafka_test_example_orders)$' || rc=1
 	if compgen -G "$san_logs/*" >/dev/null; then
 		echo "test.sh: sanitizer reports:" >&2
@@ -130,6 +154,44 @@ if step asan-build bash scripts/build.sh --sanitize --dir build-asan; then
 	step asan-tests asan_suite
 else
 	skip asan-tests
+fi
+
+# The otel tier of both suites (label otel), against the Jaeger built in
+# the background above.
+start_jaeger() {
+	local rc=0 ep
+	wait "$jaeger_build_pid" || rc=$?
+	jaeger_build_pid=
+	if ((rc != 0)); then
+		echo "test.sh: Jaeger could not be built:" >&2
+		tail -n 30 "$jaeger_dir/build.log" >&2
+		return 1
+	fi
+	ep=$(bash scripts/jaeger.sh start --dir "$jaeger_dir") || return 1
+	export TBX_JAEGER_OTLP=$ep
+	TBX_JAEGER_QUERY=$(cat "$jaeger_dir/query")
+	export TBX_JAEGER_QUERY
+	echo "test.sh: Jaeger at $ep (logs in $jaeger_dir)"
+}
+otel_tier() {
+	local rc=0
+	if [[ -d build ]]; then
+		ctest --test-dir build --output-on-failure -L otel || rc=1
+	fi
+	if [[ -d build-asan ]]; then
+		ctest --test-dir build-asan --output-on-failure -L otel || rc=1
+		if compgen -G "$san_logs/*" >/dev/null; then
+			echo "test.sh: sanitizer reports:" >&2
+			cat "$san_logs"/* >&2
+			rc=1
+		fi
+	fi
+	return $rc
+}
+if step jaeger start_jaeger; then
+	step otel-tests otel_tier
+else
+	skip otel-tests "Jaeger did not start"
 fi
 
 # The fuzz targets (fuzz/) built with clang and libFuzzer, each run for a
