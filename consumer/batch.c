@@ -45,6 +45,37 @@ void tbx__batch_reset(tbx__batch_t *batch)
 	batch->row_cnt = 0;
 }
 
+size_t tbx__batch_keep(tbx__batch_t *batch)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < batch->cnt; i++) {
+		struct tbx_msg *msg = &batch->msgs[i];
+
+		if (!msg->keep) {
+			rd_kafka_message_destroy(msg->rkm);
+			continue;
+		}
+		/* As the poll handed it over (worker.c): what the headers
+		 * say stays, the protocol's notes of the batch go. */
+		assert(msg->state == TBX_MS_SKIPPED);
+		msg->keep = 0;
+		msg->state = TBX_MS_NEW;
+		msg->row = 0;
+		msg->first = 0;
+		msg->attempt = 1;
+		msg->crashes = 0;
+		msg->pre_row = msg->pre_token = -1;
+		batch->msgs[kept++] = *msg;
+	}
+	batch->cnt = kept;
+	batch->outcome_cnt = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		tbx__row_clear(&batch->rows[i].row);
+	batch->row_cnt = 0;
+	return kept;
+}
+
 void tbx__batch_free(tbx__batch_t *batch)
 {
 	free(batch->msgs);

@@ -104,6 +104,13 @@ typedef struct tbx__batch {
 struct tbx_msg *tbx__batch_push(tbx__batch_t *batch);
 /** Destroys the records and forgets the rows; keeps the memory. */
 void tbx__batch_reset(tbx__batch_t *batch);
+/**
+ * As tbx__batch_reset(), but the records F marked to stay (tbx_msg.keep:
+ * the rest of a suspect range, and of the other partitions of its batch)
+ * stay, first and in their order, as the poll handed them over; the next
+ * batch is collected after them.  @returns how many stayed.
+ */
+size_t tbx__batch_keep(tbx__batch_t *batch);
 /** Frees what the batch holds (after tbx__batch_reset()). */
 void tbx__batch_free(tbx__batch_t *batch);
 

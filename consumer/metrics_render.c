@@ -7,8 +7,9 @@
  * Consumer lag is the partition's high watermark (librdkafka's cached
  * value from the last fetch response) minus the worker's position (the
  * next offset it will read; for a partition waiting for a retry, the
- * offset it resumes at).  Batches are processed between polls, so
- * between batches everything before the position is done.
+ * offset it resumes at; for one whose records are kept in the batch for
+ * the next one, isolation, the first of them).  Batches are processed
+ * between polls, so between batches everything before that is done.
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -193,6 +194,13 @@ static void render_partitions(out_t *o, tbx_worker_t *worker)
 			pos =
 			    p->paused ? p->seek_offset : list->elems[i].offset;
 
+		/* Kept for the next batch (tbx__batch_keep()), in order:
+		 * not done. */
+		for (size_t j = 0; j < worker->batch.cnt; j++)
+			if (worker->batch.msgs[j].part == p) {
+				pos = worker->batch.msgs[j].rkm->offset;
+				break;
+			}
 		if (rd_kafka_get_watermark_offsets(worker->consumer, p->topic,
 						   p->partition, &lo, &hi) ||
 		    hi < 0 || pos < 0)

@@ -49,6 +49,8 @@ struct tbx_msg {
 	tbx__mstate_t state;
 	size_t row; /**< index in the batch's rows when TBX_MS_ROW */
 	int first;  /**< the first record of its partition in the batch */
+	int keep;   /**< F: stays in the batch for the next one (isolation,
+		       tbx__batch_keep()) */
 	/* A's lookups for the whole batch (protocol.c, prefetch()): -1 not
 	 * looked up, else 0/1. */
 	int pre_row;   /**< its outbox row existed when A began */

@@ -58,7 +58,8 @@ typedef struct tbx__part {
 } tbx__part_t;
 
 /** F's decision for one partition of a batch: what the loop stores and
- *  commits, and whether it holds the partition back. */
+ *  commits, and whether it holds the partition back, or keeps its
+ *  records not done for the next batch. */
 typedef struct tbx__part_outcome {
 	tbx__part_t *part;
 	int64_t commit;	 /**< offset after the last done record, to store
@@ -66,6 +67,10 @@ typedef struct tbx__part_outcome {
 	int hold;	 /**< a record is not done: pause the partition, */
 	int64_t seek;	 /**< then restart at this offset (that record) */
 	int64_t wait_ms; /**< after this wait */
+	int keep; /**< instead of a hold (the next record of a suspect range):
+		     the records from seek on stay in the batch, marked
+		     (tbx_msg.keep), and the next batch starts with them;
+		     no pause, no seek, nothing fetched again */
 } tbx__part_outcome_t;
 
 #endif

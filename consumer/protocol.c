@@ -2150,9 +2150,26 @@ static int msg_done(const tbx__batch_t *batch, const struct tbx_msg *msg)
 	return 0;
 }
 
+/* Marks @p part's records from offset @p from on to stay in the batch
+ * for the next one (tbx__batch_keep()). */
+static void keep_records(tbx__batch_t *batch, const tbx__part_t *part,
+			 int64_t from)
+{
+	for (size_t i = 0; i < batch->cnt; i++)
+		if (batch->msgs[i].part == part &&
+		    batch->msgs[i].rkm->offset >= from)
+			batch->msgs[i].keep = 1;
+}
+
 /* F: per partition, commit up to the first record not done; a partition
- * with unfinished records waits, then restarts from there.  Decided
- * here, applied by the caller (the worker's loop). */
+ * with unfinished records waits, then restarts from there.  The next
+ * record of a suspect range is not waited for: the partition's records
+ * not done stay in the batch and the next batch starts with them, since
+ * they were all skipped (no handler ran on them) and the consumer hands
+ * over what follows them.  A seek back and a fetch instead would cost a
+ * round trip to the broker per isolated record (librdkafka waits up to
+ * fetch.wait.max.ms for it).  Decided here, applied by the caller (the
+ * worker's loop). */
 static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	batch->outcome_cnt = 0;
@@ -2160,7 +2177,7 @@ static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 		tbx__part_t *part = batch->msgs[i].part;
 		tbx__part_outcome_t *out;
 		int64_t next = -1, first_undone = -1;
-		tbx__mstate_t first_undone_state = TBX_MS_NEW;
+		int skipped = 0; /* every record from first_undone on */
 
 		if (!first_of_part(batch, i))
 			continue;
@@ -2168,10 +2185,14 @@ static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 			const struct tbx_msg *msg = &batch->msgs[j];
 			if (msg->part != part)
 				continue;
+			if (first_undone >= 0) {
+				skipped &= msg->state == TBX_MS_SKIPPED;
+				continue;
+			}
 			if (!msg_done(batch, msg)) {
 				first_undone = msg->rkm->offset;
-				first_undone_state = msg->state;
-				break;
+				skipped = msg->state == TBX_MS_SKIPPED;
+				continue;
 			}
 			next = msg->rkm->offset + 1;
 		}
@@ -2199,12 +2220,16 @@ static void phase_commit(tbx__proto_t *proto, tbx__batch_t *batch)
 		out->hold = first_undone >= 0;
 		out->seek = first_undone;
 		out->wait_ms = 0;
+		out->keep = 0;
 		if (first_undone >= 0) {
 			if (part->batch_blocked) {
 				out->wait_ms = part->batch_delay_ms;
-			} else if (part->batch_isolated &&
-				   first_undone_state == TBX_MS_SKIPPED) {
-				/* next record of a suspect range: at once */
+			} else if (part->batch_isolated && skipped) {
+				/* next record of a suspect range: at once,
+				 * from the records in hand */
+				out->hold = 0;
+				out->keep = 1;
+				keep_records(batch, part, first_undone);
 			} else {
 				/* A phase failed: retried like a RETRY */
 				out->wait_ms =

@@ -124,9 +124,11 @@ int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch);
 /** F: after G and A–E (@p err, what stopped them): logs a batch left
  *  unfinished, and decides per partition the offset after its last done
  *  record and, when a record is not done, the hold that restarts there
- *  after the RETRY backoff, at once (the next record of a suspect range),
- *  or after a backoff for consecutive failures.  The caller stores and
- *  commits the offsets and applies the holds. */
+ *  after the RETRY backoff or after a backoff for consecutive failures;
+ *  or, for the next record of a suspect range, that the partition's
+ *  records from there stay in the batch for the next one (marked:
+ *  tbx__batch_keep()).  The caller stores and commits the offsets and
+ *  applies the holds. */
 void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
 		       tbx__proto_result_t *result);
 

@@ -330,6 +330,23 @@ static void resume_due(tbx_worker_t *worker)
 	}
 }
 
+/* Drops the batch unprocessed while its partitions stay assigned: each is
+ * held at its first record in the batch, to be fetched again from there
+ * (the consumer's position is past the records polled, and past those
+ * kept from the last batch). */
+static void batch_abandon(tbx_worker_t *worker)
+{
+	tbx__batch_t *batch = &worker->batch;
+
+	/* No record of a paused partition is in a batch (batch_push()):
+	 * the first of each partition pauses it. */
+	for (size_t i = 0; i < batch->cnt; i++)
+		if (!batch->msgs[i].part->paused)
+			part_hold(worker, batch->msgs[i].part,
+				  batch->msgs[i].rkm->offset, 0);
+	tbx__batch_reset(batch);
+}
+
 /* Drops batch records of partitions in @p parts (revoked). */
 static void batch_drop(tbx_worker_t *worker,
 		       const rd_kafka_topic_partition_list_t *parts)
@@ -643,12 +660,16 @@ static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
 }
 
 /* Collects up to batch.max.messages records: waits up to @p timeout_ms for
- * the first, then up to batch.max.ms for the batch to fill. */
+ * the first, then up to batch.max.ms for the batch to fill.  A batch that
+ * starts with records kept from the last one (the rest of a suspect
+ * range, tbx__batch_keep()) only adds what the consumer already holds,
+ * without waiting: it still polls, so that rebalances are served (one
+ * drops the kept records of the partitions it revokes, batch_drop()). */
 static int collect(tbx_worker_t *worker, int timeout_ms)
 {
 	int64_t first_deadline = tbx__mono_ms() + timeout_ms;
 	int64_t batch_deadline = 0;
-	int polled = 0;
+	int polled = 0, got = 0, kept = worker->batch.cnt > 0;
 
 	while (worker->batch.cnt < (size_t)worker->cfg->batch_max_messages &&
 	       !atomic_load(&worker->stop)) {
@@ -659,6 +680,10 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 			if (polled && now >= first_deadline)
 				break;
 			wait = first_deadline - now;
+		} else if (kept) {
+			if (polled && !got)
+				break;
+			wait = 0;
 		} else {
 			if (now >= batch_deadline)
 				break;
@@ -670,6 +695,7 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 			wait = 100; /* notice tbx_worker_stop() promptly */
 		rkm = rd_kafka_consumer_poll(worker->consumer, (int)wait);
 		polled = 1;
+		got = 0;
 		if (rkm && rkm->err) {
 			if (rkm->err == RD_KAFKA_RESP_ERR__MAX_POLL_EXCEEDED)
 				/* The group moved our partitions elsewhere
@@ -706,6 +732,7 @@ static int collect(tbx_worker_t *worker, int timeout_ms)
 		}
 		if (!rkm)
 			continue;
+		got = 1;
 		if (batch_push(worker, rkm) < 0)
 			return TBX_ENOMEM;
 		if (worker->batch.cnt == 1)
@@ -833,7 +860,7 @@ static void maybe_recover(tbx_worker_t *worker)
 		/* No offset committed yet: nothing lies below it. */
 		if (tp->err || tp->offset < 0)
 			continue;
-		tbx__proto_recover(&worker->proto, &worker->batch, tp->topic,
+		tbx__proto_recover(&worker->proto, &worker->recovery, tp->topic,
 				   tp->partition, tp->offset,
 				   (size_t)worker->cfg->cleanup_batch_size,
 				   &found, &finished);
@@ -959,13 +986,14 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	tbx__commit_watch_check(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
-		tbx__batch_reset(&worker->batch);
+		batch_abandon(worker);
 		return err;
 	}
 	cnt = worker->batch.cnt;
 	int64_t began = tbx__mono_ms();
 	err = process_batch(worker);
-	tbx__batch_reset(&worker->batch);
+	/* The rest of a suspect range stays for the next batch. */
+	tbx__batch_keep(&worker->batch);
 	tbx__proto_reconnect_check(&worker->proto);
 	if (cnt) {
 		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
@@ -1145,6 +1173,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	tbx__worker_metrics_stop(worker);
 	tbx__proto_free(&worker->proto);
 	tbx__batch_free(&worker->batch);
+	tbx__batch_free(&worker->recovery);
 	free(worker->parts);
 	free(worker->since);
 	tbx_tokens_close(worker->tokens);

@@ -51,7 +51,9 @@ struct tbx_worker {
 	/* assigned partitions */
 	tbx__part_t *parts;
 	size_t part_cnt, part_cap;
-	tbx__batch_t batch;
+	tbx__batch_t batch;    /* between polls: the records kept for the next
+				  batch (tbx__batch_keep()), if any */
+	tbx__batch_t recovery; /* the recovery pass's rows */
 	int64_t next_stats_ms;
 	/* An offset commit was refused: commit the stored offsets again
 	 * from the poll loop, no sooner than next_recommit_ms. */

@@ -1150,7 +1150,8 @@ static int run(run_t *r)
 			worker_spawn(r, p);
 		}
 	progress(r, "attacks over");
-	end = mono_ms() + (int64_t)r->o.drain_s * 1000;
+	int64_t drain_start = mono_ms();
+	end = drain_start + (int64_t)r->o.drain_s * 1000;
 	next_progress = mono_ms() + 10000;
 	int ok = 0;
 	while (!interrupted && mono_ms() < end) {
@@ -1161,8 +1162,10 @@ static int run(run_t *r)
 		}
 		reap(r, 1);
 		if (atomic_load(&r->published) >= r->o.messages &&
-		    (ok = settled(r)))
+		    (ok = settled(r))) {
+			r->fig.drain_ms = (long)(mono_ms() - drain_start);
 			break;
+		}
 		if (mono_ms() >= next_progress) {
 			progress(r, "drain");
 			next_progress = mono_ms() + 10000;
@@ -1447,6 +1450,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	r.fig.drain_ms = -1;
 	rc = run(&r);
 	teardown(&r);
 
@@ -1456,6 +1460,12 @@ int main(int argc, char **argv)
 		snprintf(disk, sizeof(disk), "%ld", f->disk_faults);
 	else
 		snprintf(disk, sizeof(disk), "off");
+	/* From the end of the attacks until every job was handled and
+	 * nothing was left: "-" when that never came. */
+	char drain[32] = "-";
+	if (f->drain_ms >= 0)
+		snprintf(drain, sizeof(drain), "%.1fs",
+			 (double)f->drain_ms / 1000.0);
 	if (rc == 2) /* nothing was validated: no figures to show */
 		printf("chaos: seed=%llu duration=%ds aborted: the run could "
 		       "not be carried out (see the messages above)\n",
@@ -1467,13 +1477,13 @@ int main(int argc, char **argv)
 		    "kills=%ld crashes=%ld stops=%ld rebalances=%ld "
 		    "broker_faults=%ld disk_faults=%s handled_once=%ld "
 		    "duplicated=%ld lost=%ld dead_lettered=%ld tokens_left=%ld "
-		    "registrations_left=%ld outbox_left=%ld\n",
+		    "registrations_left=%ld outbox_left=%ld drain=%s\n",
 		    (unsigned long long)r.o.seed, r.o.duration_s,
 		    r.o.one_file ? "one" : "files", f->published, f->resent,
 		    f->kills, f->crashes, f->terms, f->rebalances,
 		    f->broker_faults, disk, f->handled_once, f->duplicated,
 		    f->lost, f->dead_lettered, f->tokens_left,
-		    f->registrations_left, f->outbox_left);
+		    f->registrations_left, f->outbox_left, drain);
 	if (f->disk_faults)
 		fprintf(stderr,
 			"chaos: workers reported a full disk %ld time(s)\n",

@@ -58,6 +58,9 @@ typedef struct ch_figures {
 	long handled_once, duplicated, lost, dead_lettered;
 	long tokens_left, registrations_left, outbox_left, event_copies;
 	long events_distinct, unclean_stops;
+	/* ms from the end of the attacks until the pipeline settled; -1:
+	 * it did not */
+	long drain_ms;
 } ch_figures_t;
 
 /* xorshift64*: the harness's decisions come from the seed alone. */
