@@ -68,29 +68,28 @@ static char *slurp(const char *path)
 	return buf;
 }
 
-int main(int argc, char **argv)
+/* The command's work on @p want, the table; *doc receives the file read
+ * (the caller frees it). */
+static int run(int argc, char **argv, const char *want, char **doc)
 {
-	char *want = table(), *doc, *begin, *end;
-	int update;
+	char *begin, *end;
+	FILE *f;
 
-	if (!want)
-		return 2;
 	if (argc == 1) {
 		fputs(want, stdout);
-		free(want);
 		return 0;
 	}
-	update = argc == 3 && strcmp(argv[1], "--update") == 0;
-	if (argc != 3 || (!update && strcmp(argv[1], "--check") != 0)) {
+	if (argc != 3 || (strcmp(argv[1], "--update") != 0 &&
+			  strcmp(argv[1], "--check") != 0)) {
 		fprintf(stderr,
 			"usage: tbx_metricsdoc [--check|--update FILE]\n");
 		return 2;
 	}
-	if (!(doc = slurp(argv[2]))) {
+	if (!(*doc = slurp(argv[2]))) {
 		fprintf(stderr, "tbx_metricsdoc: cannot read %s\n", argv[2]);
 		return 2;
 	}
-	if (!(begin = strstr(doc, BEGIN_MARK)) ||
+	if (!(begin = strstr(*doc, BEGIN_MARK)) ||
 	    !(end = strstr(begin, END_MARK))) {
 		fprintf(stderr,
 			"tbx_metricsdoc: %s has no generated metrics table "
@@ -99,7 +98,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	begin += strlen(BEGIN_MARK);
-	if (!update) {
+	if (strcmp(argv[1], "--check") == 0) {
 		int same = (size_t)(end - begin) == strlen(want) &&
 			   memcmp(begin, want, strlen(want)) == 0;
 
@@ -111,12 +110,28 @@ int main(int argc, char **argv)
 				argv[2], want);
 		return same ? 0 : 1;
 	}
-	FILE *f = fopen(argv[2], "wb");
-	if (!f ||
-	    fwrite(doc, 1, (size_t)(begin - doc), f) != (size_t)(begin - doc) ||
-	    fputs(want, f) == EOF || fputs(end, f) == EOF || fclose(f) != 0) {
+	if (!(f = fopen(argv[2], "wb")) ||
+	    fwrite(*doc, 1, (size_t)(begin - *doc), f) !=
+		(size_t)(begin - *doc) ||
+	    fputs(want, f) == EOF || fputs(end, f) == EOF) {
+		if (f)
+			fclose(f);
+		fprintf(stderr, "tbx_metricsdoc: cannot write %s\n", argv[2]);
+		return 2;
+	}
+	if (fclose(f) != 0) {
 		fprintf(stderr, "tbx_metricsdoc: cannot write %s\n", argv[2]);
 		return 2;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	char *want = table(), *doc = NULL;
+	int rc = want ? run(argc, argv, want, &doc) : 2;
+
+	free(doc);
+	free(want);
+	return rc;
 }
