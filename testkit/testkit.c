@@ -689,6 +689,7 @@ static int read_topic(tbx_testkit_t *kit, const char *topic, int last_only,
 			if (parts->elems[k].partition == m->partition)
 				break;
 		if (m->err || k == parts->cnt || m->offset >= until[k] ||
+		    strcmp(rd_kafka_topic_name(m->rkt), topic) != 0 ||
 		    !(pos = read_pos(kit, topic, m->partition)) ||
 		    m->offset < pos->next) {
 			rd_kafka_message_destroy(m);
@@ -825,15 +826,19 @@ static int crash_and_recover(tbx_testkit_t *kit, const tbx_out_t *msg,
 
 	kit->crash_at = NULL;
 	/* Subscribed first (senders mint tokens for subscribed groups),
-	 * then the worker's stores and clients do not cross the fork.  The
-	 * publisher, the reader and the mock cluster do, but the child
-	 * never uses them: it ends with _exit() or SIGKILL. */
+	 * then no SQLite connection crosses the fork: the worker's and the
+	 * publisher's are closed (SQLite's per-process lock bookkeeping
+	 * would mislead the child's own connections).  The reader and the
+	 * mock cluster, Kafka clients only, do cross it, and the child never
+	 * uses them: it ends with _exit() or SIGKILL. */
 	tbx_worker_destroy(kit->worker);
 	kit->worker = NULL;
 	if ((rc = publish(kit, msg))) {
 		free(point);
 		return rc;
 	}
+	tbx_publisher_destroy(kit->pub);
+	kit->pub = NULL;
 	kit->crash_at = point;
 	fflush(NULL);
 	if ((pid = fork()) < 0) {
@@ -863,9 +868,12 @@ static int crash_and_recover(tbx_testkit_t *kit, const tbx_out_t *msg,
 	free(point);
 	if (rc)
 		return rc;
-	/* The restart: recovery finishes what the crash left. */
+	/* The restart: recovery finishes what the crash left.  The next
+	 * message's publisher gets its producer id meanwhile. */
 	if (!(kit->worker = worker_new(kit)))
 		return TBX_ESTATE;
+	if ((rc = publisher_new(kit)))
+		return rc;
 	return run_until_done(kit, kit->worker, &base, 1, outcome);
 }
 
