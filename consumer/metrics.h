@@ -69,4 +69,101 @@ uint64_t tbx__metrics_textfile_errors(const tbx__metrics_t *m);
  *  GET /stats.json. */
 void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 
+/*
+ * Every metric family a worker renders (metrics_render.c), in the order it
+ * renders them: X(ID, name after tokenbox_, type, labels besides group,
+ * help).  The HELP lines and the table in docs/operations.md
+ * (tbx_metricsdoc, test metrics_doc_is_current) both come from here.
+ */
+#define TBX_METRIC_LIST(X)                                                     \
+	X(INFO, "info", "gauge", "version", "The worker's tokenbox version.")  \
+	X(LAST_REFRESH, "last_refresh_timestamp_seconds", "gauge", "",         \
+	  "When these metrics were rendered (Unix time).")                     \
+	X(CONSUMED, "consumed_total", "counter", "", "Records polled.")        \
+	X(PROCESSED, "processed_total", "counter", "",                         \
+	  "Handler calls committed OK.")                                       \
+	X(DUPLICATES_DROPPED, "duplicates_dropped_total", "counter", "",       \
+	  "Records dropped as duplicates (token gone).")                       \
+	X(RESUMED, "resumed_total", "counter", "",                             \
+	  "Records whose outbox row was found: recovery.")                     \
+	X(RETRIES, "retries_total", "counter", "",                             \
+	  "RETRY verdicts, and partitions held back by a failed phase.")       \
+	X(DEAD_LETTERED, "dead_lettered_total", "counter", "",                 \
+	  "Records sent to the dead-letter topic.")                            \
+	X(UNTOKENED, "untokened_total", "counter", "",                         \
+	  "Records without a usable token.")                                   \
+	X(DISPATCHED, "dispatched_total", "counter", "",                       \
+	  "Outgoing messages delivered.")                                      \
+	X(TOKENS_CREATED, "tokens_created_total", "counter", "",               \
+	  "Token rows minted.")                                                \
+	X(TOKENS_CONSUMED, "tokens_consumed_total", "counter", "",             \
+	  "Own token rows deleted after work.")                                \
+	X(ATTEMPTS_LOST, "attempts_lost_total", "counter", "",                 \
+	  "Token sets discarded because another attempt won.")                 \
+	X(ORPHANS_SWEPT, "orphans_swept_total", "counter", "",                 \
+	  "Registrations removed as orphans.")                                 \
+	X(BATCHES, "batches_total", "counter", "", "Batches processed.")       \
+	X(COMMITS_RETRIED, "commits_retried_total", "counter", "",             \
+	  "Offset commits the group refused, sent again.")                     \
+	X(STORE_MISMATCHES, "store_mismatches_total", "counter", "",           \
+	  "Records minted in another token store: dead-lettered or stopped "   \
+	  "the worker.")                                                       \
+	X(DUPLICATE_ALARMS, "duplicate_alarms_total", "counter", "",           \
+	  "Warnings that more records were dropped as duplicates than "        \
+	  "redeliveries explain.")                                             \
+	X(COMMIT_ALARMS, "commit_alarms_total", "counter", "",                 \
+	  "Alarms that the group refused a partition's offset commits for "    \
+	  "commit.behind.alarm.ms.")                                           \
+	X(ROWS_CONFLICTED, "rows_conflicted_total", "counter", "",             \
+	  "Outbox rows another worker's A committed first: the handler's "     \
+	  "effects rolled back, the row resumed.")                             \
+	X(HANDLER_ENDED_TXN, "handler_ended_txn_total", "counter", "",         \
+	  "Handlers that ended the worker's transaction on tbx_ctx_pg(): the " \
+	  "worker stopped.")                                                   \
+	X(STORE_RECONNECTS, "store_reconnects_total", "counter", "",           \
+	  "Connections to the stores' server (PostgreSQL) found lost and "     \
+	  "made again.")                                                       \
+	X(OUTBOX_PENDING, "outbox_pending", "gauge", "",                       \
+	  "Outbox rows of the group not finished yet.")                        \
+	X(ASSIGNED_PARTITIONS, "assigned_partitions", "gauge", "",             \
+	  "Partitions assigned to this worker.")                               \
+	X(CONSUMER_LAG, "consumer_lag", "gauge", "topic,partition",            \
+	  "Records of the partition after the worker's position (high "        \
+	  "watermark - position); absent until the worker has read a record "  \
+	  "of it.")                                                            \
+	X(PARTITION_PAUSED, "partition_paused", "gauge", "topic,partition",    \
+	  "1 while the partition waits for a retry's backoff.")                \
+	X(BATCH_DURATION, "batch_duration_seconds", "histogram", "",           \
+	  "Time a batch takes through the protocol (phases A-F).")             \
+	X(TEXTFILE_ERRORS, "metrics_textfile_errors_total", "counter", "",     \
+	  "Failed writes of metrics.textfile.")                                \
+	X(RD_REPLYQ, "rdkafka_replyq", "gauge", "",                            \
+	  "librdkafka: operations waiting in the consumer's reply queue.")     \
+	X(RD_MSG_CNT, "rdkafka_msg_cnt", "gauge", "",                          \
+	  "librdkafka: messages in the client's queues.")                      \
+	X(RD_TX, "rdkafka_tx_total", "counter", "",                            \
+	  "librdkafka: requests sent to brokers.")                             \
+	X(RD_RX, "rdkafka_rx_total", "counter", "",                            \
+	  "librdkafka: responses received from brokers.")                      \
+	X(RD_BROKER_RTT, "rdkafka_broker_rtt_avg_seconds", "gauge", "broker",  \
+	  "librdkafka: average broker round trip time.")                       \
+	X(RD_CONSUMER_LAG, "rdkafka_consumer_lag", "gauge", "topic,partition", \
+	  "librdkafka: consumer lag of a partition, by its committed offset.")
+
+typedef enum tbx__metric_id {
+#define TBX_METRIC_ENUM(id, name, type, labels, help) TBX_M_##id,
+	TBX_METRIC_LIST(TBX_METRIC_ENUM)
+#undef TBX_METRIC_ENUM
+	    TBX_M_COUNT
+} tbx__metric_id_t;
+
+/** One metric family: its name without "tokenbox_", Prometheus type,
+ *  labels other than group ("" or "topic,partition"), HELP text. */
+typedef struct tbx__metric_def {
+	const char *name, *type, *labels, *help;
+} tbx__metric_def_t;
+
+/** Every family, indexed by tbx__metric_id_t (TBX_M_COUNT of them). */
+extern const tbx__metric_def_t tbx__metric_defs[TBX_M_COUNT];
+
 #endif

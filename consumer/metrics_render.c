@@ -24,6 +24,13 @@
 #include "consumer/metrics.h"
 #include "consumer/worker.h"
 
+const tbx__metric_def_t tbx__metric_defs[TBX_M_COUNT] = {
+#define TBX_METRIC_DEF(id, name, type, labels, help)                           \
+	[TBX_M_##id] = {name, type, labels, help},
+    TBX_METRIC_LIST(TBX_METRIC_DEF)
+#undef TBX_METRIC_DEF
+};
+
 const double tbx__batch_bounds_ms[TBX_BATCH_BUCKETS] = {
     1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 
@@ -95,79 +102,52 @@ static void escape(char *dst, size_t size, const char *s)
 	dst[n] = '\0';
 }
 
-static void family(out_t *o, const char *name, const char *type,
-		   const char *help)
+static void family(out_t *o, tbx__metric_id_t id)
 {
-	fprintf(o->f, "# HELP tokenbox_%s %s\n# TYPE tokenbox_%s %s\n", name,
-		help, name, type);
+	const tbx__metric_def_t *d = &tbx__metric_defs[id];
+
+	fprintf(o->f, "# HELP tokenbox_%s %s\n# TYPE tokenbox_%s %s\n", d->name,
+		d->help, d->name, d->type);
 }
 
-static void sample(out_t *o, const char *name, double v)
+static void one(out_t *o, tbx__metric_id_t id, double v)
 {
-	fprintf(o->f, "tokenbox_%s{group=\"%s\"} %.17g\n", name, o->group, v);
-}
-
-static void one(out_t *o, const char *name, const char *type, const char *help,
-		double v)
-{
-	family(o, name, type, help);
-	sample(o, name, v);
+	family(o, id);
+	fprintf(o->f, "tokenbox_%s{group=\"%s\"} %.17g\n",
+		tbx__metric_defs[id].name, o->group, v);
 }
 
 static void render_counters(out_t *o, const tbx_worker_t *worker)
 {
 	const tbx_stats_t *st = &worker->stats;
 	const struct {
-		const char *name;
+		tbx__metric_id_t id;
 		uint64_t v;
-		const char *help;
 	} c[] = {
-	    {"consumed_total", st->consumed, "Records polled."},
-	    {"processed_total", st->processed, "Handler calls committed OK."},
-	    {"duplicates_dropped_total", st->duplicates_dropped,
-	     "Records dropped as duplicates (token gone)."},
-	    {"resumed_total", st->resumed,
-	     "Records whose outbox row was found: recovery."},
-	    {"retries_total", st->retries,
-	     "RETRY verdicts, and partitions held back by a failed phase."},
-	    {"dead_lettered_total", st->dead_lettered,
-	     "Records sent to the dead-letter topic."},
-	    {"untokened_total", st->untokened,
-	     "Records without a usable token."},
-	    {"dispatched_total", st->dispatched,
-	     "Outgoing messages delivered."},
-	    {"tokens_created_total", st->tokens_created, "Token rows minted."},
-	    {"tokens_consumed_total", st->tokens_consumed,
-	     "Own token rows deleted after work."},
-	    {"attempts_lost_total", st->attempts_lost,
-	     "Token sets discarded because another attempt won."},
-	    {"orphans_swept_total", st->orphans_swept,
-	     "Registrations removed as orphans."},
-	    {"batches_total", st->batches, "Batches processed."},
-	    {"commits_retried_total", st->commits_retried,
-	     "Offset commits the group refused, sent again."},
-	    {"store_mismatches_total", st->store_mismatches,
-	     "Records minted in another token store: dead-lettered or "
-	     "stopped the worker."},
-	    {"duplicate_alarms_total", st->duplicate_alarms,
-	     "Warnings that more records were dropped as duplicates than "
-	     "redeliveries explain."},
-	    {"commit_alarms_total", st->commit_alarms,
-	     "Alarms that the group refused a partition's offset commits for "
-	     "commit.behind.alarm.ms."},
-	    {"rows_conflicted_total", st->rows_conflicted,
-	     "Outbox rows another worker's A committed first: the handler's "
-	     "effects rolled back, the row resumed."},
-	    {"handler_ended_txn_total", st->handler_ended_txn,
-	     "Handlers that ended the worker's transaction on tbx_ctx_pg(): "
-	     "the worker stopped."},
-	    {"store_reconnects_total", st->store_reconnects,
-	     "Connections to the stores' server (PostgreSQL) found lost and "
-	     "made again."},
+	    {TBX_M_CONSUMED, st->consumed},
+	    {TBX_M_PROCESSED, st->processed},
+	    {TBX_M_DUPLICATES_DROPPED, st->duplicates_dropped},
+	    {TBX_M_RESUMED, st->resumed},
+	    {TBX_M_RETRIES, st->retries},
+	    {TBX_M_DEAD_LETTERED, st->dead_lettered},
+	    {TBX_M_UNTOKENED, st->untokened},
+	    {TBX_M_DISPATCHED, st->dispatched},
+	    {TBX_M_TOKENS_CREATED, st->tokens_created},
+	    {TBX_M_TOKENS_CONSUMED, st->tokens_consumed},
+	    {TBX_M_ATTEMPTS_LOST, st->attempts_lost},
+	    {TBX_M_ORPHANS_SWEPT, st->orphans_swept},
+	    {TBX_M_BATCHES, st->batches},
+	    {TBX_M_COMMITS_RETRIED, st->commits_retried},
+	    {TBX_M_STORE_MISMATCHES, st->store_mismatches},
+	    {TBX_M_DUPLICATE_ALARMS, st->duplicate_alarms},
+	    {TBX_M_COMMIT_ALARMS, st->commit_alarms},
+	    {TBX_M_ROWS_CONFLICTED, st->rows_conflicted},
+	    {TBX_M_HANDLER_ENDED_TXN, st->handler_ended_txn},
+	    {TBX_M_STORE_RECONNECTS, st->store_reconnects},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		one(o, c[i].name, "counter", c[i].help, (double)c[i].v);
+		one(o, c[i].id, (double)c[i].v);
 }
 
 static void render_partitions(out_t *o, tbx_worker_t *worker)
@@ -175,8 +155,7 @@ static void render_partitions(out_t *o, tbx_worker_t *worker)
 	rd_kafka_topic_partition_list_t *list;
 	char topic[2 * TBX_TOPIC_MAX + 1];
 
-	one(o, "assigned_partitions", "gauge",
-	    "Partitions assigned to this worker.", (double)worker->part_cnt);
+	one(o, TBX_M_ASSIGNED_PARTITIONS, (double)worker->part_cnt);
 	if (!worker->consumer || !worker->part_cnt)
 		return;
 	list = rd_kafka_topic_partition_list_new((int)worker->part_cnt);
@@ -184,10 +163,7 @@ static void render_partitions(out_t *o, tbx_worker_t *worker)
 		rd_kafka_topic_partition_list_add(list, worker->parts[i].topic,
 						  worker->parts[i].partition);
 	rd_kafka_position(worker->consumer, list);
-	family(o, "consumer_lag", "gauge",
-	       "Records of the partition after the worker's position "
-	       "(high watermark - position); absent until the worker has read "
-	       "a record of it.");
+	family(o, TBX_M_CONSUMER_LAG);
 	for (size_t i = 0; i < worker->part_cnt; i++) {
 		const tbx__part_t *p = &worker->parts[i];
 		int64_t lo = -1, hi = -1,
@@ -211,8 +187,7 @@ static void render_partitions(out_t *o, tbx_worker_t *worker)
 			"partition=\"%" PRId32 "\"} %" PRId64 "\n",
 			o->group, topic, p->partition, hi > pos ? hi - pos : 0);
 	}
-	family(o, "partition_paused", "gauge",
-	       "1 while the partition waits for a retry's backoff.");
+	family(o, TBX_M_PARTITION_PAUSED);
 	for (size_t i = 0; i < worker->part_cnt; i++) {
 		escape(topic, sizeof(topic), worker->parts[i].topic);
 		fprintf(o->f,
@@ -228,8 +203,7 @@ static void render_histogram(out_t *o, const tbx_worker_t *worker)
 {
 	uint64_t cum = 0;
 
-	family(o, "batch_duration_seconds", "histogram",
-	       "Time a batch takes through the protocol (phases A-F).");
+	family(o, TBX_M_BATCH_DURATION);
 	for (size_t i = 0; i <= TBX_BATCH_BUCKETS; i++) {
 		cum += worker->batch_hist[i];
 		if (i < TBX_BATCH_BUCKETS)
@@ -265,18 +239,11 @@ static void render_rdkafka(out_t *o, const char *json)
 
 	if (!root)
 		return;
-	one(o, "rdkafka_replyq", "gauge",
-	    "librdkafka: operations waiting in the consumer's reply queue.",
-	    num(root, "replyq"));
-	one(o, "rdkafka_msg_cnt", "gauge",
-	    "librdkafka: messages in the client's queues.",
-	    num(root, "msg_cnt"));
-	one(o, "rdkafka_tx_total", "counter",
-	    "librdkafka: requests sent to brokers.", num(root, "tx"));
-	one(o, "rdkafka_rx_total", "counter",
-	    "librdkafka: responses received from brokers.", num(root, "rx"));
-	family(o, "rdkafka_broker_rtt_avg_seconds", "gauge",
-	       "librdkafka: average broker round trip time.");
+	one(o, TBX_M_RD_REPLYQ, num(root, "replyq"));
+	one(o, TBX_M_RD_MSG_CNT, num(root, "msg_cnt"));
+	one(o, TBX_M_RD_TX, num(root, "tx"));
+	one(o, TBX_M_RD_RX, num(root, "rx"));
+	family(o, TBX_M_RD_BROKER_RTT);
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "brokers"))
 	{
 		const cJSON *rtt = cJSON_GetObjectItem(it, "rtt");
@@ -290,9 +257,7 @@ static void render_rdkafka(out_t *o, const char *json)
 			"broker=\"%s\"} %.17g\n",
 			o->group, a, avg / 1e6);
 	}
-	family(o, "rdkafka_consumer_lag", "gauge",
-	       "librdkafka: consumer lag of a partition, by its committed "
-	       "offset.");
+	family(o, TBX_M_RD_CONSUMER_LAG);
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "topics"))
 	{
 		if (!it->string)
@@ -327,22 +292,17 @@ void tbx__worker_metrics_refresh(tbx_worker_t *worker, int now)
 	if (!(o.f = open_memstream(&text, &len)))
 		return;
 	escape(o.group, sizeof(o.group), worker->group);
-	family(&o, "info", "gauge", "The worker's tokenbox version.");
+	family(&o, TBX_M_INFO);
 	fprintf(o.f, "tokenbox_info{group=\"%s\",version=\"%s\"} 1\n", o.group,
 		tbx_version());
-	one(&o, "last_refresh_timestamp_seconds", "gauge",
-	    "When these metrics were rendered (Unix time).",
-	    (double)tbx__now_ms() / 1000);
+	one(&o, TBX_M_LAST_REFRESH, (double)tbx__now_ms() / 1000);
 	render_counters(&o, worker);
 	if (worker->store &&
 	    tbx_outbox_count(worker->store, worker->group, &pending) == TBX_OK)
-		one(&o, "outbox_pending", "gauge",
-		    "Outbox rows of the group not finished yet.",
-		    (double)pending);
+		one(&o, TBX_M_OUTBOX_PENDING, (double)pending);
 	render_partitions(&o, worker);
 	render_histogram(&o, worker);
-	one(&o, "metrics_textfile_errors_total", "counter",
-	    "Failed writes of metrics.textfile.",
+	one(&o, TBX_M_TEXTFILE_ERRORS,
 	    (double)tbx__metrics_textfile_errors(worker->metrics));
 	if (worker->rd_stats)
 		render_rdkafka(&o, worker->rd_stats);

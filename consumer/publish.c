@@ -58,8 +58,14 @@ struct tbx_publisher {
 	int minted;  /* the queue holds a minted batch not yet delivered */
 	tbx_publisher_stats_t stats;
 	char store_id[TBX_UUID_LEN + 1]; /* tbx-store of what it mints */
+	int caller_reports; /* tbx__publisher_caller_reports_refusals() */
 	char errstr[512];
 };
+
+void tbx__publisher_caller_reports_refusals(tbx_publisher_t *pub)
+{
+	pub->caller_reports = 1;
+}
 
 tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 				   size_t errstr_size)
@@ -337,7 +343,8 @@ static int mint(tbx_publisher_t *pub)
 		} else if (ext->verdict == TBX_EDGE_SYNTHETIC) {
 			ext->outcome = TBX_OUTCOME_REFUSED;
 			pub->stats.refused++;
-			tbx__log(TBX_LOG_WARNING,
+			tbx__log(pub->caller_reports ? TBX_LOG_INFO
+						     : TBX_LOG_WARNING,
 				 "publish: caller id '%s' on %s refused: a "
 				 "different message was published with this "
 				 "id within ingress.dedup.window.ms "

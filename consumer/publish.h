@@ -1,6 +1,7 @@
 /*
  * Publisher internals for the tokenbox command (not API): re-publishing a
- * dead letter (`tokenbox inspect dead-letters replay`).
+ * dead letter (`tokenbox inspect dead-letters replay`), and `tokenbox
+ * send`'s own report of refused messages.
  *
  * @locality the publisher's thread.
  */
@@ -21,5 +22,13 @@
 int tbx__publish_replay(tbx_publisher_t *pub, const tbx_out_t *out,
 			const char *caller_id, const char *replay_of,
 			const char *grp);
+
+/**
+ * Tells @p pub that its caller reports each refused synthetic duplicate
+ * itself, with what only it knows (`tokenbox send`: the input's line
+ * number): the publisher then logs a refusal at INFO, not WARN, so that
+ * it is reported once.  Counted as before (tbx_publisher_stats()).
+ */
+void tbx__publisher_caller_reports_refusals(tbx_publisher_t *pub);
 
 #endif

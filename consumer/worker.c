@@ -579,6 +579,48 @@ static int start(tbx_worker_t *worker)
 	return TBX_OK;
 }
 
+void tbx__worker_assign_directly(tbx_worker_t *worker)
+{
+	worker->assign_direct = 1;
+}
+
+/* tbx__worker_assign_directly(): every partition of @p topics, from the
+ * group's committed offsets, through the rebalance callback's own path
+ * (the group is not joined: the callback is not called otherwise). */
+static rd_kafka_resp_err_t
+assign_directly(tbx_worker_t *worker,
+		const rd_kafka_topic_partition_list_t *topics)
+{
+	rd_kafka_topic_partition_list_t *parts =
+	    rd_kafka_topic_partition_list_new(topics->cnt);
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+	for (int i = 0; !err && i < topics->cnt; i++) {
+		const struct rd_kafka_metadata *md = NULL;
+		rd_kafka_topic_t *rkt = rd_kafka_topic_new(
+		    worker->consumer, topics->elems[i].topic, NULL);
+
+		err = rd_kafka_metadata(worker->consumer, 0, rkt, &md, 10000);
+		if (!err && (md->topic_cnt != 1 || md->topics[0].err))
+			err = md->topic_cnt == 1
+				  ? md->topics[0].err
+				  : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+		for (int j = 0; !err && j < md->topics[0].partition_cnt; j++)
+			rd_kafka_topic_partition_list_add(
+			    parts, topics->elems[i].topic,
+			    md->topics[0].partitions[j].id);
+		if (md)
+			rd_kafka_metadata_destroy(md);
+		rd_kafka_topic_destroy(rkt);
+	}
+	if (!err)
+		on_rebalance(worker->consumer,
+			     RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, parts,
+			     worker);
+	rd_kafka_topic_partition_list_destroy(parts);
+	return err;
+}
+
 static int start_clients(tbx_worker_t *worker, size_t n)
 {
 	rd_kafka_topic_partition_list_t *topics;
@@ -621,10 +663,14 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 		rd_kafka_topic_partition_list_add(
 		    topics, tbx_router_topic(worker->router, i),
 		    RD_KAFKA_PARTITION_UA);
-	rerr = rd_kafka_subscribe(worker->consumer, topics);
+	if (worker->assign_direct)
+		rerr = assign_directly(worker, topics);
+	else
+		rerr = rd_kafka_subscribe(worker->consumer, topics);
 	rd_kafka_topic_partition_list_destroy(topics);
 	if (rerr)
-		return fail(worker, TBX_EKAFKA, "subscribe failed: %s",
+		return fail(worker, TBX_EKAFKA, "%s failed: %s",
+			    worker->assign_direct ? "assignment" : "subscribe",
 			    rd_kafka_err2str(rerr));
 	worker->producer = tbx__producer_new(worker->conf, worker->errstr,
 					     sizeof(worker->errstr));
@@ -1045,6 +1091,19 @@ static void leave_group(tbx_worker_t *worker)
 	    tbx__mono_ms() + (worker->cfg->shutdown_timeout_ms < 10000
 				  ? worker->cfg->shutdown_timeout_ms
 				  : 10000);
+	if (worker->assign_direct) {
+		rd_kafka_topic_partition_list_t *assigned = NULL;
+
+		/* No group to leave: revoked as the group would. */
+		if (!rd_kafka_assignment(worker->consumer, &assigned) &&
+		    assigned && assigned->cnt)
+			on_rebalance(worker->consumer,
+				     RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS,
+				     assigned, worker);
+		if (assigned)
+			rd_kafka_topic_partition_list_destroy(assigned);
+		return;
+	}
 	rd_kafka_unsubscribe(worker->consumer);
 	/* Poll at least once: the revocation is served inside poll. */
 	while (tbx__mono_ms() < deadline) {

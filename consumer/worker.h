@@ -60,6 +60,9 @@ struct tbx_worker {
 	int recommit;
 	int64_t next_recommit_ms;
 	int assigned_once; /* the rebalance callback assigned at least once */
+	/* tbx__worker_assign_directly(): every partition assigned at the
+	 * start, no consumer group membership */
+	int assign_direct;
 	/* commit.behind.alarm.ms (commit_watch.c), the last refusal's
 	 * error */
 	rd_kafka_resp_err_t commit_refused_err;
@@ -95,6 +98,16 @@ tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
  */
 tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 				    size_t errstr_size);
+/**
+ * Makes @p worker, before its first tbx_worker_poll(), assign itself
+ * every partition of its topics at the start instead of joining its
+ * consumer group (the test kit's one worker: a group's join costs the
+ * mock cluster's 3 s wait, and a killed member's session timeout).  The
+ * group's committed offsets are used and committed as usual; the
+ * partitions are revoked when the worker closes.  For one worker of a
+ * group at a time only.
+ */
+void tbx__worker_assign_directly(tbx_worker_t *worker);
 /** Topics with a handler registered, and the i-th of them. */
 size_t tbx__worker_topic_count(const tbx_worker_t *worker);
 const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);

@@ -50,6 +50,21 @@ typedef struct rec {
 	rd_kafka_headers_t *headers;
 } rec_t;
 
+/* A message the worker produced, as tbx_testkit_sent() hands it out: one
+ * allocation each, kept until the kit is destroyed. */
+typedef struct sent_item {
+	tbx_testkit_sent_t view;
+	rec_t rec;
+	size_t topic_pos; /* in kit->topics: the listing's order */
+} sent_item_t;
+
+/* How far the kit's reader has read a partition. */
+typedef struct read_pos {
+	char *topic;
+	int32_t partition;
+	int64_t next;
+} read_pos_t;
+
 struct tbx_testkit {
 	char errstr[512];
 	char *dir, *store, *tokens;
@@ -70,8 +85,13 @@ struct tbx_testkit {
 	char *crash_at;
 	rec_t last; /* the last input published */
 	int have_last;
-	tbx_testkit_sent_t *sent; /* views of sent_recs */
-	rec_t *sent_recs;
+	/* One publisher and one reader (partitions assigned, no group) for
+	 * the kit's life. */
+	tbx_publisher_t *pub;
+	rd_kafka_t *reader;
+	read_pos_t *pos;
+	size_t pos_cnt;
+	sent_item_t **sent; /* in topic and offset order */
 	size_t sent_cnt;
 };
 
@@ -113,11 +133,6 @@ tbx_testkit_t *tbx_testkit_new(const char *group, char *errstr,
 			       size_t errstr_size)
 {
 	static const char *const defaults[][2] = {
-	    /* Above the 3 s the mock cluster (librdkafka 2.0.2) waits before
-	     * an empty group's first members form it: at 3 s a late session
-	     * check could drop a joining member and never answer it. */
-	    {"kafka.consumer.session.timeout.ms", "4000"},
-	    {"kafka.consumer.heartbeat.interval.ms", "300"},
 	    {"kafka.consumer.fetch.wait.max.ms", "10"},
 	    {"kafka.topic.metadata.refresh.interval.ms", "1000"},
 	    {"batch.max.ms", "10"},
@@ -199,16 +214,29 @@ static void rec_free(rec_t *r)
 static void sent_free(tbx_testkit_t *kit)
 {
 	for (size_t i = 0; i < kit->sent_cnt; i++) {
-		free((char *)kit->sent[i].type);
-		free((char *)kit->sent[i].cause);
-		free((char *)kit->sent[i].dlq_error);
-		rec_free(&kit->sent_recs[i]);
+		free((char *)kit->sent[i]->view.type);
+		free((char *)kit->sent[i]->view.cause);
+		free((char *)kit->sent[i]->view.dlq_error);
+		rec_free(&kit->sent[i]->rec);
+		free(kit->sent[i]);
 	}
 	free(kit->sent);
-	free(kit->sent_recs);
 	kit->sent = NULL;
-	kit->sent_recs = NULL;
 	kit->sent_cnt = 0;
+	for (size_t i = 0; i < kit->pos_cnt; i++)
+		free(kit->pos[i].topic);
+	free(kit->pos);
+	kit->pos = NULL;
+	kit->pos_cnt = 0;
+}
+
+static void clients_destroy(tbx_testkit_t *kit)
+{
+	tbx_publisher_destroy(kit->pub);
+	kit->pub = NULL;
+	if (kit->reader)
+		rd_kafka_destroy(kit->reader);
+	kit->reader = NULL;
 }
 
 static void rmrf(const char *dir)
@@ -231,6 +259,7 @@ void tbx_testkit_destroy(tbx_testkit_t *kit)
 	if (!kit)
 		return;
 	tbx_worker_destroy(kit->worker);
+	clients_destroy(kit);
 	sent_free(kit);
 	rec_free(&kit->last);
 	if (kit->mock)
@@ -412,7 +441,8 @@ int tbx_testkit_plugin(tbx_testkit_t *kit, tbx_plugin_init_fn init,
 	return rc;
 }
 
-/* A worker with the kit's handlers, subscribed (its first poll). */
+/* A worker with the kit's handlers, subscribed in the token store and
+ * assigned its partitions (its first poll). */
 static tbx_worker_t *worker_new(tbx_testkit_t *kit)
 {
 	tbx_conf_t *conf = tbx_conf_dup(kit->conf);
@@ -435,6 +465,10 @@ static tbx_worker_t *worker_new(tbx_testkit_t *kit)
 					 kit->regs[i].opaque);
 	for (size_t i = 0; !rc && i < kit->plug_cnt; i++)
 		rc = kit->plugs[i].init(w, kit->plugs[i].args);
+	/* One worker of the group at a time: its partitions without a
+	 * group's join (3 s on the mock cluster, and a killed worker's
+	 * session timeout before its successor is answered). */
+	tbx__worker_assign_directly(w);
 	if (!rc)
 		rc = tbx_worker_poll(w, 0, NULL);
 	if (rc) {
@@ -524,6 +558,9 @@ static rd_kafka_t *client(tbx_testkit_t *kit, rd_kafka_type_t type)
 	rd_kafka_conf_set(c, "bootstrap.servers", kit->bootstraps, NULL, 0);
 	rd_kafka_conf_set(c, "enable.partition.eof", "true", NULL, 0);
 	rd_kafka_conf_set(c, "group.id", "tbx-testkit-reader", NULL, 0);
+	/* At the end of a partition: answered at once, not in 500 ms. */
+	rd_kafka_conf_set(c, "fetch.wait.max.ms", "10", NULL, 0);
+	rd_kafka_conf_set(c, "linger.ms", "0", NULL, 0);
 	rd_kafka_conf_set_log_cb(c, quiet_log);
 	if (!(rk = rd_kafka_new(type, c, err, sizeof(err)))) {
 		rd_kafka_conf_destroy(c);
@@ -560,52 +597,101 @@ static char *bufdup(const void *p, size_t len)
 	return s;
 }
 
-/* Reads every record of @p topic into *recs (grown; *cnt updated). */
-static int read_topic(tbx_testkit_t *kit, const char *topic, rec_t **recs,
-		      size_t *cnt)
+/* The reader's position in @p topic's @p partition (made at 0). */
+static read_pos_t *read_pos(tbx_testkit_t *kit, const char *topic,
+			    int32_t partition)
 {
-	rd_kafka_t *rk = client(kit, RD_KAFKA_CONSUMER);
+	read_pos_t *grown;
+
+	for (size_t i = 0; i < kit->pos_cnt; i++)
+		if (kit->pos[i].partition == partition &&
+		    strcmp(kit->pos[i].topic, topic) == 0)
+			return &kit->pos[i];
+	if (!(grown = realloc(kit->pos, (kit->pos_cnt + 1) * sizeof(*grown))))
+		return NULL;
+	kit->pos = grown;
+	grown[kit->pos_cnt].topic = strdup(topic);
+	grown[kit->pos_cnt].partition = partition;
+	grown[kit->pos_cnt].next = 0;
+	if (!grown[kit->pos_cnt].topic)
+		return NULL;
+	return &grown[kit->pos_cnt++];
+}
+
+/*
+ * Reads the records of @p topic into *recs (grown; *cnt updated): those
+ * after what the reader read before, or with @p last_only the last one
+ * of each partition.  The reader is one consumer for the kit's life,
+ * assigned the partitions it reads (no group), fetching without waiting.
+ */
+static int read_topic(tbx_testkit_t *kit, const char *topic, int last_only,
+		      rec_t **recs, size_t *cnt)
+{
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_topic_partition_list_t *parts;
 	rd_kafka_topic_t *rkt;
 	int64_t deadline = tbx__mono_ms() + 30000;
-	int want = 0, eofs = 0, err = TBX_OK;
+	int64_t *until = NULL; /* per element of parts: its high watermark */
+	int left = 0, err = TBX_OK;
 
-	if (!rk)
+	if (!kit->reader && !(kit->reader = client(kit, RD_KAFKA_CONSUMER)))
 		return TBX_EKAFKA;
-	rkt = rd_kafka_topic_new(rk, topic, NULL);
+	rkt = rd_kafka_topic_new(kit->reader, topic, NULL);
 	parts = rd_kafka_topic_partition_list_new(4);
-	if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) || md->topic_cnt != 1) {
+	if (rd_kafka_metadata(kit->reader, 0, rkt, &md, 10000) ||
+	    md->topic_cnt != 1) {
 		err = kfail(kit, TBX_EKAFKA, "no metadata for %s", topic);
 		goto out;
 	}
+	if (!(until = calloc((size_t)md->topics[0].partition_cnt + 1,
+			     sizeof(*until)))) {
+		err = kfail(kit, TBX_ENOMEM, "out of memory");
+		goto out;
+	}
 	for (int j = 0; j < md->topics[0].partition_cnt; j++) {
-		int64_t lo, hi;
 		int32_t p = md->topics[0].partitions[j].id;
-		if (rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi,
-						     10000)) {
+		read_pos_t *pos = read_pos(kit, topic, p);
+		int64_t lo, hi;
+
+		if (!pos) {
+			err = kfail(kit, TBX_ENOMEM, "out of memory");
+			goto out;
+		}
+		if (rd_kafka_query_watermark_offsets(kit->reader, topic, p, &lo,
+						     &hi, 10000)) {
 			err =
 			    kfail(kit, TBX_EKAFKA, "no offsets for %s", topic);
 			goto out;
 		}
-		if (hi > lo) {
+		if (last_only && hi > lo)
+			pos->next = hi - 1;
+		if (pos->next < lo)
+			pos->next = lo;
+		if (hi > pos->next) {
+			until[parts->cnt] = hi;
 			rd_kafka_topic_partition_list_add(parts, topic, p)
-			    ->offset = RD_KAFKA_OFFSET_BEGINNING;
-			want++;
+			    ->offset = pos->next;
 		}
 	}
-	if (want)
-		rd_kafka_assign(rk, parts);
-	while (eofs < want && tbx__mono_ms() < deadline) {
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+	if ((left = parts->cnt))
+		rd_kafka_assign(kit->reader, parts);
+	while (left > 0 && tbx__mono_ms() < deadline) {
+		rd_kafka_message_t *m =
+		    rd_kafka_consumer_poll(kit->reader, 100);
 		rd_kafka_headers_t *h = NULL;
+		read_pos_t *pos;
 		rec_t *grown, *r;
+		int k;
 
 		if (!m)
 			continue;
-		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
-			eofs++;
-		if (m->err) {
+		for (k = 0; k < parts->cnt; k++)
+			if (parts->elems[k].partition == m->partition)
+				break;
+		if (m->err || k == parts->cnt || m->offset >= until[k] ||
+		    strcmp(rd_kafka_topic_name(m->rkt), topic) != 0 ||
+		    !(pos = read_pos(kit, topic, m->partition)) ||
+		    m->offset < pos->next) {
 			rd_kafka_message_destroy(m);
 			continue;
 		}
@@ -626,50 +712,68 @@ static int read_topic(tbx_testkit_t *kit, const char *topic, rec_t **recs,
 		r->payload_len = m->len;
 		if (!rd_kafka_message_headers(m, &h))
 			r->headers = rd_kafka_headers_copy(h);
+		pos->next = m->offset + 1;
+		if (pos->next == until[k])
+			left--;
 		rd_kafka_message_destroy(m);
 	}
-	if (!err && eofs < want)
+	if (!err && left > 0)
 		err = kfail(kit, TBX_ETIMEOUT, "reading %s timed out", topic);
 out:
 	if (md)
 		rd_kafka_metadata_destroy(md);
+	if (parts->cnt)
+		rd_kafka_assign(kit->reader, NULL);
+	free(until);
 	rd_kafka_topic_partition_list_destroy(parts);
 	rd_kafka_topic_destroy(rkt);
-	if (want)
-		rd_kafka_assign(rk, NULL);
-	rd_kafka_destroy(rk);
 	return err;
+}
+
+/* The kit's publisher, made once.  Its idempotent producer takes about a
+ * second to get its producer id from the mock cluster, as the worker's
+ * does: made beside the worker, the two waits overlap. */
+static int publisher_new(tbx_testkit_t *kit)
+{
+	tbx_conf_t *conf;
+	char err[512];
+
+	if (kit->pub)
+		return TBX_OK;
+	if (!(conf = tbx_conf_new()))
+		return kfail(kit, TBX_ENOMEM, "out of memory");
+	tbx_conf_set(conf, "kafka.bootstrap.servers", kit->bootstraps, NULL, 0);
+	tbx_conf_set(conf, "tokens.path", kit->tokens, NULL, 0);
+	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
+	/* Delivered at once: a test publishes one message at a time. */
+	tbx_conf_set(conf, "kafka.producer.linger.ms", "0", NULL, 0);
+	if (!(kit->pub = tbx_publisher_new(conf, err, sizeof(err)))) {
+		tbx_conf_destroy(conf);
+		return kfail(kit, TBX_EKAFKA, "publisher: %s", err);
+	}
+	return TBX_OK;
 }
 
 /* Publishes @p msg with a token and keeps a copy of the record. */
 static int publish(tbx_testkit_t *kit, const tbx_out_t *msg)
 {
-	tbx_conf_t *conf = tbx_conf_new();
-	tbx_publisher_t *pub;
 	rec_t *recs = NULL;
 	size_t cnt = 0, failed = 0;
-	char err[512];
 	int rc;
 
-	if (!conf)
-		return kfail(kit, TBX_ENOMEM, "out of memory");
-	tbx_conf_set(conf, "kafka.bootstrap.servers", kit->bootstraps, NULL, 0);
-	tbx_conf_set(conf, "tokens.path", kit->tokens, NULL, 0);
-	tbx_conf_set(conf, "log.level", "warning", NULL, 0);
-	if (!(pub = tbx_publisher_new(conf, err, sizeof(err)))) {
-		tbx_conf_destroy(conf);
-		return kfail(kit, TBX_EKAFKA, "publisher: %s", err);
-	}
-	if ((rc = tbx_publish(pub, msg)) ||
-	    (rc = tbx_publisher_flush(pub, &failed))) {
+	if ((rc = publisher_new(kit)))
+		return rc;
+	if ((rc = tbx_publish(kit->pub, msg)) ||
+	    (rc = tbx_publisher_flush(kit->pub, &failed))) {
 		kfail(kit, rc, "publishing to %s: %s", msg->topic,
-		      tbx_publisher_errstr(pub));
-		tbx_publisher_destroy(pub);
+		      tbx_publisher_errstr(kit->pub));
+		/* A failed batch stays queued: begin the next anew. */
+		tbx_publisher_destroy(kit->pub);
+		kit->pub = NULL;
 		return rc;
 	}
-	tbx_publisher_destroy(pub);
 	/* The kit's topics have one partition: the last record is ours. */
-	if ((rc = read_topic(kit, msg->topic, &recs, &cnt)))
+	if ((rc = read_topic(kit, msg->topic, 1, &recs, &cnt)))
 		return rc;
 	rec_free(&kit->last);
 	if (cnt) {
@@ -722,14 +826,19 @@ static int crash_and_recover(tbx_testkit_t *kit, const tbx_out_t *msg,
 
 	kit->crash_at = NULL;
 	/* Subscribed first (senders mint tokens for subscribed groups),
-	 * then nothing of this process's stores or clients crosses the
-	 * fork. */
+	 * then no SQLite connection crosses the fork: the worker's and the
+	 * publisher's are closed (SQLite's per-process lock bookkeeping
+	 * would mislead the child's own connections).  The reader and the
+	 * mock cluster, Kafka clients only, do cross it, and the child never
+	 * uses them: it ends with _exit() or SIGKILL. */
 	tbx_worker_destroy(kit->worker);
 	kit->worker = NULL;
 	if ((rc = publish(kit, msg))) {
 		free(point);
 		return rc;
 	}
+	tbx_publisher_destroy(kit->pub);
+	kit->pub = NULL;
 	kit->crash_at = point;
 	fflush(NULL);
 	if ((pid = fork()) < 0) {
@@ -759,9 +868,12 @@ static int crash_and_recover(tbx_testkit_t *kit, const tbx_out_t *msg,
 	free(point);
 	if (rc)
 		return rc;
-	/* The restart: recovery finishes what the crash left. */
+	/* The restart: recovery finishes what the crash left.  The next
+	 * message's publisher gets its producer id meanwhile. */
 	if (!(kit->worker = worker_new(kit)))
 		return TBX_ESTATE;
+	if ((rc = publisher_new(kit)))
+		return rc;
 	return run_until_done(kit, kit->worker, &base, 1, outcome);
 }
 
@@ -779,6 +891,8 @@ int tbx_testkit_handle(tbx_testkit_t *kit, const tbx_out_t *msg,
 		return rc;
 	if (!kit->worker && !(kit->worker = worker_new(kit)))
 		return TBX_ESTATE;
+	if ((rc = publisher_new(kit)))
+		return rc;
 	if (kit->crash_at)
 		return crash_and_recover(kit, msg, outcome);
 	tbx_worker_stats(kit->worker, &base);
@@ -819,40 +933,67 @@ int tbx_testkit_redeliver(tbx_testkit_t *kit, tbx_testkit_outcome_t *outcome)
 	return run_until_done(kit, kit->worker, &base, 0, outcome);
 }
 
-/* Reads every topic the handlers do not consume. */
+static int sent_order(const void *a, const void *b)
+{
+	const sent_item_t *x = *(sent_item_t *const *)a;
+	const sent_item_t *y = *(sent_item_t *const *)b;
+
+	if (x->topic_pos != y->topic_pos)
+		return x->topic_pos < y->topic_pos ? -1 : 1;
+	if (x->rec.partition != y->rec.partition)
+		return x->rec.partition < y->rec.partition ? -1 : 1;
+	return x->rec.offset < y->rec.offset   ? -1
+	       : x->rec.offset > y->rec.offset ? 1
+					       : 0;
+}
+
+/* Adds what was produced since the last call to every topic the handlers
+ * do not consume.  What was listed before stays where it is in memory. */
 static int load_sent(tbx_testkit_t *kit)
 {
-	rec_t *recs = NULL;
-	size_t cnt = 0;
 	int rc = TBX_OK;
 
-	sent_free(kit);
-	for (size_t i = 0; !rc && i < kit->topic_cnt; i++)
-		if (!is_handled(kit, kit->topics[i]))
-			rc = read_topic(kit, kit->topics[i], &recs, &cnt);
-	if (!rc && cnt && !(kit->sent = calloc(cnt, sizeof(*kit->sent))))
-		rc = kfail(kit, TBX_ENOMEM, "out of memory");
-	if (rc) {
-		for (size_t i = 0; i < cnt; i++)
-			rec_free(&recs[i]);
+	for (size_t t = 0; !rc && t < kit->topic_cnt; t++) {
+		rec_t *recs = NULL;
+		size_t cnt = 0, done = 0;
+		sent_item_t **grown;
+
+		if (is_handled(kit, kit->topics[t]))
+			continue;
+		rc = read_topic(kit, kit->topics[t], 0, &recs, &cnt);
+		if (cnt && (grown = realloc(kit->sent, (kit->sent_cnt + cnt) *
+							   sizeof(*grown))))
+			kit->sent = grown;
+		else if (cnt)
+			rc = kfail(kit, TBX_ENOMEM, "out of memory");
+		for (; !rc && done < cnt; done++) {
+			sent_item_t *it = calloc(1, sizeof(*it));
+			tbx_testkit_sent_t *s;
+
+			if (!it) {
+				rc = kfail(kit, TBX_ENOMEM, "out of memory");
+				break;
+			}
+			it->rec = recs[done];
+			it->topic_pos = t;
+			s = &it->view;
+			s->topic = it->rec.topic;
+			s->partition = it->rec.partition;
+			s->key = it->rec.key;
+			s->key_len = it->rec.key_len;
+			s->payload = it->rec.payload;
+			s->payload_len = it->rec.payload_len;
+			s->type = hdr(it->rec.headers, "tbx-type");
+			s->cause = hdr(it->rec.headers, "tbx-cause");
+			s->dlq_error = hdr(it->rec.headers, "tbx-dlq-error");
+			kit->sent[kit->sent_cnt++] = it;
+		}
+		for (; done < cnt; done++)
+			rec_free(&recs[done]);
 		free(recs);
-		return rc;
 	}
-	kit->sent_recs = recs;
-	kit->sent_cnt = cnt;
-	for (size_t i = 0; i < cnt; i++) {
-		tbx_testkit_sent_t *s = &kit->sent[i];
-		s->topic = recs[i].topic;
-		s->partition = recs[i].partition;
-		s->key = recs[i].key;
-		s->key_len = recs[i].key_len;
-		s->payload = recs[i].payload;
-		s->payload_len = recs[i].payload_len;
-		s->type = hdr(recs[i].headers, "tbx-type");
-		s->cause = hdr(recs[i].headers, "tbx-cause");
-		s->dlq_error = hdr(recs[i].headers, "tbx-dlq-error");
-	}
-	return TBX_OK;
+	qsort(kit->sent, kit->sent_cnt, sizeof(*kit->sent), sent_order);
+	return rc;
 }
 
 size_t tbx_testkit_sent_count(tbx_testkit_t *kit)
@@ -862,7 +1003,7 @@ size_t tbx_testkit_sent_count(tbx_testkit_t *kit)
 
 const tbx_testkit_sent_t *tbx_testkit_sent(tbx_testkit_t *kit, size_t i)
 {
-	if (!kit->sent && load_sent(kit))
+	if (i >= kit->sent_cnt && load_sent(kit))
 		return NULL;
-	return i < kit->sent_cnt ? &kit->sent[i] : NULL;
+	return i < kit->sent_cnt ? &kit->sent[i]->view : NULL;
 }

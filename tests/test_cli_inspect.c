@@ -101,6 +101,20 @@ static void fx_row(tbx__row_t *row, const char *msg_id, const char *topic,
 	row->created_ms = created_ms;
 }
 
+/* The fixture's dead letters: 1 day, 45 and 10 minutes old. */
+static const char FX_DEAD_LETTERS[] =
+    "INSERT INTO tbx_dead_letters (id, grp, msg_id, in_topic, "
+    "in_partition, in_offset, dlq_topic, error, attempts, "
+    "created_ms) VALUES "
+    "(1, 'orders-svc', '60606060-6060-4606-8606-606060606060', "
+    "'orders', 0, 3, 'orders.dlq', 'tbx-id is not a UUID', 0, "
+    "1699913600000),"
+    "(2, 'orders-svc', '" ROW_C "', 'orders', 1, 7, 'orders.dlq', "
+    "'rejected by the handler', 1, 1699997300000),"
+    "(3, 'audit', 'u:orders:0:99', 'orders', 0, 99, 'orders.dlq', "
+    "'record without a token for this group "
+    "(ingress.untokened=reject)', 0, 1699999400000)";
+
 /* The service store part: outbox rows, ingress offsets, dead letters. */
 static void fx_store(const char *path)
 {
@@ -177,18 +191,7 @@ static void fx_store(const char *path)
 	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
 	tbx_outbox_close(store);
 
-	fx_exec(path,
-		"INSERT INTO tbx_dead_letters (id, grp, msg_id, in_topic, "
-		"in_partition, in_offset, dlq_topic, error, attempts, "
-		"created_ms) VALUES "
-		"(1, 'orders-svc', '60606060-6060-4606-8606-606060606060', "
-		"'orders', 0, 3, 'orders.dlq', 'tbx-id is not a UUID', 0, "
-		"1699913600000),"
-		"(2, 'orders-svc', '" ROW_C "', 'orders', 1, 7, 'orders.dlq', "
-		"'rejected by the handler', 1, 1699997300000),"
-		"(3, 'audit', 'u:orders:0:99', 'orders', 0, 99, 'orders.dlq', "
-		"'record without a token for this group "
-		"(ingress.untokened=reject)', 0, 1699999400000)");
+	fx_exec(path, FX_DEAD_LETTERS);
 }
 
 /* The token store part: subscriptions, tokens, registrations. */
@@ -255,11 +258,13 @@ static void fx_tokens(const char *path)
 }
 
 /* Builds every fixture in @p dir: s.db + t.db (two files), all.db (one
- * file for both stores), empty.db (a fresh store). */
+ * file for both stores), empty.db (a fresh store), dl.db (a store with
+ * the dead letters alone). */
 static void fx_build(const char *dir)
 {
 	char *s = tt_path(dir, "s.db"), *t = tt_path(dir, "t.db");
 	char *all = tt_path(dir, "all.db"), *empty = tt_path(dir, "empty.db");
+	char *dl = tt_path(dir, "dl.db"); /* dead letters, nothing else */
 	tbx_outbox_t *store;
 	char err[512];
 
@@ -270,10 +275,15 @@ static void fx_build(const char *dir)
 	cr_assert_eq(tbx_outbox_open(empty, NULL, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_outbox_close(store);
+	cr_assert_eq(tbx_outbox_open(dl, NULL, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	fx_exec(dl, FX_DEAD_LETTERS);
 	free(s);
 	free(t);
 	free(all);
 	free(empty);
+	free(dl);
 }
 
 /*
@@ -382,7 +392,7 @@ static int by_name(const void *a, const void *b)
 static void copy_fixtures(const char *from, const char *to)
 {
 	static const char *const names[] = {"s.db", "t.db", "all.db",
-					    "empty.db"};
+					    "empty.db", "dl.db"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char *src = tt_path(from, names[i]),

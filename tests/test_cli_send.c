@@ -251,6 +251,14 @@ Test(cli_send, a_caller_id_resent_by_another_send_takes_effect_once,
 		  res.err);
 	cr_assert(strstr(res.err, "line 1: caller id 'order-1' refused"), "%s",
 		  res.err);
+	/* Said once, with its line: not again by the library's log. */
+	{
+		size_t said = 0;
+		for (const char *p = res.err; (p = strstr(p, "'order-1'")); p++)
+			said++;
+		cr_expect_eq(said, 1, "the refusal is reported %zu times: %s",
+			     said, res.err);
+	}
 	cc_result_free(&res);
 
 	/* The refusal is visible in the token store. */

@@ -241,6 +241,78 @@ Test(pg_cli, inspect_reads_the_schemas_and_never_shows_the_password)
 	free(url);
 }
 
+/* status --since on a service schema: the dead letters recorded since
+ * the time are counted, and with --check they are a finding. */
+Test(pg_cli, status_since_flags_dead_letters_recorded_since_a_time)
+{
+	char *url = url_as(NULL, 1), t[64], s[64], store[80];
+	cJSON *doc, *o;
+
+	tt_pg_schema(t, sizeof(t), "clit");
+	tt_pg_schema(s, sizeof(s), "clis");
+	free(init_tokens(url, t, 1));
+	init_store(url, s);
+	snprintf(store, sizeof(store), "pg:%s", s);
+	/* 2023-11-14T22:13:20Z is "now": 1 day, 45 and 10 minutes ago. */
+	cr_assert_eq(
+	    tt_count(store,
+		     "WITH i AS (INSERT INTO tbx_dead_letters (grp, msg_id, "
+		     "in_topic, in_partition, in_offset, dlq_topic, error, "
+		     "attempts, created_ms) VALUES "
+		     "('g', 'm1', 'in', 0, 1, 'in.dlq', 'old', 0, "
+		     "1699913600000), "
+		     "('g', 'm2', 'in', 0, 2, 'in.dlq', 'new', 1, "
+		     "1699997300000), "
+		     "('g', 'm3', 'in', 0, 3, 'in.dlq', 'newer', 0, "
+		     "1699999400000) RETURNING 1) SELECT COUNT(*) FROM i"),
+	    3);
+	setenv("TBX_INSPECT_NOW_MS", "1700000000000", 1);
+	{
+		const char *args[] = {
+		    "inspect",	"-s",	   url,
+		    "--schema", s,	   "--tokens-schema",
+		    t,		"--json",  "status",
+		    "--check",	"--since", "2023-11-14T22:00:00Z",
+		    NULL};
+		cc_result_t res = run(args);
+		cr_expect(cc_exited(res.status, 1), "%d: %s", res.status,
+			  res.err);
+		doc = cJSON_Parse(res.out);
+		cr_assert(doc, "%s", res.out);
+		o = cJSON_GetObjectItem(doc, "dead_letters");
+		cr_expect_eq(cJSON_GetNumberValue(
+				 cJSON_GetObjectItem(o, "recorded_since")),
+			     1, "%s", res.out);
+		cJSON_Delete(doc);
+		cc_result_free(&res);
+	}
+	{
+		const char *args[] = {"inspect",  "-s",	    url,
+				      "--schema", s,	    "--tokens-schema",
+				      t,	  "status", "--check",
+				      "--since",  "1h",	    NULL};
+		cc_result_t res = run(args);
+		cr_expect(cc_exited(res.status, 1), "%d: %s", res.status,
+			  res.err);
+		cr_expect(strstr(res.out, "NEW: 2 recorded since "
+					  "2023-11-14T21:13:20.000Z"),
+			  "%s", res.out);
+		cc_result_free(&res);
+	}
+	{
+		const char *args[] = {"inspect",  "-s",	    url,
+				      "--schema", s,	    "--tokens-schema",
+				      t,	  "status", "--check",
+				      "--since",  "5m",	    NULL};
+		cc_result_t res = run(args);
+		cr_expect(cc_exited(res.status, 0), "%d: %s", res.status,
+			  res.err);
+		cc_result_free(&res);
+	}
+	unsetenv("TBX_INSPECT_NOW_MS");
+	free(url);
+}
+
 Test(pg_cli, inspect_opens_read_only_and_creates_nothing)
 {
 	char *url = url_as(NULL, 1), s[64];

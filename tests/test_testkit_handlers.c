@@ -85,6 +85,30 @@ Test(testkit, ok_is_processed_and_its_message_listed)
 	tbx_testkit_destroy(kit);
 }
 
+Test(testkit, a_listed_message_stays_valid_until_the_kit_is_destroyed)
+{
+	seen_t s = {.verdict = TBX_VERDICT_OK};
+	tbx_testkit_t *kit = kit_new(&s);
+	const tbx_testkit_sent_t *first;
+	tbx_testkit_outcome_t outcome;
+	tbx_out_t again = ping;
+
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(tbx_testkit_sent_count(kit), 1);
+	cr_assert(first = tbx_testkit_sent(kit, 0));
+	/* More kit calls: another message, the listing read again. */
+	again.payload = "ho";
+	cr_assert_eq(tbx_testkit_handle(kit, &again, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(tbx_testkit_sent_count(kit), 2);
+	cr_expect_eq(tbx_testkit_sent(kit, 0), first);
+	cr_expect_str_eq(first->type, "Echo");
+	cr_expect_str_eq(first->payload, "hi");
+	cr_expect_str_eq(tbx_testkit_sent(kit, 1)->payload, "ho");
+	tbx_testkit_destroy(kit);
+}
+
 Test(testkit, reject_and_exhausted_retries_are_dead_lettered)
 {
 	seen_t s = {.verdict = TBX_VERDICT_REJECT};

@@ -25,7 +25,9 @@ enum {
 	OPT_IDLE,
 	OPT_YES,
 	OPT_SCHEMA,
-	OPT_TSCHEMA
+	OPT_TSCHEMA,
+	OPT_SINCE,
+	OPT_WIDE
 };
 
 static void usage(void)
@@ -173,6 +175,16 @@ static void usage(void)
 	    "would go\n"
 	    "      --busy-timeout MS   wait at most MS for a lock (default "
 	    "%d)\n"
+	    "      --since TIME        status: count the dead letters recorded "
+	    "since TIME,\n"
+	    "                          an RFC 3339 time (2026-11-27T15:04:05Z) "
+	    "or a\n"
+	    "                          duration back from now (30m, 1h); with "
+	    "--check,\n"
+	    "                          any is a finding\n"
+	    "      --wide              dead-letters list: the whole error, "
+	    "not cut to\n"
+	    "                          the terminal's width\n"
 	    "  -h, --help              show this help\n"
 	    "\n"
 	    "States of an outbox row: 'processed' (no tokens yet) and "
@@ -245,6 +257,8 @@ static const struct {
 	 M(C_DL_LIST) | M(C_UD_LIST)},
     {OPT_IDLE, "--idle-after", M(C_STATUS) | M(C_UNSUBSCRIBE)},
     {OPT_YES, "--yes", M(C_UNSUBSCRIBE)},
+    {OPT_SINCE, "--since", M(C_STATUS)},
+    {OPT_WIDE, "--wide", M(C_DL_LIST)},
     {'o', "--older-than",
      M(C_STATUS) | M(C_OUTBOX_LIST) | M(C_TOKENS_LIST) | M(C_DL_LIST) |
 	 M(C_REDISPATCH)},
@@ -387,6 +401,8 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 	    {"busy-timeout", required_argument, NULL, OPT_BUSY},
 	    {"idle-after", required_argument, NULL, OPT_IDLE},
 	    {"yes", no_argument, NULL, OPT_YES},
+	    {"since", required_argument, NULL, OPT_SINCE},
+	    {"wide", no_argument, NULL, OPT_WIDE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -395,6 +411,7 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 
 	o->busy_ms = INSPECT_DEFAULT_BUSY_MS;
 	o->older_ms = -1;
+	o->since_ms = o->since_ago_ms = -1;
 	o->limit = INSPECT_DEFAULT_LIMIT;
 	o->batch = INSPECT_DEFAULT_BATCH;
 	o->idle_ms = INSPECT_DEFAULT_IDLE_MS;
@@ -484,6 +501,15 @@ static int parse_args(int argc, char **argv, insp_opts_t *o)
 			break;
 		case OPT_YES:
 			o->yes = 1;
+			break;
+		case OPT_SINCE:
+			if ((rc = insp_parse_since("--since", optarg,
+						   &o->since_ms,
+						   &o->since_ago_ms)))
+				return rc;
+			break;
+		case OPT_WIDE:
+			o->wide = 1;
 			break;
 		case 'h':
 			usage();

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "consumer/conf.h"
+#include "consumer/publish.h"
 #include "consumer/stores.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
@@ -52,6 +53,9 @@ static void usage(void)
 	    "removed) to TOPIC, with tokens minted in the token store TOKENS "
 	    "for every\n"
 	    "consumer group subscribed to TOPIC.  Lines may hold up to 1 MiB.\n"
+	    "An empty line is refused, not published as an empty message "
+	    "(with\n"
+	    "--key-delimiter, a line 'KEY' DELIM has an empty payload).\n"
 	    "Before reading any input, the brokers and TOPIC are checked "
 	    "(10 s at most).\n"
 	    "\n"
@@ -120,8 +124,10 @@ static void usage(void)
 	    "line or\n"
 	    "configuration, nothing sent; 3 the input was read to its end but "
 	    "some\n"
-	    "lines were not published (malformed, or refused as synthetic "
-	    "duplicates).\n");
+	    "lines were not published (empty, malformed, or refused as "
+	    "synthetic\n"
+	    "duplicates); the last line of standard error lists their "
+	    "numbers.\n");
 }
 
 /*
@@ -479,6 +485,34 @@ static char *find(char *s, size_t len, const char *d, size_t dlen)
 	return NULL;
 }
 
+/* @p s in @p buf with each control character written as a C escape
+ * ("\t", "\x1b"), so that a message shows what it names. */
+static void escape(const char *s, char *buf, size_t size)
+{
+	static const char *const named[] = {['\t'] = "\\t",
+					    ['\n'] = "\\n",
+					    ['\r'] = "\\r",
+					    ['\v'] = "\\v",
+					    ['\f'] = "\\f"};
+	size_t pos = 0;
+
+	buf[0] = '\0';
+	for (; *s && pos + 5 < size; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c < sizeof(named) / sizeof(named[0]) && named[c])
+			pos += (size_t)snprintf(buf + pos, size - pos, "%s",
+						named[c]);
+		else if (c < 0x20 || c == 0x7f || c == '\\')
+			pos +=
+			    (size_t)snprintf(buf + pos, size - pos,
+					     c == '\\' ? "\\\\" : "\\x%02x", c);
+		else
+			buf[pos++] = (char)c;
+		buf[pos] = '\0';
+	}
+}
+
 /* Splits, identifies and queues one line.  @returns 0, or an exit status
  * that stops the input. */
 static int queue_line(send_state_t *st, char *line, size_t len, size_t lineno)
@@ -489,15 +523,25 @@ static int queue_line(send_state_t *st, char *line, size_t len, size_t lineno)
 	char *caller_id = NULL;
 	int err;
 
+	/* A stray blank line (an editor's last newline, a paste) is not a
+	 * message: refused, named, not published as an empty one. */
+	if (len == 0) {
+		line_fails(st, lineno,
+			   "empty line: nothing to publish (not sent as an "
+			   "empty message)");
+		return 0;
+	}
+
 	if (o->delim) {
 		size_t dlen = strlen(o->delim);
 		char *d = find(line, len, o->delim, dlen);
 
 		if (!d) {
-			char msg[300];
+			char msg[300], shown[200];
 
+			escape(o->delim, shown, sizeof(shown));
 			snprintf(msg, sizeof(msg), "no key delimiter '%s'",
-				 o->delim);
+				 shown);
 			line_fails(st, lineno, msg);
 			return 0;
 		}
@@ -640,6 +684,9 @@ int tbx_cmd_send(int argc, char **argv)
 		goto out;
 	}
 	conf = NULL; /* the publisher's now */
+	/* flush() names each refused line: the publisher's own WARN would
+	 * say it a second time. */
+	tbx__publisher_caller_reports_refusals(st.pub);
 	/* Fail fast, before any input is read. */
 	if (tbx_publisher_check(st.pub, o.topic, SEND_CHECK_MS, &groups)) {
 		rc = tbx_cli_fail(CMD, "%s; nothing was sent",
@@ -684,7 +731,7 @@ int tbx_cmd_send(int argc, char **argv)
 	summary(&st);
 	if (st.failed.cnt) {
 		lines_format(&st.failed, ranges, sizeof(ranges));
-		tbx_cli_note(CMD, "%zu of %zu lines not published: %s",
+		tbx_cli_note(CMD, "%zu of %zu lines not published; lines: %s",
 			     st.failed.cnt, lineno, ranges);
 		rc = SEND_EXIT_LINES;
 	} else {

@@ -98,6 +98,10 @@ typedef struct insp_opts {
 	tbx_cli_conf_t conf; /**< --config and -X */
 	int yes;	     /**< --yes (unsubscribe) */
 	int64_t idle_ms;     /**< --idle-after */
+	/** status --since: an absolute time (ms since the epoch), or
+	 *  since_ago_ms before now; both -1: not given */
+	int64_t since_ms, since_ago_ms;
+	int wide; /**< --wide: dead-letters list's errors whole */
 	insp_cmd_t cmd;
 	char cmd_name[32]; /**< "outbox list", for messages */
 	const char *id;	   /**< operand of `show` */
@@ -264,6 +268,12 @@ void insp_fmt_time(int64_t ms, char *buf, size_t size);
 int insp_parse_duration(const char *opt, const char *arg, int64_t *ms);
 /** "10m" for 600000, the largest unit that divides it. */
 void insp_fmt_duration(int64_t ms, char *buf, size_t size);
+/** Parses an RFC 3339 time ("2026-11-27T15:04:05Z", fraction and a
+ *  "+01:00" offset allowed) into *abs_ms, or a duration ("1h", as
+ *  insp_parse_duration()) back from now into *ago_ms (the other is -1).
+ *  @returns 0, or INSPECT_EXIT_ERROR after printing why. */
+int insp_parse_since(const char *opt, const char *arg, int64_t *abs_ms,
+		     int64_t *ago_ms);
 
 /** 1 when the bytes are UTF-8 text with no control characters other
  *  than tab, newline and carriage return. */

@@ -362,6 +362,59 @@ bad:
 			     opt, arg);
 }
 
+int insp_parse_since(const char *opt, const char *arg, int64_t *abs_ms,
+		     int64_t *ago_ms)
+{
+	int y, mo, d, h, mi, sec, n = 0, oh = 0, om = 0, sign = 0;
+	int64_t frac_ms = 0, scale = 100;
+	const char *p;
+	struct tm tm = {0};
+
+	*abs_ms = *ago_ms = -1;
+	if (*arg >= '0' && *arg <= '9' && !strchr(arg, '-') &&
+	    !strchr(arg, ':'))
+		return insp_parse_duration(opt, arg, ago_ms);
+	if (sscanf(arg, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h,
+		   &mi, &sec, &n) != 6 ||
+	    n != 19)
+		goto bad;
+	p = arg + n;
+	if (*p == '.') {
+		if (!(p[1] >= '0' && p[1] <= '9'))
+			goto bad;
+		for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
+			frac_ms += (*p - '0') * scale;
+	}
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if ((*p == '+' || *p == '-') &&
+		   sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) == 2 && n == 5) {
+		sign = *p == '+' ? 1 : -1;
+		p += 6;
+	} else {
+		goto bad;
+	}
+	if (*p || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
+	    sec > 60 || oh > 23 || om > 59 || y < 1970)
+		goto bad;
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	*abs_ms = ((int64_t)timegm(&tm) - sign * (oh * 3600 + om * 60)) * 1000 +
+		  frac_ms;
+	return 0;
+bad:
+	return tbx_cli_usage(INSPECT_CMD,
+			     "%s: '%s' is neither an RFC 3339 time (e.g. "
+			     "2026-11-27T15:04:05Z or "
+			     "2026-11-27T16:04:05+01:00) nor a duration back "
+			     "from now (e.g. 30m, 1h)",
+			     opt, arg);
+}
+
 void insp_fmt_duration(int64_t ms, char *buf, size_t size)
 {
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {

@@ -323,7 +323,9 @@ int insp_dl_list(insp_t *in)
 		doc = cJSON_CreateObject();
 		l.arr = cJSON_AddArrayToObject(doc, "dead_letters");
 	} else {
-		l.tbl = insp_tbl_new("rrLLrlL",
+		/* --wide: no column is cut to the width (a terminal wraps
+		 * the lines); --json always holds the whole error. */
+		l.tbl = insp_tbl_new(in->o->wide ? "rrllrll" : "rrLLrlL",
 				     (const char *const[]){"ID", "AGE", "GROUP",
 							   "FROM", "ATT",
 							   "STATE", "ERROR"});

@@ -34,6 +34,9 @@ typedef struct status {
 	int64_t seq;
 	int64_t edge, edge_refused; /* the ingress edge (schema 4) */
 	int64_t idle_subs, alarm_cnt;
+	/* --since: its time (-1: not given), the dead letters recorded at
+	 * or after it */
+	int64_t dl_since_ms, dl_new;
 } status_t;
 
 static void counts_free(grp_counts_t *g, size_t n)
@@ -353,6 +356,14 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	o = cJSON_AddObjectToObject(doc, "dead_letters");
 	insp_json_add_int(o, "recorded", t->dl);
 	insp_json_add_int(o, "pending", t->dl_pending);
+	if (st->dl_since_ms >= 0) {
+		char when[40];
+
+		insp_fmt_time(st->dl_since_ms, when, sizeof(when));
+		cJSON_AddStringToObject(o, "since", when);
+		insp_json_add_int(o, "since_ms", st->dl_since_ms);
+		insp_json_add_int(o, "recorded_since", st->dl_new);
+	}
 	arr = cJSON_AddArrayToObject(o, "groups");
 	for (size_t i = 0; i < st->dls_n; i++)
 		add_group(in, arr, &st->dls[i],
@@ -559,6 +570,17 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		insp_tbl_print(tbl, 2);
 		insp_tbl_free(tbl);
 	}
+	if (st->dl_since_ms >= 0) {
+		char when[40];
+
+		insp_fmt_time(st->dl_since_ms, when, sizeof(when));
+		snprintf(note, sizeof(note), "%" PRId64 " recorded since %s%s",
+			 st->dl_new, when,
+			 st->dl_new ? ": see 'tokenbox inspect dead-letters "
+				      "list'."
+				    : ".");
+		insp_wrap(st->dl_new ? "  NEW: " : "  ", note);
+	}
 
 	if (st->edge) {
 		printf("\nIngress edge: %" PRId64 " caller ids within "
@@ -642,6 +664,35 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 	}
 }
 
+static int count_none(void *opaque, const tbx__dl_rec_t *d)
+{
+	(void)opaque;
+	(void)d;
+	return 0;
+}
+
+/* --since: the dead letters recorded at or after its time, @p recorded
+ * less those recorded before it (one snapshot). */
+static int dead_letters_since(insp_t *in, status_t *st, int64_t recorded)
+{
+	const insp_opts_t *o = in->o;
+	int64_t before = 0;
+	int err;
+
+	st->dl_since_ms = o->since_ms >= 0	 ? o->since_ms
+			  : o->since_ago_ms >= 0 ? in->now_ms - o->since_ago_ms
+						 : -1;
+	if (st->dl_since_ms < 0)
+		return 0;
+	tbx__filter_t f = {NULL, 0, st->dl_since_ms - 1, 1};
+	if (st->dl_since_ms > 0 &&
+	    (err = tbx_outbox_dead_letters_list(in->store, &f, &before,
+						count_none, NULL)))
+		return insp_s_fail(in, err);
+	st->dl_new = recorded - before;
+	return 0;
+}
+
 int insp_status(insp_t *in)
 {
 	int64_t stuck_ms =
@@ -663,9 +714,13 @@ int insp_status(insp_t *in)
 		return insp_t_fail(in, rc);
 	}
 	status_totals(&st, &t);
-	rc = in->o->check &&
-		     (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
-		      st.alarm_cnt > 0 || st.idle_subs > 0 || st.undelivered)
+	if ((rc = dead_letters_since(in, &st, t.dl))) {
+		status_free(&st);
+		return rc;
+	}
+	rc = in->o->check && (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
+			      st.alarm_cnt > 0 || st.idle_subs > 0 ||
+			      st.undelivered || st.dl_new > 0)
 		 ? INSPECT_EXIT_FINDING
 		 : INSPECT_EXIT_OK;
 	if (in->o->json)

@@ -5,8 +5,10 @@
  * with dlopen() (configuration key plugin=PATH) and that exports two
  * functions:
  *
- *   int tbx_plugin_abi_version(void);  // TBX_PLUGIN_ABI_VERSION it was built
- * with int tbx_plugin_init(tbx_worker_t *worker, const char *args);
+ *   int tbx_plugin_abi_version(void);
+ *       returns the TBX_PLUGIN_ABI_VERSION the plugin was built with;
+ *   int tbx_plugin_init(tbx_worker_t *worker, const char *args);
+ *       registers the plugin's handlers on @p worker.
  *
  * TBX_PLUGIN(fn) defines both, so that a plugin is written as
  *
@@ -26,13 +28,16 @@
  * code (tbx_err_t) that stops the command; a worker left without any
  * handler stops it too.  @p worker is borrowed: it stays valid until the
  * command destroys it, which happens before the plugin is unloaded.
- * tbx_worker_conf_get(worker, "store.path") tells the init where the
- * service store is ("store.url" when it is on PostgreSQL; and "group.id",
- * "tokens.path" the rest).  Handlers written with tbx_ctx_exec() run on
- * either backend (plugin ABI 3).  Under
- * `tokenbox worker --check-config` the init runs too, on a worker whose
- * stores are not open: it should register and check its arguments, and
- * leave other work to the handlers.
+ *
+ * The init may read the worker's configuration with tbx_worker_conf_get():
+ * "store.path" is the service store's file ("store.url" when the store is
+ * on PostgreSQL), "group.id" the consumer group, "tokens.path" the token
+ * store.  Handlers written with tbx_ctx_exec() run on either backend
+ * (plugin ABI 3).
+ *
+ * `tokenbox worker --check-config` runs the init too, on a worker whose
+ * stores are not open: the init should register its handlers and check
+ * its arguments, and leave any other work to the handlers.
  *
  * A plugin does NOT link libtokenbox: the `tokenbox` process already holds
  * the library and exports its API to plugins; a second copy would split

@@ -12,6 +12,11 @@
  * points, in a child process, and recover in a new worker, as a restart
  * would: the test then checks that the message took effect once.
  *
+ * The kit's worker is assigned its partitions directly, without joining
+ * its consumer group (a group's join costs the mock cluster's waits):
+ * a message takes tens of milliseconds, the first one and a crash point
+ * a second or two.
+ *
  *   tbx_testkit_t *kit = tbx_testkit_new("billing", err, sizeof(err));
  *   tbx_testkit_register(kit, "orders", "OrderPlaced", on_order, NULL);
  *   tbx_testkit_topic(kit, "payments", 1);
@@ -126,7 +131,12 @@ int tbx_testkit_redeliver(tbx_testkit_t *kit, tbx_testkit_outcome_t *outcome);
 int tbx_testkit_crash_at(tbx_testkit_t *kit, const char *point);
 
 /** Messages the worker produced so far, all topics, in topic and offset
- *  order.  The pointers stay valid until the next call of the kit. */
+ *  order: tbx_testkit_sent_count() reads what was produced since it was
+ *  last called, tbx_testkit_sent() when @p i is beyond what was read.
+ *  A returned pointer, and the strings it points to, stay valid until
+ *  tbx_testkit_destroy(), whatever is called in between; an index may
+ *  name another message once more were produced (the order is topic and
+ *  offset).  NULL when @p i is out of range. */
 size_t tbx_testkit_sent_count(tbx_testkit_t *kit);
 const tbx_testkit_sent_t *tbx_testkit_sent(tbx_testkit_t *kit, size_t i);
 
