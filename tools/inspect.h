@@ -201,11 +201,14 @@ int insp_dl_list(insp_t *in);
 int insp_dl_show(insp_t *in);
 /** `dead-letters replay` (inspect_replay.c). */
 int insp_dl_replay(insp_t *in);
-/** Prints the dead-letter record of (@p in_topic, @p partition, @p offset)
- *  read from --topic (`dead-letters show` with --bootstrap-servers):
- *  key, payload and headers.  @returns 0, or an exit status. */
-int insp_dl_record_print(insp_t *in, const char *in_topic, int64_t partition,
-			 int64_t offset);
+/** Prints group @p grp's dead-letter record of (@p in_topic, @p partition,
+ *  @p offset) read from --topic (`dead-letters show` with
+ *  --bootstrap-servers): key, payload and headers.  The copy whose
+ *  tbx-dlq-group names @p grp, else the first without that header (from
+ *  an older tokenbox); never one naming another group.  @returns 0, or
+ *  an exit status. */
+int insp_dl_record_print(insp_t *in, const char *grp, const char *in_topic,
+			 int64_t partition, int64_t offset);
 /** A configuration for a Kafka client of inspect: --config, -X, then
  *  --bootstrap-servers.  NULL after reporting why. */
 tbx_conf_t *insp_kafka_conf(insp_t *in);

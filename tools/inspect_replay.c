@@ -9,17 +9,21 @@
  * only (tbx__publish_replay): the other groups subscribed to the topic
  * handled the original and drop the replay as a duplicate.
  *
- * A dead letter on the topic does not say which group sent it: when
- * several groups consume one topic and share its dead-letter topic, each
- * that dead-lettered a record sent a dead letter of the same origin (and
- * a dead letter can be dispatched twice).  What the group recorded is one
- * dead letter per origin, so an origin is replayed once per run, from
- * whichever copy comes first (they carry the same key, payload, type and
- * headers), and its caller id on the ingress edge is made of the group
- * and the origin, "replay:<group>:<partition>:<offset>" on the origin
- * topic: a second replay within ingress.dedup.window.ms, from any copy,
- * is a natural duplicate and is not sent again, while another group's
- * replay of the same record is its own.
+ * When several groups consume one topic and share its dead-letter topic,
+ * each that dead-lettered a record sent a dead letter of the same origin
+ * (and a dead letter can be dispatched twice).  tbx-dlq-group names the
+ * group that sent it: a copy naming another group is never taken for
+ * this one.  A copy without it (from a tokenbox older than the header)
+ * may be any group's and is taken as before, as the first copy of its
+ * origin.  What the group recorded is one dead letter per origin, so an
+ * origin is replayed once per run, from the first of its copies that is
+ * the group's own or unnamed (they carry the same key, payload, type and
+ * non-tbx headers: the replay is the same from either), and its caller id
+ * on the ingress edge is made of the group and the origin,
+ * "replay:<group>:<partition>:<offset>" on the origin topic: a second
+ * replay within ingress.dedup.window.ms, from any copy, is a natural
+ * duplicate and is not sent again, while another group's replay of the
+ * same record is its own.
  */
 #include <inttypes.h>
 #include <strings.h>
@@ -267,6 +271,28 @@ static int origin(const rd_kafka_message_t *m, char *topic, size_t size,
 	return num[0] && !*end;
 }
 
+/* Whose dead letter @p m is, for group @p grp (tbx-dlq-group). */
+typedef enum copy_of {
+	COPY_OWN,     /* it names @p grp */
+	COPY_UNNAMED, /* no tbx-dlq-group: a tokenbox older than it */
+	COPY_OTHER,   /* it names another group (or none, with an empty or
+			 null value) */
+} copy_of_t;
+
+static copy_of_t copy_of(const rd_kafka_message_t *m, const char *grp)
+{
+	rd_kafka_headers_t *h = NULL;
+	const void *v;
+	size_t len;
+
+	if (rd_kafka_message_headers(m, &h) || !h ||
+	    rd_kafka_header_get_last(h, "tbx-dlq-group", &v, &len))
+		return COPY_UNNAMED;
+	if (v && len == strlen(grp) && memcmp(v, grp, len) == 0)
+		return COPY_OWN;
+	return COPY_OTHER;
+}
+
 /* 1 when group @p grp recorded the dead letter of this origin in S. */
 static int recorded_by(insp_t *in, const char *grp, const char *topic,
 		       int64_t partition, int64_t offset, int *found)
@@ -396,6 +422,14 @@ static int origins_add(origins_t *o, const char *key)
 	return 1;
 }
 
+/* The key of an origin in an origins_t. */
+static void origin_key(const char *topic, int64_t partition, int64_t offset,
+		       char *out, size_t size)
+{
+	snprintf(out, size, "%" PRId64 ":%" PRId64 ":%s", partition, offset,
+		 topic);
+}
+
 /* The caller id of @p grp's replay of origin (@p partition, @p offset)
  * (the topic is the edge's other key): "replay:<group>:<partition>:
  * <offset>", with the group's SHA-256 in hex for a group too long to fit
@@ -522,6 +556,7 @@ int insp_dl_replay(insp_t *in)
 	int64_t partition, offset;
 	size_t queued = 0, considered = 0;
 	int rc, found, yes, err, fresh;
+	copy_of_t whose;
 
 	memset(&r, 0, sizeof(r));
 	if ((rc = replay_group(in, &grp)))
@@ -545,19 +580,29 @@ int insp_dl_replay(insp_t *in)
 	if ((rc = reader_open(in, &r)))
 		goto out;
 	while ((m = reader_next(in, &r, &rc))) {
-		if (!origin(m, topic, sizeof(topic), &partition, &offset) ||
-		    recorded_by(in, grp, topic, partition, offset, &found) ||
-		    !found) {
-			/* Another group's, or not a dead letter. */
+		if (!origin(m, topic, sizeof(topic), &partition, &offset)) {
+			res.skipped++; /* not a dead letter */
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		if (recorded_by(in, grp, topic, partition, offset, &found)) {
+			rd_kafka_message_destroy(m);
+			rc = INSPECT_EXIT_ERROR; /* reported */
+			goto out;
+		}
+		whose = copy_of(m, grp);
+		origin_key(topic, partition, offset, key, sizeof(key));
+		if (!found || whose == COPY_OTHER) {
+			/* Another group's: of a record this one did not
+			 * dead-letter, or its own dead letter of one this
+			 * one did. */
 			res.skipped++;
 			rd_kafka_message_destroy(m);
 			continue;
 		}
 		/* One replay per origin the group recorded: another copy is
-		 * another group's dead letter of the same record, or the
-		 * same dead letter dispatched twice. */
-		snprintf(key, sizeof(key), "%" PRId64 ":%" PRId64 ":%s",
-			 partition, offset, topic);
+		 * the same dead letter dispatched twice, or an unnamed one
+		 * (another group's from an older tokenbox, perhaps). */
 		if ((fresh = origins_add(&taken, key)) < 0) {
 			rd_kafka_message_destroy(m);
 			rc = tbx_cli_usage(INSPECT_CMD, "out of memory");
@@ -608,8 +653,9 @@ int insp_dl_replay(insp_t *in)
 	if (res.skipped)
 		printf(", %zu records of other groups skipped", res.skipped);
 	if (res.copies)
-		printf(", %zu more copies of them skipped (another group's "
-		       "dead letter of the same record, or one sent twice)",
+		printf(", %zu more copies of them skipped (sent twice, or "
+		       "without tbx-dlq-group: another group's from an older "
+		       "tokenbox)",
 		       res.copies);
 	printf("\n");
 	rc = INSPECT_EXIT_OK;
@@ -627,50 +673,88 @@ out:
 	return rc;
 }
 
-int insp_dl_record_print(insp_t *in, const char *in_topic, int64_t partition,
-			 int64_t offset)
+/* Prints dead letter @p m of the dead-letter topic. */
+static void record_print(insp_t *in, const rd_kafka_message_t *m)
+{
+	rd_kafka_headers_t *hs = NULL;
+	const char *name;
+	const void *v;
+	size_t len, cnt = 0;
+	char at[64];
+
+	printf("\n");
+	snprintf(at, sizeof(at), "%s [%" PRId32 "] @%" PRId64, in->o->topic,
+		 m->partition, m->offset);
+	insp_kv("record", at, 0);
+	insp_bytes_print("key", m->key, m->key_len, 2, 0, "(none)");
+	insp_bytes_print("payload", m->payload, m->len, 2, 0, "(null)");
+	if (!rd_kafka_message_headers(m, &hs) && hs)
+		cnt = rd_kafka_header_cnt(hs);
+	snprintf(at, sizeof(at), "%zu", cnt);
+	insp_kv("headers", at, 2);
+	for (size_t i = 0; i < cnt; i++)
+		if (!rd_kafka_header_get_all(hs, i, &name, &v, &len))
+			insp_bytes_print(name, v, len, 4, 20, "(null)");
+}
+
+int insp_dl_record_print(insp_t *in, const char *grp, const char *in_topic,
+			 int64_t partition, int64_t offset)
 {
 	dlq_reader_t r;
-	rd_kafka_message_t *m;
+	rd_kafka_message_t *m, *unnamed = NULL;
 	char topic[TBX_TOPIC_MAX + 1];
 	int64_t p, o;
+	size_t others = 0;
 	int rc, shown = 0;
 
 	if ((rc = reader_open(in, &r)))
 		return rc;
+	/* The group's own copy; else the first without tbx-dlq-group (an
+	 * older tokenbox's, perhaps another group's); never another
+	 * group's. */
 	while (!shown && (m = reader_next(in, &r, &rc))) {
-		rd_kafka_headers_t *hs = NULL;
-		const char *name;
-		const void *v;
-		size_t len, cnt = 0;
-		char at[64];
-
 		if (!origin(m, topic, sizeof(topic), &p, &o) ||
 		    strcmp(topic, in_topic) != 0 || p != partition ||
 		    o != offset) {
 			rd_kafka_message_destroy(m);
 			continue;
 		}
-		shown = 1;
-		printf("\n");
-		snprintf(at, sizeof(at), "%s [%" PRId32 "] @%" PRId64,
-			 in->o->topic, m->partition, m->offset);
-		insp_kv("record", at, 0);
-		insp_bytes_print("key", m->key, m->key_len, 2, 0, "(none)");
-		insp_bytes_print("payload", m->payload, m->len, 2, 0, "(null)");
-		if (!rd_kafka_message_headers(m, &hs) && hs)
-			cnt = rd_kafka_header_cnt(hs);
-		snprintf(at, sizeof(at), "%zu", cnt);
-		insp_kv("headers", at, 2);
-		for (size_t i = 0; i < cnt; i++)
-			if (!rd_kafka_header_get_all(hs, i, &name, &v, &len))
-				insp_bytes_print(name, v, len, 4, 20, "(null)");
+		switch (copy_of(m, grp)) {
+		case COPY_OWN:
+			record_print(in, m);
+			shown = 1;
+			break;
+		case COPY_UNNAMED:
+			if (!unnamed) {
+				unnamed = m;
+				continue;
+			}
+			break;
+		case COPY_OTHER:
+			others++;
+			break;
+		}
 		rd_kafka_message_destroy(m);
 	}
+	if (!rc && !shown && unnamed) {
+		record_print(in, unnamed);
+		printf("  (no tbx-dlq-group: written by a tokenbox older than "
+		       "it, this is the first\n"
+		       "   dead letter of the record in %s, perhaps another "
+		       "group's)\n",
+		       in->o->topic);
+		shown = 1;
+	}
+	if (unnamed)
+		rd_kafka_message_destroy(unnamed);
 	reader_close(&r);
 	if (rc)
 		return rc;
-	if (!shown)
+	if (!shown && others)
+		printf("\n  (no record of it in %s; other groups' dead "
+		       "letters of the same record: %zu)\n",
+		       in->o->topic, others);
+	else if (!shown)
 		printf("\n  (no record of it in %s)\n", in->o->topic);
 	return 0;
 }
