@@ -350,6 +350,131 @@ Test(cli_repairs, replay_acts_once_when_the_groups_share_a_store,
 }
 
 /*
+ * A dead letter g1 recorded that in.dlq does not hold: records too large
+ * for g1's producer once dead-lettered (message.max.bytes 4096), so g1's
+ * dead letters are given up and kept in tbx_undelivered, while g2's
+ * producer takes them and in.dlq holds g2's.  g1's replay takes none of
+ * g2's, and names each of its own as missing, bounded.
+ */
+
+#define REPLAY_NAMED 10 /* missing dead letters named one per line */
+#define BIG_CNT	     (REPLAY_NAMED + 2)
+
+/* Publishes @p cnt records of 5000 bytes with tokens to "in". */
+static void publish_big(const env_t *e, int cnt)
+{
+	tbx_publisher_t *pub = tt_publisher(e->c->bootstraps, e->t, "warning");
+	char payload[5000];
+	size_t failed;
+
+	for (int i = 0; i < cnt; i++) {
+		memset(payload, 'x', sizeof(payload));
+		snprintf(payload, 16, "big-%d:", i);
+		payload[strlen(payload)] = 'x';
+		tbx_out_t out = {.topic = "in",
+				 .type = "Ping",
+				 .key = "key-0",
+				 .key_len = 5,
+				 .payload = payload,
+				 .payload_len = sizeof(payload)};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	tbx_publisher_destroy(pub);
+}
+
+static size_t occurrences(const char *text, const char *what)
+{
+	size_t n = 0;
+
+	for (const char *at = text; (at = strstr(at, what)); at++)
+		n++;
+	return n;
+}
+
+Test(cli_repairs, replay_names_the_dead_letters_missing_from_the_topic,
+     .timeout = 300)
+{
+	env_t e;
+	picky_t p1 = {{.table = "hop1"}, "g1 says no", 1};
+	picky_t p2 = {{.table = "hop2"}, "g2 says no", 1};
+	tbx_worker_t *w[2];
+	cc_result_t res;
+	char line[128];
+
+	env_init(&e, 0);
+	tt_hop_table(e.s1, "hop1");
+	tt_hop_table(e.s2, "hop2");
+	w[0] =
+	    worker(&e, "g1", e.s1, "in", "Ping", picky_handle, &p1, NULL, NULL);
+	w[1] = worker(&e, "g2", e.s2, "in", "Ping", picky_handle, &p2,
+		      "kafka.producer.message.max.bytes", "1000000");
+	publish_big(&e, BIG_CNT);
+	want_t dead[] = {
+	    {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters WHERE grp = 'g1'",
+	     BIG_CNT},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_undelivered WHERE grp = 'g1'",
+	     BIG_CNT},
+	    {e.s2, "SELECT COUNT(*) FROM tbx_dead_letters WHERE grp = 'g2'",
+	     BIG_CNT},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {e.s2, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 2, all_reached, dead, 5, 120));
+	cr_assert_eq(count_in(&e, "in.dlq", NULL), BIG_CNT, "g2's only");
+
+	/* g1's replay: nothing of g2's; each of its own named as missing,
+	 * the first REPLAY_NAMED one per line. */
+	p1.big = 0;
+	res = replay(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 3), "status %d: %s%s", res.status,
+		  res.out, res.err);
+	snprintf(line, sizeof(line),
+		 "replayed 0 dead letters of g1 from in.dlq, %d records of "
+		 "other groups skipped, %d recorded dead letters not found in "
+		 "in.dlq\n",
+		 BIG_CNT, BIG_CNT);
+	cr_assert_str_eq(res.out, line);
+	cr_assert_eq(occurrences(res.err, "warning: dead-letters replay: dead "
+					  "letter "),
+		     REPLAY_NAMED, "%s", res.err);
+	cr_assert_eq(occurrences(res.err, "only other groups' dead letters of "
+					  "that record are there"),
+		     REPLAY_NAMED, "%s", res.err);
+	snprintf(line, sizeof(line),
+		 "and %d more dead letters of g1 not in "
+		 "in.dlq",
+		 BIG_CNT - REPLAY_NAMED);
+	cr_assert(strstr(res.err, line), "%s", res.err);
+	snprintf(line, sizeof(line), "%d dead letters of g1 not replayed",
+		 BIG_CNT);
+	cr_assert(strstr(res.err, line), "%s", res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_in(&e, "in", "tbx-replay-of"), 0, "nothing sent");
+
+	/* show does not pass g2's dead letter off as g1's. */
+	res = show(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.out, "(no record of it in in.dlq; other groups' "
+				  "dead letters of the same record: 1)"),
+		  "%s", res.out);
+	cr_assert(!strstr(res.out, "g2 says no"), "%s", res.out);
+	cc_result_free(&res);
+
+	/* g2's are all there: its replay is complete. */
+	res = replay(&e, e.s2, "g2");
+	snprintf(line, sizeof(line),
+		 "replayed %d dead letters of g2 from in.dlq\n", BIG_CNT);
+	assert_prefix(&res, 0, line);
+	cc_result_free(&res);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	env_fini(&e);
+}
+
+/*
  * redispatch and cleanup: g1 and g2 share a service store; both were
  * killed right after minting (B.minted), their rows and attempts left.
  */

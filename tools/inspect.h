@@ -25,7 +25,8 @@
  * repair call of the store's interface each.
  *
  * Exit statuses: 0 done; 1 a finding (--check) or an id not found;
- * 2 a bad command line, or a store or Kafka error.
+ * 2 a bad command line, or a store or Kafka error; 3 (dead-letters
+ * replay) dead letters the group recorded were not replayed.
  *
  * Locality: the main thread; one command per process.
  */
@@ -49,6 +50,9 @@
 #define INSPECT_EXIT_OK	     0
 #define INSPECT_EXIT_FINDING 1
 #define INSPECT_EXIT_ERROR   2
+/** dead-letters replay ran to the end, but dead letters the group recorded
+ *  were not replayed: not in the topic, or the group not subscribed. */
+#define INSPECT_EXIT_NOT_REPLAYED 3
 
 /** Rows listed by default (--limit). */
 #define INSPECT_DEFAULT_LIMIT 100

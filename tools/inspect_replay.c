@@ -24,6 +24,13 @@
  * replay within ingress.dedup.window.ms, from any copy, is a natural
  * duplicate and is not sent again, while another group's replay of the
  * same record is its own.
+ *
+ * A dead letter the group recorded and the topic does not hold (still
+ * pending dispatch, removed by retention, the topic recreated, or given
+ * up as undeliverable) cannot be replayed: after the read, the recorded
+ * ones whose origin was not found are named on standard error (the first
+ * REPLAY_MISSING_SHOWN), counted in the summary line, and the exit status
+ * is INSPECT_EXIT_NOT_REPLAYED.
  */
 #include <inttypes.h>
 #include <strings.h>
@@ -47,6 +54,10 @@
 /* Bounds on the waits for the brokers, ms. */
 #define REPLAY_META_MS 10000
 #define REPLAY_READ_MS 30000
+
+/* Recorded dead letters missing from the topic named one per line; the
+ * rest are counted. */
+#define REPLAY_MISSING_SHOWN 10
 
 tbx_conf_t *insp_kafka_conf(insp_t *in)
 {
@@ -422,6 +433,18 @@ static int origins_add(origins_t *o, const char *key)
 	return 1;
 }
 
+/* 1 when @p key is in @p o. */
+static int origins_has(const origins_t *o, const char *key)
+{
+	if (!o->cap)
+		return 0;
+	for (size_t i = origin_hash(key) & (o->cap - 1); o->slot[i];
+	     i = (i + 1) & (o->cap - 1))
+		if (strcmp(o->slot[i], key) == 0)
+			return 1;
+	return 0;
+}
+
 /* The key of an origin in an origins_t. */
 static void origin_key(const char *topic, int64_t partition, int64_t offset,
 		       char *out, size_t size)
@@ -459,7 +482,7 @@ static void replay_caller_id(const char *grp, int64_t partition, int64_t offset,
 }
 
 typedef struct replayed {
-	size_t sent, again, skipped, copies, failed;
+	size_t sent, again, skipped, copies, failed, missing;
 } replayed_t;
 
 /* Flushes the queued replays and counts their outcomes.  @returns 0 or an
@@ -542,6 +565,86 @@ static int replay_one(insp_t *in, tbx_publisher_t *pub, const char *grp,
 	return err;
 }
 
+/* The search for the dead letters the group recorded and the read did
+ * not find. */
+typedef struct missing {
+	insp_t *in;
+	const char *grp;
+	origins_t *taken;	 /* the origins found (the reported ones are
+				    added) */
+	const origins_t *others; /* origins of which only other groups'
+				    copies were found */
+	size_t cnt;
+	int oom;
+} missing_t;
+
+static int missing_one(void *opaque, const tbx__dl_rec_t *d)
+{
+	missing_t *ms = opaque;
+	const char *topic = ms->in->o->topic;
+	char key[TBX_TOPIC_MAX + 48];
+	const char *why;
+
+	if (strcmp(d->dlq_topic, topic) != 0)
+		return 0;
+	origin_key(d->in_topic, d->in_partition, d->in_offset, key,
+		   sizeof(key));
+	if (origins_has(ms->taken, key))
+		return 0;
+	if (origins_add(ms->taken, key) < 0) { /* one line per origin */
+		ms->oom = 1;
+		return 1;
+	}
+	if (++ms->cnt > REPLAY_MISSING_SHOWN)
+		return 0;
+	if (d->pending)
+		why = "its outbox row is pending (not dispatched yet)";
+	else if (origins_has(ms->others, key))
+		why = "only other groups' dead letters of that record are "
+		      "there (its own was removed, or undeliverable: see "
+		      "'undelivered list')";
+	else
+		why = "removed since it was sent (retention, or the topic "
+		      "deleted and created again), or undeliverable (see "
+		      "'undelivered list')";
+	tbx_cli_note(INSPECT_CMD,
+		     "warning: dead-letters replay: dead letter %lld of %s "
+		     "(%s [%lld] @%lld) is not in %s: %s; not replayed",
+		     (long long)d->id, ms->grp, d->in_topic,
+		     (long long)d->in_partition, (long long)d->in_offset, topic,
+		     why);
+	return 0;
+}
+
+/* Names on standard error the dead letters of @p grp sent to --topic
+ * whose origin is not in @p taken, and counts them in res->missing.
+ * @returns 0 or an exit status. */
+static int report_missing(insp_t *in, const char *grp, origins_t *taken,
+			  const origins_t *others, replayed_t *res)
+{
+	const char *const groups[] = {grp};
+	tbx__filter_t f = TBX_FILTER_ALL;
+	missing_t ms = {in, grp, taken, others, 0, 0};
+	int64_t total = 0;
+	int err;
+
+	f.groups = groups;
+	f.group_cnt = 1;
+	err = tbx_outbox_dead_letters_list(in->store, &f, &total, missing_one,
+					   &ms);
+	if (err)
+		return insp_s_fail(in, err);
+	if (ms.oom)
+		return tbx_cli_usage(INSPECT_CMD, "out of memory");
+	if (ms.cnt > REPLAY_MISSING_SHOWN)
+		tbx_cli_note(INSPECT_CMD,
+			     "warning: dead-letters replay: and %zu more dead "
+			     "letters of %s not in %s",
+			     ms.cnt - REPLAY_MISSING_SHOWN, grp, in->o->topic);
+	res->missing = ms.cnt;
+	return 0;
+}
+
 int insp_dl_replay(insp_t *in)
 {
 	const insp_opts_t *o = in->o;
@@ -550,7 +653,7 @@ int insp_dl_replay(insp_t *in)
 	tbx_conf_t *conf = NULL;
 	replayed_t res = {0};
 	rd_kafka_message_t *m;
-	origins_t taken = {NULL, 0, 0};
+	origins_t taken = {NULL, 0, 0}, others = {NULL, 0, 0};
 	char *grp = NULL, errstr[512], topic[TBX_TOPIC_MAX + 1],
 	     key[TBX_TOPIC_MAX + 48];
 	int64_t partition, offset;
@@ -595,9 +698,14 @@ int insp_dl_replay(insp_t *in)
 		if (!found || whose == COPY_OTHER) {
 			/* Another group's: of a record this one did not
 			 * dead-letter, or its own dead letter of one this
-			 * one did. */
+			 * one did (remembered for report_missing()). */
 			res.skipped++;
 			rd_kafka_message_destroy(m);
+			if (found && origins_add(&others, key) < 0) {
+				rc =
+				    tbx_cli_usage(INSPECT_CMD, "out of memory");
+				goto out;
+			}
 			continue;
 		}
 		/* One replay per origin the group recorded: another copy is
@@ -619,13 +727,13 @@ int insp_dl_replay(insp_t *in)
 		}
 		considered++;
 		if (subscribed(in, topic, grp, &yes) || !yes) {
-			tbx_cli_note(INSPECT_CMD,
-				     "dead-letters replay: %s [%" PRId32
-				     "] @%" PRId64 ": %s is not subscribed "
-				     "to %s in the token store: not replayed "
-				     "(it would be dropped as a duplicate)",
-				     o->topic, m->partition, m->offset, grp,
-				     topic);
+			tbx_cli_note(
+			    INSPECT_CMD,
+			    "warning: dead-letters replay: %s [%" PRId32
+			    "] @%" PRId64 ": %s is not subscribed "
+			    "to %s in the token store: not replayed "
+			    "(it would be dropped as a duplicate)",
+			    o->topic, m->partition, m->offset, grp, topic);
 			res.failed++;
 			rd_kafka_message_destroy(m);
 			continue;
@@ -644,7 +752,8 @@ int insp_dl_replay(insp_t *in)
 			queued = 0;
 		}
 	}
-	if (rc || (rc = replay_flush(pub, queued, &res)))
+	if (rc || (rc = replay_flush(pub, queued, &res)) ||
+	    (rc = report_missing(in, grp, &taken, &others, &res)))
 		goto out;
 	printf("replayed %zu dead letters of %s from %s", res.sent, grp,
 	       o->topic);
@@ -657,18 +766,25 @@ int insp_dl_replay(insp_t *in)
 		       "without tbx-dlq-group: another group's from an older "
 		       "tokenbox)",
 		       res.copies);
+	if (res.missing)
+		printf(", %zu recorded dead letters not found in %s",
+		       res.missing, o->topic);
 	printf("\n");
+	fflush(stdout);
 	rc = INSPECT_EXIT_OK;
-	if (res.failed)
-		rc = tbx_cli_usage(INSPECT_CMD,
-				   "dead-letters replay: %zu dead letters not "
-				   "replayed",
-				   res.failed);
+	if (res.failed || res.missing) {
+		tbx_cli_note(INSPECT_CMD,
+			     "warning: dead-letters replay: %zu dead letters "
+			     "of %s not replayed",
+			     res.failed + res.missing, grp);
+		rc = INSPECT_EXIT_NOT_REPLAYED;
+	}
 out:
 	reader_close(&r);
 	tbx_publisher_destroy(pub);
 	tbx_conf_destroy(conf);
 	origins_free(&taken);
+	origins_free(&others);
 	free(grp);
 	return rc;
 }
