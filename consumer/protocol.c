@@ -269,7 +269,8 @@ static int row_conflict(tbx__proto_t *proto, tbx__batch_t *batch,
 /*
  * Queues the original record for the dead-letter topic through a row of
  * its own, in a savepoint.  Headers other than tbx-* are kept, and
- * tbx-dlq-* ones say where it came from and why.
+ * tbx-dlq-* ones say where it came from, why, and which group sent it
+ * (several groups of one topic share its dead-letter topic).
  */
 static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 		       struct tbx_msg *msg, const char *reason, int attempts,
@@ -291,7 +292,7 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (rd_kafka_message_headers(msg->rkm, &in) !=
 	    RD_KAFKA_RESP_ERR_NO_ERROR)
 		in = NULL;
-	hdrs = calloc((in ? rd_kafka_header_cnt(in) : 0) + 6, sizeof(*hdrs));
+	hdrs = calloc((in ? rd_kafka_header_cnt(in) : 0) + 7, sizeof(*hdrs));
 	if (!hdrs)
 		return TBX_ENOMEM;
 	for (size_t i = 0; in; i++) {
@@ -315,6 +316,8 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-offset", num[1], strlen(num[1])};
 	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-attempts", att, strlen(att)};
 	hdrs[hcnt++] = (tbx_header_t){"tbx-dlq-id", msg->id, strlen(msg->id)};
+	hdrs[hcnt++] =
+	    (tbx_header_t){"tbx-dlq-group", proto->group, strlen(proto->group)};
 	key = tbx_msg_key(msg, &key_len);
 	payload = tbx_msg_payload(msg, &payload_len);
 	/* The reason is the one header whose size tokenbox does not
@@ -1806,7 +1809,7 @@ static int give_up(tbx__proto_t *proto, const tbx__row_t *row,
 		while (tbx__hdrs_next(m->headers, m->headers_len, &pos, &h) ==
 		       1)
 			cnt++;
-		if (!(hdrs = calloc(cnt + 4, sizeof(*hdrs)))) {
+		if (!(hdrs = calloc(cnt + 5, sizeof(*hdrs)))) {
 			err = TBX_ENOMEM;
 			break;
 		}
@@ -1820,6 +1823,8 @@ static int give_up(tbx__proto_t *proto, const tbx__row_t *row,
 		    (tbx_header_t){"tbx-dlq-attempts", att, strlen(att)};
 		hdrs[cnt++] =
 		    (tbx_header_t){"tbx-dlq-id", m->id, strlen(m->id)};
+		hdrs[cnt++] = (tbx_header_t){"tbx-dlq-group", proto->group,
+					     strlen(proto->group)};
 		hdrs[cnt] = (tbx_header_t){"tbx-dlq-error", reason, 0};
 		size_t others = wire_size(m->key_len, m->payload_len, hdrs,
 					  cnt + 1, m->type);

@@ -136,9 +136,70 @@ static int64_t count_in(const env_t *e, const char *topic, const char *hdr)
 	return n;
 }
 
+/* tt_count() of @p sql_grp, which ends in "grp = ", for @p grp. */
+static int64_t count_grp(const char *db, const char *sql_grp, const char *grp)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "%s'%s'", sql_grp, grp);
+	return tt_count(db, sql);
+}
+
 /*
- * dead-letters replay
+ * dead-letters replay and show
  */
+
+/* A hop whose rejections give the group's own reason: each group's dead
+ * letter of a record says something else.  With @c big, every record
+ * over 1000 bytes is rejected too (before the hop sees it). */
+typedef struct picky {
+	tt_hop_t hop;
+	const char *why;
+	int big;
+} picky_t;
+
+static tbx_verdict_t picky_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				  void *opaque)
+{
+	picky_t *p = opaque;
+	size_t len;
+	tbx_verdict_t v;
+
+	tbx_msg_payload(msg, &len);
+	v = p->big && len > 1000 ? TBX_VERDICT_REJECT
+				 : tt_hop_handle(ctx, msg, &p->hop);
+	if (v == TBX_VERDICT_REJECT)
+		tbx_ctx_set_error(ctx, p->why);
+	return v;
+}
+
+/* The value of header @p name of @p rec, "" when absent, in @p buf. */
+static const char *header_of(const tt_record_t *rec, const char *name,
+			     char *buf, size_t size)
+{
+	const void *v;
+	size_t len;
+
+	buf[0] = '\0';
+	if (!rd_kafka_header_get_last(rec->headers, name, &v, &len) && v)
+		snprintf(buf, size, "%.*s", (int)len, (const char *)v);
+	return buf;
+}
+
+/* `dead-letters show` of @p grp's dead letter in @p s (its only one) with
+ * the record read from in.dlq. */
+static cc_result_t show(const env_t *e, const char *s, const char *grp)
+{
+	char id[24];
+
+	snprintf(id, sizeof(id), "%lld",
+		 (long long)count_grp(s,
+				      "SELECT MIN(id) FROM tbx_dead_letters "
+				      "WHERE grp = ",
+				      grp));
+	return INSPECT(e, s, "dead-letters", "show", id, "--group", grp, "-b",
+		       e->c->bootstraps, "-t", "in.dlq");
+}
 
 static cc_result_t replay(const env_t *e, const char *s, const char *grp)
 {
@@ -154,22 +215,27 @@ static void assert_prefix(const cc_result_t *res, int status, const char *out)
 		  "expected '%s...', got '%s'", out, res->out);
 }
 
-/* g1 and g2 both dead-letter m-1 to in.dlq; each replays its own. */
+/* g1 and g2 both dead-letter m-1 to in.dlq, each with its own reason;
+ * each shows and replays its own. */
 static void replay_case(int shared)
 {
 	env_t e;
-	tt_hop_t hop1 = {.table = "hop1", .reject = "m-1"};
-	tt_hop_t hop2 = {.table = "hop2", .reject = "m-1"};
+	picky_t p1 = {{.table = "hop1", .reject = "m-1"}, "g1 says no", 0};
+	picky_t p2 = {{.table = "hop2", .reject = "m-1"}, "g2 says no", 0};
 	tbx_worker_t *w[2];
 	cc_result_t res;
+	tt_record_t *recs;
+	size_t cnt;
+	char grp[64], why[64];
+	int seen[2] = {0, 0};
 
 	env_init(&e, shared);
 	tt_hop_table(e.s1, "hop1");
 	tt_hop_table(e.s2, "hop2");
-	w[0] = worker(&e, "g1", e.s1, "in", "Ping", tt_hop_handle, &hop1, NULL,
-		      NULL);
-	w[1] = worker(&e, "g2", e.s2, "in", "Ping", tt_hop_handle, &hop2, NULL,
-		      NULL);
+	w[0] =
+	    worker(&e, "g1", e.s1, "in", "Ping", picky_handle, &p1, NULL, NULL);
+	w[1] =
+	    worker(&e, "g2", e.s2, "in", "Ping", picky_handle, &p2, NULL, NULL);
 	tt_publish(e.c->bootstraps, e.t, "in", "Ping", 2, 1, "m");
 	want_t dead[] = {
 	    {e.s1, "SELECT COUNT(*) FROM hop1", 1},
@@ -182,15 +248,41 @@ static void replay_case(int shared)
 	cr_assert(tt_drive(w, 2, all_reached, dead, 5, 90));
 	cr_assert_eq(count_in(&e, "in.dlq", NULL), 2,
 		     "one dead letter of m-1 per group");
+	/* Each names the group that sent it, with that group's reason. */
+	cnt = tt_read_topic(e.c->bootstraps, "in.dlq", &recs);
+	for (size_t i = 0; i < cnt; i++) {
+		header_of(&recs[i], "tbx-dlq-group", grp, sizeof(grp));
+		header_of(&recs[i], "tbx-dlq-error", why, sizeof(why));
+		cr_assert(strcmp(grp, "g1") == 0 || strcmp(grp, "g2") == 0,
+			  "tbx-dlq-group '%s'", grp);
+		cr_assert(strncmp(why, grp, 2) == 0,
+			  "%s's dead letter says '%s'", grp, why);
+		seen[grp[1] - '1']++;
+	}
+	tt_records_free(recs, cnt);
+	cr_assert(seen[0] == 1 && seen[1] == 1, "one dead letter per group");
 
-	/* g1's handler is fixed: g1's dead letter goes back, once. */
-	hop1.reject = NULL;
+	/* show prints each group's own dead letter, never the other's. */
+	res = show(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.out, "\"g1 says no\""), "%s", res.out);
+	cr_assert(!strstr(res.out, "\"g2 says no\""), "%s", res.out);
+	cc_result_free(&res);
+	res = show(&e, e.s2, "g2");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.out, "\"g2 says no\""), "%s", res.out);
+	cr_assert(!strstr(res.out, "\"g1 says no\""), "%s", res.out);
+	cc_result_free(&res);
+
+	/* g1's handler is fixed: g1's own dead letter goes back, once;
+	 * g2's is another group's. */
+	p1.hop.reject = NULL;
 	res = replay(&e, e.s1, "g1");
-	assert_prefix(
-	    &res, 0,
-	    "replayed 1 dead letters of g1 from in.dlq, 1 more copies "
-	    "of them skipped (another group's dead letter of the "
-	    "same record, or one sent twice)\n");
+	assert_prefix(&res, 0,
+		      "replayed 1 dead letters of g1 from in.dlq, 1 records "
+		      "of other groups skipped\n");
 	cr_assert_eq(cc_lines(res.out), 1, "%s", res.out);
 	cc_result_free(&res);
 	want_t g1_done[] = {{e.s1, "SELECT COUNT(*) FROM hop1", 2},
@@ -216,7 +308,7 @@ static void replay_case(int shared)
 		     1, "g2 did not see the replay as a record of its own");
 
 	/* g2's turn: its own dead letter, once, and not g1's again. */
-	hop2.reject = NULL;
+	p2.hop.reject = NULL;
 	res = replay(&e, e.s2, "g2");
 	assert_prefix(&res, 0, "replayed 1 dead letters of g2 from in.dlq");
 	cc_result_free(&res);
@@ -258,6 +350,173 @@ Test(cli_repairs, replay_acts_once_when_the_groups_share_a_store,
 }
 
 /*
+ * A dead letter g1 recorded that in.dlq does not hold: records too large
+ * for g1's producer once dead-lettered (message.max.bytes 4096), so g1's
+ * dead letters are given up and kept in tbx_undelivered, while g2's
+ * producer takes them and in.dlq holds g2's.  g1's replay takes none of
+ * g2's, and names each of its own as missing, bounded.
+ */
+
+#define REPLAY_NAMED 10 /* missing dead letters named one per line */
+#define BIG_CNT	     (REPLAY_NAMED + 2)
+
+/* Publishes @p cnt records of 5000 bytes with tokens to "in". */
+static void publish_big(const env_t *e, int cnt)
+{
+	tbx_publisher_t *pub = tt_publisher(e->c->bootstraps, e->t, "warning");
+	char payload[5000];
+	size_t failed;
+
+	for (int i = 0; i < cnt; i++) {
+		memset(payload, 'x', sizeof(payload));
+		snprintf(payload, 16, "big-%d:", i);
+		payload[strlen(payload)] = 'x';
+		tbx_out_t out = {.topic = "in",
+				 .type = "Ping",
+				 .key = "key-0",
+				 .key_len = 5,
+				 .payload = payload,
+				 .payload_len = sizeof(payload)};
+		cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	}
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	tbx_publisher_destroy(pub);
+}
+
+static size_t occurrences(const char *text, const char *what)
+{
+	size_t n = 0;
+
+	for (const char *at = text; (at = strstr(at, what)); at++)
+		n++;
+	return n;
+}
+
+Test(cli_repairs, replay_names_the_dead_letters_missing_from_the_topic,
+     .timeout = 300)
+{
+	env_t e;
+	picky_t p1 = {{.table = "hop1"}, "g1 says no", 1};
+	picky_t p2 = {{.table = "hop2"}, "g2 says no", 1};
+	tbx_worker_t *w[2];
+	cc_result_t res;
+	char line[128];
+
+	env_init(&e, 0);
+	tt_hop_table(e.s1, "hop1");
+	tt_hop_table(e.s2, "hop2");
+	w[0] =
+	    worker(&e, "g1", e.s1, "in", "Ping", picky_handle, &p1, NULL, NULL);
+	w[1] = worker(&e, "g2", e.s2, "in", "Ping", picky_handle, &p2,
+		      "kafka.producer.message.max.bytes", "1000000");
+	publish_big(&e, BIG_CNT);
+	want_t dead[] = {
+	    {e.s1, "SELECT COUNT(*) FROM tbx_dead_letters WHERE grp = 'g1'",
+	     BIG_CNT},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_undelivered WHERE grp = 'g1'",
+	     BIG_CNT},
+	    {e.s2, "SELECT COUNT(*) FROM tbx_dead_letters WHERE grp = 'g2'",
+	     BIG_CNT},
+	    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {e.s2, "SELECT COUNT(*) FROM tbx_outbox", 0},
+	    {NULL, NULL, 0}};
+	cr_assert(tt_drive(w, 2, all_reached, dead, 5, 120));
+	cr_assert_eq(count_in(&e, "in.dlq", NULL), BIG_CNT, "g2's only");
+
+	/* g1's replay: nothing of g2's; each of its own named as missing,
+	 * the first REPLAY_NAMED one per line. */
+	p1.big = 0;
+	res = replay(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 3), "status %d: %s%s", res.status,
+		  res.out, res.err);
+	snprintf(line, sizeof(line),
+		 "replayed 0 dead letters of g1 from in.dlq, %d records of "
+		 "other groups skipped, %d recorded dead letters not found in "
+		 "in.dlq\n",
+		 BIG_CNT, BIG_CNT);
+	cr_assert_str_eq(res.out, line);
+	cr_assert_eq(occurrences(res.err, "warning: dead-letters replay: dead "
+					  "letter "),
+		     REPLAY_NAMED, "%s", res.err);
+	cr_assert_eq(occurrences(res.err, "only other groups' dead letters of "
+					  "that record are there"),
+		     REPLAY_NAMED, "%s", res.err);
+	snprintf(line, sizeof(line),
+		 "and %d more dead letters of g1 not in "
+		 "in.dlq",
+		 BIG_CNT - REPLAY_NAMED);
+	cr_assert(strstr(res.err, line), "%s", res.err);
+	snprintf(line, sizeof(line), "%d dead letters of g1 not replayed",
+		 BIG_CNT);
+	cr_assert(strstr(res.err, line), "%s", res.err);
+	cc_result_free(&res);
+	cr_assert_eq(count_in(&e, "in", "tbx-replay-of"), 0, "nothing sent");
+
+	/* show does not pass g2's dead letter off as g1's. */
+	res = show(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.out, "(no record of it in in.dlq; other groups' "
+				  "dead letters of the same record: 1)"),
+		  "%s", res.out);
+	cr_assert(!strstr(res.out, "g2 says no"), "%s", res.out);
+	cc_result_free(&res);
+
+	/* A dead letter without tbx-dlq-group (an older tokenbox's) may be
+	 * any group's: with no copy of its own, g1 takes it as before.
+	 * Here it is g2's dead letter of g1's first record, sent again
+	 * without the header. */
+	int64_t first = tt_count(e.s1, "SELECT in_offset FROM tbx_dead_letters "
+				       "WHERE grp = 'g1' ORDER BY id LIMIT 1");
+	char off[24], at[24];
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(e.c->bootstraps, "in.dlq", &recs), k;
+
+	snprintf(at, sizeof(at), "%lld", (long long)first);
+	for (k = 0; k < cnt; k++)
+		if (strcmp(
+			header_of(&recs[k], "tbx-dlq-offset", off, sizeof(off)),
+			at) == 0)
+			break;
+	cr_assert_lt(k, cnt, "g2's dead letter of in [0] @%s", at);
+	rd_kafka_header_remove(recs[k].headers, "tbx-dlq-group");
+	tt_reproduce(e.c->bootstraps, "in.dlq", &recs[k], 1);
+	tt_records_free(recs, cnt);
+	res = show(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.out, "\"g2 says no\""), "%s", res.out);
+	cr_assert(strstr(res.out, "(no tbx-dlq-group: written by a tokenbox "
+				  "older than it"),
+		  "%s", res.out);
+	cc_result_free(&res);
+	res = replay(&e, e.s1, "g1");
+	cr_assert(cc_exited(res.status, 3), "status %d: %s%s", res.status,
+		  res.out, res.err);
+	snprintf(line, sizeof(line),
+		 "replayed 1 dead letters of g1 from in.dlq, %d records of "
+		 "other groups skipped, %d recorded dead letters not found in "
+		 "in.dlq\n",
+		 BIG_CNT, BIG_CNT - 1);
+	cr_assert_str_eq(res.out, line);
+	cc_result_free(&res);
+	cr_assert_eq(count_in(&e, "in", "tbx-replay-of"), 1);
+
+	/* g2's are all there: its replay is complete. */
+	res = replay(&e, e.s2, "g2");
+	snprintf(line, sizeof(line),
+		 "replayed %d dead letters of g2 from in.dlq, 1 more copies "
+		 "of them skipped",
+		 BIG_CNT);
+	assert_prefix(&res, 0, line);
+	cc_result_free(&res);
+	tbx_worker_destroy(w[0]);
+	tbx_worker_destroy(w[1]);
+	env_fini(&e);
+}
+
+/*
  * redispatch and cleanup: g1 and g2 share a service store; both were
  * killed right after minting (B.minted), their rows and attempts left.
  */
@@ -276,15 +535,6 @@ static void crash(const env_t *e, const char *s, const char *grp)
 	cr_assert(status != -1 && WIFSIGNALED(status) &&
 		      WTERMSIG(status) == SIGKILL,
 		  "%s was not killed at B.minted (%d)", grp, status);
-}
-
-/* tt_count() of @p sql_grp, which ends in "grp = ", for @p grp. */
-static int64_t count_grp(const char *db, const char *sql_grp, const char *grp)
-{
-	char sql[256];
-
-	snprintf(sql, sizeof(sql), "%s'%s'", sql_grp, grp);
-	return tt_count(db, sql);
 }
 
 #define ROWS   "SELECT COUNT(*) FROM tbx_outbox WHERE grp = "

@@ -254,6 +254,9 @@ Test(delivery, a_reply_to_a_missing_topic_is_dead_lettered_without_auto_create)
 	cr_assert_str_eq(recs[0].payload, "lost");
 	cr_assert_str_eq(header(&recs[0], "tbx-dlq-topic"), "nowhere");
 	cr_assert(strstr(header(&recs[0], "tbx-dlq-error"), "nowhere"));
+	cr_assert_not_null(header(&recs[0], "tbx-dlq-group"));
+	cr_assert_str_eq(header(&recs[0], "tbx-dlq-group"), "g",
+			 "the group whose message it was");
 	cr_assert_null(recs[0].token, "no group has a token for it");
 	cr_assert_not_null(recs[0].id);
 	tt_records_free(recs, cnt);

@@ -219,7 +219,17 @@ static void usage(void)
 	    "too); one\n"
 	    "replayed before by the group (within ingress.dedup.window.ms) is "
 	    "not sent\n"
-	    "again.  With several groups on one topic, every repair acts on "
+	    "again.  A dead letter names the group that sent it "
+	    "(tbx-dlq-group): one\n"
+	    "naming another group is never replayed, nor shown by "
+	    "dead-letters show, for\n"
+	    "this one; one without the header (an older tokenbox's) is "
+	    "taken as before.\n"
+	    "Each dead letter the group recorded that is not in --topic "
+	    "(pending, removed,\n"
+	    "undeliverable) is named on standard error and counted, and "
+	    "the exit status\n"
+	    "is 3.  With several groups on one topic, every repair acts on "
 	    "one group's\n"
 	    "records only, each once (docs/inspect.md).\n"
 	    "\n"
@@ -239,7 +249,12 @@ static void usage(void)
 	    "\n"
 	    "Exit status: 0 done; 1 a finding (--check) or no such ID; 2 a "
 	    "bad command\n"
-	    "line, or a store or Kafka error (one line on standard error).\n",
+	    "line, or a store or Kafka error (one line on standard error); "
+	    "3 dead-letters\n"
+	    "replay: dead letters the group recorded were not replayed (not "
+	    "in --topic,\n"
+	    "or the group not subscribed to their topic; each named on "
+	    "standard error).\n",
 	    INSPECT_DEFAULT_LIMIT, INSPECT_DEFAULT_BATCH,
 	    INSPECT_DEFAULT_BUSY_MS);
 }

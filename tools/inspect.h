@@ -25,7 +25,8 @@
  * repair call of the store's interface each.
  *
  * Exit statuses: 0 done; 1 a finding (--check) or an id not found;
- * 2 a bad command line, or a store or Kafka error.
+ * 2 a bad command line, or a store or Kafka error; 3 (dead-letters
+ * replay) dead letters the group recorded were not replayed.
  *
  * Locality: the main thread; one command per process.
  */
@@ -49,6 +50,9 @@
 #define INSPECT_EXIT_OK	     0
 #define INSPECT_EXIT_FINDING 1
 #define INSPECT_EXIT_ERROR   2
+/** dead-letters replay ran to the end, but dead letters the group recorded
+ *  were not replayed: not in the topic, or the group not subscribed. */
+#define INSPECT_EXIT_NOT_REPLAYED 3
 
 /** Rows listed by default (--limit). */
 #define INSPECT_DEFAULT_LIMIT 100
@@ -205,11 +209,14 @@ int insp_dl_list(insp_t *in);
 int insp_dl_show(insp_t *in);
 /** `dead-letters replay` (inspect_replay.c). */
 int insp_dl_replay(insp_t *in);
-/** Prints the dead-letter record of (@p in_topic, @p partition, @p offset)
- *  read from --topic (`dead-letters show` with --bootstrap-servers):
- *  key, payload and headers.  @returns 0, or an exit status. */
-int insp_dl_record_print(insp_t *in, const char *in_topic, int64_t partition,
-			 int64_t offset);
+/** Prints group @p grp's dead-letter record of (@p in_topic, @p partition,
+ *  @p offset) read from --topic (`dead-letters show` with
+ *  --bootstrap-servers): key, payload and headers.  The copy whose
+ *  tbx-dlq-group names @p grp, else the first without that header (from
+ *  an older tokenbox); never one naming another group.  @returns 0, or
+ *  an exit status. */
+int insp_dl_record_print(insp_t *in, const char *grp, const char *in_topic,
+			 int64_t partition, int64_t offset);
 /** A configuration for a Kafka client of inspect: --config, -X, then
  *  --bootstrap-servers.  NULL after reporting why. */
 tbx_conf_t *insp_kafka_conf(insp_t *in);

@@ -9,17 +9,28 @@
  * only (tbx__publish_replay): the other groups subscribed to the topic
  * handled the original and drop the replay as a duplicate.
  *
- * A dead letter on the topic does not say which group sent it: when
- * several groups consume one topic and share its dead-letter topic, each
- * that dead-lettered a record sent a dead letter of the same origin (and
- * a dead letter can be dispatched twice).  What the group recorded is one
- * dead letter per origin, so an origin is replayed once per run, from
- * whichever copy comes first (they carry the same key, payload, type and
- * headers), and its caller id on the ingress edge is made of the group
- * and the origin, "replay:<group>:<partition>:<offset>" on the origin
- * topic: a second replay within ingress.dedup.window.ms, from any copy,
- * is a natural duplicate and is not sent again, while another group's
- * replay of the same record is its own.
+ * When several groups consume one topic and share its dead-letter topic,
+ * each that dead-lettered a record sent a dead letter of the same origin
+ * (and a dead letter can be dispatched twice).  tbx-dlq-group names the
+ * group that sent it: a copy naming another group is never taken for
+ * this one.  A copy without it (from a tokenbox older than the header)
+ * may be any group's and is taken as before, as the first copy of its
+ * origin.  What the group recorded is one dead letter per origin, so an
+ * origin is replayed once per run, from the first of its copies that is
+ * the group's own or unnamed (they carry the same key, payload, type and
+ * non-tbx headers: the replay is the same from either), and its caller id
+ * on the ingress edge is made of the group and the origin,
+ * "replay:<group>:<partition>:<offset>" on the origin topic: a second
+ * replay within ingress.dedup.window.ms, from any copy, is a natural
+ * duplicate and is not sent again, while another group's replay of the
+ * same record is its own.
+ *
+ * A dead letter the group recorded and the topic does not hold (still
+ * pending dispatch, removed by retention, the topic recreated, or given
+ * up as undeliverable) cannot be replayed: after the read, the recorded
+ * ones whose origin was not found are named on standard error (the first
+ * REPLAY_MISSING_SHOWN), counted in the summary line, and the exit status
+ * is INSPECT_EXIT_NOT_REPLAYED.
  */
 #include <inttypes.h>
 #include <strings.h>
@@ -43,6 +54,10 @@
 /* Bounds on the waits for the brokers, ms. */
 #define REPLAY_META_MS 10000
 #define REPLAY_READ_MS 30000
+
+/* Recorded dead letters missing from the topic named one per line; the
+ * rest are counted. */
+#define REPLAY_MISSING_SHOWN 10
 
 tbx_conf_t *insp_kafka_conf(insp_t *in)
 {
@@ -267,6 +282,28 @@ static int origin(const rd_kafka_message_t *m, char *topic, size_t size,
 	return num[0] && !*end;
 }
 
+/* Whose dead letter @p m is, for group @p grp (tbx-dlq-group). */
+typedef enum copy_of {
+	COPY_OWN,     /* it names @p grp */
+	COPY_UNNAMED, /* no tbx-dlq-group: a tokenbox older than it */
+	COPY_OTHER,   /* it names another group (or none, with an empty or
+			 null value) */
+} copy_of_t;
+
+static copy_of_t copy_of(const rd_kafka_message_t *m, const char *grp)
+{
+	rd_kafka_headers_t *h = NULL;
+	const void *v;
+	size_t len;
+
+	if (rd_kafka_message_headers(m, &h) || !h ||
+	    rd_kafka_header_get_last(h, "tbx-dlq-group", &v, &len))
+		return COPY_UNNAMED;
+	if (v && len == strlen(grp) && memcmp(v, grp, len) == 0)
+		return COPY_OWN;
+	return COPY_OTHER;
+}
+
 /* 1 when group @p grp recorded the dead letter of this origin in S. */
 static int recorded_by(insp_t *in, const char *grp, const char *topic,
 		       int64_t partition, int64_t offset, int *found)
@@ -396,6 +433,26 @@ static int origins_add(origins_t *o, const char *key)
 	return 1;
 }
 
+/* 1 when @p key is in @p o. */
+static int origins_has(const origins_t *o, const char *key)
+{
+	if (!o->cap)
+		return 0;
+	for (size_t i = origin_hash(key) & (o->cap - 1); o->slot[i];
+	     i = (i + 1) & (o->cap - 1))
+		if (strcmp(o->slot[i], key) == 0)
+			return 1;
+	return 0;
+}
+
+/* The key of an origin in an origins_t. */
+static void origin_key(const char *topic, int64_t partition, int64_t offset,
+		       char *out, size_t size)
+{
+	snprintf(out, size, "%" PRId64 ":%" PRId64 ":%s", partition, offset,
+		 topic);
+}
+
 /* The caller id of @p grp's replay of origin (@p partition, @p offset)
  * (the topic is the edge's other key): "replay:<group>:<partition>:
  * <offset>", with the group's SHA-256 in hex for a group too long to fit
@@ -425,7 +482,7 @@ static void replay_caller_id(const char *grp, int64_t partition, int64_t offset,
 }
 
 typedef struct replayed {
-	size_t sent, again, skipped, copies, failed;
+	size_t sent, again, skipped, copies, failed, missing;
 } replayed_t;
 
 /* Flushes the queued replays and counts their outcomes.  @returns 0 or an
@@ -508,6 +565,86 @@ static int replay_one(insp_t *in, tbx_publisher_t *pub, const char *grp,
 	return err;
 }
 
+/* The search for the dead letters the group recorded and the read did
+ * not find. */
+typedef struct missing {
+	insp_t *in;
+	const char *grp;
+	origins_t *taken;	 /* the origins found (the reported ones are
+				    added) */
+	const origins_t *others; /* origins of which only other groups'
+				    copies were found */
+	size_t cnt;
+	int oom;
+} missing_t;
+
+static int missing_one(void *opaque, const tbx__dl_rec_t *d)
+{
+	missing_t *ms = opaque;
+	const char *topic = ms->in->o->topic;
+	char key[TBX_TOPIC_MAX + 48];
+	const char *why;
+
+	if (strcmp(d->dlq_topic, topic) != 0)
+		return 0;
+	origin_key(d->in_topic, d->in_partition, d->in_offset, key,
+		   sizeof(key));
+	if (origins_has(ms->taken, key))
+		return 0;
+	if (origins_add(ms->taken, key) < 0) { /* one line per origin */
+		ms->oom = 1;
+		return 1;
+	}
+	if (++ms->cnt > REPLAY_MISSING_SHOWN)
+		return 0;
+	if (d->pending)
+		why = "its outbox row is pending (not dispatched yet)";
+	else if (origins_has(ms->others, key))
+		why = "only other groups' dead letters of that record are "
+		      "there (its own was removed, or undeliverable: see "
+		      "'undelivered list')";
+	else
+		why = "removed since it was sent (retention, or the topic "
+		      "deleted and created again), or undeliverable (see "
+		      "'undelivered list')";
+	tbx_cli_note(INSPECT_CMD,
+		     "warning: dead-letters replay: dead letter %lld of %s "
+		     "(%s [%lld] @%lld) is not in %s: %s; not replayed",
+		     (long long)d->id, ms->grp, d->in_topic,
+		     (long long)d->in_partition, (long long)d->in_offset, topic,
+		     why);
+	return 0;
+}
+
+/* Names on standard error the dead letters of @p grp sent to --topic
+ * whose origin is not in @p taken, and counts them in res->missing.
+ * @returns 0 or an exit status. */
+static int report_missing(insp_t *in, const char *grp, origins_t *taken,
+			  const origins_t *others, replayed_t *res)
+{
+	const char *const groups[] = {grp};
+	tbx__filter_t f = TBX_FILTER_ALL;
+	missing_t ms = {in, grp, taken, others, 0, 0};
+	int64_t total = 0;
+	int err;
+
+	f.groups = groups;
+	f.group_cnt = 1;
+	err = tbx_outbox_dead_letters_list(in->store, &f, &total, missing_one,
+					   &ms);
+	if (err)
+		return insp_s_fail(in, err);
+	if (ms.oom)
+		return tbx_cli_usage(INSPECT_CMD, "out of memory");
+	if (ms.cnt > REPLAY_MISSING_SHOWN)
+		tbx_cli_note(INSPECT_CMD,
+			     "warning: dead-letters replay: and %zu more dead "
+			     "letters of %s not in %s",
+			     ms.cnt - REPLAY_MISSING_SHOWN, grp, in->o->topic);
+	res->missing = ms.cnt;
+	return 0;
+}
+
 int insp_dl_replay(insp_t *in)
 {
 	const insp_opts_t *o = in->o;
@@ -516,12 +653,13 @@ int insp_dl_replay(insp_t *in)
 	tbx_conf_t *conf = NULL;
 	replayed_t res = {0};
 	rd_kafka_message_t *m;
-	origins_t taken = {NULL, 0, 0};
+	origins_t taken = {NULL, 0, 0}, others = {NULL, 0, 0};
 	char *grp = NULL, errstr[512], topic[TBX_TOPIC_MAX + 1],
 	     key[TBX_TOPIC_MAX + 48];
 	int64_t partition, offset;
 	size_t queued = 0, considered = 0;
 	int rc, found, yes, err, fresh;
+	copy_of_t whose;
 
 	memset(&r, 0, sizeof(r));
 	if ((rc = replay_group(in, &grp)))
@@ -545,19 +683,34 @@ int insp_dl_replay(insp_t *in)
 	if ((rc = reader_open(in, &r)))
 		goto out;
 	while ((m = reader_next(in, &r, &rc))) {
-		if (!origin(m, topic, sizeof(topic), &partition, &offset) ||
-		    recorded_by(in, grp, topic, partition, offset, &found) ||
-		    !found) {
-			/* Another group's, or not a dead letter. */
-			res.skipped++;
+		if (!origin(m, topic, sizeof(topic), &partition, &offset)) {
+			res.skipped++; /* not a dead letter */
 			rd_kafka_message_destroy(m);
 			continue;
 		}
+		if (recorded_by(in, grp, topic, partition, offset, &found)) {
+			rd_kafka_message_destroy(m);
+			rc = INSPECT_EXIT_ERROR; /* reported */
+			goto out;
+		}
+		whose = copy_of(m, grp);
+		origin_key(topic, partition, offset, key, sizeof(key));
+		if (!found || whose == COPY_OTHER) {
+			/* Another group's: of a record this one did not
+			 * dead-letter, or its own dead letter of one this
+			 * one did (remembered for report_missing()). */
+			res.skipped++;
+			rd_kafka_message_destroy(m);
+			if (found && origins_add(&others, key) < 0) {
+				rc =
+				    tbx_cli_usage(INSPECT_CMD, "out of memory");
+				goto out;
+			}
+			continue;
+		}
 		/* One replay per origin the group recorded: another copy is
-		 * another group's dead letter of the same record, or the
-		 * same dead letter dispatched twice. */
-		snprintf(key, sizeof(key), "%" PRId64 ":%" PRId64 ":%s",
-			 partition, offset, topic);
+		 * the same dead letter dispatched twice, or an unnamed one
+		 * (another group's from an older tokenbox, perhaps). */
 		if ((fresh = origins_add(&taken, key)) < 0) {
 			rd_kafka_message_destroy(m);
 			rc = tbx_cli_usage(INSPECT_CMD, "out of memory");
@@ -574,13 +727,13 @@ int insp_dl_replay(insp_t *in)
 		}
 		considered++;
 		if (subscribed(in, topic, grp, &yes) || !yes) {
-			tbx_cli_note(INSPECT_CMD,
-				     "dead-letters replay: %s [%" PRId32
-				     "] @%" PRId64 ": %s is not subscribed "
-				     "to %s in the token store: not replayed "
-				     "(it would be dropped as a duplicate)",
-				     o->topic, m->partition, m->offset, grp,
-				     topic);
+			tbx_cli_note(
+			    INSPECT_CMD,
+			    "warning: dead-letters replay: %s [%" PRId32
+			    "] @%" PRId64 ": %s is not subscribed "
+			    "to %s in the token store: not replayed "
+			    "(it would be dropped as a duplicate)",
+			    o->topic, m->partition, m->offset, grp, topic);
 			res.failed++;
 			rd_kafka_message_destroy(m);
 			continue;
@@ -599,7 +752,8 @@ int insp_dl_replay(insp_t *in)
 			queued = 0;
 		}
 	}
-	if (rc || (rc = replay_flush(pub, queued, &res)))
+	if (rc || (rc = replay_flush(pub, queued, &res)) ||
+	    (rc = report_missing(in, grp, &taken, &others, &res)))
 		goto out;
 	printf("replayed %zu dead letters of %s from %s", res.sent, grp,
 	       o->topic);
@@ -608,69 +762,115 @@ int insp_dl_replay(insp_t *in)
 	if (res.skipped)
 		printf(", %zu records of other groups skipped", res.skipped);
 	if (res.copies)
-		printf(", %zu more copies of them skipped (another group's "
-		       "dead letter of the same record, or one sent twice)",
+		printf(", %zu more copies of them skipped (sent twice, or "
+		       "without tbx-dlq-group: another group's from an older "
+		       "tokenbox)",
 		       res.copies);
+	if (res.missing)
+		printf(", %zu recorded dead letters not found in %s",
+		       res.missing, o->topic);
 	printf("\n");
+	fflush(stdout);
 	rc = INSPECT_EXIT_OK;
-	if (res.failed)
-		rc = tbx_cli_usage(INSPECT_CMD,
-				   "dead-letters replay: %zu dead letters not "
-				   "replayed",
-				   res.failed);
+	if (res.failed || res.missing) {
+		tbx_cli_note(INSPECT_CMD,
+			     "warning: dead-letters replay: %zu dead letters "
+			     "of %s not replayed",
+			     res.failed + res.missing, grp);
+		rc = INSPECT_EXIT_NOT_REPLAYED;
+	}
 out:
 	reader_close(&r);
 	tbx_publisher_destroy(pub);
 	tbx_conf_destroy(conf);
 	origins_free(&taken);
+	origins_free(&others);
 	free(grp);
 	return rc;
 }
 
-int insp_dl_record_print(insp_t *in, const char *in_topic, int64_t partition,
-			 int64_t offset)
+/* Prints dead letter @p m of the dead-letter topic. */
+static void record_print(insp_t *in, const rd_kafka_message_t *m)
+{
+	rd_kafka_headers_t *hs = NULL;
+	const char *name;
+	const void *v;
+	size_t len, cnt = 0;
+	char at[64];
+
+	printf("\n");
+	snprintf(at, sizeof(at), "%s [%" PRId32 "] @%" PRId64, in->o->topic,
+		 m->partition, m->offset);
+	insp_kv("record", at, 0);
+	insp_bytes_print("key", m->key, m->key_len, 2, 0, "(none)");
+	insp_bytes_print("payload", m->payload, m->len, 2, 0, "(null)");
+	if (!rd_kafka_message_headers(m, &hs) && hs)
+		cnt = rd_kafka_header_cnt(hs);
+	snprintf(at, sizeof(at), "%zu", cnt);
+	insp_kv("headers", at, 2);
+	for (size_t i = 0; i < cnt; i++)
+		if (!rd_kafka_header_get_all(hs, i, &name, &v, &len))
+			insp_bytes_print(name, v, len, 4, 20, "(null)");
+}
+
+int insp_dl_record_print(insp_t *in, const char *grp, const char *in_topic,
+			 int64_t partition, int64_t offset)
 {
 	dlq_reader_t r;
-	rd_kafka_message_t *m;
+	rd_kafka_message_t *m, *unnamed = NULL;
 	char topic[TBX_TOPIC_MAX + 1];
 	int64_t p, o;
+	size_t others = 0;
 	int rc, shown = 0;
 
 	if ((rc = reader_open(in, &r)))
 		return rc;
+	/* The group's own copy; else the first without tbx-dlq-group (an
+	 * older tokenbox's, perhaps another group's); never another
+	 * group's. */
 	while (!shown && (m = reader_next(in, &r, &rc))) {
-		rd_kafka_headers_t *hs = NULL;
-		const char *name;
-		const void *v;
-		size_t len, cnt = 0;
-		char at[64];
-
 		if (!origin(m, topic, sizeof(topic), &p, &o) ||
 		    strcmp(topic, in_topic) != 0 || p != partition ||
 		    o != offset) {
 			rd_kafka_message_destroy(m);
 			continue;
 		}
-		shown = 1;
-		printf("\n");
-		snprintf(at, sizeof(at), "%s [%" PRId32 "] @%" PRId64,
-			 in->o->topic, m->partition, m->offset);
-		insp_kv("record", at, 0);
-		insp_bytes_print("key", m->key, m->key_len, 2, 0, "(none)");
-		insp_bytes_print("payload", m->payload, m->len, 2, 0, "(null)");
-		if (!rd_kafka_message_headers(m, &hs) && hs)
-			cnt = rd_kafka_header_cnt(hs);
-		snprintf(at, sizeof(at), "%zu", cnt);
-		insp_kv("headers", at, 2);
-		for (size_t i = 0; i < cnt; i++)
-			if (!rd_kafka_header_get_all(hs, i, &name, &v, &len))
-				insp_bytes_print(name, v, len, 4, 20, "(null)");
+		switch (copy_of(m, grp)) {
+		case COPY_OWN:
+			record_print(in, m);
+			shown = 1;
+			break;
+		case COPY_UNNAMED:
+			if (!unnamed) {
+				unnamed = m;
+				continue;
+			}
+			break;
+		case COPY_OTHER:
+			others++;
+			break;
+		}
 		rd_kafka_message_destroy(m);
 	}
+	if (!rc && !shown && unnamed) {
+		record_print(in, unnamed);
+		printf("  (no tbx-dlq-group: written by a tokenbox older than "
+		       "it, this is the first\n"
+		       "   dead letter of the record in %s, perhaps another "
+		       "group's)\n",
+		       in->o->topic);
+		shown = 1;
+	}
+	if (unnamed)
+		rd_kafka_message_destroy(unnamed);
 	reader_close(&r);
 	if (rc)
 		return rc;
-	if (!shown)
+	if (!shown && others)
+		printf("\n  (no record of it in %s; other groups' dead "
+		       "letters of the same record: %zu)\n",
+		       in->o->topic, others);
+	else if (!shown)
 		printf("\n  (no record of it in %s)\n", in->o->topic);
 	return 0;
 }

@@ -404,9 +404,9 @@ static int dl_show_one(void *opaque, const tbx__dl_rec_t *d)
 			printf("\n");
 			insp_row_print(in, d->grp, &row);
 		}
-		if (in->o->topic &&
-		    (s->fail = insp_dl_record_print(
-			 in, d->in_topic, d->in_partition, d->in_offset))) {
+		if (in->o->topic && (s->fail = insp_dl_record_print(
+					 in, d->grp, d->in_topic,
+					 d->in_partition, d->in_offset))) {
 			tbx__row_clear(&row);
 			return 1;
 		}
