@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Model-check tests/model/tokenbox.pml, poison.pml, pg.pml and pg_seq.pml
+# Model-check tests/model/tokenbox.pml, poison.pml, pg.pml, pg_seq.pml and
+# batch.pml
 # with spin: the protocol as built must pass (errors: 0); each deliberately
 # broken variant must fail (errors > 0).
 # See docs/model.md.
@@ -32,7 +33,9 @@ trap 'rm -rf "$tmp"' EXIT
 # blame rule (phase G), apart from the exactly-once state.  pg.pml checks
 # the PostgreSQL locking: two workers with copies of one message; pg_seq.pml
 # the orderings of subscribing against minting and of two workers on one
-# untokened partition.
+# untokened partition; batch.pml the tokens and the outbox row by the batch
+# (docs/batched-tokens.md), with one crash (two crashes without a rebalance
+# store 20 M states: run by hand, docs/model.md).
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
@@ -85,7 +88,14 @@ pg_seq_sublock_after_seq -DBUG_SUBLOCK_AFTER_SEQ fail pg_seq.pml
 pg_seq_read_before_lock -DBUG_READ_BEFORE_LOCK fail pg_seq.pml
 pg_seq_ingress -DINGRESS pass pg_seq.pml
 pg_seq_ingress_nocrash -DINGRESS,-DNOCRASH pass pg_seq.pml
-pg_seq_ingress_no_for_update -DINGRESS,-DBUG_NO_FOR_UPDATE fail pg_seq.pml'
+pg_seq_ingress_no_for_update -DINGRESS,-DBUG_NO_FOR_UPDATE fail pg_seq.pml
+batch -DMAXCRASH=1 pass batch.pml
+batch_nocrash -DNOCRASH pass batch.pml
+batch_keep_memory -DKEEP_MEMORY,-DMAXCRASH=1 pass batch.pml
+batch_clear_outside_d -DBUG_CLEAR_OUTSIDE_D fail batch.pml
+batch_stale_bitmap -DBUG_STALE_BITMAP fail batch.pml
+batch_shared_row -DBUG_SHARED_ROW fail batch.pml
+batch_trust_memory -DBUG_TRUST_MEMORY fail batch.pml'
 
 # TBX_MODEL_ONLY: an extended regular expression; only the cases whose
 # name matches it run (e.g. TBX_MODEL_ONLY='^pg' for pg.pml's).
