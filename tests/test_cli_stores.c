@@ -157,7 +157,10 @@ Test(cli_stores, a_misspelt_tokens_path_is_refused_and_never_created,
 	pid = worker_start(&e, extra);
 	status = cc_wait(pid, WAIT_MS);
 	log = tt_read_text(e.log);
-	cr_assert(cc_exited(status, 1), "status %d:\n%s", status, log);
+	/* A configuration error, as --check-config says: exit 2, and no
+	 * service store left behind. */
+	cr_assert(cc_exited(status, 2), "status %d:\n%s", status, log);
+	cr_expect(stat(e.store, &st) != 0, "%s was left behind", e.store);
 	cr_expect(strstr(log, typo), "%s", log);
 	cr_expect(strstr(log, "does not exist"), "%s", log);
 	cr_expect(strstr(log, "tokenbox init --tokens"), "%s", log);

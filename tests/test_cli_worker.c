@@ -979,6 +979,52 @@ Test(cli_worker, check_config_refuses_with_exit_2_and_the_reason,
 	run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
+/* A token store apart that does not exist: --check-config and a start
+ * give the same answer, exit 2 with the reason, and neither leaves a
+ * file behind. */
+Test(cli_worker, a_missing_token_store_is_refused_by_check_and_start_alike,
+     .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *store = tt_path(dir, "service.db");
+	char *tokens = tt_path(dir, "tokens.db");
+	char setting[4200];
+	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
+			    tt_plugin_path("tbx_hello"));
+	const char *check[] = {"worker", "--config",	   conf, "-X",
+			       setting,	 "--check-config", NULL};
+	const char *start[] = {"worker", "--config", conf, "-X", setting, NULL};
+	const char *const *runs[] = {check, start};
+	struct stat st;
+
+	snprintf(setting, sizeof(setting), "tokens.path=%s", tokens);
+	write_file(conf, text);
+	for (size_t i = 0; i < 2; i++) {
+		cc_result_t res = cc_run(runs[i]);
+
+		cr_expect(cc_exited(res.status, 2), "%s: status %d: %s",
+			  i ? "start" : "check", res.status, res.err);
+		cr_expect_str_empty(res.out, "%s", res.out);
+		cr_expect(strstr(res.err, "tokens.path: token store ") &&
+			      strstr(res.err, tokens) &&
+			      strstr(res.err, "does not exist") &&
+			      strstr(res.err, "tokenbox init --tokens"),
+			  "%s", res.err);
+		cr_expect(stat(store, &st) != 0, "%s left %s behind",
+			  i ? "start" : "check", store);
+		cr_expect(stat(tokens, &st) != 0, "%s created %s",
+			  i ? "start" : "check", tokens);
+		cc_result_free(&res);
+	}
+	free(text);
+	free(tokens);
+	free(store);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
 Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
      .timeout = 60)
 {
@@ -993,6 +1039,15 @@ Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
 	 * from the current directory would not be found. */
 	snprintf(store, sizeof(store), "store.path=%s/s.db", dir);
 	snprintf(tokens, sizeof(tokens), "tokens.path=%s/t.db", dir);
+	{
+		/* The pipeline's token store is made first, as the
+		 * examples' READMEs do. */
+		const char *init[] = {"init", "--tokens", tokens + 12, NULL};
+		cc_result_t res = cc_run(init);
+
+		cr_assert(cc_exited(res.status, 0), "init: %s", res.err);
+		cc_result_free(&res);
+	}
 	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++) {
 		const char *args[] = {
 		    "worker", "--config",	conf, "-X", store, "-X",

@@ -752,6 +752,72 @@ Test(pg_worker, check_config_connects_read_only_and_creates_nothing)
 	env_fini(&e);
 }
 
+/* The schemas of @p e there now (0, 1 or 2). */
+static int schemas_there(const env_t *e)
+{
+	char sql[256];
+	PGresult *r;
+	int n;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM pg_namespace WHERE nspname IN "
+		 "('%s', '%s')",
+		 e->sschema, e->tschema);
+	r = PQexec(raw, sql);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s",
+		     PQresultErrorMessage(r));
+	n = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return n;
+}
+
+/* A start refused for a token store that is not there (joined, on its
+ * own connection, or an SQLite file) is TBX_ENOENT, as --check-config
+ * says, and creates no service schema. */
+Test(pg_worker, a_start_refused_for_a_missing_token_store_creates_nothing)
+{
+	char *dir = tt_tmpdir(), *file = tt_path(dir, "tokens.db");
+	const char *how[] = {"joined", "apart", "file"};
+	env_t e;
+
+	env_init(&e, "wn");
+	for (size_t i = 0; i < 3; i++) {
+		tbx_conf_t *conf =
+		    tt_conf(e.cluster->bootstraps, "g", NULL, NULL, "store.url",
+			    e.url, "store.schema", e.sschema, "tokens.schema",
+			    e.tschema, "tokens.create", "false", NULL);
+		char err[1024];
+		int code = TBX_OK;
+
+		if (i == 1)
+			cr_assert_eq(tbx_conf_set(conf, "tokens.url",
+						  e.apart_url, err,
+						  sizeof(err)),
+				     TBX_OK, "%s", err);
+		if (i == 2)
+			cr_assert_eq(tbx_conf_set(conf, "tokens.path", file,
+						  err, sizeof(err)),
+				     TBX_OK, "%s", err);
+		cr_assert_neq(
+		    tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
+		    TBX_OK, "%s: --check-config passed", how[i]);
+		cr_assert_null(
+		    tbx__worker_new_err(conf, &code, err, sizeof(err)), "%s",
+		    how[i]);
+		cr_expect_eq(code, TBX_ENOENT, "%s: %d: %s", how[i], code, err);
+		cr_expect(strstr(err, "does not exist"), "%s: %s", how[i], err);
+		cr_expect_eq(schemas_there(&e), 0,
+			     "%s: a refused start created a schema", how[i]);
+		cr_expect(access(file, F_OK) != 0, "%s: %s was created", how[i],
+			  file);
+		tbx_conf_destroy(conf);
+	}
+	env_fini(&e);
+	tt_rmrf(dir);
+	free(dir);
+	free(file);
+}
+
 /* A publisher never creates the token store: a missing token schema is
  * refused, saying how to make it. */
 Test(pg_worker, a_publisher_never_creates_the_token_store)

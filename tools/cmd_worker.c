@@ -192,15 +192,16 @@ static void usage(void)
 	    "\n"
 	    "Exit status: 0 after a clean stop (or --check-config found no "
 	    "problem);\n"
-	    "1 when the worker failed (a store that cannot be opened, such as "
-	    "a\n"
-	    "tokens.path that does not exist, a fatal store or Kafka error) "
-	    "or\n"
-	    "shutdown.timeout.ms passed; 2 for a bad command "
-	    "line,\n"
-	    "configuration or plugin, a plugin that registers no handler, or "
-	    "a\n"
-	    "problem --check-config found (nothing was consumed); 3 when a "
+	    "1 when the worker failed (a store that cannot be opened, a fatal "
+	    "store\n"
+	    "or Kafka error) or shutdown.timeout.ms passed; 2 for a bad "
+	    "command line,\n"
+	    "configuration or plugin, a token store that does not exist "
+	    "(tokens.path,\n"
+	    "or the schema of tokens.url, without tokens.create=true: no store "
+	    "is\n"
+	    "created then), a plugin that registers no handler, or a problem\n"
+	    "--check-config found (nothing was consumed); 3 when a "
 	    "record\n"
 	    "minted in another token store (its tbx-store header) stopped the "
 	    "worker\n"
@@ -964,10 +965,15 @@ int tbx_cmd_worker(int argc, char **argv)
 	}
 	notify_open();
 
-	/* On success the worker owns the configuration. */
-	if (!(worker = tbx_worker_new(w.conf, errstr, sizeof(errstr)))) {
-		rc = lacks_required_key(w.conf) ? wusage("%s", errstr)
-						: wfail("%s", errstr);
+	/* On success the worker owns the configuration.  A token store
+	 * that does not exist is the configuration's fault, as
+	 * --check-config says: nothing was created, and a restart would
+	 * fail the same way. */
+	if (!(worker =
+		  tbx__worker_new_err(w.conf, &err, errstr, sizeof(errstr)))) {
+		rc = lacks_required_key(w.conf) || err == TBX_ENOENT
+			 ? wusage("%s", errstr)
+			 : wfail("%s", errstr);
 		goto out;
 	}
 	w.conf = NULL;
