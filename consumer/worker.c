@@ -77,6 +77,33 @@ static void worker_proto_init(tbx_worker_t *worker)
 	tbx__proto_init(proto);
 }
 
+/* Records in the service store which token store the group's workers
+ * use, for `tokenbox inspect` to tell a wrong pair of stores; in a
+ * transaction of its own.  @returns TBX_OK or the error, with @p errstr
+ * set. */
+static int record_binding(tbx_worker_t *worker, const tbx__cfg_t *cfg,
+			  char *errstr, size_t errstr_size)
+{
+	char where[600];
+	int err;
+
+	tbx__stores_tokens_where(cfg, where, sizeof(where));
+	if (!(err = tbx_outbox_begin(worker->store)) &&
+	    ((err = tbx_outbox_binding_set(worker->store, worker->group,
+					   worker->store_id, where)) ||
+	     (err = tbx_outbox_commit(worker->store))))
+		tbx_outbox_rollback(worker->store);
+	if (err)
+		tbx__seterr(errstr, errstr_size, err,
+			    "cannot record the token store in the service "
+			    "store: %s (%s)",
+			    tbx_strerror(err),
+			    tbx_outbox_errmsg(worker->store)
+				? tbx_outbox_errmsg(worker->store)
+				: "no detail");
+	return err;
+}
+
 tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 {
 	int err;
@@ -127,6 +154,8 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 		    tbx__stores_tokens_where(cfg, where, sizeof(where)));
 		goto fail;
 	}
+	if ((err = record_binding(worker, cfg, errstr, errstr_size)))
+		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
 	if (!(worker->router = tbx_router_new())) {
 		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
