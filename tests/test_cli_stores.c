@@ -282,12 +282,12 @@ Test(cli_stores, inspect_says_when_it_is_given_the_wrong_pair_of_stores,
 		   "the worker did not subscribe");
 	cr_assert(cc_exited(stop_worker(pid), 0));
 
-	/* The pair the worker uses. */
-	assert_pair(e.store, e.tokens, (const char *const[]){NULL});
 	/* Swapped. */
 	assert_pair(e.tokens, e.store,
 		    (const char *const[]){"tokens_is_a_service_store",
 					  "store_is_a_token_store", NULL});
+	/* The pair the worker uses. */
+	assert_pair(e.store, e.tokens, (const char *const[]){NULL});
 	/* The token store apart not given. */
 	assert_pair(e.store, NULL,
 		    (const char *const[]){"token_store_not_given", NULL});
