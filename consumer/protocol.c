@@ -270,11 +270,12 @@ static int row_conflict(tbx__proto_t *proto, tbx__batch_t *batch,
  * Queues the original record for the dead-letter topic through a row of
  * its own, in a savepoint.  Headers other than tbx-* are kept, and
  * tbx-dlq-* ones say where it came from, why, and which group sent it
- * (several groups of one topic share its dead-letter topic).
+ * (several groups of one topic share its dead-letter topic).  One line at
+ * @p level says so.
  */
-static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
-		       struct tbx_msg *msg, const char *reason, int attempts,
-		       int by_offset)
+static int dead_letter_at(tbx__proto_t *proto, tbx__batch_t *batch,
+			  struct tbx_msg *msg, const char *reason, int attempts,
+			  int by_offset, int level)
 {
 	char dlq_topic[TBX_TOPIC_MAX + 1], num[2][24], att[12];
 	char fitted[DLQ_REASON_MAX + 4];
@@ -367,7 +368,7 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 		tbx__batch_row_pop(batch);
 		return err;
 	}
-	tbx__log(TBX_LOG_NOTICE,
+	tbx__log(level,
 		 "%s [%" PRId32 "] @%" PRId64 ": dead-lettered to %s: %s",
 		 msg->topic, msg->rkm->partition, msg->rkm->offset, dlq_topic,
 		 reason);
@@ -375,6 +376,16 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 	msg->row = idx;
 	batch->dead_lettered++;
 	return TBX_OK;
+}
+
+/* dead_letter_at() with its line at NOTICE: an outcome the handler or the
+ * record's form decided, counted and listed, not a fault of the worker. */
+static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
+		       struct tbx_msg *msg, const char *reason, int attempts,
+		       int by_offset)
+{
+	return dead_letter_at(proto, batch, msg, reason, attempts, by_offset,
+			      TBX_LOG_NOTICE);
 }
 
 /*
@@ -405,17 +416,19 @@ static int store_mismatch(tbx__proto_t *proto, tbx__batch_t *batch,
 	snprintf(proto->mismatch_detail, sizeof(proto->mismatch_detail),
 		 "%s [%" PRId32 "] @%" PRId64 ": %s", msg->topic,
 		 msg->rkm->partition, msg->rkm->offset, reason);
-	tbx__log(TBX_LOG_ERR, "%s%s", proto->mismatch_detail,
-		 proto->mismatch_stop ? "; stopping the worker "
-					"(token.store.mismatch=stop)"
-				      : "; dead-lettered");
 	if (proto->mismatch_stop) {
+		tbx__log(TBX_LOG_ERR,
+			 "%s; stopping the worker (token.store.mismatch=stop)",
+			 proto->mismatch_detail);
 		snprintf(proto->errstr, proto->errstr_size,
 			 "%.440s; stopped (token.store.mismatch=stop)",
 			 proto->mismatch_detail);
 		return TBX_EMISMATCH;
 	}
-	if ((err = dead_letter(proto, batch, msg, reason, 0, 1)))
+	/* One line, at ERROR: the dead letter's names the record, where it
+	 * went and the reason. */
+	if ((err =
+		 dead_letter_at(proto, batch, msg, reason, 0, 1, TBX_LOG_ERR)))
 		return err;
 	/* Seen by `inspect status`; commits or rolls back with A. */
 	if (!(err = tbx_outbox_savepoint(proto->store))) {

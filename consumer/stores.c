@@ -7,7 +7,9 @@
 #include "consumer/stores.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,6 +44,42 @@ static int joined(const tbx__cfg_t *cfg)
 {
 	return !*cfg->tokens_path ||
 	       tbx__same_file(cfg->tokens_path, cfg->store_path);
+}
+
+/* The directory part of @p path into @p dir, its last name returned. */
+static const char *split_path(const char *path, char *dir, size_t size)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		tbx__strlcpy(dir, ".", size);
+	else if (slash == path)
+		tbx__strlcpy(dir, "/", size);
+	else
+		snprintf(dir, size, "%.*s", (int)(slash - path), path);
+	return slash ? slash + 1 : path;
+}
+
+/* 1 when the paths @p a and @p b, neither there yet, would name one file
+ * once created: one name in one directory (reached by any path). */
+static int same_when_created(const char *a, const char *b)
+{
+	char da[4096], db[4096], ra[PATH_MAX], rb[PATH_MAX];
+	const char *na = split_path(a, da, sizeof(da));
+	const char *nb = split_path(b, db, sizeof(db));
+
+	return strcmp(na, nb) == 0 && realpath(da, ra) && realpath(db, rb) &&
+	       strcmp(ra, rb) == 0;
+}
+
+/* 1 when the token store of @p cfg (SQLite, tokens.path) is the service
+ * store's file: the same path, the same file, or the same file to be. */
+static int joined_file(const tbx__cfg_t *cfg)
+{
+	return joined(cfg) ||
+	       (access(cfg->tokens_path, F_OK) != 0 &&
+		access(cfg->store_path, F_OK) != 0 &&
+		same_when_created(cfg->tokens_path, cfg->store_path));
 }
 
 /* 1: the service store is on PostgreSQL. */
@@ -149,6 +187,19 @@ static int open_pg_tokens(const tbx__cfg_t *cfg, const char *url,
 	return err;
 }
 
+/* The message of a token store file apart (tokens.path) that does not
+ * exist.  @returns TBX_ENOENT. */
+static int sqlite_tokens_missing(const tbx__cfg_t *cfg, char *errstr,
+				 size_t errstr_size)
+{
+	return tbx__seterr(errstr, errstr_size, TBX_ENOENT,
+			   "tokens.path: token store %s does not exist; create "
+			   "it with 'tokenbox init --tokens %s', or set "
+			   "tokens.create=true to let the worker create it, or "
+			   "fix the path",
+			   cfg->tokens_path, cfg->tokens_path);
+}
+
 /* The token store of a worker as an SQLite file apart (tokens.path). */
 static int open_sqlite_tokens(const tbx__cfg_t *cfg, tbx__db_opts_t *opts,
 			      tbx_tokens_t **tokens, char *errstr,
@@ -163,13 +214,7 @@ static int open_sqlite_tokens(const tbx__cfg_t *cfg, tbx__db_opts_t *opts,
 	err = tbx_tokens_sqlite_open(cfg->tokens_path, opts, NULL, tokens,
 				     errstr, errstr_size);
 	if (err == TBX_ENOENT)
-		tbx__seterr(errstr, errstr_size, TBX_ENOENT,
-			    "tokens.path: token store %s does not "
-			    "exist; create it with 'tokenbox init "
-			    "--tokens %s', or set tokens.create=true "
-			    "to let the worker create it, or fix the "
-			    "path",
-			    cfg->tokens_path, cfg->tokens_path);
+		sqlite_tokens_missing(cfg, errstr, errstr_size);
 	return err;
 }
 
@@ -224,46 +269,81 @@ static int worker_access(const tbx__cfg_t *cfg, tbx_outbox_t *store,
 	return TBX_OK;
 }
 
+/* A token store on PostgreSQL in the service store's database, on its
+ * connection, that tokens.create=false will not create: 1 when it is not
+ * there, read-only on a connection of its own, so that a start refused
+ * for it creates no service schema either.  Other errors are the real
+ * opening's to report. */
+static int pg_joined_missing(const tbx__cfg_t *cfg, const tbx__db_opts_t *opts,
+			     char *errstr, size_t errstr_size)
+{
+	tbx__db_opts_t ro = *opts;
+	tbx_tokens_t *tokens = NULL;
+	char why[512];
+	int err;
+
+	if (cfg->tokens_create)
+		return 0;
+	ro.readonly = 1;
+	ro.create = 0;
+	err = tbx_tokens_pg_open(cfg->store_url, cfg->tokens_schema, NULL, &ro,
+				 &tokens, why, sizeof(why));
+	tbx_tokens_close(tokens);
+	if (err != TBX_ENOENT)
+		return 0;
+	tokens_missing(cfg, cfg->store_url, 0, errstr, errstr_size);
+	return 1;
+}
+
 int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 			    tbx_tokens_t **tokens, char *errstr,
 			    size_t errstr_size)
 {
-	tbx__db_opts_t opts;
+	tbx__db_opts_t opts, topts;
 	int err;
 
 	*store = NULL;
 	*tokens = NULL;
 	opts_of(cfg, &opts);
+	/* The token store is the pipeline's, shared with its senders:
+	 * created only when asked, joined or not.  One apart is opened
+	 * first, so that a start it refuses (not there) leaves no service
+	 * store behind. */
+	topts = opts;
+	topts.create = cfg->tokens_create;
+	if (pg_store(cfg) && pg_joined(cfg))
+		err = pg_joined_missing(cfg, &opts, errstr, errstr_size)
+			  ? TBX_ENOENT
+			  : TBX_OK;
+	else if (*cfg->tokens_url)
+		err = open_pg_tokens(cfg, cfg->tokens_url, NULL, &topts, 0,
+				     tokens, errstr, errstr_size);
+	else if (pg_store(cfg) || !joined_file(cfg))
+		err = open_sqlite_tokens(cfg, &topts, tokens, errstr,
+					 errstr_size);
+	else
+		err = TBX_OK;
+	if (err) {
+		*tokens = NULL;
+		return err;
+	}
 	if (pg_store(cfg)) {
 		if ((err = store_schema_check(cfg, errstr, errstr_size)) ||
 		    (err =
 			 tbx_outbox_pg_open(cfg->store_url, store_schema(cfg),
 					    &opts, store, errstr, errstr_size)))
-			return err;
-		/* The token store is the pipeline's, shared with its
-		 * senders: created only when asked, joined or not. */
-		opts.create = cfg->tokens_create;
+			goto out;
 		if (pg_joined(cfg))
 			/* One database, one connection: A–B and D–E each
 			 * commit as one transaction (the joined path). */
 			err = open_pg_tokens(cfg, cfg->store_url,
-					     tbx_outbox_pg(*store), &opts, 0,
+					     tbx_outbox_pg(*store), &topts, 0,
 					     tokens, errstr, errstr_size);
-		else if (*cfg->tokens_url)
-			err = open_pg_tokens(cfg, cfg->tokens_url, NULL, &opts,
-					     0, tokens, errstr, errstr_size);
-		else
-			err = open_sqlite_tokens(cfg, &opts, tokens, errstr,
-						 errstr_size);
 	} else {
 		if ((err = tbx_outbox_open(cfg->store_path, &opts, store,
 					   errstr, errstr_size)))
-			return err;
-		if (*cfg->tokens_url) {
-			opts.create = cfg->tokens_create;
-			err = open_pg_tokens(cfg, cfg->tokens_url, NULL, &opts,
-					     0, tokens, errstr, errstr_size);
-		} else if (joined(cfg)) {
+			goto out;
+		if (!*tokens)
 			/* One file for both stores: the token operations
 			 * share the service connection, and A–B and D–E
 			 * each commit as one transaction (the joined path,
@@ -271,17 +351,14 @@ int tbx__stores_open_worker(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 			err = tbx_tokens_sqlite_open(
 			    cfg->store_path, &opts, tbx_outbox_db(*store),
 			    tokens, errstr, errstr_size);
-		} else {
-			err = open_sqlite_tokens(cfg, &opts, tokens, errstr,
-						 errstr_size);
-		}
 	}
+out:
 	/* A grant missing fails now, not at the first record that needs
 	 * it, and at every retry after. */
-	if (!err &&
-	    (err = worker_access(cfg, *store, *tokens, errstr, errstr_size)))
-		tbx_tokens_close(*tokens);
+	if (!err)
+		err = worker_access(cfg, *store, *tokens, errstr, errstr_size);
 	if (err) {
+		tbx_tokens_close(*tokens);
 		*tokens = NULL;
 		tbx_outbox_close(*store);
 		*store = NULL;
@@ -332,7 +409,6 @@ static int check_store(const char *key, const char *path,
 		       size_t errstr_size)
 {
 	char dir[4096];
-	const char *slash;
 	sqlite3 *db = NULL;
 	struct stat st;
 	int err;
@@ -342,13 +418,7 @@ static int check_store(const char *key, const char *path,
 		sqlite3_close_v2(db);
 		return err;
 	}
-	slash = strrchr(path, '/');
-	if (!slash)
-		tbx__strlcpy(dir, ".", sizeof(dir));
-	else if (slash == path)
-		tbx__strlcpy(dir, "/", sizeof(dir));
-	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	split_path(path, dir, sizeof(dir));
 	if (access(dir, W_OK | X_OK) != 0)
 		return tbx__seterr(errstr, errstr_size, TBX_EIO,
 				   "%s: %s does not exist, and it cannot be "
@@ -433,8 +503,13 @@ int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size)
 	if (*cfg->tokens_url)
 		return check_pg_tokens(cfg, cfg->tokens_url, &opts, errstr,
 				       errstr_size);
-	if (!pg_store(cfg) && joined(cfg))
+	if (!pg_store(cfg) && joined_file(cfg))
 		return TBX_OK;
+	/* A token store apart is the pipeline's: the worker does not
+	 * create it unless told to (open_sqlite_tokens). */
+	if (!cfg->tokens_create && access(cfg->tokens_path, F_OK) != 0 &&
+	    errno == ENOENT)
+		return sqlite_tokens_missing(cfg, errstr, errstr_size);
 	return check_store("tokens.path", cfg->tokens_path, &opts, errstr,
 			   errstr_size);
 }

@@ -40,7 +40,9 @@ int tbx__stores_tokens_set(const tbx__cfg_t *cfg);
  *    tokens.path;
  * a token store apart, and any on PostgreSQL, created only when
  * tokens.create=true (a missing one is TBX_ENOENT with a message saying
- * how to create it).  All with store.synchronous and
+ * how to create it).  A token store apart is opened before the service
+ * store, and a joined one on PostgreSQL looked for first, so that a
+ * start refused for it creates nothing.  All with store.synchronous and
  * store.busy.timeout.ms.  On failure nothing stays open; every message
  * names a URL redacted.
  * @returns TBX_OK with *store and *tokens the caller's, or the error with
@@ -64,11 +66,12 @@ int tbx__stores_open_publisher(const tbx__cfg_t *cfg, tbx_tokens_t **tokens,
 /**
  * The stores' part of `tokenbox worker --check-config`: each store file a
  * worker would open is opened read-only when it exists (a tokenbox file
- * of a schema this tokenbox knows); a missing one needs a directory the
- * worker can create it in.  A store on PostgreSQL is connected to and
- * opened read-only: a service schema not there yet is what the worker
- * creates; a token schema not there is an error unless
- * tokens.create=true.  Nothing is created.
+ * of a schema this tokenbox knows); a missing service store needs a
+ * directory the worker can create it in, a missing token store apart is
+ * TBX_ENOENT (as tbx__stores_open_worker() says) unless tokens.create=true.  A
+ * store on PostgreSQL is connected to and opened read-only: a service schema
+ * not there yet is what the worker creates; a token schema not there is an
+ * error unless tokens.create=true.  Nothing is created.
  * @returns TBX_OK, or the error with @p errstr naming the key and file.
  */
 int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size);

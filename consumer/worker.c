@@ -77,7 +77,42 @@ static void worker_proto_init(tbx_worker_t *worker)
 	tbx__proto_init(proto);
 }
 
+/* Records in the service store which token store the group's workers
+ * use, for `tokenbox inspect` to tell a wrong pair of stores; in a
+ * transaction of its own.  @returns TBX_OK or the error, with @p errstr
+ * set. */
+static int record_binding(tbx_worker_t *worker, const tbx__cfg_t *cfg,
+			  char *errstr, size_t errstr_size)
+{
+	char where[600];
+	int err;
+
+	tbx__stores_tokens_where(cfg, where, sizeof(where));
+	if (!(err = tbx_outbox_begin(worker->store)) &&
+	    ((err = tbx_outbox_binding_set(worker->store, worker->group,
+					   worker->store_id, where)) ||
+	     (err = tbx_outbox_commit(worker->store))))
+		tbx_outbox_rollback(worker->store);
+	if (err)
+		tbx__seterr(errstr, errstr_size, err,
+			    "cannot record the token store in the service "
+			    "store: %s (%s)",
+			    tbx_strerror(err),
+			    tbx_outbox_errmsg(worker->store)
+				? tbx_outbox_errmsg(worker->store)
+				: "no detail");
+	return err;
+}
+
 tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
+{
+	int err;
+
+	return tbx__worker_new_err(conf, &err, errstr, errstr_size);
+}
+
+tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
+				  size_t errstr_size)
 {
 	const tbx__cfg_t *cfg;
 	tbx_worker_t *worker;
@@ -85,14 +120,17 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	int err;
 
 	if (!conf) {
-		tbx__seterr(errstr, errstr_size, TBX_EINVAL, "conf is NULL");
+		*errp = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				    "conf is NULL");
 		return NULL;
 	}
 	tbx__crashpoints_arm();
-	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size))
+	if ((*errp =
+		 tbx__conf_check_required(conf, "worker", errstr, errstr_size)))
 		return NULL;
 	if (!(worker = calloc(1, sizeof(*worker)))) {
-		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
+		*errp = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				    "out of memory");
 		return NULL;
 	}
 	cfg = tbx__conf_cfg(conf);
@@ -116,9 +154,12 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 		    tbx__stores_tokens_where(cfg, where, sizeof(where)));
 		goto fail;
 	}
+	if ((err = record_binding(worker, cfg, errstr, errstr_size)))
+		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
 	if (!(worker->router = tbx_router_new())) {
-		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
+		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
+				  "out of memory");
 		goto fail;
 	}
 	atomic_init(&worker->stop, 0);
@@ -127,13 +168,15 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	/* G relaxes the service store's durability for its own commit and
 	 * restores this level afterwards (tbx_outbox_relaxed()). */
 	worker_proto_init(worker);
-	if (tbx__worker_metrics_start(worker, errstr, errstr_size)) {
+	if ((err = tbx__worker_metrics_start(worker, errstr, errstr_size))) {
 		worker->conf = NULL;
 		goto fail;
 	}
 	tbx__worker_metrics_refresh(worker, 1);
+	*errp = TBX_OK;
 	return worker;
 fail:
+	*errp = err;
 	tbx_tokens_close(worker->tokens);
 	tbx_outbox_close(worker->store);
 	tbx_router_destroy(worker->router);

@@ -89,6 +89,10 @@ struct tbx_worker {
 tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
 			   int32_t partition, int create);
 
+/** tbx_worker_new(), with the error in *@p errp (TBX_OK on success):
+ *  TBX_ENOENT for a token store that does not exist, say. */
+tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
+				  size_t errstr_size);
 /**
  * A worker for `tokenbox worker --check-config`: @p conf's required keys
  * checked, each store file opened read-only when it exists (else its

@@ -14,6 +14,8 @@
  *                     the counts of its crashes and retries
  *   tbx_alarms        alarms a worker raised, for `inspect status --check`
  *   tbx_undelivered   outgoing messages given up on, kept whole
+ *   tbx_bindings      the token store each group's workers use: its id
+ *                     and where it is (schema 9)
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
@@ -176,6 +178,14 @@ typedef struct tbx__alarm {
 	int64_t count, first_ms, last_ms;
 } tbx__alarm_t;
 
+/** The token store a group's workers use (tbx_outbox_binding_set). */
+typedef struct tbx__binding {
+	const char *grp;
+	const char *tokens_id;	  /**< the token store's id */
+	const char *tokens_where; /**< its path, or URL (redacted) and schema */
+	int64_t used_ms;	  /**< when a worker last started with it */
+} tbx__binding_t;
+
 /** An ingress offset (tbx_outbox_ingress_set). */
 typedef struct tbx__ingress {
 	const char *grp, *topic;
@@ -197,6 +207,7 @@ typedef int (*tbx__row_fn)(void *opaque, const char *grp, const tbx__row_t *row,
 typedef int (*tbx__dl_fn)(void *opaque, const tbx__dl_rec_t *rec);
 typedef int (*tbx__ud_fn)(void *opaque, const tbx__ud_rec_t *rec);
 typedef int (*tbx__alarm_fn)(void *opaque, const tbx__alarm_t *alarm);
+typedef int (*tbx__binding_fn)(void *opaque, const tbx__binding_t *binding);
 typedef int (*tbx__ingress_fn)(void *opaque, const tbx__ingress_t *ingress);
 typedef int (*tbx__token_use_fn)(void *opaque, const tbx__token_use_t *use);
 
@@ -330,6 +341,11 @@ typedef struct tbx_outbox_ops {
 	 *  transaction or savepoint. */
 	int (*alarm_add)(tbx_outbox_t *store, const char *grp, const char *name,
 			 const char *detail);
+	/** Records that @p grp's workers use the token store of id
+	 *  @p tokens_id at @p tokens_where, now, inside the caller's
+	 *  transaction. */
+	int (*binding_set)(tbx_outbox_t *store, const char *grp,
+			   const char *tokens_id, const char *tokens_where);
 
 	/*
 	 * The read side and the repairs of `tokenbox inspect`.  A listing
@@ -401,6 +417,9 @@ typedef struct tbx_outbox_ops {
 	int (*undelivered_delete)(tbx_outbox_t *store, int64_t id);
 	/** Alarms, by group and name. */
 	int (*alarms)(tbx_outbox_t *store, tbx__alarm_fn fn, void *opaque);
+	/** The token stores recorded by binding_set, by group; none in a
+	 *  store of a schema without them. */
+	int (*bindings)(tbx_outbox_t *store, tbx__binding_fn fn, void *opaque);
 	/** Ingress offsets, by group, topic and partition. */
 	int (*ingress_list)(tbx_outbox_t *store, tbx__ingress_fn fn,
 			    void *opaque);
@@ -700,6 +719,12 @@ static inline int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp,
 {
 	return store->ops->alarm_add(store, grp, name, detail);
 }
+static inline int tbx_outbox_binding_set(tbx_outbox_t *store, const char *grp,
+					 const char *tokens_id,
+					 const char *tokens_where)
+{
+	return store->ops->binding_set(store, grp, tokens_id, tokens_where);
+}
 
 static inline int tbx_outbox_read_begin(tbx_outbox_t *store)
 {
@@ -830,6 +855,11 @@ static inline int tbx_outbox_alarms(tbx_outbox_t *store, tbx__alarm_fn fn,
 				    void *opaque)
 {
 	return store->ops->alarms(store, fn, opaque);
+}
+static inline int tbx_outbox_bindings(tbx_outbox_t *store, tbx__binding_fn fn,
+				      void *opaque)
+{
+	return store->ops->bindings(store, fn, opaque);
 }
 
 static inline int tbx_outbox_ingress_list(tbx_outbox_t *store,

@@ -123,6 +123,13 @@ static const char *const migrations[] = {
     " attempts integer NOT NULL,"
     " created_ms bigint NOT NULL,"
     " UNIQUE (grp, out_id));",
+    /* 1 -> 2: SQLite's schema 9: the token store each group's workers
+     * use, for `inspect` to tell a wrong pair of stores. */
+    "CREATE TABLE @S.tbx_bindings ("
+    " grp text COLLATE \"C\" NOT NULL PRIMARY KEY,"
+    " tokens_id text NOT NULL,"
+    " tokens_where text NOT NULL,"
+    " used_ms bigint NOT NULL);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -156,6 +163,7 @@ enum {
 	Q_ROWS_BELOW,
 	Q_MARK_STUCK,
 	Q_ALARM_ADD,
+	Q_BINDING_SET,
 	Q_DISPATCH_FAILED,
 	Q_UNDELIVERED_ADD,
 	Q_LOCK_IDS,
@@ -254,6 +262,11 @@ static const char *const sql[Q__COUNT] = {
 		    "$4) ON CONFLICT (grp, name) DO UPDATE SET count = "
 		    "a.count + 1, last_ms = excluded.last_ms, detail = "
 		    "excluded.detail",
+    [Q_BINDING_SET] = "INSERT INTO @S.tbx_bindings (grp, tokens_id, "
+		      "tokens_where, used_ms) VALUES ($1, $2, $3, $4) ON "
+		      "CONFLICT (grp) DO UPDATE SET tokens_id = "
+		      "excluded.tokens_id, tokens_where = "
+		      "excluded.tokens_where, used_ms = excluded.used_ms",
     [Q_DISPATCH_FAILED] = "UPDATE @S.tbx_outbox SET dispatch_failures = "
 			  "dispatch_failures + 1 WHERE grp = $1 AND msg_id = "
 			  "$2 RETURNING dispatch_failures",
@@ -1378,6 +1391,21 @@ static int pg_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
 	return run(ps(base), Q_ALARM_ADD, &p, NULL);
 }
 
+static int pg_binding_set(tbx_outbox_t *base, const char *grp,
+			  const char *tokens_id, const char *tokens_where)
+{
+	tbx__pg_params_t p;
+
+	if (!grp || !tokens_id || !tokens_where)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, tokens_id);
+	tbx__pgp_text(&p, tokens_where);
+	tbx__pgp_i64(&p, tbx__now_ms());
+	return run(ps(base), Q_BINDING_SET, &p, NULL);
+}
+
 /*
  * What differs from an embedded store.
  */
@@ -1572,6 +1600,7 @@ static const tbx_outbox_ops_t pg_ops = {
     .inflight_delete = pg_inflight_delete,
     .inflight_release = pg_inflight_release,
     .alarm_add = pg_alarm_add,
+    .binding_set = pg_binding_set,
     .read_begin = tbx__pgo_read_begin,
     .read_end = tbx__pgo_read_end,
     .schema = tbx__pgo_schema,
@@ -1592,6 +1621,7 @@ static const tbx_outbox_ops_t pg_ops = {
     .undelivered_get = tbx__pgo_undelivered_get,
     .undelivered_delete = tbx__pgo_undelivered_delete,
     .alarms = tbx__pgo_alarms,
+    .bindings = tbx__pgo_bindings,
     .ingress_list = tbx__pgo_ingress_list,
     .count_older = tbx__pgo_count_older,
     .lock_ids = pg_lock_ids,

@@ -11,7 +11,7 @@
 #include "store/pg.h"
 
 /** The schema version of the service store's PostgreSQL tables. */
-#define TBX_PG_OUTBOX_VERSION 1
+#define TBX_PG_OUTBOX_VERSION 2
 
 typedef struct pg_store {
 	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */
@@ -65,6 +65,7 @@ int tbx__pgo_undelivered_get(tbx_outbox_t *base, int64_t id,
 			     void *opaque);
 int tbx__pgo_undelivered_delete(tbx_outbox_t *base, int64_t id);
 int tbx__pgo_alarms(tbx_outbox_t *base, tbx__alarm_fn fn, void *opaque);
+int tbx__pgo_bindings(tbx_outbox_t *base, tbx__binding_fn fn, void *opaque);
 int tbx__pgo_ingress_list(tbx_outbox_t *base, tbx__ingress_fn fn, void *opaque);
 int tbx__pgo_count_older(tbx_outbox_t *base, const char *grp,
 			 int64_t created_max, int64_t *rows);

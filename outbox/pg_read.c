@@ -57,6 +57,7 @@ enum {
 	R_UD_GET,
 	R_UD_DELETE,
 	R_ALARMS,
+	R_BINDINGS,
 	R_INGRESS,
 	R_COUNT_OLDER,
 	R__COUNT
@@ -124,6 +125,8 @@ static const char *const rsql[R__COUNT] = {
     [R_UD_DELETE] = "DELETE FROM @S.tbx_undelivered WHERE id = $1",
     [R_ALARMS] = "SELECT grp, name, count, first_ms, last_ms, detail FROM "
 		 "@S.tbx_alarms ORDER BY grp, name",
+    [R_BINDINGS] = "SELECT grp, tokens_id, tokens_where, used_ms FROM "
+		   "@S.tbx_bindings ORDER BY grp",
     [R_INGRESS] = "SELECT grp, topic, \"partition\", next_offset FROM "
 		  "@S.tbx_ingress WHERE next_offset >= 0 ORDER BY grp, topic, "
 		  "\"partition\"",
@@ -672,6 +675,26 @@ static int alarm_row(const PGresult *res, int i, any_fn fn, void *opaque)
 int tbx__pgo_alarms(tbx_outbox_t *base, tbx__alarm_fn fn, void *opaque)
 {
 	return each(ps(base), R_ALARMS, NULL, alarm_row, (any_fn)fn, opaque);
+}
+
+static int binding_row(const PGresult *res, int i, any_fn fn, void *opaque)
+{
+	tbx__binding_t b;
+
+	b.grp = text(res, i, 0);
+	b.tokens_id = text(res, i, 1);
+	b.tokens_where = text(res, i, 2);
+	b.used_ms = tbx__pg_i64(res, i, 3);
+	return ((tbx__binding_fn)fn)(opaque, &b);
+}
+
+int tbx__pgo_bindings(tbx_outbox_t *base, tbx__binding_fn fn, void *opaque)
+{
+	/* Opened read-only, a schema keeps its version: before 2, none. */
+	if (ps(base)->version < 2)
+		return TBX_OK;
+	return each(ps(base), R_BINDINGS, NULL, binding_row, (any_fn)fn,
+		    opaque);
 }
 
 static int ingress_row(const PGresult *res, int i, any_fn fn, void *opaque)

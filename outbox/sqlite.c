@@ -53,6 +53,7 @@ enum {
 	Q_ROWS_BELOW,
 	Q_MARK_STUCK,
 	Q_ALARM_ADD,
+	Q_BINDING_SET,
 	Q_DISPATCH_FAILED,
 	Q_UNDELIVERED_ADD,
 	Q__COUNT
@@ -125,6 +126,11 @@ static const char *const sql[Q__COUNT] = {
 		    "last_ms, detail) VALUES (?1, ?2, 1, ?3, ?3, ?4) ON "
 		    "CONFLICT (grp, name) DO UPDATE SET count = count + 1, "
 		    "last_ms = excluded.last_ms, detail = excluded.detail",
+    [Q_BINDING_SET] = "INSERT INTO tbx_bindings (grp, tokens_id, "
+		      "tokens_where, used_ms) VALUES (?1, ?2, ?3, ?4) ON "
+		      "CONFLICT (grp) DO UPDATE SET tokens_id = "
+		      "excluded.tokens_id, tokens_where = "
+		      "excluded.tokens_where, used_ms = excluded.used_ms",
     [Q_DISPATCH_FAILED] = "UPDATE tbx_outbox SET dispatch_failures = "
 			  "dispatch_failures + 1 WHERE grp = ?1 AND msg_id = "
 			  "?2 RETURNING dispatch_failures",
@@ -863,6 +869,25 @@ static int sq_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
 	return tbx__stmt_done(stmt);
 }
 
+static int sq_binding_set(tbx_outbox_t *base, const char *grp,
+			  const char *tokens_id, const char *tokens_where)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	int err;
+
+	if (!grp || !tokens_id || !tokens_where)
+		return TBX_EINVAL;
+	if ((err = tbx__stmt_get(&store->stmts, Q_BINDING_SET, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, tokens_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 3, tokens_where, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 4, tbx__now_ms()))
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
+}
+
 /*
  * What differs between an embedded and a server store.
  */
@@ -1097,6 +1122,7 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .inflight_delete = sq_inflight_delete,
     .inflight_release = sq_inflight_release,
     .alarm_add = sq_alarm_add,
+    .binding_set = sq_binding_set,
     .read_begin = tbx__sq_read_begin,
     .read_end = tbx__sq_read_end,
     .schema = tbx__sq_schema,
@@ -1117,6 +1143,7 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .undelivered_get = tbx__sq_undelivered_get,
     .undelivered_delete = tbx__sq_undelivered_delete,
     .alarms = tbx__sq_alarms,
+    .bindings = tbx__sq_bindings,
     .ingress_list = tbx__sq_ingress_list,
     .count_older = tbx__sq_count_older,
     .lock_ids = sq_lock_ids,

@@ -68,6 +68,7 @@ int tbx__sq_undelivered_get(tbx_outbox_t *base, int64_t id,
 			    void *opaque);
 int tbx__sq_undelivered_delete(tbx_outbox_t *base, int64_t id);
 int tbx__sq_alarms(tbx_outbox_t *base, tbx__alarm_fn fn, void *opaque);
+int tbx__sq_bindings(tbx_outbox_t *base, tbx__binding_fn fn, void *opaque);
 int tbx__sq_ingress_list(tbx_outbox_t *base, tbx__ingress_fn fn, void *opaque);
 int tbx__sq_count_older(tbx_outbox_t *base, const char *grp,
 			int64_t created_max, int64_t *rows);

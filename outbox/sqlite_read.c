@@ -62,6 +62,7 @@ enum {
 	R_UD_GET,
 	R_UD_DELETE,
 	R_ALARMS,
+	R_BINDINGS,
 	R_INGRESS,
 	R_COUNT_OLDER,
 	R__COUNT
@@ -130,6 +131,8 @@ static const char *const rsql[R__COUNT] = {
     [R_UD_DELETE] = "DELETE FROM tbx_undelivered WHERE id = ?1",
     [R_ALARMS] = "SELECT grp, name, count, first_ms, last_ms, detail FROM "
 		 "tbx_alarms ORDER BY grp, name",
+    [R_BINDINGS] = "SELECT grp, tokens_id, tokens_where, used_ms FROM "
+		   "tbx_bindings ORDER BY grp",
     [R_INGRESS] = "SELECT grp, topic, \"partition\", next_offset FROM "
 		  "tbx_ingress ORDER BY grp, topic, \"partition\"",
     [R_COUNT_OLDER] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1 AND "
@@ -639,6 +642,30 @@ int tbx__sq_alarms(tbx_outbox_t *base, tbx__alarm_fn fn, void *opaque)
 
 	PREPARE(stmt, store, R_ALARMS);
 	return tbx__db_each(stmt, alarm_row, (tbx__any_fn)fn, opaque);
+}
+
+static int binding_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
+{
+	tbx__binding_t b;
+
+	b.grp = tbx__db_text(stmt, 0);
+	b.tokens_id = tbx__db_text(stmt, 1);
+	b.tokens_where = tbx__db_text(stmt, 2);
+	b.used_ms = sqlite3_column_int64(stmt, 3);
+	return ((tbx__binding_fn)fn)(opaque, &b);
+}
+
+int tbx__sq_bindings(tbx_outbox_t *base, tbx__binding_fn fn, void *opaque)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	int version, err;
+
+	/* Opened read-only, a file keeps its schema: before 9, none. */
+	if ((err = tbx__sq_schema(base, &version)) || version < 9)
+		return err;
+	PREPARE(stmt, store, R_BINDINGS);
+	return tbx__db_each(stmt, binding_row, (tbx__any_fn)fn, opaque);
 }
 
 static int ingress_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)

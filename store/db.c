@@ -242,6 +242,16 @@ static const char *const migrations[] = {
     " tbx_outbox_msg m WHERE m.grp = tbx_outbox.grp AND m.msg_id ="
     " tbx_outbox.msg_id);"
     "DROP TABLE tbx_outbox_msg;",
+    /* 8 -> 9 */
+    /* The token store each group's workers use: its id and where it is,
+     * recorded by every worker at start, so that `inspect` can tell when
+     * it is given the wrong pair of stores (tools/inspect_pair.c). */
+    "CREATE TABLE tbx_bindings ("
+    " grp TEXT NOT NULL PRIMARY KEY,"
+    " tokens_id TEXT NOT NULL,"
+    " tokens_where TEXT NOT NULL,"
+    " used_ms INTEGER NOT NULL"
+    ") WITHOUT ROWID;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -9,6 +9,7 @@
  * subscription is refused, and a retired group's subscription is flagged
  * and can be removed.
  */
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -157,7 +158,10 @@ Test(cli_stores, a_misspelt_tokens_path_is_refused_and_never_created,
 	pid = worker_start(&e, extra);
 	status = cc_wait(pid, WAIT_MS);
 	log = tt_read_text(e.log);
-	cr_assert(cc_exited(status, 1), "status %d:\n%s", status, log);
+	/* A configuration error, as --check-config says: exit 2, and no
+	 * service store left behind. */
+	cr_assert(cc_exited(status, 2), "status %d:\n%s", status, log);
+	cr_expect(stat(e.store, &st) != 0, "%s was left behind", e.store);
 	cr_expect(strstr(log, typo), "%s", log);
 	cr_expect(strstr(log, "does not exist"), "%s", log);
 	cr_expect(strstr(log, "tokenbox init --tokens"), "%s", log);
@@ -185,7 +189,157 @@ Test(cli_stores, a_misspelt_tokens_path_is_refused_and_never_created,
 	env_free(&e);
 }
 
+/* ---- inspect on the wrong pair of stores -------------------------- */
+
+/** `tokenbox inspect -s S [-S T] status --check [--json]`. */
+static cc_result_t inspect_status(const char *store, const char *tokens,
+				  int json)
+{
+	const char *args[9] = {"inspect", "-s", store};
+	size_t n = 3;
+
+	if (tokens) {
+		args[n++] = "-S";
+		args[n++] = tokens;
+	}
+	args[n++] = "status";
+	args[n++] = "--check";
+	if (json)
+		args[n++] = "--json";
+	args[n] = NULL;
+	return cc_run(args);
+}
+
+/** Checks `status --check` on @p store and @p tokens: exit 1 with each
+ *  problem of @p want (NULL-ended) named in the text and in --json, or
+ *  exit 0 with store_pair ok when @p want is empty. */
+static void assert_pair(const char *store, const char *tokens,
+			const char *const want[])
+{
+	cc_result_t res = inspect_status(store, tokens, 0);
+	cJSON *doc, *pair, *problems;
+	size_t cnt = 0;
+
+	while (want[cnt])
+		cnt++;
+	cr_expect(cc_exited(res.status, cnt ? 1 : 0), "-s %s -S %s: %d: %s%s",
+		  store, tokens ? tokens : "-", res.status, res.out, res.err);
+	cr_expect_eq(!!strstr(res.out, "Wrong pair of stores"), cnt > 0, "%s",
+		     res.out);
+	for (size_t i = 0; i < cnt; i++)
+		cr_expect(strstr(res.out, want[i]), "%s not in: %s", want[i],
+			  res.out);
+	cc_result_free(&res);
+
+	res = inspect_status(store, tokens, 1);
+	cr_expect(cc_exited(res.status, cnt ? 1 : 0), "--json: %d: %s",
+		  res.status, res.err);
+	doc = cJSON_Parse(res.out);
+	cr_assert(doc, "%s", res.out);
+	pair = cJSON_GetObjectItem(doc, "store_pair");
+	problems = cJSON_GetObjectItem(pair, "problems");
+	cr_assert(pair && problems, "%s", res.out);
+	cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(pair, "ok")), cnt == 0);
+	cr_expect_eq((size_t)cJSON_GetArraySize(problems), cnt, "%s", res.out);
+	for (size_t i = 0; i < cnt; i++) {
+		const cJSON *p;
+		int found = 0;
+
+		cJSON_ArrayForEach(p, problems)
+		{
+			found |=
+			    strcmp(
+				cJSON_GetObjectItem(p, "problem")->valuestring,
+				want[i]) == 0 &&
+			    strcmp(cJSON_GetObjectItem(p, "group")->valuestring,
+				   "hello") == 0;
+		}
+		cr_expect(found, "%s not in: %s", want[i], res.out);
+	}
+	cJSON_Delete(doc);
+	cc_result_free(&res);
+}
+
+Test(cli_stores, inspect_says_when_it_is_given_the_wrong_pair_of_stores,
+     .timeout = 240)
+{
+	env_t e = env_new();
+	char *other = tt_path(e.dir, "other.db");
+	char *single = tt_path(e.dir, "single.db");
+	char setting[600], single_setting[600];
+	const char *extra[] = {setting, NULL};
+	const char *single_extra[] = {single_setting, NULL};
+	const char *cleanup[] = {"inspect", "-s", e.store, "cleanup", NULL};
+	const char *list[] = {"inspect", "-s", e.store, "outbox", "list", NULL};
+	cc_result_t res;
+	pid_t pid;
+
+	init_tokens(e.tokens);
+	init_tokens(other);
+	snprintf(setting, sizeof(setting), "tokens.path=%s", e.tokens);
+	pid = worker_start(&e, extra);
+	assert_log(wait_for(e.tokens, SUBSCRIBED, 1), &e,
+		   "the worker did not subscribe");
+	cr_assert(cc_exited(stop_worker(pid), 0));
+
+	/* Swapped. */
+	assert_pair(e.tokens, e.store,
+		    (const char *const[]){"tokens_is_a_service_store",
+					  "store_is_a_token_store", NULL});
+	/* The pair the worker uses. */
+	assert_pair(e.store, e.tokens, (const char *const[]){NULL});
+	/* The token store apart not given. */
+	assert_pair(e.store, NULL,
+		    (const char *const[]){"token_store_not_given", NULL});
+	/* Another token store. */
+	assert_pair(e.store, other,
+		    (const char *const[]){"token_store_mismatch", NULL});
+
+	/* A repair refuses such a pair; a listing warns. */
+	res = cc_run(cleanup);
+	cr_expect(cc_exited(res.status, 2), "%d: %s", res.status, res.err);
+	cr_expect(strstr(res.err, "cleanup: refused"), "%s", res.err);
+	cc_result_free(&res);
+	res = cc_run(list);
+	cr_expect(cc_exited(res.status, 0), "%d: %s", res.status, res.err);
+	cr_expect(strstr(res.err, "warning: wrong pair of stores: group "
+				  "hello's workers use the token store"),
+		  "%s", res.err);
+	cc_result_free(&res);
+
+	/* Single-file mode: the file is its own workers' token store. */
+	snprintf(single_setting, sizeof(single_setting), "store.path=%s",
+		 single);
+	pid = worker_start(&e, single_extra);
+	assert_log(wait_for(single, SUBSCRIBED, 1), &e,
+		   "the single-file worker did not subscribe");
+	cr_assert(cc_exited(stop_worker(pid), 0));
+	assert_pair(single, NULL, (const char *const[]){NULL});
+	assert_pair(e.store, single,
+		    (const char *const[]){"token_store_mismatch", NULL});
+	free(other);
+	free(single);
+	env_free(&e);
+}
+
 /* ---- records minted in another token store ------------------------ */
+
+/** Lines of @p text holding @p what, and @p also when not NULL. */
+static int lines_with(const char *text, const char *what, const char *also)
+{
+	int n = 0;
+
+	for (const char *p = text; *p;) {
+		size_t len = strcspn(p, "\n");
+		char *line = strndup(p, len);
+
+		cr_assert(line);
+		n += strstr(line, what) && (!also || strstr(line, also));
+		free(line);
+		p += len + (p[len] == '\n');
+	}
+	return n;
+}
 
 /* Sends 3 lines minted in tokens.db to a group whose token store is
  * another (@p tokens_setting; NULL: none, the service store's own).  Each
@@ -258,7 +412,11 @@ static void mismatch_dead_letters(const char *tokens_setting)
 	cr_expect(strstr(log, "3 consumed, 0 processed, 0 duplicates dropped, "
 			      "3 dead-lettered"),
 		  "%s", log);
-	cr_expect(strstr(log, "ERROR"), "%s", log);
+	/* One line per record, at ERROR: not an ERROR and a NOTICE. */
+	cr_expect_eq(lines_with(log, "token store mismatch", NULL), 3, "%s",
+		     log);
+	cr_expect_eq(lines_with(log, "token store mismatch", "ERROR"), 3, "%s",
+		     log);
 	free(log);
 	free(ours);
 	free(theirs);

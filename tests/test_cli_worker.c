@@ -324,6 +324,11 @@ typedef struct error_case {
 	"group.id=g\n"                                                         \
 	"store.path=@DIR@/service.db\n"
 
+/* The same without store.path, for a file whose dir is not known. */
+#define GOOD_CONF_NO_STORE                                                     \
+	"kafka.bootstrap.servers=127.0.0.1:1\n"                                \
+	"group.id=g\n"
+
 static void run_error_cases(const error_case_t *cases, size_t cnt)
 {
 	for (size_t i = 0; i < cnt; i++) {
@@ -502,6 +507,86 @@ Test(cli_worker, plugin_errors_name_the_plugin_and_why, .timeout = 120)
 	};
 
 	run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+/* A bare name is dlopen()'s to search, in the library path: a plugin
+ * beside the configuration (or in the current directory, with -X) is not
+ * found so, and the error says why and what to write instead. */
+Test(cli_worker, a_bare_plugin_name_not_found_says_where_it_was_searched,
+     .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *plugin = tt_path(dir, "transfers.so");
+	char *text = expand(GOOD_CONF "plugin=transfers.so\n", dir, "");
+	const char *in_file[] = {"worker", "--config", conf, NULL};
+	const char *by_x[] = {
+	    "worker", "--config", conf, "-X", "plugin=transfers.so", NULL};
+	const char *absent[] = {"worker", "--config",	       conf,
+				"-X",	  "plugin=nothere.so", NULL};
+	const char *fixed[] = {"worker",
+			       "--config",
+			       conf,
+			       "-X",
+			       "plugin=./transfers.so",
+			       "-X",
+			       "store.path=service.db",
+			       "--check-config",
+			       NULL};
+	cc_result_t res;
+
+	cr_assert(symlink(tt_plugin_path("tbx_hello"), plugin) == 0, "%s",
+		  strerror(errno));
+	write_file(conf, text);
+	cr_assert(chdir(dir) == 0, "%s", strerror(errno));
+
+	res = cc_run(in_file);
+	cr_assert(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.err, "w.conf:4: plugin transfers.so: cannot "
+				  "load: "),
+		  "%s", res.err);
+	cr_expect(strstr(res.err, "searched in the library path"), "%s",
+		  res.err);
+	cr_expect(strstr(res.err, "not in the configuration file's directory"),
+		  "%s", res.err);
+	cr_expect(strstr(res.err, "write plugin=./transfers.so"), "%s",
+		  res.err);
+	cr_expect_eq(cc_lines(res.err), 1, "%s", res.err);
+	cc_result_free(&res);
+
+	/* With -X the current directory is the one "./" refers to. */
+	write_file(conf, GOOD_CONF_NO_STORE);
+	res = cc_run(by_x);
+	cr_assert(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.err, "-X: plugin transfers.so: cannot load: "),
+		  "%s", res.err);
+	cr_expect(strstr(res.err, "not in the current directory"), "%s",
+		  res.err);
+	cr_expect(strstr(res.err, "write plugin=./transfers.so"), "%s",
+		  res.err);
+	cc_result_free(&res);
+
+	/* No such file here either: no suggestion. */
+	res = cc_run(absent);
+	cr_assert(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.err, "searched in the library path"), "%s",
+		  res.err);
+	cr_expect(!strstr(res.err, "plugin=./"), "%s", res.err);
+	cc_result_free(&res);
+
+	/* The suggestion works. */
+	res = cc_run(fixed);
+	cr_expect(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cc_result_free(&res);
+	free(text);
+	free(plugin);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
 }
 
 Test(cli_worker, a_refused_plugin_creates_no_store, .timeout = 60)
@@ -894,6 +979,52 @@ Test(cli_worker, check_config_refuses_with_exit_2_and_the_reason,
 	run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
+/* A token store apart that does not exist: --check-config and a start
+ * give the same answer, exit 2 with the reason, and neither leaves a
+ * file behind. */
+Test(cli_worker, a_missing_token_store_is_refused_by_check_and_start_alike,
+     .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *store = tt_path(dir, "service.db");
+	char *tokens = tt_path(dir, "tokens.db");
+	char setting[4200];
+	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
+			    tt_plugin_path("tbx_hello"));
+	const char *check[] = {"worker", "--config",	   conf, "-X",
+			       setting,	 "--check-config", NULL};
+	const char *start[] = {"worker", "--config", conf, "-X", setting, NULL};
+	const char *const *runs[] = {check, start};
+	struct stat st;
+
+	snprintf(setting, sizeof(setting), "tokens.path=%s", tokens);
+	write_file(conf, text);
+	for (size_t i = 0; i < 2; i++) {
+		cc_result_t res = cc_run(runs[i]);
+
+		cr_expect(cc_exited(res.status, 2), "%s: status %d: %s",
+			  i ? "start" : "check", res.status, res.err);
+		cr_expect_str_empty(res.out, "%s", res.out);
+		cr_expect(strstr(res.err, "tokens.path: token store ") &&
+			      strstr(res.err, tokens) &&
+			      strstr(res.err, "does not exist") &&
+			      strstr(res.err, "tokenbox init --tokens"),
+			  "%s", res.err);
+		cr_expect(stat(store, &st) != 0, "%s left %s behind",
+			  i ? "start" : "check", store);
+		cr_expect(stat(tokens, &st) != 0, "%s created %s",
+			  i ? "start" : "check", tokens);
+		cc_result_free(&res);
+	}
+	free(text);
+	free(tokens);
+	free(store);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
 Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
      .timeout = 60)
 {
@@ -908,6 +1039,15 @@ Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
 	 * from the current directory would not be found. */
 	snprintf(store, sizeof(store), "store.path=%s/s.db", dir);
 	snprintf(tokens, sizeof(tokens), "tokens.path=%s/t.db", dir);
+	{
+		/* The pipeline's token store is made first, as the
+		 * examples' READMEs do. */
+		const char *init[] = {"init", "--tokens", tokens + 12, NULL};
+		cc_result_t res = cc_run(init);
+
+		cr_assert(cc_exited(res.status, 0), "init: %s", res.err);
+		cc_result_free(&res);
+	}
 	for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++) {
 		const char *args[] = {
 		    "worker", "--config",	conf, "-X", store, "-X",

@@ -103,16 +103,28 @@ Test(conf_stores, a_publisher_without_tokens_path_uses_the_service_store)
 	free(store);
 }
 
-/* --check-config: a missing store needs a directory it can be created
- * in; nothing is created; a separate token store is checked on its own. */
+/* --check-config: a missing service store needs a directory it can be
+ * created in; a missing token store apart is refused as the worker
+ * refuses it, unless tokens.create=true; nothing is created. */
 Test(conf_stores, check_config_creates_nothing_and_names_the_key)
 {
 	char *dir = tt_tmpdir();
 	char *store = tt_path(dir, "s.db"), *tokens = tt_path(dir, "t.db");
-	tbx_conf_t *conf = tt_conf("127.0.0.1:1", "g", store, tokens, NULL);
+	tbx_conf_t *conf = tt_conf("127.0.0.1:1", "g", store, tokens,
+				   "tokens.create", "false", NULL);
 	char err[512];
 	tbx_worker_t *w;
 
+	cr_assert_eq(tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
+		     TBX_ENOENT);
+	cr_expect(strstr(err, "tokens.path") && strstr(err, tokens) &&
+		      strstr(err, "does not exist") &&
+		      strstr(err, "tokenbox init --tokens"),
+		  "%s", err);
+	cr_expect_eq(entries(dir), 0);
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.create", "true", err, sizeof(err)),
+	    TBX_OK);
 	cr_assert_eq(tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	cr_expect_eq(entries(dir), 0);
@@ -128,6 +140,41 @@ Test(conf_stores, check_config_creates_nothing_and_names_the_key)
 	cr_expect(strstr(err, "tokens.path"), "%s", err);
 	cr_expect_eq(entries(dir), 0);
 	tbx_conf_destroy(conf);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+}
+
+/* A start refused for a token store apart that does not exist leaves
+ * nothing behind: no service store, no token store; the error is
+ * TBX_ENOENT, which the command turns into exit status 2. */
+Test(conf_stores, a_start_refused_for_a_missing_token_store_creates_nothing)
+{
+	char *dir = tt_tmpdir();
+	char *store = tt_path(dir, "s.db"), *tokens = tt_path(dir, "t.db");
+	tbx_conf_t *conf = tt_conf("127.0.0.1:1", "g", store, tokens,
+				   "tokens.create", "false", NULL);
+	tbx_worker_t *w;
+	char err[512];
+	int code = TBX_OK;
+
+	w = tbx__worker_new_err(conf, &code, err, sizeof(err));
+	cr_assert_null(w);
+	cr_expect_eq(code, TBX_ENOENT, "%d: %s", code, err);
+	cr_expect(strstr(err, tokens) && strstr(err, "does not exist"), "%s",
+		  err);
+	cr_expect_eq(entries(dir), 0, "a refused start left a file behind");
+	/* The same with tokens.create=true makes both. */
+	cr_assert_eq(
+	    tbx_conf_set(conf, "tokens.create", "true", err, sizeof(err)),
+	    TBX_OK);
+	w = tbx__worker_new_err(conf, &code, err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_expect_eq(code, TBX_OK);
+	cr_expect(!w->joined);
+	tbx_worker_destroy(w);
+	cr_expect_geq(entries(dir), 2);
 	tt_rmrf(dir);
 	free(dir);
 	free(store);

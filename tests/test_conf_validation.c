@@ -3,6 +3,7 @@
  * names the key, the value and the reason.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tokenbox/tokenbox.h"
@@ -34,6 +35,41 @@ Test(conf, unknown_key_is_refused_with_its_name)
 		     TBX_ECONF);
 	cr_assert(strstr(err, "batch.max.mesages"), "%s", err);
 	cr_assert(strstr(err, "unknown"), "%s", err);
+	tbx_conf_destroy(conf);
+}
+
+Test(conf, an_unknown_key_suggests_the_nearest_known_one)
+{
+	static const struct {
+		const char *typed, *meant;
+	} close[] = {
+	    {"batch.max.msgs", "batch.max.messages"},
+	    {"batch.max.mesages", "batch.max.messages"},
+	    {"tokens.pth", "tokens.path"},
+	    {"stoer.path", "store.path"},
+	    {"group_id", "group.id"},
+	    {"Log.Level", "log.level"},
+	};
+	static const char *const far[] = {"frobnicate", "no.such.key",
+					  "bootstrap.servers", "x"};
+	tbx_conf_t *conf = tbx_conf_new();
+	char err[256], want[128];
+
+	for (size_t i = 0; i < sizeof(close) / sizeof(close[0]); i++) {
+		cr_assert_eq(set(conf, close[i].typed, "5", err, sizeof(err)),
+			     TBX_ECONF);
+		snprintf(want, sizeof(want), "did you mean '%s'?",
+			 close[i].meant);
+		cr_expect(strstr(err, want), "%s: %s", close[i].typed, err);
+		cr_expect(strstr(err, close[i].typed), "%s", err);
+	}
+	/* Nothing is suggested for a name that is no near miss. */
+	for (size_t i = 0; i < sizeof(far) / sizeof(far[0]); i++) {
+		cr_assert_eq(set(conf, far[i], "5", err, sizeof(err)),
+			     TBX_ECONF);
+		cr_expect(!strstr(err, "did you mean"), "%s: %s", far[i], err);
+		cr_expect(strstr(err, "unknown configuration key"), "%s", err);
+	}
 	tbx_conf_destroy(conf);
 }
 

@@ -208,9 +208,11 @@ Test(delivery,
 		      strstr(res.out, "6000"),
 		  "%s", res.out);
 	cc_result_free(&res);
-	const char *resend[] = {"inspect", "-s", e.store, "undelivered",
-				"resend",  "1",	 "-b",	  e.cluster->bootstraps,
-				NULL};
+	/* With the token store the worker used: its id goes in tbx-store. */
+	const char *resend[] = {
+	    "inspect",	   "-s",     e.store, "-S", e.tokens,
+	    "undelivered", "resend", "1",     "-b", e.cluster->bootstraps,
+	    NULL};
 	res = cc_run(resend);
 	cr_assert(cc_exited(res.status, 0), "resend: %s", res.err);
 	cc_result_free(&res);

@@ -27,8 +27,38 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 8 added, taken away again. */
-#define UNDO_V8 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
+/* What version 9 added, and version 8, taken away again. */
+#define UNDO_V9 "DROP TABLE tbx_bindings;"
+#define UNDO_V8 UNDO_V9 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
+
+/* A version 8 store gets the table of the token store its workers use,
+ * empty until a worker starts. */
+Test(migration, a_version_8_file_gets_its_bindings_table)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	exec(path, UNDO_V9 "PRAGMA user_version = 8;");
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx_outbox_binding_set(store, "g", "id-1", "t.db"),
+		     TBX_OK);
+	tbx_outbox_close(store);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_bindings WHERE "
+				    "grp = 'g' AND tokens_id = 'id-1'"),
+		     1);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
 
 Test(migration, a_version_1_file_is_migrated_and_keeps_its_rows)
 {

@@ -21,6 +21,7 @@
 #include "base/str.h"
 #include "fixture.h"
 #include "outbox/outbox.h"
+#include "outbox/pg_int.h"
 #include "store/db.h"
 #include "store/pg.h"
 
@@ -268,6 +269,30 @@ static int fx_wait_int(const char *sql, const char *param, int64_t want)
  * The schema.
  */
 
+/* A version 1 schema gets the table of the token store its workers use
+ * (version 2) when opened read-write. */
+Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
+{
+	char schema[64];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig2");
+	int version = 0;
+
+	tbx_outbox_close(store);
+	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_bindings"), NULL);
+	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET version = 1"),
+		NULL);
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 2);
+	cr_assert_eq(tbx_outbox_binding_set(store, GRP, "id-1", "t"), TBX_OK);
+	tbx_outbox_close(store);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
+					 "\"%s\".tbx_bindings WHERE tokens_id "
+					 "= 'id-1'"),
+			    NULL),
+		     1);
+}
+
 Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 {
 	char schema[64], id1[64], id2[64];
@@ -275,15 +300,15 @@ Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 	int version = 0;
 
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 1);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
 	cr_assert_eq(fx_int("SELECT count(*) FROM pg_tables WHERE schemaname "
 			    "= $1",
 			    schema),
-		     7, "tbx_schema_info and the six tables of S");
+		     8, "tbx_schema_info and the seven tables of S");
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info WHERE id = 1"),
 		NULL, id1, sizeof(id1));
-	cr_assert_str_eq(id1, "service 1");
+	cr_assert_str_eq(id1, "service 2");
 	fx_text(fx_q(schema, "SELECT store_id FROM \"%s\".tbx_schema_info"),
 		NULL, id1, sizeof(id1));
 	cr_assert(tbx__is_uuid(id1, strlen(id1)), "%s", id1);
@@ -436,7 +461,7 @@ Test(pg_outbox, a_schema_of_another_kind_or_a_newer_version_is_refused)
 		     TBX_ENOTDB);
 
 	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET kind = "
-			     "'service', version = 2"),
+			     "'service', version = 99"),
 		NULL);
 	cr_assert_eq(fx_open_err(schema, NULL, &store, err, sizeof(err)),
 		     TBX_ESCHEMA);
@@ -448,7 +473,7 @@ Test(pg_outbox, a_schema_of_another_kind_or_a_newer_version_is_refused)
 	cr_assert_eq(fx_int(fx_q(schema, "SELECT version FROM "
 					 "\"%s\".tbx_schema_info"),
 			    NULL),
-		     2);
+		     99);
 
 	/* Tables of an outbox that no version table describes. */
 	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_schema_info"), NULL);

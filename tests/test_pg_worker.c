@@ -7,6 +7,7 @@
  * dead-lettered, and tbx_ctx_exec() refuses COMMIT before the server sees
  * it; the orders example runs unchanged.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_child.h"
 #include "consumer/stores.h"
 #include "consumer/worker.h"
 #include "fixture.h"
@@ -749,6 +751,171 @@ Test(pg_worker, check_config_connects_read_only_and_creates_nothing)
 	cr_assert(strstr(err, "store.url"), "%s", err);
 	cr_assert_null(strstr(err, "s3cret"), "%s", err);
 	tbx_conf_destroy(conf);
+	env_fini(&e);
+}
+
+/* The schemas of @p e there now (0, 1 or 2). */
+static int schemas_there(const env_t *e)
+{
+	char sql[256];
+	PGresult *r;
+	int n;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM pg_namespace WHERE nspname IN "
+		 "('%s', '%s')",
+		 e->sschema, e->tschema);
+	r = PQexec(raw, sql);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s",
+		     PQresultErrorMessage(r));
+	n = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return n;
+}
+
+/* A start refused for a token store that is not there (joined, on its
+ * own connection, or an SQLite file) is TBX_ENOENT, as --check-config
+ * says, and creates no service schema. */
+Test(pg_worker, a_start_refused_for_a_missing_token_store_creates_nothing)
+{
+	char *dir = tt_tmpdir(), *file = tt_path(dir, "tokens.db");
+	const char *how[] = {"joined", "apart", "file"};
+	env_t e;
+
+	env_init(&e, "wn");
+	for (size_t i = 0; i < 3; i++) {
+		tbx_conf_t *conf =
+		    tt_conf(e.cluster->bootstraps, "g", NULL, NULL, "store.url",
+			    e.url, "store.schema", e.sschema, "tokens.schema",
+			    e.tschema, "tokens.create", "false", NULL);
+		char err[1024];
+		int code = TBX_OK;
+
+		if (i == 1)
+			cr_assert_eq(tbx_conf_set(conf, "tokens.url",
+						  e.apart_url, err,
+						  sizeof(err)),
+				     TBX_OK, "%s", err);
+		if (i == 2)
+			cr_assert_eq(tbx_conf_set(conf, "tokens.path", file,
+						  err, sizeof(err)),
+				     TBX_OK, "%s", err);
+		cr_assert_neq(
+		    tbx__stores_check(tbx__conf_cfg(conf), err, sizeof(err)),
+		    TBX_OK, "%s: --check-config passed", how[i]);
+		cr_assert_null(
+		    tbx__worker_new_err(conf, &code, err, sizeof(err)), "%s",
+		    how[i]);
+		cr_expect_eq(code, TBX_ENOENT, "%s: %d: %s", how[i], code, err);
+		cr_expect(strstr(err, "does not exist"), "%s: %s", how[i], err);
+		cr_expect_eq(schemas_there(&e), 0,
+			     "%s: a refused start created a schema", how[i]);
+		cr_expect(access(file, F_OK) != 0, "%s: %s was created", how[i],
+			  file);
+		tbx_conf_destroy(conf);
+	}
+	env_fini(&e);
+	tt_rmrf(dir);
+	free(dir);
+	free(file);
+}
+
+/* `tokenbox inspect -s URL --schema S --tokens-schema T status --check
+ * --json`. */
+static cc_result_t inspect_pair(const env_t *e, const char *schema,
+				const char *tschema)
+{
+	const char *args[] = {"inspect",  "-s",	    e->url,
+			      "--schema", schema,   "--tokens-schema",
+			      tschema,	  "status", "--check",
+			      "--json",	  NULL};
+
+	return cc_run_with(args, NULL, 0, 120000);
+}
+
+/* The problems inspect's --json names in store_pair, comma-separated
+ * (malloc'ed); "" when ok. */
+static char *pair_problems(const cc_result_t *res)
+{
+	cJSON *doc = cJSON_Parse(res->out), *p;
+	char out[512] = "";
+	size_t n = 0;
+
+	cr_assert(doc, "%s%s", res->out, res->err);
+	cJSON_ArrayForEach(
+	    p, cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "store_pair"),
+				   "problems"))
+	{
+		n += (size_t)snprintf(
+		    out + n, sizeof(out) - n, "%s%s", n ? "," : "",
+		    cJSON_GetObjectItem(p, "problem")->valuestring);
+	}
+	cJSON_Delete(doc);
+	return strdup(out);
+}
+
+/* inspect compares the schemas given with the token store the service
+ * schema's workers recorded: another token schema is named, a token
+ * schema given as the service store is refused by its kind. */
+Test(pg_worker, inspect_says_when_it_is_given_the_wrong_pair_of_schemas,
+     .timeout = 240)
+{
+	char other[80];
+	cc_result_t res;
+	tbx_worker_t *w;
+	char *got;
+	env_t e;
+
+	env_init(&e, "wp");
+	/* Opening the stores records the token store. */
+	{
+		char err[512];
+
+		w = tbx_worker_new(
+		    tt_conf(e.cluster->bootstraps, "g", NULL, NULL, "store.url",
+			    e.url, "store.schema", e.sschema, "tokens.schema",
+			    e.tschema, "tokens.create", "true", NULL),
+		    err, sizeof(err));
+		cr_assert(w, "%s", err);
+		tbx_worker_destroy(w);
+	}
+	snprintf(other, sizeof(other), "%s_o", e.tschema);
+	{
+		const char *init[] = {
+		    "init", "--tokens", e.url, "--tokens-schema", other, NULL};
+		res = cc_run_with(init, NULL, 0, 120000);
+		cr_assert(cc_exited(res.status, 0), "%s", res.err);
+		cc_result_free(&res);
+	}
+
+	res = inspect_pair(&e, e.sschema, e.tschema);
+	got = pair_problems(&res);
+	cr_expect(cc_exited(res.status, 0), "%d: %s", res.status, res.err);
+	cr_expect_str_eq(got, "");
+	free(got);
+	cc_result_free(&res);
+
+	res = inspect_pair(&e, e.sschema, other);
+	got = pair_problems(&res);
+	cr_expect(cc_exited(res.status, 1), "%d: %s", res.status, res.err);
+	cr_expect_str_eq(got, "token_store_mismatch");
+	cr_expect(strstr(res.out, e.tschema), "%s", res.out);
+	free(got);
+	cc_result_free(&res);
+
+	/* Swapped: the kinds of the schemas tell. */
+	res = inspect_pair(&e, e.tschema, e.sschema);
+	cr_expect(cc_exited(res.status, 2), "%d: %s", res.status, res.err);
+	cr_expect(strstr(res.err, "not a service store"), "%s", res.err);
+	cc_result_free(&res);
+
+	{
+		char sql[256];
+
+		snprintf(sql, sizeof(sql),
+			 "DROP SCHEMA IF EXISTS \"%s\" CASCADE", other);
+		fx_exec(sql);
+	}
 	env_fini(&e);
 }
 

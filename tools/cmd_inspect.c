@@ -130,8 +130,9 @@ static void usage(void)
 	    "alarms a\n"
 	    "                          worker raised (store mismatches, "
 	    "duplicate shares),\n"
-	    "                          subscriptions unused for --idle-after; "
-	    "orphans: any;\n"
+	    "                          subscriptions unused for --idle-after, "
+	    "a wrong pair\n"
+	    "                          of stores (see below); orphans: any;\n"
 	    "                          a list: any row\n"
 	    "  -o, --older-than DUR    only rows at least DUR old (lists, "
 	    "redispatch); for\n"
@@ -194,6 +195,18 @@ static void usage(void)
 	    "awaits its token consume and delete (phases D, E): the stores do "
 	    "not tell\n"
 	    "these apart.\n"
+	    "\n"
+	    "The wrong pair of stores.  Every worker records in its service "
+	    "store the id\n"
+	    "and place of the token store its group uses.  A --tokens that is "
+	    "not that\n"
+	    "store, one left out while the workers use a store apart, a "
+	    "service store\n"
+	    "given as --tokens or a token store as --store are named "
+	    "(status: in its\n"
+	    "report and \"store_pair\" of --json; other commands: a warning "
+	    "on standard\n"
+	    "error), and the commands that write refuse such a pair.\n"
 	    "\n"
 	    "Orphans are judged as the sweeper judges them, against the "
 	    "service store:\n"
@@ -319,6 +332,14 @@ static int is_show(insp_cmd_t cmd)
 {
 	return cmd == C_OUTBOX_SHOW || cmd == C_TOKENS_SHOW ||
 	       cmd == C_DL_SHOW || cmd == C_UD_SHOW || cmd == C_UD_RESEND;
+}
+
+/* 1 for a command of @p o that writes a store or sends. */
+static int is_repair(const insp_opts_t *o)
+{
+	return (o->cmd == C_CLEANUP && !o->dry_run) ||
+	       (o->cmd == C_UNSUBSCRIBE && o->yes) || o->cmd == C_REDISPATCH ||
+	       o->cmd == C_UD_RESEND || o->cmd == C_DL_REPLAY;
 }
 
 /* Turns the operands into a command.  @returns 0 or TBX_EXIT_USAGE. */
@@ -649,8 +670,21 @@ int tbx_cmd_inspect(int argc, char **argv)
 		return rc < 0 ? INSPECT_EXIT_OK : rc;
 	}
 	if ((rc = insp_stores(&in)) || (rc = now_ms(&in.now_ms)) ||
-	    (rc = insp_open(&in)))
+	    (rc = insp_open(&in)) || (rc = insp_pair_check(&in)))
 		goto out;
+	/* status reports a wrong pair in its report; the others say so
+	 * first, and a repair does not write to such a pair. */
+	if (in.pair_cnt && o.cmd != C_STATUS)
+		insp_pair_warn(&in);
+	if (in.pair_cnt && is_repair(&o)) {
+		rc = tbx_cli_usage(INSPECT_CMD,
+				   "%s: refused: these are not the stores of "
+				   "one pipeline (see the warning); give the "
+				   "service store and the token store its "
+				   "workers use",
+				   o.cmd_name);
+		goto out;
+	}
 	switch (o.cmd) {
 	case C_CLEANUP:
 		rc = insp_cleanup(&in);
@@ -709,6 +743,7 @@ int tbx_cmd_inspect(int argc, char **argv)
 	}
 	insp_read_end(&in);
 out:
+	insp_pair_free(&in);
 	insp_close(&in);
 	free(o.groups);
 	tbx_cli_conf_free(&o.conf);

@@ -120,7 +120,11 @@ static void usage(void)
 	    "FILE's\n"
 	    "                     directory (from the current one with -X); a "
 	    "bare\n"
-	    "                     name is searched as dlopen(3) does.\n"
+	    "                     name is searched as dlopen(3) does, in the "
+	    "library\n"
+	    "                     path and not in that directory: write "
+	    "./NAME for a\n"
+	    "                     file there.\n"
 	    "  plugin.args=TEXT   passed to the tbx_plugin_init() of the "
 	    "plugin named\n"
 	    "                     last before it (default: empty)\n"
@@ -188,15 +192,16 @@ static void usage(void)
 	    "\n"
 	    "Exit status: 0 after a clean stop (or --check-config found no "
 	    "problem);\n"
-	    "1 when the worker failed (a store that cannot be opened, such as "
-	    "a\n"
-	    "tokens.path that does not exist, a fatal store or Kafka error) "
-	    "or\n"
-	    "shutdown.timeout.ms passed; 2 for a bad command "
-	    "line,\n"
-	    "configuration or plugin, a plugin that registers no handler, or "
-	    "a\n"
-	    "problem --check-config found (nothing was consumed); 3 when a "
+	    "1 when the worker failed (a store that cannot be opened, a fatal "
+	    "store\n"
+	    "or Kafka error) or shutdown.timeout.ms passed; 2 for a bad "
+	    "command line,\n"
+	    "configuration or plugin, a token store that does not exist "
+	    "(tokens.path,\n"
+	    "or the schema of tokens.url, without tokens.create=true: no store "
+	    "is\n"
+	    "created then), a plugin that registers no handler, or a problem\n"
+	    "--check-config found (nothing was consumed); 3 when a "
 	    "record\n"
 	    "minted in another token store (its tbx-store header) stopped the "
 	    "worker\n"
@@ -233,6 +238,7 @@ typedef struct plugin {
 	char *path;
 	char *args;  /* plugin.args, or NULL */
 	char *where; /* "FILE:LINE" or "-X", for messages */
+	char *dir;   /* a bare name's: where "./NAME" would be taken from */
 	void *handle;
 	tbx_plugin_init_fn init;
 } plugin_t;
@@ -330,9 +336,12 @@ static int plugin_add(worker_cmd_t *w, const char *where, const char *path)
 	memset(p, 0, sizeof(*p));
 	p->path = full ? full : strdup(path);
 	p->where = strdup(where);
-	if (!p->path || !p->where) {
+	if (!strchr(path, '/'))
+		p->dir = strdup(w->base_dir ? w->base_dir : ".");
+	if (!p->path || !p->where || (!strchr(path, '/') && !p->dir)) {
 		free(p->path);
 		free(p->where);
+		free(p->dir);
 		return out_of_memory();
 	}
 	w->plugin_cnt++;
@@ -438,6 +447,33 @@ static const char *dl_reason(const char *path)
 	return e;
 }
 
+/* A bare name that dlopen() did not find: it was searched in the library
+ * path, never in the current directory (nor the file's); say so, and
+ * name the file that "./NAME" would load when there is one.
+ * @returns an exit status. */
+static int bare_name_fail(const plugin_t *p, const char *reason)
+{
+	char near[4096];
+	int here;
+
+	if (!strstr(reason, "No such file"))
+		return wusage("%s: plugin %s: cannot load: %s", p->where,
+			      p->path, reason);
+	snprintf(near, sizeof(near), "%s/%s", p->dir, p->path);
+	here = access(near, F_OK) == 0;
+	return wusage("%s: plugin %s: cannot load: %s; a name without a '/' "
+		      "is searched in the library path (LD_LIBRARY_PATH and "
+		      "the system's, see dlopen(3)), not in the %s%s%s%s",
+		      p->where, p->path, reason,
+		      strcmp(p->dir, ".") == 0 ? "current directory"
+					       : "configuration file's "
+						 "directory",
+		      here ? ": there is a file of that name there, write "
+			     "plugin=./"
+			   : "",
+		      here ? p->path : "", here ? " to load it" : "");
+}
+
 /* Loads @p p and checks its ABI version.  @returns 0 or an exit status. */
 static int plugin_load(plugin_t *p)
 {
@@ -446,9 +482,12 @@ static int plugin_load(plugin_t *p)
 	int version;
 
 	dlerror();
-	if (!(p->handle = dlopen(p->path, RTLD_NOW | RTLD_LOCAL)))
+	if (!(p->handle = dlopen(p->path, RTLD_NOW | RTLD_LOCAL))) {
+		if (p->dir)
+			return bare_name_fail(p, dl_reason(p->path));
 		return wusage("%s: plugin %s: cannot load: %s", p->where,
 			      p->path, dl_reason(p->path));
+	}
 	/* ISO C has no cast from void * to a function pointer; POSIX
 	 * guarantees the representation is the same. */
 	sym = dlsym(p->handle, "tbx_plugin_abi_version");
@@ -926,10 +965,15 @@ int tbx_cmd_worker(int argc, char **argv)
 	}
 	notify_open();
 
-	/* On success the worker owns the configuration. */
-	if (!(worker = tbx_worker_new(w.conf, errstr, sizeof(errstr)))) {
-		rc = lacks_required_key(w.conf) ? wusage("%s", errstr)
-						: wfail("%s", errstr);
+	/* On success the worker owns the configuration.  A token store
+	 * that does not exist is the configuration's fault, as
+	 * --check-config says: nothing was created, and a restart would
+	 * fail the same way. */
+	if (!(worker =
+		  tbx__worker_new_err(w.conf, &err, errstr, sizeof(errstr)))) {
+		rc = lacks_required_key(w.conf) || err == TBX_ENOENT
+			 ? wusage("%s", errstr)
+			 : wfail("%s", errstr);
 		goto out;
 	}
 	w.conf = NULL;
@@ -964,6 +1008,7 @@ out:
 		free(w.plugins[i].path);
 		free(w.plugins[i].args);
 		free(w.plugins[i].where);
+		free(w.plugins[i].dir);
 	}
 	free(w.plugins);
 	free(o.overrides);

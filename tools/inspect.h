@@ -7,6 +7,7 @@
  *   inspect_fmt.c          tables, ages, durations, bytes as
  *                          text/hex/base64, JSON helpers
  *   inspect_status.c       `status`
+ *   inspect_pair.c         whether the two stores given are a pair
  *   inspect_rows.c         `outbox list|show`, `dead-letters list|show`
  *   inspect_tokens.c       `tokens list|show`, `orphans`, `cleanup`,
  *                          `redispatch`, `unsubscribe`
@@ -111,6 +112,14 @@ typedef struct insp_opts {
 	const char *id;	   /**< operand of `show` */
 } insp_opts_t;
 
+/** A reason the stores given are not the pair the workers use
+ *  (inspect_pair.c). */
+typedef struct insp_problem {
+	char key[40]; /**< token_store_mismatch, … (JSON, --check) */
+	char grp[TBX_GROUP_MAX + 1];
+	char text[1024];
+} insp_problem_t;
+
 /** The opened stores. */
 typedef struct insp {
 	const insp_opts_t *o;
@@ -124,6 +133,8 @@ typedef struct insp {
 	tbx_tokens_t *tokens; /**< T, read-only (on S's connection when
 				 single) */
 	int schema[2];
+	insp_problem_t *pair; /**< insp_pair_check()'s findings */
+	size_t pair_cnt;
 } insp_t;
 
 /*
@@ -194,6 +205,17 @@ int insp_regs_each(insp_t *in, const char *grp,
 const char *insp_verdict_text(int verdict);
 /** "winner", "other_attempt", "no_row", "in_flight" for JSON. */
 const char *insp_verdict_key(int verdict);
+
+/*
+ * inspect_pair.c
+ */
+/** Compares the stores given with the token store the --store's workers
+ *  recorded (see the top of inspect_pair.c) into in->pair.
+ *  @returns 0, or an exit status after reporting a store error. */
+int insp_pair_check(insp_t *in);
+/** One warning line on standard error per problem found. */
+void insp_pair_warn(const insp_t *in);
+void insp_pair_free(insp_t *in);
 
 /*
  * inspect_status.c

@@ -292,6 +292,12 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 		insp_json_add_str(o, "schema", in->t.schema);
 	insp_json_add_int(o, "schema_version", in->schema[1]);
 	cJSON_AddBoolToObject(o, "same_file", in->single);
+	o = cJSON_AddObjectToObject(doc, "store_pair");
+	cJSON_AddBoolToObject(o, "ok", in->pair_cnt == 0);
+	arr = cJSON_AddArrayToObject(o, "problems");
+	for (size_t i = 0; i < in->pair_cnt; i++)
+		insp_jobj(arr, "problem:s group:s detail:s", in->pair[i].key,
+			  in->pair[i].grp, in->pair[i].text);
 	insp_json_add_int(doc, "now_ms", in->now_ms);
 
 	o = cJSON_AddObjectToObject(doc, "outbox");
@@ -394,6 +400,18 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		       in->t.schema, in->schema[1]);
 	else
 		printf("tokens  %s (schema %d)\n", in->t.where, in->schema[1]);
+	if (in->pair_cnt) {
+		printf("\nWrong pair of stores (store_pair): %zu problem%s; "
+		       "what follows is not the pipeline's state\n",
+		       in->pair_cnt, in->pair_cnt == 1 ? "" : "s");
+		for (size_t i = 0; i < in->pair_cnt; i++) {
+			char text[sizeof(in->pair[i].text) + 64];
+
+			snprintf(text, sizeof(text), "%s (%s)",
+				 in->pair[i].text, in->pair[i].key);
+			insp_wrap("  - ", text);
+		}
+	}
 
 	insp_fmt_age(insp_age(in, t->oldest), age, sizeof(age));
 	printf("\nOutbox: %s pending (%" PRId64 " processed, %" PRId64
@@ -718,9 +736,10 @@ int insp_status(insp_t *in)
 		status_free(&st);
 		return rc;
 	}
-	rc = in->o->check && (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
-			      st.alarm_cnt > 0 || st.idle_subs > 0 ||
-			      st.undelivered || st.dl_new > 0)
+	rc = in->o->check &&
+		     (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
+		      st.alarm_cnt > 0 || st.idle_subs > 0 || st.undelivered ||
+		      st.dl_new > 0 || in->pair_cnt > 0)
 		 ? INSPECT_EXIT_FINDING
 		 : INSPECT_EXIT_OK;
 	if (in->o->json)
