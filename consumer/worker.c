@@ -81,7 +81,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 {
 	const tbx__cfg_t *cfg;
 	tbx_worker_t *worker;
-	char tag[TBX_GROUP_MAX + 32];
+	const char *scope;
 	int err;
 
 	if (!conf) {
@@ -98,11 +98,15 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	cfg = tbx__conf_cfg(conf);
 	tbx__strlcpy(worker->group, cfg->group_id, sizeof(worker->group));
 	if (*cfg->worker_id)
-		tbx__strlcpy(tag, cfg->worker_id, sizeof(tag));
+		tbx__strlcpy(worker->log_tag, cfg->worker_id,
+			     sizeof(worker->log_tag));
 	else
-		snprintf(tag, sizeof(tag), "%s/%d", worker->group,
-			 (int)getpid());
-	tbx__log_configure(conf, tag);
+		snprintf(worker->log_tag, sizeof(worker->log_tag), "%s/%d",
+			 worker->group, (int)getpid());
+	/* The level and format are the process's; the tag is the worker's
+	 * own, in every call of it: several workers share a process. */
+	tbx__conf_log_configure(conf, NULL);
+	scope = tbx__log_scope(worker->log_tag);
 
 	if ((err = tbx__stores_open_worker(cfg, &worker->store, &worker->tokens,
 					   errstr, errstr_size)))
@@ -132,11 +136,13 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 		goto fail;
 	}
 	tbx__worker_metrics_refresh(worker, 1);
+	tbx__log_scope(scope);
 	return worker;
 fail:
 	tbx_tokens_close(worker->tokens);
 	tbx_outbox_close(worker->store);
 	tbx_router_destroy(worker->router);
+	tbx__log_scope(scope);
 	free(worker);
 	return NULL;
 }
@@ -163,6 +169,11 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 	worker->conf = conf;
 	worker->cfg = cfg;
 	return worker;
+}
+
+const char *tbx__worker_log_tag(const tbx_worker_t *worker)
+{
+	return worker->log_tag;
 }
 
 size_t tbx__worker_topic_count(const tbx_worker_t *worker)
@@ -516,12 +527,17 @@ static void recommit_due(tbx_worker_t *worker)
 static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac,
 			    const char *buf)
 {
+	const tbx_worker_t *worker = rd_kafka_opaque(rk);
+	/* librdkafka's own threads log too: named after the worker. */
+	const char *scope = tbx__log_scope(worker ? worker->log_tag : NULL);
+
 	/* Commits refused around a rebalance are expected: what they
 	 * covered is redelivered and deduplicated. */
 	if (strcmp(fac, "COMMITFAIL") == 0 && level >= TBX_LOG_WARNING)
 		level = TBX_LOG_INFO;
 	tbx__log(level < TBX_LOG_WARNING ? TBX_LOG_WARNING : level,
 		 "librdkafka %s: %s", fac, buf);
+	tbx__log_scope(scope);
 }
 
 static void on_consumer_error(rd_kafka_t *rk, int err, const char *reason,
@@ -1013,7 +1029,7 @@ static int process_batch(tbx_worker_t *worker)
 	return err;
 }
 
-int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
+static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 {
 	int err;
 	size_t cnt;
@@ -1055,6 +1071,19 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	if (consumed)
 		*consumed = cnt;
 	return TBX_OK;
+}
+
+int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
+{
+	const char *scope;
+	int err;
+
+	if (!worker)
+		return worker_poll(worker, timeout_ms, consumed);
+	scope = tbx__log_scope(worker->log_tag);
+	err = worker_poll(worker, timeout_ms, consumed);
+	tbx__log_scope(scope);
+	return err;
 }
 
 int tbx_worker_run(tbx_worker_t *worker)
@@ -1170,9 +1199,9 @@ static int await_first_assignment(tbx_worker_t *worker)
 	return 0;
 }
 
-int tbx_worker_close(tbx_worker_t *worker)
+static int worker_close(tbx_worker_t *worker)
 {
-	if (!worker || worker->closed)
+	if (worker->closed)
 		return TBX_OK;
 	worker->closed = 1;
 	tbx__batch_reset(&worker->batch);
@@ -1224,11 +1253,27 @@ int tbx_worker_close(tbx_worker_t *worker)
 	return TBX_OK;
 }
 
+int tbx_worker_close(tbx_worker_t *worker)
+{
+	const char *scope;
+	int err;
+
+	if (!worker)
+		return TBX_OK;
+	scope = tbx__log_scope(worker->log_tag);
+	err = worker_close(worker);
+	tbx__log_scope(scope);
+	return err;
+}
+
 void tbx_worker_destroy(tbx_worker_t *worker)
 {
+	const char *scope;
+
 	if (!worker)
 		return;
-	tbx_worker_close(worker);
+	scope = tbx__log_scope(worker->log_tag);
+	worker_close(worker);
 	tbx__worker_metrics_stop(worker);
 	tbx__proto_free(&worker->proto);
 	tbx__batch_free(&worker->batch);
@@ -1239,6 +1284,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	tbx_outbox_close(worker->store);
 	tbx_router_destroy(worker->router);
 	tbx_conf_destroy(worker->conf);
+	tbx__log_scope(scope);
 	free(worker);
 }
 
@@ -1256,10 +1302,12 @@ void tbx_worker_stats(const tbx_worker_t *worker, tbx_stats_t *stats)
 int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 {
 	tbx__sweep_stats_t st;
+	const char *scope;
 	int err;
 
 	if (!worker)
 		return TBX_EINVAL;
+	scope = tbx__log_scope(worker->log_tag);
 	err = tbx__tokens_sweep_resume(
 	    worker->tokens, worker->store, worker->group,
 	    limit ? limit : (size_t)worker->cfg->cleanup_batch_size,
@@ -1272,5 +1320,6 @@ int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 			 st.orphans, st.tokens_deleted);
 	if (swept)
 		*swept = st.orphans;
+	tbx__log_scope(scope);
 	return err;
 }

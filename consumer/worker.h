@@ -31,6 +31,9 @@ struct tbx_worker {
 	tbx_conf_t *conf;
 	const tbx__cfg_t *cfg; /* conf's typed values (the settings) */
 	char group[TBX_GROUP_MAX + 1];
+	/* the tag of its log lines: worker.id, else group/pid; the thread
+	 * logs with it while a call of the worker runs (tbx__log_scope()) */
+	char log_tag[TBX_GROUP_MAX + 32];
 	char errstr[512];
 	tbx_router_t *router;
 	tbx_outbox_t *store;
@@ -108,6 +111,8 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
  * group at a time only.
  */
 void tbx__worker_assign_directly(tbx_worker_t *worker);
+/** The tag of @p worker's log lines, valid while it lives. */
+const char *tbx__worker_log_tag(const tbx_worker_t *worker);
 /** Topics with a handler registered, and the i-th of them. */
 size_t tbx__worker_topic_count(const tbx_worker_t *worker);
 const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);
