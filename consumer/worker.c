@@ -438,7 +438,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 		for (int i = 0; i < parts->cnt; i++)
 			tbx__part_get(worker, parts->elems[i].topic,
 				      parts->elems[i].partition, 1);
-		tbx__log(TBX_LOG_INFO, "assigned %d partition(s)", parts->cnt);
+		tbx__membership_changed(worker, 1, parts, 0);
 		/* At the next poll, outside the callback: rows of these
 		 * partitions left below their committed offset. */
 		worker->recovery_due = 1;
@@ -466,7 +466,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 		for (int i = 0; i < parts->cnt; i++)
 			part_remove(worker, parts->elems[i].topic,
 				    parts->elems[i].partition);
-		tbx__log(TBX_LOG_INFO, "revoked %d partition(s)", parts->cnt);
+		tbx__membership_changed(worker, 0, parts, lost);
 		if (coop)
 			error = rd_kafka_incremental_unassign(rk, parts);
 		else
@@ -590,8 +590,13 @@ static int start(tbx_worker_t *worker)
 	    tbx__mono_ms() + worker->cfg->recovery_interval_ms;
 	worker->next_stats_ms = tbx__mono_ms() + worker->cfg->stats_interval_ms;
 	worker->started = 1;
+	/* No partition until the group assigns some (membership.c). */
+	worker->unassigned_since_ms = tbx__mono_ms();
 	tbx__worker_metrics_refresh(worker, 1);
-	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
+	tbx__log(TBX_LOG_NOTICE,
+		 "started: joining group %s for %zu topic(s), waiting for "
+		 "partitions",
+		 worker->group, n);
 	return TBX_OK;
 }
 
@@ -845,6 +850,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"undelivered_stored", st->undelivered_stored},
 	    {"producer_restarts", st->producer_restarts},
 	    {"commit_alarms", st->commit_alarms},
+	    {"unassigned_alarms", st->unassigned_alarms},
 	    {"rows_conflicted", st->rows_conflicted},
 	    {"handler_ended_txn", st->handler_ended_txn},
 	    {"store_reconnects", st->store_reconnects},
@@ -1046,6 +1052,7 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	maybe_recover(worker);
 	recommit_due(worker);
 	tbx__commit_watch_check(worker);
+	tbx__membership_check(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		batch_abandon(worker);

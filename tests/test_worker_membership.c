@@ -1,0 +1,238 @@
+/*
+ * Membership at the default log level: three workers of one group in one
+ * process, polled in turn on one thread, on a topic of one partition.
+ * The one that gets it says so at NOTICE, the other two warn once they
+ * have had nothing for 3 session timeouts (counted, recorded as the
+ * no_assignment alarm that fails `inspect status --check`), and every
+ * line carries the tag of the worker it is about, not the process's last
+ * worker's.  When the owner leaves, its revocation is logged and another
+ * worker's assignment ends its stretch without partitions.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_child.h"
+#include "consumer/worker.h"
+#include "support.h"
+
+#define WORKERS 3
+
+static const char *const ids[WORKERS] = {"member-a", "member-b", "member-c"};
+
+/* The file standard error goes to during the test, and the saved one. */
+static char *log_path;
+static int saved_err = -1;
+
+static void capture_stderr(const char *dir)
+{
+	int fd;
+
+	log_path = tt_path(dir, "stderr.log");
+	fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert(fd >= 0);
+	fflush(stderr);
+	saved_err = dup(STDERR_FILENO);
+	cr_assert(dup2(fd, STDERR_FILENO) >= 0);
+	close(fd);
+}
+
+static void restore_stderr(void)
+{
+	fflush(stderr);
+	dup2(saved_err, STDERR_FILENO);
+	close(saved_err);
+}
+
+static char *read_log(void)
+{
+	FILE *f = fopen(log_path, "rb");
+	char *text = NULL;
+	size_t len = 0, n;
+	char chunk[4096];
+
+	cr_assert(f);
+	cc_append(&text, &len, "", 0);
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		cc_append(&text, &len, chunk, n);
+	fclose(f);
+	return text;
+}
+
+/* The worker whose tag a text line carries ("<ts> LEVEL tag[pid] ..."),
+ * -1 if none of ours. */
+static int line_tag(const char *line)
+{
+	const char *p = strchr(line, ' ');
+
+	if (p)
+		p = strchr(p + 1, ' ');
+	for (int i = 0; p && i < WORKERS; i++)
+		if (strncmp(p + 1, ids[i], strlen(ids[i])) == 0 &&
+		    p[1 + strlen(ids[i])] == '[')
+			return i;
+	return -1;
+}
+
+/* Checks every line of @p log naming a worker ("worker member-b of")
+ * carries that worker's tag; counts the lines of @p level containing
+ * @p what per tag into @p per (WORKERS entries). */
+static void scan(const char *log, const char *level, const char *what,
+		 int per[WORKERS])
+{
+	char *copy = strdup(log), *save = NULL;
+
+	memset(per, 0, sizeof(int) * WORKERS);
+	for (char *line = strtok_r(copy, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		int tag = line_tag(line);
+		char level_field[32];
+
+		snprintf(level_field, sizeof(level_field), " %s ", level);
+		for (int i = 0; i < WORKERS; i++) {
+			char named[64];
+
+			snprintf(named, sizeof(named), "worker %s of", ids[i]);
+			if (strstr(line, named))
+				cr_expect_eq(tag, i,
+					     "a line about %s carries "
+					     "another tag: %s",
+					     ids[i], line);
+		}
+		if (strstr(line, level_field) && strstr(line, what)) {
+			cr_expect(tag >= 0, "no worker's tag: %s", line);
+			if (tag >= 0)
+				per[tag]++;
+		}
+	}
+	free(copy);
+}
+
+static int owner(tbx_worker_t *w[WORKERS])
+{
+	int found = -1;
+
+	for (int i = 0; i < WORKERS; i++)
+		if (w[i] && w[i]->part_cnt > 0)
+			found = i;
+	return found;
+}
+
+Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
+     .timeout = 600)
+{
+	char *dir = tt_tmpdir();
+	char *store = tt_store_new(dir, "s.db");
+	char *tokens = tt_tokens_new(dir, "tokens.db", 0);
+	tt_cluster_t *c = tt_cluster_new(1);
+	tt_hop_t hop = {.table = "hop"};
+	tbx_worker_t *w[WORKERS];
+	time_t end;
+	int first = -1, next = -1, per[WORKERS];
+	char *log;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_hop_table(store, "hop");
+	capture_stderr(dir);
+	for (int i = 0; i < WORKERS; i++) {
+		char err[512];
+
+		w[i] = tbx_worker_new(tt_conf(c->bootstraps, "g", store, tokens,
+					      "worker.id", ids[i], "log.level",
+					      "notice", NULL),
+				      err, sizeof(err));
+		cr_assert(w[i], "%s", err);
+		cr_assert_eq(tbx_worker_register(w[i], "in", "Ping",
+						 tt_hop_handle, &hop),
+			     TBX_OK);
+	}
+
+	/* One member owns the partition; the two others have none for 3
+	 * session timeouts (4 s in tt_conf()) and warn. */
+	end = time(NULL) + 240 * tt_time_factor();
+	for (;;) {
+		tbx_stats_t st;
+		int warned = 0;
+
+		for (int i = 0; i < WORKERS; i++) {
+			cr_assert_eq(tbx_worker_poll(w[i], 20, NULL), TBX_OK,
+				     "%s", tbx_worker_errstr(w[i]));
+			tbx_worker_stats(w[i], &st);
+			warned += st.unassigned_alarms > 0;
+		}
+		first = owner(w);
+		if (warned == WORKERS - 1 && first >= 0)
+			break;
+		cr_assert(time(NULL) < end, "not 1 owner and %d warned members",
+			  WORKERS - 1);
+	}
+	for (int i = 0; i < WORKERS; i++) {
+		tbx_stats_t st;
+
+		tbx_worker_stats(w[i], &st);
+		cr_expect_eq(st.unassigned_alarms, i == first ? 0 : 1,
+			     "%s: %llu", ids[i],
+			     (unsigned long long)st.unassigned_alarms);
+	}
+	cr_expect_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_alarms WHERE "
+				     "name = 'no_assignment'"),
+		     1);
+	cr_expect_eq(tt_count(store, "SELECT count FROM tbx_alarms WHERE "
+				     "name = 'no_assignment'"),
+		     WORKERS - 1);
+	{
+		const char *args[] = {"inspect",  "--store", store,
+				      "--tokens", tokens,    "status",
+				      "--check",  NULL};
+		cc_result_t res = cc_run(args);
+
+		cr_expect(cc_exited(res.status, 1), "%d: %s%s", res.status,
+			  res.out, res.err);
+		cr_expect(strstr(res.out, "no_assignment"), "%s", res.out);
+		cc_result_free(&res);
+	}
+
+	/* The owner leaves: its revocation, then another's assignment. */
+	tbx_worker_destroy(w[first]);
+	w[first] = NULL;
+	end = time(NULL) + 240 * tt_time_factor();
+	while ((next = owner(w)) < 0) {
+		for (int i = 0; i < WORKERS; i++)
+			if (w[i])
+				cr_assert_eq(tbx_worker_poll(w[i], 20, NULL),
+					     TBX_OK, "%s",
+					     tbx_worker_errstr(w[i]));
+		cr_assert(time(NULL) < end, "nobody took the partition");
+	}
+	for (int i = 0; i < WORKERS; i++)
+		tbx_worker_destroy(w[i]);
+	restore_stderr();
+
+	log = read_log();
+	scan(log, "NOTICE", "assigned 1 partition(s) of group g: in [0]", per);
+	for (int i = 0; i < WORKERS; i++)
+		cr_expect_eq(per[i], i == first || i == next ? 1 : 0,
+			     "%s: %d assignment line(s) of the partition:\n%s",
+			     ids[i], per[i], log);
+	scan(log, "NOTICE", "revoked 1 partition(s) of group g: in [0]", per);
+	cr_expect_eq(per[first], 1, "no revocation line of %s:\n%s", ids[first],
+		     log);
+	scan(log, "WARN", "has had no partition", per);
+	for (int i = 0; i < WORKERS; i++)
+		cr_expect_eq(per[i], i == first ? 0 : 1,
+			     "%s: %d warning(s):\n%s", ids[i], per[i], log);
+	scan(log, "NOTICE", "partitions again after", per);
+	cr_expect_eq(per[next], 1, "%s's stretch without ended silently:\n%s",
+		     ids[next], log);
+	free(log);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+	free(log_path);
+}
