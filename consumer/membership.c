@@ -170,7 +170,7 @@ void tbx__membership_check(tbx_worker_t *worker)
 	if (now - worker->unassigned_since_ms < after)
 		return;
 	worker->unassigned_alarm_ms = now;
-	worker->stats.unassigned_alarms++;
+	worker->unassigned_alarms++;
 	snprintf(detail, sizeof(detail),
 		 "worker %s of group %s has had no partition for %" PRId64
 		 " ms (%d x session.timeout.ms %" PRId64

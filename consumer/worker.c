@@ -36,12 +36,14 @@
 __attribute__((format(printf, 3, 4))) static int
 fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 {
+	const char *scope = tbx__log_scope(worker->log_tag);
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(worker->errstr, sizeof(worker->errstr), fmt, ap);
 	va_end(ap);
 	tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+	tbx__log_scope(scope);
 	return err;
 }
 
@@ -850,7 +852,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"undelivered_stored", st->undelivered_stored},
 	    {"producer_restarts", st->producer_restarts},
 	    {"commit_alarms", st->commit_alarms},
-	    {"unassigned_alarms", st->unassigned_alarms},
+	    {"unassigned_alarms", worker->unassigned_alarms},
 	    {"rows_conflicted", st->rows_conflicted},
 	    {"handler_ended_txn", st->handler_ended_txn},
 	    {"store_reconnects", st->store_reconnects},

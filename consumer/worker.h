@@ -73,6 +73,9 @@ struct tbx_worker {
 	 * some, or has not subscribed yet), when that was warned of (0:
 	 * not yet), and the consumer's session.timeout.ms (0: unread) */
 	int64_t unassigned_since_ms, unassigned_alarm_ms, session_ms;
+	/* warnings of those (the stats line's and the metrics'
+	 * unassigned_alarms; not in tbx_stats_t, whose size is ABI) */
+	uint64_t unassigned_alarms;
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;

@@ -141,10 +141,14 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 	for (int i = 0; i < WORKERS; i++) {
 		char err[512];
 
+		char *prom = tt_path(dir, ids[i]);
+
 		w[i] = tbx_worker_new(tt_conf(c->bootstraps, "g", store, tokens,
 					      "worker.id", ids[i], "log.level",
-					      "notice", NULL),
+					      "notice", "metrics.textfile",
+					      prom, NULL),
 				      err, sizeof(err));
+		free(prom);
 		cr_assert(w[i], "%s", err);
 		cr_assert_eq(tbx_worker_register(w[i], "in", "Ping",
 						 tt_hop_handle, &hop),
@@ -155,14 +159,12 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 	 * session timeouts (4 s in tt_conf()) and warn. */
 	end = time(NULL) + 240 * tt_time_factor();
 	for (;;) {
-		tbx_stats_t st;
 		int warned = 0;
 
 		for (int i = 0; i < WORKERS; i++) {
 			cr_assert_eq(tbx_worker_poll(w[i], 20, NULL), TBX_OK,
 				     "%s", tbx_worker_errstr(w[i]));
-			tbx_worker_stats(w[i], &st);
-			warned += st.unassigned_alarms > 0;
+			warned += w[i]->unassigned_alarms > 0;
 		}
 		first = owner(w);
 		if (warned == WORKERS - 1 && first >= 0)
@@ -171,12 +173,27 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 			  WORKERS - 1);
 	}
 	for (int i = 0; i < WORKERS; i++) {
-		tbx_stats_t st;
+		char *prom = tt_path(dir, ids[i]), *text, want[128];
+		FILE *f;
 
-		tbx_worker_stats(w[i], &st);
-		cr_expect_eq(st.unassigned_alarms, i == first ? 0 : 1,
+		cr_expect_eq(w[i]->unassigned_alarms, i == first ? 0 : 1,
 			     "%s: %llu", ids[i],
-			     (unsigned long long)st.unassigned_alarms);
+			     (unsigned long long)w[i]->unassigned_alarms);
+		/* The metric, as a scraper reads it. */
+		tbx__worker_metrics_refresh(w[i], 1);
+		f = fopen(prom, "rb");
+		cr_assert(f, "%s", prom);
+		text = calloc(1, 1 << 20);
+		cr_assert(text);
+		cr_assert(fread(text, 1, (1 << 20) - 1, f) > 0);
+		fclose(f);
+		snprintf(want, sizeof(want),
+			 "tokenbox_unassigned_alarms_total{group=\"g\"} %d\n",
+			 i == first ? 0 : 1);
+		cr_expect(strstr(text, want), "%s: no '%s' in\n%s", ids[i],
+			  want, text);
+		free(text);
+		free(prom);
 	}
 	cr_expect_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_alarms WHERE "
 				     "name = 'no_assignment'"),

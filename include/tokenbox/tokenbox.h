@@ -469,11 +469,6 @@ typedef struct tbx_stats {
 					(PostgreSQL) found lost and made
 					again; the batch in hand was retried
 					(SQLite: 0) */
-	uint64_t unassigned_alarms;  /**< warnings that the worker had no
-					partition for 3 session timeouts
-					on end (more workers than
-					partitions, a group that does not
-					settle) */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
