@@ -132,7 +132,7 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 	tt_hop_t hop = {.table = "hop"};
 	tbx_worker_t *w[WORKERS];
 	time_t end;
-	int first = -1, next = -1, per[WORKERS];
+	int first = -1, next = -1, per[WORKERS], alarms = 0;
 	char *log;
 
 	tt_cluster_topic(c, "in", 1);
@@ -155,19 +155,20 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 			     TBX_OK);
 	}
 
-	/* One member owns the partition; the two others have none for 3
-	 * session timeouts (4 s in tt_conf()) and warn. */
+	/* One member owns the partition (the group may move it while
+	 * members join); the two others have none for 3 session timeouts
+	 * (4 s in tt_conf()) and warn. */
 	end = time(NULL) + 240 * tt_time_factor();
 	for (;;) {
 		int warned = 0;
 
-		for (int i = 0; i < WORKERS; i++) {
+		for (int i = 0; i < WORKERS; i++)
 			cr_assert_eq(tbx_worker_poll(w[i], 20, NULL), TBX_OK,
 				     "%s", tbx_worker_errstr(w[i]));
-			warned += w[i]->unassigned_alarms > 0;
-		}
 		first = owner(w);
-		if (warned == WORKERS - 1 && first >= 0)
+		for (int i = 0; i < WORKERS; i++)
+			warned += i != first && w[i]->unassigned_alarm_ms;
+		if (first >= 0 && warned == WORKERS - 1)
 			break;
 		cr_assert(time(NULL) < end, "not 1 owner and %d warned members",
 			  WORKERS - 1);
@@ -176,9 +177,12 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 		char *prom = tt_path(dir, ids[i]), *text, want[128];
 		FILE *f;
 
-		cr_expect_eq(w[i]->unassigned_alarms, i == first ? 0 : 1,
-			     "%s: %llu", ids[i],
-			     (unsigned long long)w[i]->unassigned_alarms);
+		alarms += (int)w[i]->unassigned_alarms;
+		if (i != first)
+			cr_expect_geq(w[i]->unassigned_alarms, 1, "%s", ids[i]);
+		else
+			cr_expect_eq(w[i]->unassigned_alarm_ms, 0,
+				     "the owner is warned of");
 		/* The metric, as a scraper reads it. */
 		tbx__worker_metrics_refresh(w[i], 1);
 		f = fopen(prom, "rb");
@@ -188,8 +192,8 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 		cr_assert(fread(text, 1, (1 << 20) - 1, f) > 0);
 		fclose(f);
 		snprintf(want, sizeof(want),
-			 "tokenbox_unassigned_alarms_total{group=\"g\"} %d\n",
-			 i == first ? 0 : 1);
+			 "tokenbox_unassigned_alarms_total{group=\"g\"} %llu\n",
+			 (unsigned long long)w[i]->unassigned_alarms);
 		cr_expect(strstr(text, want), "%s: no '%s' in\n%s", ids[i],
 			  want, text);
 		free(text);
@@ -200,7 +204,7 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 		     1);
 	cr_expect_eq(tt_count(store, "SELECT count FROM tbx_alarms WHERE "
 				     "name = 'no_assignment'"),
-		     WORKERS - 1);
+		     alarms);
 	{
 		const char *args[] = {"inspect",  "--store", store,
 				      "--tokens", tokens,    "status",
@@ -230,21 +234,28 @@ Test(membership, assignment_is_logged_and_a_member_without_any_is_flagged,
 	restore_stderr();
 
 	log = read_log();
-	scan(log, "NOTICE", "assigned 1 partition(s) of group g: in [0]", per);
+	/* Each line under its own worker's tag (scan()), and the events of
+	 * each worker in its lines; rebalances while members join may add
+	 * more. */
+	scan(log, "NOTICE", "started: joining group g", per);
 	for (int i = 0; i < WORKERS; i++)
-		cr_expect_eq(per[i], i == first || i == next ? 1 : 0,
-			     "%s: %d assignment line(s) of the partition:\n%s",
-			     ids[i], per[i], log);
+		cr_expect_eq(per[i], 1, "%s: no start line:\n%s", ids[i], log);
+	scan(log, "NOTICE", "assigned 1 partition(s) of group g: in [0]", per);
+	cr_expect_geq(per[first], 1, "%s: no assignment line:\n%s", ids[first],
+		      log);
+	cr_expect_geq(per[next], 1, "%s: no assignment line:\n%s", ids[next],
+		      log);
 	scan(log, "NOTICE", "revoked 1 partition(s) of group g: in [0]", per);
-	cr_expect_eq(per[first], 1, "no revocation line of %s:\n%s", ids[first],
-		     log);
+	cr_expect_geq(per[first], 1, "%s: no revocation line:\n%s", ids[first],
+		      log);
 	scan(log, "WARN", "has had no partition", per);
 	for (int i = 0; i < WORKERS; i++)
-		cr_expect_eq(per[i], i == first ? 0 : 1,
-			     "%s: %d warning(s):\n%s", ids[i], per[i], log);
+		if (i != first)
+			cr_expect_geq(per[i], 1, "%s: no warning:\n%s", ids[i],
+				      log);
 	scan(log, "NOTICE", "partitions again after", per);
-	cr_expect_eq(per[next], 1, "%s's stretch without ended silently:\n%s",
-		     ids[next], log);
+	cr_expect_geq(per[next], 1, "%s's stretch without ended silently:\n%s",
+		      ids[next], log);
 	free(log);
 	tt_cluster_destroy(c);
 	tt_rmrf(dir);
