@@ -592,8 +592,10 @@ static int start(tbx_worker_t *worker)
 	    tbx__mono_ms() + worker->cfg->recovery_interval_ms;
 	worker->next_stats_ms = tbx__mono_ms() + worker->cfg->stats_interval_ms;
 	worker->started = 1;
-	/* No partition until the group assigns some (membership.c). */
-	worker->unassigned_since_ms = tbx__mono_ms();
+	/* No partition until the group assigns some (membership.c);
+	 * tbx__worker_assign_directly() has assigned them already. */
+	if (worker->part_cnt == 0)
+		worker->unassigned_since_ms = tbx__mono_ms();
 	tbx__worker_metrics_refresh(worker, 1);
 	tbx__log(TBX_LOG_NOTICE,
 		 "started: joining group %s for %zu topic(s), waiting for "

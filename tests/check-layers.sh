@@ -79,7 +79,7 @@ if [ -n "$objdir" ]; then
 	uses=$(mktemp)
 	trap 'rm -f "$edges" "$defs" "$uses"' EXIT
 	nobj=0
-	for dir in base store outbox tokens handlers consumer testkit tools; do
+	for dir in base trace store outbox tokens handlers consumer testkit tools; do
 		while IFS= read -r o; do
 			nobj=$((nobj + 1))
 			nm --defined-only -g "$o" |
