@@ -18,6 +18,9 @@ static int log_level = TBX_LOG_NOTICE;
 static char log_tag[64];
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_format = -1; /* -1: not chosen yet, auto at first use */
+/* The tag of the lines of this thread while a worker's call runs
+ * (tbx__log_scope()); NULL: log_tag. */
+static _Thread_local const char *scope_tag;
 
 int tbx__log_level(const char *name)
 {
@@ -93,22 +96,28 @@ void tbx__log_setup(int level, const char *tag)
 	pthread_mutex_unlock(&log_lock);
 }
 
-void tbx__log_configure(const tbx_conf_t *conf, const char *tag)
+void tbx__log_set_tag(const char *tag)
 {
-	static const char *const debug_keys[] = {
-	    "kafka.debug", "kafka.consumer.debug", "kafka.producer.debug"};
-	int level = tbx__log_level(tbx_conf_get(conf, "log.level"));
+	pthread_mutex_lock(&log_lock);
+	tbx__strlcpy(log_tag, tag ? tag : "", sizeof(log_tag));
+	pthread_mutex_unlock(&log_lock);
+}
 
+const char *tbx__log_scope(const char *tag)
+{
+	const char *prev = scope_tag;
+
+	scope_tag = tag;
+	return prev;
+}
+
+void tbx__log_configure(const char *level, const char *format, int debug,
+			const char *tag)
+{
 	/* librdkafka's debug contexts log at debug level: asking for them
 	 * and filtering them out would show nothing. */
-	for (size_t i = 0; i < sizeof(debug_keys) / sizeof(debug_keys[0]);
-	     i++) {
-		const char *v = tbx_conf_get(conf, debug_keys[i]);
-		if (v && *v)
-			level = TBX_LOG_DEBUG;
-	}
-	tbx__log_setup(level, tag);
-	tbx__log_set_format(tbx__log_format(tbx_conf_get(conf, "log.format")));
+	tbx__log_setup(debug ? TBX_LOG_DEBUG : tbx__log_level(level), tag);
+	tbx__log_set_format(tbx__log_format(format));
 }
 
 /* The name of each level (syslog numbering) in a text line, and in JSON. */
@@ -188,9 +197,13 @@ static void log_emit(int level, const char *msg, const char *what,
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	pthread_mutex_lock(&log_lock);
-	memcpy(tag, log_tag, sizeof(tag));
-	pthread_mutex_unlock(&log_lock);
+	if (scope_tag && *scope_tag) {
+		tbx__strlcpy(tag, scope_tag, sizeof(tag));
+	} else {
+		pthread_mutex_lock(&log_lock);
+		memcpy(tag, log_tag, sizeof(tag));
+		pthread_mutex_unlock(&log_lock);
+	}
 	level &= 7;
 	if (format == TBX_LOGF_JSON) {
 		snprintf(head, sizeof(head),

@@ -1,6 +1,9 @@
 /*
  * Logging: one line per call to standard error, in text, journal or
- * JSON format, with a process-wide level and tag.
+ * JSON format, with a process-wide level, and a tag: the process-wide
+ * one, or the one of the worker whose call the thread runs
+ * (tbx__log_scope()).  The ground floor: it reads no configuration, its
+ * callers hand it the values.
  */
 #ifndef TBX_BASE_LOG_H
 #define TBX_BASE_LOG_H
@@ -36,10 +39,23 @@ int tbx__log_format(const char *name);
 void tbx__log_set_format(int format);
 /** @returns the format in use. */
 int tbx__log_get_format(void);
-/** Level, format and tag from @p conf: log.level, raised to debug when a
- *  kafka debug key (kafka.debug, kafka.consumer.debug,
- *  kafka.producer.debug) is set, and log.format. */
-void tbx__log_configure(const tbx_conf_t *conf, const char *tag);
+/** Level, format and tag as configured: @p level a log.level value,
+ *  raised to debug when @p debug (a kafka debug key is set: its lines are
+ *  logged at debug level), @p format a log.format value; @p tag as for
+ *  tbx__log_setup().  The caller reads them (consumer/conf.h,
+ *  tbx__conf_log_configure()). */
+void tbx__log_configure(const char *level, const char *format, int debug,
+			const char *tag);
+/** Sets the process-wide tag (copied; NULL: none). */
+void tbx__log_set_tag(const char *tag);
+/**
+ * Makes @p tag the tag of the lines this thread logs from now on, in
+ * place of the process-wide one (NULL: back to it), so that several
+ * workers in one process, on one thread or several, each name themselves.
+ * @p tag is not copied: it must stay valid until the scope is left by
+ * restoring the tag this returns.  @locality the calling thread only.
+ */
+const char *tbx__log_scope(const char *tag);
 /**
  * Logs @p what followed by the JSON object text @p json at @p level,
  * whatever log.level (the caller decides): "<ts> INFO tag[pid] what {...}"

@@ -853,3 +853,19 @@ int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
 				   "brokers to connect to)");
 	return TBX_OK;
 }
+
+void tbx__conf_log_configure(const tbx_conf_t *conf, const char *tag)
+{
+	static const char *const debug_keys[] = {
+	    "kafka.debug", "kafka.consumer.debug", "kafka.producer.debug"};
+	int debug = 0;
+
+	for (size_t i = 0; i < sizeof(debug_keys) / sizeof(debug_keys[0]);
+	     i++) {
+		const char *v = tbx_conf_get(conf, debug_keys[i]);
+		if (v && *v)
+			debug = 1;
+	}
+	tbx__log_configure(tbx_conf_get(conf, "log.level"),
+			   tbx_conf_get(conf, "log.format"), debug, tag);
+}

@@ -128,4 +128,10 @@ rd_kafka_conf_t *tbx__conf_kafka(const tbx_conf_t *conf, const char *role,
 int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
 			     char *errstr, size_t errstr_size);
 
+/** Hands the logging settings of @p conf to base/log.h
+ *  (tbx__log_configure()): log.level, raised to debug when a kafka debug
+ *  key (kafka.debug, kafka.consumer.debug, kafka.producer.debug) is set,
+ *  log.format, and @p tag (NULL keeps the process-wide tag). */
+void tbx__conf_log_configure(const tbx_conf_t *conf, const char *tag);
+
 #endif

@@ -123,6 +123,9 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(STORE_RECONNECTS, "store_reconnects_total", "counter", "",           \
 	  "Connections to the stores' server (PostgreSQL) found lost and "     \
 	  "made again.")                                                       \
+	X(UNASSIGNED_ALARMS, "unassigned_alarms_total", "counter", "",         \
+	  "Warnings that the worker had no partition for 3 session timeouts "  \
+	  "on end.")                                                           \
 	X(OUTBOX_PENDING, "outbox_pending", "gauge", "",                       \
 	  "Outbox rows of the group not finished yet.")                        \
 	X(ASSIGNED_PARTITIONS, "assigned_partitions", "gauge", "",             \

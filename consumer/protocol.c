@@ -40,6 +40,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/alive.h"
 #include "consumer/producer.h"
 #include "consumer/protocol.h"
 #include "store/pg.h"
@@ -772,6 +773,16 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		}
 		msg->state = TBX_MS_DROPPED;
 		proto->stats->duplicates_dropped++;
+		/* A token this process saw alive was consumed: a proven
+		 * duplicate (a redelivery, a re-send, a copy), whatever
+		 * their share.  Only the others may mean a store that never
+		 * had the token. */
+		if (tbx__alive_seen(proto->store_id, proto->group,
+				    msg->token)) {
+			if (msg->part->settled)
+				proto->dup_window_seen--;
+			return TBX_OK;
+		}
 		if (msg->part->settled)
 			proto->dup_window_dropped++;
 		else if (++msg->part->prefix_drops ==
@@ -783,6 +794,7 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		return TBX_OK;
 	}
 	msg->part->settled = 1;
+	tbx__alive_note(proto->store_id, proto->group, msg->token);
 	/* 3. The handler. */
 	return run_handler(proto, batch, msg, 0);
 }
@@ -2323,7 +2335,10 @@ void tbx__proto_reconnect_check(tbx__proto_t *proto)
  * A duplicate is a record whose token is gone: normally one redelivered
  * after a crash or a rebalance, a small share of the traffic.  Most of
  * a window dropped so means tokens this group never had, which the
- * token store alone cannot tell from finished work.
+ * token store alone cannot tell from finished work.  Records whose token
+ * this process saw alive (consumer/alive.h) are proven duplicates and
+ * left out of the window and the prefix: a burst of copies of finished
+ * records is not a wrong store.
  */
 static void duplicate_share_check(tbx__proto_t *proto)
 {

@@ -88,7 +88,7 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	}
 	if (tbx__conf_check_required(conf, "publisher", errstr, errstr_size))
 		return NULL;
-	tbx__log_configure(conf, NULL);
+	tbx__conf_log_configure(conf, NULL);
 	if (!(pub = calloc(1, sizeof(*pub)))) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		return NULL;

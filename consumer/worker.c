@@ -36,12 +36,14 @@
 __attribute__((format(printf, 3, 4))) static int
 fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 {
+	const char *scope = tbx__log_scope(worker->log_tag);
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(worker->errstr, sizeof(worker->errstr), fmt, ap);
 	va_end(ap);
 	tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+	tbx__log_scope(scope);
 	return err;
 }
 
@@ -116,7 +118,7 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 {
 	const tbx__cfg_t *cfg;
 	tbx_worker_t *worker;
-	char tag[TBX_GROUP_MAX + 32];
+	const char *scope;
 	int err;
 
 	if (!conf) {
@@ -136,11 +138,15 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	cfg = tbx__conf_cfg(conf);
 	tbx__strlcpy(worker->group, cfg->group_id, sizeof(worker->group));
 	if (*cfg->worker_id)
-		tbx__strlcpy(tag, cfg->worker_id, sizeof(tag));
+		tbx__strlcpy(worker->log_tag, cfg->worker_id,
+			     sizeof(worker->log_tag));
 	else
-		snprintf(tag, sizeof(tag), "%s/%d", worker->group,
-			 (int)getpid());
-	tbx__log_configure(conf, tag);
+		snprintf(worker->log_tag, sizeof(worker->log_tag), "%s/%d",
+			 worker->group, (int)getpid());
+	/* The level and format are the process's; the tag is the worker's
+	 * own, in every call of it: several workers share a process. */
+	tbx__conf_log_configure(conf, NULL);
+	scope = tbx__log_scope(worker->log_tag);
 
 	if ((err = tbx__stores_open_worker(cfg, &worker->store, &worker->tokens,
 					   errstr, errstr_size)))
@@ -174,12 +180,14 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	}
 	tbx__worker_metrics_refresh(worker, 1);
 	*errp = TBX_OK;
+	tbx__log_scope(scope);
 	return worker;
 fail:
 	*errp = err;
 	tbx_tokens_close(worker->tokens);
 	tbx_outbox_close(worker->store);
 	tbx_router_destroy(worker->router);
+	tbx__log_scope(scope);
 	free(worker);
 	return NULL;
 }
@@ -206,6 +214,11 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 	worker->conf = conf;
 	worker->cfg = cfg;
 	return worker;
+}
+
+const char *tbx__worker_log_tag(const tbx_worker_t *worker)
+{
+	return worker->log_tag;
 }
 
 size_t tbx__worker_topic_count(const tbx_worker_t *worker)
@@ -470,7 +483,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 		for (int i = 0; i < parts->cnt; i++)
 			tbx__part_get(worker, parts->elems[i].topic,
 				      parts->elems[i].partition, 1);
-		tbx__log(TBX_LOG_INFO, "assigned %d partition(s)", parts->cnt);
+		tbx__membership_changed(worker, 1, parts, 0);
 		/* At the next poll, outside the callback: rows of these
 		 * partitions left below their committed offset. */
 		worker->recovery_due = 1;
@@ -498,7 +511,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 		for (int i = 0; i < parts->cnt; i++)
 			part_remove(worker, parts->elems[i].topic,
 				    parts->elems[i].partition);
-		tbx__log(TBX_LOG_INFO, "revoked %d partition(s)", parts->cnt);
+		tbx__membership_changed(worker, 0, parts, lost);
 		if (coop)
 			error = rd_kafka_incremental_unassign(rk, parts);
 		else
@@ -559,12 +572,17 @@ static void recommit_due(tbx_worker_t *worker)
 static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac,
 			    const char *buf)
 {
+	const tbx_worker_t *worker = rd_kafka_opaque(rk);
+	/* librdkafka's own threads log too: named after the worker. */
+	const char *scope = tbx__log_scope(worker ? worker->log_tag : NULL);
+
 	/* Commits refused around a rebalance are expected: what they
 	 * covered is redelivered and deduplicated. */
 	if (strcmp(fac, "COMMITFAIL") == 0 && level >= TBX_LOG_WARNING)
 		level = TBX_LOG_INFO;
 	tbx__log(level < TBX_LOG_WARNING ? TBX_LOG_WARNING : level,
 		 "librdkafka %s: %s", fac, buf);
+	tbx__log_scope(scope);
 }
 
 static void on_consumer_error(rd_kafka_t *rk, int err, const char *reason,
@@ -617,8 +635,15 @@ static int start(tbx_worker_t *worker)
 	    tbx__mono_ms() + worker->cfg->recovery_interval_ms;
 	worker->next_stats_ms = tbx__mono_ms() + worker->cfg->stats_interval_ms;
 	worker->started = 1;
+	/* No partition until the group assigns some (membership.c);
+	 * tbx__worker_assign_directly() has assigned them already. */
+	if (worker->part_cnt == 0)
+		worker->unassigned_since_ms = tbx__mono_ms();
 	tbx__worker_metrics_refresh(worker, 1);
-	tbx__log(TBX_LOG_INFO, "started: %zu topic(s)", n);
+	tbx__log(TBX_LOG_NOTICE,
+		 "started: joining group %s for %zu topic(s), waiting for "
+		 "partitions",
+		 worker->group, n);
 	return TBX_OK;
 }
 
@@ -872,6 +897,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"undelivered_stored", st->undelivered_stored},
 	    {"producer_restarts", st->producer_restarts},
 	    {"commit_alarms", st->commit_alarms},
+	    {"unassigned_alarms", worker->unassigned_alarms},
 	    {"rows_conflicted", st->rows_conflicted},
 	    {"handler_ended_txn", st->handler_ended_txn},
 	    {"store_reconnects", st->store_reconnects},
@@ -1056,7 +1082,7 @@ static int process_batch(tbx_worker_t *worker)
 	return err;
 }
 
-int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
+static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 {
 	int err;
 	size_t cnt;
@@ -1073,6 +1099,7 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	maybe_recover(worker);
 	recommit_due(worker);
 	tbx__commit_watch_check(worker);
+	tbx__membership_check(worker);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		batch_abandon(worker);
@@ -1098,6 +1125,19 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	if (consumed)
 		*consumed = cnt;
 	return TBX_OK;
+}
+
+int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
+{
+	const char *scope;
+	int err;
+
+	if (!worker)
+		return worker_poll(worker, timeout_ms, consumed);
+	scope = tbx__log_scope(worker->log_tag);
+	err = worker_poll(worker, timeout_ms, consumed);
+	tbx__log_scope(scope);
+	return err;
 }
 
 int tbx_worker_run(tbx_worker_t *worker)
@@ -1213,9 +1253,9 @@ static int await_first_assignment(tbx_worker_t *worker)
 	return 0;
 }
 
-int tbx_worker_close(tbx_worker_t *worker)
+static int worker_close(tbx_worker_t *worker)
 {
-	if (!worker || worker->closed)
+	if (worker->closed)
 		return TBX_OK;
 	worker->closed = 1;
 	tbx__batch_reset(&worker->batch);
@@ -1267,11 +1307,27 @@ int tbx_worker_close(tbx_worker_t *worker)
 	return TBX_OK;
 }
 
+int tbx_worker_close(tbx_worker_t *worker)
+{
+	const char *scope;
+	int err;
+
+	if (!worker)
+		return TBX_OK;
+	scope = tbx__log_scope(worker->log_tag);
+	err = worker_close(worker);
+	tbx__log_scope(scope);
+	return err;
+}
+
 void tbx_worker_destroy(tbx_worker_t *worker)
 {
+	const char *scope;
+
 	if (!worker)
 		return;
-	tbx_worker_close(worker);
+	scope = tbx__log_scope(worker->log_tag);
+	worker_close(worker);
 	tbx__worker_metrics_stop(worker);
 	tbx__proto_free(&worker->proto);
 	tbx__batch_free(&worker->batch);
@@ -1282,6 +1338,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	tbx_outbox_close(worker->store);
 	tbx_router_destroy(worker->router);
 	tbx_conf_destroy(worker->conf);
+	tbx__log_scope(scope);
 	free(worker);
 }
 
@@ -1299,10 +1356,12 @@ void tbx_worker_stats(const tbx_worker_t *worker, tbx_stats_t *stats)
 int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 {
 	tbx__sweep_stats_t st;
+	const char *scope;
 	int err;
 
 	if (!worker)
 		return TBX_EINVAL;
+	scope = tbx__log_scope(worker->log_tag);
 	err = tbx__tokens_sweep_resume(
 	    worker->tokens, worker->store, worker->group,
 	    limit ? limit : (size_t)worker->cfg->cleanup_batch_size,
@@ -1315,5 +1374,6 @@ int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 			 st.orphans, st.tokens_deleted);
 	if (swept)
 		*swept = st.orphans;
+	tbx__log_scope(scope);
 	return err;
 }

@@ -31,6 +31,9 @@ struct tbx_worker {
 	tbx_conf_t *conf;
 	const tbx__cfg_t *cfg; /* conf's typed values (the settings) */
 	char group[TBX_GROUP_MAX + 1];
+	/* the tag of its log lines: worker.id, else group/pid; the thread
+	 * logs with it while a call of the worker runs (tbx__log_scope()) */
+	char log_tag[TBX_GROUP_MAX + 32];
 	char errstr[512];
 	tbx_router_t *router;
 	tbx_outbox_t *store;
@@ -66,6 +69,13 @@ struct tbx_worker {
 	/* commit.behind.alarm.ms (commit_watch.c), the last refusal's
 	 * error */
 	rd_kafka_resp_err_t commit_refused_err;
+	/* membership.c: since when it has had no partition (0: it has
+	 * some, or has not subscribed yet), when that was warned of (0:
+	 * not yet), and the consumer's session.timeout.ms (0: unread) */
+	int64_t unassigned_since_ms, unassigned_alarm_ms, session_ms;
+	/* warnings of those (the stats line's and the metrics'
+	 * unassigned_alarms; not in tbx_stats_t, whose size is ABI) */
+	uint64_t unassigned_alarms;
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;
@@ -112,6 +122,8 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
  * group at a time only.
  */
 void tbx__worker_assign_directly(tbx_worker_t *worker);
+/** The tag of @p worker's log lines, valid while it lives. */
+const char *tbx__worker_log_tag(const tbx_worker_t *worker);
 /** Topics with a handler registered, and the i-th of them. */
 size_t tbx__worker_topic_count(const tbx_worker_t *worker);
 const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);
@@ -131,6 +143,25 @@ void tbx__worker_metrics_refresh(tbx_worker_t *worker, int now);
 int tbx__worker_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
 /** Stops and frees what tbx__worker_metrics_start() made. */
 void tbx__worker_metrics_stop(tbx_worker_t *worker);
+
+/* membership.c */
+/** No partition for this many session timeouts on end: the warning. */
+#define TBX__UNASSIGNED_SESSIONS 3
+/** Writes @p parts to @p buf compactly, per topic with runs of
+ *  partitions as ranges ("orders [0-3,7], payments [1]"); cut with "..."
+ *  when @p size is too small. */
+void tbx__membership_format(const rd_kafka_topic_partition_list_t *parts,
+			    char *buf, size_t size);
+/** Logs an assignment (@p assigned) or a revocation (@p lost: the
+ *  assignment was lost) of @p parts at NOTICE, after the worker's
+ *  partitions were updated, and notes when it is left with none. */
+void tbx__membership_changed(tbx_worker_t *worker, int assigned,
+			     const rd_kafka_topic_partition_list_t *parts,
+			     int lost);
+/** From the poll loop: warns, counts (unassigned_alarms) and records
+ *  the no_assignment alarm once the worker has had no partition for
+ *  TBX__UNASSIGNED_SESSIONS × session.timeout.ms, once per stretch. */
+void tbx__membership_check(tbx_worker_t *worker);
 
 /* commit_watch.c */
 /** Notes the result of an offset commit (the offset_commit_cb's

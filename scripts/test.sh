@@ -199,26 +199,10 @@ fi
 # suites above as the fuzz_*_corpus tests.
 step fuzz bash scripts/fuzz.sh --time 20
 
-dirs=()
-for d in trace consumer outbox tokens handlers tools tests include examples bench fuzz; do
-	[[ -d $d ]] && dirs+=("$d")
-done
-
-check_format() {
-	find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' \) -print0 |
-		xargs -0 -r clang-format --dry-run --Werror
-}
-step format check_format
-
-check_banned() {
-	# snprintf, strncpy etc. do not match: \b needs a non-word before.
-	if grep -rnE '\b(v?sprintf|strcpy|strcat)[[:space:]]*\(' \
-		--include='*.c' --include='*.h' "${dirs[@]}"; then
-		echo "banned: use snprintf / tbx__strlcpy instead" >&2
-		return 1
-	fi
-}
-step banned-calls check_banned
+# clang-format and the banned string functions, over every folder that
+# holds C sources (scripts/check-sources.sh).
+step format bash scripts/check-sources.sh format
+step banned-calls bash scripts/check-sources.sh banned
 
 if ((${#failed[@]} == 0)); then
 	echo "test.sh: PASS: ${passed[*]}"

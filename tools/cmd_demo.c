@@ -1290,8 +1290,11 @@ static int demo_setup(demo_t *d)
 
 	/* Ingress. */
 	{
+		/* log.level as the hops': the level is the process's, and
+		 * the publisher made after them would set it back to notice
+		 * (their assignments would show among the progress lines). */
 		const char *kv[] = {"kafka.bootstrap.servers", d->bootstraps,
-				    NULL};
+				    "log.level", "warning", NULL};
 		if (!(pub_conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
 		if (conf_set_all(pub_conf, kv, es, esz) ||

@@ -813,7 +813,7 @@ static int configure(worker_cmd_t *w, const worker_opts_t *o)
 		if ((rc = apply_override(w, o->overrides[i])))
 			return rc;
 	/* From here on, lines have the configured level and format. */
-	tbx__log_configure(w->conf, NULL);
+	tbx__conf_log_configure(w->conf, NULL);
 	if (!w->plugin_cnt)
 		return wusage("no plugin= given: nothing would handle "
 			      "messages (see 'tokenbox help worker')");
@@ -977,6 +977,8 @@ int tbx_cmd_worker(int argc, char **argv)
 		goto out;
 	}
 	w.conf = NULL;
+	/* One worker: the process's lines outside its calls are its too. */
+	tbx__log_set_tag(tbx__worker_log_tag(worker));
 	if ((rc = plugins_init(&w, worker)))
 		goto out;
 
