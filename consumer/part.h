@@ -42,6 +42,13 @@ typedef struct tbx__part {
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
 	int guard_unreleased;  /**< this process failed to release its own
 				    marker (a full disk): not a death */
+	/* The suspect range being isolated (protocol.c): logged when
+	 * it begins and when it ends, not per record. */
+	int iso_active;	      /**< a range is being isolated */
+	int64_t iso_from;     /**< its first offset seen */
+	int64_t iso_until;    /**< its last offset */
+	uint64_t iso_records; /**< records taken one at a time */
+	uint64_t iso_dead;    /**< of those, dead-lettered */
 	int settled; /**< a tokened record had work since the assignment:
 			the redelivered prefix is over */
 	uint64_t prefix_drops; /**< duplicates dropped before that */

@@ -828,6 +828,72 @@ static int64_t last_offset_of_part(const tbx__batch_t *batch, size_t i)
 }
 
 /*
+ * Isolation is logged per range, not per record (a 500-record range would
+ * otherwise write 500 WARN lines in seconds): a WARN when G first finds
+ * @p part suspect, naming the range; a NOTICE when the partition is past
+ * it, with how many records were taken one at a time and how many of
+ * them were dead-lettered.  Each isolated record gets a DEBUG line.
+ */
+static void isolation_end(tbx__part_t *part)
+{
+	tbx__log(TBX_LOG_NOTICE,
+		 "%s [%" PRId32 "]: isolation of offsets %" PRId64 "..%" PRId64
+		 " over: %" PRIu64 " record(s) taken one at a time, %" PRIu64
+		 " dead-lettered; back to full batches",
+		 part->topic, part->partition, part->iso_from, part->iso_until,
+		 part->iso_records, part->iso_dead);
+	part->iso_active = 0;
+}
+
+/* G found @p part suspect up to @p suspect (-1: not suspect) at a batch
+ * whose first record of the partition is @p first. */
+static void isolation_track(tbx__part_t *part, int64_t first, int64_t suspect)
+{
+	if (suspect < 0) {
+		if (part->iso_active)
+			isolation_end(part); /* past it: done or skipped */
+		return;
+	}
+	if (part->iso_active) {
+		if (suspect > part->iso_until) {
+			tbx__log(TBX_LOG_INFO,
+				 "%s [%" PRId32 "]: the isolated range now "
+				 "ends at offset %" PRId64
+				 " (another batch died)",
+				 part->topic, part->partition, suspect);
+			part->iso_until = suspect;
+		}
+		return;
+	}
+	part->iso_active = 1;
+	part->iso_from = first;
+	part->iso_until = suspect;
+	part->iso_records = part->iso_dead = 0;
+	tbx__log(TBX_LOG_WARNING,
+		 "%s [%" PRId32 "]: an earlier batch died before committing; "
+		 "offsets %" PRId64 "..%" PRId64
+		 " are taken one record per batch to find the record at fault",
+		 part->topic, part->partition, first, suspect);
+}
+
+/* A committed a batch that isolated one record: count it, and end the
+ * isolation at the end of the range. */
+static void isolation_count(const tbx__batch_t *batch)
+{
+	const struct tbx_msg *msg = &batch->msgs[batch->isolated];
+	tbx__part_t *part = msg->part;
+
+	if (!part->iso_active)
+		return;
+	if (msg->state == TBX_MS_ROW || msg->state == TBX_MS_DROPPED) {
+		part->iso_records++;
+		part->iso_dead += batch->dead_lettered;
+		if (msg->rkm->offset >= part->iso_until)
+			isolation_end(part);
+	}
+}
+
+/*
  * G: before any handler runs, commit per partition the offsets this A
  * covers.  A marker still there at the next batch means that A never
  * committed: the process died in it (or A failed).  Its partitions are
@@ -901,6 +967,7 @@ static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 			part->guard_dirty = 1;
 		}
 		part->suspect_until = suspect;
+		isolation_track(part, a, suspect);
 		part->count_offset = f.count_offset;
 		part->retries = f.retries;
 		part->crashes = f.crashes;
@@ -919,7 +986,7 @@ static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 	}
 	if (batch->isolating) {
 		struct tbx_msg *msg = &batch->msgs[chosen];
-		tbx__log(TBX_LOG_WARNING,
+		tbx__log(TBX_LOG_DEBUG,
 			 "%s [%" PRId32 "] @%" PRId64
 			 ": an earlier batch died before committing; one "
 			 "record at a time up to offset %" PRId64
@@ -1659,6 +1726,8 @@ static int phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 		proto->stats->tokens_created += batch->minted;
 		proto->stats->processed += batch->processed;
 		proto->stats->dead_lettered += batch->dead_lettered;
+		if (batch->isolating)
+			isolation_count(batch);
 		tbx__crashpoint("A.committed");
 		return TBX_OK;
 	}

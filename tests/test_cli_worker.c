@@ -304,6 +304,18 @@ Test(cli_worker, shutdown_timeout_bounds_a_slow_drain, .timeout = 240)
 	cr_expect(strstr(log, "did not stop within shutdown.timeout.ms "
 			      "(1000 ms)"),
 		  "%s", log);
+	/* Not silent before that: a WARN line said what the stop waited
+	 * for. */
+	const char *slow = strstr(log, "still stopping after ");
+	const char *line = slow, *warn;
+	while (line && line > log && line[-1] != '\n')
+		line--;
+	warn = line ? strstr(line, " WARN ") : NULL;
+	cr_expect(
+	    slow && warn && warn < slow &&
+		strstr(slow, "(SIGTERM): waiting for the batch in hand") &&
+		slow < strstr(log, "did not stop within"),
+	    "no WARN line saying what the stop waited for:\n%s", log);
 	free(log);
 	cr_expect(tt_integrity_ok(s.store));
 	setup_free(&s);

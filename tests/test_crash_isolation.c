@@ -13,12 +13,14 @@
  * run in the kafka tier, on Apache Kafka.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "support.h"
@@ -99,7 +101,9 @@ static tbx_worker_t *worker_new(const tt_cluster_t *c, const char *store,
 	    c->bootstraps, "g1", store, tokens, "batch.max.messages", "500",
 	    "batch.max.ms", "100",
 	    /* librdkafka's default: what a round trip per record cost */
-	    "kafka.consumer.fetch.wait.max.ms", "500", NULL);
+	    "kafka.consumer.fetch.wait.max.ms", "500",
+	    /* the isolation's WARN and NOTICE lines are counted */
+	    "log.level", "notice", NULL);
 	tbx_worker_t *w = tbx_worker_new(conf, err, sizeof(err));
 
 	cr_assert(w, "%s", err);
@@ -135,6 +139,47 @@ static void assert_once(const char *store, const char *tokens, int cnt)
 		     0);
 }
 
+/* Standard error goes to @p path until log_restore(). */
+static int log_to(const char *path)
+{
+	int saved, fd;
+
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	cr_assert(saved >= 0 && fd >= 0);
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+	return saved;
+}
+
+static void log_restore(int saved)
+{
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+}
+
+/* Lines of the log @p path at @p level ("WARN", "NOTICE") that contain
+ * @p what; the last one in @p last. */
+static int log_count(const char *path, const char *level, const char *what,
+		     char *last, size_t size)
+{
+	char line[2048], tag[32];
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	cr_assert(f, "%s", path);
+	snprintf(tag, sizeof(tag), " %s ", level);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, tag) && strstr(line, what)) {
+			n++;
+			snprintf(last, size, "%s", line);
+		}
+	fclose(f);
+	return n;
+}
+
 /* A 500-record batch dies in A; the next worker isolates exactly that
  * range, feeding the records it fetched one per batch, then handles the
  * rest in full batches.  Every record takes effect once. */
@@ -147,7 +192,8 @@ Test(crash, a_killed_batch_is_isolated_from_the_records_already_fetched,
 	tt_cluster_t *c = tt_cluster_new(1);
 	int64_t start, deadline, join_ms = 0, range_ms = 0;
 	uint64_t done = 0, after = 0;
-	int singles = 0;
+	int singles = 0, saved;
+	char log[600], line[2048], want[256];
 	tbx_worker_t *w;
 	tbx_stats_t st;
 
@@ -155,6 +201,8 @@ Test(crash, a_killed_batch_is_isolated_from_the_records_already_fetched,
 	/* Batches after the range may hold all the rest: one partition of
 	 * RANGE + AFTER records, handled in order (stats.processed). */
 	tt_publish(c->bootstraps, tokens, "in", "Ping", AFTER, 16, "n");
+	snprintf(log, sizeof(log), "%s/isolation.log", dir);
+	saved = log_to(log);
 	start = tbx__mono_ms();
 	w = worker_new(c, store, tokens);
 	deadline = start + 300000LL * tt_time_factor();
@@ -190,6 +238,7 @@ Test(crash, a_killed_batch_is_isolated_from_the_records_already_fetched,
 	}
 	cr_assert_eq(st.dead_lettered, 0);
 	tbx_worker_destroy(w);
+	log_restore(saved);
 	/* Printed, not asserted: the machine's load decides them. */
 	fprintf(stderr,
 		"isolation: %s: restart to the first record %" PRId64
@@ -203,6 +252,24 @@ Test(crash, a_killed_batch_is_isolated_from_the_records_already_fetched,
 	 * batch, and ended there: the next batch held more than one. */
 	cr_assert_eq(singles, RANGE);
 	cr_assert_gt(after, 1, "still one record a batch after the range");
+	/* One WARN when the isolation of the range began, naming it, and
+	 * one NOTICE when it ended, not a line per record. */
+	cr_assert_eq(log_count(log, "WARN", "died before committing", line,
+			       sizeof(line)),
+		     1, "not one WARN line for the isolated range");
+	snprintf(want, sizeof(want),
+		 "in [0]: an earlier batch died before "
+		 "committing; offsets 0..%d ",
+		 RANGE - 1);
+	cr_assert(strstr(line, want), "%s", line);
+	cr_assert_eq(log_count(log, "NOTICE", "isolation of offsets", line,
+			       sizeof(line)),
+		     1, "not one NOTICE line for the end of the isolation");
+	snprintf(want, sizeof(want),
+		 "in [0]: isolation of offsets 0..%d over: %d record(s) "
+		 "taken one at a time, 0 dead-lettered; back to full batches",
+		 RANGE - 1, RANGE);
+	cr_assert(strstr(line, want), "%s", line);
 	assert_once(store, tokens, RANGE + AFTER);
 	cr_assert_eq(committed(c->bootstraps, 0), RANGE + AFTER);
 	tt_cluster_destroy(c);

@@ -151,7 +151,10 @@ static void usage(void)
 	    "worker leaves the group, the stores are closed, and the command "
 	    "exits 0\n"
 	    "(SIGHUP reloads nothing: restart the worker to apply a new\n"
-	    "configuration).  If that takes longer than shutdown.timeout.ms "
+	    "configuration).  A stop still going after 5 s (or half of\n"
+	    "shutdown.timeout.ms, if shorter) logs a WARN naming what it waits "
+	    "for,\n"
+	    "again every 10 s.  If it takes longer than shutdown.timeout.ms "
 	    "(default\n"
 	    "30000), the command exits 1.  A second signal exits at once with "
 	    "status\n"
@@ -541,6 +544,31 @@ static tbx_worker_t *running; /* under running_lock: NULL until created,
 				 and again before it is destroyed */
 static atomic_int stop_count, sig_quit;
 static atomic_llong shutdown_ms = 30000;
+
+/* What the main thread is doing once stopping, for the WARN lines of a
+ * slow shutdown: the first after SLOW_FIRST_MS (or half the bound, if
+ * shorter), then one every SLOW_EVERY_MS until the process exits. */
+enum { STAGE_POLL, STAGE_CLOSE, STAGE_DESTROY, STAGE_PLUGINS };
+static atomic_int stop_stage;
+#define SLOW_FIRST_MS 5000LL
+#define SLOW_EVERY_MS 10000LL
+
+static const char *stage_name(int stage)
+{
+	switch (stage) {
+	case STAGE_POLL:
+		return "the batch in hand: its handlers and phases, or a "
+		       "poll of the Kafka consumer";
+	case STAGE_CLOSE:
+		return "tbx_worker_close(): the rows still to deliver, the "
+		       "final offset commit, leaving the group and closing "
+		       "the Kafka consumer";
+	case STAGE_DESTROY:
+		return "tbx_worker_destroy(): closing the stores";
+	default:
+		return "the plugins being unloaded";
+	}
+}
 static sigset_t sig_set;
 static pthread_t sig_thread;
 static int have_sig_thread;
@@ -555,8 +583,8 @@ static const char *sig_name(int sig)
 
 static void *signal_main(void *arg)
 {
-	struct timespec deadline = {0, 0};
-	int stopping = 0;
+	long long started = 0, deadline = 0, next_warn = 0;
+	int stopping = 0, first = 0, warned = 0;
 
 	(void)arg;
 	for (;;) {
@@ -566,18 +594,25 @@ static void *signal_main(void *arg)
 		if (!stopping) {
 			sig = sigwaitinfo(&sig_set, &si);
 		} else {
-			struct timespec now, left;
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			left.tv_sec = deadline.tv_sec - now.tv_sec;
-			left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
-			if (left.tv_nsec < 0) {
-				left.tv_sec--;
-				left.tv_nsec += 1000000000L;
+			long long now = tbx__mono_ms(), wait_ms;
+			struct timespec left;
+
+			/* Silence is a bug: a stop that takes longer than
+			 * expected says what it waits for, and does so
+			 * before the bound ends the process. */
+			if (now >= next_warn || (now >= deadline && !warned)) {
+				tbx__log(TBX_LOG_WARNING,
+					 "tokenbox " CMD ": still stopping "
+					 "after %lld ms (%s): waiting for %s; "
+					 "exits with status 1 at "
+					 "shutdown.timeout.ms=%lld",
+					 now - started, sig_name(first),
+					 stage_name(atomic_load(&stop_stage)),
+					 (long long)atomic_load(&shutdown_ms));
+				next_warn = now + SLOW_EVERY_MS;
+				warned = 1;
 			}
-			if (left.tv_sec < 0)
-				left.tv_sec = left.tv_nsec = 0;
-			sig = sigtimedwait(&sig_set, &si, &left);
-			if (sig < 0 && errno == EAGAIN) {
+			if (now >= deadline) {
 				tbx__log(TBX_LOG_ERR,
 					 "tokenbox " CMD ": the worker did not "
 					 "stop within shutdown.timeout.ms "
@@ -586,6 +621,13 @@ static void *signal_main(void *arg)
 					 (long long)atomic_load(&shutdown_ms));
 				_exit(TBX_EXIT_FAIL);
 			}
+			wait_ms =
+			    (next_warn < deadline ? next_warn : deadline) - now;
+			left.tv_sec = (time_t)(wait_ms / 1000);
+			left.tv_nsec = (long)(wait_ms % 1000) * 1000000L;
+			sig = sigtimedwait(&sig_set, &si, &left);
+			if (sig < 0 && errno == EAGAIN)
+				continue;
 		}
 		if (sig < 0)
 			continue; /* EINTR */
@@ -611,14 +653,13 @@ static void *signal_main(void *arg)
 		if (running)
 			tbx_worker_stop(running);
 		pthread_mutex_unlock(&running_lock);
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += (time_t)(atomic_load(&shutdown_ms) / 1000);
-		deadline.tv_nsec +=
-		    (long)(atomic_load(&shutdown_ms) % 1000) * 1000000L;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
+		started = tbx__mono_ms();
+		deadline = started + atomic_load(&shutdown_ms);
+		next_warn =
+		    started + (atomic_load(&shutdown_ms) / 2 < SLOW_FIRST_MS
+				   ? atomic_load(&shutdown_ms) / 2
+				   : SLOW_FIRST_MS);
+		first = sig;
 		stopping = 1;
 	}
 }
@@ -933,6 +974,7 @@ static int run(tbx_worker_t *worker)
 		}
 	}
 	notify("STOPPING=1");
+	atomic_store(&stop_stage, STAGE_CLOSE);
 	tbx_worker_close(worker);
 	return err;
 }
@@ -1002,7 +1044,9 @@ out:
 	set_running(NULL);
 	/* Handlers and their state belong to the plugins: the worker goes
 	 * first, then the plugins, last loaded first. */
+	atomic_store(&stop_stage, STAGE_DESTROY);
 	tbx_worker_destroy(worker);
+	atomic_store(&stop_stage, STAGE_PLUGINS);
 	tbx_conf_destroy(w.conf);
 	for (size_t i = w.plugin_cnt; i-- > 0;) {
 		if (w.plugins[i].handle)

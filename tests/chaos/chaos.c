@@ -356,31 +356,15 @@ static void worker_spawn(run_t *r, proc_t *p)
 	snprintf(crash, sizeof(crash), "TBX_CRASH_AT=*@%g", r->o.crash_prob);
 	snprintf(seed, sizeof(seed), "TBX_CRASH_SEED=%llu",
 		 (unsigned long long)(r->o.seed * 1000003ULL + p->serial));
-	p->pid = fork();
+	char *env[] = {crash, seed, NULL};
+	/* A worker may be stopped the moment it is started (ch_spawn()). */
+	p->pid = ch_spawn(argv, log, p->armed ? env : NULL,
+			  p->armed ? NULL : "TBX_CRASH_AT", -1);
 	if (p->pid < 0) {
 		say("fork: %s", strerror(errno));
 		p->state = ST_RESTART;
 		p->at = mono_ms() + 1000;
 		return;
-	}
-	if (p->pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		int null = open("/dev/null", O_RDONLY);
-		if (null >= 0)
-			dup2(null, 0);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		if (p->armed) {
-			putenv(crash);
-			putenv(seed);
-		} else {
-			unsetenv("TBX_CRASH_AT");
-		}
-		execv(argv[0], argv);
-		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
 	}
 	p->state = ST_RUNNING;
 	p->sigkill = p->sigterm = p->retire = 0;

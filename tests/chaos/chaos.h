@@ -92,6 +92,17 @@ void ch_store_path(char *buf, size_t size, const char *store_dir, int one_file,
 void ch_tokens_path(char *buf, size_t size, const char *store_dir,
 		    int one_file);
 
+/* Starts @p argv (argv[0] a path) with standard input from /dev/null and
+ * standard output and error appended to @p log; the child puts the
+ * NAME=VALUE strings of @p env_put (NULL-terminated; NULL: none) and
+ * removes @p env_unset (NULL: none).  SIGTERM or SIGINT sent at any time
+ * after, before the exec too, reaches the child with its default action
+ * (spawn.c).  @p gate_fd: -1, or a descriptor the child reads one byte
+ * from before anything else (a test holds it between fork and exec).
+ * @returns the child's pid, or -1 with errno. */
+pid_t ch_spawn(char *const argv[], const char *log, char *const env_put[],
+	       const char *env_unset, int gate_fd);
+
 /* The validator: reads the stores under @p store_dir and the topics, fills
  * the "found" half of @p fig.  @returns 0 if the run was exactly once. */
 int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
