@@ -121,6 +121,11 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM, "out of memory");
 		goto fail;
 	}
+	/* OTEL_* and otel.*: off (NULL) unless an endpoint is given. */
+	if ((err = tbx__tracer_new(conf, worker->group, worker->group,
+				   &worker->batch.tracer, errstr,
+				   errstr_size)))
+		goto fail;
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
 	worker->cfg = cfg;
@@ -134,6 +139,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	tbx__worker_metrics_refresh(worker, 1);
 	return worker;
 fail:
+	tbx__tracer_free(worker->batch.tracer, 0);
 	tbx_tokens_close(worker->tokens);
 	tbx_outbox_close(worker->store);
 	tbx_router_destroy(worker->router);
@@ -637,6 +643,13 @@ static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
 	msg->rkm = rkm;
 	msg->part = part;
 	tbx__msg_parse(msg);
+	if (worker->batch.tracer) {
+		rd_kafka_headers_t *hdrs = NULL;
+
+		if (rd_kafka_message_headers(rkm, &hdrs))
+			hdrs = NULL;
+		tbx__trace_begin(worker->batch.tracer, &msg->trace, hdrs);
+	}
 	msg->attempt = 1; /* G counts earlier RETRYs from the store */
 	worker->stats.consumed++;
 	return 1;
@@ -1144,6 +1157,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	tbx_worker_close(worker);
 	tbx__worker_metrics_stop(worker);
 	tbx__proto_free(&worker->proto);
+	tbx__tracer_free(worker->batch.tracer, 2000);
 	tbx__batch_free(&worker->batch);
 	free(worker->parts);
 	free(worker->since);
