@@ -113,9 +113,21 @@ static void one(out_t *o, const char *name, const char *type, const char *help,
 	sample(o, name, v);
 }
 
+/* The tracer's counters (all zero with tracing off). */
+static uint64_t trace_stats(const tbx_worker_t *worker,
+			    tbx__exporter_stats_t *ex)
+{
+	uint64_t bad;
+
+	tbx__tracer_stats(worker->batch.tracer, ex, &bad);
+	return bad;
+}
+
 static void render_counters(out_t *o, const tbx_worker_t *worker)
 {
 	const tbx_stats_t *st = &worker->stats;
+	tbx__exporter_stats_t ex;
+	uint64_t bad_trace = trace_stats(worker, &ex);
 	const struct {
 		const char *name;
 		uint64_t v;
@@ -163,6 +175,17 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {"store_reconnects_total", st->store_reconnects,
 	     "Connections to the stores' server (PostgreSQL) found lost and "
 	     "made again."},
+	    {"trace_headers_malformed_total", bad_trace,
+	     "Records whose traceparent or tracestate header was malformed: "
+	     "ignored (tracing on only)."},
+	    {"spans_exported_total", ex.exported,
+	     "Spans the trace collector took."},
+	    {"spans_dropped_total", ex.dropped,
+	     "Spans dropped: the export queue was full "
+	     "(otel.bsp.max.queue.size)."},
+	    {"spans_failed_total", ex.failed,
+	     "Spans lost in failed or refused export requests, or left at "
+	     "shutdown."},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
