@@ -341,8 +341,8 @@ static int dead_letter(tbx__proto_t *proto, tbx__batch_t *batch,
 		void *traced = NULL;
 		size_t traced_len = 0;
 
-		err = tbx__trace_out(batch->tracer, &msg->trace, blob,
-				     blob_len, &traced, &traced_len);
+		err = tbx__trace_out(batch->tracer, &msg->trace, blob, blob_len,
+				     &traced, &traced_len);
 		free(blob);
 		blob = traced;
 		blob_len = traced_len;
@@ -1582,7 +1582,12 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 		}
 		size_t rows_before = batch->row_cnt;
 
-		if ((err = process_one(proto, batch, msg)))
+		if (msg->trace.on) /* its log lines name its span */
+			tbx__trace_log(&msg->trace);
+		err = process_one(proto, batch, msg);
+		if (msg->trace.on)
+			tbx__trace_log(NULL);
+		if (err)
 			goto fail;
 		if (batch->row_cnt > rows_before)
 			tbx__batch_ids_add(batch, batch->row_cnt - 1);

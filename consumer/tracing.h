@@ -89,6 +89,10 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 struct tbx_msg;
 void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg);
 
+/** Names @p tr's process span in the log lines of this thread
+ *  (tbx__log_trace()); NULL: none. */
+void tbx__trace_log(const tbx__msg_trace_t *tr);
+
 /** Notes a dead letter's reason on @p tr (copied). */
 void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason);
 

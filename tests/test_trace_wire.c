@@ -8,6 +8,9 @@
  */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
 
 #include "consumer/tracing.h"
 #include "outbox/outbox.h"
@@ -218,4 +221,47 @@ Test(trace_wire, tracing_is_off_without_an_endpoint)
 	cr_expect_eq(tbx__tracer_new(conf, "svc", NULL, &t, err, sizeof(err)),
 		     TBX_ECONF);
 	tbx_conf_destroy(conf);
+}
+
+/* The lines logged by @p fn on this thread, in @p format. */
+static void logged(int format, char *out, size_t size)
+{
+	int p[2], saved = dup(2);
+	ssize_t n;
+
+	cr_assert(pipe(p) == 0 && saved >= 0);
+	dup2(p[1], 2);
+	tbx__log_set_format(format);
+	tbx__log_trace("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+	tbx__log(TBX_LOG_ERR, "a line about a record");
+	tbx__log_trace(NULL, NULL);
+	tbx__log(TBX_LOG_ERR, "a line about none");
+	tbx__log_set_format(TBX_LOGF_TEXT);
+	dup2(saved, 2);
+	close(saved);
+	close(p[1]);
+	n = read(p[0], out, size - 1);
+	close(p[0]);
+	cr_assert(n > 0);
+	out[n] = '\0';
+}
+
+Test(trace_wire, log_lines_about_a_record_name_its_span)
+{
+	char buf[4096], *second;
+
+	logged(TBX_LOGF_TEXT, buf, sizeof(buf));
+	second = strchr(buf, '\n');
+	cr_assert(second);
+	*second++ = '\0';
+	cr_expect(strstr(buf, "a line about a record trace="
+			      "0af7651916cd43dd8448eb211c80319c/"
+			      "b7ad6b7169203331"),
+		  "%s", buf);
+	cr_expect_null(strstr(second, "trace="), "%s", second);
+
+	logged(TBX_LOGF_JSON, buf, sizeof(buf));
+	cr_expect(strstr(buf, "\"trace_id\":\"0af7651916cd43dd8448eb211c80319c"
+			      "\",\"span_id\":\"b7ad6b7169203331\"}"),
+		  "%s", buf);
 }
