@@ -95,6 +95,52 @@ void tbx__tracer_stats(tbx__tracer_t *t, tbx__exporter_stats_t *st,
 		*bad_headers = t ? atomic_load(&t->bad_headers) : 0;
 }
 
+int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
+			  const char *group)
+{
+	tbx__exporter_stats_t st;
+	uint64_t lost, delta;
+	char detail[512];
+	int err;
+
+	if (!t->loss_window_ms) {
+		t->loss_window_ms = now_ms;
+		return 0;
+	}
+	if (now_ms - t->loss_window_ms < TBX_TRACE_LOSS_WINDOW_MS)
+		return 0;
+	tbx__exporter_stats(t->exp, &st);
+	lost = st.dropped + st.failed;
+	delta = lost - t->loss_seen;
+	t->lossy_windows = delta ? t->lossy_windows + 1 : 0;
+	t->loss_seen = lost;
+	t->loss_window_ms = now_ms;
+	if (t->lossy_windows < TBX_TRACE_LOSS_WINDOWS)
+		return 0;
+	snprintf(detail, sizeof(detail),
+		 "%" PRIu64 " spans lost in the last %d s, and spans were lost "
+		 "in each of the %d windows before (%" PRIu64
+		 " dropped on a full queue, %" PRIu64
+		 " in failed exports in all): the trace collector is "
+		 "unreachable, too slow or refuses them",
+		 delta, TBX_TRACE_LOSS_WINDOW_MS / 1000, t->lossy_windows - 1,
+		 st.dropped, st.failed);
+	tbx__log(TBX_LOG_WARNING, "otel: %s", detail);
+	if (!store)
+		return 1;
+	if (!(err = tbx_outbox_begin(store)) &&
+	    ((err = tbx_outbox_alarm_add(store, group, "span_export_loss",
+					 detail)) ||
+	     (err = tbx_outbox_commit(store))))
+		tbx_outbox_rollback(store);
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "cannot record the span_export_loss alarm in the "
+			 "service store: %s",
+			 tbx_strerror(err));
+	return 1;
+}
+
 tbx__tracer_t *tbx__tracer_dispatch_swap(tbx__tracer_t *t)
 {
 	tbx__tracer_t *prev = dispatch_tracer;

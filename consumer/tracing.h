@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "consumer/conf.h"
+#include "outbox/outbox.h"
 #include "trace/export.h"
 
 /** The internal header that keeps, beside a stored message's
@@ -34,7 +35,16 @@ typedef struct tbx__tracer {
 	char group[256]; /* messaging.consumer.group.name; "" none */
 	/* records whose traceparent or tracestate was malformed */
 	atomic_uint_fast64_t bad_headers;
+	/* sustained export loss (tbx__trace_loss_check()) */
+	int64_t loss_window_ms; /* the current window's start; 0: none */
+	uint64_t loss_seen;	/* spans lost when it started */
+	int lossy_windows;	/* windows in a row that lost spans */
 } tbx__tracer_t;
+
+/** Export loss is sustained when spans were lost in this many windows
+ *  in a row of TBX_TRACE_LOSS_WINDOW_MS. */
+#define TBX_TRACE_LOSS_WINDOW_MS 60000
+#define TBX_TRACE_LOSS_WINDOWS	 2
 
 /** A record's trace: the context of its process span, and its outcome
  *  as the protocol noted it. */
@@ -74,6 +84,17 @@ void tbx__tracer_stats(tbx__tracer_t *t, tbx__exporter_stats_t *st,
 tbx__tracer_t *tbx__tracer_dispatch_swap(tbx__tracer_t *t);
 /** The tracer set by tbx__tracer_dispatch_swap(), or NULL. */
 tbx__tracer_t *tbx__tracer_dispatch(void);
+
+/**
+ * Called from the worker's loop at @p now_ms (monotonic): at the end of
+ * each window of TBX_TRACE_LOSS_WINDOW_MS, when spans were dropped or
+ * lost in TBX_TRACE_LOSS_WINDOWS windows in a row, logs a WARN and
+ * records the alarm span_export_loss of @p group in @p store (which
+ * `inspect status --check` flags), once per window while it lasts.
+ * @returns 1 when it raised the alarm, else 0.
+ */
+int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
+			  const char *group);
 
 /**
  * A polled record's context: its traceparent and tracestate headers

@@ -123,8 +123,7 @@ tbx_worker_t *tbx_worker_new(tbx_conf_t *conf, char *errstr, size_t errstr_size)
 	}
 	/* OTEL_* and otel.*: off (NULL) unless an endpoint is given. */
 	if ((err = tbx__tracer_new(conf, worker->group, worker->group,
-				   &worker->batch.tracer, errstr,
-				   errstr_size)))
+				   &worker->batch.tracer, errstr, errstr_size)))
 		goto fail;
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
@@ -970,6 +969,9 @@ int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	maybe_recover(worker);
 	recommit_due(worker);
 	tbx__commit_watch_check(worker);
+	if (worker->batch.tracer)
+		tbx__trace_loss_check(worker->batch.tracer, tbx__mono_ms(),
+				      worker->store, worker->group);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		tbx__batch_reset(&worker->batch);

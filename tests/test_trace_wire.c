@@ -265,3 +265,55 @@ Test(trace_wire, log_lines_about_a_record_name_its_span)
 			      "\",\"span_id\":\"b7ad6b7169203331\"}"),
 		  "%s", buf);
 }
+
+static int alarm_seen(void *opaque, const tbx__alarm_t *a)
+{
+	if (strcmp(a->name, "span_export_loss") == 0)
+		*(int64_t *)opaque += a->count;
+	return 0;
+}
+
+Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
+{
+	tbx__tracer_t *t = tracer(NULL);
+	tbx_outbox_t *store;
+	char err[512], path[600];
+	int64_t seen = 0, now = 1000;
+	tbx__trace_ctx_t ctx = {.flags = TBX_TRACE_FLAG_SAMPLED};
+
+	snprintf(path, sizeof(path), "%s/svc.db", tt_tmpdir());
+	cr_assert_eq(tbx_outbox_open(path, NULL, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	/* A window without loss, then lossy ones: the collector at port 9
+	 * refuses every export. */
+	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
+	now += TBX_TRACE_LOSS_WINDOW_MS;
+	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
+	for (int w = 0; w < TBX_TRACE_LOSS_WINDOWS; w++) {
+		tbx__exporter_stats_t st;
+		uint64_t lost;
+
+		tbx__trace_id_new(ctx.trace_id);
+		tbx__span_id_new(ctx.span_id);
+		tbx__exporter_stats(t->exp, &st);
+		lost = st.failed + st.dropped;
+		tbx__exporter_enqueue(t->exp,
+				      tbx__span_new("s", TBX_SPAN_KIND_INTERNAL,
+						    &ctx, NULL, tbx__now_ns()));
+		tbx__exporter_kick(t->exp);
+		do { /* the failed export, counted */
+			usleep(10000);
+			tbx__exporter_stats(t->exp, &st);
+		} while (st.failed + st.dropped == lost);
+		now += TBX_TRACE_LOSS_WINDOW_MS;
+		cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"),
+			     w + 1 == TBX_TRACE_LOSS_WINDOWS, "window %d", w);
+	}
+	cr_assert_eq(tbx_outbox_alarms(store, alarm_seen, &seen), TBX_OK);
+	cr_expect_eq(seen, 1);
+	/* A window without loss ends it. */
+	now += TBX_TRACE_LOSS_WINDOW_MS;
+	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
+	tbx_outbox_close(store);
+	tbx__tracer_free(t, 0);
+}
