@@ -281,7 +281,9 @@ Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
 	int64_t seen = 0, now = 1000;
 	tbx__trace_ctx_t ctx = {.flags = TBX_TRACE_FLAG_SAMPLED};
 
-	snprintf(path, sizeof(path), "%s/svc.db", tt_tmpdir());
+	char *dir = tt_tmpdir();
+
+	snprintf(path, sizeof(path), "%s/svc.db", dir);
 	cr_assert_eq(tbx_outbox_open(path, NULL, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	/* A window without loss, then lossy ones: the collector at port 9
@@ -316,4 +318,6 @@ Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
 	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
 	tbx_outbox_close(store);
 	tbx__tracer_free(t, 0);
+	tt_rmrf(dir);
+	free(dir);
 }
