@@ -183,6 +183,18 @@ static void json_str(char **b, size_t *len, size_t *cap, const char *s)
 	puts_(b, len, cap, "\"");
 }
 
+/* The record this thread's lines are about: "<trace>/<span>", "" none. */
+static _Thread_local char log_trace[32 + 1 + 16 + 1];
+
+void tbx__log_trace(const char *trace_id, const char *span_id)
+{
+	if (!trace_id || !span_id)
+		log_trace[0] = '\0';
+	else
+		snprintf(log_trace, sizeof(log_trace), "%.32s/%.16s", trace_id,
+			 span_id);
+}
+
 /* Writes one line: @p msg, or (@p what and the JSON object @p json). */
 static void log_emit(int level, const char *msg, const char *what,
 		     const char *json)
@@ -222,6 +234,13 @@ static void log_emit(int level, const char *msg, const char *what,
 			puts_(&b, &len, &cap, ":");
 			puts_(&b, &len, &cap, json);
 		}
+		if (log_trace[0]) {
+			puts_(&b, &len, &cap, ",\"trace_id\":\"");
+			put(&b, &len, &cap, log_trace, 32);
+			puts_(&b, &len, &cap, "\",\"span_id\":\"");
+			puts_(&b, &len, &cap, log_trace + 33);
+			puts_(&b, &len, &cap, "\"");
+		}
 		puts_(&b, &len, &cap, "}");
 	} else {
 		if (format == TBX_LOGF_JOURNAL)
@@ -250,6 +269,10 @@ static void log_emit(int level, const char *msg, const char *what,
 			for (size_t i = from; b && i < len; i++)
 				if (b[i] == '\n')
 					b[i] = ' ';
+		}
+		if (log_trace[0]) {
+			puts_(&b, &len, &cap, " trace=");
+			puts_(&b, &len, &cap, log_trace);
 		}
 	}
 	puts_(&b, &len, &cap, "\n");

@@ -65,5 +65,9 @@ const char *tbx__log_scope(const char *tag);
 void tbx__log_object(int level, const char *what, const char *json);
 /** 1 when a line at @p level would be logged. */
 int tbx__log_enabled(int level);
+/** The trace and span (hex ids) the lines of this thread are about:
+ *  " trace=<trace>/<span>" ends a text line, members trace_id and
+ *  span_id a JSON one.  NULL: none. */
+void tbx__log_trace(const char *trace_id, const char *span_id);
 
 #endif

@@ -36,8 +36,11 @@ struct tbx_msg *tbx__batch_push(tbx__batch_t *batch)
 
 void tbx__batch_reset(tbx__batch_t *batch)
 {
-	for (size_t i = 0; i < batch->cnt; i++)
+	for (size_t i = 0; i < batch->cnt; i++) {
+		if (batch->tracer) /* the records' process spans end here */
+			tbx__trace_end(batch->tracer, &batch->msgs[i]);
 		rd_kafka_message_destroy(batch->msgs[i].rkm);
+	}
 	batch->cnt = 0;
 	batch->outcome_cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++)
@@ -53,6 +56,8 @@ size_t tbx__batch_keep(tbx__batch_t *batch)
 		struct tbx_msg *msg = &batch->msgs[i];
 
 		if (!msg->keep) {
+			if (batch->tracer) /* its process span ends here */
+				tbx__trace_end(batch->tracer, msg);
 			rd_kafka_message_destroy(msg->rkm);
 			continue;
 		}

@@ -98,6 +98,7 @@ typedef struct tbx__batch {
 	uint64_t dead_lettered; /**< A's dead letters (stats, at commit) */
 	int64_t seq_current;	/**< A: the token store's sequence, read once
 				     when a record needs it; -1: not yet */
+	struct tbx__tracer *tracer; /**< NULL: tracing off */
 } tbx__batch_t;
 
 /** A new record slot at the end of the batch, zeroed.  NULL: no memory. */

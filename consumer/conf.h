@@ -79,6 +79,12 @@ typedef struct tbx__cfg {
 	const char *metrics_textfile;
 	int64_t metrics_interval_ms;
 	const char *worker_id;
+	/* otel.*: tracing (consumer/tracing.c reads them by name) */
+	const char *otel_endpoint, *otel_traces_endpoint, *otel_service_name;
+	const char *otel_sampler, *otel_sampler_arg, *otel_sdk_disabled;
+	const char *otel_traces_exporter, *otel_protocol;
+	const char *otel_queue_size, *otel_batch_size, *otel_delay;
+	const char *otel_timeout;
 } tbx__cfg_t;
 
 /** One text of an ENUM property and the field's value for it. */

@@ -126,6 +126,18 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(UNASSIGNED_ALARMS, "unassigned_alarms_total", "counter", "",         \
 	  "Warnings that the worker had no partition for 3 session timeouts "  \
 	  "on end.")                                                           \
+	X(TRACE_HEADERS_MALFORMED, "trace_headers_malformed_total", "counter", \
+	  "",                                                                  \
+	  "Records whose traceparent or tracestate header was malformed: "     \
+	  "ignored (tracing on only).")                                        \
+	X(SPANS_EXPORTED, "spans_exported_total", "counter", "",               \
+	  "Spans the trace collector took.")                                   \
+	X(SPANS_DROPPED, "spans_dropped_total", "counter", "",                 \
+	  "Spans dropped: the export queue was full "                          \
+	  "(otel.bsp.max.queue.size).")                                        \
+	X(SPANS_FAILED, "spans_failed_total", "counter", "",                   \
+	  "Spans lost in failed or refused export requests, or left at "       \
+	  "shutdown.")                                                         \
 	X(OUTBOX_PENDING, "outbox_pending", "gauge", "",                       \
 	  "Outbox rows of the group not finished yet.")                        \
 	X(ASSIGNED_PARTITIONS, "assigned_partitions", "gauge", "",             \

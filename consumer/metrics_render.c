@@ -117,9 +117,21 @@ static void one(out_t *o, tbx__metric_id_t id, double v)
 		tbx__metric_defs[id].name, o->group, v);
 }
 
+/* The tracer's counters (all zero with tracing off). */
+static uint64_t trace_stats(const tbx_worker_t *worker,
+			    tbx__exporter_stats_t *ex)
+{
+	uint64_t bad;
+
+	tbx__tracer_stats(worker->batch.tracer, ex, &bad);
+	return bad;
+}
+
 static void render_counters(out_t *o, const tbx_worker_t *worker)
 {
 	const tbx_stats_t *st = &worker->stats;
+	tbx__exporter_stats_t ex;
+	uint64_t bad_trace = trace_stats(worker, &ex);
 	const struct {
 		tbx__metric_id_t id;
 		uint64_t v;
@@ -145,6 +157,10 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {TBX_M_HANDLER_ENDED_TXN, st->handler_ended_txn},
 	    {TBX_M_STORE_RECONNECTS, st->store_reconnects},
 	    {TBX_M_UNASSIGNED_ALARMS, worker->unassigned_alarms},
+	    {TBX_M_TRACE_HEADERS_MALFORMED, bad_trace},
+	    {TBX_M_SPANS_EXPORTED, ex.exported},
+	    {TBX_M_SPANS_DROPPED, ex.dropped},
+	    {TBX_M_SPANS_FAILED, ex.failed},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)

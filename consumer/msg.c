@@ -181,6 +181,18 @@ int tbx_msg_attempt(const tbx_msg_t *msg)
 	return msg->attempt;
 }
 
+const char *tbx_msg_traceparent(const tbx_msg_t *msg)
+{
+	struct tbx_msg *m = (struct tbx_msg *)msg; /* formatted once */
+
+	if (!msg || !msg->trace.on ||
+	    !(msg->trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+		return NULL;
+	if (!m->trace.traceparent[0])
+		tbx__traceparent_format(&m->trace.ctx, m->trace.traceparent);
+	return m->trace.traceparent;
+}
+
 int tbx_msg_header(const tbx_msg_t *msg, const char *name, const void **value,
 		   size_t *len)
 {
@@ -326,6 +338,21 @@ int tbx_ctx_send(tbx_ctx_t *ctx, const tbx_out_t *out)
 	if ((err = tbx__out_prepare(out, "tbx_ctx_send", &hdrs, &hdrs_len))) {
 		ctx->send_failed = 1;
 		return err;
+	}
+	if (ctx->tracer && ctx->msg->trace.on) {
+		/* The traceparent of its send span, stored with the row. */
+		void *traced;
+		size_t traced_len;
+
+		err = tbx__trace_out(ctx->tracer, &ctx->msg->trace, hdrs,
+				     hdrs_len, &traced, &traced_len);
+		free(hdrs);
+		if (err) {
+			ctx->send_failed = 1;
+			return err;
+		}
+		hdrs = traced;
+		hdrs_len = traced_len;
 	}
 	key = out->key;
 	key_len = out->key_len;

@@ -14,6 +14,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/tracing.h"
 #include "outbox/outbox.h"
 
 #define TBX_TYPE_MAX 255
@@ -53,8 +54,9 @@ struct tbx_msg {
 		       tbx__batch_keep()) */
 	/* A's lookups for the whole batch (protocol.c, prefetch()): -1 not
 	 * looked up, else 0/1. */
-	int pre_row;   /**< its outbox row existed when A began */
-	int pre_token; /**< its token existed, asked after the row */
+	int pre_row;		/**< its outbox row existed when A began */
+	int pre_token;		/**< its token existed, asked after the row */
+	tbx__msg_trace_t trace; /**< its trace (trace.on 0: tracing off) */
 };
 
 struct tbx__guard;
@@ -69,6 +71,7 @@ struct tbx_ctx {
 	char *error;	 /**< tbx_ctx_set_error() */
 	int send_failed; /**< a tbx_ctx_send() failed: never commit */
 	int in_query;	 /**< inside tbx_ctx_query()'s row function */
+	struct tbx__tracer *tracer; /**< NULL: tracing off */
 };
 
 /** Reads and checks the tbx-* headers of @p msg->rkm. */

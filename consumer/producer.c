@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "consumer/producer.h"
+#include "consumer/tracing.h"
 
 enum { DR_PENDING = 0, DR_OK = 1, DR_FAILED = 2 };
 
@@ -72,6 +73,10 @@ int64_t tbx__producer_max_bytes(rd_kafka_t *producer)
 typedef struct dr_slot {
 	int status;
 	rd_kafka_resp_err_t err;
+	tbx__span_t *span; /* the send span, when traced */
+	uint64_t end_ns;
+	int32_t partition;
+	int64_t offset;
 } dr_slot_t;
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm,
@@ -82,6 +87,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm,
 	if (!slot)
 		return;
 	slot->err = rkm->err;
+	if (slot->span) {
+		slot->end_ns = tbx__now_ns();
+		slot->partition = rkm->partition;
+		slot->offset = rkm->offset;
+	}
 	slot->status = rkm->err ? DR_FAILED : DR_OK;
 }
 
@@ -189,13 +199,16 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	if (tbx__is_uuid(row->msg_id, strlen(row->msg_id)))
 		rd_kafka_header_add(hdrs, "tbx-cause", -1, row->msg_id, -1);
 	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &h)) == 1)
-		rd_kafka_header_add(hdrs, h.name, -1, h.value,
-				    h.value ? (ssize_t)h.len : 0);
+		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) != 0) /* ours */
+			rd_kafka_header_add(hdrs, h.name, -1, h.value,
+					    h.value ? (ssize_t)h.len : 0);
 	if (r < 0)
 		tbx__log(TBX_LOG_WARNING,
 			 "outbox row %s: stored headers are malformed; sent "
 			 "without the rest",
 			 row->msg_id);
+	slot->span = tbx__trace_send_begin(tbx__tracer_dispatch(), m->topic,
+					   m->id, m->headers, m->headers_len);
 	/* RD_KAFKA_MSG_F_COPY: the row may be freed before delivery.  A full
 	 * local queue is drained by serving delivery reports (MSG_F_BLOCK
 	 * would wait forever: reports are served on this thread). */
@@ -266,6 +279,12 @@ int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 			pending += slots[k].status == DR_PENDING;
 	} while (pending);
 
+	for (k = 0; k < total; k++)
+		if (slots[k].span)
+			tbx__trace_send_end(tbx__tracer_dispatch(),
+					    slots[k].span, slots[k].err,
+					    slots[k].partition, slots[k].offset,
+					    slots[k].end_ns);
 	k = 0;
 	if (undelivered)
 		*undelivered = 0;

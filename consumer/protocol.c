@@ -218,6 +218,7 @@ static int resume_row(tbx__proto_t *proto, tbx__batch_t *batch,
 		 * takes no message lock, after D consumed the token) on a
 		 * server store.  Done. */
 		msg->state = TBX_MS_DROPPED;
+		msg->trace.dropped = "its outbox row was finished meanwhile";
 		proto->stats->duplicates_dropped++;
 		return TBX_OK;
 	}
@@ -225,6 +226,7 @@ static int resume_row(tbx__proto_t *proto, tbx__batch_t *batch,
 		tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 	msg->state = TBX_MS_ROW;
 	msg->row = idx;
+	msg->trace.resumed = 1;
 	proto->stats->resumed++;
 	return TBX_OK;
 }
@@ -305,6 +307,10 @@ static int dead_letter_at(tbx__proto_t *proto, tbx__batch_t *batch,
 			break;
 		if (strncmp(name, "tbx-", 4) == 0)
 			continue;
+		/* Traced: the dead letter continues the record's trace. */
+		if (msg->trace.on && (strcmp(name, "traceparent") == 0 ||
+				      strcmp(name, "tracestate") == 0))
+			continue;
 		hdrs[hcnt++] = (tbx_header_t){name, val, len};
 	}
 	snprintf(num[0], sizeof(num[0]), "%" PRId32, msg->rkm->partition);
@@ -336,6 +342,16 @@ static int dead_letter_at(tbx__proto_t *proto, tbx__batch_t *batch,
 		}
 	err = tbx__hdrs_encode(hdrs, hcnt, &blob, &blob_len);
 	free(hdrs);
+	if (!err && batch->tracer && msg->trace.on) {
+		void *traced = NULL;
+		size_t traced_len = 0;
+
+		err = tbx__trace_out(batch->tracer, &msg->trace, blob, blob_len,
+				     &traced, &traced_len);
+		free(blob);
+		blob = traced;
+		blob_len = traced_len;
+	}
 	if (err)
 		return err;
 
@@ -375,6 +391,7 @@ static int dead_letter_at(tbx__proto_t *proto, tbx__batch_t *batch,
 		 reason);
 	msg->state = TBX_MS_ROW;
 	msg->row = idx;
+	tbx__trace_note_dead_letter(&msg->trace, reason);
 	batch->dead_lettered++;
 	return TBX_OK;
 }
@@ -410,6 +427,9 @@ static int store_mismatch(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (next >= 0 && msg->rkm->offset < next) {
 		/* Dead-lettered already: a redelivery. */
 		msg->state = TBX_MS_DROPPED;
+		msg->trace.dropped = "minted in another token store, and "
+				     "dead-lettered already (below the "
+				     "ingress offset)";
 		proto->stats->duplicates_dropped++;
 		return TBX_OK;
 	}
@@ -569,9 +589,13 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	ctx.guard = &proto->guard;
 	ctx.msg = msg;
 	ctx.row = &brow->row;
+	ctx.tracer = batch->tracer;
+	uint64_t h0 = msg->trace.on ? tbx__now_ns() : 0;
 	tbx__guard_enter(&proto->guard, msg);
 	verdict = route->fn(&ctx, msg, route->opaque);
 	tbx__guard_leave(&proto->guard);
+	if (h0)
+		msg->trace.handler_ns = tbx__now_ns() - h0;
 	tbx__crashpoint("A.handled");
 	gs = tbx__guard_check(&proto->guard);
 	if (gs == TBX_GUARD_ENDED || gs == TBX_GUARD_BROKEN) {
@@ -644,6 +668,7 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 			part->retries = attempts;
 			part->batch_blocked = 1;
 			part->batch_delay_ms = backoff_ms(proto, attempts);
+			msg->trace.backoff_ms = part->batch_delay_ms;
 			msg->state = TBX_MS_BLOCKED;
 			return TBX_OK;
 		}
@@ -677,6 +702,7 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (tbx__batch_row_find(batch, msg->id, &idx)) {
 		msg->state = TBX_MS_ROW;
 		msg->row = idx;
+		msg->trace.dropped = "a copy of a record earlier in the batch";
 		proto->stats->duplicates_dropped++;
 		return TBX_OK;
 	}
@@ -716,6 +742,7 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 			return err;
 		if (next >= 0 && msg->rkm->offset < next) {
 			msg->state = TBX_MS_DROPPED;
+			msg->trace.dropped = "below the ingress offset";
 			proto->stats->duplicates_dropped++;
 			return TBX_OK;
 		}
@@ -772,6 +799,7 @@ static int process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 			return store_mismatch(proto, batch, msg, reason);
 		}
 		msg->state = TBX_MS_DROPPED;
+		msg->trace.dropped = "its token was consumed";
 		proto->stats->duplicates_dropped++;
 		/* A token this process saw alive was consumed: a proven
 		 * duplicate (a redelivery, a re-send, a copy), whatever
@@ -1649,7 +1677,12 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 		}
 		size_t rows_before = batch->row_cnt;
 
-		if ((err = process_one(proto, batch, msg)))
+		if (msg->trace.on) /* its log lines name its span */
+			tbx__trace_log(&msg->trace);
+		err = process_one(proto, batch, msg);
+		if (msg->trace.on)
+			tbx__trace_log(NULL);
+		if (err)
 			goto fail;
 		if (batch->row_cnt > rows_before)
 			tbx__batch_ids_add(batch, batch->row_cnt - 1);
@@ -2104,8 +2137,10 @@ static int phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	tbx__crashpoint("C.confirmed");
 	tbx__producer_check(proto->producer, proto->conf, proto->stats,
 			    proto->errstr, proto->errstr_size);
+	tbx__tracer_t *prev = tbx__tracer_dispatch_swap(batch->tracer);
 	err = tbx__dispatch(*proto->producer, proto->store_id, rows, cnt,
 			    delivered, NULL, errs, errstr, sizeof(errstr));
+	tbx__tracer_dispatch_swap(prev);
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	tbx__crashpoint("C.delivered");

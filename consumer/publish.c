@@ -60,6 +60,7 @@ struct tbx_publisher {
 	char store_id[TBX_UUID_LEN + 1]; /* tbx-store of what it mints */
 	int caller_reports; /* tbx__publisher_caller_reports_refusals() */
 	char errstr[512];
+	tbx__tracer_t *tracer; /* NULL: tracing off */
 };
 
 void tbx__publisher_caller_reports_refusals(tbx_publisher_t *pub)
@@ -107,6 +108,12 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 	}
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))
 		goto fail;
+	/* Each message starts a trace, or continues a traceparent given. */
+	if (tbx__tracer_new(conf, "tokenbox-publisher", NULL, &pub->tracer,
+			    errstr, errstr_size)) {
+		rd_kafka_destroy(pub->producer);
+		goto fail;
+	}
 	pub->conf = conf;
 	pub->cfg = cfg;
 	return pub;
@@ -225,6 +232,18 @@ static int queue_msg(tbx_publisher_t *pub, const tbx_out_t *out,
 	if (extra && (err = hdrs_append(&hdrs, &hdrs_len, extra))) {
 		free(hdrs);
 		return err;
+	}
+	if (pub->tracer) {
+		void *traced;
+		size_t traced_len;
+
+		err = tbx__trace_out(pub->tracer, NULL, hdrs, hdrs_len, &traced,
+				     &traced_len);
+		free(hdrs);
+		if (err)
+			return err;
+		hdrs = traced;
+		hdrs_len = traced_len;
 	}
 	if (pub->queue.msg_cnt == pub->ext_cap) {
 		size_t cap = pub->ext_cap ? pub->ext_cap * 2 : 16;
@@ -474,10 +493,12 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 			rows[cnt] = &views[cnt];
 			which[cnt++] = i;
 		}
+		tbx__tracer_t *prev = tbx__tracer_dispatch_swap(pub->tracer);
 		err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows,
 					  cnt, delivered, &undelivered, NULL,
 					  pub->errstr, sizeof(pub->errstr))
 			  : TBX_OK;
+		tbx__tracer_dispatch_swap(prev);
 		for (size_t k = 0; k < cnt; k++) {
 			pub_msg_t *ext = &pub->ext[which[k]];
 
@@ -703,6 +724,7 @@ void tbx_publisher_destroy(tbx_publisher_t *pub)
 	}
 	free(pub->ext);
 	tbx__row_clear(&pub->queue);
+	tbx__tracer_free(pub->tracer, 2000);
 	tbx_tokens_close(pub->tokens);
 	tbx_conf_destroy(pub->conf);
 	free(pub);

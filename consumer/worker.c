@@ -168,6 +168,10 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 				  "out of memory");
 		goto fail;
 	}
+	/* OTEL_* and otel.*: off (NULL) unless an endpoint is given. */
+	if ((err = tbx__tracer_new(conf, worker->group, worker->group,
+				   &worker->batch.tracer, errstr, errstr_size)))
+		goto fail;
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
 	worker->cfg = cfg;
@@ -183,6 +187,7 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	tbx__log_scope(scope);
 	return worker;
 fail:
+	tbx__tracer_free(worker->batch.tracer, 0);
 	*errp = err;
 	tbx_tokens_close(worker->tokens);
 	tbx_outbox_close(worker->store);
@@ -768,6 +773,13 @@ static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
 	msg->rkm = rkm;
 	msg->part = part;
 	tbx__msg_parse(msg);
+	if (worker->batch.tracer) {
+		rd_kafka_headers_t *hdrs = NULL;
+
+		if (rd_kafka_message_headers(rkm, &hdrs))
+			hdrs = NULL;
+		tbx__trace_begin(worker->batch.tracer, &msg->trace, hdrs);
+	}
 	msg->attempt = 1; /* G counts earlier RETRYs from the store */
 	worker->stats.consumed++;
 	return 1;
@@ -1100,6 +1112,9 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	recommit_due(worker);
 	tbx__commit_watch_check(worker);
 	tbx__membership_check(worker);
+	if (worker->batch.tracer)
+		tbx__trace_loss_check(worker->batch.tracer, tbx__mono_ms(),
+				      worker->store, worker->group);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {
 		batch_abandon(worker);
@@ -1330,6 +1345,7 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	worker_close(worker);
 	tbx__worker_metrics_stop(worker);
 	tbx__proto_free(&worker->proto);
+	tbx__tracer_free(worker->batch.tracer, 2000);
 	tbx__batch_free(&worker->batch);
 	tbx__batch_free(&worker->recovery);
 	free(worker->parts);

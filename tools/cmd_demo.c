@@ -1281,7 +1281,10 @@ static int demo_setup(demo_t *d)
 				    "300", NULL};
 		if (!(hop->conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
-		if (conf_set_all(hop->conf, kv, es, esz))
+		/* Traced (OTEL_*): each service under its own name. */
+		if (conf_set_all(hop->conf, kv, es, esz) ||
+		    tbx_conf_set(hop->conf, "otel.service.name", hop->group, es,
+				 esz))
 			return tbx_cli_fail(CMD, "%s: %s", hop->group, es);
 		if (hop_start(hop, es, esz))
 			return tbx_cli_fail(CMD, "cannot start %s: %s",
@@ -1298,6 +1301,8 @@ static int demo_setup(demo_t *d)
 		if (!(pub_conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
 		if (conf_set_all(pub_conf, kv, es, esz) ||
+		    tbx_conf_set(pub_conf, "otel.service.name", "publisher", es,
+				 esz) ||
 		    tbx_cli_store_conf_tokens(&d->tokens, pub_conf, es, esz)) {
 			tbx_conf_destroy(pub_conf);
 			return tbx_cli_fail(CMD, "publisher: %s", es);

@@ -156,6 +156,14 @@ const char *tbx_msg_cause(const tbx_msg_t *msg);
 /** Which attempt this is for the message in this worker, from 1. */
 int tbx_msg_attempt(const tbx_msg_t *msg);
 /**
+ * The W3C traceparent of the worker's process span of this record
+ * (version 00, 55 characters), for a handler to start child spans with
+ * an OpenTelemetry SDK or to put in an SQL comment; valid during the
+ * handler call.  NULL when tracing is off or the record is not sampled
+ * (docs/tracing.md).
+ */
+const char *tbx_msg_traceparent(const tbx_msg_t *msg);
+/**
  * Finds the last header called @p name.
  * @returns TBX_OK with *value and *len set (value may be NULL for a null
  * header), or TBX_ENOENT.

@@ -1,0 +1,512 @@
+/*
+ * Trace context through records, outbox rows and dispatch; the process
+ * and send spans (tracing.h, docs/tracing.md).
+ */
+#include "consumer/tracing.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/str.h"
+#include "consumer/msg.h"
+#include "consumer/part.h"
+#include "outbox/outbox.h"
+
+static _Thread_local tbx__tracer_t *dispatch_tracer;
+
+typedef struct conf_env {
+	const tbx_conf_t *conf;
+	char key[128];
+} conf_env_t;
+
+/* OTEL_EXPORTER_OTLP_ENDPOINT is otel.exporter.otlp.endpoint: the
+ * property of the same meaning wins over the variable. */
+static const char *conf_getenv(const char *name, void *opaque)
+{
+	conf_env_t *ce = opaque;
+	const char *v;
+	size_t j = 0;
+
+	if (ce->conf && strncmp(name, "OTEL_", 5) == 0 &&
+	    strlen(name) + 1 < sizeof(ce->key)) {
+		memcpy(ce->key, "otel.", 5);
+		j = 5;
+		for (const char *c = name + 5; *c; c++)
+			ce->key[j++] =
+			    *c == '_' ? '.' : (char)tolower((unsigned char)*c);
+		ce->key[j] = '\0';
+		if ((v = tbx_conf_get(ce->conf, ce->key)) && *v)
+			return v;
+	}
+	return getenv(name);
+}
+
+int tbx__tracer_new(const tbx_conf_t *conf, const char *default_service,
+		    const char *group, tbx__tracer_t **out, char *errstr,
+		    size_t errstr_size)
+{
+	tbx__otel_conf_t oc;
+	conf_env_t ce = {.conf = conf};
+	tbx__tracer_t *t;
+	int err;
+
+	*out = NULL;
+	if ((err = tbx__otel_conf_read(&oc, default_service, conf_getenv, &ce,
+				       errstr, errstr_size)))
+		return err;
+	if (oc.disabled)
+		return TBX_OK;
+	if (!(t = calloc(1, sizeof(*t))))
+		return TBX_ENOMEM;
+	t->sampler = oc.sampler;
+	atomic_init(&t->bad_headers, 0);
+	if (group)
+		snprintf(t->group, sizeof(t->group), "%s", group);
+	if (!(t->exp = tbx__exporter_new(&oc, NULL, errstr, errstr_size))) {
+		free(t);
+		return TBX_ECONF;
+	}
+	tbx__log(TBX_LOG_INFO,
+		 "otel: tracing on: service %s, spans to %s (sampler %d, "
+		 "ratio %g)",
+		 oc.service_name, oc.endpoint, (int)oc.sampler.kind,
+		 oc.sampler.ratio);
+	*out = t;
+	return TBX_OK;
+}
+
+void tbx__tracer_free(tbx__tracer_t *t, int64_t flush_ms)
+{
+	if (!t)
+		return;
+	tbx__exporter_destroy(t->exp, flush_ms);
+	free(t);
+}
+
+void tbx__tracer_stats(tbx__tracer_t *t, tbx__exporter_stats_t *st,
+		       uint64_t *bad_headers)
+{
+	tbx__exporter_stats(t ? t->exp : NULL, st);
+	if (bad_headers)
+		*bad_headers = t ? atomic_load(&t->bad_headers) : 0;
+}
+
+int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
+			  const char *group)
+{
+	tbx__exporter_stats_t st;
+	uint64_t lost, delta;
+	char detail[512];
+	int err;
+
+	if (!t->loss_window_ms) {
+		t->loss_window_ms = now_ms;
+		return 0;
+	}
+	if (now_ms - t->loss_window_ms < TBX_TRACE_LOSS_WINDOW_MS)
+		return 0;
+	tbx__exporter_stats(t->exp, &st);
+	lost = st.dropped + st.failed;
+	delta = lost - t->loss_seen;
+	t->lossy_windows = delta ? t->lossy_windows + 1 : 0;
+	t->loss_seen = lost;
+	t->loss_window_ms = now_ms;
+	if (t->lossy_windows < TBX_TRACE_LOSS_WINDOWS)
+		return 0;
+	snprintf(detail, sizeof(detail),
+		 "%" PRIu64 " spans lost in the last %d s, and spans were lost "
+		 "in each of the %d windows before (%" PRIu64
+		 " dropped on a full queue, %" PRIu64
+		 " in failed exports in all): the trace collector is "
+		 "unreachable, too slow or refuses them",
+		 delta, TBX_TRACE_LOSS_WINDOW_MS / 1000, t->lossy_windows - 1,
+		 st.dropped, st.failed);
+	tbx__log(TBX_LOG_WARNING, "otel: %s", detail);
+	if (!store)
+		return 1;
+	if (!(err = tbx_outbox_begin(store)) &&
+	    ((err = tbx_outbox_alarm_add(store, group, "span_export_loss",
+					 detail)) ||
+	     (err = tbx_outbox_commit(store))))
+		tbx_outbox_rollback(store);
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "cannot record the span_export_loss alarm in the "
+			 "service store: %s",
+			 tbx_strerror(err));
+	return 1;
+}
+
+tbx__tracer_t *tbx__tracer_dispatch_swap(tbx__tracer_t *t)
+{
+	tbx__tracer_t *prev = dispatch_tracer;
+
+	dispatch_tracer = t;
+	return prev;
+}
+
+tbx__tracer_t *tbx__tracer_dispatch(void)
+{
+	return dispatch_tracer;
+}
+
+void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
+		      rd_kafka_headers_t *hdrs)
+{
+	const void *val;
+	size_t len;
+	tbx__trace_ctx_t parent;
+	int has_parent = 0, bad = 0;
+
+	memset(tr, 0, sizeof(*tr));
+	tr->on = 1;
+	tr->start_ns = tbx__now_ns();
+	if (hdrs && rd_kafka_header_get_last(hdrs, "traceparent", &val, &len) ==
+			RD_KAFKA_RESP_ERR_NO_ERROR) {
+		if (val && tbx__traceparent_parse(val, len, &parent) == 0)
+			has_parent = 1;
+		else
+			bad = 1;
+	}
+	if (has_parent && hdrs &&
+	    rd_kafka_header_get_last(hdrs, "tracestate", &val, &len) ==
+		RD_KAFKA_RESP_ERR_NO_ERROR) {
+		char ts[TBX_TRACESTATE_MAX + 1];
+		int n =
+		    val ? tbx__tracestate_normalize(val, len, ts, sizeof(ts))
+			: -1;
+		if (n < 0)
+			bad = 1;
+		else if (n > 0)
+			tr->tracestate = tbx__strdup(ts);
+	}
+	if (bad)
+		atomic_fetch_add(&t->bad_headers, 1);
+	if (has_parent) {
+		memcpy(tr->ctx.trace_id, parent.trace_id, TBX_TRACE_ID_SIZE);
+		memcpy(tr->parent, parent.span_id, TBX_SPAN_ID_SIZE);
+	} else {
+		tbx__trace_id_new(tr->ctx.trace_id);
+	}
+	tbx__span_id_new(tr->ctx.span_id);
+	tr->ctx.flags = tbx__sampler_decide(&t->sampler, tr->ctx.trace_id,
+					    has_parent ? &parent : NULL)
+			    ? TBX_TRACE_FLAG_SAMPLED
+			    : 0;
+}
+
+void tbx__trace_log(const tbx__msg_trace_t *tr)
+{
+	char t[2 * TBX_TRACE_ID_SIZE + 1], sp[2 * TBX_SPAN_ID_SIZE + 1];
+
+	if (!tr) {
+		tbx__log_trace(NULL, NULL);
+		return;
+	}
+	tbx__hex(tr->ctx.trace_id, TBX_TRACE_ID_SIZE, t);
+	tbx__hex(tr->ctx.span_id, TBX_SPAN_ID_SIZE, sp);
+	tbx__log_trace(t, sp);
+}
+
+void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason)
+{
+	if (!tr->on)
+		return;
+	free(tr->dead_letter);
+	tr->dead_letter = tbx__strdup(reason ? reason : "");
+}
+
+static void msg_attrs(tbx__attrs_t *a, const tbx__tracer_t *t,
+		      const struct tbx_msg *msg)
+{
+	char part[16];
+	const void *key;
+	size_t key_len;
+
+	tbx__attrs_str(a, "messaging.system", "kafka", 5);
+	tbx__attrs_str(a, "messaging.operation.type", "process", 7);
+	tbx__attrs_str(a, "messaging.operation.name", "process", 7);
+	tbx__attrs_str(a, "messaging.destination.name", msg->topic,
+		       strlen(msg->topic));
+	snprintf(part, sizeof(part), "%" PRId32, msg->rkm->partition);
+	tbx__attrs_str(a, "messaging.destination.partition.id", part,
+		       strlen(part));
+	tbx__attrs_int(a, "messaging.kafka.offset", msg->rkm->offset);
+	key = tbx_msg_key(msg, &key_len);
+	if (key)
+		tbx__attrs_str(a, "messaging.kafka.message.key", key, key_len);
+	if (t->group[0])
+		tbx__attrs_str(a, "messaging.consumer.group.name", t->group,
+			       strlen(t->group));
+	tbx__attrs_str(a, "messaging.message.id", msg->id, strlen(msg->id));
+	if (msg->has_type)
+		tbx__attrs_str(a, "tokenbox.type", msg->type,
+			       strlen(msg->type));
+	tbx__attrs_int(a, "tokenbox.attempt", msg->attempt);
+}
+
+static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
+{
+	const tbx__msg_trace_t *tr = &msg->trace;
+	tbx__span_event_t *ev;
+
+	if (tr->resumed)
+		tbx__span_add_event(span, "resumed", now);
+	if (tr->dead_letter) {
+		if ((ev = tbx__span_add_event(span, "dead-lettered", now)))
+			tbx__attrs_str(&ev->attrs, "tokenbox.reason",
+				       tr->dead_letter,
+				       strlen(tr->dead_letter));
+		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
+				     tr->dead_letter);
+		return;
+	}
+	switch (msg->state) {
+	case TBX_MS_DROPPED:
+		if ((ev =
+			 tbx__span_add_event(span, "duplicate dropped", now))) {
+			const char *why =
+			    tr->dropped ? tr->dropped : "duplicate";
+			tbx__attrs_str(&ev->attrs, "tokenbox.reason", why,
+				       strlen(why));
+		}
+		tbx__span_set_status(span, TBX_SPAN_STATUS_OK, NULL);
+		break;
+	case TBX_MS_ROW:
+		if (tr->dropped) {
+			if ((ev = tbx__span_add_event(span, "duplicate dropped",
+						      now)))
+				tbx__attrs_str(&ev->attrs, "tokenbox.reason",
+					       tr->dropped,
+					       strlen(tr->dropped));
+		} else if (!tr->resumed) {
+			tbx__span_add_event(span, "processed", now);
+		}
+		tbx__span_set_status(span, TBX_SPAN_STATUS_OK, NULL);
+		break;
+	case TBX_MS_BLOCKED:
+		if ((ev = tbx__span_add_event(span, "retried", now)) &&
+		    tr->backoff_ms > 0)
+			tbx__attrs_int(&ev->attrs, "tokenbox.backoff_ms",
+				       tr->backoff_ms);
+		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
+				     "the handler asked to retry, or a phase "
+				     "failed: the record comes again");
+		break;
+	default:
+		tbx__span_add_event(span, "not processed in this batch", now);
+		break;
+	}
+}
+
+void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
+{
+	tbx__msg_trace_t *tr = &msg->trace;
+	tbx__span_t *span;
+	char name[TBX_TOPIC_MAX + 16];
+	uint64_t now;
+
+	if (!tr->on)
+		return;
+	if (tr->ctx.flags & TBX_TRACE_FLAG_SAMPLED) {
+		now = tbx__now_ns();
+		snprintf(name, sizeof(name), "process %s", msg->topic);
+		span = tbx__span_new(
+		    name, TBX_SPAN_KIND_CONSUMER, &tr->ctx,
+		    tbx__id_is_zero(tr->parent, TBX_SPAN_ID_SIZE) ? NULL
+								  : tr->parent,
+		    tr->start_ns);
+		if (span) {
+			tbx__span_set_tracestate(span, tr->tracestate);
+			msg_attrs(&span->attrs, t, msg);
+			if (tr->handler_ns)
+				tbx__attrs_int(&span->attrs,
+					       "tokenbox.handler.duration_ns",
+					       (int64_t)tr->handler_ns);
+			outcome(span, msg, now);
+			span->end_ns = now;
+			tbx__exporter_enqueue(t->exp, span);
+		}
+	}
+	free(tr->tracestate);
+	free(tr->dead_letter);
+	tr->tracestate = tr->dead_letter = NULL;
+	tr->on = 0;
+}
+
+/* Appends one header to a blob being built. */
+static int hdr_put(tbx_header_t *h, size_t *n, const char *name,
+		   const void *val, size_t len)
+{
+	h[*n].name = name;
+	h[*n].value = val;
+	h[*n].len = len;
+	(*n)++;
+	return 0;
+}
+
+int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
+		   const void *blob, size_t len, void **out, size_t *out_len)
+{
+	tbx_header_t h, *hdrs;
+	size_t pos = 0, cnt = 0, n = 0;
+	int r, has_given = 0;
+	tbx__trace_ctx_t given, ctx;
+	const uint8_t *parent_id = NULL;
+	char tp[TBX_TRACEPARENT_LEN + 1], pid[2 * TBX_SPAN_ID_SIZE + 1] = "";
+	char ts[TBX_TRACESTATE_MAX + 1] = "";
+	const char *state = NULL;
+
+	*out = NULL;
+	*out_len = 0;
+	while ((r = tbx__hdrs_next(blob, len, &pos, &h)) == 1) {
+		cnt++;
+		if (strcmp(h.name, "traceparent") == 0 && h.value &&
+		    tbx__traceparent_parse(h.value, h.len, &given) == 0)
+			has_given = 1;
+	}
+	if (r < 0)
+		return TBX_EINVAL;
+	if (!(hdrs = calloc(cnt + 3, sizeof(*hdrs))))
+		return TBX_ENOMEM;
+	pos = 0;
+	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
+		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 ||
+		    strcmp(h.name, "traceparent") == 0)
+			continue;
+		if (strcmp(h.name, "tracestate") == 0) {
+			/* The caller's, when it set a context of its own. */
+			if (has_given && h.value &&
+			    tbx__tracestate_normalize(h.value, h.len, ts,
+						      sizeof(ts)) > 0)
+				state = ts;
+			continue;
+		}
+		hdrs[n++] = h;
+	}
+	if (has_given) {
+		memcpy(ctx.trace_id, given.trace_id, TBX_TRACE_ID_SIZE);
+		parent_id = given.span_id;
+		ctx.flags =
+		    tbx__sampler_decide(&t->sampler, given.trace_id, &given)
+			? TBX_TRACE_FLAG_SAMPLED
+			: 0;
+	} else if (parent && parent->on) {
+		memcpy(ctx.trace_id, parent->ctx.trace_id, TBX_TRACE_ID_SIZE);
+		parent_id = parent->ctx.span_id;
+		ctx.flags = parent->ctx.flags;
+		state = parent->tracestate;
+	} else {
+		tbx__trace_id_new(ctx.trace_id);
+		ctx.flags = tbx__sampler_decide(&t->sampler, ctx.trace_id, NULL)
+				? TBX_TRACE_FLAG_SAMPLED
+				: 0;
+	}
+	tbx__span_id_new(ctx.span_id);
+	tbx__traceparent_format(&ctx, tp);
+	hdr_put(hdrs, &n, "traceparent", tp, strlen(tp));
+	if (state && *state)
+		hdr_put(hdrs, &n, "tracestate", state, strlen(state));
+	if (ctx.flags & TBX_TRACE_FLAG_SAMPLED) {
+		if (parent_id)
+			tbx__hex(parent_id, TBX_SPAN_ID_SIZE, pid);
+		hdr_put(hdrs, &n, TBX_TRACE_PARENT_HDR, pid, strlen(pid));
+	}
+	r = tbx__hdrs_encode(hdrs, n, out, out_len);
+	free(hdrs);
+	return r;
+}
+
+static int unhex(const char *s, size_t len, uint8_t *out, size_t n)
+{
+	if (len != 2 * n)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		int v = 0;
+		for (int k = 0; k < 2; k++) {
+			char c = s[2 * i + k];
+			v <<= 4;
+			if (c >= '0' && c <= '9')
+				v |= c - '0';
+			else if (c >= 'a' && c <= 'f')
+				v |= c - 'a' + 10;
+			else
+				return -1;
+		}
+		out[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
+				   const char *msg_id, const void *blob,
+				   size_t len)
+{
+	tbx_header_t h;
+	size_t pos = 0;
+	tbx__trace_ctx_t ctx;
+	uint8_t parent[TBX_SPAN_ID_SIZE];
+	int has_ctx = 0, has_parent = 0, is_root = 0;
+	char name[TBX_TOPIC_MAX + 16];
+	tbx__span_t *span;
+
+	if (!t || !blob)
+		return NULL;
+	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
+		if (strcmp(h.name, "traceparent") == 0 && h.value &&
+		    tbx__traceparent_parse(h.value, h.len, &ctx) == 0)
+			has_ctx = 1;
+		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value) {
+			if (h.len == 0)
+				is_root = 1;
+			else if (unhex(h.value, h.len, parent,
+				       TBX_SPAN_ID_SIZE) == 0)
+				has_parent = 1;
+		}
+	}
+	if (!has_ctx || !(has_parent || is_root) ||
+	    !(ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+		return NULL;
+	snprintf(name, sizeof(name), "send %s", topic);
+	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx,
+				   has_parent ? parent : NULL, tbx__now_ns())))
+		return NULL;
+	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_str(&span->attrs, "messaging.operation.type", "send", 4);
+	tbx__attrs_str(&span->attrs, "messaging.operation.name", "send", 4);
+	tbx__attrs_str(&span->attrs, "messaging.destination.name", topic,
+		       strlen(topic));
+	if (msg_id)
+		tbx__attrs_str(&span->attrs, "messaging.message.id", msg_id,
+			       strlen(msg_id));
+	return span;
+}
+
+void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
+			 rd_kafka_resp_err_t err, int32_t partition,
+			 int64_t offset, uint64_t end_ns)
+{
+	char part[16];
+
+	if (!span)
+		return;
+	span->end_ns = end_ns ? end_ns : tbx__now_ns();
+	if (err) {
+		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
+				     rd_kafka_err2str(err));
+		tbx__attrs_str(&span->attrs, "error.type",
+			       rd_kafka_err2name(err),
+			       strlen(rd_kafka_err2name(err)));
+	} else {
+		snprintf(part, sizeof(part), "%" PRId32, partition);
+		tbx__attrs_str(&span->attrs,
+			       "messaging.destination.partition.id", part,
+			       strlen(part));
+		tbx__attrs_int(&span->attrs, "messaging.kafka.offset", offset);
+	}
+	tbx__exporter_enqueue(t ? t->exp : NULL, span);
+}

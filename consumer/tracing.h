@@ -1,0 +1,144 @@
+/*
+ * The wiring of trace/ into the worker, the publisher and dispatch
+ * (docs/tracing.md): the tracer (exporter and sampler of a worker or a
+ * publisher), the trace context of each record read from its
+ * traceparent and tracestate headers, its process span, the trace
+ * headers written into an outgoing message's stored headers, and the
+ * send span recorded at its delivery report.
+ *
+ * Tracing off (no tracer, the default) costs a pointer test per record
+ * and nothing else: no header is read, nothing is allocated.
+ *
+ * @locality the tracer's counters: any thread; the rest: the thread of
+ * the worker or publisher that owns it.
+ */
+#ifndef TBX_CONSUMER_TRACING_H
+#define TBX_CONSUMER_TRACING_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer/conf.h"
+#include "outbox/outbox.h"
+#include "trace/export.h"
+
+/** The internal header that keeps, beside a stored message's
+ *  traceparent, the id of its send span's parent (16 hex digits, "" for
+ *  a root).  It is stored in the outbox row and never sent. */
+#define TBX_TRACE_PARENT_HDR "tbx-trace-parent"
+
+typedef struct tbx__tracer {
+	tbx__exporter_t *exp;
+	tbx__sampler_t sampler;
+	char group[256]; /* messaging.consumer.group.name; "" none */
+	/* records whose traceparent or tracestate was malformed */
+	atomic_uint_fast64_t bad_headers;
+	/* sustained export loss (tbx__trace_loss_check()) */
+	int64_t loss_window_ms; /* the current window's start; 0: none */
+	uint64_t loss_seen;	/* spans lost when it started */
+	int lossy_windows;	/* windows in a row that lost spans */
+} tbx__tracer_t;
+
+/** Export loss is sustained when spans were lost in this many windows
+ *  in a row of TBX_TRACE_LOSS_WINDOW_MS. */
+#define TBX_TRACE_LOSS_WINDOW_MS 60000
+#define TBX_TRACE_LOSS_WINDOWS	 2
+
+/** A record's trace: the context of its process span, and its outcome
+ *  as the protocol noted it. */
+typedef struct tbx__msg_trace {
+	int on;		      /* a context exists (tracing on) */
+	tbx__trace_ctx_t ctx; /* the process span's; flags: sampled */
+	uint8_t parent[TBX_SPAN_ID_SIZE]; /* the remote parent; 0: root */
+	char *tracestate;		  /* normalised, or NULL */
+	uint64_t start_ns, handler_ns;	  /* handler_ns: its time, 0 none */
+	const char *dropped;		  /* why a duplicate was dropped */
+	char *dead_letter;		  /* why it was dead-lettered */
+	int resumed;			  /* its row existed: resumed */
+	int64_t backoff_ms;		  /* RETRY: blocked this long */
+	char traceparent[TBX_TRACEPARENT_LEN + 1]; /* "" until asked */
+} tbx__msg_trace_t;
+
+/**
+ * The tracer of a worker or publisher: the configuration read from the
+ * otel.* properties of @p conf (they win) and OpenTelemetry's variables
+ * (tbx__otel_conf_read(), @p default_service without OTEL_SERVICE_NAME
+ * or otel.service.name).
+ * @returns TBX_OK with *@p out NULL (tracing off) or the tracer, or
+ * TBX_ECONF / TBX_ENOMEM with @p errstr saying why.
+ */
+int tbx__tracer_new(const tbx_conf_t *conf, const char *default_service,
+		    const char *group, tbx__tracer_t **out, char *errstr,
+		    size_t errstr_size);
+/** Sends what is held (at most @p flush_ms) and frees.  NULL: no-op. */
+void tbx__tracer_free(tbx__tracer_t *t, int64_t flush_ms);
+/** The exporter's counters (all zero for NULL) and the malformed trace
+ *  headers seen. */
+void tbx__tracer_stats(tbx__tracer_t *t, tbx__exporter_stats_t *st,
+		       uint64_t *bad_headers);
+
+/** The tracer of the dispatches made on this thread (send spans): set
+ *  around tbx__dispatch() by its callers.  @returns the previous one. */
+tbx__tracer_t *tbx__tracer_dispatch_swap(tbx__tracer_t *t);
+/** The tracer set by tbx__tracer_dispatch_swap(), or NULL. */
+tbx__tracer_t *tbx__tracer_dispatch(void);
+
+/**
+ * Called from the worker's loop at @p now_ms (monotonic): at the end of
+ * each window of TBX_TRACE_LOSS_WINDOW_MS, when spans were dropped or
+ * lost in TBX_TRACE_LOSS_WINDOWS windows in a row, logs a WARN and
+ * records the alarm span_export_loss of @p group in @p store (which
+ * `inspect status --check` flags), once per window while it lasts.
+ * @returns 1 when it raised the alarm, else 0.
+ */
+int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
+			  const char *group);
+
+/**
+ * A polled record's context: its traceparent and tracestate headers
+ * (@p hdrs, may be NULL) read (a malformed one is ignored and counted),
+ * a span id for its process span, the sampler's decision.
+ */
+void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
+		      rd_kafka_headers_t *hdrs);
+
+/** The record leaves its batch: its process span (when sampled) is
+ *  finished with the outcome and handed to the exporter; what @p tr
+ *  holds is freed. */
+struct tbx_msg;
+void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg);
+
+/** Names @p tr's process span in the log lines of this thread
+ *  (tbx__log_trace()); NULL: none. */
+void tbx__trace_log(const tbx__msg_trace_t *tr);
+
+/** Notes a dead letter's reason on @p tr (copied). */
+void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason);
+
+/**
+ * The trace headers of an outgoing message, written into its stored
+ * headers blob (@p blob, @p len: tbx__hdrs_encode() format): the
+ * traceparent of a new send span and the tracestate, beside
+ * TBX_TRACE_PARENT_HDR.  The send span's parent is a traceparent the
+ * caller set in the blob (the handler's own context wins), else
+ * @p parent's process span (may be NULL), else none: a new trace, as the
+ * sampler decides.  *@p out is a new blob (malloc'd) replacing @p blob.
+ * @returns TBX_OK, TBX_ENOMEM, or TBX_EINVAL (a malformed blob).
+ */
+int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
+		   const void *blob, size_t len, void **out, size_t *out_len);
+
+/** The send span of a message being produced, from its stored headers
+ *  (NULL when not sampled, no tracer, or no trace headers). */
+tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
+				   const char *msg_id, const void *blob,
+				   size_t len);
+/** Ends @p span at its delivery report (@p err, @p partition,
+ *  @p offset) and hands it to the exporter. */
+void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
+			 rd_kafka_resp_err_t err, int32_t partition,
+			 int64_t offset, uint64_t end_ns);
+
+#endif
