@@ -112,12 +112,14 @@ static tbx_worker_t *worker_new(const tt_cluster_t *c, const char *store,
 	return w;
 }
 
-/* Each record is handed over by the consumer about once: a seek and a
- * fetch again per isolated record would take the rest of the batch from
- * the consumer again every time. */
-static void assert_not_fetched_again(const tbx_stats_t *st, int cnt)
+/* Each record is handed over by the consumer a few times at most (@p
+ * times: once, and again after each assignment that takes the partition
+ * back from its committed offset): a seek and a fetch again per isolated
+ * record would take the rest of the batch from the consumer again every
+ * time, hundreds of times for a range of hundreds. */
+static void assert_not_fetched_again(const tbx_stats_t *st, int cnt, int times)
 {
-	cr_assert_leq(st->consumed, 2 * (uint64_t)cnt,
+	cr_assert_leq(st->consumed, (uint64_t)times * (uint64_t)cnt,
 		      "%" PRIu64 " records polled for %" PRIu64
 		      " handled: the range is fetched again for every "
 		      "isolated record",
@@ -215,7 +217,7 @@ Test(crash, a_killed_batch_is_isolated_from_the_records_already_fetched,
 		cr_assert_eq(tbx_worker_poll(w, 100, NULL), TBX_OK, "%s",
 			     tbx_worker_errstr(w));
 		tbx_worker_stats(w, &st);
-		assert_not_fetched_again(&st, RANGE + AFTER);
+		assert_not_fetched_again(&st, RANGE + AFTER, 2);
 		n = st.processed - done;
 		if (n == 0)
 			continue;
@@ -319,9 +321,15 @@ Test(crash, a_rebalance_during_isolation_moves_the_records_held, .timeout = 900)
 	w[1] = worker_new(c, store, tokens);
 	done_store = store;
 	cr_assert(tt_drive(w, 2, all_done, NULL, 20, 300));
+	/* A rebalance drops the records held of the partitions it takes
+	 * away, and the next assignment fetches them again from the
+	 * committed offset: how many rebalances the join causes depends on
+	 * timing (a slow machine's sessions expire), so the bound allows
+	 * several; with a fetch per isolated record, one worker was handed
+	 * 9,171 records by the time it had handled 121. */
 	for (int i = 0; i < 2; i++) {
 		tbx_worker_stats(w[i], &st[i]);
-		assert_not_fetched_again(&st[i], 300);
+		assert_not_fetched_again(&st[i], 300, 8);
 	}
 	/* The second worker took over records of the range. */
 	cr_assert_gt(st[1].processed, 0);
