@@ -1,5 +1,5 @@
 /*
- * The four contenders, each run as a child process:
+ * The contenders, each run as a child process:
  *
  *   plain      at-least-once: one SQLite transaction per batch for the
  *              business rows, produce, wait for delivery, commit offsets
@@ -10,6 +10,11 @@
  *   kafka-txn  a Kafka transaction per batch (transactional producer,
  *              send_offsets_to_transaction), the SQLite write outside it
  *   tokenbox   a tbx_worker with default settings and one handler
+ *   inbox-batched  (PostgreSQL only) the inbox at its strongest: the
+ *              same statements and outcome, its business rows queued and
+ *              sent in one pipeline with the outbox rows' statement
+ *              (libpq pipeline mode, as tokenbox's store/pg.c does), its
+ *              outbox rows out in one statement without BEGIN/COMMIT
  *
  * With --schema (the driver's --store-url) the stores are PostgreSQL
  * instead: the connection string comes from TBX_BENCH_STORE_URL (never
@@ -18,11 +23,12 @@
  * PostgreSQL design does: the inbox's ids in one INSERT ... unnest ...
  * ON CONFLICT DO NOTHING RETURNING per batch, its outbox rows in one
  * INSERT ... unnest and out in one DELETE ... = ANY; the business row is
- * one statement per record for every contender, as a handler writes it.
+ * one statement per record for every contender, as a handler writes it
+ * (inbox-batched: sent in a pipeline, not waited for one by one).
  * synchronous_commit is on for all.  The libpq calls are counted
  * (countpq.c): round trips and commits per record.
  *
- * The three hand-written ones collect batches like tokenbox does (up to
+ * The hand-written ones collect batches like tokenbox does (up to
  * BENCH_BATCH_MAX records, or what arrives within BENCH_BATCH_MAX_MS of the
  * first, polled one at a time) and use the same librdkafka settings as
  * tokenbox's worker.  Every store is WAL with synchronous=FULL.
@@ -46,9 +52,12 @@
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
 
-enum kind { K_PLAIN, K_INBOX, K_TXN, K_TOKENBOX };
-static const char *const kind_names[] = {"plain", "inbox", "kafka-txn",
-					 "tokenbox"};
+enum kind { K_PLAIN, K_INBOX, K_TXN, K_TOKENBOX, K_INBOX_BATCHED, NKIND };
+static const char *const kind_names[NKIND] = {"plain", "inbox", "kafka-txn",
+					      "tokenbox", "inbox-batched"};
+/* The inbox's two forms: the same tables and outcome, inbox-batched's
+ * writes pipelined (PostgreSQL only). */
+#define IS_INBOX(o) ((o)->kind == K_INBOX || (o)->kind == K_INBOX_BATCHED)
 
 typedef struct opts {
 	enum kind kind;
@@ -187,7 +196,7 @@ static long long query_int(sqlite3 *db, const char *sql, const char *arg)
  * tokens and registrations, the inbox's ids; -1 for none. */
 static long long dedup_rows(const opts_t *o, sqlite3 *db, sqlite3 *tdb)
 {
-	if (o->kind == K_INBOX)
+	if (IS_INBOX(o))
 		return query_int(db, "SELECT COUNT(*) FROM inbox", NULL);
 	if (o->kind != K_TOKENBOX)
 		return -1;
@@ -441,7 +450,7 @@ typedef struct stmts {
 
 /* PostgreSQL's statements of the hand-written contenders (@S: the
  * run's schema). */
-enum { P_ROW, P_INBOX, P_OUTBOX, P_OUTBOX_DEL, P_INBOX_COUNT, NP };
+enum { P_ROW, P_INBOX, P_OUTBOX, P_OUTBOX_DEL, P_INBOX_COUNT, P_ONCE, NP };
 static const char *const pg_sql[NP] = {
     [P_ROW] = "INSERT INTO @S.bench_rows (msg_id, part, off, payload) "
 	      "VALUES ($1, $2, $3, $4)",
@@ -453,6 +462,9 @@ static const char *const pg_sql[NP] = {
 		 "$4::text[], $5::text[]) AS u(o, k, p, t) RETURNING id",
     [P_OUTBOX_DEL] = "DELETE FROM @S.outbox WHERE id = ANY($1::int8[])",
     [P_INBOX_COUNT] = "SELECT count(*) FROM @S.inbox",
+    [P_ONCE] = "SELECT (SELECT count(*) FROM @S.inbox), (SELECT count(*) "
+	       "FROM @S.bench_rows), (SELECT count(DISTINCT msg_id) FROM "
+	       "@S.bench_rows), (SELECT count(*) FROM @S.outbox)",
 };
 
 /* A contender's store: SQLite (db, st) or PostgreSQL (pg, ps). */
@@ -554,7 +566,7 @@ static int sq_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
 		const char *id = b->ids[i];
 
 		b->fresh[i] = 1;
-		if (o->kind == K_INBOX) {
+		if (IS_INBOX(o)) {
 			sqlite3_bind_text(st->inbox, 1, id, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(st->inbox, 2, bench_now_ns());
 			fail |= step_reset(st->inbox);
@@ -564,7 +576,7 @@ static int sq_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
 			}
 		}
 		fail |= insert_row(st, msgs[i], id);
-		if (!fail && o->kind == K_INBOX) {
+		if (!fail && IS_INBOX(o)) {
 			const void *ts;
 			size_t ts_len;
 
@@ -643,7 +655,7 @@ static int pg_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
 	if (tbx__pg_begin(hs->pg))
 		return pg_failed(hs, "BEGIN");
 	memset(b->fresh, 1, cnt);
-	if (o->kind == K_INBOX) {
+	if (IS_INBOX(o)) {
 		int rows;
 
 		tbx__pgp_init(&p);
@@ -683,9 +695,16 @@ static int pg_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
 		tbx__pgp_i64(&p, rkm->partition);
 		tbx__pgp_i64(&p, rkm->offset);
 		tbx__pgp_text(&p, b->payloads[i]);
-		if (tbx__pg_run(&hs->ps, P_ROW, &p, NULL))
+		/* inbox-batched: queued, sent in one pipeline with the
+		 * outbox rows' statement; inbox: a round trip each. */
+		err = o->kind == K_INBOX_BATCHED
+			  ? tbx__pg_defer(&hs->ps, P_ROW, &p, NULL, 1,
+					  "business row")
+			  : tbx__pg_run(&hs->ps, P_ROW, &p, NULL);
+		tbx__pgp_free(&p);
+		if (err)
 			return pg_failed(hs, "business row");
-		if (o->kind == K_INBOX) {
+		if (IS_INBOX(o)) {
 			const void *ts;
 			size_t ts_len;
 
@@ -726,14 +745,24 @@ static int pg_store_a(const opts_t *o, hstore_t *hs, rd_kafka_message_t **msgs,
 }
 
 /* PostgreSQL, after delivery: the inbox's outbox rows out, one
- * statement. */
-static int pg_store_e(hstore_t *hs, hbatch_t *b)
+ * statement (inbox-batched: that statement alone, one round trip, as
+ * one statement is a transaction of its own). */
+static int pg_store_e(const opts_t *o, hstore_t *hs, hbatch_t *b)
 {
 	tbx__pg_params_t p;
 	int err;
 
 	if (!b->outbox_cnt)
 		return 0;
+	if (o->kind == K_INBOX_BATCHED) {
+		tbx__pgp_init(&p);
+		tbx__pgp_i64_array(&p, b->outbox_ids, (size_t)b->outbox_cnt);
+		err = tbx__pg_run(&hs->ps, P_OUTBOX_DEL, &p, NULL);
+		tbx__pgp_free(&p);
+		return err ? die("outbox delete: %s%s", tbx__pg_errmsg(hs->pg),
+				 "")
+			   : 0;
+	}
 	if (tbx__pg_begin(hs->pg))
 		return pg_failed(hs, "BEGIN");
 	tbx__pgp_init(&p);
@@ -773,7 +802,7 @@ static int hand_batch(const opts_t *o, hstore_t *hs, rd_kafka_t *cons,
 	for (size_t i = 0; i < cnt; i++)
 		if (b->fresh[i] &&
 		    produce_out(prod, o, msgs[i],
-				o->kind == K_INBOX ? b->out_ids[i] : NULL))
+				IS_INBOX(o) ? b->out_ids[i] : NULL))
 			return 1;
 	offsets = batch_offsets(msgs, cnt);
 	if (o->kind == K_TXN) {
@@ -798,8 +827,8 @@ static int hand_batch(const opts_t *o, hstore_t *hs, rd_kafka_t *cons,
 			rd_kafka_topic_partition_list_destroy(offsets);
 			return 1;
 		}
-		if (o->kind == K_INBOX &&
-		    (hs->pg ? pg_store_e(hs, b) : sq_store_e(hs, cnt, b))) {
+		if (IS_INBOX(o) &&
+		    (hs->pg ? pg_store_e(o, hs, b) : sq_store_e(hs, cnt, b))) {
 			rd_kafka_topic_partition_list_destroy(offsets);
 			return 1;
 		}
@@ -861,6 +890,33 @@ static long long pg_schema_bytes(tbx__pg_t *pg, const char *schema)
 	return n;
 }
 
+/* PostgreSQL, after the run: the inbox's outcome is exactly once when
+ * every id has one business row and no other, and every outbox row is
+ * gone.  @returns 0, or 1 (said) when not. */
+static int pg_inbox_once(hstore_t *hs)
+{
+	PGresult *res = NULL;
+	int64_t ids, rows, distinct, outbox;
+
+	if (tbx__pg_run(&hs->ps, P_ONCE, NULL, &res))
+		return die("the outcome check: %s%s", tbx__pg_errmsg(hs->pg),
+			   "");
+	ids = tbx__pg_i64(res, 0, 0);
+	rows = tbx__pg_i64(res, 0, 1);
+	distinct = tbx__pg_i64(res, 0, 2);
+	outbox = tbx__pg_i64(res, 0, 3);
+	PQclear(res);
+	if (rows != ids || distinct != ids || outbox != 0) {
+		fprintf(stderr,
+			"tbx_bench contender: not exactly once: %" PRId64
+			" inbox ids, %" PRId64 " business rows (%" PRId64
+			" distinct ids), %" PRId64 " outbox rows left\n",
+			ids, rows, distinct, outbox);
+		return 1;
+	}
+	return 0;
+}
+
 static int run_hand(const opts_t *o, result_t *r)
 {
 	rd_kafka_t *cons = NULL, *prod = NULL;
@@ -886,7 +942,7 @@ static int run_hand(const opts_t *o, result_t *r)
 			 "out_id text, topic text, key text, payload text, ts "
 			 "text)",
 			 o->schema, o->schema);
-		if (o->kind == K_INBOX && tbx__pg_exec(hs.pg, sql)) {
+		if (IS_INBOX(o) && tbx__pg_exec(hs.pg, sql)) {
 			die("%s: %s", o->schema, tbx__pg_errmsg(hs.pg));
 			goto out;
 		}
@@ -900,7 +956,7 @@ static int run_hand(const opts_t *o, result_t *r)
 
 		if (!(db = hs.db = store_open(store_path)))
 			goto out;
-		if (o->kind == K_INBOX &&
+		if (IS_INBOX(o) &&
 		    exec_sql(db,
 			     "CREATE TABLE IF NOT EXISTS inbox (msg_id TEXT "
 			     "PRIMARY KEY, processed_ns INTEGER) WITHOUT ROWID;"
@@ -913,7 +969,7 @@ static int run_hand(const opts_t *o, result_t *r)
 				       "off, payload) VALUES (?, ?, ?, ?)",
 				       -1, SQLITE_PREPARE_PERSISTENT,
 				       &hs.st.row, NULL) != SQLITE_OK ||
-		    (o->kind == K_INBOX &&
+		    (IS_INBOX(o) &&
 		     (sqlite3_prepare_v3(db,
 					 "INSERT OR IGNORE INTO inbox (msg_id, "
 					 "processed_ns) VALUES (?, ?)",
@@ -978,10 +1034,12 @@ static int run_hand(const opts_t *o, result_t *r)
 	bench_pq_get(&r->pq_end);
 	if (hs.pg) {
 		int64_t n = -1;
-		if (o->kind == K_INBOX &&
+		if (IS_INBOX(o) &&
 		    tbx__pg_run_i64(&hs.ps, P_INBOX_COUNT, NULL, &n, NULL))
 			goto out;
-		r->dedup_rows = o->kind == K_INBOX ? (long long)n : -1;
+		if (IS_INBOX(o) && pg_inbox_once(&hs))
+			goto out;
+		r->dedup_rows = IS_INBOX(o) ? (long long)n : -1;
 	} else {
 		r->dedup_rows = dedup_rows(o, hs.db, NULL);
 	}
@@ -1366,7 +1424,7 @@ int bench_contender_main(int argc, char **argv)
 		i++;
 		if (strcmp(a, "--kind") == 0) {
 			kind_set = 0;
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < NKIND; k++)
 				if (strcmp(v, kind_names[k]) == 0) {
 					o.kind = (enum kind)k;
 					kind_set = 1;
@@ -1411,6 +1469,10 @@ int bench_contender_main(int argc, char **argv)
 	    !o.dir || !o.messages)
 		return die("needs --kind, --bootstrap, --in, --out, --group, "
 			   "--dir and --messages%s%s",
+			   "", "");
+	if (o.kind == K_INBOX_BATCHED && !o.schema)
+		return die("inbox-batched runs on PostgreSQL only "
+			   "(--schema)%s%s",
 			   "", "");
 	if (o.schema) {
 		o.url = getenv("TBX_BENCH_STORE_URL");

@@ -20,7 +20,9 @@ typedef struct rec {
 /* The variants: the four of both stores; on PostgreSQL only,
  * token-batched, the token protocol without a savepoint per record, and
  * token-per-record, its lookups, inserts and deletes one statement per
- * record each. */
+ * record each; on SQLite only, token-sets, the store work of
+ * docs/batched-tokens.md (sets of bits per batch, one outbox row per
+ * batch). */
 enum {
 	V_PLAIN,
 	V_INBOX,
@@ -28,6 +30,7 @@ enum {
 	V_TOKEN,
 	V_TOKEN_BATCHED,
 	V_TOKEN_PER_RECORD,
+	V_TOKEN_SETS,
 	NVARIANTS
 };
 extern const char *const floor_variant_names[NVARIANTS];

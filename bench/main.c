@@ -26,10 +26,12 @@
 #include "tools/cli.h"
 #include "tools/kafka_admin.h"
 
-#define NKINDS 4
+#define NKINDS 5
 static const char *const kinds[NKINDS] = {"plain", "inbox", "kafka-txn",
-					  "tokenbox"};
-enum { PLAIN, INBOX, TXN, TOKENBOX };
+					  "tokenbox", "inbox-batched"};
+enum { PLAIN, INBOX, TXN, TOKENBOX, INBOX_BATCHED };
+/* The contenders of SQLite: inbox-batched runs on PostgreSQL only. */
+#define SQLITE_KINDS ((1u << INBOX_BATCHED) - 1)
 
 static const char usage_text[] =
     "Usage: tbx_bench [--messages N] [--quick] [--json] [--reps N]\n"
@@ -81,7 +83,11 @@ static const char usage_text[] =
     "  --tokenbox PATH       the tokenbox command that hosts the mock cluster\n"
     "                        (default: ../tokenbox next to this program)\n"
     "  --contenders LIST     comma-separated subset of plain, inbox,\n"
-    "                        kafka-txn, tokenbox (default: all four)\n"
+    "                        kafka-txn, tokenbox, inbox-batched (default:\n"
+    "                        the first four; inbox-batched, PostgreSQL\n"
+    "                        only, is the inbox with its business rows\n"
+    "                        pipelined and its outbox rows out in one\n"
+    "                        statement without BEGIN/COMMIT)\n"
     "  --keep                keep the stores under the work directory\n"
     "  --bootstrap-servers B run on the Apache Kafka cluster at B instead of\n"
     "                        a mock-cluster: the topics (replication factor\n"
@@ -97,14 +103,15 @@ static const char usage_text[] =
     "                        round trips and commits per record counted in\n"
     "                        place of SQLite's write transactions and\n"
     "                        fsyncs.  Contenders by default plain, inbox,\n"
-    "                        tokenbox; tokenbox's token store is a schema\n"
-    "                        of the same database (the joined path); no\n"
-    "                        sweeps and no storage phase\n"
+    "                        inbox-batched, tokenbox; tokenbox's token\n"
+    "                        store is a schema of the same database (the\n"
+    "                        joined path); no sweeps and no storage phase\n"
     "  -h, --help            show this help\n"
     "\n"
     "The last line of standard output is one summary:\n"
     "  bench: tokenbox/plain=R tokenbox/inbox=R tokenbox/kafka-txn=R "
     "tokens_left=N\n"
+    "followed by tokenbox/inbox-batched=R when inbox-batched ran.\n"
     "Exit status: 0 when every run completed, 1 when one failed, 2 for a bad\n"
     "command line.\n"
     "\n"
@@ -710,7 +717,7 @@ static tp_t throughput_run(const run_t *r)
 	t.store_bytes = (long long)jnum(j, "store_bytes");
 	cJSON_Delete(j);
 	if (cfg.store_url)
-		progress("%-9s %8.0f msg/s  %.2f round trips/record  (%s, %ld "
+		progress("%-13s %8.0f msg/s  %.3f round trips/record  (%s, %ld "
 			 "records)\n",
 			 kinds[r->kind], t.rate, t.rt_per_rec, r->group,
 			 r->messages);
@@ -1038,7 +1045,7 @@ static int parse_args(int argc, char **argv)
 	cfg.storage_messages = 1000000;
 	cfg.sweeps = 1;
 	cfg.downstream = 1;
-	cfg.mask = (1u << NKINDS) - 1;
+	cfg.mask = SQLITE_KINDS;
 	if (!realpath("/proc/self/exe", cfg.self))
 		return usage_error("cannot find this program: %s%s",
 				   strerror(errno), "");
@@ -1151,6 +1158,10 @@ static int parse_args(int argc, char **argv)
 			return usage_error("unknown argument '%s'%s", a, "");
 		}
 	}
+	if (!cfg.store_url && (cfg.mask & ~SQLITE_KINDS))
+		return usage_error("--contenders: inbox-batched runs on "
+				   "PostgreSQL only (--store-url)%s",
+				   "");
 	if (cfg.store_url) {
 		if (set_sweeps && cfg.sweeps)
 			return usage_error("--sweeps 1: not with --store-url "
@@ -1171,7 +1182,8 @@ static int parse_args(int argc, char **argv)
 		cfg.storage_messages = 0;
 		set_sto = 1;
 		if (!set_mask)
-			cfg.mask = 1u << PLAIN | 1u << INBOX | 1u << TOKENBOX;
+			cfg.mask = 1u << PLAIN | 1u << INBOX |
+				   1u << INBOX_BATCHED | 1u << TOKENBOX;
 		if ((rc = pg_check()))
 			return rc;
 	}
@@ -1491,6 +1503,16 @@ int bench_driver_main(int argc, char **argv)
 		snprintf(summary, sizeof(summary),
 			 "bench: tokenbox/plain=n/a tokenbox/inbox=n/a "
 			 "tokenbox/kafka-txn=n/a tokens_left=n/a");
+	if (HAS(INBOX_BATCHED)) {
+		size_t sl = strlen(summary);
+		if (med[INBOX_BATCHED] > 0 && HAS(TOKENBOX))
+			snprintf(summary + sl, sizeof(summary) - sl,
+				 " tokenbox/inbox-batched=%.2f",
+				 med[TOKENBOX] / med[INBOX_BATCHED]);
+		else
+			snprintf(summary + sl, sizeof(summary) - sl,
+				 " tokenbox/inbox-batched=n/a");
+	}
 	cJSON_AddStringToObject(root, "summary", summary);
 
 	/* The table. */

@@ -81,10 +81,19 @@ Test(bench_floor, every_variant_runs_and_prints_its_line)
 	int status = run(argv, NULL, out);
 	char *text = slurp(out);
 	cr_assert_eq(status, 0, "tbx_floor failed:\n%s", text);
-	const char *names[] = {"\nplain ", "\ninbox ", "\noutbox ", "\ntoken "};
-	for (size_t i = 0; i < 4; i++)
+	const char *names[] = {"\nplain ", "\ninbox ", "\noutbox ", "\ntoken ",
+			       "\ntoken-sets "};
+	for (size_t i = 0; i < 5; i++)
 		cr_assert(strstr(text, names[i]), "no line %s in:\n%s",
 			  names[i] + 1, text);
+	/* token-sets consumed every incoming bit (its sets are gone), took
+	 * its outbox rows out, wrote a row per record and minted a set per
+	 * destination partition (6) of each of its 6 batches, a bit per
+	 * record. */
+	cr_assert(strstr(text, "token-sets rows left: own sets 0, outbox rows "
+			       "0, business rows 600, minted sets 36 (600 "
+			       "bits)\n"),
+		  "%s", text);
 	cr_assert(strstr(text, "us/record"), "%s", text);
 	/* Its store files are removed; the directory given stays. */
 	char *wal = tt_path(stores, "floor-token.db-wal");
@@ -107,6 +116,8 @@ Test(bench_floor, bad_options_are_refused_with_status_2)
 	char *word[] = {floor_bin, "--batch", "5x", NULL};
 	char *variant[] = {floor_bin, "--variants", "plain,ledger", NULL};
 	char *unknown[] = {floor_bin, "--fast", NULL};
+	char *sets_pg[] = {floor_bin,	 "--store-url", "postgresql://nowhere",
+			   "--variants", "token-sets",	NULL};
 	char *help[] = {floor_bin, "--help", NULL};
 	cr_assert_eq(run(few, NULL, out), 2);
 	cr_assert_eq(run(word, NULL, out), 2);
@@ -115,6 +126,10 @@ Test(bench_floor, bad_options_are_refused_with_status_2)
 	cr_assert(strstr(text, "unknown variant 'ledger'"), "%s", text);
 	free(text);
 	cr_assert_eq(run(unknown, NULL, out), 2);
+	cr_assert_eq(run(sets_pg, NULL, out), 2);
+	text = slurp(out);
+	cr_assert(strstr(text, "token-sets runs on SQLite only"), "%s", text);
+	free(text);
 	cr_assert_eq(run(help, NULL, out), 0);
 	text = slurp(out);
 	cr_assert(strstr(text, "Usage: tbx_floor"), "%s", text);

@@ -178,9 +178,12 @@ Test(bench, bad_options_are_refused_with_status_2)
 	char *unknown[] = {bench, "--fast", NULL};
 	char *kind[] = {bench, "--contenders", "plain,kafka", NULL};
 	char *help[] = {bench, "--help", NULL};
+	char *batched[] = {bench, "--contenders", "inbox,inbox-batched", NULL};
 	cr_assert_eq(run(bad_num, out), 2);
 	cr_assert_eq(run(unknown, out), 2);
 	cr_assert_eq(run(kind, out), 2);
+	/* inbox-batched pipelines PostgreSQL's statements: not on SQLite. */
+	cr_assert_eq(run(batched, out), 2);
 	cr_assert_eq(run(help, out), 0);
 	char *text = slurp(out);
 	cr_assert(strstr(text, "Usage: tbx_bench"), "%s", text);

@@ -1,9 +1,9 @@
 /*
  * The benchmark on PostgreSQL (the pg tier): tbx_floor --store-url runs
  * every variant and prints its round trips, tbx_bench --store-url runs
- * plain, inbox and tokenbox and reports each, and neither prints the
- * password of the connection string nor leaves a schema behind.  Speeds
- * are not checked.
+ * plain, inbox, inbox-batched and tokenbox and reports each, and neither
+ * prints the password of the connection string nor leaves a schema
+ * behind.  Speeds are not checked.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -178,7 +178,8 @@ static double num(const cJSON *c, const char *name)
 	return v->valuedouble;
 }
 
-Test(pg_bench, bench_reports_plain_inbox_and_tokenbox, .timeout = 600)
+Test(pg_bench, bench_reports_plain_inbox_inbox_batched_and_tokenbox,
+     .timeout = 600)
 {
 	char *dir = tt_tmpdir(), *out = tt_path(dir, "stdout"),
 	     *err = tt_path(dir, "stderr"), *res = tt_path(dir, "results"),
@@ -212,8 +213,8 @@ Test(pg_bench, bench_reports_plain_inbox_and_tokenbox, .timeout = 600)
 	cr_assert(cJSON_IsString(store) &&
 		      strncmp(store->valuestring, "postgres", 8) == 0,
 		  "store: %s", text);
-	const char *names[] = {"plain", "inbox", "tokenbox"};
-	for (size_t i = 0; i < 3; i++) {
+	const char *names[] = {"plain", "inbox", "tokenbox", "inbox-batched"};
+	for (size_t i = 0; i < 4; i++) {
 		const cJSON *c = contender(root, names[i]);
 		cr_assert(c, "no contender %s:\n%s", names[i], text);
 		cr_assert_gt(num(c, "msgs_per_s"), 0, "%s", names[i]);
@@ -223,6 +224,19 @@ Test(pg_bench, bench_reports_plain_inbox_and_tokenbox, .timeout = 600)
 	}
 	cr_assert_eq(num(contender(root, "inbox"), "dedup_rows_left"), 1000);
 	cr_assert_eq(num(contender(root, "tokenbox"), "dedup_rows_left"), 0);
+	/* inbox-batched: the inbox's outcome (it checks itself that each
+	 * id has one business row and no outbox row is left, and fails the
+	 * run otherwise), its business rows pipelined: counted round trips,
+	 * not times. */
+	cr_assert_eq(num(contender(root, "inbox-batched"), "dedup_rows_left"),
+		     1000);
+	cr_assert_geq(num(contender(root, "inbox"), "round_trips_per_record"),
+		      1.0);
+	cr_assert_lt(
+	    num(contender(root, "inbox-batched"), "round_trips_per_record"),
+	    0.2);
+	cr_assert(strstr(summary, " tokenbox/inbox-batched="), "summary: %s",
+		  summary);
 	cr_assert_null(contender(root, "kafka-txn"));
 	cJSON_Delete(root);
 
