@@ -47,12 +47,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void forget(worker_cmd_t *w)
 {
 	tbx_conf_destroy(w->conf);
-	for (size_t i = 0; i < w->plugin_cnt; i++) {
-		free(w->plugins[i].path);
-		free(w->plugins[i].args);
-		free(w->plugins[i].where);
-	}
-	free(w->plugins);
+	plugins_free(w); /* nothing is loaded: apply() only lists them */
 	memset(w, 0, sizeof(*w));
 }
 

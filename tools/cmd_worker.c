@@ -351,6 +351,22 @@ static int plugin_add(worker_cmd_t *w, const char *where, const char *path)
 	return 0;
 }
 
+/* Unloads the plugins, last loaded first, and frees their list. */
+static void plugins_free(worker_cmd_t *w)
+{
+	for (size_t i = w->plugin_cnt; i-- > 0;) {
+		if (w->plugins[i].handle)
+			dlclose(w->plugins[i].handle);
+		free(w->plugins[i].path);
+		free(w->plugins[i].args);
+		free(w->plugins[i].where);
+		free(w->plugins[i].dir);
+	}
+	free(w->plugins);
+	w->plugins = NULL;
+	w->plugin_cnt = w->plugin_cap = 0;
+}
+
 /*
  * Applies KEY=VALUE read at @p where ("FILE:LINE" or "-X").
  * @returns 0, or an exit status after printing why.
@@ -1048,15 +1064,7 @@ out:
 	tbx_worker_destroy(worker);
 	atomic_store(&stop_stage, STAGE_PLUGINS);
 	tbx_conf_destroy(w.conf);
-	for (size_t i = w.plugin_cnt; i-- > 0;) {
-		if (w.plugins[i].handle)
-			dlclose(w.plugins[i].handle);
-		free(w.plugins[i].path);
-		free(w.plugins[i].args);
-		free(w.plugins[i].where);
-		free(w.plugins[i].dir);
-	}
-	free(w.plugins);
+	plugins_free(&w);
 	free(o.overrides);
 	notify_close();
 	stop_signal_thread();
