@@ -251,7 +251,7 @@ const tbx__prop_t tbx__props[] = {
 	{"worker.id", STR(worker_id), "", 0, 128,
 	 NULL, "worker", 0,
 	 "Name shown in logs; empty: <group.id>/<pid>."},
-	{"otel.exporter.otlp.endpoint", STR(otel_endpoint), "", 0, 1024,
+	{"otel.exporter.otlp.endpoint", STR(otel_exporter_otlp_endpoint), "", 0, 1024,
 	 NULL, "both", 0,
 	 "Tracing: the OTLP/HTTP collector's base URL (http:// or "
 	 "https://; /v1/traces is appended), as OTEL_EXPORTER_OTLP_ENDPOINT, "
@@ -259,16 +259,16 @@ const tbx__prop_t tbx__props[] = {
 	 "(here or in the environment); empty: the variable, else off. "
 	 "Every otel.* property is checked when the worker or publisher "
 	 "starts, with the rules of its variable (docs/tracing.md)."},
-	{"otel.exporter.otlp.traces.endpoint", STR(otel_traces_endpoint), "",
+	{"otel.exporter.otlp.traces.endpoint", STR(otel_exporter_otlp_traces_endpoint), "",
 	 0, 1024, NULL, "both", 0,
 	 "Tracing: the traces URL, used as is; wins over "
 	 "otel.exporter.otlp.endpoint. As "
 	 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT."},
-	{"otel.exporter.otlp.protocol", STR(otel_protocol), "", 0, 32,
+	{"otel.exporter.otlp.protocol", STR(otel_exporter_otlp_protocol), "", 0, 32,
 	 NULL, "both", 0,
 	 "Tracing: http/json, the only protocol offered. As "
 	 "OTEL_EXPORTER_OTLP_PROTOCOL."},
-	{"otel.exporter.otlp.timeout", STR(otel_timeout), "", 0, 16,
+	{"otel.exporter.otlp.timeout", STR(otel_exporter_otlp_timeout), "", 0, 16,
 	 NULL, "both", 0,
 	 "Tracing: milliseconds an export request may take (1 to 600000; "
 	 "empty: OTEL_EXPORTER_OTLP_TIMEOUT, else 10000)."},
@@ -284,24 +284,24 @@ const tbx__prop_t tbx__props[] = {
 	{"otel.traces.exporter", STR(otel_traces_exporter), "", 0, 16,
 	 NULL, "both", 0,
 	 "Tracing: 'otlp' or 'none' (off). As OTEL_TRACES_EXPORTER."},
-	{"otel.traces.sampler", STR(otel_sampler), "", 0, 64,
+	{"otel.traces.sampler", STR(otel_traces_sampler), "", 0, 64,
 	 NULL, "both", 0,
 	 "Tracing: the sampler (parentbased_always_on, the default; "
 	 "parentbased_traceidratio, always_on, ...). As "
 	 "OTEL_TRACES_SAMPLER."},
-	{"otel.traces.sampler.arg", STR(otel_sampler_arg), "", 0, 32,
+	{"otel.traces.sampler.arg", STR(otel_traces_sampler_arg), "", 0, 32,
 	 NULL, "both", 0,
 	 "Tracing: the ratio of the ratio samplers, 0 to 1. As "
 	 "OTEL_TRACES_SAMPLER_ARG."},
-	{"otel.bsp.max.queue.size", STR(otel_queue_size), "", 0, 16,
+	{"otel.bsp.max.queue.size", STR(otel_bsp_max_queue_size), "", 0, 16,
 	 NULL, "both", 0,
 	 "Tracing: spans held at most; more are dropped and counted (1 to "
 	 "1000000, default 2048). As OTEL_BSP_MAX_QUEUE_SIZE."},
-	{"otel.bsp.max.export.batch.size", STR(otel_batch_size), "", 0, 16,
+	{"otel.bsp.max.export.batch.size", STR(otel_bsp_max_export_batch_size), "", 0, 16,
 	 NULL, "both", 0,
 	 "Tracing: spans per export request at most (default 512). As "
 	 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE."},
-	{"otel.bsp.schedule.delay", STR(otel_delay), "", 0, 16,
+	{"otel.bsp.schedule.delay", STR(otel_bsp_schedule_delay), "", 0, 16,
 	 NULL, "both", 0,
 	 "Tracing: milliseconds between exports (default 5000). As "
 	 "OTEL_BSP_SCHEDULE_DELAY."},

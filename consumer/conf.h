@@ -80,11 +80,14 @@ typedef struct tbx__cfg {
 	int64_t metrics_interval_ms;
 	const char *worker_id;
 	/* otel.*: tracing (consumer/tracing.c reads them by name) */
-	const char *otel_endpoint, *otel_traces_endpoint, *otel_service_name;
-	const char *otel_sampler, *otel_sampler_arg, *otel_sdk_disabled;
-	const char *otel_traces_exporter, *otel_protocol;
-	const char *otel_queue_size, *otel_batch_size, *otel_delay;
-	const char *otel_timeout;
+	const char *otel_exporter_otlp_endpoint,
+	    *otel_exporter_otlp_traces_endpoint, *otel_service_name;
+	const char *otel_traces_sampler, *otel_traces_sampler_arg,
+	    *otel_sdk_disabled;
+	const char *otel_traces_exporter, *otel_exporter_otlp_protocol;
+	const char *otel_bsp_max_queue_size, *otel_bsp_max_export_batch_size,
+	    *otel_bsp_schedule_delay;
+	const char *otel_exporter_otlp_timeout;
 } tbx__cfg_t;
 
 /** One text of an ENUM property and the field's value for it. */
