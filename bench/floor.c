@@ -773,7 +773,7 @@ STMT st_obb_delete(floor_db_t *f, tsets_t *ts, long b)
 /* A record's message and its cover and wire entries, appended to the
  * batch's row in memory. */
 __attribute__((noinline)) static void ts_append(tsets_t *ts, const rec_t *r,
-						 long i, long j, long b)
+						long i, long j, long b)
 {
 	tbx__mfield_t *m = &ts->fields[j * TBX__MF_COUNT];
 	unsigned char *c = ts->cover + ts->cover_len,
