@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Model-check tests/model/tokenbox.pml, poison.pml, pg.pml, pg_seq.pml and
-# batch.pml
+# Model-check tests/model/tokenbox.pml, poison.pml, pg.pml, pg_seq.pml,
+# batch.pml and restore.pml
 # with spin: the protocol as built must pass (errors: 0); each deliberately
 # broken variant must fail (errors > 0).
 # See docs/model.md.
@@ -35,7 +35,8 @@ trap 'rm -rf "$tmp"' EXIT
 # the orderings of subscribing against minting and of two workers on one
 # untokened partition; batch.pml the tokens and the outbox row by the batch
 # (docs/batched-tokens.md), with one crash (two crashes without a rebalance
-# store 20 M states: run by hand, docs/model.md).
+# store 20 M states: run by hand, docs/model.md); restore.pml the numbers
+# of a token store restored from an older backup.
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
@@ -95,7 +96,12 @@ batch_keep_memory -DKEEP_MEMORY,-DMAXCRASH=1 pass batch.pml
 batch_clear_outside_d -DBUG_CLEAR_OUTSIDE_D fail batch.pml
 batch_stale_bitmap -DBUG_STALE_BITMAP fail batch.pml
 batch_shared_row -DBUG_SHARED_ROW fail batch.pml
-batch_trust_memory -DBUG_TRUST_MEMORY fail batch.pml'
+batch_trust_memory -DBUG_TRUST_MEMORY fail batch.pml
+restore - pass restore.pml
+restore_no_ranges -DBUG_NO_RANGES fail restore.pml
+restore_fixed_jump -DBUG_FIXED_JUMP fail restore.pml
+restore_unlocked_jump -DBUG_UNLOCKED_JUMP fail restore.pml
+restore_clock_back -DBUG_CLOCK_BACK fail restore.pml'
 
 # TBX_MODEL_ONLY: an extended regular expression; only the cases whose
 # name matches it run (e.g. TBX_MODEL_ONLY='^pg' for pg.pml's).
