@@ -81,19 +81,37 @@ static void worker_proto_init(tbx_worker_t *worker)
 
 /* Records in the service store which token store the group's workers
  * use, for `tokenbox inspect` to tell a wrong pair of stores; in a
- * transaction of its own.  @returns TBX_OK or the error, with @p errstr
- * set. */
+ * transaction of its own.  A group that used another token store before
+ * is told at WARN and raises the token_store_changed alarm: records
+ * minted in the other store will be dead-lettered as mismatched.
+ * @returns TBX_OK or the error, with @p errstr set. */
 static int record_binding(tbx_worker_t *worker, const tbx__cfg_t *cfg,
 			  char *errstr, size_t errstr_size)
 {
-	char where[600];
-	int err;
+	char where[600], detail[1600];
+	tbx__binding_prev_t prev;
+	int err, changed = 0;
 
 	tbx__stores_tokens_where(cfg, where, sizeof(where));
 	if (!(err = tbx_outbox_begin(worker->store)) &&
-	    ((err = tbx_outbox_binding_set(worker->store, worker->group,
-					   worker->store_id, where)) ||
-	     (err = tbx_outbox_commit(worker->store))))
+	    !(err = tbx_outbox_binding_set(worker->store, worker->group,
+					   worker->store_id, where, &prev))) {
+		changed =
+		    prev.found && strcmp(prev.tokens_id, worker->store_id) != 0;
+		if (changed) {
+			snprintf(detail, sizeof(detail),
+				 "the group's workers used token store %s "
+				 "(%s); this worker uses %s (%s)",
+				 prev.tokens_id, prev.tokens_where,
+				 worker->store_id, where);
+			err =
+			    tbx_outbox_alarm_add(worker->store, worker->group,
+						 "token_store_changed", detail);
+		}
+	}
+	if (!err)
+		err = tbx_outbox_commit(worker->store);
+	else
 		tbx_outbox_rollback(worker->store);
 	if (err)
 		tbx__seterr(errstr, errstr_size, err,
@@ -103,6 +121,17 @@ static int record_binding(tbx_worker_t *worker, const tbx__cfg_t *cfg,
 			    tbx_outbox_errmsg(worker->store)
 				? tbx_outbox_errmsg(worker->store)
 				: "no detail");
+	else if (changed)
+		tbx__log(TBX_LOG_WARNING,
+			 "group %s changed token store: its workers used "
+			 "token store %s (%s), last started %" PRId64
+			 " s ago; this worker uses %s (%s). Records minted in "
+			 "the other store will be dead-lettered as a store "
+			 "mismatch: check tokens.path/tokens.url (alarm "
+			 "token_store_changed)",
+			 worker->group, prev.tokens_id, prev.tokens_where,
+			 (tbx__now_ms() - prev.used_ms) / 1000,
+			 worker->store_id, where);
 	return err;
 }
 

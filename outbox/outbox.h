@@ -186,6 +186,14 @@ typedef struct tbx__binding {
 	int64_t used_ms;	  /**< when a worker last started with it */
 } tbx__binding_t;
 
+/** What binding_set replaced: @c found is 0 when the group had no row. */
+typedef struct tbx__binding_prev {
+	int found;
+	char tokens_id[TBX_UUID_LEN + 1];
+	char tokens_where[600];
+	int64_t used_ms;
+} tbx__binding_prev_t;
+
 /** An ingress offset (tbx_outbox_ingress_set). */
 typedef struct tbx__ingress {
 	const char *grp, *topic;
@@ -343,9 +351,10 @@ typedef struct tbx_outbox_ops {
 			 const char *detail);
 	/** Records that @p grp's workers use the token store of id
 	 *  @p tokens_id at @p tokens_where, now, inside the caller's
-	 *  transaction. */
+	 *  transaction; the row it replaced into @p prev (may be NULL). */
 	int (*binding_set)(tbx_outbox_t *store, const char *grp,
-			   const char *tokens_id, const char *tokens_where);
+			   const char *tokens_id, const char *tokens_where,
+			   tbx__binding_prev_t *prev);
 
 	/*
 	 * The read side and the repairs of `tokenbox inspect`.  A listing
@@ -721,9 +730,11 @@ static inline int tbx_outbox_alarm_add(tbx_outbox_t *store, const char *grp,
 }
 static inline int tbx_outbox_binding_set(tbx_outbox_t *store, const char *grp,
 					 const char *tokens_id,
-					 const char *tokens_where)
+					 const char *tokens_where,
+					 tbx__binding_prev_t *prev)
 {
-	return store->ops->binding_set(store, grp, tokens_id, tokens_where);
+	return store->ops->binding_set(store, grp, tokens_id, tokens_where,
+				       prev);
 }
 
 static inline int tbx_outbox_read_begin(tbx_outbox_t *store)

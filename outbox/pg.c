@@ -164,6 +164,7 @@ enum {
 	Q_MARK_STUCK,
 	Q_ALARM_ADD,
 	Q_BINDING_SET,
+	Q_BINDING_GET,
 	Q_DISPATCH_FAILED,
 	Q_UNDELIVERED_ADD,
 	Q_LOCK_IDS,
@@ -267,6 +268,8 @@ static const char *const sql[Q__COUNT] = {
 		      "CONFLICT (grp) DO UPDATE SET tokens_id = "
 		      "excluded.tokens_id, tokens_where = "
 		      "excluded.tokens_where, used_ms = excluded.used_ms",
+    [Q_BINDING_GET] = "SELECT tokens_id, tokens_where, used_ms FROM "
+		      "@S.tbx_bindings WHERE grp = $1",
     [Q_DISPATCH_FAILED] = "UPDATE @S.tbx_outbox SET dispatch_failures = "
 			  "dispatch_failures + 1 WHERE grp = $1 AND msg_id = "
 			  "$2 RETURNING dispatch_failures",
@@ -1392,12 +1395,34 @@ static int pg_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
 }
 
 static int pg_binding_set(tbx_outbox_t *base, const char *grp,
-			  const char *tokens_id, const char *tokens_where)
+			  const char *tokens_id, const char *tokens_where,
+			  tbx__binding_prev_t *prev)
 {
 	tbx__pg_params_t p;
+	PGresult *res = NULL;
+	int err;
 
 	if (!grp || !tokens_id || !tokens_where)
 		return TBX_EINVAL;
+	if (prev) {
+		memset(prev, 0, sizeof(*prev));
+		tbx__pgp_init(&p);
+		tbx__pgp_text(&p, grp);
+		if ((err = run(ps(base), Q_BINDING_GET, &p, &res)))
+			return err;
+		if (PQntuples(res) == 1) {
+			prev->found = 1;
+			if ((err = column_text(res, 0, prev->tokens_id,
+					       sizeof(prev->tokens_id))) ||
+			    (err = column_text(res, 1, prev->tokens_where,
+					       sizeof(prev->tokens_where)))) {
+				PQclear(res);
+				return err;
+			}
+			prev->used_ms = tbx__pg_i64(res, 0, 2);
+		}
+		PQclear(res);
+	}
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
 	tbx__pgp_text(&p, tokens_id);

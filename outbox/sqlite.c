@@ -54,6 +54,7 @@ enum {
 	Q_MARK_STUCK,
 	Q_ALARM_ADD,
 	Q_BINDING_SET,
+	Q_BINDING_GET,
 	Q_DISPATCH_FAILED,
 	Q_UNDELIVERED_ADD,
 	Q__COUNT
@@ -131,6 +132,8 @@ static const char *const sql[Q__COUNT] = {
 		      "CONFLICT (grp) DO UPDATE SET tokens_id = "
 		      "excluded.tokens_id, tokens_where = "
 		      "excluded.tokens_where, used_ms = excluded.used_ms",
+    [Q_BINDING_GET] = "SELECT tokens_id, tokens_where, used_ms FROM "
+		      "tbx_bindings WHERE grp = ?1",
     [Q_DISPATCH_FAILED] = "UPDATE tbx_outbox SET dispatch_failures = "
 			  "dispatch_failures + 1 WHERE grp = ?1 AND msg_id = "
 			  "?2 RETURNING dispatch_failures",
@@ -869,8 +872,38 @@ static int sq_alarm_add(tbx_outbox_t *base, const char *grp, const char *name,
 	return tbx__stmt_done(stmt);
 }
 
+/* The group's binding before binding_set writes it. */
+static int binding_get(sq_store_t *store, const char *grp,
+		       tbx__binding_prev_t *prev)
+{
+	sqlite3_stmt *stmt;
+	int err, hit;
+
+	memset(prev, 0, sizeof(*prev));
+	if ((err = tbx__stmt_get(&store->stmts, Q_BINDING_GET, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (hit) {
+		const char *id = (const char *)sqlite3_column_text(stmt, 0);
+		const char *where = (const char *)sqlite3_column_text(stmt, 1);
+
+		prev->found = 1;
+		tbx__strlcpy(prev->tokens_id, id ? id : "",
+			     sizeof(prev->tokens_id));
+		tbx__strlcpy(prev->tokens_where, where ? where : "",
+			     sizeof(prev->tokens_where));
+		prev->used_ms = sqlite3_column_int64(stmt, 2);
+	}
+	sqlite3_reset(stmt);
+	return TBX_OK;
+}
+
 static int sq_binding_set(tbx_outbox_t *base, const char *grp,
-			  const char *tokens_id, const char *tokens_where)
+			  const char *tokens_id, const char *tokens_where,
+			  tbx__binding_prev_t *prev)
 {
 	sq_store_t *store = sq(base);
 	sqlite3_stmt *stmt;
@@ -878,6 +911,8 @@ static int sq_binding_set(tbx_outbox_t *base, const char *grp,
 
 	if (!grp || !tokens_id || !tokens_where)
 		return TBX_EINVAL;
+	if (prev && (err = binding_get(store, grp, prev)))
+		return err;
 	if ((err = tbx__stmt_get(&store->stmts, Q_BINDING_SET, &stmt)))
 		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||

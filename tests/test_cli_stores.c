@@ -341,6 +341,63 @@ static int lines_with(const char *text, const char *what, const char *also)
 	return n;
 }
 
+#define ASSIGNED "partition(s) of group hello"
+
+Test(cli_stores, a_group_that_changes_token_store_is_warned_and_flagged,
+     .timeout = 240)
+{
+	env_t e = env_new();
+	char *other = tt_path(e.dir, "other.db"), *log;
+	char setting[600], other_setting[600];
+	const char *extra[] = {setting, NULL};
+	const char *other_extra[] = {other_setting, NULL};
+	cc_result_t res;
+	pid_t pid;
+
+	init_tokens(e.tokens);
+	init_tokens(other);
+	snprintf(setting, sizeof(setting), "tokens.path=%s", e.tokens);
+	snprintf(other_setting, sizeof(other_setting), "tokens.path=%s", other);
+	/* Started twice with one token store: nothing to say. */
+	for (int i = 0; i < 2; i++) {
+		unlink(e.log);
+		pid = worker_start(&e, extra);
+		assert_log(wait_log(e.log, ASSIGNED), &e,
+			   "the worker was not assigned its partitions");
+		cr_assert(cc_exited(stop_worker(pid), 0));
+		log = tt_read_text(e.log);
+		cr_expect(!strstr(log, "changed token store"), "%s", log);
+		free(log);
+	}
+	cr_expect_eq(tt_query(e.store, "SELECT COUNT(*) FROM tbx_alarms"), 0);
+
+	/* Then with another one: a WARN naming both, and an alarm. */
+	unlink(e.log);
+	pid = worker_start(&e, other_extra);
+	assert_log(wait_log(e.log, ASSIGNED), &e,
+		   "the worker on the other store was not assigned");
+	cr_assert(cc_exited(stop_worker(pid), 0));
+	log = tt_read_text(e.log);
+	cr_expect(lines_with(log, "WARN", "group hello changed token store") ==
+		      1,
+		  "%s", log);
+	cr_expect(strstr(log, e.tokens) && strstr(log, other), "%s", log);
+	free(log);
+	cr_expect_eq(tt_query(e.store, "SELECT count FROM tbx_alarms WHERE "
+				       "grp = 'hello' AND name = "
+				       "'token_store_changed'"),
+		     1);
+	/* The pair is right now, and status --check flags the alarm. */
+	res = inspect_status(e.store, other, 0);
+	cr_expect(cc_exited(res.status, 1), "%d: %s%s", res.status, res.out,
+		  res.err);
+	cr_expect(strstr(res.out, "token_store_changed"), "%s", res.out);
+	cr_expect(!strstr(res.out, "Wrong pair of stores"), "%s", res.out);
+	cc_result_free(&res);
+	free(other);
+	env_free(&e);
+}
+
 /* Sends 3 lines minted in tokens.db to a group whose token store is
  * another (@p tokens_setting; NULL: none, the service store's own).  Each
  * is dead-lettered naming both ids; none is a duplicate. */

@@ -48,7 +48,7 @@ Test(migration, a_version_8_file_gets_its_bindings_table)
 	exec(path, UNDO_V9 "PRAGMA user_version = 8;");
 	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
-	cr_assert_eq(tbx_outbox_binding_set(store, "g", "id-1", "t.db"),
+	cr_assert_eq(tbx_outbox_binding_set(store, "g", "id-1", "t.db", NULL),
 		     TBX_OK);
 	tbx_outbox_close(store);
 	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);

@@ -284,7 +284,8 @@ Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
 	cr_assert_eq(version, 2);
-	cr_assert_eq(tbx_outbox_binding_set(store, GRP, "id-1", "t"), TBX_OK);
+	cr_assert_eq(tbx_outbox_binding_set(store, GRP, "id-1", "t", NULL),
+		     TBX_OK);
 	tbx_outbox_close(store);
 	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
 					 "\"%s\".tbx_bindings WHERE tokens_id "
