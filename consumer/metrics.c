@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -50,7 +51,10 @@ struct tbx__metrics {
 	pthread_cond_t conns_cond;
 	int stop;
 	conn_t conns[TBX_METRICS_CONNS];
-	pthread_mutex_t lock; /* text and stats */
+	uint64_t conns_cut;    /* by the watchdog, in all */
+	uint64_t cut_logged;   /* conns_cut when last logged */
+	int64_t cut_logged_ms; /* when, 0: never */
+	pthread_mutex_t lock;  /* text and stats */
 	char *text;
 	char *stats;
 	char *textfile; /* NULL: none */
@@ -214,7 +218,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
 }
 
 /* Ends connections past their deadline: shutdown() makes libmicrohttpd
- * see the connection end and close it on its own thread. */
+ * see the connection end and close it on its own thread.  Cut
+ * connections are counted (tokenbox_metrics_connections_cut_total) and
+ * logged at WARN at most once a minute. */
 static void *watchdog_main(void *arg)
 {
 	tbx__metrics_t *m = arg;
@@ -230,7 +236,21 @@ static void *watchdog_main(void *arg)
 				shutdown(c->fd, SHUT_RDWR);
 				/* once: libmicrohttpd frees the slot */
 				c->deadline_ms = INT64_MAX;
+				m->conns_cut++;
 			}
+		}
+		if (m->conns_cut > m->cut_logged &&
+		    (!m->cut_logged_ms ||
+		     now - m->cut_logged_ms >= TBX_METRICS_CUT_LOG_MS)) {
+			tbx__log(TBX_LOG_WARNING,
+				 "metrics: closed %" PRIu64
+				 " connection(s) still open after %d ms "
+				 "(slow, stalled or hostile clients of "
+				 "metrics.listen; %" PRIu64 " in all)",
+				 m->conns_cut - m->cut_logged,
+				 TBX_METRICS_IDLE_MS, m->conns_cut);
+			m->cut_logged = m->conns_cut;
+			m->cut_logged_ms = now;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += 250 * 1000000L;
@@ -410,6 +430,18 @@ void tbx__metrics_destroy(tbx__metrics_t *m)
 int tbx__metrics_port(const tbx__metrics_t *m)
 {
 	return m && m->lfd >= 0 ? m->port : 0;
+}
+
+uint64_t tbx__metrics_connections_cut(tbx__metrics_t *m)
+{
+	uint64_t n;
+
+	if (!m)
+		return 0;
+	pthread_mutex_lock(&m->conns_lock);
+	n = m->conns_cut;
+	pthread_mutex_unlock(&m->conns_lock);
+	return n;
 }
 
 uint64_t tbx__metrics_textfile_errors(const tbx__metrics_t *m)

@@ -29,6 +29,8 @@ typedef struct tbx__metrics tbx__metrics_t;
 #define TBX_METRICS_CONNS_PER_IP 32
 /** A connection is closed this long after it came, whatever it sends. */
 #define TBX_METRICS_IDLE_MS 5000
+/** Cut connections are logged at most once per this many ms. */
+#define TBX_METRICS_CUT_LOG_MS 60000
 /** Longest request head read (request line and headers). */
 #define TBX_METRICS_REQUEST_MAX 4096
 
@@ -65,6 +67,10 @@ int tbx__metrics_port(const tbx__metrics_t *m);
 void tbx__metrics_publish(tbx__metrics_t *m, char *text);
 /** Write failures of the textfile so far. */
 uint64_t tbx__metrics_textfile_errors(const tbx__metrics_t *m);
+
+/** Connections the watchdog closed because they outlived
+ *  TBX_METRICS_IDLE_MS (tokenbox_metrics_connections_cut_total). */
+uint64_t tbx__metrics_connections_cut(tbx__metrics_t *m);
 /** Hands over librdkafka's last statistics JSON (copied), served on
  *  GET /stats.json. */
 void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
@@ -152,6 +158,9 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	  "Time a batch takes through the protocol (phases A-F).")             \
 	X(TEXTFILE_ERRORS, "metrics_textfile_errors_total", "counter", "",     \
 	  "Failed writes of metrics.textfile.")                                \
+	X(CONNS_CUT, "metrics_connections_cut_total", "counter", "",           \
+	  "Connections to metrics.listen closed because they were still "      \
+	  "open 5 s after they came (slow, stalled or hostile clients).")      \
 	X(RD_REPLYQ, "rdkafka_replyq", "gauge", "",                            \
 	  "librdkafka: operations waiting in the consumer's reply queue.")     \
 	X(RD_MSG_CNT, "rdkafka_msg_cnt", "gauge", "",                          \

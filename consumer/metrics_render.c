@@ -321,6 +321,8 @@ void tbx__worker_metrics_refresh(tbx_worker_t *worker, int now)
 	render_histogram(&o, worker);
 	one(&o, TBX_M_TEXTFILE_ERRORS,
 	    (double)tbx__metrics_textfile_errors(worker->metrics));
+	one(&o, TBX_M_CONNS_CUT,
+	    (double)tbx__metrics_connections_cut(worker->metrics));
 	if (worker->rd_stats)
 		render_rdkafka(&o, worker->rd_stats);
 	if (fclose(o.f) != 0) {

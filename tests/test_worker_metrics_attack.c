@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,8 +25,10 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "consumer/metrics.h"
 #include "consumer/worker.h"
+#include "fixture.h"
 #include "support.h"
 
 #define RECORDS 300
@@ -345,9 +348,19 @@ Test(metrics_attack, a_trickling_client_is_cut_whatever_it_sends,
 {
 	tbx__metrics_t *m;
 	char err[256];
-	int fd, cut = 0;
+	int fd, cut = 0, logfd, saved;
 	/* Trickles far longer than the server's bound, then gives up. */
 	int rounds = 4 * TBX_METRICS_IDLE_MS / 500 * tt_time_factor();
+	char *dir = tt_tmpdir(), *logpath = tt_path(dir, "log"), *log;
+
+	/* The log goes to stderr: into a file for this test. */
+	tbx__log_setup(TBX_LOG_INFO, "test");
+	logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert(logfd >= 0);
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	cr_assert(saved >= 0 && dup2(logfd, STDERR_FILENO) >= 0);
+	close(logfd);
 
 	cr_assert_eq(tbx__metrics_new("127.0.0.1:0", "", &m, err, sizeof(err)),
 		     TBX_OK, "%s", err);
@@ -362,5 +375,21 @@ Test(metrics_attack, a_trickling_client_is_cut_whatever_it_sends,
 	cr_expect(cut, "the server kept a trickling connection for %d s",
 		  rounds / 2);
 	close(fd);
+	/* Counted, and said at WARN (the watchdog's next round, 250 ms on). */
+	for (int i = 0; i < 40 && tbx__metrics_connections_cut(m) == 0; i++)
+		usleep(100000);
+	cr_expect_eq(tbx__metrics_connections_cut(m), 1);
 	tbx__metrics_destroy(m);
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	log = tt_read_text(logpath);
+	cr_expect(strstr(log, "WARN") &&
+		      strstr(log, "metrics: closed 1 connection(s) still open"),
+		  "%s", log);
+	free(log);
+	unlink(logpath);
+	free(logpath);
+	tt_rmrf(dir);
+	free(dir);
 }
