@@ -1,0 +1,30 @@
+/*
+ * The protocol's functions shared between its files (protocol.c and
+ * the consumer/proto_*.c of each phase), internal to tokenbox: not
+ * in include/tokenbox/tokenbox.map, so never exported.
+ *
+ * @locality the worker's thread.
+ */
+#ifndef TBX_CONSUMER_PROTO_INTERNAL_H
+#define TBX_CONSUMER_PROTO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer/protocol.h"
+
+/* The most of a dead letter's tbx-dlq-error header. */
+#define DLQ_REASON_MAX 1024
+
+/* proto_record.c */
+int64_t tbx__backoff_ms(tbx__proto_t *proto, int attempt);
+void tbx__dlq_topic_of(const tbx__proto_t *proto, const char *topic,
+		       char dlq_topic[TBX_TOPIC_MAX + 1]);
+size_t tbx__wire_size(size_t key_len, size_t payload_len,
+		      const tbx_header_t *hdrs, size_t cnt, const char *type);
+void tbx__dlq_reason_fit(const tbx__proto_t *proto, tbx_header_t *hdr,
+			 size_t others, char *buf, size_t buf_size);
+int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
+		     struct tbx_msg *msg);
+
+#endif
