@@ -27,4 +27,10 @@ void tbx__dlq_reason_fit(const tbx__proto_t *proto, tbx_header_t *hdr,
 int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		     struct tbx_msg *msg);
 
+/* proto_guard.c */
+int tbx__first_of_part(const tbx__batch_t *batch, size_t i);
+void tbx__isolation_count(const tbx__batch_t *batch);
+int tbx__guard_clear(tbx__proto_t *proto, tbx__batch_t *batch);
+void tbx__guard_release(tbx__proto_t *proto, tbx__batch_t *batch);
+
 #endif

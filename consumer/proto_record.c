@@ -628,7 +628,7 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 		proto->stats->retries++;
 		if (attempts <= proto->retry_max) {
 			free(ctx.error);
-			/* Counted in the store with A (guard_clear). */
+			/* Counted in the store with A (tbx__guard_clear). */
 			if (part->count_offset != msg->rkm->offset) {
 				part->count_offset = msg->rkm->offset;
 				part->crashes = 0;
