@@ -16,6 +16,12 @@
 /* The most of a dead letter's tbx-dlq-error header. */
 #define DLQ_REASON_MAX 1024
 
+/* protocol.c */
+int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted);
+void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted);
+int tbx__alarm_commit(tbx__proto_t *proto, const char *name,
+		      const char *detail);
+
 /* proto_record.c */
 int64_t tbx__backoff_ms(tbx__proto_t *proto, int attempt);
 void tbx__dlq_topic_of(const tbx__proto_t *proto, const char *topic,
@@ -32,5 +38,8 @@ int tbx__first_of_part(const tbx__batch_t *batch, size_t i);
 void tbx__isolation_count(const tbx__batch_t *batch);
 int tbx__guard_clear(tbx__proto_t *proto, tbx__batch_t *batch);
 void tbx__guard_release(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_process.c */
+int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch);
 
 #endif
