@@ -17,8 +17,6 @@
 #define DLQ_REASON_MAX 1024
 
 /* protocol.c */
-int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted);
-void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted);
 int tbx__alarm_commit(tbx__proto_t *proto, const char *name,
 		      const char *detail);
 
@@ -41,5 +39,14 @@ void tbx__guard_release(tbx__proto_t *proto, tbx__batch_t *batch);
 
 /* proto_process.c */
 int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_finish.c */
+int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted);
+void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted);
+tbx__e_offset_t *tbx__e_offset(tbx__proto_t *proto, const tbx__part_t *part,
+			       int create);
+int tbx__e_waits(tbx__proto_t *proto, const tbx__part_t *part);
+int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch);
+int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer);
 
 #endif
