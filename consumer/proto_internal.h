@@ -49,4 +49,7 @@ int tbx__e_waits(tbx__proto_t *proto, const tbx__part_t *part);
 int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch);
 int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer);
 
+/* proto_tokens.c */
+int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
+
 #endif
