@@ -52,4 +52,7 @@ int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer);
 /* proto_tokens.c */
 int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
 
+/* proto_dispatch.c */
+int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch);
+
 #endif
