@@ -55,4 +55,8 @@ int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
 /* proto_dispatch.c */
 int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch);
 
+/* proto_commit.c */
+int tbx__row_done(const tbx__brow_t *brow);
+void tbx__phase_commit(tbx__proto_t *proto, tbx__batch_t *batch);
+
 #endif
