@@ -28,6 +28,19 @@
  *
  * Crash points (tbx__crashpoint) sit between every pair of persistent
  * steps; tests kill the process at each and check the invariants.
+ *
+ * This file holds the entry points, the reconnect and duplicate-share
+ * checks; each phase, or pair of phases, is in a file of its own:
+ *
+ *   proto_guard.c     G, isolation of a suspect range, tbx__proto_start
+ *   proto_process.c   A over the batch: locks, lookups, its transaction
+ *   proto_record.c    A for one record: handler, outbox row, dead letters
+ *   proto_tokens.c    B
+ *   proto_dispatch.c  C, and giving up a message the broker refuses
+ *   proto_finish.c    D and E, and finish.defer's waiting D+E
+ *   proto_commit.c    F
+ *
+ * What one of them calls in another is declared in proto_internal.h.
  */
 #include <inttypes.h>
 #include <stdio.h>
