@@ -3,21 +3,10 @@
  * is done, and whether (and how long) to hold the partition back.
  */
 #include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include "base/clock.h"
-#include "base/crash.h"
-#include "base/ids.h"
 #include "base/log.h"
-#include "base/str.h"
-#include "consumer/alive.h"
-#include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /* A row is done when E deleted it, or another worker finished it. */
 int tbx__row_done(const tbx__brow_t *brow)

@@ -7,18 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "base/clock.h"
 #include "base/crash.h"
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
-#include "consumer/alive.h"
 #include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /*
  * Dead-letters the messages of @p row whose delivery failed with a

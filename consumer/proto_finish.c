@@ -5,22 +5,13 @@
  * wait for the next batch's A (tbx__proto_flush() and the offsets F
  * decided behind them).
  */
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "base/clock.h"
 #include "base/crash.h"
-#include "base/ids.h"
-#include "base/log.h"
 #include "base/str.h"
-#include "consumer/alive.h"
-#include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /*
  * finish.defer.  On one SQLite file a batch's D+E (tbx__phase_finish()) need

@@ -5,21 +5,11 @@
  * tbx__proto_start() and tbx__proto_guard().
  */
 #include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include "base/clock.h"
 #include "base/crash.h"
-#include "base/ids.h"
 #include "base/log.h"
-#include "base/str.h"
-#include "consumer/alive.h"
-#include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /* Is @p i the first record of its partition in the batch?  (Marked once
  * per batch by mark_firsts().) */

@@ -5,22 +5,15 @@
  * A's transaction (tbx__phase_process()).  One record's A is
  * proto_record.c's.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "base/clock.h"
 #include "base/crash.h"
 #include "base/ids.h"
 #include "base/log.h"
-#include "base/str.h"
-#include "consumer/alive.h"
-#include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /*
  * A's lock on the messages it may handle (tbx_outbox_lock_ids()): the ids

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/crash.h"
@@ -20,7 +19,6 @@
 #include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /* A partition whose first this many batches' worth of tokened records
  * after an assignment are all dropped as duplicates is more than the

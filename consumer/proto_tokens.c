@@ -3,22 +3,14 @@
  * registered in one T transaction for the rows that have none, the
  * attempt recorded in one S transaction.
  */
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include "base/clock.h"
 #include "base/crash.h"
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
-#include "consumer/alive.h"
-#include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
-#include "store/pg.h"
 
 /* B: forgets the attempts and tokens of the rows @p minted (what was to
  * persist them failed). */
