@@ -74,7 +74,7 @@ typedef struct tbx__brow {
 	tbx__row_t row;
 	tbx__brow_state_t state;
 	int later; /**< its row (and joined, its tokens) is written at the
-		      end of A with the batch's others (protocol.c) */
+		      end of A with the batch's others (proto_process.c) */
 } tbx__brow_t;
 
 typedef struct tbx__batch {

@@ -23,7 +23,7 @@
  *    prepared before the handler ran (authorized then).  Returning
  *    non-zero makes SQLite roll the transaction back instead, so nothing
  *    of the batch commits; the worker then dead-letters the record
- *    without running its handler again (protocol.c).
+ *    without running its handler again (proto_record.c).
  *
  * libpq has neither.  On PostgreSQL, tbx_ctx_exec() refuses such
  * statements by their first keywords (on SQLite too, before the
@@ -226,7 +226,7 @@ tbx__guard_state_t tbx__guard_check(tbx__guard_t *guard)
 	 * comes after what is deferred), nothing is sent for the look: a
 	 * write the handler deferred (tbx_ctx_exec()) fails A later, and A
 	 * is done again with every statement waiting for its answer
-	 * (consumer/protocol.c). */
+	 * (consumer/proto_process.c). */
 	if (!(conn = tbx_outbox_native(
 		  guard->store, probe ? TBX_BACKEND_PG : TBX_BACKEND_PG_PEEK)))
 		return TBX_GUARD_OK;

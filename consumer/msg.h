@@ -52,7 +52,7 @@ struct tbx_msg {
 	int first;  /**< the first record of its partition in the batch */
 	int keep;   /**< F: stays in the batch for the next one (isolation,
 		       tbx__batch_keep()) */
-	/* A's lookups for the whole batch (protocol.c, prefetch()): -1 not
+	/* A's lookups for the whole batch (proto_process.c, prefetch()): -1 not
 	 * looked up, else 0/1. */
 	int pre_row;		/**< its outbox row existed when A began */
 	int pre_token;		/**< its token existed, asked after the row */
@@ -61,7 +61,7 @@ struct tbx_msg {
 
 struct tbx__guard;
 
-/** What a handler call gets (A, protocol.c). */
+/** What a handler call gets (A, proto_record.c). */
 struct tbx_ctx {
 	tbx_outbox_t *store;	  /**< the service store: tbx_ctx_db() */
 	struct tbx__guard *guard; /**< armed during the call: tbx_ctx_pg(),

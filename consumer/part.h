@@ -42,7 +42,7 @@ typedef struct tbx__part {
 	int64_t suspect_until; /**< from the guard; -1: not suspect */
 	int guard_unreleased;  /**< this process failed to release its own
 				    marker (a full disk): not a death */
-	/* The suspect range being isolated (protocol.c): logged when
+	/* The suspect range being isolated (proto_guard.c): logged when
 	 * it begins and when it ends, not per record. */
 	int iso_active;	      /**< a range is being isolated */
 	int64_t iso_from;     /**< its first offset seen */

@@ -25,7 +25,7 @@ enum { DR_PENDING = 0, DR_OK = 1, DR_FAILED = 2 };
  * Every other error is transient (a broker away, a leader moving, a
  * timeout, the producer restarted): it is retried without limit.  After
  * dispatch.retry.max retries of a permanent one the message is
- * dead-lettered (protocol.c).  docs/architecture.md shows this table.
+ * dead-lettered (proto_dispatch.c).  docs/architecture.md shows this table.
  */
 static const struct {
 	rd_kafka_resp_err_t err;

@@ -1,5 +1,6 @@
 /*
- * The exactly-once protocol over one batch (protocol.c, the phases in
+ * The exactly-once protocol over one batch (protocol.c and the proto_*.c
+ * of its phases, which the top of protocol.c lists; the phases in
  * docs/architecture.md): G, then A–E, then F's decision, which the caller
  * applies.  The protocol does not know the worker: the worker builds a
  * tbx__proto_t from its stores, producer, handlers, settings and stats
@@ -69,7 +70,7 @@ typedef struct tbx__proto {
 	int mismatch_stop;		/**< token.store.mismatch=stop */
 	int64_t dispatch_retry_max;	/**< dispatch.retry.max */
 	int defer_finish; /**< finish.defer, on one SQLite file: a batch's
-			     D+E commit with the next A (protocol.c) */
+			     D+E commit with the next A (proto_finish.c) */
 	/* The protocol's own state. */
 	tbx__guard_t guard;  /**< armed around each handler call */
 	unsigned rand_state; /**< the backoff's jitter */

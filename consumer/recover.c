@@ -1,7 +1,7 @@
 /*
  * Finishing outbox rows outside a worker's loop (consumer/recover.h).
  *
- * The phases B–E are the protocol's own (protocol.c), reached through
+ * The phases B–E are the protocol's own (proto_*.c), reached through
  * tbx__proto_redispatch(), as the worker's recovery pass reaches them
  * through tbx__proto_recover(): they need the stores, the group, a
  * producer and the few settings below, which this handle gives a

@@ -476,7 +476,7 @@ static void offsets_commit(tbx_worker_t *worker,
 }
 
 /*
- * finish.defer: commits the D+E that wait for a next batch (protocol.c)
+ * finish.defer: commits the D+E that wait for a next batch (proto_finish.c)
  * in a transaction of their own, then stores and commits the offsets
  * that were behind them, waiting for the commit when @p sync.  A failure
  * leaves rows and offsets waiting for the next batch or flush, and is

@@ -158,7 +158,7 @@ static const char *const migrations[] = {
     ");"
     "CREATE INDEX tbx_edge_created ON tbx_edge (created_ms);",
     /* 4 -> 5 */
-    /* Poison isolation and counts that last (consumer/protocol.c,
+    /* Poison isolation and counts that last (consumer/proto_guard.c,
      * phase_guard): lone says the A in progress covered one record and
      * no other of any partition, so that a death counts against that
      * record only; count_offset is the partition's record that the

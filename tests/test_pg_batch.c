@@ -1,6 +1,6 @@
 /*
  * A's lookups on PostgreSQL are made for the whole batch before any
- * handler runs (consumer/protocol.c, prefetch()): one row check, then one
+ * handler runs (consumer/proto_process.c, prefetch()): one row check, then one
  * token check.  An upstream re-send right behind its original, in the
  * same batch, must still join the row the original made in that A, never
  * run its handler on the strength of the batch's "no row" -- with the

@@ -7,10 +7,10 @@
  * every death.  Batches are cut every possible way: each batch holds any
  * number of the next records of each partition.
  *
- * The guard of consumer/protocol.c (phase_guard, guard_clear) is kept in
- * S per partition: the A in progress (first, last), whether it covered
- * one record and no other of any partition (lone), the suspect range, and
- * the count of lone deaths of one record.  While a partition of the batch
+ * The guard of consumer/proto_guard.c (phase_guard, tbx__guard_clear) is
+ * kept in S per partition: the A in progress (first, last), whether it
+ * covered one record and no other of any partition (lone), the suspect
+ * range, and the count of lone deaths of one record.  While a partition of the batch
  * is suspect, A takes one record of the whole batch.  A record whose lone
  * deaths reach LIMIT (retry.max) is dead-lettered without its handler.
  *

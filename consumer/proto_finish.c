@@ -1,0 +1,329 @@
+/*
+ * D, consume, and E, finish (docs/architecture.md): the batch's incoming
+ * tokens deleted in one T transaction, its finished outbox rows in one S
+ * transaction, and finish.defer, the D+E whose statements and offsets
+ * wait for the next batch's A (tbx__proto_flush() and the offsets F
+ * decided behind them).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/crash.h"
+#include "base/str.h"
+#include "consumer/proto_internal.h"
+#include "consumer/protocol.h"
+
+/*
+ * finish.defer.  On one SQLite file a batch's D+E (tbx__phase_finish()) need
+ * not commit on their own: their statements go first into the next
+ * batch's A, and the offsets F decided behind them are committed only
+ * after that A commits.  Between the two the rows are delivered and
+ * still in S, exactly the state after C.delivered, which redelivery
+ * resumes; one synced commit per batch is saved.  When no A follows soon
+ * (an empty poll, a revocation, the close), tbx__proto_flush() commits
+ * them alone.  docs/architecture.md, "Finishing with the next batch";
+ * the model's DEFER_FINISH.
+ */
+
+/* E's statements in the open transaction: joined, D's deletes of the
+ * incoming tokens @p toks first (never E before D, architecture.md), then
+ * the rows @p rows in one statement.  *deleted: tokens deleted. */
+static int finish_statements(tbx__proto_t *proto, const char **rows,
+			     size_t nrows, const char **toks, size_t ntok,
+			     uint64_t *deleted)
+{
+	int err;
+
+	*deleted = 0;
+	if (ntok && (err = tbx_tokens_consume_joined(
+			 proto->tokens, proto->group, toks, ntok, deleted)))
+		return err;
+	return tbx_outbox_rows_delete(proto->store, proto->group, rows, nrows);
+}
+
+/* The waiting D+E's statements (finish_statements()), in the open
+ * transaction.  *deleted: tokens deleted. */
+int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted)
+{
+	const char **ids, **toks;
+	size_t ntok = 0;
+	int err;
+
+	*deleted = 0;
+	if (proto->e_cnt == 0)
+		return TBX_OK;
+	ids = malloc(proto->e_cnt * sizeof(*ids));
+	toks = malloc(proto->e_cnt * sizeof(*toks));
+	if (!ids || !toks) {
+		free(ids);
+		free(toks);
+		return TBX_ENOMEM;
+	}
+	for (size_t i = 0; i < proto->e_cnt; i++) {
+		ids[i] = proto->e_rows[i].msg_id;
+		if (proto->e_rows[i].in_token[0])
+			toks[ntok++] = proto->e_rows[i].in_token;
+	}
+	err = finish_statements(proto, ids, proto->e_cnt, toks, ntok, deleted);
+	free(ids);
+	free(toks);
+	return err;
+}
+
+/* The waiting D+E committed: their offsets are ready. */
+void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted)
+{
+	if (proto->e_cnt == 0)
+		return;
+	proto->stats->tokens_consumed += deleted;
+	proto->e_cnt = 0;
+	for (size_t i = 0; i < proto->e_off_cnt; i++) {
+		tbx__e_offset_t *o = &proto->e_offs[i];
+		if (o->waiting > o->ready)
+			o->ready = o->waiting;
+		o->waiting = 0;
+	}
+}
+
+/* The waiting-offset slot of @p part, made when @p create. */
+tbx__e_offset_t *tbx__e_offset(tbx__proto_t *proto, const tbx__part_t *part,
+			       int create)
+{
+	for (size_t i = 0; i < proto->e_off_cnt; i++)
+		if (proto->e_offs[i].partition == part->partition &&
+		    strcmp(proto->e_offs[i].topic, part->topic) == 0)
+			return &proto->e_offs[i];
+	if (!create)
+		return NULL;
+	if (proto->e_off_cnt == proto->e_off_cap) {
+		size_t cap = proto->e_off_cap ? proto->e_off_cap * 2 : 8;
+		tbx__e_offset_t *grown =
+		    realloc(proto->e_offs, cap * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		proto->e_offs = grown;
+		proto->e_off_cap = cap;
+	}
+	tbx__e_offset_t *o = &proto->e_offs[proto->e_off_cnt++];
+	memset(o, 0, sizeof(*o));
+	tbx__strlcpy(o->topic, part->topic, sizeof(o->topic));
+	o->partition = part->partition;
+	return o;
+}
+
+/* Does an offset of @p part wait for an E? */
+int tbx__e_waits(tbx__proto_t *proto, const tbx__part_t *part)
+{
+	const tbx__e_offset_t *o = tbx__e_offset(proto, part, 0);
+	return o && o->waiting;
+}
+
+int tbx__proto_flush(tbx__proto_t *proto)
+{
+	uint64_t deleted = 0;
+	int err;
+
+	if (proto->e_cnt == 0)
+		return TBX_OK;
+	if ((err = tbx_outbox_begin(proto->store)))
+		return err;
+	if ((err = tbx__e_statements(proto, &deleted)) ||
+	    (err = tbx_outbox_commit(proto->store))) {
+		tbx_outbox_rollback(proto->store);
+		return err;
+	}
+	tbx__e_committed(proto, deleted);
+	tbx__crashpoint("E.deleted");
+	return TBX_OK;
+}
+
+size_t tbx__proto_waiting(const tbx__proto_t *proto)
+{
+	return proto->e_cnt;
+}
+
+void tbx__proto_take_ready(tbx__proto_t *proto,
+			   rd_kafka_topic_partition_list_t *offsets)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < proto->e_off_cnt; i++) {
+		tbx__e_offset_t *o = &proto->e_offs[i];
+
+		if (o->ready) {
+			rd_kafka_topic_partition_t *tp =
+			    rd_kafka_topic_partition_list_find(
+				offsets, o->topic, o->partition);
+			if (!tp) {
+				tp = rd_kafka_topic_partition_list_add(
+				    offsets, o->topic, o->partition);
+				tp->offset = o->ready;
+			} else if (tp->offset < o->ready) {
+				tp->offset = o->ready;
+			}
+			o->ready = 0;
+		}
+		if (o->waiting)
+			proto->e_offs[kept++] = *o;
+	}
+	proto->e_off_cnt = kept;
+}
+
+void tbx__proto_forget(tbx__proto_t *proto,
+		       const rd_kafka_topic_partition_list_t *parts)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < proto->e_off_cnt; i++) {
+		const tbx__e_offset_t *o = &proto->e_offs[i];
+		if (!rd_kafka_topic_partition_list_find(parts, o->topic,
+							o->partition))
+			proto->e_offs[kept++] = *o;
+	}
+	proto->e_off_cnt = kept;
+}
+
+void tbx__proto_free(tbx__proto_t *proto)
+{
+	free(proto->e_rows);
+	free(proto->e_offs);
+	proto->e_rows = NULL;
+	proto->e_offs = NULL;
+	proto->e_cnt = proto->e_cap = proto->e_off_cnt = proto->e_off_cap = 0;
+}
+
+/* E deferred: the batch's delivered rows wait for the next A; *nrows
+ * receives how many.  @returns TBX_OK, or TBX_ENOMEM (nothing waits: E
+ * runs now). */
+static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch,
+		   size_t *nrows)
+{
+	*nrows = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		*nrows += batch->rows[i].state == TBX_BROW_DELIVERED;
+	if (proto->e_cnt + *nrows > proto->e_cap) {
+		size_t cap = proto->e_cap ? proto->e_cap : 64;
+		while (cap < proto->e_cnt + *nrows)
+			cap *= 2;
+		tbx__e_row_t *grown =
+		    realloc(proto->e_rows, cap * sizeof(*grown));
+		if (!grown)
+			return TBX_ENOMEM;
+		proto->e_rows = grown;
+		proto->e_cap = cap;
+	}
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__brow_t *brow = &batch->rows[i];
+		tbx__e_row_t *e;
+
+		if (brow->state != TBX_BROW_DELIVERED)
+			continue;
+		e = &proto->e_rows[proto->e_cnt++];
+		tbx__strlcpy(e->msg_id, brow->row.msg_id, sizeof(e->msg_id));
+		tbx__strlcpy(e->in_token, brow->row.in_token,
+			     sizeof(e->in_token));
+	}
+	return TBX_OK;
+}
+
+/* The incoming tokens of the delivered rows (a row's in_token is its
+ * record's token; copies in the batch share it), into a malloc'ed array. */
+static int delivered_tokens(const tbx__batch_t *batch, const char ***ids,
+			    size_t *cnt)
+{
+	*cnt = 0;
+	if (!(*ids =
+		  calloc(batch->row_cnt ? batch->row_cnt : 1, sizeof(**ids))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__brow_t *brow = &batch->rows[i];
+		if (brow->state == TBX_BROW_DELIVERED && brow->row.in_token[0])
+			(*ids)[(*cnt)++] = brow->row.in_token;
+	}
+	return TBX_OK;
+}
+
+/* D: consume the incoming tokens of the delivered rows, one T
+ * transaction.  Joined, D is part of E's transaction instead. */
+int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	const char **ids;
+	size_t cnt;
+	uint64_t deleted = 0;
+	int err;
+
+	if (proto->joined)
+		return TBX_OK;
+	if ((err = delivered_tokens(batch, &ids, &cnt)))
+		return err;
+	err = cnt ? tbx_tokens_consume(proto->tokens, proto->group, ids, cnt,
+				       &deleted)
+		  : TBX_OK;
+	free(ids);
+	if (err)
+		return err;
+	proto->stats->tokens_consumed += deleted;
+	tbx__crashpoint("D.consumed");
+	return TBX_OK;
+}
+
+/* The batch's delivered rows are finished (E deleted them, or they wait
+ * for the next A). */
+static void rows_finished(tbx__batch_t *batch)
+{
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
+}
+
+/* E: delete finished rows, one S transaction.  Never before D (see
+ * architecture.md); joined, D's deletes go first in this transaction and
+ * commit with it.  With @p defer (finish.defer), they wait for the next A
+ * instead (e_defer()): the rows count as finished for F, whose offsets
+ * for them wait as well. */
+int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
+{
+	const char **ids = NULL, **rows;
+	size_t cnt = 0, nrows = 0;
+	uint64_t deleted = 0;
+	int err;
+
+	if (defer && e_defer(proto, batch, &nrows) == TBX_OK) {
+		if (nrows == 0)
+			return TBX_OK;
+		rows_finished(batch);
+		proto->e_deferred = 1;
+		tbx__crashpoint("E.deferred");
+		return TBX_OK;
+	}
+	if (!(rows = malloc((batch->row_cnt ? batch->row_cnt : 1) *
+			    sizeof(*rows))))
+		return TBX_ENOMEM;
+	nrows = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			rows[nrows++] = batch->rows[i].row.msg_id;
+	if (nrows == 0) {
+		free(rows);
+		return TBX_OK;
+	}
+	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
+		goto out;
+	if ((err = tbx_outbox_begin(proto->store)))
+		goto out;
+	if ((err = finish_statements(proto, rows, nrows, ids, cnt, &deleted)) ||
+	    (err = tbx_outbox_commit(proto->store)))
+		goto undo;
+	proto->stats->tokens_consumed += deleted;
+	rows_finished(batch);
+	free(ids);
+	free(rows);
+	tbx__crashpoint("E.deleted");
+	return TBX_OK;
+undo:
+	tbx_outbox_rollback(proto->store);
+out:
+	free(ids);
+	free(rows);
+	return err;
+}

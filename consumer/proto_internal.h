@@ -1,0 +1,62 @@
+/*
+ * The protocol's functions shared between its files (protocol.c and
+ * the consumer/proto_*.c of each phase), internal to tokenbox: not
+ * in include/tokenbox/tokenbox.map, so never exported.
+ *
+ * @locality the worker's thread.
+ */
+#ifndef TBX_CONSUMER_PROTO_INTERNAL_H
+#define TBX_CONSUMER_PROTO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer/protocol.h"
+
+/* The most of a dead letter's tbx-dlq-error header. */
+#define DLQ_REASON_MAX 1024
+
+/* protocol.c */
+int tbx__alarm_commit(tbx__proto_t *proto, const char *name,
+		      const char *detail);
+
+/* proto_record.c */
+int64_t tbx__backoff_ms(tbx__proto_t *proto, int attempt);
+void tbx__dlq_topic_of(const tbx__proto_t *proto, const char *topic,
+		       char dlq_topic[TBX_TOPIC_MAX + 1]);
+size_t tbx__wire_size(size_t key_len, size_t payload_len,
+		      const tbx_header_t *hdrs, size_t cnt, const char *type);
+void tbx__dlq_reason_fit(const tbx__proto_t *proto, tbx_header_t *hdr,
+			 size_t others, char *buf, size_t buf_size);
+int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
+		     struct tbx_msg *msg);
+
+/* proto_guard.c */
+int tbx__first_of_part(const tbx__batch_t *batch, size_t i);
+void tbx__isolation_count(const tbx__batch_t *batch);
+int tbx__guard_clear(tbx__proto_t *proto, tbx__batch_t *batch);
+void tbx__guard_release(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_process.c */
+int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_finish.c */
+int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted);
+void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted);
+tbx__e_offset_t *tbx__e_offset(tbx__proto_t *proto, const tbx__part_t *part,
+			       int create);
+int tbx__e_waits(tbx__proto_t *proto, const tbx__part_t *part);
+int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch);
+int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer);
+
+/* proto_tokens.c */
+int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_dispatch.c */
+int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_commit.c */
+int tbx__row_done(const tbx__brow_t *brow);
+void tbx__phase_commit(tbx__proto_t *proto, tbx__batch_t *batch);
+
+#endif
