@@ -140,6 +140,9 @@ static pid_t start_worker(const char *role, const char *log, const char *prom)
 {
 	char group[64], boot[1100], plugin[600], args[64], store[700],
 	    tokens[700], endpoint[128], textfile[700];
+	/* otel.exporter.otlp.timeout: an export to the frozen Jaeger hangs
+	 * until it is killed; nothing but the queue's bound keeps a worker
+	 * going meanwhile. */
 	const char *settings[] = {group,
 				  boot,
 				  plugin,
@@ -151,6 +154,7 @@ static pid_t start_worker(const char *role, const char *log, const char *prom)
 				  "metrics.interval.ms=200",
 				  "otel.bsp.schedule.delay=100",
 				  "otel.bsp.max.queue.size=64",
+				  "otel.exporter.otlp.timeout=600000",
 				  "kafka.consumer.session.timeout.ms=6000",
 				  "kafka.consumer.heartbeat.interval.ms=300",
 				  "kafka.consumer.fetch.wait.max.ms=10",
@@ -457,8 +461,9 @@ Test(otel_kill, a_collector_frozen_then_killed_mid_run_never_stops_a_worker,
 	cr_expect(tt_wait_log(w.order_log, "otel: tracing on", 1000));
 
 	/* Frozen: connections are accepted by the kernel and never
-	 * answered.  The export in flight waits out its timeout, the queue
-	 * fills, and further spans are dropped, not waited for. */
+	 * answered.  The export in flight hangs (its timeout is longer than
+	 * the test), the queue fills, and further spans are dropped, not
+	 * waited for. */
 	cr_assert(kill(jaeger_pid(), SIGSTOP) == 0);
 	frozen_at = w.sent;
 	dropped = order_metric("tokenbox_spans_dropped_total");
