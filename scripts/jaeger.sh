@@ -13,7 +13,7 @@ JAEGER_VERSION=${TBX_JAEGER_VERSION:-1.76.0}
 prog=scripts/jaeger.sh
 usage() {
 	cat <<EOF
-usage: $prog start [--dir DIR] [--port-base P]
+usage: $prog start [--dir DIR] [--port-base P] [--ui DIR]
        $prog stop [--dir DIR]
        $prog status [--dir DIR]
        $prog build
@@ -37,8 +37,15 @@ Jaeger $JAEGER_VERSION (v2) on 127.0.0.1, spans kept in memory.
   --port-base P   OTLP/HTTP receiver on P, the query API and UI
                   (http://127.0.0.1:P+1/) on P+1, its gRPC query API on
                   P+2 (default 39800)
+  --ui DIR        start: serve the Jaeger UI from DIR, a built jaeger-ui
+                  (the directory with its index.html).  Jaeger built
+                  from the Go module proxy has no UI of its own (its
+                  release builds embed one from the jaeger-ui
+                  repository): without --ui the query API answers and the
+                  UI's pages are a placeholder.
 
 Environment: TBX_JAEGER_VERSION (default $JAEGER_VERSION),
+TBX_JAEGER_UI (the default of --ui),
 TBX_JAEGER_PORT_BASE (the default of --port-base), TBX_GO (the go
 command; default: go on PATH, else /usr/local/go/bin/go),
 TBX_JAEGER_START_TIMEOUT (seconds, default 60), XDG_CACHE_HOME (the
@@ -61,10 +68,12 @@ cmd=${1:-}
 shift
 dir=/tmp/tokenbox-jaeger
 port_base=${TBX_JAEGER_PORT_BASE:-39800}
+ui=${TBX_JAEGER_UI:-}
 while (($#)); do
 	case $1 in
 	--dir) dir=${2:-} && shift 2 ;;
 	--port-base) port_base=${2:-} && shift 2 ;;
+	--ui) ui=${2:-} && shift 2 ;;
 	-h | --help)
 		usage
 		exit 0
@@ -124,6 +133,12 @@ alive() {
 }
 
 write_config() {
+	local ui_conf=
+	if [[ -n $ui ]]; then
+		ui_conf="
+    ui:
+      assets_path: '$ui'"
+	fi
 	cat >"$dir/config.yaml" <<EOF
 # Written by $prog: Jaeger on loopback, spans in memory.
 service:
@@ -147,7 +162,7 @@ extensions:
     storage:
       traces: memstore
     http:
-      endpoint: 127.0.0.1:$query_port
+      endpoint: 127.0.0.1:$query_port$ui_conf
     grpc:
       endpoint: 127.0.0.1:$query_grpc_port
   jaeger_storage:
@@ -206,6 +221,11 @@ start)
 	command -v curl >/dev/null 2>&1 ||
 		die "curl not found (Debian: apt-get install curl)"
 	build
+	if [[ -n $ui ]]; then
+		[[ -f $ui/index.html ]] ||
+			die "--ui: $ui has no index.html (want a built jaeger-ui)"
+		ui=$(cd "$ui" && pwd)
+	fi
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	alive && die "Jaeger in $dir runs already (pid $(cat "$dir/pid")); $prog stop --dir $dir"

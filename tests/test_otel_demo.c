@@ -13,67 +13,17 @@
  */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include "cli_child.h"
+#include "jaeger_query.h"
 #include "support.h"
-#include "trace/otlp_json.h"
 
 #define DEMO_TIMEOUT_MS 300000
 #define ORDERS		300
-
-static size_t on_body(char *p, size_t size, size_t n, void *opaque)
-{
-	tbx__jbuf_t *b = opaque;
-	char *q = realloc(b->p, b->len + size * n + 1);
-
-	cr_assert(q);
-	b->p = q;
-	memcpy(b->p + b->len, p, size * n);
-	b->len += size * n;
-	b->p[b->len] = '\0';
-	return size * n;
-}
-
-static char *get(const char *url)
-{
-	CURL *c = curl_easy_init();
-	tbx__jbuf_t b = {0};
-	long status = 0;
-
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(c);
-	if (status != 200) {
-		free(b.p);
-		return NULL;
-	}
-	return b.p;
-}
-
-static void query_base(char *out, size_t size)
-{
-	const char *q = getenv("TBX_JAEGER_QUERY");
-	const char *otlp = getenv("TBX_JAEGER_OTLP"), *colon;
-
-	if (q && *q) {
-		snprintf(out, size, "%s", q);
-		return;
-	}
-	colon = strrchr(otlp, ':');
-	cr_assert(colon, "TBX_JAEGER_OTLP has no port: %s", otlp);
-	snprintf(out, size, "%.*s:%d", (int)(colon - otlp), otlp,
-		 atoi(colon + 1) + 1);
-}
 
 static long long now_us(void)
 {
@@ -237,14 +187,14 @@ Test(otel_demo, sampled_orders_are_one_trace_through_both_hops, .timeout = 900)
 	setenv("OTEL_TRACES_SAMPLER_ARG", "0.5", 1);
 	demo_exactly_once();
 
-	query_base(base, sizeof(base));
+	tt_jaeger_query_base(base, sizeof(base));
 	snprintf(url, sizeof(url),
 		 "%s/api/traces?service=publisher&start=%lld&limit=100000",
 		 base, since);
 	/* Jaeger stores what it received a moment later: asked until every
 	 * sampled order's trace is whole. */
 	for (int i = 0; i < 600 * tt_time_factor(); i++) {
-		char *body = get(url);
+		char *body = tt_jaeger_get(url, 30000L);
 		cJSON *doc = body ? cJSON_Parse(body) : NULL;
 
 		free(body);

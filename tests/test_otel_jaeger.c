@@ -10,12 +10,12 @@
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "jaeger_query.h"
 #include "support.h"
 #include "tokenbox/tokenbox.h"
 #include "trace/export.h"
@@ -50,56 +50,6 @@ static tbx__exporter_t *exporter_for(const char *service)
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
 		  err);
 	return e;
-}
-
-static size_t on_body(char *p, size_t size, size_t n, void *opaque)
-{
-	tbx__jbuf_t *b = opaque;
-	char *q = realloc(b->p, b->len + size * n + 1);
-
-	cr_assert(q);
-	b->p = q;
-	memcpy(b->p + b->len, p, size * n);
-	b->len += size * n;
-	b->p[b->len] = '\0';
-	return size * n;
-}
-
-/* GET @p url: the body, or NULL when not 200. */
-static char *get(const char *url)
-{
-	CURL *c = curl_easy_init();
-	tbx__jbuf_t b = {0};
-	long status = 0;
-
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(c);
-	if (status != 200) {
-		free(b.p);
-		return NULL;
-	}
-	return b.p;
-}
-
-static void query_base(char *out, size_t size)
-{
-	const char *q = getenv("TBX_JAEGER_QUERY");
-	const char *otlp = getenv("TBX_JAEGER_OTLP"), *colon;
-
-	if (q && *q) {
-		snprintf(out, size, "%s", q);
-		return;
-	}
-	colon = strrchr(otlp, ':');
-	cr_assert(colon, "TBX_JAEGER_OTLP has no port: %s", otlp);
-	snprintf(out, size, "%.*s:%d", (int)(colon - otlp), otlp,
-		 atoi(colon + 1) + 1);
 }
 
 static cJSON *span_named(cJSON *spans, const char *name)
@@ -216,11 +166,11 @@ Test(otel_jaeger, one_trace_across_two_services_reads_back_parent_to_child,
 	tbx__hex(a.trace_id, 16, hex);
 	tbx__hex(a.span_id, 8, a_hex);
 	tbx__hex(b.span_id, 8, b_hex);
-	query_base(base, sizeof(base));
+	tt_jaeger_query_base(base, sizeof(base));
 	snprintf(url, sizeof(url), "%s/api/traces/%s", base, hex);
 	/* Jaeger batches what it receives: poll until all three are in. */
 	for (int i = 0; i < 300 * tt_time_factor(); i++) {
-		char *body = get(url);
+		char *body = tt_jaeger_get(url, 10000L);
 		cJSON_Delete(doc);
 		doc = body ? cJSON_Parse(body) : NULL;
 		free(body);

@@ -299,7 +299,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *opaque)
 	return len;
 }
 
-/* Aborts a request in flight once the shutdown's flush is over. */
+static void warn_drops(tbx__exporter_t *e);
+
+/* Called by libcurl about once a second while a request is in flight:
+ * says the spans dropped meanwhile, and aborts the request once the
+ * shutdown's flush is over. */
 static int on_progress(void *opaque, curl_off_t dt, curl_off_t dn,
 		       curl_off_t ut, curl_off_t un)
 {
@@ -307,6 +311,7 @@ static int on_progress(void *opaque, curl_off_t dt, curl_off_t dn,
 	int64_t deadline;
 
 	(void)dt, (void)dn, (void)ut, (void)un;
+	warn_drops(e);
 	pthread_mutex_lock(&e->lock);
 	deadline = e->stop ? e->deadline_ms : 0;
 	pthread_mutex_unlock(&e->lock);
@@ -329,6 +334,18 @@ static void warn_rate(warn_gate_t *g, uint64_t now_count, const char *what,
 		 TBX_EXPORT_WARN_MS / 1000);
 	g->logged = now_count;
 	g->last_ms = now;
+}
+
+/* Spans dropped on a full queue, said at WARN (rate-limited).  Called
+ * by the thread between requests and during one, from the progress
+ * callback: a request that hangs is what fills the queue, and the drops
+ * are said while it hangs, not once it ends. */
+static void warn_drops(tbx__exporter_t *e)
+{
+	warn_rate(&e->warn_drop, atomic_load(&e->dropped),
+		  "dropped, the export queue being full",
+		  "the collector is slower than the spans come "
+		  "(OTEL_BSP_MAX_QUEUE_SIZE)");
 }
 
 /* The number of spans the collector refused, from an OTLP
@@ -442,10 +459,7 @@ static void *export_main(void *arg)
 		e->queued = 0;
 		pthread_mutex_unlock(&e->lock);
 
-		warn_rate(&e->warn_drop, atomic_load(&e->dropped),
-			  "dropped, the export queue being full",
-			  "the collector is slower than the spans come "
-			  "(OTEL_BSP_MAX_QUEUE_SIZE)");
+		warn_drops(e);
 		while (list) {
 			size_t n = 0;
 			while (list && n < e->conf.batch_max) {
