@@ -453,16 +453,19 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	size_t pos = 0;
 	tbx__trace_ctx_t ctx;
 	uint8_t parent[TBX_SPAN_ID_SIZE];
-	int has_ctx = 0, has_parent = 0, is_root = 0;
+	tbx_header_t tp = {0};
+	int has_parent = 0, is_root = 0;
 	char name[TBX_TOPIC_MAX + 16];
 	tbx__span_t *span;
 
 	if (!t || !blob)
 		return NULL;
+	/* The traceparent is parsed only when the parent header is there:
+	 * tbx__trace_out writes that one for sampled messages alone, and
+	 * most messages are not sampled at a ratio. */
 	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
-		if (strcmp(h.name, "traceparent") == 0 && h.value &&
-		    tbx__traceparent_parse(h.value, h.len, &ctx) == 0)
-			has_ctx = 1;
+		if (strcmp(h.name, "traceparent") == 0 && h.value)
+			tp = h;
 		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value) {
 			if (h.len == 0)
 				is_root = 1;
@@ -471,7 +474,8 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				has_parent = 1;
 		}
 	}
-	if (!has_ctx || !(has_parent || is_root) ||
+	if (!(has_parent || is_root) || !tp.value ||
+	    tbx__traceparent_parse(tp.value, tp.len, &ctx) != 0 ||
 	    !(ctx.flags & TBX_TRACE_FLAG_SAMPLED))
 		return NULL;
 	snprintf(name, sizeof(name), "send %s", topic);

@@ -215,7 +215,13 @@ static void i64str_close(tbx__jbuf_t *b, int64_t v)
 static void attr_json(tbx__jbuf_t *b, const tbx__attr_t *at)
 {
 	puts_(b, "{\"key\":");
-	cstr(b, at->key);
+	if (at->key_static) { /* a literal of ours: nothing to escape */
+		put(b, "\"", 1);
+		puts_(b, at->key);
+		put(b, "\"", 1);
+	} else {
+		cstr(b, at->key);
+	}
 	switch (at->type) {
 	case TBX_ATTR_STRING:
 		puts_(b, ",\"value\":{\"stringValue\":");

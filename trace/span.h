@@ -130,7 +130,8 @@ void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
 void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val);
 void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val);
 /** As tbx__attrs_str() and tbx__attrs_int(), @p key not copied: it
- *  must outlive the attributes (a string literal).  A span's attributes
+ *  must outlive the attributes (a string literal) and be printable ASCII
+ *  without '"' or '\\' (the encoder writes it as it is).  A span's attributes
  *  are set per record: the copy of each key was a third of the cost of
  *  building a span. */
 void tbx__attrs_str_static(tbx__attrs_t *a, const char *key, const char *val,
