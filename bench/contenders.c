@@ -48,6 +48,8 @@
 #include <uuid/uuid.h>
 
 #include "bench/bench.h"
+#include "consumer/tracing.h"
+#include "consumer/worker.h"
 #include "store/pg.h"
 #include "tokenbox/tokenbox.h"
 #include "tools/cli.h"
@@ -86,6 +88,10 @@ typedef struct result {
 	long long store_bytes;
 	bench_io_counts_t io_start, io_end;
 	bench_pq_counts_t pq_start, pq_end;
+	/* tokenbox with tracing on (OTEL_* in the environment): its
+	 * exporter's counters once the queue is empty after the run. */
+	int traced;
+	tbx__exporter_stats_t spans;
 	sample_t samples[64];
 	int sample_cnt;
 } result_t;
@@ -1256,6 +1262,24 @@ out:
 	return rc;
 }
 
+/* With tracing on, waits (up to 10 s, outside the measured time) until
+ * the exporter holds no span, then keeps its counters: the spans of the
+ * run exported, dropped on a full queue, or lost in failed exports. */
+static void spans_settle(tbx_worker_t *w, result_t *r)
+{
+	tbx__tracer_t *t = w->batch.tracer;
+
+	if (!t)
+		return;
+	r->traced = 1;
+	for (int i = 0; i < 1000; i++) {
+		tbx__tracer_stats(t, &r->spans, NULL);
+		if (!r->spans.held)
+			break;
+		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+	}
+}
+
 static int run_tokenbox(const opts_t *o, result_t *r)
 {
 	tbx_conf_t *conf = tbx_conf_new();
@@ -1326,6 +1350,7 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	r->t_end = bench_now_ns();
 	bench_countvfs_get(&r->io_end);
 	tbx_worker_close(w);
+	spans_settle(w, r);
 	r->dedup_rows = dedup_rows(o, db, tdb);
 	r->downstream_tokens = query_int(
 	    tdb, "SELECT COUNT(*) FROM tbx_tokens WHERE grp <> ?", o->group);
@@ -1372,6 +1397,17 @@ static void print_result(const opts_t *o, const result_t *r)
 	cJSON_AddNumberToObject(j, "downstream_tokens",
 				(double)r->downstream_tokens);
 	cJSON_AddNumberToObject(j, "store_bytes", (double)r->store_bytes);
+	if (r->traced) {
+		cJSON_AddNumberToObject(j, "spans_enqueued",
+					(double)r->spans.enqueued);
+		cJSON_AddNumberToObject(j, "spans_exported",
+					(double)r->spans.exported);
+		cJSON_AddNumberToObject(j, "spans_dropped",
+					(double)r->spans.dropped);
+		cJSON_AddNumberToObject(j, "spans_failed",
+					(double)r->spans.failed);
+		cJSON_AddNumberToObject(j, "spans_held", (double)r->spans.held);
+	}
 	for (int i = 0; i < r->sample_cnt; i++) {
 		cJSON *s = cJSON_CreateArray();
 		cJSON_AddItemToArray(

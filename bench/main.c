@@ -538,7 +538,11 @@ static tbx_publisher_t *publisher(const run_t *r)
 	     tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err))) ||
 	    tbx_conf_set(conf, "kafka.compression.type", "lz4", err,
 			 sizeof(err)) ||
-	    tbx_conf_set(conf, "log.level", "warning", err, sizeof(err)))
+	    tbx_conf_set(conf, "log.level", "warning", err, sizeof(err)) ||
+	    /* The driver never traces: with OTEL_* set (bench/run
+	     * --tracing), only the contender's worker does, starting each
+	     * record's trace, its sampler deciding. */
+	    tbx_conf_set(conf, "otel.sdk.disabled", "true", err, sizeof(err)))
 		fail("publisher conf: %s", err);
 	if (!(pub = tbx_publisher_new(conf, err, sizeof(err))))
 		fail("publisher: %s", err);
@@ -715,6 +719,13 @@ static tp_t throughput_run(const run_t *r)
 	t.dedup_rows = (long long)jnum(j, "dedup_rows");
 	t.downstream = (long long)jnum(j, "downstream_tokens");
 	t.store_bytes = (long long)jnum(j, "store_bytes");
+	/* tokenbox with tracing on (OTEL_* in the environment). */
+	if (cJSON_GetObjectItem(j, "spans_enqueued"))
+		progress("%-9s spans: %.0f enqueued, %.0f exported, %.0f "
+			 "dropped (queue full), %.0f failed, %.0f held\n",
+			 kinds[r->kind], jnum(j, "spans_enqueued"),
+			 jnum(j, "spans_exported"), jnum(j, "spans_dropped"),
+			 jnum(j, "spans_failed"), jnum(j, "spans_held"));
 	cJSON_Delete(j);
 	if (cfg.store_url)
 		progress("%-13s %8.0f msg/s  %.3f round trips/record  (%s, %ld "

@@ -227,26 +227,28 @@ static void msg_attrs(tbx__attrs_t *a, const tbx__tracer_t *t,
 	const void *key;
 	size_t key_len;
 
-	tbx__attrs_str(a, "messaging.system", "kafka", 5);
-	tbx__attrs_str(a, "messaging.operation.type", "process", 7);
-	tbx__attrs_str(a, "messaging.operation.name", "process", 7);
-	tbx__attrs_str(a, "messaging.destination.name", msg->topic,
-		       strlen(msg->topic));
+	tbx__attrs_str_static(a, "messaging.system", "kafka", 5);
+	tbx__attrs_str_static(a, "messaging.operation.type", "process", 7);
+	tbx__attrs_str_static(a, "messaging.operation.name", "process", 7);
+	tbx__attrs_str_static(a, "messaging.destination.name", msg->topic,
+			      strlen(msg->topic));
 	snprintf(part, sizeof(part), "%" PRId32, msg->rkm->partition);
-	tbx__attrs_str(a, "messaging.destination.partition.id", part,
-		       strlen(part));
-	tbx__attrs_int(a, "messaging.kafka.offset", msg->rkm->offset);
+	tbx__attrs_str_static(a, "messaging.destination.partition.id", part,
+			      strlen(part));
+	tbx__attrs_int_static(a, "messaging.kafka.offset", msg->rkm->offset);
 	key = tbx_msg_key(msg, &key_len);
 	if (key)
-		tbx__attrs_str(a, "messaging.kafka.message.key", key, key_len);
+		tbx__attrs_str_static(a, "messaging.kafka.message.key", key,
+				      key_len);
 	if (t->group[0])
-		tbx__attrs_str(a, "messaging.consumer.group.name", t->group,
-			       strlen(t->group));
-	tbx__attrs_str(a, "messaging.message.id", msg->id, strlen(msg->id));
+		tbx__attrs_str_static(a, "messaging.consumer.group.name",
+				      t->group, strlen(t->group));
+	tbx__attrs_str_static(a, "messaging.message.id", msg->id,
+			      strlen(msg->id));
 	if (msg->has_type)
-		tbx__attrs_str(a, "tokenbox.type", msg->type,
-			       strlen(msg->type));
-	tbx__attrs_int(a, "tokenbox.attempt", msg->attempt);
+		tbx__attrs_str_static(a, "tokenbox.type", msg->type,
+				      strlen(msg->type));
+	tbx__attrs_int_static(a, "tokenbox.attempt", msg->attempt);
 }
 
 static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
@@ -258,9 +260,9 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 		tbx__span_add_event(span, "resumed", now);
 	if (tr->dead_letter) {
 		if ((ev = tbx__span_add_event(span, "dead-lettered", now)))
-			tbx__attrs_str(&ev->attrs, "tokenbox.reason",
-				       tr->dead_letter,
-				       strlen(tr->dead_letter));
+			tbx__attrs_str_static(&ev->attrs, "tokenbox.reason",
+					      tr->dead_letter,
+					      strlen(tr->dead_letter));
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     tr->dead_letter);
 		return;
@@ -271,8 +273,8 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 			 tbx__span_add_event(span, "duplicate dropped", now))) {
 			const char *why =
 			    tr->dropped ? tr->dropped : "duplicate";
-			tbx__attrs_str(&ev->attrs, "tokenbox.reason", why,
-				       strlen(why));
+			tbx__attrs_str_static(&ev->attrs, "tokenbox.reason",
+					      why, strlen(why));
 		}
 		tbx__span_set_status(span, TBX_SPAN_STATUS_OK, NULL);
 		break;
@@ -280,9 +282,9 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 		if (tr->dropped) {
 			if ((ev = tbx__span_add_event(span, "duplicate dropped",
 						      now)))
-				tbx__attrs_str(&ev->attrs, "tokenbox.reason",
-					       tr->dropped,
-					       strlen(tr->dropped));
+				tbx__attrs_str_static(
+				    &ev->attrs, "tokenbox.reason", tr->dropped,
+				    strlen(tr->dropped));
 		} else if (!tr->resumed) {
 			tbx__span_add_event(span, "processed", now);
 		}
@@ -291,8 +293,8 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 	case TBX_MS_BLOCKED:
 		if ((ev = tbx__span_add_event(span, "retried", now)) &&
 		    tr->backoff_ms > 0)
-			tbx__attrs_int(&ev->attrs, "tokenbox.backoff_ms",
-				       tr->backoff_ms);
+			tbx__attrs_int_static(&ev->attrs, "tokenbox.backoff_ms",
+					      tr->backoff_ms);
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     "the handler asked to retry, or a phase "
 				     "failed: the record comes again");
@@ -324,9 +326,10 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 			tbx__span_set_tracestate(span, tr->tracestate);
 			msg_attrs(&span->attrs, t, msg);
 			if (tr->handler_ns)
-				tbx__attrs_int(&span->attrs,
-					       "tokenbox.handler.duration_ns",
-					       (int64_t)tr->handler_ns);
+				tbx__attrs_int_static(
+				    &span->attrs,
+				    "tokenbox.handler.duration_ns",
+				    (int64_t)tr->handler_ns);
 			outcome(span, msg, now);
 			span->end_ns = now;
 			tbx__exporter_enqueue(t->exp, span);
@@ -450,16 +453,19 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	size_t pos = 0;
 	tbx__trace_ctx_t ctx;
 	uint8_t parent[TBX_SPAN_ID_SIZE];
-	int has_ctx = 0, has_parent = 0, is_root = 0;
+	tbx_header_t tp = {0};
+	int has_parent = 0, is_root = 0;
 	char name[TBX_TOPIC_MAX + 16];
 	tbx__span_t *span;
 
 	if (!t || !blob)
 		return NULL;
+	/* The traceparent is parsed only when the parent header is there:
+	 * tbx__trace_out writes that one for sampled messages alone, and
+	 * most messages are not sampled at a ratio. */
 	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
-		if (strcmp(h.name, "traceparent") == 0 && h.value &&
-		    tbx__traceparent_parse(h.value, h.len, &ctx) == 0)
-			has_ctx = 1;
+		if (strcmp(h.name, "traceparent") == 0 && h.value)
+			tp = h;
 		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value) {
 			if (h.len == 0)
 				is_root = 1;
@@ -468,21 +474,24 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				has_parent = 1;
 		}
 	}
-	if (!has_ctx || !(has_parent || is_root) ||
+	if (!(has_parent || is_root) || !tp.value ||
+	    tbx__traceparent_parse(tp.value, tp.len, &ctx) != 0 ||
 	    !(ctx.flags & TBX_TRACE_FLAG_SAMPLED))
 		return NULL;
 	snprintf(name, sizeof(name), "send %s", topic);
 	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx,
 				   has_parent ? parent : NULL, tbx__now_ns())))
 		return NULL;
-	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
-	tbx__attrs_str(&span->attrs, "messaging.operation.type", "send", 4);
-	tbx__attrs_str(&span->attrs, "messaging.operation.name", "send", 4);
-	tbx__attrs_str(&span->attrs, "messaging.destination.name", topic,
-		       strlen(topic));
+	tbx__attrs_str_static(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_str_static(&span->attrs, "messaging.operation.type", "send",
+			      4);
+	tbx__attrs_str_static(&span->attrs, "messaging.operation.name", "send",
+			      4);
+	tbx__attrs_str_static(&span->attrs, "messaging.destination.name", topic,
+			      strlen(topic));
 	if (msg_id)
-		tbx__attrs_str(&span->attrs, "messaging.message.id", msg_id,
-			       strlen(msg_id));
+		tbx__attrs_str_static(&span->attrs, "messaging.message.id",
+				      msg_id, strlen(msg_id));
 	return span;
 }
 
@@ -498,15 +507,16 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 	if (err) {
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     rd_kafka_err2str(err));
-		tbx__attrs_str(&span->attrs, "error.type",
-			       rd_kafka_err2name(err),
-			       strlen(rd_kafka_err2name(err)));
+		tbx__attrs_str_static(&span->attrs, "error.type",
+				      rd_kafka_err2name(err),
+				      strlen(rd_kafka_err2name(err)));
 	} else {
 		snprintf(part, sizeof(part), "%" PRId32, partition);
-		tbx__attrs_str(&span->attrs,
-			       "messaging.destination.partition.id", part,
-			       strlen(part));
-		tbx__attrs_int(&span->attrs, "messaging.kafka.offset", offset);
+		tbx__attrs_str_static(&span->attrs,
+				      "messaging.destination.partition.id",
+				      part, strlen(part));
+		tbx__attrs_int_static(&span->attrs, "messaging.kafka.offset",
+				      offset);
 	}
 	tbx__exporter_enqueue(t ? t->exp : NULL, span);
 }

@@ -73,6 +73,13 @@ Test(otlp_json, a_span_is_encoded_by_the_otlp_json_mapping)
 	tbx__attrs_str(&s->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_int(&s->attrs, "messaging.kafka.offset", -42);
 	tbx__attrs_int(&s->attrs, "big", INT64_MAX);
+	tbx__attrs_int(&s->attrs, "least", INT64_MIN);
+	tbx__attrs_int(&s->attrs, "zero", 0);
+	/* Keys not copied (literals), set twice too: the last value. */
+	tbx__attrs_str_static(&s->attrs, "messaging.message.id", "m-1", 3);
+	tbx__attrs_int_static(&s->attrs, "tokenbox.attempt", 1);
+	tbx__attrs_str_static(&s->attrs, "messaging.message.id", "m-2", 3);
+	tbx__attrs_int_static(&s->attrs, "tokenbox.attempt", 2);
 	tbx__attrs_bool(&s->attrs, "retried", 1);
 	tbx__attrs_str(&s->attrs, "key", "a\"b\\c\n\x01\xff\xc3\xa9", 10);
 	tbx__attrs_str(&s->attrs, "messaging.system", "kafka2", 6);
@@ -127,7 +134,14 @@ Test(otlp_json, a_span_is_encoded_by_the_otlp_json_mapping)
 	cr_expect_str_eq(item(sp, "endTimeUnixNano")->valuestring,
 			 "1700000000223456789");
 	attrs = item(sp, "attributes");
-	cr_expect_eq(cJSON_GetArraySize(attrs), 5, "a key set twice is one");
+	cr_expect_eq(cJSON_GetArraySize(attrs), 9, "a key set twice is one");
+	cr_expect_str_eq(
+	    item(attr(attrs, "messaging.message.id"), "stringValue")
+		->valuestring,
+	    "m-2");
+	cr_expect_str_eq(
+	    item(attr(attrs, "tokenbox.attempt"), "intValue")->valuestring,
+	    "2");
 	cr_expect_str_eq(
 	    item(attr(attrs, "messaging.system"), "stringValue")->valuestring,
 	    "kafka2");
@@ -136,6 +150,10 @@ Test(otlp_json, a_span_is_encoded_by_the_otlp_json_mapping)
 	cr_expect_str_eq(v->valuestring, "-42");
 	cr_expect_str_eq(item(attr(attrs, "big"), "intValue")->valuestring,
 			 "9223372036854775807");
+	cr_expect_str_eq(item(attr(attrs, "least"), "intValue")->valuestring,
+			 "-9223372036854775808");
+	cr_expect_str_eq(item(attr(attrs, "zero"), "intValue")->valuestring,
+			 "0");
 	cr_expect(cJSON_IsTrue(item(attr(attrs, "retried"), "boolValue")));
 	/* Escaped, and an invalid byte (0xff) is U+FFFD. */
 	cr_expect_str_eq(item(attr(attrs, "key"), "stringValue")->valuestring,

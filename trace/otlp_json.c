@@ -94,11 +94,18 @@ int tbx__json_str(tbx__jbuf_t *b, const char *s, size_t len)
 	b->p[b->len++] = '"';
 	while (i < len) {
 		unsigned char c = u[i];
-		size_t n;
+		size_t n, run;
 
-		if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-			b->p[b->len++] = (char)c;
-			i++;
+		/* A run of bytes that stand for themselves, copied at once:
+		 * most of what spans hold (keys, names, ids). */
+		for (run = i; run < len && u[run] >= 0x20 && u[run] < 0x80 &&
+			      u[run] != '"' && u[run] != '\\';
+		     run++)
+			;
+		if (run > i) {
+			memcpy(b->p + b->len, u + i, run - i);
+			b->len += run - i;
+			i = run;
 			continue;
 		}
 		if (c == '"' || c == '\\') {
@@ -159,29 +166,62 @@ static void hexid(tbx__jbuf_t *b, const uint8_t *id, size_t n)
 	put(b, "\"", 1);
 }
 
+/* The decimal digits of @p v, written backwards from @p end; returns
+ * where they start (snprintf's format parsing cost more than the rest of
+ * a span's numbers together). */
+static char *dec(char *end, uint64_t v)
+{
+	do {
+		*--end = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	return end;
+}
+
 static void u64str(tbx__jbuf_t *b, uint64_t v)
 {
-	char num[32];
-	int n = snprintf(num, sizeof(num), "\"%" PRIu64 "\"", v);
+	char num[24], *e = num + sizeof(num), *p;
 
-	put(b, num, (size_t)n);
+	*--e = '"';
+	p = dec(e, v);
+	*--p = '"';
+	put(b, p, (size_t)(num + sizeof(num) - p));
 }
 
 static void u32num(tbx__jbuf_t *b, uint32_t v)
 {
-	char num[16];
-	int n = snprintf(num, sizeof(num), "%" PRIu32, v);
+	char num[12], *p = dec(num + sizeof(num), v);
 
-	put(b, num, (size_t)n);
+	put(b, p, (size_t)(num + sizeof(num) - p));
+}
+
+/* "N"}} for an intValue: the quoted decimal of @p v and the closing
+ * braces. */
+static void i64str_close(tbx__jbuf_t *b, int64_t v)
+{
+	char num[32], *e = num + sizeof(num), *p;
+	/* |INT64_MIN| does not fit an int64_t: negated as unsigned. */
+	uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+	e -= 3;
+	memcpy(e, "\"}}", 3);
+	p = dec(e, m);
+	if (v < 0)
+		*--p = '-';
+	*--p = '"';
+	put(b, p, (size_t)(num + sizeof(num) - p));
 }
 
 static void attr_json(tbx__jbuf_t *b, const tbx__attr_t *at)
 {
-	char num[32];
-	int n;
-
 	puts_(b, "{\"key\":");
-	cstr(b, at->key);
+	if (at->key_static) { /* a literal of ours: nothing to escape */
+		put(b, "\"", 1);
+		puts_(b, at->key);
+		put(b, "\"", 1);
+	} else {
+		cstr(b, at->key);
+	}
 	switch (at->type) {
 	case TBX_ATTR_STRING:
 		puts_(b, ",\"value\":{\"stringValue\":");
@@ -189,9 +229,8 @@ static void attr_json(tbx__jbuf_t *b, const tbx__attr_t *at)
 		puts_(b, "}}");
 		break;
 	case TBX_ATTR_INT:
-		n = snprintf(num, sizeof(num), "\"%" PRId64 "\"}}", at->v.i);
 		puts_(b, ",\"value\":{\"intValue\":");
-		put(b, num, (size_t)n);
+		i64str_close(b, at->v.i);
 		break;
 	case TBX_ATTR_BOOL:
 		puts_(b, at->v.b ? ",\"value\":{\"boolValue\":true}}"

@@ -42,7 +42,8 @@ tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
 
 static void attr_free(tbx__attr_t *at)
 {
-	free(at->key);
+	if (!at->key_static)
+		free(at->key);
 	if (at->type == TBX_ATTR_STRING)
 		free(at->v.s);
 }
@@ -97,7 +98,7 @@ void tbx__span_set_status(tbx__span_t *span, tbx__span_status_t status,
 
 /* The slot for @p key: its old one (cleared), or a new one; NULL when
  * the attribute is dropped. */
-static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key)
+static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static)
 {
 	tbx__attr_t *at;
 
@@ -123,8 +124,11 @@ static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key)
 	}
 	at = &a->v[a->n];
 	memset(at, 0, sizeof(*at));
-	if (!(at->key = tbx__strdup(key)))
+	if (key_static)
+		at->key = (char *)key;
+	else if (!(at->key = tbx__strdup(key)))
 		goto drop;
+	at->key_static = key_static;
 	at->type = TBX_ATTR_INT;
 	a->n++;
 	return at;
@@ -133,10 +137,10 @@ drop:
 	return NULL;
 }
 
-void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
-		    size_t len)
+static void attr_str(tbx__attrs_t *a, const char *key, int key_static,
+		     const char *val, size_t len)
 {
-	tbx__attr_t *at = attr_slot(a, key);
+	tbx__attr_t *at = attr_slot(a, key, key_static);
 
 	if (!at)
 		return;
@@ -158,9 +162,22 @@ void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
 	at->v.s[len] = '\0';
 }
 
-void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val)
+void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
+		    size_t len)
 {
-	tbx__attr_t *at = attr_slot(a, key);
+	attr_str(a, key, 0, val, len);
+}
+
+void tbx__attrs_str_static(tbx__attrs_t *a, const char *key, const char *val,
+			   size_t len)
+{
+	attr_str(a, key, 1, val, len);
+}
+
+static void attr_int(tbx__attrs_t *a, const char *key, int key_static,
+		     int64_t val)
+{
+	tbx__attr_t *at = attr_slot(a, key, key_static);
 
 	if (at) {
 		at->type = TBX_ATTR_INT;
@@ -168,9 +185,19 @@ void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val)
 	}
 }
 
+void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val)
+{
+	attr_int(a, key, 0, val);
+}
+
+void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val)
+{
+	attr_int(a, key, 1, val);
+}
+
 void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val)
 {
-	tbx__attr_t *at = attr_slot(a, key);
+	tbx__attr_t *at = attr_slot(a, key, 0);
 
 	if (at) {
 		at->type = TBX_ATTR_BOOL;

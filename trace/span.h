@@ -48,6 +48,7 @@ typedef enum tbx__attr_type {
 
 typedef struct tbx__attr {
 	char *key;
+	int key_static; /* key is the caller's, not a copy: not freed */
 	tbx__attr_type_t type;
 	size_t len; /* TBX_ATTR_STRING: bytes of s, any bytes */
 	union {
@@ -128,6 +129,14 @@ void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
 		    size_t len);
 void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val);
 void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val);
+/** As tbx__attrs_str() and tbx__attrs_int(), @p key not copied: it
+ *  must outlive the attributes (a string literal) and be printable ASCII
+ *  without '"' or '\\' (the encoder writes it as it is).  A span's attributes
+ *  are set per record: the copy of each key was a third of the cost of
+ *  building a span. */
+void tbx__attrs_str_static(tbx__attrs_t *a, const char *key, const char *val,
+			   size_t len);
+void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val);
 void tbx__attrs_free(tbx__attrs_t *a);
 
 /** Adds an event; @returns it (owned by the span, valid until the span
