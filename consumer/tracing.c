@@ -79,6 +79,36 @@ int tbx__tracer_new(const tbx_conf_t *conf, const char *default_service,
 	return TBX_OK;
 }
 
+tbx__tracer_t *tbx__tracer_new_sink(const char *group, tbx__span_sink_fn *sink,
+				    void *opaque)
+{
+	tbx__tracer_t *t;
+	char err[128];
+
+	if (!(t = calloc(1, sizeof(*t))))
+		return NULL;
+	/* NULL, NULL: the SDKs' default, parentbased_always_on. */
+	if (tbx__sampler_init(&t->sampler, NULL, NULL, err, sizeof(err))) {
+		free(t);
+		return NULL;
+	}
+	atomic_init(&t->bad_headers, 0);
+	if (group)
+		snprintf(t->group, sizeof(t->group), "%s", group);
+	t->sink = sink;
+	t->sink_opaque = opaque;
+	return t;
+}
+
+/* A finished span to the sink or the exporter, which frees it. */
+static void emit(tbx__tracer_t *t, tbx__span_t *span)
+{
+	if (t && t->sink)
+		t->sink(span, t->sink_opaque);
+	else
+		tbx__exporter_enqueue(t ? t->exp : NULL, span);
+}
+
 void tbx__tracer_free(tbx__tracer_t *t, int64_t flush_ms)
 {
 	if (!t)
@@ -332,7 +362,7 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 				    (int64_t)tr->handler_ns);
 			outcome(span, msg, now);
 			span->end_ns = now;
-			tbx__exporter_enqueue(t->exp, span);
+			emit(t, span);
 		}
 	}
 	free(tr->tracestate);
@@ -445,27 +475,39 @@ static int unhex(const char *s, size_t len, uint8_t *out, size_t n)
 	return 0;
 }
 
+/* 1 when a stored traceparent says "not sampled" by its flags alone (a
+ * value of the canonical length whose last hex digit is even): read
+ * without parsing the whole value, the common case at a ratio. */
+static int flags_unsampled(const tbx_header_t *tp)
+{
+	char last;
+
+	if (tp->len != TBX_TRACEPARENT_LEN)
+		return 0;
+	last = ((const char *)tp->value)[TBX_TRACEPARENT_LEN - 1];
+	return last && strchr("02468ace", last) != NULL;
+}
+
 tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				   const char *msg_id, const void *blob,
-				   size_t len)
+				   size_t len,
+				   char traceparent[TBX_TRACEPARENT_LEN + 1])
 {
-	tbx_header_t h;
+	tbx_header_t h, tp = {0}, ts = {0};
 	size_t pos = 0;
-	tbx__trace_ctx_t ctx;
+	tbx__trace_ctx_t stored, ctx;
 	uint8_t parent[TBX_SPAN_ID_SIZE];
-	tbx_header_t tp = {0};
-	int has_parent = 0, is_root = 0;
-	char name[TBX_TOPIC_MAX + 16];
+	int has_parent = 0, is_root = 0, sampled;
+	char name[TBX_TOPIC_MAX + 16], state[TBX_TRACESTATE_MAX + 1] = "";
 	tbx__span_t *span;
 
 	if (!t || !blob)
 		return NULL;
-	/* The traceparent is parsed only when the parent header is there:
-	 * tbx__trace_out writes that one for sampled messages alone, and
-	 * most messages are not sampled at a ratio. */
 	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
 		if (strcmp(h.name, "traceparent") == 0 && h.value)
 			tp = h;
+		else if (strcmp(h.name, "tracestate") == 0 && h.value)
+			ts = h;
 		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value) {
 			if (h.len == 0)
 				is_root = 1;
@@ -474,14 +516,46 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				has_parent = 1;
 		}
 	}
-	if (!(has_parent || is_root) || !tp.value ||
-	    tbx__traceparent_parse(tp.value, tp.len, &ctx) != 0 ||
-	    !(ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+	if (!tp.value)
 		return NULL;
+	if (has_parent || is_root) {
+		/* Written by a tracing worker or publisher, for a sampled
+		 * message: the stored traceparent is the context it
+		 * reserved, its parent the span that wrote the message.
+		 * Every dispatch is a sibling under that parent, with an id
+		 * of its own. */
+		if (tbx__traceparent_parse(tp.value, tp.len, &stored) != 0)
+			return NULL;
+		sampled = stored.flags & TBX_TRACE_FLAG_SAMPLED;
+	} else {
+		/* A context without ours: not sampled when it was written
+		 * (the parent-based samplers follow that without a parse),
+		 * or given by a handler, a dead letter, a row written with
+		 * tracing off: continued, as the sampler decides. */
+		if ((t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_ON ||
+		     t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_OFF ||
+		     t->sampler.kind == TBX_SAMPLER_PARENT_RATIO) &&
+		    flags_unsampled(&tp))
+			return NULL;
+		if (tbx__traceparent_parse(tp.value, tp.len, &stored) != 0)
+			return NULL;
+		memcpy(parent, stored.span_id, TBX_SPAN_ID_SIZE);
+		has_parent = 1;
+		sampled =
+		    tbx__sampler_decide(&t->sampler, stored.trace_id, &stored);
+	}
+	if (!sampled)
+		return NULL;
+	memcpy(ctx.trace_id, stored.trace_id, TBX_TRACE_ID_SIZE);
+	tbx__span_id_new(ctx.span_id);
+	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	snprintf(name, sizeof(name), "send %s", topic);
 	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx,
 				   has_parent ? parent : NULL, tbx__now_ns())))
 		return NULL;
+	if (ts.value && tbx__tracestate_normalize(ts.value, ts.len, state,
+						  sizeof(state)) > 0)
+		tbx__span_set_tracestate(span, state);
 	tbx__attrs_str_static(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_str_static(&span->attrs, "messaging.operation.type", "send",
 			      4);
@@ -492,6 +566,7 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	if (msg_id)
 		tbx__attrs_str_static(&span->attrs, "messaging.message.id",
 				      msg_id, strlen(msg_id));
+	tbx__traceparent_format(&ctx, traceparent);
 	return span;
 }
 
@@ -518,5 +593,5 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 		tbx__attrs_int_static(&span->attrs, "messaging.kafka.offset",
 				      offset);
 	}
-	tbx__exporter_enqueue(t ? t->exp : NULL, span);
+	emit(t, span);
 }

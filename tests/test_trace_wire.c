@@ -167,14 +167,37 @@ Test(trace_wire, an_outgoing_message_stores_its_send_spans_traceparent)
 	tbx__hex(tr.ctx.span_id, TBX_SPAN_ID_SIZE, proc);
 	cr_expect_str_eq(
 	    hdr(out, out_len, TBX_TRACE_PARENT_HDR, buf, sizeof(buf)), proc);
-	/* Dispatch makes the send span from the stored headers alone. */
-	span = tbx__trace_send_begin(t, "payments", "id-1", out, out_len);
-	cr_assert(span);
-	cr_expect_eq(memcmp(span->span_id, ctx.span_id, TBX_SPAN_ID_SIZE), 0);
-	cr_expect_eq(memcmp(span->parent_id, tr.ctx.span_id, TBX_SPAN_ID_SIZE),
-		     0);
-	cr_expect_eq(span->kind, TBX_SPAN_KIND_PRODUCER);
-	tbx__span_free(span);
+	/* Dispatch makes the send span from the stored headers alone: in
+	 * the stored trace, child of the process span, an id of its own
+	 * each time, which the produced message carries. */
+	{
+		char tp1[TBX_TRACEPARENT_LEN + 1], tp2[TBX_TRACEPARENT_LEN + 1];
+		char id1[2 * TBX_SPAN_ID_SIZE + 1];
+		tbx__span_t *again;
+
+		span = tbx__trace_send_begin(t, "payments", "id-1", out,
+					     out_len, tp1);
+		again = tbx__trace_send_begin(t, "payments", "id-1", out,
+					      out_len, tp2);
+		cr_assert(span && again);
+		cr_expect_eq(
+		    memcmp(span->trace_id, ctx.trace_id, TBX_TRACE_ID_SIZE), 0);
+		cr_expect_eq(
+		    memcmp(span->parent_id, tr.ctx.span_id, TBX_SPAN_ID_SIZE),
+		    0);
+		cr_expect_eq(
+		    memcmp(again->parent_id, tr.ctx.span_id, TBX_SPAN_ID_SIZE),
+		    0);
+		cr_expect_neq(
+		    memcmp(span->span_id, again->span_id, TBX_SPAN_ID_SIZE), 0,
+		    "one span id for two dispatches");
+		tbx__hex(span->span_id, TBX_SPAN_ID_SIZE, id1);
+		cr_expect_eq(strncmp(tp1 + 36, id1, 16), 0, "%s", tp1);
+		cr_expect_str_neq(tp1, tp2);
+		cr_expect_eq(span->kind, TBX_SPAN_KIND_PRODUCER);
+		tbx__span_free(span);
+		tbx__span_free(again);
+	}
 	free(blob);
 
 	/* The handler's own traceparent is the send span's parent. */
