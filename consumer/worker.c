@@ -201,6 +201,8 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	if ((err = tbx__tracer_new(conf, worker->group, worker->group,
 				   &worker->batch.tracer, errstr, errstr_size)))
 		goto fail;
+	/* The recovery pass's dispatches record send spans too. */
+	worker->recovery.tracer = worker->batch.tracer;
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
 	worker->cfg = cfg;
@@ -684,6 +686,18 @@ static int start(tbx_worker_t *worker)
 void tbx__worker_assign_directly(tbx_worker_t *worker)
 {
 	worker->assign_direct = 1;
+}
+
+int tbx__worker_trace_to(tbx_worker_t *worker, tbx__span_sink_fn *sink,
+			 void *opaque)
+{
+	tbx__tracer_t *t = tbx__tracer_new_sink(worker->group, sink, opaque);
+
+	if (!t)
+		return TBX_ENOMEM;
+	tbx__tracer_free(worker->batch.tracer, 0);
+	worker->batch.tracer = worker->recovery.tracer = t;
+	return TBX_OK;
 }
 
 /* tbx__worker_assign_directly(): every partition of @p topics, from the
