@@ -168,3 +168,87 @@ Test(testkit, misuse_is_refused_with_a_reason)
 	cr_expect_eq(tbx_testkit_topic(kit, "x", 0), TBX_EINVAL);
 	tbx_testkit_destroy(kit);
 }
+
+/* The spans of one message: its process span, a send span per message it
+ * produced, parent to child, as an exporter would have sent them. */
+Test(testkit, the_spans_of_a_message_are_listed)
+{
+	seen_t s = {.verdict = TBX_VERDICT_OK};
+	tbx_testkit_t *kit = kit_new(&s);
+	tbx_testkit_outcome_t outcome;
+	const tbx_testkit_span_t *proc, *send;
+	const tbx_testkit_event_t *ev;
+	const tbx_testkit_sent_t *echo;
+
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_PROCESSED);
+	proc = tbx_testkit_span_named(kit, "process pings");
+	send = tbx_testkit_span_named(kit, "send echoes");
+	cr_assert(proc && send, "%zu spans", tbx_testkit_span_count(kit));
+	cr_expect_eq(proc->kind, TBX_TESTKIT_SPAN_CONSUMER);
+	cr_expect_str_eq(proc->parent_id, "", "no traceparent: a new trace");
+	cr_expect_eq(proc->status, TBX_TESTKIT_STATUS_OK);
+	cr_expect(tbx_testkit_span_event(proc, "processed"));
+	cr_expect_str_eq(tbx_testkit_span_attr(proc, "messaging.system"),
+			 "kafka");
+	cr_expect_str_eq(
+	    tbx_testkit_span_attr(proc, "messaging.destination.name"), "pings");
+	cr_expect_str_eq(
+	    tbx_testkit_span_attr(proc, "messaging.consumer.group.name"),
+	    "pinger");
+	cr_expect_str_eq(tbx_testkit_span_attr(proc, "tokenbox.type"), "Ping");
+	cr_expect_str_eq(tbx_testkit_span_attr(proc, "tokenbox.attempt"), "1");
+	cr_expect_eq(send->kind, TBX_TESTKIT_SPAN_PRODUCER);
+	cr_expect_str_eq(send->trace_id, proc->trace_id);
+	cr_expect_str_eq(send->parent_id, proc->span_id);
+	cr_expect_str_eq(tbx_testkit_span_attr(send, "messaging.kafka.offset"),
+			 "0");
+	/* The message carries its send span's context. */
+	cr_assert_eq(tbx_testkit_sent_count(kit), 1);
+	echo = tbx_testkit_sent(kit, 0);
+	cr_assert(echo->traceparent);
+	cr_expect(strstr(echo->traceparent, send->span_id), "%s",
+		  echo->traceparent);
+	cr_expect(strstr(echo->traceparent, send->trace_id), "%s",
+		  echo->traceparent);
+
+	/* The same message again: its span says why it was dropped. */
+	cr_assert_eq(tbx_testkit_redeliver(kit, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_DUPLICATE);
+	cr_expect_null(tbx_testkit_span_named(kit, "send echoes"),
+		       "a dropped copy sends nothing");
+	proc = tbx_testkit_span_named(kit, "process pings");
+	cr_assert(proc);
+	ev = tbx_testkit_span_event(proc, "duplicate dropped");
+	cr_assert(ev);
+	cr_expect(tbx_testkit_event_attr(ev, "tokenbox.reason"));
+	cr_expect_null(tbx_testkit_span(kit, tbx_testkit_span_count(kit)));
+	tbx_testkit_destroy(kit);
+}
+
+Test(testkit, a_dead_letters_span_says_why)
+{
+	seen_t s = {.verdict = TBX_VERDICT_REJECT};
+	tbx_testkit_t *kit = kit_new(&s);
+	tbx_testkit_outcome_t outcome;
+	const tbx_testkit_span_t *proc, *dl;
+	const char *why;
+
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	cr_assert_eq(outcome, TBX_TESTKIT_DEAD_LETTERED);
+	proc = tbx_testkit_span_named(kit, "process pings");
+	dl = tbx_testkit_span_named(kit, "send pings.dlq");
+	cr_assert(proc && dl);
+	cr_expect_eq(proc->status, TBX_TESTKIT_STATUS_ERROR);
+	cr_expect(proc->status_message &&
+		      strstr(proc->status_message, "told to"),
+		  "%s", proc->status_message);
+	why = tbx_testkit_event_attr(
+	    tbx_testkit_span_event(proc, "dead-lettered"), "tokenbox.reason");
+	cr_expect(why && strstr(why, "told to"), "%s", why ? why : "(none)");
+	cr_expect_str_eq(dl->parent_id, proc->span_id);
+	tbx_testkit_destroy(kit);
+}
