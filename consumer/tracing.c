@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/batch.h"
 #include "consumer/msg.h"
 #include "consumer/part.h"
 #include "outbox/outbox.h"
@@ -369,6 +370,62 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 	free(tr->dead_letter);
 	tr->tracestate = tr->dead_letter = NULL;
 	tr->on = 0;
+}
+
+void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
+		      uint64_t began_ns, const uint64_t *phase_ns)
+{
+	static const char *const names[TBX_PHASE_CNT][2] = {
+	    {"G", "tokenbox.phase.g.duration_ns"},
+	    {"A", "tokenbox.phase.a.duration_ns"},
+	    {"B", "tokenbox.phase.b.duration_ns"},
+	    {"C", "tokenbox.phase.c.duration_ns"},
+	    {"D", "tokenbox.phase.d.duration_ns"},
+	    {"E", "tokenbox.phase.e.duration_ns"},
+	    {"F", "tokenbox.phase.f.duration_ns"},
+	};
+	tbx__trace_ctx_t ctx;
+	tbx__span_t *span;
+	tbx__span_event_t *ev;
+	uint64_t prev = began_ns, end = began_ns;
+	size_t sampled = 0;
+
+	/* Nothing is made for a batch none of whose records is sampled. */
+	for (size_t i = 0; i < cnt; i++)
+		sampled += msgs[i].trace.on &&
+			   (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED);
+	if (!t || !sampled)
+		return;
+	tbx__trace_id_new(ctx.trace_id);
+	tbx__span_id_new(ctx.span_id);
+	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
+	if (!(span = tbx__span_new("process batch", TBX_SPAN_KIND_CONSUMER,
+				   &ctx, NULL, began_ns)))
+		return;
+	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
+	tbx__attrs_str(&span->attrs, "messaging.operation.name", "process", 7);
+	tbx__attrs_int(&span->attrs, "messaging.batch.message_count",
+		       (int64_t)cnt);
+	if (t->group[0])
+		tbx__attrs_str(&span->attrs, "messaging.consumer.group.name",
+			       t->group, strlen(t->group));
+	for (int p = 0; p < TBX_PHASE_CNT; p++) {
+		if (!phase_ns[p])
+			continue; /* it did not run: a failed phase before */
+		tbx__attrs_int(&span->attrs, names[p][1],
+			       (int64_t)(phase_ns[p] - prev));
+		if ((ev = tbx__span_add_event(span, names[p][0], phase_ns[p])))
+			tbx__attrs_int(&ev->attrs, "tokenbox.phase.duration_ns",
+				       (int64_t)(phase_ns[p] - prev));
+		prev = end = phase_ns[p];
+	}
+	for (size_t i = 0; i < cnt; i++)
+		if (msgs[i].trace.on &&
+		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+			tbx__span_add_link(span, &msgs[i].trace.ctx);
+	span->end_ns = end > began_ns ? end : tbx__now_ns();
+	emit(t, span);
 }
 
 /* Appends one header to a blob being built. */

@@ -112,6 +112,8 @@ tbx__tracer_t *tbx__tracer_dispatch(void);
 int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
 			  const char *group);
 
+struct tbx_msg;
+
 /**
  * A polled record's context: its traceparent and tracestate headers
  * (@p hdrs, may be NULL) read (a malformed one is ignored and counted),
@@ -123,8 +125,20 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 /** The record leaves its batch: its process span (when sampled) is
  *  finished with the outcome and handed to the exporter; what @p tr
  *  holds is freed. */
-struct tbx_msg;
 void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg);
+
+/**
+ * The batch span of the @p cnt records @p msgs, begun at @p began_ns,
+ * whose phases G, A–F ended at @p phase_ns (TBX_PHASE_CNT entries, Unix
+ * nanoseconds, 0: the phase did not run; consumer/batch.h): named
+ * "process batch", a root of a trace of its own, with the phases'
+ * durations as attributes and their ends as events, linked to the
+ * process span of each sampled record.  Recorded when at least one
+ * record is sampled (its links lead somewhere), else nothing is made.
+ * Called before the records' process spans end.
+ */
+void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
+		      uint64_t began_ns, const uint64_t *phase_ns);
 
 /** Names @p tr's process span in the log lines of this thread
  *  (tbx__log_trace()); NULL: none. */

@@ -1128,12 +1128,22 @@ static int process_batch(tbx_worker_t *worker)
 		return tbx__proto_waiting(proto)
 			   ? finish_waiting(worker, "idle poll", 0)
 			   : TBX_OK;
+	if (batch->tracer) { /* the batch span's times */
+		batch->began_ns = tbx__now_ns();
+		memset(batch->phase_ns, 0, sizeof(batch->phase_ns));
+	}
 	tbx__proto_start(proto, batch);
-	err = tbx__proto_guard(proto, batch); /* G */
+	err = tbx__batch_phase(batch, TBX_PHASE_G,
+			       tbx__proto_guard(proto, batch)); /* G */
 	if (!err)
 		err = tbx__proto_process(proto, batch); /* A–E */
 	tbx__proto_finish(proto, batch, err, &result);	/* F */
 	apply_outcome(worker, &result);
+	if (batch->tracer) {
+		tbx__batch_phase(batch, TBX_PHASE_F, 0);
+		tbx__trace_batch(batch->tracer, batch->msgs, batch->cnt,
+				 batch->began_ns, batch->phase_ns);
+	}
 	return err;
 }
 

@@ -7,11 +7,13 @@
  * internal header that names that parent.
  */
 #include <criterion/criterion.h>
+#include <malloc.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/log.h"
 
+#include "consumer/batch.h"
 #include "consumer/tracing.h"
 #include "outbox/outbox.h"
 #include "support.h"
@@ -343,4 +345,29 @@ Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
 	tbx__tracer_free(t, 0);
 	tt_rmrf(dir);
 	free(dir);
+}
+
+/* A batch span costs nothing when tracing is off or none of the batch's
+ * records is sampled: nothing is allocated. */
+Test(trace_wire, a_batch_without_sampled_records_allocates_nothing)
+{
+	tbx__tracer_t *t = tracer("always_off");
+	struct tbx_msg msgs[4];
+	uint64_t phases[TBX_PHASE_CNT] = {0}, began = tbx__now_ns();
+	struct mallinfo2 before, after;
+
+	memset(msgs, 0, sizeof(msgs));
+	for (size_t i = 0; i < 4; i++) {
+		tbx__trace_begin(t, &msgs[i].trace, NULL);
+		cr_assert_eq(msgs[i].trace.ctx.flags, 0);
+	}
+	for (int p = 0; p < TBX_PHASE_CNT; p++)
+		phases[p] = tbx__now_ns();
+	before = mallinfo2();
+	tbx__trace_batch(t, msgs, 4, began, phases);
+	tbx__trace_batch(NULL, msgs, 4, began, phases);
+	after = mallinfo2();
+	cr_expect_eq(after.uordblks, before.uordblks, "allocated %zd bytes",
+		     (ssize_t)(after.uordblks - before.uordblks));
+	tbx__tracer_free(t, 0);
 }
