@@ -371,3 +371,68 @@ Test(trace_wire, a_batch_without_sampled_records_allocates_nothing)
 		     (ssize_t)(after.uordblks - before.uordblks));
 	tbx__tracer_free(t, 0);
 }
+
+static void keep_span(tbx__span_t *span, void *opaque)
+{
+	tbx__span_t **out = opaque;
+
+	cr_assert_null(*out, "one batch span expected");
+	*out = span;
+}
+
+/* The batch span links to every sampled record's process span, and
+ * carries each phase's time; a phase that did not run is left out. */
+Test(trace_wire, a_batch_span_links_each_sampled_record)
+{
+	tbx__span_t *span = NULL;
+	tbx__tracer_t *t = tbx__tracer_new_sink("grp", keep_span, &span);
+	tbx__tracer_t *off = tracer("always_off");
+	struct tbx_msg msgs[4];
+	uint64_t phases[TBX_PHASE_CNT] = {0}, began = 1000000;
+	int linked[4] = {0};
+
+	cr_assert(t);
+	memset(msgs, 0, sizeof(msgs));
+	for (size_t i = 0; i < 4; i++)
+		/* the third one not sampled: no link to it */
+		tbx__trace_begin(i == 2 ? off : t, &msgs[i].trace, NULL);
+	for (int p = 0; p < TBX_PHASE_CNT; p++)
+		phases[p] = began + 10 * (uint64_t)(p + 1);
+	phases[TBX_PHASE_D] = 0; /* did not run */
+	tbx__trace_batch(t, msgs, 4, began, phases);
+	cr_assert(span);
+	cr_expect_str_eq(span->name, "process batch");
+	cr_expect_eq(span->kind, TBX_SPAN_KIND_CONSUMER);
+	cr_expect(tbx__id_is_zero(span->parent_id, TBX_SPAN_ID_SIZE));
+	cr_expect_eq(span->start_ns, began);
+	cr_expect_eq(span->end_ns, phases[TBX_PHASE_F]);
+	cr_assert_eq(span->n_links, 3);
+	for (size_t l = 0; l < span->n_links; l++)
+		for (size_t i = 0; i < 4; i++)
+			linked[i] += memcmp(span->links[l]->span_id,
+					    msgs[i].trace.ctx.span_id,
+					    TBX_SPAN_ID_SIZE) == 0 &&
+				     memcmp(span->links[l]->trace_id,
+					    msgs[i].trace.ctx.trace_id,
+					    TBX_TRACE_ID_SIZE) == 0;
+	cr_expect(linked[0] == 1 && linked[1] == 1 && linked[3] == 1,
+		  "every sampled record once");
+	cr_expect_eq(linked[2], 0, "an unsampled record linked");
+	for (size_t a = 0; a < span->attrs.n; a++) {
+		const tbx__attr_t *at = &span->attrs.v[a];
+		if (strcmp(at->key, "tokenbox.phase.d.duration_ns") == 0)
+			cr_expect_fail("a phase that did not run is timed");
+		if (strcmp(at->key, "tokenbox.phase.e.duration_ns") == 0)
+			cr_expect_eq(at->v.i, 20, "E counts from C");
+		if (strcmp(at->key, "tokenbox.phase.a.duration_ns") == 0)
+			cr_expect_eq(at->v.i, 10);
+		if (strcmp(at->key, "messaging.batch.message_count") == 0)
+			cr_expect_eq(at->v.i, 4);
+	}
+	cr_expect_eq(span->n_events, TBX_PHASE_CNT - 1);
+	tbx__span_free(span);
+	for (size_t i = 0; i < 4; i++)
+		free(msgs[i].trace.tracestate);
+	tbx__tracer_free(t, 0);
+	tbx__tracer_free(off, 0);
+}
