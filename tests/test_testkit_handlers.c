@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,5 +251,49 @@ Test(testkit, a_dead_letters_span_says_why)
 	    tbx_testkit_span_event(proc, "dead-lettered"), "tokenbox.reason");
 	cr_expect(why && strstr(why, "told to"), "%s", why ? why : "(none)");
 	cr_expect_str_eq(dl->parent_id, proc->span_id);
+	tbx_testkit_destroy(kit);
+}
+
+/* The batch span: the phases' times, linked to the records' spans. */
+Test(testkit, the_batch_span_times_the_phases_and_links_its_records)
+{
+	static const char *const phases[] = {"g", "a", "b", "c", "d", "e", "f"};
+	seen_t s = {.verdict = TBX_VERDICT_OK};
+	tbx_testkit_t *kit = kit_new(&s);
+	tbx_testkit_outcome_t outcome;
+	const tbx_testkit_span_t *proc, *batch;
+	char key[64], ev[2];
+	int linked = 0;
+
+	cr_assert_eq(tbx_testkit_handle(kit, &ping, &outcome), TBX_OK, "%s",
+		     tbx_testkit_errstr(kit));
+	proc = tbx_testkit_span_named(kit, "process pings");
+	batch = tbx_testkit_span_named(kit, "process batch");
+	cr_assert(proc && batch);
+	cr_expect_eq(batch->kind, TBX_TESTKIT_SPAN_CONSUMER);
+	cr_expect_str_eq(batch->parent_id, "");
+	cr_expect_str_neq(batch->trace_id, proc->trace_id,
+			  "a trace of its own, linked");
+	cr_expect_str_eq(
+	    tbx_testkit_span_attr(batch, "messaging.batch.message_count"), "1");
+	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+		const char *v;
+
+		snprintf(key, sizeof(key), "tokenbox.phase.%s.duration_ns",
+			 phases[i]);
+		v = tbx_testkit_span_attr(batch, key);
+		cr_expect(v && atoll(v) >= 0, "no %s", key);
+		ev[0] = (char)(phases[i][0] - 'a' + 'A');
+		ev[1] = '\0';
+		cr_expect(
+		    tbx_testkit_event_attr(tbx_testkit_span_event(batch, ev),
+					   "tokenbox.phase.duration_ns"),
+		    "no event %s", ev);
+	}
+	for (size_t i = 0; i < batch->link_count; i++)
+		linked +=
+		    strcmp(batch->links[i].trace_id, proc->trace_id) == 0 &&
+		    strcmp(batch->links[i].span_id, proc->span_id) == 0;
+	cr_expect_eq(linked, 1, "the record's process span is not linked");
 	tbx_testkit_destroy(kit);
 }
