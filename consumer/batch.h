@@ -77,6 +77,18 @@ typedef struct tbx__brow {
 		      end of A with the batch's others (proto_process.c) */
 } tbx__brow_t;
 
+/** The phases a batch span times (tbx__trace_batch()), in their order. */
+typedef enum tbx__phase {
+	TBX_PHASE_G,
+	TBX_PHASE_A,
+	TBX_PHASE_B,
+	TBX_PHASE_C,
+	TBX_PHASE_D,
+	TBX_PHASE_E,
+	TBX_PHASE_F,
+	TBX_PHASE_CNT
+} tbx__phase_t;
+
 typedef struct tbx__batch {
 	struct tbx_msg *msgs;
 	size_t cnt, cap;
@@ -99,7 +111,21 @@ typedef struct tbx__batch {
 	int64_t seq_current;	/**< A: the token store's sequence, read once
 				     when a record needs it; -1: not yet */
 	struct tbx__tracer *tracer; /**< NULL: tracing off */
+	/* Tracing on: when the batch began and each phase ended (Unix
+	 * nanoseconds; 0: it did not run), for the batch span. */
+	uint64_t began_ns, phase_ns[TBX_PHASE_CNT];
 } tbx__batch_t;
+
+/** Notes that @p phase of @p batch ended now, when tracing is on (a
+ *  pointer test otherwise).  @returns @p err, so that a phase's call can
+ *  be wrapped. */
+static inline int tbx__batch_phase(tbx__batch_t *batch, tbx__phase_t phase,
+				   int err)
+{
+	if (batch->tracer)
+		batch->phase_ns[phase] = tbx__now_ns();
+	return err;
+}
 
 /** A new record slot at the end of the batch, zeroed.  NULL: no memory. */
 struct tbx_msg *tbx__batch_push(tbx__batch_t *batch);

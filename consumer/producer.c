@@ -179,7 +179,7 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 		       const tbx__row_t *row, const tbx__outmsg_t *m,
 		       dr_slot_t *slot)
 {
-	char seq[24];
+	char seq[24], tp[TBX_TRACEPARENT_LEN + 1];
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
 	tbx_header_t h;
 	size_t pos = 0;
@@ -198,17 +198,26 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	rd_kafka_header_add(hdrs, "tbx-type", -1, m->type, -1);
 	if (tbx__is_uuid(row->msg_id, strlen(row->msg_id)))
 		rd_kafka_header_add(hdrs, "tbx-cause", -1, row->msg_id, -1);
-	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &h)) == 1)
-		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) != 0) /* ours */
+	/* This dispatch's send span: the message leaves with its
+	 * traceparent, not the stored one (tracing.h). */
+	slot->span =
+	    tbx__trace_send_begin(tbx__tracer_dispatch(), m->topic, m->id,
+				  m->headers, m->headers_len, tp);
+	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &h)) ==
+	       1) {
+		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0) /* ours */
+			continue;
+		if (slot->span && strcmp(h.name, "traceparent") == 0)
+			rd_kafka_header_add(hdrs, h.name, -1, tp, -1);
+		else
 			rd_kafka_header_add(hdrs, h.name, -1, h.value,
 					    h.value ? (ssize_t)h.len : 0);
+	}
 	if (r < 0)
 		tbx__log(TBX_LOG_WARNING,
 			 "outbox row %s: stored headers are malformed; sent "
 			 "without the rest",
 			 row->msg_id);
-	slot->span = tbx__trace_send_begin(tbx__tracer_dispatch(), m->topic,
-					   m->id, m->headers, m->headers_len);
 	/* RD_KAFKA_MSG_F_COPY: the row may be freed before delivery.  A full
 	 * local queue is drained by serving delivery reports (MSG_F_BLOCK
 	 * would wait forever: reports are served on this thread). */

@@ -177,11 +177,19 @@ int tbx__proto_process(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int err;
 
-	if (!(err = tbx__phase_process(proto, batch)) &&
-	    !(err = tbx__phase_tokens(proto, batch)) &&
-	    !(err = tbx__phase_dispatch(proto, batch)) &&
-	    !(err = tbx__phase_consume(proto, batch)))
-		err = tbx__phase_finish(proto, batch, proto->defer_finish);
+	/* tbx__batch_phase(): each phase's end, for the batch span (a
+	 * pointer test with tracing off). */
+	if (!(err = tbx__batch_phase(batch, TBX_PHASE_A,
+				     tbx__phase_process(proto, batch))) &&
+	    !(err = tbx__batch_phase(batch, TBX_PHASE_B,
+				     tbx__phase_tokens(proto, batch))) &&
+	    !(err = tbx__batch_phase(batch, TBX_PHASE_C,
+				     tbx__phase_dispatch(proto, batch))) &&
+	    !(err = tbx__batch_phase(batch, TBX_PHASE_D,
+				     tbx__phase_consume(proto, batch))))
+		err = tbx__batch_phase(
+		    batch, TBX_PHASE_E,
+		    tbx__phase_finish(proto, batch, proto->defer_finish));
 	return err;
 }
 

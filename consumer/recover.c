@@ -16,12 +16,19 @@
 #include "base/str.h"
 #include "consumer/producer.h"
 #include "consumer/protocol.h"
+#include "consumer/tracing.h"
+
+/** The default service.name of what `inspect` dispatches. */
+#define RECOVER_SERVICE "tokenbox-inspect"
+/** How long the spans held at the end may take to reach the collector. */
+#define RECOVER_FLUSH_MS 5000
 
 struct tbx__recover {
 	tbx__proto_t proto;
-	tbx__batch_t batch;   /**< the rows B–E take, one call at a time */
-	rd_kafka_t *producer; /**< made at the first dispatch */
-	tbx_stats_t stats;    /**< what the phases count (not reported) */
+	tbx__batch_t batch;    /**< the rows B–E take, one call at a time */
+	tbx__tracer_t *tracer; /**< send spans; NULL: tracing off */
+	rd_kafka_t *producer;  /**< made at the first dispatch */
+	tbx_stats_t stats;     /**< what the phases count (not reported) */
 	char group[TBX_GROUP_MAX + 1];
 	char store_id[TBX_UUID_LEN + 1]; /**< tbx-store of what is sent */
 	char dlq_suffix[65];
@@ -59,6 +66,14 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 		free(r);
 		return NULL;
 	}
+	/* OTEL_* and otel.* as a worker reads them: each dispatch a send
+	 * span (C swaps the batch's tracer in). */
+	if ((err = tbx__tracer_new(conf, RECOVER_SERVICE, grp, &r->tracer,
+				   errstr, errstr_size))) {
+		free(r);
+		return NULL;
+	}
+	r->batch.tracer = r->tracer;
 	/* B–E need no handler guard and no backoff: no tbx__proto_init. */
 	proto = &r->proto;
 	proto->store = store;
@@ -96,14 +111,24 @@ int tbx__recover_send(const tbx_conf_t *conf, const char *store_id,
 		      size_t errstr_size)
 {
 	rd_kafka_t *producer;
+	tbx__tracer_t *tracer = NULL, *prev;
 	int err;
 
 	*delivered = 0;
-	if (!(producer = tbx__producer_new(conf, errstr, errstr_size)))
+	if ((err = tbx__tracer_new(conf, RECOVER_SERVICE, NULL, &tracer, errstr,
+				   errstr_size)))
+		return err;
+	if (!(producer = tbx__producer_new(conf, errstr, errstr_size))) {
+		tbx__tracer_free(tracer, 0);
 		return TBX_EKAFKA;
+	}
+	prev = tbx__tracer_dispatch_swap(tracer);
 	err = tbx__dispatch(producer, store_id, &row, 1, delivered, NULL, errs,
 			    errstr, errstr_size);
+	tbx__tracer_dispatch_swap(prev);
 	rd_kafka_destroy(producer);
+	/* The send span is held by the exporter: sent before the exit. */
+	tbx__tracer_free(tracer, RECOVER_FLUSH_MS);
 	return err ? TBX_EDELIVERY : TBX_OK;
 }
 
@@ -120,5 +145,6 @@ void tbx__recover_destroy(tbx__recover_t *r)
 	}
 	tbx__batch_reset(&r->batch);
 	tbx__batch_free(&r->batch);
+	tbx__tracer_free(r->tracer, RECOVER_FLUSH_MS);
 	free(r);
 }

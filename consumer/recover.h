@@ -27,7 +27,10 @@ typedef struct tbx__recover tbx__recover_t;
  * consuming in @p tokens (both borrowed; @p tokens shares @p store's
  * connection when they are one file).  @p conf (borrowed) gives the
  * producer's Kafka settings and dispatch.*, dlq.suffix; the producer is
- * made at the first dispatch.  NULL with @p errstr set.
+ * made at the first dispatch.  Each dispatch records a send span when
+ * tracing is configured (OTEL_* and the otel.* properties of @p conf, as
+ * a worker; service.name by default "tokenbox-inspect").  NULL with
+ * @p errstr set.
  */
 tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
 				 tbx_outbox_t *store, tbx_tokens_t *tokens,
@@ -46,11 +49,13 @@ const char *tbx__recover_errstr(const tbx__recover_t *r);
  * Sends @p row's outgoing messages once as they are — their tbx-ids,
  * tokens (tbx-store = @p store_id, NULL: none), keys, payloads and
  * headers — through an idempotent producer made from @p conf, and waits
- * for their delivery reports: `inspect undelivered resend`.  *delivered
- * = 1 when every message was acknowledged; @p errs (may be NULL) one
- * result per message.  @returns TBX_OK, TBX_EDELIVERY (not every message
- * delivered), or TBX_EKAFKA when no producer could be made (@p errstr
- * says why).
+ * for their delivery reports: `inspect undelivered resend`.  Each
+ * message is a send span when tracing is configured, as for
+ * tbx__recover_new().  *delivered = 1 when every message was
+ * acknowledged; @p errs (may be NULL) one result per message.
+ * @returns TBX_OK, TBX_EDELIVERY (not every message delivered),
+ * TBX_EKAFKA when no producer could be made or TBX_ECONF for a bad
+ * OTEL_* setting (@p errstr says why).
  */
 int tbx__recover_send(const tbx_conf_t *conf, const char *store_id,
 		      tbx__row_t *row, int *delivered,

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/batch.h"
 #include "consumer/msg.h"
 #include "consumer/part.h"
 #include "outbox/outbox.h"
@@ -77,6 +78,36 @@ int tbx__tracer_new(const tbx_conf_t *conf, const char *default_service,
 		 oc.sampler.ratio);
 	*out = t;
 	return TBX_OK;
+}
+
+tbx__tracer_t *tbx__tracer_new_sink(const char *group, tbx__span_sink_fn *sink,
+				    void *opaque)
+{
+	tbx__tracer_t *t;
+	char err[128];
+
+	if (!(t = calloc(1, sizeof(*t))))
+		return NULL;
+	/* NULL, NULL: the SDKs' default, parentbased_always_on. */
+	if (tbx__sampler_init(&t->sampler, NULL, NULL, err, sizeof(err))) {
+		free(t);
+		return NULL;
+	}
+	atomic_init(&t->bad_headers, 0);
+	if (group)
+		snprintf(t->group, sizeof(t->group), "%s", group);
+	t->sink = sink;
+	t->sink_opaque = opaque;
+	return t;
+}
+
+/* A finished span to the sink or the exporter, which frees it. */
+static void emit(tbx__tracer_t *t, tbx__span_t *span)
+{
+	if (t && t->sink)
+		t->sink(span, t->sink_opaque);
+	else
+		tbx__exporter_enqueue(t ? t->exp : NULL, span);
 }
 
 void tbx__tracer_free(tbx__tracer_t *t, int64_t flush_ms)
@@ -332,13 +363,69 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 				    (int64_t)tr->handler_ns);
 			outcome(span, msg, now);
 			span->end_ns = now;
-			tbx__exporter_enqueue(t->exp, span);
+			emit(t, span);
 		}
 	}
 	free(tr->tracestate);
 	free(tr->dead_letter);
 	tr->tracestate = tr->dead_letter = NULL;
 	tr->on = 0;
+}
+
+void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
+		      uint64_t began_ns, const uint64_t *phase_ns)
+{
+	static const char *const names[TBX_PHASE_CNT][2] = {
+	    {"G", "tokenbox.phase.g.duration_ns"},
+	    {"A", "tokenbox.phase.a.duration_ns"},
+	    {"B", "tokenbox.phase.b.duration_ns"},
+	    {"C", "tokenbox.phase.c.duration_ns"},
+	    {"D", "tokenbox.phase.d.duration_ns"},
+	    {"E", "tokenbox.phase.e.duration_ns"},
+	    {"F", "tokenbox.phase.f.duration_ns"},
+	};
+	tbx__trace_ctx_t ctx;
+	tbx__span_t *span;
+	tbx__span_event_t *ev;
+	uint64_t prev = began_ns, end = began_ns;
+	size_t sampled = 0;
+
+	/* Nothing is made for a batch none of whose records is sampled. */
+	for (size_t i = 0; i < cnt; i++)
+		sampled += msgs[i].trace.on &&
+			   (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED);
+	if (!t || !sampled)
+		return;
+	tbx__trace_id_new(ctx.trace_id);
+	tbx__span_id_new(ctx.span_id);
+	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
+	if (!(span = tbx__span_new("process batch", TBX_SPAN_KIND_CONSUMER,
+				   &ctx, NULL, began_ns)))
+		return;
+	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
+	tbx__attrs_str(&span->attrs, "messaging.operation.name", "process", 7);
+	tbx__attrs_int(&span->attrs, "messaging.batch.message_count",
+		       (int64_t)cnt);
+	if (t->group[0])
+		tbx__attrs_str(&span->attrs, "messaging.consumer.group.name",
+			       t->group, strlen(t->group));
+	for (int p = 0; p < TBX_PHASE_CNT; p++) {
+		if (!phase_ns[p])
+			continue; /* it did not run: a failed phase before */
+		tbx__attrs_int(&span->attrs, names[p][1],
+			       (int64_t)(phase_ns[p] - prev));
+		if ((ev = tbx__span_add_event(span, names[p][0], phase_ns[p])))
+			tbx__attrs_int(&ev->attrs, "tokenbox.phase.duration_ns",
+				       (int64_t)(phase_ns[p] - prev));
+		prev = end = phase_ns[p];
+	}
+	for (size_t i = 0; i < cnt; i++)
+		if (msgs[i].trace.on &&
+		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+			tbx__span_add_link(span, &msgs[i].trace.ctx);
+	span->end_ns = end > began_ns ? end : tbx__now_ns();
+	emit(t, span);
 }
 
 /* Appends one header to a blob being built. */
@@ -445,27 +532,39 @@ static int unhex(const char *s, size_t len, uint8_t *out, size_t n)
 	return 0;
 }
 
+/* 1 when a stored traceparent says "not sampled" by its flags alone (a
+ * value of the canonical length whose last hex digit is even): read
+ * without parsing the whole value, the common case at a ratio. */
+static int flags_unsampled(const tbx_header_t *tp)
+{
+	char last;
+
+	if (tp->len != TBX_TRACEPARENT_LEN)
+		return 0;
+	last = ((const char *)tp->value)[TBX_TRACEPARENT_LEN - 1];
+	return last && strchr("02468ace", last) != NULL;
+}
+
 tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				   const char *msg_id, const void *blob,
-				   size_t len)
+				   size_t len,
+				   char traceparent[TBX_TRACEPARENT_LEN + 1])
 {
-	tbx_header_t h;
+	tbx_header_t h, tp = {0}, ts = {0};
 	size_t pos = 0;
-	tbx__trace_ctx_t ctx;
+	tbx__trace_ctx_t stored, ctx;
 	uint8_t parent[TBX_SPAN_ID_SIZE];
-	tbx_header_t tp = {0};
-	int has_parent = 0, is_root = 0;
-	char name[TBX_TOPIC_MAX + 16];
+	int has_parent = 0, is_root = 0, sampled;
+	char name[TBX_TOPIC_MAX + 16], state[TBX_TRACESTATE_MAX + 1] = "";
 	tbx__span_t *span;
 
 	if (!t || !blob)
 		return NULL;
-	/* The traceparent is parsed only when the parent header is there:
-	 * tbx__trace_out writes that one for sampled messages alone, and
-	 * most messages are not sampled at a ratio. */
 	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
 		if (strcmp(h.name, "traceparent") == 0 && h.value)
 			tp = h;
+		else if (strcmp(h.name, "tracestate") == 0 && h.value)
+			ts = h;
 		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value) {
 			if (h.len == 0)
 				is_root = 1;
@@ -474,14 +573,46 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				has_parent = 1;
 		}
 	}
-	if (!(has_parent || is_root) || !tp.value ||
-	    tbx__traceparent_parse(tp.value, tp.len, &ctx) != 0 ||
-	    !(ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+	if (!tp.value)
 		return NULL;
+	if (has_parent || is_root) {
+		/* Written by a tracing worker or publisher, for a sampled
+		 * message: the stored traceparent is the context it
+		 * reserved, its parent the span that wrote the message.
+		 * Every dispatch is a sibling under that parent, with an id
+		 * of its own. */
+		if (tbx__traceparent_parse(tp.value, tp.len, &stored) != 0)
+			return NULL;
+		sampled = stored.flags & TBX_TRACE_FLAG_SAMPLED;
+	} else {
+		/* A context without ours: not sampled when it was written
+		 * (the parent-based samplers follow that without a parse),
+		 * or given by a handler, a dead letter, a row written with
+		 * tracing off: continued, as the sampler decides. */
+		if ((t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_ON ||
+		     t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_OFF ||
+		     t->sampler.kind == TBX_SAMPLER_PARENT_RATIO) &&
+		    flags_unsampled(&tp))
+			return NULL;
+		if (tbx__traceparent_parse(tp.value, tp.len, &stored) != 0)
+			return NULL;
+		memcpy(parent, stored.span_id, TBX_SPAN_ID_SIZE);
+		has_parent = 1;
+		sampled =
+		    tbx__sampler_decide(&t->sampler, stored.trace_id, &stored);
+	}
+	if (!sampled)
+		return NULL;
+	memcpy(ctx.trace_id, stored.trace_id, TBX_TRACE_ID_SIZE);
+	tbx__span_id_new(ctx.span_id);
+	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	snprintf(name, sizeof(name), "send %s", topic);
 	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx,
 				   has_parent ? parent : NULL, tbx__now_ns())))
 		return NULL;
+	if (ts.value && tbx__tracestate_normalize(ts.value, ts.len, state,
+						  sizeof(state)) > 0)
+		tbx__span_set_tracestate(span, state);
 	tbx__attrs_str_static(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_str_static(&span->attrs, "messaging.operation.type", "send",
 			      4);
@@ -492,6 +623,7 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	if (msg_id)
 		tbx__attrs_str_static(&span->attrs, "messaging.message.id",
 				      msg_id, strlen(msg_id));
+	tbx__traceparent_format(&ctx, traceparent);
 	return span;
 }
 
@@ -518,5 +650,5 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 		tbx__attrs_int_static(&span->attrs, "messaging.kafka.offset",
 				      offset);
 	}
-	tbx__exporter_enqueue(t ? t->exp : NULL, span);
+	emit(t, span);
 }

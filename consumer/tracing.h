@@ -29,8 +29,15 @@
  *  a root).  It is stored in the outbox row and never sent. */
 #define TBX_TRACE_PARENT_HDR "tbx-trace-parent"
 
+/** Where the finished spans of a tracer made by tbx__tracer_new_sink()
+ *  go, instead of an exporter: called on the thread that finished
+ *  @p span, which the sink now owns (tbx__span_free()). */
+typedef void tbx__span_sink_fn(tbx__span_t *span, void *opaque);
+
 typedef struct tbx__tracer {
-	tbx__exporter_t *exp;
+	tbx__exporter_t *exp;	 /* NULL with a sink */
+	tbx__span_sink_fn *sink; /* NULL: spans go to exp */
+	void *sink_opaque;
 	tbx__sampler_t sampler;
 	char group[256]; /* messaging.consumer.group.name; "" none */
 	/* records whose traceparent or tracestate was malformed */
@@ -72,6 +79,15 @@ typedef struct tbx__msg_trace {
 int tbx__tracer_new(const tbx_conf_t *conf, const char *default_service,
 		    const char *group, tbx__tracer_t **out, char *errstr,
 		    size_t errstr_size);
+/**
+ * A tracer that hands every finished span to @p sink (called with
+ * @p opaque) instead of exporting it, with OpenTelemetry's default
+ * sampler (parentbased_always_on): the test kit's, which lists what a
+ * handler's message produced without a collector.  @p group as in
+ * tbx__tracer_new().  @returns NULL when out of memory.
+ */
+tbx__tracer_t *tbx__tracer_new_sink(const char *group, tbx__span_sink_fn *sink,
+				    void *opaque);
 /** Sends what is held (at most @p flush_ms) and frees.  NULL: no-op. */
 void tbx__tracer_free(tbx__tracer_t *t, int64_t flush_ms);
 /** The exporter's counters (all zero for NULL) and the malformed trace
@@ -96,6 +112,8 @@ tbx__tracer_t *tbx__tracer_dispatch(void);
 int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
 			  const char *group);
 
+struct tbx_msg;
+
 /**
  * A polled record's context: its traceparent and tracestate headers
  * (@p hdrs, may be NULL) read (a malformed one is ignored and counted),
@@ -107,8 +125,20 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 /** The record leaves its batch: its process span (when sampled) is
  *  finished with the outcome and handed to the exporter; what @p tr
  *  holds is freed. */
-struct tbx_msg;
 void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg);
+
+/**
+ * The batch span of the @p cnt records @p msgs, begun at @p began_ns,
+ * whose phases G, A–F ended at @p phase_ns (TBX_PHASE_CNT entries, Unix
+ * nanoseconds, 0: the phase did not run; consumer/batch.h): named
+ * "process batch", a root of a trace of its own, with the phases'
+ * durations as attributes and their ends as events, linked to the
+ * process span of each sampled record.  Recorded when at least one
+ * record is sampled (its links lead somewhere), else nothing is made.
+ * Called before the records' process spans end.
+ */
+void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
+		      uint64_t began_ns, const uint64_t *phase_ns);
 
 /** Names @p tr's process span in the log lines of this thread
  *  (tbx__log_trace()); NULL: none. */
@@ -130,11 +160,24 @@ void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason);
 int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
 		   const void *blob, size_t len, void **out, size_t *out_len);
 
-/** The send span of a message being produced, from its stored headers
- *  (NULL when not sampled, no tracer, or no trace headers). */
+/**
+ * The send span of one dispatch of a message, from its stored headers
+ * (@p blob, @p len): a new span id every time, so that a message sent
+ * twice (a retried delivery, a row resumed after a crash, `inspect`'s
+ * redispatch or resend) is two spans, never one id twice.  Its parent
+ * is the stored TBX_TRACE_PARENT_HDR (the span that wrote the message;
+ * "" a root), its trace and sampled flag the stored traceparent's;
+ * without TBX_TRACE_PARENT_HDR a valid stored traceparent is continued
+ * as a remote parent, as the sampler decides.  @p traceparent receives
+ * the span's context: the message is produced with it in place of the
+ * stored one, so that the next hop's process span is its child.
+ * @returns NULL (the message leaves with its stored headers) when there
+ * is no tracer, no trace context, or the span is not sampled.
+ */
 tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				   const char *msg_id, const void *blob,
-				   size_t len);
+				   size_t len,
+				   char traceparent[TBX_TRACEPARENT_LEN + 1]);
 /** Ends @p span at its delivery report (@p err, @p partition,
  *  @p offset) and hands it to the exporter. */
 void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,

@@ -201,6 +201,8 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	if ((err = tbx__tracer_new(conf, worker->group, worker->group,
 				   &worker->batch.tracer, errstr, errstr_size)))
 		goto fail;
+	/* The recovery pass's dispatches record send spans too. */
+	worker->recovery.tracer = worker->batch.tracer;
 	atomic_init(&worker->stop, 0);
 	worker->conf = conf;
 	worker->cfg = cfg;
@@ -686,6 +688,18 @@ void tbx__worker_assign_directly(tbx_worker_t *worker)
 	worker->assign_direct = 1;
 }
 
+int tbx__worker_trace_to(tbx_worker_t *worker, tbx__span_sink_fn *sink,
+			 void *opaque)
+{
+	tbx__tracer_t *t = tbx__tracer_new_sink(worker->group, sink, opaque);
+
+	if (!t)
+		return TBX_ENOMEM;
+	tbx__tracer_free(worker->batch.tracer, 0);
+	worker->batch.tracer = worker->recovery.tracer = t;
+	return TBX_OK;
+}
+
 /* tbx__worker_assign_directly(): every partition of @p topics, from the
  * group's committed offsets, through the rebalance callback's own path
  * (the group is not joined: the callback is not called otherwise). */
@@ -1114,12 +1128,22 @@ static int process_batch(tbx_worker_t *worker)
 		return tbx__proto_waiting(proto)
 			   ? finish_waiting(worker, "idle poll", 0)
 			   : TBX_OK;
+	if (batch->tracer) { /* the batch span's times */
+		batch->began_ns = tbx__now_ns();
+		memset(batch->phase_ns, 0, sizeof(batch->phase_ns));
+	}
 	tbx__proto_start(proto, batch);
-	err = tbx__proto_guard(proto, batch); /* G */
+	err = tbx__batch_phase(batch, TBX_PHASE_G,
+			       tbx__proto_guard(proto, batch)); /* G */
 	if (!err)
 		err = tbx__proto_process(proto, batch); /* A–E */
 	tbx__proto_finish(proto, batch, err, &result);	/* F */
 	apply_outcome(worker, &result);
+	if (batch->tracer) {
+		tbx__batch_phase(batch, TBX_PHASE_F, 0);
+		tbx__trace_batch(batch->tracer, batch->msgs, batch->cnt,
+				 batch->began_ns, batch->phase_ns);
+	}
 	return err;
 }
 

@@ -18,6 +18,7 @@
 #include "consumer/conf.h"
 #include "consumer/part.h"
 #include "consumer/protocol.h"
+#include "consumer/tracing.h"
 #include "handlers/router.h"
 #include "outbox/outbox.h"
 #include "tokens/sweep.h"
@@ -122,6 +123,14 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
  * group at a time only.
  */
 void tbx__worker_assign_directly(tbx_worker_t *worker);
+/**
+ * Makes @p worker, before its first tbx_worker_poll(), record spans as
+ * tracing on does, every span handed to @p sink (tbx__tracer_new_sink())
+ * instead of an exporter, in place of the tracer its configuration gave:
+ * the test kit's.  @returns TBX_OK or TBX_ENOMEM.
+ */
+int tbx__worker_trace_to(tbx_worker_t *worker, tbx__span_sink_fn *sink,
+			 void *opaque);
 /** The tag of @p worker's log lines, valid while it lives. */
 const char *tbx__worker_log_tag(const tbx_worker_t *worker);
 /** Topics with a handler registered, and the i-th of them. */

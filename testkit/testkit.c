@@ -26,7 +26,9 @@
 #include "base/clock.h"
 #include "base/crash.h"
 #include "base/str.h"
+#include "consumer/tracing.h"
 #include "consumer/worker.h"
+#include "trace/span.h"
 
 #define KIT_TIMEOUT_MS 120000
 
@@ -93,6 +95,10 @@ struct tbx_testkit {
 	size_t pos_cnt;
 	sent_item_t **sent; /* in topic and offset order */
 	size_t sent_cnt;
+	/* The spans the worker recorded (one allocation each, kept until
+	 * the kit is destroyed), those of the last message from span_from. */
+	tbx_testkit_span_t **spans;
+	size_t span_cnt, span_cap, span_from;
 };
 
 __attribute__((format(printf, 3, 4))) static int
@@ -217,6 +223,7 @@ static void sent_free(tbx_testkit_t *kit)
 		free((char *)kit->sent[i]->view.type);
 		free((char *)kit->sent[i]->view.cause);
 		free((char *)kit->sent[i]->view.dlq_error);
+		free((char *)kit->sent[i]->view.traceparent);
 		rec_free(&kit->sent[i]->rec);
 		free(kit->sent[i]);
 	}
@@ -228,6 +235,123 @@ static void sent_free(tbx_testkit_t *kit)
 	free(kit->pos);
 	kit->pos = NULL;
 	kit->pos_cnt = 0;
+}
+
+static char *bufdup(const void *p, size_t len);
+
+static void attrs_free(const tbx_testkit_attr_t *a, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free((char *)a[i].key);
+		free((char *)a[i].value);
+	}
+	free((void *)a);
+}
+
+static void spans_free(tbx_testkit_t *kit)
+{
+	for (size_t i = 0; i < kit->span_cnt; i++) {
+		tbx_testkit_span_t *v = kit->spans[i];
+		free((char *)v->name);
+		free((char *)v->status_message);
+		attrs_free(v->attrs, v->attr_count);
+		for (size_t e = 0; e < v->event_count; e++) {
+			free((char *)v->events[e].name);
+			attrs_free(v->events[e].attrs, v->events[e].attr_count);
+		}
+		free((void *)v->events);
+		free((void *)v->links);
+		free(v);
+	}
+	free(kit->spans);
+	kit->spans = NULL;
+	kit->span_cnt = kit->span_cap = kit->span_from = 0;
+}
+
+/* A copy of @p a's attributes, values as text; NULL (and 0) when none or
+ * out of memory. */
+static tbx_testkit_attr_t *attrs_copy(const tbx__attrs_t *a, size_t *n)
+{
+	tbx_testkit_attr_t *v;
+	char num[32];
+
+	*n = 0;
+	if (!a->n || !(v = calloc(a->n, sizeof(*v))))
+		return NULL;
+	for (size_t i = 0; i < a->n; i++) {
+		const tbx__attr_t *at = &a->v[i];
+		v[i].key = strdup(at->key);
+		switch (at->type) {
+		case TBX_ATTR_STRING:
+			v[i].value = bufdup(at->v.s, at->len);
+			break;
+		case TBX_ATTR_INT:
+			snprintf(num, sizeof(num), "%lld", (long long)at->v.i);
+			v[i].value = strdup(num);
+			break;
+		default:
+			v[i].value = strdup(at->v.b ? "true" : "false");
+			break;
+		}
+	}
+	*n = a->n;
+	return v;
+}
+
+/* The worker's span sink (tbx__worker_trace_to()): on the kit's thread,
+ * which runs the worker.  A span that cannot be kept (out of memory) is
+ * left out. */
+static void on_span(tbx__span_t *span, void *opaque)
+{
+	tbx_testkit_t *kit = opaque;
+	tbx_testkit_span_t *v = NULL;
+	tbx_testkit_event_t *ev = NULL;
+	tbx_testkit_link_t *ln = NULL;
+
+	if (kit->span_cnt == kit->span_cap) {
+		size_t cap = kit->span_cap ? 2 * kit->span_cap : 16;
+		tbx_testkit_span_t **grown =
+		    realloc(kit->spans, cap * sizeof(*grown));
+		if (!grown)
+			goto out;
+		kit->spans = grown;
+		kit->span_cap = cap;
+	}
+	if (!(v = calloc(1, sizeof(*v))) ||
+	    (span->n_events && !(ev = calloc(span->n_events, sizeof(*ev)))) ||
+	    (span->n_links && !(ln = calloc(span->n_links, sizeof(*ln))))) {
+		free(v);
+		free(ev);
+		goto out;
+	}
+	v->name = strdup(span->name);
+	v->kind = (tbx_testkit_span_kind_t)span->kind;
+	tbx__hex(span->trace_id, TBX_TRACE_ID_SIZE, v->trace_id);
+	tbx__hex(span->span_id, TBX_SPAN_ID_SIZE, v->span_id);
+	if (!tbx__id_is_zero(span->parent_id, TBX_SPAN_ID_SIZE))
+		tbx__hex(span->parent_id, TBX_SPAN_ID_SIZE, v->parent_id);
+	v->status = (tbx_testkit_span_status_t)span->status;
+	if (span->status_msg)
+		v->status_message = strdup(span->status_msg);
+	v->attrs = attrs_copy(&span->attrs, &v->attr_count);
+	for (size_t i = 0; i < span->n_events; i++) {
+		ev[i].name = strdup(span->events[i]->name);
+		ev[i].attrs =
+		    attrs_copy(&span->events[i]->attrs, &ev[i].attr_count);
+	}
+	v->events = ev;
+	v->event_count = span->n_events;
+	for (size_t i = 0; i < span->n_links; i++) {
+		tbx__hex(span->links[i]->trace_id, TBX_TRACE_ID_SIZE,
+			 ln[i].trace_id);
+		tbx__hex(span->links[i]->span_id, TBX_SPAN_ID_SIZE,
+			 ln[i].span_id);
+	}
+	v->links = ln;
+	v->link_count = span->n_links;
+	kit->spans[kit->span_cnt++] = v;
+out:
+	tbx__span_free(span);
 }
 
 static void clients_destroy(tbx_testkit_t *kit)
@@ -261,6 +385,7 @@ void tbx_testkit_destroy(tbx_testkit_t *kit)
 	tbx_worker_destroy(kit->worker);
 	clients_destroy(kit);
 	sent_free(kit);
+	spans_free(kit);
 	rec_free(&kit->last);
 	if (kit->mock)
 		rd_kafka_mock_cluster_destroy(kit->mock);
@@ -469,6 +594,9 @@ static tbx_worker_t *worker_new(tbx_testkit_t *kit)
 	 * group's join (3 s on the mock cluster, and a killed worker's
 	 * session timeout before its successor is answered). */
 	tbx__worker_assign_directly(w);
+	/* Every span to memory, for tbx_testkit_span(). */
+	if (!rc)
+		rc = tbx__worker_trace_to(w, on_span, kit);
 	if (!rc)
 		rc = tbx_worker_poll(w, 0, NULL);
 	if (rc) {
@@ -886,6 +1014,7 @@ int tbx_testkit_handle(tbx_testkit_t *kit, const tbx_out_t *msg,
 	kit->errstr[0] = '\0';
 	if (!msg || !msg->topic)
 		return kfail(kit, TBX_EINVAL, "tbx_testkit_handle: no topic");
+	kit->span_from = kit->span_cnt;
 	if (!has_topic(kit, msg->topic) &&
 	    (rc = tbx_testkit_topic(kit, msg->topic, 1)))
 		return rc;
@@ -911,6 +1040,7 @@ int tbx_testkit_redeliver(tbx_testkit_t *kit, tbx_testkit_outcome_t *outcome)
 	if (!kit->have_last || !kit->worker)
 		return kfail(kit, TBX_ESTATE,
 			     "tbx_testkit_redeliver: nothing handled yet");
+	kit->span_from = kit->span_cnt;
 	if (!(rk = client(kit, RD_KAFKA_PRODUCER)))
 		return TBX_EKAFKA;
 	err = rd_kafka_producev(
@@ -986,6 +1116,7 @@ static int load_sent(tbx_testkit_t *kit)
 			s->type = hdr(it->rec.headers, "tbx-type");
 			s->cause = hdr(it->rec.headers, "tbx-cause");
 			s->dlq_error = hdr(it->rec.headers, "tbx-dlq-error");
+			s->traceparent = hdr(it->rec.headers, "traceparent");
 			kit->sent[kit->sent_cnt++] = it;
 		}
 		for (; done < cnt; done++)
@@ -1006,4 +1137,56 @@ const tbx_testkit_sent_t *tbx_testkit_sent(tbx_testkit_t *kit, size_t i)
 	if (i >= kit->sent_cnt && load_sent(kit))
 		return NULL;
 	return i < kit->sent_cnt ? &kit->sent[i]->view : NULL;
+}
+
+size_t tbx_testkit_span_count(const tbx_testkit_t *kit)
+{
+	return kit->span_cnt - kit->span_from;
+}
+
+const tbx_testkit_span_t *tbx_testkit_span(const tbx_testkit_t *kit, size_t i)
+{
+	return i < tbx_testkit_span_count(kit) ? kit->spans[kit->span_from + i]
+					       : NULL;
+}
+
+const tbx_testkit_span_t *tbx_testkit_span_named(const tbx_testkit_t *kit,
+						 const char *name)
+{
+	for (size_t i = kit->span_from; name && i < kit->span_cnt; i++)
+		if (kit->spans[i]->name &&
+		    strcmp(kit->spans[i]->name, name) == 0)
+			return kit->spans[i];
+	return NULL;
+}
+
+static const char *attr_of(const tbx_testkit_attr_t *a, size_t n,
+			   const char *key)
+{
+	for (size_t i = 0; key && i < n; i++)
+		if (a[i].key && strcmp(a[i].key, key) == 0)
+			return a[i].value;
+	return NULL;
+}
+
+const char *tbx_testkit_span_attr(const tbx_testkit_span_t *span,
+				  const char *key)
+{
+	return span ? attr_of(span->attrs, span->attr_count, key) : NULL;
+}
+
+const tbx_testkit_event_t *
+tbx_testkit_span_event(const tbx_testkit_span_t *span, const char *name)
+{
+	for (size_t i = 0; span && name && i < span->event_count; i++)
+		if (span->events[i].name &&
+		    strcmp(span->events[i].name, name) == 0)
+			return &span->events[i];
+	return NULL;
+}
+
+const char *tbx_testkit_event_attr(const tbx_testkit_event_t *event,
+				   const char *key)
+{
+	return event ? attr_of(event->attrs, event->attr_count, key) : NULL;
 }

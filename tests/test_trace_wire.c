@@ -7,11 +7,13 @@
  * internal header that names that parent.
  */
 #include <criterion/criterion.h>
+#include <malloc.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/log.h"
 
+#include "consumer/batch.h"
 #include "consumer/tracing.h"
 #include "outbox/outbox.h"
 #include "support.h"
@@ -167,14 +169,37 @@ Test(trace_wire, an_outgoing_message_stores_its_send_spans_traceparent)
 	tbx__hex(tr.ctx.span_id, TBX_SPAN_ID_SIZE, proc);
 	cr_expect_str_eq(
 	    hdr(out, out_len, TBX_TRACE_PARENT_HDR, buf, sizeof(buf)), proc);
-	/* Dispatch makes the send span from the stored headers alone. */
-	span = tbx__trace_send_begin(t, "payments", "id-1", out, out_len);
-	cr_assert(span);
-	cr_expect_eq(memcmp(span->span_id, ctx.span_id, TBX_SPAN_ID_SIZE), 0);
-	cr_expect_eq(memcmp(span->parent_id, tr.ctx.span_id, TBX_SPAN_ID_SIZE),
-		     0);
-	cr_expect_eq(span->kind, TBX_SPAN_KIND_PRODUCER);
-	tbx__span_free(span);
+	/* Dispatch makes the send span from the stored headers alone: in
+	 * the stored trace, child of the process span, an id of its own
+	 * each time, which the produced message carries. */
+	{
+		char tp1[TBX_TRACEPARENT_LEN + 1], tp2[TBX_TRACEPARENT_LEN + 1];
+		char id1[2 * TBX_SPAN_ID_SIZE + 1];
+		tbx__span_t *again;
+
+		span = tbx__trace_send_begin(t, "payments", "id-1", out,
+					     out_len, tp1);
+		again = tbx__trace_send_begin(t, "payments", "id-1", out,
+					      out_len, tp2);
+		cr_assert(span && again);
+		cr_expect_eq(
+		    memcmp(span->trace_id, ctx.trace_id, TBX_TRACE_ID_SIZE), 0);
+		cr_expect_eq(
+		    memcmp(span->parent_id, tr.ctx.span_id, TBX_SPAN_ID_SIZE),
+		    0);
+		cr_expect_eq(
+		    memcmp(again->parent_id, tr.ctx.span_id, TBX_SPAN_ID_SIZE),
+		    0);
+		cr_expect_neq(
+		    memcmp(span->span_id, again->span_id, TBX_SPAN_ID_SIZE), 0,
+		    "one span id for two dispatches");
+		tbx__hex(span->span_id, TBX_SPAN_ID_SIZE, id1);
+		cr_expect_eq(strncmp(tp1 + 36, id1, 16), 0, "%s", tp1);
+		cr_expect_str_neq(tp1, tp2);
+		cr_expect_eq(span->kind, TBX_SPAN_KIND_PRODUCER);
+		tbx__span_free(span);
+		tbx__span_free(again);
+	}
 	free(blob);
 
 	/* The handler's own traceparent is the send span's parent. */
@@ -320,4 +345,94 @@ Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
 	tbx__tracer_free(t, 0);
 	tt_rmrf(dir);
 	free(dir);
+}
+
+/* A batch span costs nothing when tracing is off or none of the batch's
+ * records is sampled: nothing is allocated. */
+Test(trace_wire, a_batch_without_sampled_records_allocates_nothing)
+{
+	tbx__tracer_t *t = tracer("always_off");
+	struct tbx_msg msgs[4];
+	uint64_t phases[TBX_PHASE_CNT] = {0}, began = tbx__now_ns();
+	struct mallinfo2 before, after;
+
+	memset(msgs, 0, sizeof(msgs));
+	for (size_t i = 0; i < 4; i++) {
+		tbx__trace_begin(t, &msgs[i].trace, NULL);
+		cr_assert_eq(msgs[i].trace.ctx.flags, 0);
+	}
+	for (int p = 0; p < TBX_PHASE_CNT; p++)
+		phases[p] = tbx__now_ns();
+	before = mallinfo2();
+	tbx__trace_batch(t, msgs, 4, began, phases);
+	tbx__trace_batch(NULL, msgs, 4, began, phases);
+	after = mallinfo2();
+	cr_expect_eq(after.uordblks, before.uordblks, "allocated %zd bytes",
+		     (ssize_t)(after.uordblks - before.uordblks));
+	tbx__tracer_free(t, 0);
+}
+
+static void keep_span(tbx__span_t *span, void *opaque)
+{
+	tbx__span_t **out = opaque;
+
+	cr_assert_null(*out, "one batch span expected");
+	*out = span;
+}
+
+/* The batch span links to every sampled record's process span, and
+ * carries each phase's time; a phase that did not run is left out. */
+Test(trace_wire, a_batch_span_links_each_sampled_record)
+{
+	tbx__span_t *span = NULL;
+	tbx__tracer_t *t = tbx__tracer_new_sink("grp", keep_span, &span);
+	tbx__tracer_t *off = tracer("always_off");
+	struct tbx_msg msgs[4];
+	uint64_t phases[TBX_PHASE_CNT] = {0}, began = 1000000;
+	int linked[4] = {0};
+
+	cr_assert(t);
+	memset(msgs, 0, sizeof(msgs));
+	for (size_t i = 0; i < 4; i++)
+		/* the third one not sampled: no link to it */
+		tbx__trace_begin(i == 2 ? off : t, &msgs[i].trace, NULL);
+	for (int p = 0; p < TBX_PHASE_CNT; p++)
+		phases[p] = began + 10 * (uint64_t)(p + 1);
+	phases[TBX_PHASE_D] = 0; /* did not run */
+	tbx__trace_batch(t, msgs, 4, began, phases);
+	cr_assert(span);
+	cr_expect_str_eq(span->name, "process batch");
+	cr_expect_eq(span->kind, TBX_SPAN_KIND_CONSUMER);
+	cr_expect(tbx__id_is_zero(span->parent_id, TBX_SPAN_ID_SIZE));
+	cr_expect_eq(span->start_ns, began);
+	cr_expect_eq(span->end_ns, phases[TBX_PHASE_F]);
+	cr_assert_eq(span->n_links, 3);
+	for (size_t l = 0; l < span->n_links; l++)
+		for (size_t i = 0; i < 4; i++)
+			linked[i] += memcmp(span->links[l]->span_id,
+					    msgs[i].trace.ctx.span_id,
+					    TBX_SPAN_ID_SIZE) == 0 &&
+				     memcmp(span->links[l]->trace_id,
+					    msgs[i].trace.ctx.trace_id,
+					    TBX_TRACE_ID_SIZE) == 0;
+	cr_expect(linked[0] == 1 && linked[1] == 1 && linked[3] == 1,
+		  "every sampled record once");
+	cr_expect_eq(linked[2], 0, "an unsampled record linked");
+	for (size_t a = 0; a < span->attrs.n; a++) {
+		const tbx__attr_t *at = &span->attrs.v[a];
+		if (strcmp(at->key, "tokenbox.phase.d.duration_ns") == 0)
+			cr_expect_fail("a phase that did not run is timed");
+		if (strcmp(at->key, "tokenbox.phase.e.duration_ns") == 0)
+			cr_expect_eq(at->v.i, 20, "E counts from C");
+		if (strcmp(at->key, "tokenbox.phase.a.duration_ns") == 0)
+			cr_expect_eq(at->v.i, 10);
+		if (strcmp(at->key, "messaging.batch.message_count") == 0)
+			cr_expect_eq(at->v.i, 4);
+	}
+	cr_expect_eq(span->n_events, TBX_PHASE_CNT - 1);
+	tbx__span_free(span);
+	for (size_t i = 0; i < 4; i++)
+		free(msgs[i].trace.tracestate);
+	tbx__tracer_free(t, 0);
+	tbx__tracer_free(off, 0);
 }

@@ -273,10 +273,9 @@ int insp_ud_resend(insp_t *in)
 				   *errstr ? errstr : "out of memory");
 		goto out;
 	}
-	if (tbx__recover_send(conf, token_store_id(in, store_id), &row,
-			      &delivered, &rerr, errstr,
-			      sizeof(errstr)) == TBX_EKAFKA &&
-	    !delivered) {
+	err = tbx__recover_send(conf, token_store_id(in, store_id), &row,
+				&delivered, &rerr, errstr, sizeof(errstr));
+	if (err && err != TBX_EDELIVERY && !delivered) {
 		rc = tbx_cli_usage(INSPECT_CMD, "resend: %s", errstr);
 		goto out;
 	}

@@ -11,6 +11,8 @@
  * makes the next message kill the worker at one of the protocol's crash
  * points, in a child process, and recover in a new worker, as a restart
  * would: the test then checks that the message took effect once.
+ * tbx_testkit_span() lists the OpenTelemetry spans the worker recorded
+ * for the message (its process span, the send spans, the batch span).
  *
  * The kit's worker is assigned its partitions directly, without joining
  * its consumer group (a group's join costs the mock cluster's waits):
@@ -69,7 +71,60 @@ typedef struct tbx_testkit_sent {
 	const char *payload;
 	size_t payload_len;
 	const char *dlq_error; /**< tbx-dlq-error of a dead letter */
+	/** Its traceparent header: the context of the send span that
+	 *  produced it (tbx_testkit_span()). */
+	const char *traceparent;
 } tbx_testkit_sent_t;
+
+/** Span kinds and status codes, numbered as OpenTelemetry's OTLP. */
+typedef enum tbx_testkit_span_kind {
+	TBX_TESTKIT_SPAN_INTERNAL = 1,
+	TBX_TESTKIT_SPAN_PRODUCER = 4,
+	TBX_TESTKIT_SPAN_CONSUMER = 5
+} tbx_testkit_span_kind_t;
+
+typedef enum tbx_testkit_span_status {
+	TBX_TESTKIT_STATUS_UNSET = 0,
+	TBX_TESTKIT_STATUS_OK = 1,
+	TBX_TESTKIT_STATUS_ERROR = 2
+} tbx_testkit_span_status_t;
+
+/** An attribute: its value as text (a string as it is, an integer in
+ *  decimal, a boolean "true" or "false"). */
+typedef struct tbx_testkit_attr {
+	const char *key;
+	const char *value;
+} tbx_testkit_attr_t;
+
+typedef struct tbx_testkit_event {
+	const char *name;
+	const tbx_testkit_attr_t *attrs;
+	size_t attr_count;
+} tbx_testkit_event_t;
+
+/** A link to another span (the batch span's to its records'). */
+typedef struct tbx_testkit_link {
+	char trace_id[33]; /**< lower-case hex */
+	char span_id[17];
+} tbx_testkit_link_t;
+
+/** A span the kit's worker recorded, as an exporter would have sent it
+ *  to a collector (docs/tracing.md lists them and their attributes). */
+typedef struct tbx_testkit_span {
+	const char *name; /**< "process orders", "send payments", ... */
+	tbx_testkit_span_kind_t kind;
+	char trace_id[33];  /**< lower-case hex */
+	char span_id[17];   /**< lower-case hex */
+	char parent_id[17]; /**< "" for a root span */
+	tbx_testkit_span_status_t status;
+	const char *status_message; /**< an ERROR's reason, else NULL */
+	const tbx_testkit_attr_t *attrs;
+	size_t attr_count;
+	const tbx_testkit_event_t *events;
+	size_t event_count;
+	const tbx_testkit_link_t *links;
+	size_t link_count;
+} tbx_testkit_span_t;
 
 /**
  * Creates a kit for consumer group @p group: a temporary directory (under
@@ -139,6 +194,33 @@ int tbx_testkit_crash_at(tbx_testkit_t *kit, const char *point);
  *  offset).  NULL when @p i is out of range. */
 size_t tbx_testkit_sent_count(tbx_testkit_t *kit);
 const tbx_testkit_sent_t *tbx_testkit_sent(tbx_testkit_t *kit, size_t i);
+
+/**
+ * The spans the kit's worker recorded while it handled the last message
+ * (the last tbx_testkit_handle() or tbx_testkit_redeliver()), in the
+ * order they ended: the record's process span, a send span per message
+ * it produced (ended at its delivery report), the batch span.  Tracing
+ * is on in the kit's worker, every trace sampled, the spans kept in
+ * memory instead of exported (otel.* export settings have no effect);
+ * no collector is needed.  The worker of a crash point's child process
+ * takes its spans with it: what the recovering worker did is listed.  A
+ * returned pointer stays valid until tbx_testkit_destroy().  NULL when
+ * @p i is out of range.
+ */
+size_t tbx_testkit_span_count(const tbx_testkit_t *kit);
+const tbx_testkit_span_t *tbx_testkit_span(const tbx_testkit_t *kit, size_t i);
+/** The first span of the last message named @p name, or NULL. */
+const tbx_testkit_span_t *tbx_testkit_span_named(const tbx_testkit_t *kit,
+						 const char *name);
+/** The value of @p span's attribute @p key, or NULL. */
+const char *tbx_testkit_span_attr(const tbx_testkit_span_t *span,
+				  const char *key);
+/** @p span's first event named @p name, or NULL. */
+const tbx_testkit_event_t *
+tbx_testkit_span_event(const tbx_testkit_span_t *span, const char *name);
+/** The value of @p event's attribute @p key, or NULL. */
+const char *tbx_testkit_event_attr(const tbx_testkit_event_t *event,
+				   const char *key);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,196 @@
+/*
+ * Send spans at dispatch (consumer/producer.c, consumer/tracing.c): a
+ * message dispatched twice — a retried delivery, an outbox row resumed
+ * after a crash, `inspect redispatch` — is two send spans with ids of
+ * their own, never one span id recorded twice, and each produced copy
+ * carries its own send span's traceparent, so that the next hop's process
+ * span is the child of the dispatch that produced its copy.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "consumer/producer.h"
+#include "consumer/tracing.h"
+#include "outbox/outbox.h"
+#include "support.h"
+
+#define MAX_SPANS 16
+
+typedef struct sink {
+	tbx__span_t *spans[MAX_SPANS];
+	size_t cnt;
+} sink_t;
+
+static void on_span(tbx__span_t *span, void *opaque)
+{
+	sink_t *s = opaque;
+
+	cr_assert_lt(s->cnt, MAX_SPANS);
+	s->spans[s->cnt++] = span;
+}
+
+static const char *hdr_of(rd_kafka_headers_t *h, const char *name, char *buf,
+			  size_t size)
+{
+	const void *v;
+	size_t len;
+
+	if (!h || rd_kafka_header_get_last(h, name, &v, &len))
+		return NULL;
+	snprintf(buf, size, "%.*s", (int)len, (const char *)v);
+	return buf;
+}
+
+/* A row of one outgoing message to "out" whose stored headers were
+ * written as a worker with tracing on writes them: the traceparent of
+ * the context reserved for it, child of the record's process span. */
+static void traced_row(tbx__tracer_t *t, tbx__row_t *row,
+		       tbx__msg_trace_t *process)
+{
+	void *blob;
+	size_t len;
+
+	tbx__trace_begin(t, process, NULL);
+	cr_assert(process->ctx.flags & TBX_TRACE_FLAG_SAMPLED);
+	cr_assert_eq(tbx__trace_out(t, process, NULL, 0, &blob, &len), TBX_OK);
+	tbx__row_init(row);
+	snprintf(row->msg_id, sizeof(row->msg_id), "in-1");
+	cr_assert_eq(
+	    tbx__row_add(row, "out", "Pong", "k", 1, "v", 1, blob, len),
+	    TBX_OK);
+	free(blob);
+}
+
+Test(trace_dispatch, a_message_dispatched_twice_is_two_send_spans,
+     .timeout = 120)
+{
+	tt_cluster_t *c = tt_cluster_new(1);
+	char *dir = tt_tmpdir(), err[512], buf[128], proc[17], id[17];
+	char *s = tt_path(dir, "s.db"), *tk = tt_path(dir, "t.db");
+	tbx_conf_t *conf;
+	rd_kafka_t *producer;
+	sink_t sink = {0};
+	tbx__tracer_t *t, *prev;
+	tbx__msg_trace_t process;
+	tbx__row_t row, *rows[1] = {&row};
+	tt_record_t *recs;
+	size_t n;
+	int delivered = 0;
+
+	tt_cluster_topic(c, "out", 1);
+	conf = tt_conf(c->bootstraps, "g", s, tk, NULL);
+	cr_assert((producer = tbx__producer_new(conf, err, sizeof(err))), "%s",
+		  err);
+	cr_assert((t = tbx__tracer_new_sink("g", on_span, &sink)));
+	traced_row(t, &row, &process);
+
+	/* Dispatched, then dispatched again as a resumed row is. */
+	prev = tbx__tracer_dispatch_swap(t);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, &delivered,
+					   NULL, NULL, err, sizeof(err)),
+			     TBX_OK, "%s", err);
+		cr_assert(delivered);
+	}
+	tbx__tracer_dispatch_swap(prev);
+
+	cr_assert_eq(sink.cnt, 2, "one send span per dispatch");
+	tbx__hex(process.ctx.span_id, TBX_SPAN_ID_SIZE, proc);
+	for (size_t i = 0; i < 2; i++) {
+		tbx__span_t *sp = sink.spans[i];
+		cr_expect_str_eq(sp->name, "send out");
+		cr_expect_eq(sp->kind, TBX_SPAN_KIND_PRODUCER);
+		cr_expect_eq(memcmp(sp->trace_id, process.ctx.trace_id,
+				    TBX_TRACE_ID_SIZE),
+			     0, "in the record's trace");
+		cr_expect_eq(memcmp(sp->parent_id, process.ctx.span_id,
+				    TBX_SPAN_ID_SIZE),
+			     0, "child of the process span that wrote it");
+	}
+	cr_assert_neq(memcmp(sink.spans[0]->span_id, sink.spans[1]->span_id,
+			     TBX_SPAN_ID_SIZE),
+		      0, "one span id recorded twice");
+
+	/* Each copy carries its own dispatch's span as parent-to-be. */
+	n = tt_read_topic(c->bootstraps, "out", &recs);
+	cr_assert_eq(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert(
+		    hdr_of(recs[i].headers, "traceparent", buf, sizeof(buf)));
+		tbx__hex(sink.spans[i]->span_id, TBX_SPAN_ID_SIZE, id);
+		cr_expect_eq(strlen(buf), TBX_TRACEPARENT_LEN);
+		cr_expect_eq(strncmp(buf + 36, id, 16), 0,
+			     "copy %zu carries %s, its send span is %s", i, buf,
+			     id);
+		cr_expect_null(hdr_of(recs[i].headers, TBX_TRACE_PARENT_HDR,
+				      buf, sizeof(buf)),
+			       "the internal header left the process");
+	}
+	tt_records_free(recs, n);
+
+	for (size_t i = 0; i < sink.cnt; i++)
+		tbx__span_free(sink.spans[i]);
+	free(process.tracestate);
+	tbx__row_clear(&row);
+	tbx__tracer_free(t, 0);
+	rd_kafka_destroy(producer);
+	tbx_conf_destroy(conf);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s);
+	free(tk);
+}
+
+Test(trace_dispatch, an_unsampled_message_leaves_as_it_was_stored,
+     .timeout = 120)
+{
+	tt_cluster_t *c = tt_cluster_new(1);
+	char *dir = tt_tmpdir(), err[512], buf[128];
+	char *s = tt_path(dir, "s.db"), *tk = tt_path(dir, "t.db");
+	const char *tp =
+	    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+	tbx_header_t h[] = {{"traceparent", tp, 55}};
+	tbx_conf_t *conf;
+	rd_kafka_t *producer;
+	sink_t sink = {0};
+	tbx__tracer_t *t, *prev;
+	tbx__row_t row, *rows[1] = {&row};
+	tt_record_t *recs;
+	void *blob;
+	size_t len, n;
+	int delivered = 0;
+
+	tt_cluster_topic(c, "out", 1);
+	conf = tt_conf(c->bootstraps, "g", s, tk, NULL);
+	cr_assert((producer = tbx__producer_new(conf, err, sizeof(err))), "%s",
+		  err);
+	cr_assert((t = tbx__tracer_new_sink("g", on_span, &sink)));
+	cr_assert_eq(tbx__hdrs_encode(h, 1, &blob, &len), TBX_OK);
+	tbx__row_init(&row);
+	snprintf(row.msg_id, sizeof(row.msg_id), "in-1");
+	cr_assert_eq(
+	    tbx__row_add(&row, "out", "Pong", NULL, 0, "v", 1, blob, len),
+	    TBX_OK);
+	free(blob);
+	prev = tbx__tracer_dispatch_swap(t);
+	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, &delivered, NULL,
+				   NULL, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx__tracer_dispatch_swap(prev);
+	cr_expect_eq(sink.cnt, 0, "an unsampled parent: no span");
+	n = tt_read_topic(c->bootstraps, "out", &recs);
+	cr_assert_eq(n, 1);
+	cr_expect_str_eq(
+	    hdr_of(recs[0].headers, "traceparent", buf, sizeof(buf)), tp);
+	tt_records_free(recs, n);
+	tbx__row_clear(&row);
+	tbx__tracer_free(t, 0);
+	rd_kafka_destroy(producer);
+	tbx_conf_destroy(conf);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s);
+	free(tk);
+}
