@@ -8,6 +8,8 @@
  * version: the migrations in store/db.c):
  *
  *   tbx_seq            (id = 1, value): one sequence for mint and subscribe
+ *   tbx_seq_ranges     PRIMARY KEY lo, with hi (NULL: the open range): the
+ *                      ranges the sequence issued numbers in
  *   tbx_tokens         PRIMARY KEY (token, grp), with mint_seq
  *   tbx_registrations  PRIMARY KEY (attempt, token), with send_grp and msg_id
  *   tbx_subscriptions  PRIMARY KEY (topic, grp), with since_seq and used_ms
@@ -33,6 +35,16 @@
 #include "tokenbox/tokenbox.h"
 
 typedef struct tbx_tokens tbx_tokens_t;
+
+/**
+ * Numbers a millisecond: a range of the sequence starts at least at the
+ * wall clock in ms times this (see seq_issued below and
+ * docs/architecture.md, token-store identity).  A history that issues
+ * fewer numbers than this a millisecond never reaches the start of a
+ * history opened after it, and the numbers stay below 2^53 (exact in
+ * JSON and in doubles) until the year 2255.
+ */
+#define TBX__SEQ_PER_MS INT64_C(1000)
 
 /** One token to mint: rows for every group subscribed to @p topic. */
 typedef struct tbx__mint_item {
@@ -190,6 +202,17 @@ typedef struct tbx_tokens_ops {
 	/** The sequence's current value (the last number taken).  A read;
 	 *  on a shared connection, inside the caller's transaction. */
 	int (*seq_current)(tbx_tokens_t *tokens, int64_t *seq);
+	/**
+	 * *issued = 1 when @p seq was issued by this store's history: a
+	 * range of tbx_seq_ranges holds it (lo <= seq <= hi, or <= the
+	 * current value for the open range).  A number in a gap between
+	 * ranges, or above the current value, was never issued here: a
+	 * store restored from an older backup starts its next range above
+	 * every number its lost history issued (docs/architecture.md,
+	 * token-store identity).  A read; on a shared connection, inside
+	 * the caller's transaction.
+	 */
+	int (*seq_issued)(tbx_tokens_t *tokens, int64_t seq, int *issued);
 	/** Records that (topic, grp) is in use now (used_ms), one txn;
 	 *  *found = 0 when the subscription no longer exists (removed by
 	 *  `inspect unsubscribe`). */
@@ -449,6 +472,11 @@ static inline int tbx_tokens_store_id(tbx_tokens_t *t,
 static inline int tbx_tokens_seq_current(tbx_tokens_t *t, int64_t *seq)
 {
 	return t->ops->seq_current(t, seq);
+}
+static inline int tbx_tokens_seq_issued(tbx_tokens_t *t, int64_t seq,
+					int *issued)
+{
+	return t->ops->seq_issued(t, seq, issued);
 }
 static inline int tbx_tokens_touch(tbx_tokens_t *t, const char *topic,
 				   const char *grp, int *found)
