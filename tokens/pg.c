@@ -817,6 +817,28 @@ out:
 	return txn_end(t, err);
 }
 
+/* Before a number is taken: the range of this opening, started now if
+ * the opening could not (range_pending).  In a transaction of its own,
+ * so never from inside one (a joined A then fails, and is retried). */
+static int range_ready(tbx_tokens_pg_t *t)
+{
+	int err;
+
+	if (!t->range_pending)
+		return TBX_OK;
+	if (t->pg->in_tx) {
+		tbx__log(TBX_LOG_ERR,
+			 "token store: schema %s: this opening started no "
+			 "range of the sequence; no number is taken",
+			 t->schema);
+		return TBX_ESTORE;
+	}
+	if ((err = range_start(t)))
+		return err;
+	t->range_pending = 0;
+	return TBX_OK;
+}
+
 static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
 {
 	tbx_tokens_pg_t *t = backend(tokens);
@@ -862,7 +884,7 @@ static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
 			 topic);
 		return TBX_EINVAL;
 	}
-	if ((err = txn_begin(t)))
+	if ((err = range_ready(t)) || (err = txn_begin(t)))
 		return err;
 	/* The exclusive lock before the number: a mint that took its
 	 * number before ours has committed (its shared lock is gone), and
@@ -987,6 +1009,8 @@ static int op_mint(tbx_tokens_t *tokens, const char *send_grp,
 
 	if (!mint_check(send_grp, reqs, req_cnt))
 		return TBX_EINVAL;
+	if ((err = range_ready(t)))
+		return err;
 	if ((err = cols_make(&c, reqs, req_cnt)))
 		return err;
 	if ((err = txn_begin(t))) {
@@ -1040,7 +1064,7 @@ static int op_seq_joined(tbx_tokens_t *tokens, int64_t *seq)
 
 	if (!seq)
 		return TBX_EINVAL;
-	if ((err = joined_check(t)))
+	if ((err = joined_check(t)) || (err = range_ready(t)))
 		return err;
 	return seq_next(t, seq);
 }
@@ -1691,6 +1715,8 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		if (!items[i].topic || (items[i].caller_id && !items[i].fp) ||
 		    (items[i].grp && !items[i].grp[0]))
 			return TBX_EINVAL;
+	if ((err = range_ready(t)))
+		return err;
 	memset(&w, 0, sizeof(w));
 	w.items = items;
 	w.cnt = cnt;
@@ -1956,12 +1982,19 @@ int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 	 * SQLite file's does, creating or not. */
 	if (!err && !opts->readonly && t->version < TBX_PG_TOKENS_VERSION)
 		err = migrate(t, errstr, errstr_size);
-	/* A read-write opening may take numbers: its own range first. */
-	if (!err && !opts->readonly && (err = range_start(t)))
-		open_fail(t, err, "cannot start a range of the sequence",
-			  errstr, errstr_size);
 	if (err)
 		goto fail;
+	/* A read-write opening may take numbers: its own range first.  One
+	 * that cannot (a grant missing: a worker's check of its grants
+	 * names it next) takes no number until it has. */
+	if (!opts->readonly && range_start(t)) {
+		tbx__log(TBX_LOG_WARNING,
+			 "postgresql: %s: schema %s: cannot start a range of "
+			 "the token store's sequence, no number is taken "
+			 "until it is: %s",
+			 t->pg->where, t->schema, tbx__pg_errmsg(t->pg));
+		t->range_pending = 1;
+	}
 	/* Read-only: no statement may write, as SQLite's query_only. */
 	if (opts->readonly && !t->shared &&
 	    (err = tbx__pg_set(t->pg, "default_transaction_read_only", "on"))) {

@@ -27,6 +27,9 @@ typedef struct tbx_tokens_pg {
 	tbx__pg_stmts_t reads; /* pg_read.c's */
 	int version;	       /* tbx_schema_info.version */
 	int reading;	       /* read_begin() opened a transaction */
+	/* 1: the opening could not start its range of the sequence (a grant
+	 * missing, say): no number is taken before it has. */
+	int range_pending;
 	/* seq_issued()'s last answer, as on SQLite (tokens/sqlite_int.h). */
 	int64_t issued_lo, issued_hi;
 } tbx_tokens_pg_t;
