@@ -14,7 +14,11 @@
  *   - the sequence is not transactional, so the subscription lock orders
  *     subscribing against minting: subscribe takes it exclusively before
  *     its nextval, mint takes it shared before its nextval and reads the
- *     subscriptions in a statement after it;
+ *     subscriptions in a statement after it.  Every nextval runs under
+ *     it (Q_SEQ_MINT, Q_SEQ_PUBLISH, and Q_SUB_ADD after Q_SUB_LOCK), so
+ *     that a read-write opening, which starts a range of the sequence
+ *     under the exclusive lock (range_start()), sees no number taken
+ *     between reading the last value and its setval();
  *   - the loser's and the sweeper's drop is one statement that deletes
  *     the tokens only through the registrations it deleted itself, so a
  *     confirm that got there first (row locks) leaves it nothing;

@@ -15,6 +15,10 @@
  * exception: they write only inside the caller's transaction, which
  * commits them.
  *
+ * A read-write opening starts a range of the sequence (range_start()),
+ * so that a store restored from an older backup never issues the numbers
+ * it lost again (docs/architecture.md, token-store identity).
+ *
  * The read side of `tokenbox inspect` is in sqlite_read.c.
  *
  * @locality one thread at a time per store.

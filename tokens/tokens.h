@@ -327,6 +327,8 @@ struct tbx_tokens {
  * Opens the SQLite backend on @p path.  When @p shared is not NULL the
  * backend uses that connection (the service store's, when both stores are
  * one file) and does not close it; transactions then must not overlap.
+ * A read-write opening starts a range of the sequence (seq_issued) in a
+ * transaction of its own, so @p shared must not be inside one.
  */
 int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 			   sqlite3 *shared, tbx_tokens_t **out, char *errstr,
@@ -341,7 +343,10 @@ struct tbx__pg;
  * service store's: S and T in one database, the joined path) and takes a
  * reference to it instead of connecting; transactions then must not
  * overlap.  opts->create = 0 refuses (TBX_ENOENT) a schema without token
- * tables, as a missing SQLite file is refused.
+ * tables, as a missing SQLite file is refused.  A read-write opening
+ * migrates an older version and starts a range of the sequence
+ * (seq_issued); one that cannot start it (a grant missing) opens, and
+ * takes no number until it has.
  */
 int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 		       struct tbx__pg *shared, const tbx__db_opts_t *opts,
