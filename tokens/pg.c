@@ -169,6 +169,7 @@ enum {
 	Q_RANGE_ADD,
 	Q_SEQ_SET,
 	Q_SEQ_ISSUED,
+	Q_RANGE_COUNT,
 	Q__COUNT
 };
 
@@ -310,6 +311,7 @@ static const char *const sql[Q__COUNT] = {
 		     "THEN last_value ELSE 0 END FROM @T.tbx_seq)) FROM "
 		     "@T.tbx_seq_ranges WHERE lo <= $1 ORDER BY lo DESC LIMIT "
 		     "1",
+    [Q_RANGE_COUNT] = "SELECT count(*) FROM @T.tbx_seq_ranges",
 };
 
 static tbx_tokens_pg_t *backend(tbx_tokens_t *tokens)
@@ -1842,6 +1844,18 @@ static int op_subscribers(tbx_tokens_t *tokens, const char *topic, int64_t *cnt)
 	return run_i64(t, Q_SUB_COUNT, &p, cnt, NULL);
 }
 
+static int op_seq_ranges(tbx_tokens_t *tokens, int64_t *count)
+{
+	tbx_tokens_pg_t *t = backend(tokens);
+	int err;
+
+	if (!count)
+		return TBX_EINVAL;
+	if ((err = tbx__tokens_pg_ready(t)))
+		return err;
+	return run_i64(t, Q_RANGE_COUNT, NULL, count, NULL);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_pg_t *t = backend(tokens);
@@ -1874,6 +1888,7 @@ static const tbx_tokens_ops_t pg_ops = {
     .store_id = op_store_id,
     .seq_current = op_seq_current,
     .seq_issued = op_seq_issued,
+    .seq_ranges = op_seq_ranges,
     .touch = op_touch,
     .count = op_count,
     .publish_mint = op_publish_mint,

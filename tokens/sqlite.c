@@ -72,6 +72,7 @@ enum {
 	Q_RANGE_ADD,
 	Q_SEQ_SET,
 	Q_SEQ_ISSUED,
+	Q_RANGE_COUNT,
 	Q__COUNT
 };
 
@@ -148,6 +149,7 @@ static const char *const sql[Q__COUNT] = {
     [Q_SEQ_ISSUED] = "SELECT lo, hi, (SELECT value FROM tbx_seq WHERE id = "
 		     "1) FROM tbx_seq_ranges WHERE lo <= ?1 ORDER BY lo DESC "
 		     "LIMIT 1",
+    [Q_RANGE_COUNT] = "SELECT count(*) FROM tbx_seq_ranges",
 };
 
 _Static_assert(Q__COUNT <= TQ_STMTS, "slots[] too small");
@@ -1095,6 +1097,13 @@ static int op_subscribers(tbx_tokens_t *tokens, const char *topic, int64_t *cnt)
 	return count_one(backend(tokens), Q_SUB_COUNT, topic, cnt);
 }
 
+static int op_seq_ranges(tbx_tokens_t *tokens, int64_t *count)
+{
+	if (!count)
+		return TBX_EINVAL;
+	return count_one(backend(tokens), Q_RANGE_COUNT, NULL, count);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
@@ -1125,6 +1134,7 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .store_id = op_store_id,
     .seq_current = op_seq_current,
     .seq_issued = op_seq_issued,
+    .seq_ranges = op_seq_ranges,
     .touch = op_touch,
     .count = op_count,
     .publish_mint = op_publish_mint,

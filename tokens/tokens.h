@@ -213,6 +213,10 @@ typedef struct tbx_tokens_ops {
 	 * the caller's transaction.
 	 */
 	int (*seq_issued)(tbx_tokens_t *tokens, int64_t seq, int *issued);
+	/** The ranges of tbx_seq_ranges into *count (the open one
+	 *  included), for inspect; has(TBX_TOKENS_HAS_SEQ_RANGES) says
+	 *  whether the store has them.  A read. */
+	int (*seq_ranges)(tbx_tokens_t *tokens, int64_t *count);
 	/** Records that (topic, grp) is in use now (used_ms), one txn;
 	 *  *found = 0 when the subscription no longer exists (removed by
 	 *  `inspect unsubscribe`). */
@@ -314,9 +318,14 @@ typedef struct tbx_tokens_ops {
 
 /** What a token store may lack, for has(): a table or a column that came
  *  with a later schema version of one backend (SQLite: the ingress edge
- *  with schema 4, the store's identity with schema 6; PostgreSQL's
- *  version 1 holds both). */
-enum { TBX_TOKENS_HAS_EDGE = 1, TBX_TOKENS_HAS_STORE_ID = 2 };
+ *  with schema 4, the store's identity with schema 6, the sequence's
+ *  ranges with schema 10; PostgreSQL's version 1 holds the first two,
+ *  version 2 the ranges). */
+enum {
+	TBX_TOKENS_HAS_EDGE = 1,
+	TBX_TOKENS_HAS_STORE_ID = 2,
+	TBX_TOKENS_HAS_SEQ_RANGES = 3
+};
 
 /** Backends embed this first. */
 struct tbx_tokens {
@@ -482,6 +491,10 @@ static inline int tbx_tokens_seq_issued(tbx_tokens_t *t, int64_t seq,
 					int *issued)
 {
 	return t->ops->seq_issued(t, seq, issued);
+}
+static inline int tbx_tokens_seq_ranges(tbx_tokens_t *t, int64_t *count)
+{
+	return t->ops->seq_ranges(t, count);
 }
 static inline int tbx_tokens_touch(tbx_tokens_t *t, const char *topic,
 				   const char *grp, int *found)
