@@ -108,8 +108,6 @@ typedef struct tbx__batch {
 	uint64_t minted;	/**< joined: token rows A created (stats) */
 	uint64_t processed;	/**< A's handled records (stats, at commit) */
 	uint64_t dead_lettered; /**< A's dead letters (stats, at commit) */
-	int64_t seq_current;	/**< A: the token store's sequence, read once
-				     when a record needs it; -1: not yet */
 	struct tbx__tracer *tracer; /**< NULL: tracing off */
 	/* Tracing on: when the batch began and each phase ended (Unix
 	 * nanoseconds; 0: it did not run), for the batch span. */

@@ -79,7 +79,6 @@ static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
 	int *exists = malloc(batch->cnt * sizeof(*exists));
 	int err = TBX_OK;
 
-	batch->seq_current = -1;
 	for (size_t i = 0; i < batch->cnt; i++)
 		batch->msgs[i].pre_row = batch->msgs[i].pre_token = -1;
 	if (!ids || !at || !hits || !exists) {

@@ -736,21 +736,18 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (msg->part->settled)
 		proto->dup_window_seen++;
 	if (!exists) {
-		int64_t cur;
+		int issued;
 
 		/* A number this store never issued: the token was minted in
 		 * a history it does not have (restored from an older backup,
 		 * or another store for a sender without tbx-store).  The
-		 * sequence is read once per A: every record's number was
-		 * issued before the batch was polled, so one above the
-		 * sequence as read at any time in A was never issued. */
-		if (batch->seq_current < 0) {
-			if ((err = tbx_tokens_seq_current(proto->tokens, &cur)))
-				return err;
-			batch->seq_current = cur;
-		}
-		cur = batch->seq_current;
-		if (msg->seq > cur) {
+		 * store's ranges say which numbers its history issued; a
+		 * restored store never issues its lost numbers again
+		 * (tokens/tokens.h, seq_issued). */
+		if ((err = tbx_tokens_seq_issued(proto->tokens, msg->seq,
+						 &issued)))
+			return err;
+		if (!issued) {
 			char reason[256];
 
 			if (msg->part->settled)
@@ -758,10 +755,9 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 			snprintf(reason, sizeof(reason),
 				 "token store mismatch: the record's tbx-seq "
 				 "%" PRId64 " was never issued by this group's "
-				 "token store %s (its sequence is at %" PRId64
-				 "): restored from an older backup, or another "
-				 "store",
-				 msg->seq, proto->store_id, cur);
+				 "token store %s: restored from an older "
+				 "backup, or another store",
+				 msg->seq, proto->store_id);
 			return store_mismatch(proto, batch, msg, reason);
 		}
 		msg->state = TBX_MS_DROPPED;

@@ -252,6 +252,23 @@ static const char *const migrations[] = {
     " tokens_where TEXT NOT NULL,"
     " used_ms INTEGER NOT NULL"
     ") WITHOUT ROWID;",
+    /* 9 -> 10 */
+    /* The ranges the sequence issued its numbers in, one per opening of
+     * the store that may take numbers (tokens/sqlite.c, range_start):
+     * a number is this store's when a range holds it (lo <= n <= hi, or
+     * the current value for the open range, hi NULL).  An opening
+     * starts its range at max(value + 1, now in ms * 1000), so that a
+     * store restored from an older backup never issues again the
+     * numbers its lost history issued: they fall in a gap.  Every
+     * number taken before this version is the store's own: one open
+     * range from 1. */
+    "CREATE TABLE tbx_seq_ranges ("
+    " lo INTEGER PRIMARY KEY,"
+    " hi INTEGER CHECK (hi IS NULL OR hi >= lo)"
+    ");"
+    "CREATE UNIQUE INDEX tbx_seq_ranges_open ON tbx_seq_ranges"
+    " ((hi IS NULL)) WHERE hi IS NULL;"
+    "INSERT INTO tbx_seq_ranges (lo, hi) VALUES (1, NULL);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -10,8 +10,10 @@
 #include "tokenbox/tokenbox.h"
 
 /* The grants of docs/operations.md on tokenbox's tables and sequences
- * (tbx_schema_info, the store's version and identity, is only read) that
- * the role lacks; the schema's own USAGE first.  The statement is made
+ * (tbx_schema_info, the store's version and identity, is only read; a
+ * sequence needs UPDATE for the setval() that starts a range of the token
+ * store's numbers, tokens/pg.c) that the role lacks; the schema's own
+ * USAGE first.  The statement is made
  * for one call (see below). */
 static const char *const access_sql =
     "SELECT current_user::text, '' AS obj, 'USAGE' AS priv"
@@ -21,7 +23,7 @@ static const char *const access_sql =
     " FROM pg_catalog.pg_class c"
     " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
     " CROSS JOIN LATERAL unnest(CASE WHEN c.relkind = 'S'"
-    "  THEN ARRAY['USAGE', 'SELECT']"
+    "  THEN ARRAY['USAGE', 'SELECT', 'UPDATE']"
     "  WHEN c.relname = 'tbx_schema_info' THEN ARRAY['SELECT']"
     "  ELSE ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE'] END) AS p(priv)"
     " WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'S')"

@@ -774,35 +774,47 @@ static void copy_file(const char *from, const char *to)
 	free(text);
 }
 
-Test(cli_stores, a_token_store_restored_from_an_older_backup_drops_nothing,
-     .timeout = 240)
+/*
+ * A token store restored from a backup taken before three records were
+ * minted: each must be dead-lettered as never issued, none dropped as a
+ * duplicate.  @p extra: the worker's further settings (NULL-ended, at most
+ * three); batch.max.messages=1 judges each record in a batch of its own,
+ * so that whatever the worker or its dead letters take from the restored
+ * sequence in one batch is there when the next record is judged.
+ * @p joined: one file for both stores (every A takes a number).
+ */
+static void restored_drops_nothing(const char *const extra_in[], int joined)
 {
 	env_t e = env_new();
+	const char *tokens = joined ? e.store : e.tokens;
 	char setting[600], *backup = tt_path(e.dir, "backup.db"), *log;
-	char *wal = tt_path(e.dir, "tokens.db-wal"),
-	     *shm = tt_path(e.dir, "tokens.db-shm");
-	const char *extra[] = {setting, NULL};
+	char wal[600], shm[600];
+	const char *extra[5] = {setting, NULL};
 	cc_result_t res;
 	pid_t pid;
 	int status;
 
-	init_tokens(e.tokens);
-	snprintf(setting, sizeof(setting), "tokens.path=%s", e.tokens);
+	for (size_t i = 0; extra_in && extra_in[i] && i < 3; i++)
+		extra[i + 1] = extra_in[i];
+	snprintf(wal, sizeof(wal), "%s-wal", tokens);
+	snprintf(shm, sizeof(shm), "%s-shm", tokens);
+	init_tokens(tokens);
+	snprintf(setting, sizeof(setting), "tokens.path=%s", tokens);
 	pid = worker_start(&e, extra);
-	assert_log(wait_for(e.tokens, SUBSCRIBED, 1), &e,
+	assert_log(wait_for(tokens, SUBSCRIBED, 1), &e,
 		   "the worker did not subscribe");
 	cr_assert(cc_exited(stop_worker(pid), 0));
 	/* Every process closed the store: the backup is the whole file. */
-	copy_file(e.tokens, backup);
-	res = send_lines(&e, e.tokens, "one\ntwo\nthree\n");
+	copy_file(tokens, backup);
+	res = send_lines(&e, tokens, "one\ntwo\nthree\n");
 	cr_assert(cc_exited(res.status, 0), "send: %s", res.err);
 	cc_result_free(&res);
 	/* Restored: the three tokens, and the numbers they took, are gone
 	 * (the id is the same: it is the same store). */
 	unlink(wal);
 	unlink(shm);
-	copy_file(backup, e.tokens);
-	cr_assert_eq(tt_query(e.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	copy_file(backup, tokens);
+	cr_assert_eq(tt_query(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 
 	pid = worker_start(&e, extra);
 	assert_log(wait_for(e.store,
@@ -818,7 +830,32 @@ Test(cli_stores, a_token_store_restored_from_an_older_backup_drops_nothing,
 		  "%s", log);
 	free(log);
 	free(backup);
-	free(wal);
-	free(shm);
 	env_free(&e);
+}
+
+Test(cli_stores, a_token_store_restored_from_an_older_backup_drops_nothing,
+     .timeout = 240)
+{
+	restored_drops_nothing(NULL, 0);
+}
+
+/* The same with every record judged in a batch of its own: the numbers
+ * the restored store issues again after the first (to the worker's dead
+ * letters, or a joined A) must not make the lost ones look issued. */
+Test(cli_stores, a_restored_token_store_drops_nothing_one_record_per_batch,
+     .timeout = 240)
+{
+	const char *extra[] = {"batch.max.messages=1", NULL};
+
+	restored_drops_nothing(extra, 0);
+}
+
+/* One file for both stores, restored whole: every batch's A takes a number
+ * from the restored sequence before it judges its record. */
+Test(cli_stores, a_restored_single_file_drops_nothing_one_record_per_batch,
+     .timeout = 240)
+{
+	const char *extra[] = {"batch.max.messages=1", NULL};
+
+	restored_drops_nothing(extra, 1);
 }

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/ids.h"
 #include "consumer/recover.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
@@ -27,9 +29,10 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 9 added, and version 8, taken away again. */
-#define UNDO_V9 "DROP TABLE tbx_bindings;"
-#define UNDO_V8 UNDO_V9 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
+/* What version 10 added, version 9 and version 8, taken away again. */
+#define UNDO_V10 "DROP TABLE tbx_seq_ranges;"
+#define UNDO_V9	 UNDO_V10 "DROP TABLE tbx_bindings;"
+#define UNDO_V8	 UNDO_V9 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
 
 /* A version 8 store gets the table of the token store its workers use,
  * empty until a worker starts. */
@@ -55,6 +58,55 @@ Test(migration, a_version_8_file_gets_its_bindings_table)
 	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_bindings WHERE "
 				    "grp = 'g' AND tokens_id = 'id-1'"),
 		     1);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+/* A version 9 store's numbers, all taken before its sequence had ranges,
+ * stay its own: the migration opens one range from 1, which the first
+ * opening closes at the sequence's value before it starts its own. */
+Test(migration, a_version_9_file_keeps_every_number_it_issued)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "t.db");
+	char tok[TBX_UUID_LEN + 1], err[256];
+	tbx__mint_item_t item = {tok, "t"};
+	tbx__mint_req_t req = {NULL, NULL, &item, 1};
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	int64_t seq = 0, before = tbx__now_ms() * TBX__SEQ_PER_MS;
+	int issued;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(path, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	tbx_tokens_close(t);
+	exec(path, UNDO_V10 "PRAGMA user_version = 9;"
+			    "UPDATE tbx_seq SET value = 41;"
+			    "INSERT INTO tbx_subscriptions (topic, grp, "
+			    "since_seq, created_ms, used_ms) VALUES ('t', "
+			    "'g', 5, 1, 1);");
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(path, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_seq_ranges WHERE "
+				    "lo = 1 AND hi = 41"),
+		     1, "the numbers before, closed at the value");
+	for (int64_t n = 1; n <= 41; n++) {
+		cr_assert_eq(tbx_tokens_seq_issued(t, n, &issued), TBX_OK);
+		cr_assert_eq(issued, 1, "%lld", (long long)n);
+	}
+	cr_assert_eq(tbx_tokens_seq_issued(t, 42, &issued), TBX_OK);
+	cr_assert_eq(issued, 0);
+	tbx__uuid(tok);
+	cr_assert_eq(tbx_tokens_mint(t, NULL, &req, 1, &seq, NULL), TBX_OK);
+	cr_assert_geq(seq, before, "the new range starts at the clock");
+	cr_assert_eq(tbx_tokens_seq_issued(t, seq, &issued), TBX_OK);
+	cr_assert_eq(issued, 1);
+	tbx_tokens_close(t);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

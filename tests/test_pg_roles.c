@@ -575,6 +575,8 @@ static const omission_t omissions[] = {
      "USAGE on {tok}.tbx_seq"},
     {"admin", "REVOKE SELECT ON ALL SEQUENCES IN SCHEMA {tok} FROM {role}",
      "SELECT on {tok}.tbx_seq"},
+    {"admin", "REVOKE UPDATE ON ALL SEQUENCES IN SCHEMA {tok} FROM {role}",
+     "UPDATE on {tok}.tbx_seq"},
 };
 
 /* @p tmpl with {db}, {tok}, {role} and {admin} filled in, into @p out. */

@@ -24,6 +24,7 @@
 #include "outbox/outbox.h"
 #include "store/db.h"
 #include "store/pg.h"
+#include "tokens/pg_int.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
 
@@ -207,15 +208,18 @@ Test(pg_tokens, open_creates_the_tables_and_keeps_its_identity)
 	cr_assert_eq(tbx_tokens_store_id(t, id), TBX_OK);
 	cr_assert(tbx__is_uuid(id, strlen(id)), "%s", id);
 	cr_assert_eq(tbx_tokens_schema(t, &version), TBX_OK);
-	cr_assert_eq(version, 1);
+	cr_assert_eq(version, TBX_PG_TOKENS_VERSION);
 	cr_assert_eq(tbx_tokens_seq_current(t, &seq), TBX_OK);
-	cr_assert_eq(seq, 0, "no number taken yet");
+	cr_assert_eq(seq + 1,
+		     sql_int("SELECT lo FROM @T.tbx_seq_ranges WHERE hi IS "
+			     "NULL"),
+		     "no number taken yet: the opening's range is next");
 	cr_assert_str_eq(t->ops->name, "postgresql");
 	cr_assert_null(tbx_tokens_errmsg(t));
 	tbx_tokens_close(t);
 
 	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_schema_info WHERE "
-			     "kind = 'tokens' AND version = 1 AND created_ms "
+			     "kind = 'tokens' AND version = 2 AND created_ms "
 			     "> 0"),
 		     1);
 	cr_assert_eq(sql_int("SELECT count(*) FROM pg_catalog.pg_class c JOIN "
@@ -319,7 +323,7 @@ Test(pg_tokens, another_kind_or_a_newer_version_is_refused)
 	t = open_store();
 	tbx_tokens_close(t);
 	t = NULL;
-	sql("UPDATE @T.tbx_schema_info SET version = 2");
+	sql("UPDATE @T.tbx_schema_info SET version = 3");
 	cr_assert_eq(tbx_tokens_pg_open(tt_pg_url(), schema, NULL, NULL, &t,
 					err, sizeof(err)),
 		     TBX_ESCHEMA);
@@ -1602,7 +1606,7 @@ Test(pg_tokens, the_tables_answer_what_they_hold)
 	int version = 0, yes = -1;
 
 	cr_assert_eq(tbx_tokens_schema(t, &version), TBX_OK);
-	cr_assert_eq(version, 1);
+	cr_assert_eq(version, TBX_PG_TOKENS_VERSION);
 	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_EDGE, &yes), TBX_OK);
 	cr_assert_eq(yes, 1);
 	yes = -1;
@@ -1610,5 +1614,197 @@ Test(pg_tokens, the_tables_answer_what_they_hold)
 	cr_assert_eq(yes, 1);
 	cr_assert_eq(tbx_tokens_has(t, 99, &yes), TBX_EINVAL);
 	cr_assert_eq(yes, 0);
+	tbx_tokens_close(t);
+}
+
+/*
+ * The ranges of the sequence.
+ */
+
+static int issued(tbx_tokens_t *t, int64_t seq)
+{
+	int yes = -1;
+
+	cr_assert_eq(tbx_tokens_seq_issued(t, seq, &yes), TBX_OK);
+	return yes;
+}
+
+/* A schema restored from a backup (here: its sequence and ranges put
+ * back as they were, and the tokens taken since removed) never issues a
+ * lost number again, and judges every one never issued. */
+Test(pg_tokens, a_restored_store_never_issues_a_lost_number_again)
+{
+	tbx_tokens_t *t = open_store();
+	char tok[1][TBX_UUID_LEN + 1], put[512];
+	int64_t since, value, lost[3], after[2];
+
+	since = subscribe(t, "orders", "g1");
+	tbx_tokens_close(t);
+	/* The backup. */
+	value = sql_int("SELECT last_value FROM @T.tbx_seq");
+	sql("CREATE TABLE @T.backup AS SELECT * FROM @T.tbx_seq_ranges");
+	/* The lost history, over two openings. */
+	t = open_store();
+	lost[0] = mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	tbx_tokens_close(t);
+	t = open_store();
+	lost[1] = subscribe(t, "orders", "g2");
+	lost[2] = mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	tbx_tokens_close(t);
+	/* The restore. */
+	snprintf(put, sizeof(put),
+		 "DELETE FROM @T.tbx_seq_ranges; INSERT INTO @T.tbx_seq_ranges "
+		 "SELECT * FROM @T.backup; DELETE FROM @T.tbx_tokens; DELETE "
+		 "FROM @T.tbx_subscriptions WHERE grp = 'g2'; SELECT "
+		 "setval('@T.tbx_seq', %lld, true)",
+		 (long long)value);
+	sql(put);
+
+	t = open_store();
+	after[0] = mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	after[1] = subscribe(t, "orders", "g3");
+	for (int i = 0; i < 3; i++) {
+		for (int j = 0; j < 2; j++)
+			cr_assert_neq(after[j], lost[i],
+				      "lost number %lld issued again",
+				      (long long)lost[i]);
+		cr_assert_eq(issued(t, lost[i]), 0, "lost %lld judged issued",
+			     (long long)lost[i]);
+	}
+	cr_assert_eq(issued(t, since), 1);
+	cr_assert_eq(issued(t, after[0]), 1);
+	cr_assert_eq(issued(t, after[1]), 1);
+	cr_assert_eq(issued(t, after[1] + 1), 0, "above the sequence");
+	tbx_tokens_close(t);
+}
+
+/* Openers (each starts a range under the exclusive subscription lock)
+ * beside processes that mint, subscribe and take joined numbers: every
+ * number taken is judged issued, and the ranges never overlap. */
+Test(pg_tokens, every_number_taken_beside_concurrent_openers_is_issued)
+{
+	enum { PROCS = 4, ROUNDS = 5, MINTS = 4 };
+	int64_t seen[PROCS * ROUNDS * (MINTS + 1)], n;
+	size_t cnt = 0;
+	tbx_tokens_t *t;
+	int fds[2];
+
+	tbx_tokens_close(open_store());
+	cr_assert_eq(pipe(fds), 0);
+	for (int p = 0; p < PROCS; p++) {
+		pid_t pid = fork();
+
+		cr_assert(pid >= 0);
+		if (pid > 0)
+			continue;
+		close(fds[0]);
+		char err[512], grp[16];
+		tbx_tokens_t *c = NULL;
+		int ok = tbx_tokens_pg_open(tt_pg_url(), schema, NULL, NULL, &c,
+					    err, sizeof(err)) == TBX_OK;
+
+		for (int r = 0; ok && r < ROUNDS; r++) {
+			char tok[1][TBX_UUID_LEN + 1];
+			tbx_tokens_t *o = NULL;
+
+			/* An opener closes the range the others take from. */
+			ok = tbx_tokens_pg_open(tt_pg_url(), schema, NULL, NULL,
+						&o, err, sizeof(err)) == TBX_OK;
+			tbx_tokens_close(o);
+			for (int i = 0; ok && i < MINTS; i++) {
+				tbx__mint_item_t item = {tok[0], "orders"};
+				tbx__mint_req_t req = {NULL, NULL, &item, 1};
+
+				tbx__uuid(tok[0]);
+				ok = tbx_tokens_mint(c, NULL, &req, 1, &n,
+						     NULL) == TBX_OK &&
+				     write(fds[1], &n, sizeof(n)) == sizeof(n);
+			}
+			snprintf(grp, sizeof(grp), "g%d-%d", p, r);
+			ok = ok &&
+			     tbx_tokens_subscribe(c, "orders", grp, &n) ==
+				 TBX_OK &&
+			     write(fds[1], &n, sizeof(n)) == sizeof(n);
+		}
+		tbx_tokens_close(c);
+		_exit(ok ? 0 : 1);
+	}
+	close(fds[1]);
+	while (read(fds[0], &n, sizeof(n)) == sizeof(n)) {
+		cr_assert_lt(cnt, sizeof(seen) / sizeof(seen[0]));
+		seen[cnt++] = n;
+	}
+	close(fds[0]);
+	for (int p = 0; p < PROCS; p++) {
+		int status;
+
+		cr_assert(wait(&status) > 0);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "a process failed");
+	}
+	cr_assert_eq(cnt, sizeof(seen) / sizeof(seen[0]));
+	t = open_store();
+	for (size_t i = 0; i < cnt; i++)
+		cr_assert_eq(issued(t, seen[i]), 1, "%lld not issued",
+			     (long long)seen[i]);
+	tbx_tokens_close(t);
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_seq_ranges a JOIN "
+			     "@T.tbx_seq_ranges b ON b.lo > a.lo AND b.lo <= "
+			     "coalesce(a.hi, (SELECT last_value FROM "
+			     "@T.tbx_seq))"),
+		     0, "overlapping ranges");
+}
+
+/* A joined store starts its range when it is opened on the service
+ * store's connection: a joined A's number is in it. */
+Test(pg_tokens, a_joined_store_starts_a_range_on_open)
+{
+	tbx__pg_t *conn;
+	tbx_tokens_t *t;
+	char err[512];
+	int64_t seq = 0, lo, before = tbx__now_ms() * TBX__SEQ_PER_MS;
+
+	cr_assert_eq(tbx__pg_connect(tt_pg_url(), &conn, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	t = open_with(schema, conn, NULL);
+	lo = sql_int("SELECT lo FROM @T.tbx_seq_ranges WHERE hi IS NULL");
+	cr_assert_geq(lo, before);
+	cr_assert_eq(tbx__pg_begin(conn), TBX_OK);
+	cr_assert_eq(tbx_tokens_seq_joined(t, &seq), TBX_OK);
+	cr_assert_eq(tbx__pg_commit(conn), TBX_OK);
+	cr_assert_eq(seq, lo);
+	cr_assert_eq(issued(t, seq), 1);
+	cr_assert_eq(issued(t, seq - 1), 0);
+	tbx_tokens_close(t);
+	tbx__pg_unref(conn);
+}
+
+/* A version 1 schema (before the ranges): every number it issued stays
+ * its own, opened read-write with creating on or off. */
+Test(pg_tokens, a_version_1_schema_keeps_every_number_it_issued)
+{
+	tbx_tokens_t *t = open_store();
+	tbx__db_opts_t opts;
+	char tok[1][TBX_UUID_LEN + 1];
+	int64_t seq;
+	int version = 0;
+
+	tbx_tokens_close(t);
+	sql("DROP TABLE @T.tbx_seq_ranges; UPDATE @T.tbx_schema_info SET "
+	    "version = 1; SELECT setval('@T.tbx_seq', 41, true)");
+	tbx__db_opts_init(&opts);
+	opts.create = 0;
+	t = open_with(schema, NULL, &opts);
+	cr_assert_eq(tbx_tokens_schema(t, &version), TBX_OK);
+	cr_assert_eq(version, TBX_PG_TOKENS_VERSION);
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_seq_ranges WHERE lo "
+			     "= 1 AND hi = 41"),
+		     1, "the numbers before, closed at the value");
+	for (int64_t n = 1; n <= 41; n++)
+		cr_assert_eq(issued(t, n), 1, "%lld", (long long)n);
+	cr_assert_eq(issued(t, 42), 0);
+	seq = mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	cr_assert_gt(seq, 41);
+	cr_assert_eq(issued(t, seq), 1);
 	tbx_tokens_close(t);
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -151,6 +152,28 @@ static int64_t fx_file_int(const char *path, const char *sql)
 	sqlite3_finalize(stmt);
 	sqlite3_close(db);
 	return v;
+}
+
+/* Copies the file @p from to @p to (every connection closed). */
+static void fx_copy(const char *from, const char *to)
+{
+	char buf[8192];
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+	size_t n;
+
+	cr_assert(in && out, "copy %s to %s", from, to);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		cr_assert_eq(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	cr_assert_eq(fclose(out), 0);
+}
+
+static int fx_issued(tbx_tokens_t *t, int64_t seq)
+{
+	int issued = -1;
+
+	cr_assert_eq(tbx_tokens_seq_issued(t, seq, &issued), TBX_OK);
+	return issued;
 }
 
 TestSuite(tokens, .init = fx_setup, .fini = fx_teardown);
@@ -301,14 +324,15 @@ Test(tokens, mint_refuses_a_registration_without_sender_or_message)
 	tbx_tokens_t *t = fx_open();
 	tbx__mint_item_t item = {"tok", "orders"};
 	tbx__mint_req_t req = {"att-1", "m1", &item, 1};
-	int64_t seq;
+	int64_t seq, before;
 
+	before = fx_file_int(fx_path("tokens.db"), "SELECT value FROM tbx_seq");
 	cr_assert_eq(tbx_tokens_mint(t, NULL, &req, 1, &seq, NULL), TBX_EINVAL);
 	req.msg_id = NULL;
 	cr_assert_eq(tbx_tokens_mint(t, "g0", &req, 1, &seq, NULL), TBX_EINVAL);
 	cr_assert_eq(
-	    fx_file_int(fx_path("tokens.db"), "SELECT value FROM tbx_seq"), 0,
-	    "no number taken");
+	    fx_file_int(fx_path("tokens.db"), "SELECT value FROM tbx_seq"),
+	    before, "no number taken");
 	tbx_tokens_close(t);
 }
 
@@ -776,9 +800,21 @@ Test(tokens, concurrent_processes_create_the_file_and_take_distinct_numbers)
 						"tbx_subscriptions"),
 				    seen[i], "number %lld taken twice",
 				    (long long)seen[i]);
+	/* Each opening started a range: the last number is the highest
+	 * taken, and every one is the store's. */
+	n = 0;
+	for (size_t i = 0; i < cnt; i++)
+		if (seen[i] > n)
+			n = seen[i];
 	cr_assert_eq(
-	    fx_file_int(fx_path("tokens.db"), "SELECT value FROM tbx_seq"),
-	    PROCS * MINTS + 1);
+	    fx_file_int(fx_path("tokens.db"), "SELECT value FROM tbx_seq"), n);
+	{
+		tbx_tokens_t *t = fx_open();
+
+		for (size_t i = 0; i < cnt; i++)
+			cr_assert_eq(fx_issued(t, seen[i]), 1);
+		tbx_tokens_close(t);
+	}
 	cr_assert_eq(fx_file_int(fx_path("tokens.db"),
 				 "SELECT count(DISTINCT attempt) FROM "
 				 "tbx_registrations"),
@@ -812,4 +848,156 @@ Test(tokens, the_schema_version_answers_what_the_tables_hold)
 	}
 	cr_assert_eq(tbx_tokens_has(t, 99, &yes), TBX_EINVAL);
 	tbx_tokens_close(t);
+}
+
+/* A store restored from a backup keeps its id and loses the numbers it
+ * issued after the backup.  Whatever it issues next, and whoever opens it
+ * first, every lost number stays one it never issued: a record carrying
+ * one is judged never issued, not dropped as a duplicate. */
+Test(tokens, a_restored_store_never_issues_a_lost_number_again)
+{
+	const char *path = fx_path("tokens.db"), *backup = fx_path("backup.db");
+	char tok[1][TBX_UUID_LEN + 1], wal[512], shm[512];
+	int64_t since, lost[4], after[3];
+	tbx_tokens_t *t = fx_open();
+
+	since = fx_subscribe(t, "orders", "g1");
+	tbx_tokens_close(t);
+	fx_copy(path, backup);
+	/* The lost history: mints and a subscription after the backup,
+	 * over two openings. */
+	t = fx_open();
+	lost[0] = fx_mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	lost[1] = fx_mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	tbx_tokens_close(t);
+	t = fx_open();
+	lost[2] = fx_subscribe(t, "orders", "g2");
+	lost[3] = fx_mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	tbx_tokens_close(t);
+
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	snprintf(shm, sizeof(shm), "%s-shm", path);
+	unlink(wal);
+	unlink(shm);
+	fx_copy(backup, path);
+	t = fx_open();
+	cr_assert_eq(fx_count_rows(t, NULL), 0, "restored: no token");
+	after[0] = fx_mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	after[1] = fx_subscribe(t, "orders", "g3");
+	tbx_tokens_close(t);
+	t = fx_open();
+	after[2] = fx_mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 3; j++)
+			cr_assert_neq(after[j], lost[i],
+				      "lost number %lld issued again",
+				      (long long)lost[i]);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(fx_issued(t, lost[i]), 0,
+			     "lost number %lld judged issued",
+			     (long long)lost[i]);
+	cr_assert_eq(fx_issued(t, since), 1);
+	for (int j = 0; j < 3; j++)
+		cr_assert_eq(fx_issued(t, after[j]), 1);
+	cr_assert_eq(fx_issued(t, after[2] + 1), 0, "above the sequence");
+	cr_assert_eq(fx_issued(t, 0), 0);
+	tbx_tokens_close(t);
+}
+
+/* Openers close each other's ranges while they take numbers: every number
+ * any of them took is judged issued, and the ranges never overlap. */
+Test(tokens, every_number_taken_by_concurrent_openers_is_issued)
+{
+	enum { PROCS = 4, OPENS = 6, MINTS = 4 };
+	int64_t seen[PROCS * OPENS * MINTS], n;
+	size_t cnt = 0;
+	tbx_tokens_t *t;
+	int fds[2];
+
+	tbx_tokens_close(fx_open());
+	cr_assert_eq(pipe(fds), 0);
+	for (int p = 0; p < PROCS; p++) {
+		pid_t pid = fork();
+
+		cr_assert(pid >= 0);
+		if (pid > 0)
+			continue;
+		close(fds[0]);
+		int ok = 1;
+
+		for (int o = 0; ok && o < OPENS; o++) {
+			char tok[1][TBX_UUID_LEN + 1], err[256];
+			tbx_tokens_t *c = NULL;
+
+			ok = tbx_tokens_sqlite_open(fx_path("tokens.db"), NULL,
+						    NULL, &c, err,
+						    sizeof(err)) == TBX_OK;
+			for (int i = 0; ok && i < MINTS; i++) {
+				tbx__mint_item_t item = {tok[0], "orders"};
+				tbx__mint_req_t req = {NULL, NULL, &item, 1};
+
+				tbx__uuid(tok[0]);
+				ok = tbx_tokens_mint(c, NULL, &req, 1, &n,
+						     NULL) == TBX_OK &&
+				     write(fds[1], &n, sizeof(n)) == sizeof(n);
+			}
+			tbx_tokens_close(c);
+		}
+		_exit(ok ? 0 : 1);
+	}
+	close(fds[1]);
+	while (read(fds[0], &n, sizeof(n)) == sizeof(n)) {
+		cr_assert_lt(cnt, sizeof(seen) / sizeof(seen[0]));
+		seen[cnt++] = n;
+	}
+	close(fds[0]);
+	for (int p = 0; p < PROCS; p++) {
+		int status;
+
+		cr_assert(wait(&status) > 0);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "a process failed");
+	}
+	cr_assert_eq(cnt, (size_t)PROCS * OPENS * MINTS);
+	t = fx_open();
+	for (size_t i = 0; i < cnt; i++)
+		cr_assert_eq(fx_issued(t, seen[i]), 1, "%lld not issued",
+			     (long long)seen[i]);
+	tbx_tokens_close(t);
+	cr_assert_eq(fx_file_int(fx_path("tokens.db"),
+				 "SELECT count(*) FROM tbx_seq_ranges a JOIN "
+				 "tbx_seq_ranges b ON b.lo > a.lo AND b.lo <= "
+				 "coalesce(a.hi, (SELECT value FROM tbx_seq))"),
+		     0, "overlapping ranges");
+	cr_assert_eq(fx_file_int(fx_path("tokens.db"),
+				 "SELECT count(*) FROM tbx_seq_ranges WHERE hi "
+				 "IS NULL"),
+		     1, "one open range");
+}
+
+/* One file for both stores: the token store on the service store's
+ * connection starts its range when it is opened, so that a joined A's
+ * number is in it. */
+Test(tokens, a_store_on_the_service_connection_starts_a_range_on_open)
+{
+	const char *path = fx_path("all.db");
+	tbx_outbox_t *store = NULL;
+	tbx_tokens_t *t;
+	char err[256];
+	int64_t lo, seq = 0, before = tbx__now_ms() * TBX__SEQ_PER_MS;
+
+	cr_assert_eq(tbx_outbox_open(path, NULL, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	t = fx_open_shared(path, tbx_outbox_db(store));
+	lo = fx_file_int(path, "SELECT lo FROM tbx_seq_ranges WHERE hi IS "
+			       "NULL");
+	cr_assert_geq(lo, before);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_tokens_seq_joined(t, &seq), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(seq, lo);
+	cr_assert_eq(fx_issued(t, seq), 1);
+	cr_assert_eq(fx_issued(t, seq - 1), 0);
+	tbx_tokens_close(t);
+	tbx_outbox_close(store);
 }

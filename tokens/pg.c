@@ -14,7 +14,11 @@
  *   - the sequence is not transactional, so the subscription lock orders
  *     subscribing against minting: subscribe takes it exclusively before
  *     its nextval, mint takes it shared before its nextval and reads the
- *     subscriptions in a statement after it;
+ *     subscriptions in a statement after it.  Every nextval runs under
+ *     it (Q_SEQ_MINT, Q_SEQ_PUBLISH, and Q_SUB_ADD after Q_SUB_LOCK), so
+ *     that a read-write opening, which starts a range of the sequence
+ *     under the exclusive lock (range_start()), sees no number taken
+ *     between reading the last value and its setval();
  *   - the loser's and the sweeper's drop is one statement that deletes
  *     the tokens only through the registrations it deleted itself, so a
  *     confirm that got there first (row locks) leaves it nothing;
@@ -100,6 +104,15 @@ static const char *const migrations[] = {
     " created_ms bigint NOT NULL,"
     " PRIMARY KEY (topic, caller_id));"
     "CREATE INDEX tbx_edge_created ON @T.tbx_edge (created_ms);",
+    /* 1 -> 2: the ranges the sequence issued its numbers in, as SQLite's
+     * schema 10 (store/db.c); every number taken before is the store's
+     * own: one open range from 1. */
+    "CREATE TABLE @T.tbx_seq_ranges ("
+    " lo bigint PRIMARY KEY,"
+    " hi bigint CHECK (hi IS NULL OR hi >= lo));"
+    "CREATE UNIQUE INDEX tbx_seq_ranges_open ON @T.tbx_seq_ranges"
+    " ((hi IS NULL)) WHERE hi IS NULL;"
+    "INSERT INTO @T.tbx_seq_ranges (lo, hi) VALUES (1, NULL);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -150,6 +163,13 @@ enum {
 	Q_EDGE_COUNT,
 	Q_SUB_COUNT,
 	Q_EXISTS_MANY,
+	Q_RANGE_OPEN,
+	Q_RANGE_CLOSE,
+	Q_RANGE_DROP,
+	Q_RANGE_ADD,
+	Q_SEQ_SET,
+	Q_SEQ_ISSUED,
+	Q_RANGE_COUNT,
 	Q__COUNT
 };
 
@@ -277,6 +297,21 @@ static const char *const sql[Q__COUNT] = {
     /* A's token check for the batch: one round trip. */
     [Q_EXISTS_MANY] = "SELECT token FROM @T.tbx_tokens WHERE grp = $1 AND "
 		      "token = ANY($2::text[])",
+    /* The ranges (range_start()): at most one open, hi NULL. */
+    [Q_RANGE_OPEN] = "SELECT lo FROM @T.tbx_seq_ranges WHERE hi IS NULL",
+    [Q_RANGE_CLOSE] = "UPDATE @T.tbx_seq_ranges SET hi = $1 WHERE hi IS "
+		      "NULL",
+    [Q_RANGE_DROP] = "DELETE FROM @T.tbx_seq_ranges WHERE hi IS NULL",
+    [Q_RANGE_ADD] = "INSERT INTO @T.tbx_seq_ranges (lo, hi) VALUES ($1, "
+		    "NULL)",
+    [Q_SEQ_SET] = "SELECT setval('@T.tbx_seq', $1, true)",
+    /* The range that may hold $1 (the last starting at or below it), and
+     * the last number taken for an open one. */
+    [Q_SEQ_ISSUED] = "SELECT lo, coalesce(hi, (SELECT CASE WHEN is_called "
+		     "THEN last_value ELSE 0 END FROM @T.tbx_seq)) FROM "
+		     "@T.tbx_seq_ranges WHERE lo <= $1 ORDER BY lo DESC LIMIT "
+		     "1",
+    [Q_RANGE_COUNT] = "SELECT count(*) FROM @T.tbx_seq_ranges",
 };
 
 static tbx_tokens_pg_t *backend(tbx_tokens_t *tokens)
@@ -708,6 +743,108 @@ static int op_seq_current(tbx_tokens_t *tokens, int64_t *seq)
 	return found ? TBX_OK : TBX_ESTORE;
 }
 
+static int op_seq_issued(tbx_tokens_t *tokens, int64_t seq, int *issued)
+{
+	tbx_tokens_pg_t *t = backend(tokens);
+	tbx__pg_params_t p;
+	PGresult *res;
+	int err;
+
+	*issued = 0;
+	if (seq >= t->issued_lo && seq <= t->issued_hi) {
+		*issued = 1;
+		return TBX_OK;
+	}
+	if ((err = tbx__tokens_pg_ready(t)))
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_i64(&p, seq);
+	if ((err = run(t, Q_SEQ_ISSUED, &p, &res)))
+		return err;
+	if (PQntuples(res) == 1 && seq <= tbx__pg_i64(res, 0, 1)) {
+		*issued = 1;
+		t->issued_lo = tbx__pg_i64(res, 0, 0);
+		t->issued_hi = tbx__pg_i64(res, 0, 1);
+	}
+	PQclear(res);
+	return TBX_OK;
+}
+
+/*
+ * Starts a new range of the sequence, in a transaction of its own (see
+ * SQLite's range_start() in tokens/sqlite.c for why).  nextval is not
+ * transactional: the exclusive subscription lock, taken first, waits for
+ * every transaction that took a number under the shared one (mint,
+ * publish_mint, seq_joined) or the exclusive one (subscribe) to end, and
+ * keeps any from taking one until this commits; so no nextval runs
+ * between reading the last value, closing the range and setval().  A
+ * failure after setval() leaves the sequence moved and the open range
+ * open: its numbers are still the store's.
+ */
+static int range_start(tbx_tokens_pg_t *t)
+{
+	tbx__pg_params_t p;
+	int64_t value = 0, open_lo = 0, lo;
+	int found = 0, err;
+
+	if ((err = txn_begin(t)))
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, t->schema);
+	if ((err = run(t, Q_SUB_LOCK, &p, NULL)) ||
+	    (err = run_i64(t, Q_SEQ_CURRENT, NULL, &value, NULL)) ||
+	    (err = run_i64(t, Q_RANGE_OPEN, NULL, &open_lo, &found)))
+		goto out;
+	if (found) {
+		/* A range that issued nothing goes. */
+		if (value < open_lo) {
+			err = run(t, Q_RANGE_DROP, NULL, NULL);
+		} else {
+			tbx__pgp_init(&p);
+			tbx__pgp_i64(&p, value);
+			err = run(t, Q_RANGE_CLOSE, &p, NULL);
+		}
+		if (err)
+			goto out;
+	}
+	lo = tbx__now_ms() * TBX__SEQ_PER_MS;
+	if (lo <= value)
+		lo = value + 1;
+	tbx__pgp_init(&p);
+	tbx__pgp_i64(&p, lo);
+	if ((err = run(t, Q_RANGE_ADD, &p, NULL)))
+		goto out;
+	if (lo - 1 != value) {
+		tbx__pgp_init(&p);
+		tbx__pgp_i64(&p, lo - 1);
+		err = run(t, Q_SEQ_SET, &p, NULL);
+	}
+out:
+	return txn_end(t, err);
+}
+
+/* Before a number is taken: the range of this opening, started now if
+ * the opening could not (range_pending).  In a transaction of its own,
+ * so never from inside one (a joined A then fails, and is retried). */
+static int range_ready(tbx_tokens_pg_t *t)
+{
+	int err;
+
+	if (!t->range_pending)
+		return TBX_OK;
+	if (t->pg->in_tx) {
+		tbx__log(TBX_LOG_ERR,
+			 "token store: schema %s: this opening started no "
+			 "range of the sequence; no number is taken",
+			 t->schema);
+		return TBX_ESTORE;
+	}
+	if ((err = range_start(t)))
+		return err;
+	t->range_pending = 0;
+	return TBX_OK;
+}
+
 static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
 {
 	tbx_tokens_pg_t *t = backend(tokens);
@@ -753,7 +890,7 @@ static int op_subscribe(tbx_tokens_t *tokens, const char *topic,
 			 topic);
 		return TBX_EINVAL;
 	}
-	if ((err = txn_begin(t)))
+	if ((err = range_ready(t)) || (err = txn_begin(t)))
 		return err;
 	/* The exclusive lock before the number: a mint that took its
 	 * number before ours has committed (its shared lock is gone), and
@@ -878,6 +1015,8 @@ static int op_mint(tbx_tokens_t *tokens, const char *send_grp,
 
 	if (!mint_check(send_grp, reqs, req_cnt))
 		return TBX_EINVAL;
+	if ((err = range_ready(t)))
+		return err;
 	if ((err = cols_make(&c, reqs, req_cnt)))
 		return err;
 	if ((err = txn_begin(t))) {
@@ -931,7 +1070,7 @@ static int op_seq_joined(tbx_tokens_t *tokens, int64_t *seq)
 
 	if (!seq)
 		return TBX_EINVAL;
-	if ((err = joined_check(t)))
+	if ((err = joined_check(t)) || (err = range_ready(t)))
 		return err;
 	return seq_next(t, seq);
 }
@@ -1582,6 +1721,8 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		if (!items[i].topic || (items[i].caller_id && !items[i].fp) ||
 		    (items[i].grp && !items[i].grp[0]))
 			return TBX_EINVAL;
+	if ((err = range_ready(t)))
+		return err;
 	memset(&w, 0, sizeof(w));
 	w.items = items;
 	w.cnt = cnt;
@@ -1703,6 +1844,18 @@ static int op_subscribers(tbx_tokens_t *tokens, const char *topic, int64_t *cnt)
 	return run_i64(t, Q_SUB_COUNT, &p, cnt, NULL);
 }
 
+static int op_seq_ranges(tbx_tokens_t *tokens, int64_t *count)
+{
+	tbx_tokens_pg_t *t = backend(tokens);
+	int err;
+
+	if (!count)
+		return TBX_EINVAL;
+	if ((err = tbx__tokens_pg_ready(t)))
+		return err;
+	return run_i64(t, Q_RANGE_COUNT, NULL, count, NULL);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_pg_t *t = backend(tokens);
@@ -1734,6 +1887,8 @@ static const tbx_tokens_ops_t pg_ops = {
     .registrations = op_registrations,
     .store_id = op_store_id,
     .seq_current = op_seq_current,
+    .seq_issued = op_seq_issued,
+    .seq_ranges = op_seq_ranges,
     .touch = op_touch,
     .count = op_count,
     .publish_mint = op_publish_mint,
@@ -1816,6 +1971,7 @@ int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				   "out of memory");
 	t->base.ops = &pg_ops;
+	t->issued_lo = 1; /* none yet */
 	tbx__strlcpy(t->schema, schema, sizeof(t->schema));
 	if (shared) {
 		/* The service store's connection, and its session settings
@@ -1841,8 +1997,23 @@ int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 		err = check_existing(t, opts, errstr, errstr_size);
 	else
 		err = migrate(t, errstr, errstr_size);
+	/* A read-write opening of an older version migrates it, as an
+	 * SQLite file's does, creating or not. */
+	if (!err && !opts->readonly && t->version < TBX_PG_TOKENS_VERSION)
+		err = migrate(t, errstr, errstr_size);
 	if (err)
 		goto fail;
+	/* A read-write opening may take numbers: its own range first.  One
+	 * that cannot (a grant missing: a worker's check of its grants
+	 * names it next) takes no number until it has. */
+	if (!opts->readonly && range_start(t)) {
+		tbx__log(TBX_LOG_WARNING,
+			 "postgresql: %s: schema %s: cannot start a range of "
+			 "the token store's sequence, no number is taken "
+			 "until it is: %s",
+			 t->pg->where, t->schema, tbx__pg_errmsg(t->pg));
+		t->range_pending = 1;
+	}
 	/* Read-only: no statement may write, as SQLite's query_only. */
 	if (opts->readonly && !t->shared &&
 	    (err = tbx__pg_set(t->pg, "default_transaction_read_only", "on"))) {

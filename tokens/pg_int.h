@@ -12,7 +12,7 @@
 #include "tokens/tokens.h"
 
 /** The schema version of the token store's PostgreSQL tables. */
-#define TBX_PG_TOKENS_VERSION 1
+#define TBX_PG_TOKENS_VERSION 2
 
 /** Advisory lock namespaces (the first key; docs/architecture.md). */
 #define TBX_PG_LOCK_MIGRATION "1413634048"
@@ -27,6 +27,11 @@ typedef struct tbx_tokens_pg {
 	tbx__pg_stmts_t reads; /* pg_read.c's */
 	int version;	       /* tbx_schema_info.version */
 	int reading;	       /* read_begin() opened a transaction */
+	/* 1: the opening could not start its range of the sequence (a grant
+	 * missing, say): no number is taken before it has. */
+	int range_pending;
+	/* seq_issued()'s last answer, as on SQLite (tokens/sqlite_int.h). */
+	int64_t issued_lo, issued_hi;
 } tbx_tokens_pg_t;
 
 /** Sets up pg_read.c's statements on an opened store.  @returns TBX_OK

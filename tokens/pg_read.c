@@ -178,10 +178,14 @@ int tbx__tp_schema(tbx_tokens_t *tokens, int *version)
 
 int tbx__tp_has(tbx_tokens_t *tokens, int what, int *yes)
 {
-	(void)tokens;
-	/* Version 1 of the PostgreSQL tables holds all of them. */
-	*yes = what == TBX_TOKENS_HAS_EDGE || what == TBX_TOKENS_HAS_STORE_ID;
-	return *yes ? TBX_OK : TBX_EINVAL;
+	/* Version 1 of the PostgreSQL tables holds the edge and the
+	 * identity, version 2 the sequence's ranges. */
+	*yes = what == TBX_TOKENS_HAS_EDGE || what == TBX_TOKENS_HAS_STORE_ID ||
+	       (what == TBX_TOKENS_HAS_SEQ_RANGES &&
+		backend(tokens)->version >= 2);
+	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_SEQ_RANGES
+		   ? TBX_OK
+		   : TBX_EINVAL;
 }
 
 const char *tbx__tp_errmsg(tbx_tokens_t *tokens)

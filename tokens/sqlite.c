@@ -15,6 +15,10 @@
  * exception: they write only inside the caller's transaction, which
  * commits them.
  *
+ * A read-write opening starts a range of the sequence (range_start()),
+ * so that a store restored from an older backup never issues the numbers
+ * it lost again (docs/architecture.md, token-store identity).
+ *
  * The read side of `tokenbox inspect` is in sqlite_read.c.
  *
  * @locality one thread at a time per store.
@@ -62,6 +66,13 @@ enum {
 	Q_TOKENS_ADD_GRP,
 	Q_SUB_TOUCH,
 	Q_STORE_ID,
+	Q_RANGE_OPEN,
+	Q_RANGE_CLOSE,
+	Q_RANGE_DROP,
+	Q_RANGE_ADD,
+	Q_SEQ_SET,
+	Q_SEQ_ISSUED,
+	Q_RANGE_COUNT,
 	Q__COUNT
 };
 
@@ -127,6 +138,18 @@ static const char *const sql[Q__COUNT] = {
     [Q_SUB_TOUCH] = "UPDATE tbx_subscriptions SET used_ms = ?3 WHERE "
 		    "topic = ?1 AND grp = ?2",
     [Q_STORE_ID] = "SELECT store_id FROM tbx_store_info WHERE id = 1",
+    /* The ranges (range_start()): at most one open, hi NULL. */
+    [Q_RANGE_OPEN] = "SELECT lo FROM tbx_seq_ranges WHERE hi IS NULL",
+    [Q_RANGE_CLOSE] = "UPDATE tbx_seq_ranges SET hi = ?1 WHERE hi IS NULL",
+    [Q_RANGE_DROP] = "DELETE FROM tbx_seq_ranges WHERE hi IS NULL",
+    [Q_RANGE_ADD] = "INSERT INTO tbx_seq_ranges (lo, hi) VALUES (?1, NULL)",
+    [Q_SEQ_SET] = "UPDATE tbx_seq SET value = ?1 WHERE id = 1",
+    /* The range that may hold ?1 (the last starting at or below it),
+     * and the current value for an open one: one snapshot. */
+    [Q_SEQ_ISSUED] = "SELECT lo, hi, (SELECT value FROM tbx_seq WHERE id = "
+		     "1) FROM tbx_seq_ranges WHERE lo <= ?1 ORDER BY lo DESC "
+		     "LIMIT 1",
+    [Q_RANGE_COUNT] = "SELECT count(*) FROM tbx_seq_ranges",
 };
 
 _Static_assert(Q__COUNT <= TQ_STMTS, "slots[] too small");
@@ -176,6 +199,65 @@ static int seq_next(tbx_tokens_sqlite_t *t, int64_t *seq)
 	*seq = hit ? sqlite3_column_int64(stmt, 0) : 0;
 	sqlite3_reset(stmt);
 	return hit ? TBX_OK : TBX_ESTORE;
+}
+
+static int op_seq_current(tbx_tokens_t *tokens, int64_t *seq);
+
+/* Runs @p q with ?1 = @p v (when @p bind), inside the caller's txn. */
+static int run_i64(tbx_tokens_sqlite_t *t, int q, int bind, int64_t v)
+{
+	sqlite3_stmt *stmt;
+	int err;
+
+	if ((err = tbx__stmt_get(&t->stmts, q, &stmt)))
+		return err;
+	if (bind && sqlite3_bind_int64(stmt, 1, v))
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
+}
+
+/*
+ * Starts a new range of the sequence, inside the caller's write
+ * transaction: closes the open range at the current value (or removes it
+ * when it issued nothing), opens one at lo = max(value + 1, now in ms *
+ * TBX__SEQ_PER_MS) and moves the sequence to lo - 1.  Under the write
+ * lock, every number taken after it is >= lo, and every one taken before
+ * is in a range that holds it.  A store restored from a backup keeps the
+ * range open at the backup, which its first opening closes at the
+ * backup's value: every number the lost history issued after the backup
+ * is above it, and below the new lo unless that history issued more
+ * than TBX__SEQ_PER_MS numbers a millisecond since it opened its own
+ * range (or the clock went back by more than the time since).
+ */
+static int range_start(tbx_tokens_sqlite_t *t)
+{
+	sqlite3_stmt *stmt;
+	int64_t value, open_lo = 0, lo;
+	int hit, err;
+
+	if ((err = op_seq_current(&t->base, &value)))
+		return err;
+	if ((err = tbx__stmt_get(&t->stmts, Q_RANGE_OPEN, &stmt)) ||
+	    (err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (hit)
+		open_lo = sqlite3_column_int64(stmt, 0);
+	sqlite3_reset(stmt);
+	/* A range that issued nothing goes. */
+	if (hit && value < open_lo)
+		err = run_i64(t, Q_RANGE_DROP, 0, 0);
+	else if (hit)
+		err = run_i64(t, Q_RANGE_CLOSE, 1, value);
+	if (err)
+		return err;
+	lo = tbx__now_ms() * TBX__SEQ_PER_MS;
+	if (lo <= value)
+		lo = value + 1;
+	if ((err = run_i64(t, Q_RANGE_ADD, 1, lo)))
+		return err;
+	if (lo - 1 != value)
+		err = run_i64(t, Q_SEQ_SET, 1, lo - 1);
+	return err;
 }
 
 static int op_exists(tbx_tokens_t *tokens, const char *token, const char *grp,
@@ -291,6 +373,40 @@ static int op_seq_current(tbx_tokens_t *tokens, int64_t *seq)
 	*seq = hit ? sqlite3_column_int64(stmt, 0) : 0;
 	sqlite3_reset(stmt);
 	return hit ? TBX_OK : TBX_ESTORE;
+}
+
+static int op_seq_issued(tbx_tokens_t *tokens, int64_t seq, int *issued)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int64_t lo, hi;
+	int hit, err;
+
+	*issued = 0;
+	if (seq >= t->issued_lo && seq <= t->issued_hi) {
+		*issued = 1;
+		return TBX_OK;
+	}
+	if ((err = tbx__stmt_get(&t->stmts, Q_SEQ_ISSUED, &stmt)))
+		return err;
+	if (sqlite3_bind_int64(stmt, 1, seq))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_step(stmt, &hit)))
+		return err;
+	if (hit) {
+		lo = sqlite3_column_int64(stmt, 0);
+		/* The open range holds what was issued up to now. */
+		hi = sqlite3_column_type(stmt, 1) == SQLITE_NULL
+			 ? sqlite3_column_int64(stmt, 2)
+			 : sqlite3_column_int64(stmt, 1);
+		if (seq <= hi) {
+			*issued = 1;
+			t->issued_lo = lo;
+			t->issued_hi = hi;
+		}
+	}
+	sqlite3_reset(stmt);
+	return TBX_OK;
 }
 
 static int op_store_id(tbx_tokens_t *tokens, char out[TBX_UUID_LEN + 1])
@@ -981,6 +1097,13 @@ static int op_subscribers(tbx_tokens_t *tokens, const char *topic, int64_t *cnt)
 	return count_one(backend(tokens), Q_SUB_COUNT, topic, cnt);
 }
 
+static int op_seq_ranges(tbx_tokens_t *tokens, int64_t *count)
+{
+	if (!count)
+		return TBX_EINVAL;
+	return count_one(backend(tokens), Q_RANGE_COUNT, NULL, count);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
@@ -1010,6 +1133,8 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .registrations = op_registrations,
     .store_id = op_store_id,
     .seq_current = op_seq_current,
+    .seq_issued = op_seq_issued,
+    .seq_ranges = op_seq_ranges,
     .touch = op_touch,
     .count = op_count,
     .publish_mint = op_publish_mint,
@@ -1057,6 +1182,7 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 		return tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				   "out of memory");
 	t->base.ops = &sqlite_ops;
+	t->issued_lo = 1; /* none yet */
 	if (shared) {
 		/* Opened (and migrated) by the service store: the file
 		 * carries the token tables too. */
@@ -1072,6 +1198,22 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 	}
 	tbx__stmts_init(&t->stmts, t->db, sql, t->slots, Q__COUNT);
 	tbx__tokens_sqlite_read_init(t);
+	/* A read-write opening may take numbers: its own range first, in
+	 * a transaction of its own (on a shared connection too, before the
+	 * service store's first transaction). */
+	if (!(opts && opts->readonly)) {
+		if (!(err = txn_begin(t)))
+			err = txn_end(t, range_start(t));
+		if (err) {
+			tbx__seterr(errstr, errstr_size, err,
+				    "%s: cannot start a range of the token "
+				    "store's sequence: %s",
+				    path ? path : "token store",
+				    sqlite3_errmsg(t->db));
+			op_close(&t->base);
+			return err;
+		}
+	}
 	*out = &t->base;
 	return TBX_OK;
 }

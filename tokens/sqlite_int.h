@@ -23,6 +23,11 @@ typedef struct tbx_tokens_sqlite {
 	int owned; /* 0: the service store's connection, not ours to close */
 	tbx__stmts_t stmts; /* sqlite.c's statements (store/stmt.h) */
 	sqlite3_stmt *slots[TQ_STMTS];
+	/* seq_issued()'s last answer: [issued_lo, issued_hi] was issued by
+	 * this store (empty when issued_hi < issued_lo).  An interval once
+	 * issued stays so: a closed range never changes, and an open one
+	 * only grows. */
+	int64_t issued_lo, issued_hi;
 	tbx__stmts_t reads; /* sqlite_read.c's */
 	sqlite3_stmt *read_slots[TQ_READ_STMTS];
 } tbx_tokens_sqlite_t;

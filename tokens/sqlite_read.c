@@ -172,6 +172,9 @@ int tbx__tq_has(tbx_tokens_t *tokens, int what, int *yes)
 	case TBX_TOKENS_HAS_STORE_ID:
 		*yes = version >= 6;
 		break;
+	case TBX_TOKENS_HAS_SEQ_RANGES:
+		*yes = version >= 10;
+		break;
 	default:
 		return TBX_EINVAL;
 	}

@@ -8,6 +8,8 @@
  * version: the migrations in store/db.c):
  *
  *   tbx_seq            (id = 1, value): one sequence for mint and subscribe
+ *   tbx_seq_ranges     PRIMARY KEY lo, with hi (NULL: the open range): the
+ *                      ranges the sequence issued numbers in
  *   tbx_tokens         PRIMARY KEY (token, grp), with mint_seq
  *   tbx_registrations  PRIMARY KEY (attempt, token), with send_grp and msg_id
  *   tbx_subscriptions  PRIMARY KEY (topic, grp), with since_seq and used_ms
@@ -33,6 +35,16 @@
 #include "tokenbox/tokenbox.h"
 
 typedef struct tbx_tokens tbx_tokens_t;
+
+/**
+ * Numbers a millisecond: a range of the sequence starts at least at the
+ * wall clock in ms times this (see seq_issued below and
+ * docs/architecture.md, token-store identity).  A history that issues
+ * fewer numbers than this a millisecond never reaches the start of a
+ * history opened after it, and the numbers stay below 2^53 (exact in
+ * JSON and in doubles) until the year 2255.
+ */
+#define TBX__SEQ_PER_MS INT64_C(1000)
 
 /** One token to mint: rows for every group subscribed to @p topic. */
 typedef struct tbx__mint_item {
@@ -190,6 +202,21 @@ typedef struct tbx_tokens_ops {
 	/** The sequence's current value (the last number taken).  A read;
 	 *  on a shared connection, inside the caller's transaction. */
 	int (*seq_current)(tbx_tokens_t *tokens, int64_t *seq);
+	/**
+	 * *issued = 1 when @p seq was issued by this store's history: a
+	 * range of tbx_seq_ranges holds it (lo <= seq <= hi, or <= the
+	 * current value for the open range).  A number in a gap between
+	 * ranges, or above the current value, was never issued here: a
+	 * store restored from an older backup starts its next range above
+	 * every number its lost history issued (docs/architecture.md,
+	 * token-store identity).  A read; on a shared connection, inside
+	 * the caller's transaction.
+	 */
+	int (*seq_issued)(tbx_tokens_t *tokens, int64_t seq, int *issued);
+	/** The ranges of tbx_seq_ranges into *count (the open one
+	 *  included), for inspect; has(TBX_TOKENS_HAS_SEQ_RANGES) says
+	 *  whether the store has them.  A read. */
+	int (*seq_ranges)(tbx_tokens_t *tokens, int64_t *count);
 	/** Records that (topic, grp) is in use now (used_ms), one txn;
 	 *  *found = 0 when the subscription no longer exists (removed by
 	 *  `inspect unsubscribe`). */
@@ -291,9 +318,14 @@ typedef struct tbx_tokens_ops {
 
 /** What a token store may lack, for has(): a table or a column that came
  *  with a later schema version of one backend (SQLite: the ingress edge
- *  with schema 4, the store's identity with schema 6; PostgreSQL's
- *  version 1 holds both). */
-enum { TBX_TOKENS_HAS_EDGE = 1, TBX_TOKENS_HAS_STORE_ID = 2 };
+ *  with schema 4, the store's identity with schema 6, the sequence's
+ *  ranges with schema 10; PostgreSQL's version 1 holds the first two,
+ *  version 2 the ranges). */
+enum {
+	TBX_TOKENS_HAS_EDGE = 1,
+	TBX_TOKENS_HAS_STORE_ID = 2,
+	TBX_TOKENS_HAS_SEQ_RANGES = 3
+};
 
 /** Backends embed this first. */
 struct tbx_tokens {
@@ -304,6 +336,8 @@ struct tbx_tokens {
  * Opens the SQLite backend on @p path.  When @p shared is not NULL the
  * backend uses that connection (the service store's, when both stores are
  * one file) and does not close it; transactions then must not overlap.
+ * A read-write opening starts a range of the sequence (seq_issued) in a
+ * transaction of its own, so @p shared must not be inside one.
  */
 int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 			   sqlite3 *shared, tbx_tokens_t **out, char *errstr,
@@ -318,7 +352,10 @@ struct tbx__pg;
  * service store's: S and T in one database, the joined path) and takes a
  * reference to it instead of connecting; transactions then must not
  * overlap.  opts->create = 0 refuses (TBX_ENOENT) a schema without token
- * tables, as a missing SQLite file is refused.
+ * tables, as a missing SQLite file is refused.  A read-write opening
+ * migrates an older version and starts a range of the sequence
+ * (seq_issued); one that cannot start it (a grant missing) opens, and
+ * takes no number until it has.
  */
 int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 		       struct tbx__pg *shared, const tbx__db_opts_t *opts,
@@ -449,6 +486,15 @@ static inline int tbx_tokens_store_id(tbx_tokens_t *t,
 static inline int tbx_tokens_seq_current(tbx_tokens_t *t, int64_t *seq)
 {
 	return t->ops->seq_current(t, seq);
+}
+static inline int tbx_tokens_seq_issued(tbx_tokens_t *t, int64_t seq,
+					int *issued)
+{
+	return t->ops->seq_issued(t, seq, issued);
+}
+static inline int tbx_tokens_seq_ranges(tbx_tokens_t *t, int64_t *count)
+{
+	return t->ops->seq_ranges(t, count);
 }
 static inline int tbx_tokens_touch(tbx_tokens_t *t, const char *topic,
 				   const char *grp, int *found)

@@ -32,6 +32,7 @@ typedef struct status {
 	cJSON *alarms;
 	int64_t undelivered; /* tbx_undelivered lines */
 	int64_t seq;
+	int64_t ranges;		    /* of the sequence (schema 10); -1: none */
 	int64_t edge, edge_refused; /* the ingress edge (schema 4) */
 	int64_t idle_subs, alarm_cnt;
 	/* --since: its time (-1: not given), the dead letters recorded at
@@ -142,7 +143,7 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	gathered_t g[4];
 	char **served = NULL;
 	size_t served_n = 0;
-	int err;
+	int has_ranges = 0, err;
 
 	memset(g, 0, sizeof(g));
 	if ((err = tbx_outbox_undelivered_count(in->store, &st->undelivered)))
@@ -161,6 +162,12 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	if (gathered(in, &g[3], err, insp_s_fail, &st->dls, &st->dls_n))
 		return -1;
 	if ((err = tbx_tokens_seq_current(in->tokens, &st->seq)))
+		return insp_t_fail(in, err), -1;
+	st->ranges = -1;
+	if ((err = tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_SEQ_RANGES,
+				  &has_ranges)) ||
+	    (has_ranges &&
+	     (err = tbx_tokens_seq_ranges(in->tokens, &st->ranges))))
 		return insp_t_fail(in, err), -1;
 	if (insp_served_groups(in, &served, &served_n))
 		return -1;
@@ -351,6 +358,10 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 
 	o = cJSON_AddObjectToObject(doc, "subscriptions");
 	insp_json_add_int(o, "sequence", st->seq);
+	if (st->ranges >= 0)
+		insp_json_add_int(o, "sequence_ranges", st->ranges);
+	else
+		cJSON_AddNullToObject(o, "sequence_ranges");
 	insp_json_add_int(o, "idle_after_ms", in->o->idle_ms);
 	insp_json_add_int(o, "idle", st->idle_subs);
 	cJSON_AddItemToObject(o, "list", cJSON_Duplicate(st->subs, 1));
@@ -506,9 +517,12 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 	}
 
 	insp_fmt_duration(in->o->idle_ms, dur, sizeof(dur));
-	printf("\nSubscriptions: %d (sequence at %" PRId64 "), %" PRId64
-	       " unused for %s or more\n",
-	       cJSON_GetArraySize(st->subs), st->seq, st->idle_subs, dur);
+	printf("\nSubscriptions: %d (sequence at %" PRId64,
+	       cJSON_GetArraySize(st->subs), st->seq);
+	if (st->ranges >= 0)
+		printf(", %" PRId64 " range%s", st->ranges,
+		       st->ranges == 1 ? "" : "s");
+	printf("), %" PRId64 " unused for %s or more\n", st->idle_subs, dur);
 	if (cJSON_GetArraySize(st->subs)) {
 		const cJSON *s;
 		tbl = insp_tbl_new(
