@@ -12,67 +12,27 @@
  * query API is TBX_JAEGER_QUERY, else the next port.
  */
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli_child.h"
+#include "jaeger_query.h"
 #include "consumer/tracing.h"
 #include "outbox/outbox.h"
 #include "support.h"
-#include "trace/otlp_json.h"
 
 #define N 4
 
-static size_t on_body(char *p, size_t size, size_t n, void *opaque)
-{
-	tbx__jbuf_t *b = opaque;
-	char *q = realloc(b->p, b->len + size * n + 1);
-
-	cr_assert(q);
-	b->p = q;
-	memcpy(b->p + b->len, p, size * n);
-	b->len += size * n;
-	b->p[b->len] = '\0';
-	return size * n;
-}
-
+/* GETs @p url from Jaeger's query API: the parsed body, or NULL. */
 static cJSON *get_json(const char *url)
 {
-	CURL *c = curl_easy_init();
-	tbx__jbuf_t b = {0};
-	long status = 0;
-	cJSON *doc = NULL;
+	char *body = tt_jaeger_get(url, 30000);
+	cJSON *doc = body ? cJSON_Parse(body) : NULL;
 
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(c);
-	if (status == 200 && b.p)
-		doc = cJSON_Parse(b.p);
-	free(b.p);
+	free(body);
 	return doc;
-}
-
-static void query_base(char *out, size_t size)
-{
-	const char *q = getenv("TBX_JAEGER_QUERY");
-	const char *otlp = getenv("TBX_JAEGER_OTLP"), *colon;
-
-	if (q && *q) {
-		snprintf(out, size, "%s", q);
-		return;
-	}
-	colon = strrchr(otlp, ':');
-	cr_assert(colon, "TBX_JAEGER_OTLP has no port: %s", otlp);
-	snprintf(out, size, "%.*s:%d", (int)(colon - otlp), otlp,
-		 atoi(colon + 1) + 1);
 }
 
 /* A span as Jaeger returns it: its operation, service and parent. */
@@ -127,7 +87,7 @@ static jspan_t jaeger_span(const char *trace_id, const char *span_id)
 	char base[256], url[512];
 	jspan_t s = {0};
 
-	query_base(base, sizeof(base));
+	tt_jaeger_query_base(base, sizeof(base));
 	snprintf(url, sizeof(url), "%s/api/traces/%s", base, trace_id);
 	for (int i = 0; i < 600 * tt_time_factor(); i++) {
 		cJSON *doc = get_json(url);
