@@ -1070,3 +1070,23 @@ void tt_plugin_close(tt_plugin_t *p)
 {
 	dlclose(p->handle);
 }
+
+size_t tt_collect_i64(int fd, int64_t *out, size_t max, int procs)
+{
+	size_t cnt = 0;
+	int64_t n;
+
+	while (read(fd, &n, sizeof(n)) == sizeof(n)) {
+		cr_assert_lt(cnt, max);
+		out[cnt++] = n;
+	}
+	close(fd);
+	for (int p = 0; p < procs; p++) {
+		int status;
+
+		cr_assert(wait(&status) > 0);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "a process failed");
+	}
+	return cnt;
+}

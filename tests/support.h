@@ -140,6 +140,11 @@ pid_t tt_spawn(char *const argv[], char *const env[]);
  *  (the child is then killed). */
 int tt_wait(pid_t pid, int timeout_s);
 
+/** Reads the int64 numbers @p procs forked children write to the pipe
+ *  @p fd (closed here) into @p out (at most @p max: asserted), then
+ *  reaps the children and asserts each exited 0.  @returns the count. */
+size_t tt_collect_i64(int fd, int64_t *out, size_t max, int procs);
+
 /** An example plugin loaded as `tokenbox worker` loads it. */
 typedef struct tt_plugin {
 	void *handle;

@@ -1730,18 +1730,8 @@ Test(pg_tokens, every_number_taken_beside_concurrent_openers_is_issued)
 		_exit(ok ? 0 : 1);
 	}
 	close(fds[1]);
-	while (read(fds[0], &n, sizeof(n)) == sizeof(n)) {
-		cr_assert_lt(cnt, sizeof(seen) / sizeof(seen[0]));
-		seen[cnt++] = n;
-	}
-	close(fds[0]);
-	for (int p = 0; p < PROCS; p++) {
-		int status;
-
-		cr_assert(wait(&status) > 0);
-		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			  "a process failed");
-	}
+	cnt =
+	    tt_collect_i64(fds[0], seen, sizeof(seen) / sizeof(seen[0]), PROCS);
 	cr_assert_eq(cnt, sizeof(seen) / sizeof(seen[0]));
 	t = open_store();
 	for (size_t i = 0; i < cnt; i++)

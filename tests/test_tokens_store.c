@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "outbox/outbox.h"
+#include "support.h"
 #include "tokens/tokens.h"
 
 static char dir[64];
@@ -776,18 +777,8 @@ Test(tokens, concurrent_processes_create_the_file_and_take_distinct_numbers)
 		_exit(ok ? 0 : 1);
 	}
 	close(fds[1]);
-	while (read(fds[0], &n, sizeof(n)) == sizeof(n)) {
-		cr_assert_lt(cnt, sizeof(seen) / sizeof(seen[0]));
-		seen[cnt++] = n;
-	}
-	close(fds[0]);
-	for (int p = 0; p < PROCS; p++) {
-		int status;
-
-		cr_assert(wait(&status) > 0);
-		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			  "a process failed");
-	}
+	cnt =
+	    tt_collect_i64(fds[0], seen, sizeof(seen) / sizeof(seen[0]), PROCS);
 	cr_assert_eq(cnt, (size_t)PROCS * MINTS + PROCS);
 	/* Mint numbers are unique; the since values all name the one
 	 * subscription's number. */
@@ -946,18 +937,8 @@ Test(tokens, every_number_taken_by_concurrent_openers_is_issued)
 		_exit(ok ? 0 : 1);
 	}
 	close(fds[1]);
-	while (read(fds[0], &n, sizeof(n)) == sizeof(n)) {
-		cr_assert_lt(cnt, sizeof(seen) / sizeof(seen[0]));
-		seen[cnt++] = n;
-	}
-	close(fds[0]);
-	for (int p = 0; p < PROCS; p++) {
-		int status;
-
-		cr_assert(wait(&status) > 0);
-		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			  "a process failed");
-	}
+	cnt =
+	    tt_collect_i64(fds[0], seen, sizeof(seen) / sizeof(seen[0]), PROCS);
 	cr_assert_eq(cnt, (size_t)PROCS * OPENS * MINTS);
 	t = fx_open();
 	for (size_t i = 0; i < cnt; i++)
