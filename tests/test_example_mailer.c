@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/worker.h"
 #include "support.h"
 #include "tokenbox/testkit.h"
 
@@ -25,6 +26,16 @@ typedef struct env {
 	tbx_publisher_t *pub;
 	int jobs;
 } env_t;
+
+static int all_assigned(void *opaque)
+{
+	env_t *e = opaque;
+
+	for (int i = 0; i < WORKERS; i++)
+		if (e->w[i]->part_cnt == 0)
+			return 0;
+	return 1;
+}
 
 static void env_init(env_t *e)
 {
@@ -51,6 +62,10 @@ static void env_init(env_t *e)
 	}
 	for (int i = 0; i < WORKERS; i++)
 		cr_assert_eq(tbx_worker_poll(e->w[i], 0, NULL), TBX_OK);
+	/* Both members hold partitions before any job is sent, so that
+	 * both get jobs however slowly the second joins. */
+	cr_assert(tt_drive(e->w, WORKERS, all_assigned, e, 1, 120),
+		  "the workers were not both assigned partitions");
 	conf = tbx_conf_new();
 	tbx_conf_set(conf, "kafka.bootstrap.servers", e->cluster->bootstraps,
 		     NULL, 0);
