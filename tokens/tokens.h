@@ -116,6 +116,74 @@ typedef struct tbx__unsub {
 	int64_t deleted;    /**< token rows removed with it */
 } tbx__unsub_t;
 
+/*
+ * Token sets (schema 11; docs/batched-tokens.md): the tokens an attempt
+ * mints for the messages it sends to one partition of one topic, stored as
+ * one row per receiving group with a bitmap of the messages not yet
+ * consumed.  Tables:
+ *
+ *   tbx_tset  PRIMARY KEY (set_id, grp), with topic, part, mint_seq,
+ *             nbits, bits (bit i in byte i / 8, bit i % 8; PostgreSQL:
+ *             bit varying, bit i the i-th from the left), created_ms
+ *   tbx_breg  PRIMARY KEY attempt, with send_grp, row_id, sets (the
+ *             attempt's set ids), created_ms: one registration per
+ *             attempt, whatever the number of its sets and messages
+ *
+ * Bits are cleared only by sets_consume(_joined), each an UPDATE whose new
+ * value is computed from the row as the statement finds it (never from a
+ * value read before), and a row goes in the same transaction once its
+ * last bit is cleared.  A set never gains a bit after its mint.
+ */
+
+/** The most messages of one set. */
+#define TBX_SET_BITS_MAX 65536u
+
+/** One set to mint: @p nbits messages to partition @p part of @p topic,
+ *  every bit set, a row per group subscribed to @p topic with since_seq
+ *  below the mint's sequence number. */
+typedef struct tbx__set_item {
+	const char *set_id; /**< a fresh id, UUID text */
+	const char *topic;
+	int32_t part;
+	uint32_t nbits; /**< 1 .. TBX_SET_BITS_MAX */
+} tbx__set_item_t;
+
+/** The sets of one attempt. */
+typedef struct tbx__set_req {
+	const char *attempt; /**< NULL: no registration (a publisher) */
+	const char *row_id;  /**< the outbox row the attempt is of */
+	const tbx__set_item_t *sets;
+	size_t set_cnt;
+} tbx__set_req_t;
+
+/** One message's token: bit @p index of set @p set_id. */
+typedef struct tbx__bit_ref {
+	const char *set_id;
+	uint32_t index;
+} tbx__bit_ref_t;
+
+/** What sets_test() found for a bit_ref. */
+typedef enum tbx__bit_state {
+	TBX_BIT_CLEAR = 0, /**< the row exists, the bit is clear: consumed */
+	TBX_BIT_SET = 1,   /**< the token exists */
+	TBX_BIT_NOROW = 2, /**< no row (set_id, grp): every bit consumed, or
+			      never minted for the group (check mint_seq) */
+	TBX_BIT_RANGE = 3, /**< the row exists and index >= nbits: malformed */
+} tbx__bit_state_t;
+
+/** A set row, for inspection. */
+typedef struct tbx__set_rec {
+	const char *set_id, *grp, *topic;
+	int32_t part;
+	uint32_t nbits;
+	uint32_t pending;    /**< bits still set */
+	const uint8_t *bits; /**< (nbits + 7) / 8 bytes, bit i in byte i / 8,
+				bit i % 8 */
+	int64_t mint_seq, created_ms;
+} tbx__set_rec_t;
+
+typedef int (*tbx__set_fn)(void *opaque, const tbx__set_rec_t *rec);
+
 typedef int (*tbx__token_fn)(void *opaque, const tbx__token_rec_t *rec);
 typedef int (*tbx__sub_fn)(void *opaque, const tbx__sub_t *sub);
 /** An attempt's registrations: @p tokens of them (one per token). */
@@ -312,6 +380,85 @@ typedef struct tbx_tokens_ops {
 	int (*unsubscribe)(tbx_tokens_t *tokens, const char *topic,
 			   const char *grp, int64_t used_before_ms, int remove,
 			   tbx__unsub_t *res);
+	/*
+	 * Token sets (above).  Every one of these is NULL on a store whose
+	 * schema predates them; has(TBX_TOKENS_HAS_SETS) says whether the
+	 * store holds their tables.
+	 */
+	/**
+	 * One transaction: takes the next sequence number (*seq), writes a
+	 * tbx_breg row per request with an attempt (send_grp, row_id, its set
+	 * ids) and, per set of every request, a tbx_tset row with every bit
+	 * set per group subscribed to the set's topic with since_seq < *seq.
+	 * *rows (may be NULL): the set rows created.
+	 */
+	int (*sets_mint)(tbx_tokens_t *tokens, const char *send_grp,
+			 const tbx__set_req_t *reqs, size_t req_cnt,
+			 int64_t *seq, uint64_t *rows);
+	/** The same inside the transaction open on a shared connection, with
+	 *  @p seq taken by seq_joined, and no registration (as mint_joined).
+	 *  On PostgreSQL the statement may be deferred as mint_joined's. */
+	int (*sets_mint_joined)(tbx_tokens_t *tokens,
+				const tbx__set_item_t *sets, size_t cnt,
+				int64_t seq, uint64_t *rows);
+	/**
+	 * The token check of @p n messages for @p grp: st[i] for refs[i]
+	 * (repeats allowed), and mint_seq[i] (may be NULL) the set's mint_seq
+	 * when its row exists.  One statement per distinct set, or one for
+	 * all where the backend can.  A read; on a shared connection, inside
+	 * the caller's transaction.
+	 */
+	int (*sets_test)(tbx_tokens_t *tokens, const char *grp,
+			 const tbx__bit_ref_t *refs, size_t n,
+			 tbx__bit_state_t *st, int64_t *mint_seq);
+	/**
+	 * D: clears the bits @p refs name in @p grp's rows (repeats and bits
+	 * already clear allowed; a ref to a row that is gone or beyond nbits
+	 * clears nothing), one UPDATE per set computed from the row as found,
+	 * then deletes the sets among them whose bitmap is now empty, one
+	 * transaction.  *cleared (may be NULL): bits that were set and are
+	 * now clear; *deleted (may be NULL): rows deleted.
+	 */
+	int (*sets_consume)(tbx_tokens_t *tokens, const char *grp,
+			    const tbx__bit_ref_t *refs, size_t n,
+			    uint64_t *cleared, uint64_t *deleted);
+	/** The same inside the transaction open on a shared connection (the
+	 *  joined D+E).  On PostgreSQL *cleared and *deleted may be filled
+	 *  only when the transaction's next statement has run. */
+	int (*sets_consume_joined)(tbx_tokens_t *tokens, const char *grp,
+				   const tbx__bit_ref_t *refs, size_t n,
+				   uint64_t *cleared, uint64_t *deleted);
+	/** C's confirm for set attempts: deletes their tbx_breg rows, one
+	 *  transaction. */
+	int (*sets_confirm)(tbx_tokens_t *tokens, const char *const *attempts,
+			    size_t cnt);
+	/**
+	 * Loser or orphan of a set attempt: one transaction that deletes the
+	 * rows (every group) of the sets @p attempt's registration names and
+	 * the registration, only if it still exists.  *dropped = 1 when it
+	 * did; *deleted (may be NULL): the set rows removed.
+	 */
+	int (*sets_drop_attempt)(tbx_tokens_t *tokens, const char *attempt,
+				 int *dropped, uint64_t *deleted);
+	/** Up to @p limit tbx_breg rows of @p send_grp, oldest first (by
+	 *  created_ms, then attempt), after @p after when not NULL, into a
+	 *  malloc'ed array as registrations() (msg_id holds the row_id). */
+	int (*sets_registrations)(tbx_tokens_t *tokens, const char *send_grp,
+				  const tbx__reg_t *after, size_t limit,
+				  tbx__reg_t **out, size_t *cnt);
+	/** Counts set rows of @p grp (NULL: all), their pending bits, and
+	 *  tbx_breg rows of @p grp as sender (NULL: all).  Any out pointer
+	 *  may be NULL. */
+	int (*sets_count)(tbx_tokens_t *tokens, const char *grp, int64_t *rows,
+			  int64_t *pending, int64_t *registrations);
+	/** Per group with set rows, by name: n[0] = rows, n[1] = pending
+	 *  bits, ms = the oldest row. */
+	int (*sets_summary)(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
+			    void *opaque);
+	/** The set rows @p f takes, oldest first (then set_id, group). */
+	int (*sets_list)(tbx_tokens_t *tokens, const tbx__filter_t *f,
+			 int64_t *total, tbx__set_fn fn, void *opaque);
+
 	/** Closes and frees. */
 	void (*close)(tbx_tokens_t *tokens);
 } tbx_tokens_ops_t;
@@ -319,12 +466,15 @@ typedef struct tbx_tokens_ops {
 /** What a token store may lack, for has(): a table or a column that came
  *  with a later schema version of one backend (SQLite: the ingress edge
  *  with schema 4, the store's identity with schema 6, the sequence's
- *  ranges with schema 10; PostgreSQL's version 1 holds the first two,
- *  version 2 the ranges). */
+ *  ranges with schema 10, the token sets with schema 11; PostgreSQL's
+ *  version 1 holds the first two, version 2 the ranges, version 3 the
+ *  sets). */
 enum {
 	TBX_TOKENS_HAS_EDGE = 1,
 	TBX_TOKENS_HAS_STORE_ID = 2,
-	TBX_TOKENS_HAS_SEQ_RANGES = 3
+	TBX_TOKENS_HAS_SEQ_RANGES = 3,
+	TBX_TOKENS_HAS_SETS = 4 /**< tbx_tset, tbx_breg: SQLite schema 11,
+				   PostgreSQL token version 3 */
 };
 
 /** Backends embed this first. */
@@ -597,6 +747,81 @@ static inline int tbx_tokens_unsubscribe(tbx_tokens_t *t, const char *topic,
 					 tbx__unsub_t *res)
 {
 	return t->ops->unsubscribe(t, topic, grp, used_before_ms, remove, res);
+}
+/* Token sets: TBX_ESCHEMA from a store whose schema predates them. */
+#define TBX__SETS_OP(t, op, ...)                                               \
+	((t)->ops->op ? (t)->ops->op((t), __VA_ARGS__) : TBX_ESCHEMA)
+static inline int tbx_tokens_sets_mint(tbx_tokens_t *t, const char *send_grp,
+				       const tbx__set_req_t *reqs, size_t cnt,
+				       int64_t *seq, uint64_t *rows)
+{
+	return TBX__SETS_OP(t, sets_mint, send_grp, reqs, cnt, seq, rows);
+}
+static inline int tbx_tokens_sets_mint_joined(tbx_tokens_t *t,
+					      const tbx__set_item_t *sets,
+					      size_t cnt, int64_t seq,
+					      uint64_t *rows)
+{
+	return TBX__SETS_OP(t, sets_mint_joined, sets, cnt, seq, rows);
+}
+static inline int tbx_tokens_sets_test(tbx_tokens_t *t, const char *grp,
+				       const tbx__bit_ref_t *refs, size_t n,
+				       tbx__bit_state_t *st, int64_t *mint_seq)
+{
+	return TBX__SETS_OP(t, sets_test, grp, refs, n, st, mint_seq);
+}
+static inline int tbx_tokens_sets_consume(tbx_tokens_t *t, const char *grp,
+					  const tbx__bit_ref_t *refs, size_t n,
+					  uint64_t *cleared, uint64_t *deleted)
+{
+	return TBX__SETS_OP(t, sets_consume, grp, refs, n, cleared, deleted);
+}
+static inline int tbx_tokens_sets_consume_joined(tbx_tokens_t *t,
+						 const char *grp,
+						 const tbx__bit_ref_t *refs,
+						 size_t n, uint64_t *cleared,
+						 uint64_t *deleted)
+{
+	return TBX__SETS_OP(t, sets_consume_joined, grp, refs, n, cleared,
+			    deleted);
+}
+static inline int tbx_tokens_sets_confirm(tbx_tokens_t *t,
+					  const char *const *attempts,
+					  size_t cnt)
+{
+	return TBX__SETS_OP(t, sets_confirm, attempts, cnt);
+}
+static inline int tbx_tokens_sets_drop_attempt(tbx_tokens_t *t,
+					       const char *attempt,
+					       int *dropped, uint64_t *deleted)
+{
+	return TBX__SETS_OP(t, sets_drop_attempt, attempt, dropped, deleted);
+}
+static inline int tbx_tokens_sets_registrations(tbx_tokens_t *t,
+						const char *send_grp,
+						const tbx__reg_t *after,
+						size_t limit, tbx__reg_t **out,
+						size_t *cnt)
+{
+	return TBX__SETS_OP(t, sets_registrations, send_grp, after, limit, out,
+			    cnt);
+}
+static inline int tbx_tokens_sets_count(tbx_tokens_t *t, const char *grp,
+					int64_t *rows, int64_t *pending,
+					int64_t *registrations)
+{
+	return TBX__SETS_OP(t, sets_count, grp, rows, pending, registrations);
+}
+static inline int tbx_tokens_sets_summary(tbx_tokens_t *t, tbx__grp_sum_fn fn,
+					  void *opaque)
+{
+	return TBX__SETS_OP(t, sets_summary, fn, opaque);
+}
+static inline int tbx_tokens_sets_list(tbx_tokens_t *t, const tbx__filter_t *f,
+				       int64_t *total, tbx__set_fn fn,
+				       void *opaque)
+{
+	return TBX__SETS_OP(t, sets_list, f, total, fn, opaque);
 }
 static inline void tbx_tokens_close(tbx_tokens_t *t)
 {
