@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "consumer/worker.h"
+#include "orphan.h"
 #include "fixture.h"
 #include "tokens/tokens.h"
 #include "tools/kafka_admin.h"
@@ -815,10 +816,12 @@ int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 
 pid_t tt_spawn(char *const argv[], char *const env[])
 {
+	pid_t parent = getpid();
 	pid_t pid = fork();
 
 	cr_assert(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		tt_child_dies_with(parent);
 		for (size_t i = 0; env && env[i]; i++)
 			putenv(env[i]);
 		execv(argv[0], argv);
