@@ -953,7 +953,7 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 				    : "cleanup.interval.ms=0",
 				(char *)setting,
 				NULL};
-		char *envv[] = {env_crash, NULL};
+		char *envv[] = {env_crash, "TBX_TEST_ASSIGN=1", NULL};
 		status = tt_wait(tt_spawn(argv, envv), 90);
 		cr_assert(status != -1, "%s: the worker never reached %s",
 			  point, step);
@@ -999,6 +999,8 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 	tbx_worker_t *w[2];
 	tt_hop_pair(w, cluster->bootstraps, s1, tokens, s2, tokens, &hop1,
 		    &hop2);
+	tbx__worker_assign_directly(w[0]);
+	tbx__worker_assign_directly(w[1]);
 	crash_expect_t expect = {s1, s2, N};
 	cr_assert(tt_drive(w, 2, crash_done, &expect, 20, 90),
 		  "%s: recovery did not finish", point);
