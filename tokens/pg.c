@@ -138,6 +138,7 @@ enum {
 	Q_HAS_TABLE,
 	Q_INFO_GET,
 	Q_INFO_ADD,
+	Q_INFO_SET,
 	Q_STORE_ID,
 	Q_SEQ_CURRENT,
 	Q_SEQ_MINT,
@@ -183,6 +184,7 @@ static const char *const sql[Q__COUNT] = {
 		   "WHERE id = 1",
     [Q_INFO_ADD] = "INSERT INTO @T.tbx_schema_info (id, kind, version, "
 		   "store_id, created_ms) VALUES (1, 'tokens', $1, $2, $3)",
+    [Q_INFO_SET] = "UPDATE @T.tbx_schema_info SET version = $1 WHERE id = 1",
     [Q_STORE_ID] = "SELECT store_id FROM @T.tbx_schema_info WHERE id = 1",
     /* The last number taken; 0 before the first. */
     [Q_SEQ_CURRENT] = "SELECT CASE WHEN is_called THEN last_value ELSE 0 "
@@ -524,6 +526,17 @@ static int migrate(tbx_tokens_pg_t *t, char *errstr, size_t errstr_size)
 			snprintf(what, sizeof(what),
 				 "migration to version %d failed", v + 1);
 			open_fail(t, err, what, errstr, errstr_size);
+			goto rollback;
+		}
+	}
+	/* A migrated schema records its new version, or the next opening
+	 * would run the steps again on tables that are there. */
+	if (version > 0 && version < TBX_PG_TOKENS_VERSION) {
+		tbx__pgp_init(&p);
+		tbx__pgp_i64(&p, TBX_PG_TOKENS_VERSION);
+		if ((err = run(t, Q_INFO_SET, &p, NULL))) {
+			open_fail(t, err, "cannot record the schema version",
+				  errstr, errstr_size);
 			goto rollback;
 		}
 	}
