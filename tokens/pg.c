@@ -113,6 +113,29 @@ static const char *const migrations[] = {
     "CREATE UNIQUE INDEX tbx_seq_ranges_open ON @T.tbx_seq_ranges"
     " ((hi IS NULL)) WHERE hi IS NULL;"
     "INSERT INTO @T.tbx_seq_ranges (lo, hi) VALUES (1, NULL);",
+    /* 2 -> 3: the token sets of SQLite's schema 11 (store/db.c;
+     * docs/batched-tokens.md): a row per set and receiving group with
+     * the bitmap of the messages not yet consumed, bit i the i-th from
+     * the left, and one registration per attempt naming its sets. */
+    "CREATE TABLE @T.tbx_tset ("
+    " set_id text" C " NOT NULL,"
+    " grp text" C " NOT NULL,"
+    " topic text" C " NOT NULL,"
+    " part integer NOT NULL,"
+    " mint_seq bigint NOT NULL,"
+    " nbits integer NOT NULL CHECK (nbits BETWEEN 1 AND 65536),"
+    " bits bit varying(65536) NOT NULL CHECK (length(bits) = nbits),"
+    " created_ms bigint NOT NULL,"
+    " PRIMARY KEY (set_id, grp));"
+    "CREATE TABLE @T.tbx_breg ("
+    " attempt text" C " PRIMARY KEY,"
+    " send_grp text" C " NOT NULL,"
+    " row_id text" C " NOT NULL,"
+    " sets text[]" C " NOT NULL,"
+    " created_ms bigint NOT NULL);"
+    /* The sweeper reads a group's registrations, oldest first. */
+    "CREATE INDEX tbx_breg_send ON @T.tbx_breg"
+    " (send_grp, created_ms, attempt);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -951,6 +974,29 @@ static int mint_check(const char *send_grp, const tbx__mint_req_t *reqs,
 
 /* Takes the subscription lock shared, then the next number, inside the
  * caller's transaction. */
+static int seq_next(tbx_tokens_pg_t *t, int64_t *seq);
+
+/* For tokens/pg_sets.c (tokens/pg_int.h). */
+int tbx__tokens_pg_begin(tbx_tokens_pg_t *t)
+{
+	return txn_begin(t);
+}
+
+int tbx__tokens_pg_end(tbx_tokens_pg_t *t, int err)
+{
+	return txn_end(t, err);
+}
+
+int tbx__tokens_pg_range_ready(tbx_tokens_pg_t *t)
+{
+	return range_ready(t);
+}
+
+int tbx__tokens_pg_seq_next(tbx_tokens_pg_t *t, int64_t *seq)
+{
+	return seq_next(t, seq);
+}
+
 static int seq_next(tbx_tokens_pg_t *t, int64_t *seq)
 {
 	tbx__pg_params_t p;
@@ -1074,6 +1120,11 @@ static int joined_check(tbx_tokens_pg_t *t)
 		return TBX_ESTATE;
 	}
 	return TBX_OK;
+}
+
+int tbx__tokens_pg_joined_check(tbx_tokens_pg_t *t)
+{
+	return joined_check(t);
 }
 
 static int op_seq_joined(tbx_tokens_t *tokens, int64_t *seq)
@@ -1879,6 +1930,7 @@ static void op_close(tbx_tokens_t *tokens)
 		tbx__tp_read_end(tokens);
 	tbx__pg_stmts_free(&t->stmts);
 	tbx__pg_stmts_free(&t->reads);
+	tbx__pg_stmts_free(&t->sets);
 	/* Shared: the service store's reference keeps it open. */
 	tbx__pg_unref(t->pg);
 	free(t);
@@ -1924,6 +1976,17 @@ static const tbx_tokens_ops_t pg_ops = {
     .token_registrations = tbx__tp_token_registrations,
     .token_match = tbx__tp_token_match,
     .unsubscribe = tbx__tp_unsubscribe,
+    .sets_mint = tbx__tp_sets_mint,
+    .sets_mint_joined = tbx__tp_sets_mint_joined,
+    .sets_test = tbx__tp_sets_test,
+    .sets_consume = tbx__tp_sets_consume,
+    .sets_consume_joined = tbx__tp_sets_consume_joined,
+    .sets_confirm = tbx__tp_sets_confirm,
+    .sets_drop_attempt = tbx__tp_sets_drop_attempt,
+    .sets_registrations = tbx__tp_sets_registrations,
+    .sets_count = tbx__tp_sets_count,
+    .sets_summary = tbx__tp_sets_summary,
+    .sets_list = tbx__tp_sets_list,
     .close = op_close,
 };
 
@@ -1999,7 +2062,7 @@ int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 	prefix(t, wp, sizeof(wp));
 	if (tbx__pg_stmts_init(&t->stmts, t->pg, wp, sql, Q__COUNT, NULL,
 			       schema) ||
-	    tbx__tokens_pg_read_init(t)) {
+	    tbx__tokens_pg_read_init(t) || tbx__tokens_pg_sets_init(t)) {
 		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				  "out of memory");
 		goto fail;
