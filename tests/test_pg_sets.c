@@ -839,3 +839,26 @@ Test(pg_sets, workers_on_different_sets_do_not_wait_on_each_other)
 	tbx_tokens_close(own);
 	tbx__pg_unref(conn);
 }
+
+/* A schema an earlier tokenbox migrated to version 2 without recording
+ * it (its tbx_schema_info still says 1, tbx_seq_ranges is there): a
+ * read-write opening carries it to version 3 instead of failing on the
+ * ranges' step, and keeps its ranges. */
+Test(pg_sets, a_schema_migrated_without_its_version_recorded_opens)
+{
+	tbx_tokens_t *t = open_store();
+	int version = 0;
+
+	tbx_tokens_close(t);
+	sql("DROP TABLE @T.tbx_tset; DROP TABLE @T.tbx_breg; UPDATE "
+	    "@T.tbx_schema_info SET version = 1");
+	int64_t ranges = sql_int("SELECT count(*) FROM @T.tbx_seq_ranges");
+	t = open_store();
+	cr_assert_eq(tbx_tokens_schema(t, &version), TBX_OK);
+	cr_assert_eq(version, 3);
+	tbx_tokens_close(t);
+	cr_assert_eq(sql_int("SELECT version FROM @T.tbx_schema_info"), 3);
+	cr_assert_geq(sql_int("SELECT count(*) FROM @T.tbx_seq_ranges"),
+		      ranges);
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_tset"), 0);
+}

@@ -543,6 +543,19 @@ static int migrate(tbx_tokens_pg_t *t, char *errstr, size_t errstr_size)
 	}
 	if ((err = read_info(t, &version, errstr, errstr_size)))
 		goto rollback;
+	/* Migrated to version 2 by a tokenbox that did not record it: the
+	 * ranges are there, and their step must not run again. */
+	if (version == 1) {
+		int yes = 0;
+
+		if ((err = has_table(t, "tbx_seq_ranges", &yes))) {
+			open_fail(t, err, "cannot read the catalog", errstr,
+				  errstr_size);
+			goto rollback;
+		}
+		if (yes)
+			version = 2;
+	}
 	for (int v = version; v < TBX_PG_TOKENS_VERSION; v++) {
 		if ((err = ddl(t, migrations[v]))) {
 			char what[64];
