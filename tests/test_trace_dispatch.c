@@ -11,10 +11,12 @@
 
 #include "consumer/producer.h"
 #include "consumer/tracing.h"
+#include "consumer/worker.h"
+#include "fixture.h"
 #include "outbox/outbox.h"
 #include "support.h"
 
-#define MAX_SPANS 16
+#define MAX_SPANS 32
 
 typedef struct sink {
 	tbx__span_t *spans[MAX_SPANS];
@@ -193,4 +195,120 @@ Test(trace_dispatch, an_unsampled_message_leaves_as_it_was_stored,
 	free(dir);
 	free(s);
 	free(tk);
+}
+
+/* Every record's handler sends one message to "nowhere", a topic the
+ * broker refuses for good: the message is given up and dead-lettered. */
+static tbx_verdict_t to_nowhere(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				void *opaque)
+{
+	tbx_out_t out = {.topic = "nowhere", .type = "Reply"};
+	size_t len;
+	const char *payload = tbx_msg_payload(msg, &len);
+
+	(void)opaque;
+	out.payload = payload;
+	out.payload_len = len;
+	return tbx_ctx_send(ctx, &out) == TBX_OK ? TBX_VERDICT_OK
+						 : TBX_VERDICT_RETRY;
+}
+
+typedef struct given_up {
+	tbx_worker_t *w;
+	const char *store;
+} given_up_t;
+
+/* A tt_drive() condition: a message was given up and its row finished. */
+static int given_up(void *opaque)
+{
+	given_up_t *g = opaque;
+	tbx_stats_t st;
+
+	tbx_worker_stats(g->w, &st);
+	return st.undeliverable >= 1 &&
+	       tt_count(g->store, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+}
+
+static const tbx__span_t *span_named(const sink_t *s, const char *name)
+{
+	for (size_t i = 0; i < s->cnt; i++)
+		if (strcmp(s->spans[i]->name, name) == 0)
+			return s->spans[i];
+	return NULL;
+}
+
+/* A dead letter made after a message's delivery was given up is a
+ * dispatch like any other: a send span of its own, in the record's
+ * trace, the child of the process span that wrote the message (a
+ * sibling of the failed sends), and the dead letter carries it. */
+Test(trace_dispatch, a_given_up_messages_dead_letter_is_a_send_span,
+     .timeout = 240)
+{
+	static const char *const topics[] = {"in:1", "in.dlq:1", NULL};
+	const char *payloads[] = {"lost"};
+	char err[512], buf[128], id[17];
+	sink_t sink = {0};
+	tt_env_t e;
+	tt_record_t *recs;
+	tbx_worker_t *w;
+	const tbx__span_t *process, *failed, *dead;
+	size_t n;
+
+	tt_env_init(&e, topics);
+	if (!e.cluster->mock) {
+		tt_env_fini(&e);
+		cr_skip("needs the mock cluster (a topic that fails for good)");
+	}
+	rd_kafka_mock_topic_set_error(e.cluster->mock, "nowhere",
+				      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+	w = tbx_worker_new(
+	    tt_conf(e.cluster->bootstraps, "g", e.store, e.tokens,
+		    "dispatch.retry.max", "0",
+		    "kafka.producer.topic.metadata.propagation.max.ms", "1000",
+		    NULL),
+	    err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", NULL, to_nowhere, NULL),
+		     TBX_OK);
+	cr_assert_eq(tbx__worker_trace_to(w, on_span, &sink), TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
+	tt_env_publish(&e, "in", "Ask", payloads, 1);
+	given_up_t g = {w, e.store};
+	cr_assert(tt_drive(&w, 1, given_up, &g, 5, 120),
+		  "the message was never given up");
+	tbx_worker_destroy(w);
+
+	process = span_named(&sink, "process in");
+	failed = span_named(&sink, "send nowhere");
+	dead = span_named(&sink, "send in.dlq");
+	cr_assert_not_null(process);
+	cr_assert_not_null(failed, "the failed dispatch's span");
+	cr_expect_eq(failed->status, TBX_SPAN_STATUS_ERROR);
+	cr_assert_not_null(dead, "no send span for the dead letter (%zu spans)",
+			   sink.cnt);
+	cr_expect_eq(dead->kind, TBX_SPAN_KIND_PRODUCER);
+	cr_expect_eq(dead->status, TBX_SPAN_STATUS_UNSET);
+	cr_expect_eq(
+	    memcmp(dead->trace_id, process->trace_id, TBX_TRACE_ID_SIZE), 0,
+	    "in the record's trace");
+	cr_expect_eq(
+	    memcmp(dead->parent_id, process->span_id, TBX_SPAN_ID_SIZE), 0,
+	    "the child of the process span that wrote the message");
+	cr_expect_neq(memcmp(dead->span_id, failed->span_id, TBX_SPAN_ID_SIZE),
+		      0, "a span id of its own");
+
+	n = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(n, 1);
+	cr_assert(hdr_of(recs[0].headers, "traceparent", buf, sizeof(buf)));
+	tbx__hex(dead->span_id, TBX_SPAN_ID_SIZE, id);
+	cr_expect_eq(strncmp(buf + 36, id, 16), 0,
+		     "the dead letter carries %s, its send span is %s", buf,
+		     id);
+	cr_expect_null(
+	    hdr_of(recs[0].headers, TBX_TRACE_PARENT_HDR, buf, sizeof(buf)),
+	    "the internal header left the process");
+	tt_records_free(recs, n);
+	for (size_t i = 0; i < sink.cnt; i++)
+		tbx__span_free(sink.spans[i]);
+	tt_env_fini(&e);
 }
