@@ -372,8 +372,36 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 	tr->on = 0;
 }
 
+static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
+			       const uint64_t *phase_ns, const char *origin);
+
 void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 		      uint64_t began_ns, const uint64_t *phase_ns)
+{
+	size_t sampled = 0;
+	tbx__span_t *span;
+
+	/* Nothing is made for a batch none of whose records is sampled. */
+	for (size_t i = 0; i < cnt; i++)
+		sampled += msgs[i].trace.on &&
+			   (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED);
+	if (!t || !sampled)
+		return;
+	if (!(span = batch_span(t, cnt, began_ns, phase_ns, NULL)))
+		return;
+	for (size_t i = 0; i < cnt; i++)
+		if (msgs[i].trace.on &&
+		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+			tbx__span_add_link(span, &msgs[i].trace.ctx);
+	emit(t, span);
+}
+
+/* The batch span of @p cnt records or rows, begun at @p began_ns, the
+ * phases' ends @p phase_ns; @p origin (NULL: a worker's batch) names a
+ * batch of rows finished outside one.  The caller links it and emits
+ * it.  NULL when out of memory. */
+static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
+			       const uint64_t *phase_ns, const char *origin)
 {
 	static const char *const names[TBX_PHASE_CNT][2] = {
 	    {"G", "tokenbox.phase.g.duration_ns"},
@@ -388,20 +416,13 @@ void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 	tbx__span_t *span;
 	tbx__span_event_t *ev;
 	uint64_t prev = began_ns, end = began_ns;
-	size_t sampled = 0;
 
-	/* Nothing is made for a batch none of whose records is sampled. */
-	for (size_t i = 0; i < cnt; i++)
-		sampled += msgs[i].trace.on &&
-			   (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED);
-	if (!t || !sampled)
-		return;
 	tbx__trace_id_new(ctx.trace_id);
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	if (!(span = tbx__span_new("process batch", TBX_SPAN_KIND_CONSUMER,
 				   &ctx, NULL, began_ns)))
-		return;
+		return NULL;
 	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
 	tbx__attrs_str(&span->attrs, "messaging.operation.name", "process", 7);
@@ -420,12 +441,11 @@ void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 				       (int64_t)(phase_ns[p] - prev));
 		prev = end = phase_ns[p];
 	}
-	for (size_t i = 0; i < cnt; i++)
-		if (msgs[i].trace.on &&
-		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
-			tbx__span_add_link(span, &msgs[i].trace.ctx);
+	if (origin)
+		tbx__attrs_str(&span->attrs, "tokenbox.batch.origin", origin,
+			       strlen(origin));
 	span->end_ns = end > began_ns ? end : tbx__now_ns();
-	emit(t, span);
+	return span;
 }
 
 /* Appends one header to a blob being built. */
@@ -651,4 +671,60 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 				      offset);
 	}
 	emit(t, span);
+}
+
+/* The context of the span that wrote a sampled stored message (its
+ * traceparent's trace, its TBX_TRACE_PARENT_HDR span), into @p ctx.
+ * @returns 0, or -1 when the message has none. */
+static int stored_writer(const tbx__outmsg_t *m, tbx__trace_ctx_t *ctx)
+{
+	tbx_header_t h, tp = {0}, pid = {0};
+	tbx__trace_ctx_t stored;
+	size_t pos = 0;
+
+	while (tbx__hdrs_next(m->headers, m->headers_len, &pos, &h) == 1) {
+		if (strcmp(h.name, "traceparent") == 0 && h.value)
+			tp = h;
+		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value)
+			pid = h;
+	}
+	if (!tp.value || !pid.value || pid.len == 0 ||
+	    tbx__traceparent_parse(tp.value, tp.len, &stored) != 0 ||
+	    !(stored.flags & TBX_TRACE_FLAG_SAMPLED) ||
+	    unhex(pid.value, pid.len, ctx->span_id, TBX_SPAN_ID_SIZE) != 0)
+		return -1;
+	memcpy(ctx->trace_id, stored.trace_id, TBX_TRACE_ID_SIZE);
+	ctx->flags = TBX_TRACE_FLAG_SAMPLED;
+	return 0;
+}
+
+void tbx__trace_rows_batch(tbx__tracer_t *t, const tbx__batch_t *batch,
+			   const char *origin)
+{
+	tbx__trace_ctx_t *links;
+	tbx__span_t *span;
+	size_t n = 0;
+
+	if (!t || !batch->row_cnt)
+		return;
+	if (!(links = calloc(batch->row_cnt, sizeof(*links))))
+		return;
+	/* A row's messages were all written by its record's process span:
+	 * one link per row, to the first sampled message's writer. */
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__row_t *row = &batch->rows[i].row;
+		for (size_t j = 0; j < row->msg_cnt; j++)
+			if (stored_writer(&row->msgs[j], &links[n]) == 0) {
+				n++;
+				break;
+			}
+	}
+	/* Nothing is made when no row's message is sampled. */
+	if (n && (span = batch_span(t, batch->row_cnt, batch->began_ns,
+				    batch->phase_ns, origin))) {
+		for (size_t i = 0; i < n; i++)
+			tbx__span_add_link(span, &links[i]);
+		emit(t, span);
+	}
+	free(links);
 }

@@ -140,6 +140,20 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg);
 void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 		      uint64_t began_ns, const uint64_t *phase_ns);
 
+struct tbx__batch;
+
+/**
+ * The batch span of the outbox rows @p batch holds (rows only, no
+ * records), finished outside a worker's batch by the recovery pass or
+ * `inspect redispatch` (@p origin: "recovery", "redispatch"): as
+ * tbx__trace_batch()'s, with the phases B–E that ran (batch->began_ns,
+ * batch->phase_ns), the attribute tokenbox.batch.origin, and linked to
+ * the span that wrote each row whose messages are sampled (their stored
+ * TBX_TRACE_PARENT_HDR).  Nothing is made when no row is sampled.
+ */
+void tbx__trace_rows_batch(tbx__tracer_t *t, const struct tbx__batch *batch,
+			   const char *origin);
+
 /** Names @p tr's process span in the log lines of this thread
  *  (tbx__log_trace()); NULL: none. */
 void tbx__trace_log(const tbx__msg_trace_t *tr);

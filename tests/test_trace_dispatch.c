@@ -10,11 +10,13 @@
 #include <string.h>
 
 #include "consumer/producer.h"
+#include "consumer/recover.h"
 #include "consumer/tracing.h"
 #include "consumer/worker.h"
 #include "fixture.h"
 #include "outbox/outbox.h"
 #include "support.h"
+#include "tokens/tokens.h"
 
 #define MAX_SPANS 32
 
@@ -311,4 +313,116 @@ Test(trace_dispatch, a_given_up_messages_dead_letter_is_a_send_span,
 	for (size_t i = 0; i < sink.cnt; i++)
 		tbx__span_free(sink.spans[i]);
 	tt_env_fini(&e);
+}
+
+static const char *attr_of(const tbx__span_t *sp, const char *key, char *buf,
+			   size_t size)
+{
+	for (size_t i = 0; i < sp->attrs.n; i++) {
+		const tbx__attr_t *a = &sp->attrs.v[i];
+		if (strcmp(a->key, key) != 0)
+			continue;
+		if (a->type == TBX_ATTR_STRING)
+			snprintf(buf, size, "%.*s", (int)a->len, a->v.s);
+		else
+			snprintf(buf, size, "%lld", (long long)a->v.i);
+		return buf;
+	}
+	return NULL;
+}
+
+/* Rows finished outside a worker's batch — by `inspect redispatch`
+ * (tbx__recover_older(), the code of the recovery pass too) — make a
+ * batch span of their own: the phases B–E that ran, where it came from,
+ * and a link to the span that wrote each sampled row. */
+Test(trace_dispatch, rows_finished_by_redispatch_make_a_batch_span,
+     .timeout = 120)
+{
+	tt_cluster_t *c = tt_cluster_new(1);
+	char *dir = tt_tmpdir(), err[512], buf[128];
+	char *s = tt_path(dir, "s.db");
+	tbx_conf_t *conf;
+	tbx_outbox_t *store;
+	tbx_tokens_t *tokens;
+	tbx__recover_t *rec;
+	sink_t sink = {0};
+	tbx__tracer_t *t;
+	tbx__msg_trace_t process;
+	tbx__row_t row;
+	const tbx__span_t *batch = NULL;
+	size_t done = 0;
+
+	tt_cluster_topic(c, "out", 1);
+	cr_assert_eq(tbx_outbox_open(s, NULL, &store, err, sizeof(err)), TBX_OK,
+		     "%s", err);
+	cr_assert_eq(tbx_tokens_sqlite_open(s, NULL, tbx_outbox_db(store),
+					    &tokens, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	/* A row written by a worker that traced its record, then left (a
+	 * worker killed after A, say). */
+	cr_assert((t = tbx__tracer_new_sink("g", on_span, &sink)));
+	traced_row(t, &row, &process);
+	snprintf(row.in_topic, sizeof(row.in_topic), "in");
+	row.created_ms = 1;
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, "g", &row), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx__row_clear(&row);
+	tbx__tracer_free(t, 0);
+
+	conf = tt_conf(c->bootstraps, "g", s, s, NULL);
+	rec = tbx__recover_new(conf, "g", store, tokens, err, sizeof(err));
+	cr_assert_not_null(rec, "%s", err);
+	cr_assert_eq(tbx__recover_trace_to(rec, on_span, &sink), TBX_OK);
+	cr_assert_eq(tbx__recover_older(rec, INT64_MAX, 10, &done), TBX_OK,
+		     "%s", tbx__recover_errstr(rec));
+	cr_assert_eq(done, 1);
+	tbx__recover_destroy(rec);
+
+	for (size_t i = 0; i < sink.cnt; i++)
+		if (strcmp(sink.spans[i]->name, "process batch") == 0)
+			batch = sink.spans[i];
+	cr_assert_not_null(span_named(&sink, "send out"));
+	cr_assert_not_null(batch,
+			   "no batch span for the redispatched rows "
+			   "(%zu spans)",
+			   sink.cnt);
+	cr_expect_eq(batch->kind, TBX_SPAN_KIND_CONSUMER);
+	cr_expect(tbx__id_is_zero(batch->parent_id, TBX_SPAN_ID_SIZE),
+		  "a root");
+	cr_expect_str_eq(
+	    attr_of(batch, "tokenbox.batch.origin", buf, sizeof(buf)),
+	    "redispatch");
+	cr_expect_str_eq(
+	    attr_of(batch, "messaging.batch.message_count", buf, sizeof(buf)),
+	    "1");
+	for (const char *const *k =
+		 (const char *const[]){"tokenbox.phase.b.duration_ns",
+				       "tokenbox.phase.c.duration_ns",
+				       "tokenbox.phase.d.duration_ns",
+				       "tokenbox.phase.e.duration_ns", NULL};
+	     *k; k++)
+		cr_expect_not_null(attr_of(batch, *k, buf, sizeof(buf)), "%s",
+				   *k);
+	cr_expect_null(
+	    attr_of(batch, "tokenbox.phase.a.duration_ns", buf, sizeof(buf)),
+	    "A did not run");
+	cr_assert_eq(batch->n_links, 1);
+	cr_expect_eq(memcmp(batch->links[0]->trace_id, process.ctx.trace_id,
+			    TBX_TRACE_ID_SIZE),
+		     0, "linked to the record's trace");
+	cr_expect_eq(memcmp(batch->links[0]->span_id, process.ctx.span_id,
+			    TBX_SPAN_ID_SIZE),
+		     0, "linked to the span that wrote the row");
+
+	for (size_t i = 0; i < sink.cnt; i++)
+		tbx__span_free(sink.spans[i]);
+	free(process.tracestate);
+	tbx_tokens_close(tokens);
+	tbx_outbox_close(store);
+	tbx_conf_destroy(conf);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s);
 }
