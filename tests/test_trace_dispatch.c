@@ -426,3 +426,125 @@ Test(trace_dispatch, rows_finished_by_redispatch_make_a_batch_span,
 	free(dir);
 	free(s);
 }
+
+static tbx_verdict_t reply(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
+{
+	tbx_out_t out = {.topic = "out", .type = "Reply"};
+
+	(void)opaque;
+	out.payload = tbx_msg_payload(msg, &out.payload_len);
+	return tbx_ctx_send(ctx, &out) == TBX_OK ? TBX_VERDICT_OK
+						 : TBX_VERDICT_RETRY;
+}
+
+/* A tt_drive() condition: the worker @p opaque handled two records. */
+static int two_handled(void *opaque)
+{
+	tbx_stats_t st;
+
+	tbx_worker_stats(opaque, &st);
+	return st.processed >= 2;
+}
+
+typedef struct recovered {
+	const sink_t *sink;
+	const char *store;
+} recovered_t;
+
+/* A tt_drive() condition: the outbox is empty and a batch span of the
+ * recovery pass was recorded. */
+static int recovered(void *opaque)
+{
+	recovered_t *r = opaque;
+	char buf[64];
+	const char *origin;
+
+	if (tt_count(r->store, "SELECT COUNT(*) FROM tbx_outbox") != 0)
+		return 0;
+	for (size_t i = 0; i < r->sink->cnt; i++)
+		if (strcmp(r->sink->spans[i]->name, "process batch") == 0 &&
+		    (origin =
+			 attr_of(r->sink->spans[i], "tokenbox.batch.origin",
+				 buf, sizeof(buf))) &&
+		    strcmp(origin, "recovery") == 0)
+			return 1;
+	return 0;
+}
+
+/* The worker's recovery pass finishes a row whose record lies below the
+ * committed offset: its batch span is recorded, linked to the span that
+ * wrote the row. */
+Test(trace_dispatch, rows_finished_by_the_recovery_pass_make_a_batch_span,
+     .timeout = 240)
+{
+	static const char *const topics[] = {"in:1", "out:1", NULL};
+	const char *payloads[] = {"a", "b"};
+	char err[512];
+	sink_t sink = {0}, writer = {0};
+	tt_env_t e;
+	tbx_worker_t *w;
+	tbx_outbox_t *store;
+	tbx__tracer_t *t;
+	tbx__msg_trace_t process;
+	tbx__row_t row;
+	const tbx__span_t *batch = NULL;
+	char buf[64];
+
+	tt_env_init(&e, topics);
+	w = tbx_worker_new(tt_conf(e.cluster->bootstraps, "g", e.store,
+				   e.tokens, "recovery.interval.ms", "200",
+				   NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", NULL, reply, NULL), TBX_OK);
+	cr_assert_eq(tbx__worker_trace_to(w, on_span, &sink), TBX_OK);
+	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
+	/* Two records handled: the committed offset is 2. */
+	tt_env_publish(&e, "in", "Ask", payloads, 2);
+	cr_assert(tt_drive(&w, 1, two_handled, w, 10, 60));
+
+	/* A row of offset 0 left behind (by a worker killed after A, before
+	 * an offset reset, say): no redelivery will resume it. */
+	cr_assert((t = tbx__tracer_new_sink("g", on_span, &writer)));
+	traced_row(t, &row, &process);
+	snprintf(row.msg_id, sizeof(row.msg_id),
+		 "33333333-3333-4333-8333-333333333333");
+	snprintf(row.in_topic, sizeof(row.in_topic), "in");
+	row.in_partition = 0;
+	row.in_offset = 0;
+	row.created_ms = 1;
+	cr_assert_eq(tbx_outbox_open(e.store, NULL, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, "g", &row), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx_outbox_close(store);
+	tbx__row_clear(&row);
+	tbx__tracer_free(t, 0);
+
+	recovered_t r = {&sink, e.store};
+	cr_assert(tt_drive(&w, 1, recovered, &r, 5, 120),
+		  "the row was not finished, or no batch span of the "
+		  "recovery pass was recorded (%zu spans)",
+		  sink.cnt);
+	tbx_worker_destroy(w);
+	for (size_t i = 0; i < sink.cnt; i++)
+		if (strcmp(sink.spans[i]->name, "process batch") == 0 &&
+		    attr_of(sink.spans[i], "tokenbox.batch.origin", buf,
+			    sizeof(buf)))
+			batch = sink.spans[i];
+	cr_assert_not_null(batch);
+	cr_assert_eq(batch->n_links, 1);
+	cr_expect_eq(memcmp(batch->links[0]->trace_id, process.ctx.trace_id,
+			    TBX_TRACE_ID_SIZE),
+		     0);
+	cr_expect_eq(memcmp(batch->links[0]->span_id, process.ctx.span_id,
+			    TBX_SPAN_ID_SIZE),
+		     0, "linked to the span that wrote the row");
+	for (size_t i = 0; i < sink.cnt; i++)
+		tbx__span_free(sink.spans[i]);
+	for (size_t i = 0; i < writer.cnt; i++)
+		tbx__span_free(writer.spans[i]);
+	free(process.tracestate);
+	tt_env_fini(&e);
+}
