@@ -24,9 +24,10 @@
 #include "outbox/outbox.h"
 #include "trace/export.h"
 
-/** The internal header that keeps, beside a stored message's
+/** The internal header that kept, beside a stored message's text
  *  traceparent, the id of its send span's parent (16 hex digits, "" for
- *  a root).  It is stored in the outbox row and never sent. */
+ *  a root), in rows written before TBX_STORED_CTX_HDR (trace/context.h)
+ *  took both: still read, never written, never sent. */
 #define TBX_TRACE_PARENT_HDR "tbx-trace-parent"
 
 /** Where the finished spans of a tracer made by tbx__tracer_new_sink()
@@ -153,6 +154,16 @@ struct tbx__batch;
  */
 void tbx__trace_rows_batch(tbx__tracer_t *t, const struct tbx__batch *batch,
 			   const char *origin);
+
+/**
+ * The trace context stored with a message (its headers blob @p blob,
+ * @p len): TBX_STORED_CTX_HDR, or in a row written before it the text
+ * traceparent and TBX_TRACE_PARENT_HDR; *@p tracestate (may be NULL)
+ * points into @p blob at its tracestate, NULL when none.
+ * @returns 0 with *@p sc set, or -1 when there is no valid one.
+ */
+int tbx__trace_stored(const void *blob, size_t len, tbx__stored_ctx_t *sc,
+		      const char **tracestate, size_t *tracestate_len);
 
 /** Names @p tr's process span in the log lines of this thread
  *  (tbx__log_trace()); NULL: none. */

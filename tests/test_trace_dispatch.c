@@ -548,3 +548,114 @@ Test(trace_dispatch, rows_finished_by_the_recovery_pass_make_a_batch_span,
 	free(process.tracestate);
 	tt_env_fini(&e);
 }
+
+/* A row of one message to "out" with the stored headers @p h. */
+static void row_with(tbx__row_t *row, const tbx_header_t *h, size_t n)
+{
+	void *blob;
+	size_t len;
+
+	cr_assert_eq(tbx__hdrs_encode(h, n, &blob, &len), TBX_OK);
+	tbx__row_init(row);
+	snprintf(row->msg_id, sizeof(row->msg_id), "in-1");
+	cr_assert_eq(
+	    tbx__row_add(row, "out", "Pong", NULL, 0, "v", 1, blob, len),
+	    TBX_OK);
+	free(blob);
+}
+
+/* An unsampled record's message (the common case at a ratio) is stored
+ * with its context in binary and leaves with the W3C traceparent of
+ * exactly those ids, sampled=0, so that the next hop follows the
+ * decision; and a row written before the binary form (a text
+ * traceparent beside the writer's span in hex) is still dispatched as
+ * the writer's child. */
+Test(trace_dispatch, stored_contexts_leave_as_their_w3c_traceparent,
+     .timeout = 120)
+{
+	tt_cluster_t *c = tt_cluster_new(1);
+	char *dir = tt_tmpdir(), err[512], buf[128], id[17];
+	char *s = tt_path(dir, "s.db"), *tk = tt_path(dir, "t.db");
+	const char *old_tp =
+	    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+	const uint8_t writer[8] = {0x00, 0xf0, 0x67, 0xaa,
+				   0x0b, 0xa9, 0x02, 0xb7};
+	tbx__trace_ctx_t ctx;
+	uint8_t bin[TBX_STORED_CTX_WRITER_LEN];
+	tbx_conf_t *conf;
+	rd_kafka_t *producer;
+	sink_t sink = {0};
+	tbx__tracer_t *t, *prev;
+	tbx__row_t unsampled, old, *rows[2] = {&unsampled, &old};
+	tt_record_t *recs;
+	size_t n;
+	int delivered[2] = {0, 0};
+	char want[TBX_TRACEPARENT_LEN + 1];
+
+	tt_cluster_topic(c, "out", 1);
+	conf = tt_conf(c->bootstraps, "g", s, tk, NULL);
+	cr_assert((producer = tbx__producer_new(conf, err, sizeof(err))), "%s",
+		  err);
+	cr_assert((t = tbx__tracer_new_sink("g", on_span, &sink)));
+
+	tbx__trace_id_new(ctx.trace_id);
+	tbx__span_id_new(ctx.span_id);
+	ctx.flags = 0;
+	tbx__traceparent_format(&ctx, want);
+	{
+		tbx_header_t h[] = {{TBX_STORED_CTX_HDR, bin,
+				     tbx__stored_ctx_encode(&ctx, NULL, bin)}};
+		row_with(&unsampled, h, 1);
+	}
+	{
+		tbx_header_t h[] = {
+		    {"traceparent", old_tp, 55},
+		    {TBX_TRACE_PARENT_HDR, "00f067aa0ba902b7", 16}};
+		row_with(&old, h, 2);
+	}
+	prev = tbx__tracer_dispatch_swap(t);
+	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 2, delivered, NULL,
+				   NULL, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx__tracer_dispatch_swap(prev);
+	cr_assert_eq(sink.cnt, 1, "the old row's sampled message only");
+	cr_expect_eq(memcmp(sink.spans[0]->parent_id, writer, 8), 0,
+		     "the child of the span that wrote the old row");
+
+	n = tt_read_topic(c->bootstraps, "out", &recs);
+	cr_assert_eq(n, 2);
+	cr_expect_str_eq(
+	    hdr_of(recs[0].headers, "traceparent", buf, sizeof(buf)), want);
+	cr_expect_null(
+	    hdr_of(recs[0].headers, TBX_STORED_CTX_HDR, buf, sizeof(buf)),
+	    "the internal header left the process");
+	cr_assert(hdr_of(recs[1].headers, "traceparent", buf, sizeof(buf)));
+	tbx__hex(sink.spans[0]->span_id, TBX_SPAN_ID_SIZE, id);
+	cr_expect_eq(strncmp(buf, old_tp, 36), 0, "%s", buf);
+	cr_expect_eq(strncmp(buf + 36, id, 16), 0, "%s", buf);
+	tt_records_free(recs, n);
+
+	/* Tracing off in the dispatcher: the same traceparent. */
+	rows[1] = NULL;
+	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, delivered, NULL,
+				   NULL, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	n = tt_read_topic(c->bootstraps, "out", &recs);
+	cr_assert_eq(n, 3);
+	cr_expect_str_eq(
+	    hdr_of(recs[2].headers, "traceparent", buf, sizeof(buf)), want);
+	tt_records_free(recs, n);
+
+	for (size_t i = 0; i < sink.cnt; i++)
+		tbx__span_free(sink.spans[i]);
+	tbx__row_clear(&unsampled);
+	tbx__row_clear(&old);
+	tbx__tracer_free(t, 0);
+	rd_kafka_destroy(producer);
+	tbx_conf_destroy(conf);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s);
+	free(tk);
+}
