@@ -232,15 +232,11 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 
 void tbx__trace_log(const tbx__msg_trace_t *tr)
 {
-	char t[2 * TBX_TRACE_ID_SIZE + 1], sp[2 * TBX_SPAN_ID_SIZE + 1];
-
-	if (!tr) {
-		tbx__log_trace(NULL, NULL);
-		return;
-	}
-	tbx__hex(tr->ctx.trace_id, TBX_TRACE_ID_SIZE, t);
-	tbx__hex(tr->ctx.span_id, TBX_SPAN_ID_SIZE, sp);
-	tbx__log_trace(t, sp);
+	/* The ids in binary: hex only for the lines that are written. */
+	if (!tr)
+		tbx__log_trace_ids(NULL, NULL);
+	else
+		tbx__log_trace_ids(tr->ctx.trace_id, tr->ctx.span_id);
 }
 
 void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason)

@@ -80,9 +80,8 @@ static tbx__stored_ctx_t stored_ctx(const void *blob, size_t len)
 	while (tbx__hdrs_next(blob, len, &pos, &h) == 1)
 		if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0) {
 			found++;
-			cr_assert_eq(tbx__stored_ctx_decode(h.value, h.len,
-							    &sc),
-				     0);
+			cr_assert_eq(
+			    tbx__stored_ctx_decode(h.value, h.len, &sc), 0);
 		}
 	cr_assert_eq(found, 1, "the stored context, once");
 	return sc;
@@ -289,6 +288,16 @@ static void logged(int format, char *out, size_t size)
 	tbx__log(TBX_LOG_ERR, "a line about a record");
 	tbx__log_trace(NULL, NULL);
 	tbx__log(TBX_LOG_ERR, "a line about none");
+	{ /* A record's process span, as tbx__trace_log() names it. */
+		static const uint8_t tid[16] = {
+		    0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd,
+		    0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c};
+		static const uint8_t sid[8] = {0xb7, 0xad, 0x6b, 0x71,
+					       0x69, 0x20, 0x33, 0x31};
+		tbx__log_trace_ids(tid, sid);
+		tbx__log(TBX_LOG_ERR, "a line about ids");
+		tbx__log_trace_ids(NULL, NULL);
+	}
 	tbx__log_set_format(TBX_LOGF_TEXT);
 	dup2(saved, 2);
 	close(saved);
@@ -311,6 +320,11 @@ Test(trace_wire, log_lines_about_a_record_name_its_span)
 			      "0af7651916cd43dd8448eb211c80319c/"
 			      "b7ad6b7169203331"),
 		  "%s", buf);
+	cr_expect(strstr(second, "a line about ids trace="
+				 "0af7651916cd43dd8448eb211c80319c/"
+				 "b7ad6b7169203331"),
+		  "%s", second);
+	*strchr(second, '\n') = '\0';
 	cr_expect_null(strstr(second, "trace="), "%s", second);
 
 	logged(TBX_LOGF_JSON, buf, sizeof(buf));
