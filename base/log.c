@@ -186,10 +186,45 @@ static void json_str(char **b, size_t *len, size_t *cap, const char *s)
 /* The record this thread's lines are about: "<trace>/<span>", "" none. */
 static _Thread_local char log_trace[32 + 1 + 16 + 1];
 
+/* Or its ids in binary (tbx__log_trace_ids()), written out as
+ * log_trace only when a line is: set for every record, logged or not. */
+static _Thread_local uint8_t log_ids[16 + 8];
+static _Thread_local int log_ids_set;
+
+void tbx__log_trace_ids(const uint8_t *trace_id, const uint8_t *span_id)
+{
+	log_trace[0] = '\0';
+	if (!trace_id || !span_id) {
+		log_ids_set = 0;
+		return;
+	}
+	memcpy(log_ids, trace_id, 16);
+	memcpy(log_ids + 16, span_id, 8);
+	log_ids_set = 1;
+}
+
+/* log_trace from log_ids, when they were set. */
+static void log_trace_text(void)
+{
+	static const char digits[] = "0123456789abcdef";
+	char *o = log_trace;
+
+	if (!log_ids_set)
+		return;
+	for (size_t i = 0; i < sizeof(log_ids); i++) {
+		if (i == 16)
+			*o++ = '/';
+		*o++ = digits[log_ids[i] >> 4];
+		*o++ = digits[log_ids[i] & 0xf];
+	}
+	*o = '\0';
+}
+
 void tbx__log_trace(const char *trace_id, const char *span_id)
 {
 	size_t t, s;
 
+	log_ids_set = 0;
 	if (!trace_id || !span_id) {
 		log_trace[0] = '\0';
 		return;
@@ -217,6 +252,7 @@ static void log_emit(int level, const char *msg, const char *what,
 
 	if (!b)
 		return;
+	log_trace_text();
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	if (scope_tag && *scope_tag) {

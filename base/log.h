@@ -8,6 +8,8 @@
 #ifndef TBX_BASE_LOG_H
 #define TBX_BASE_LOG_H
 
+#include <stdint.h>
+
 #include "tokenbox/tokenbox.h"
 
 /** Log levels, syslog numbering. */
@@ -69,5 +71,8 @@ int tbx__log_enabled(int level);
  *  " trace=<trace>/<span>" ends a text line, members trace_id and
  *  span_id a JSON one.  NULL: none. */
 void tbx__log_trace(const char *trace_id, const char *span_id);
+/** The same from the ids in binary (16 and 8 bytes), copied: written
+ *  out in hex only when a line is logged.  NULL: none. */
+void tbx__log_trace_ids(const uint8_t *trace_id, const uint8_t *span_id);
 
 #endif

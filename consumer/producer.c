@@ -207,7 +207,26 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	       1) {
 		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0) /* ours */
 			continue;
-		if (slot->span && strcmp(h.name, "traceparent") == 0)
+		if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0) {
+			/* The stored context in binary: sent as the W3C
+			 * traceparent of the same ids and flags, or of this
+			 * dispatch's send span. */
+			tbx__stored_ctx_t sc;
+			if (!slot->span) {
+				if (tbx__stored_ctx_decode(h.value, h.len,
+							   &sc) != 0) {
+					tbx__log(TBX_LOG_WARNING,
+						 "outbox row %s: message %s: "
+						 "its stored trace context is "
+						 "malformed; sent without it",
+						 row->msg_id, m->id);
+					continue;
+				}
+				tbx__traceparent_format(&sc.ctx, tp);
+			}
+			rd_kafka_header_add(hdrs, "traceparent", 11, tp,
+					    TBX_TRACEPARENT_LEN);
+		} else if (slot->span && strcmp(h.name, "traceparent") == 0)
 			rd_kafka_header_add(hdrs, h.name, -1, tp, -1);
 		else
 			rd_kafka_header_add(hdrs, h.name, -1, h.value,

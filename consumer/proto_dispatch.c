@@ -261,10 +261,11 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	tbx__crashpoint("C.confirmed");
 	tbx__producer_check(proto->producer, proto->conf, proto->stats,
 			    proto->errstr, proto->errstr_size);
+	/* The batch's tracer for every dispatch of C, the dead letters of
+	 * messages given up included: each is a send span of its own. */
 	tbx__tracer_t *prev = tbx__tracer_dispatch_swap(batch->tracer);
 	err = tbx__dispatch(*proto->producer, proto->store_id, rows, cnt,
 			    delivered, NULL, errs, errstr, sizeof(errstr));
-	tbx__tracer_dispatch_swap(prev);
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	tbx__crashpoint("C.delivered");
@@ -274,6 +275,7 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 			    proto->errstr, proto->errstr_size);
 	if (err)
 		permanent_failures(proto, rows, cnt, delivered, errs);
+	tbx__tracer_dispatch_swap(prev);
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];

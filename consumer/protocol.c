@@ -45,6 +45,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -53,6 +54,7 @@
 #include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
+#include "consumer/tracing.h"
 #include "store/pg.h"
 
 void tbx__proto_init(tbx__proto_t *proto)
@@ -220,7 +222,8 @@ void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
  * tokens, D and E idempotent).  *finished receives the rows done; rows
  * left (an undelivered message) make it TBX_EDELIVERY. */
 static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
-		       const tbx__msgid_t *ids, size_t cnt, size_t *finished)
+		       const tbx__msgid_t *ids, size_t cnt, size_t *finished,
+		       const char *origin)
 {
 	int err = TBX_OK;
 
@@ -247,10 +250,21 @@ static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 		if (brow->row.attempt[0])
 			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 	}
-	if (!err && !(err = tbx__phase_tokens(proto, batch)) &&
-	    !(err = tbx__phase_dispatch(proto, batch)) &&
-	    !(err = tbx__phase_consume(proto, batch)))
-		err = tbx__phase_finish(proto, batch, 0);
+	if (batch->tracer) { /* the batch span's times: B–E */
+		batch->began_ns = tbx__now_ns();
+		memset(batch->phase_ns, 0, sizeof(batch->phase_ns));
+	}
+	if (!err &&
+	    !(err = tbx__batch_phase(batch, TBX_PHASE_B,
+				     tbx__phase_tokens(proto, batch))) &&
+	    !(err = tbx__batch_phase(batch, TBX_PHASE_C,
+				     tbx__phase_dispatch(proto, batch))) &&
+	    !(err = tbx__batch_phase(batch, TBX_PHASE_D,
+				     tbx__phase_consume(proto, batch))))
+		err = tbx__batch_phase(batch, TBX_PHASE_E,
+				       tbx__phase_finish(proto, batch, 0));
+	if (batch->tracer)
+		tbx__trace_rows_batch(batch->tracer, batch, origin);
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		*finished += tbx__row_done(&batch->rows[i]);
 	/* Rows left stay for a later run: an error for the caller. */
@@ -273,7 +287,8 @@ int tbx__proto_redispatch(tbx__proto_t *proto, tbx__batch_t *batch,
 					 created_before_ms, limit, &ids, &cnt)))
 		return err;
 	if (cnt)
-		err = resume_rows(proto, batch, ids, cnt, finished);
+		err =
+		    resume_rows(proto, batch, ids, cnt, finished, "redispatch");
 	free(ids);
 	return err;
 }
@@ -311,7 +326,7 @@ int tbx__proto_recover(tbx__proto_t *proto, tbx__batch_t *batch,
 		if (err || (err = tbx_outbox_commit(proto->store)))
 			tbx_outbox_rollback(proto->store);
 	}
-	err = resume_rows(proto, batch, ids, cnt, finished);
+	err = resume_rows(proto, batch, ids, cnt, finished, "recovery");
 	proto->stats->rows_recovered += *finished;
 	if (err)
 		tbx__log(TBX_LOG_WARNING,

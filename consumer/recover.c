@@ -100,6 +100,18 @@ int tbx__recover_older(tbx__recover_t *r, int64_t created_before_ms,
 				     limit, finished);
 }
 
+int tbx__recover_trace_to(tbx__recover_t *r, tbx__span_sink_fn *sink,
+			  void *opaque)
+{
+	tbx__tracer_t *t = tbx__tracer_new_sink(r->group, sink, opaque);
+
+	if (!t)
+		return TBX_ENOMEM;
+	tbx__tracer_free(r->tracer, 0);
+	r->tracer = r->batch.tracer = t;
+	return TBX_OK;
+}
+
 const char *tbx__recover_errstr(const tbx__recover_t *r)
 {
 	return r->errstr;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "consumer/conf.h"
+#include "consumer/tracing.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
 
@@ -43,6 +44,13 @@ tbx__recover_t *tbx__recover_new(tbx_conf_t *conf, const char *grp,
  */
 int tbx__recover_older(tbx__recover_t *r, int64_t created_before_ms,
 		       size_t limit, size_t *finished);
+/**
+ * Hands the spans of @p r (each dispatch's send span, each call's batch
+ * span) to @p sink instead of a collector (tbx__tracer_new_sink()): the
+ * tests'.  @returns TBX_OK or TBX_ENOMEM.
+ */
+int tbx__recover_trace_to(tbx__recover_t *r, tbx__span_sink_fn *sink,
+			  void *opaque);
 /** What the last failure said ("" when nothing). */
 const char *tbx__recover_errstr(const tbx__recover_t *r);
 /**

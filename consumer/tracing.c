@@ -232,15 +232,11 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 
 void tbx__trace_log(const tbx__msg_trace_t *tr)
 {
-	char t[2 * TBX_TRACE_ID_SIZE + 1], sp[2 * TBX_SPAN_ID_SIZE + 1];
-
-	if (!tr) {
-		tbx__log_trace(NULL, NULL);
-		return;
-	}
-	tbx__hex(tr->ctx.trace_id, TBX_TRACE_ID_SIZE, t);
-	tbx__hex(tr->ctx.span_id, TBX_SPAN_ID_SIZE, sp);
-	tbx__log_trace(t, sp);
+	/* The ids in binary: hex only for the lines that are written. */
+	if (!tr)
+		tbx__log_trace_ids(NULL, NULL);
+	else
+		tbx__log_trace_ids(tr->ctx.trace_id, tr->ctx.span_id);
 }
 
 void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason)
@@ -372,8 +368,36 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 	tr->on = 0;
 }
 
+static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
+			       const uint64_t *phase_ns, const char *origin);
+
 void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 		      uint64_t began_ns, const uint64_t *phase_ns)
+{
+	size_t sampled = 0;
+	tbx__span_t *span;
+
+	/* Nothing is made for a batch none of whose records is sampled. */
+	for (size_t i = 0; i < cnt; i++)
+		sampled += msgs[i].trace.on &&
+			   (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED);
+	if (!t || !sampled)
+		return;
+	if (!(span = batch_span(t, cnt, began_ns, phase_ns, NULL)))
+		return;
+	for (size_t i = 0; i < cnt; i++)
+		if (msgs[i].trace.on &&
+		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
+			tbx__span_add_link(span, &msgs[i].trace.ctx);
+	emit(t, span);
+}
+
+/* The batch span of @p cnt records or rows, begun at @p began_ns, the
+ * phases' ends @p phase_ns; @p origin (NULL: a worker's batch) names a
+ * batch of rows finished outside one.  The caller links it and emits
+ * it.  NULL when out of memory. */
+static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
+			       const uint64_t *phase_ns, const char *origin)
 {
 	static const char *const names[TBX_PHASE_CNT][2] = {
 	    {"G", "tokenbox.phase.g.duration_ns"},
@@ -388,20 +412,13 @@ void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 	tbx__span_t *span;
 	tbx__span_event_t *ev;
 	uint64_t prev = began_ns, end = began_ns;
-	size_t sampled = 0;
 
-	/* Nothing is made for a batch none of whose records is sampled. */
-	for (size_t i = 0; i < cnt; i++)
-		sampled += msgs[i].trace.on &&
-			   (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED);
-	if (!t || !sampled)
-		return;
 	tbx__trace_id_new(ctx.trace_id);
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	if (!(span = tbx__span_new("process batch", TBX_SPAN_KIND_CONSUMER,
 				   &ctx, NULL, began_ns)))
-		return;
+		return NULL;
 	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
 	tbx__attrs_str(&span->attrs, "messaging.operation.name", "process", 7);
@@ -420,12 +437,11 @@ void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 				       (int64_t)(phase_ns[p] - prev));
 		prev = end = phase_ns[p];
 	}
-	for (size_t i = 0; i < cnt; i++)
-		if (msgs[i].trace.on &&
-		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
-			tbx__span_add_link(span, &msgs[i].trace.ctx);
+	if (origin)
+		tbx__attrs_str(&span->attrs, "tokenbox.batch.origin", origin,
+			       strlen(origin));
 	span->end_ns = end > began_ns ? end : tbx__now_ns();
-	emit(t, span);
+	return span;
 }
 
 /* Appends one header to a blob being built. */
@@ -442,12 +458,13 @@ static int hdr_put(tbx_header_t *h, size_t *n, const char *name,
 int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
 		   const void *blob, size_t len, void **out, size_t *out_len)
 {
-	tbx_header_t h, *hdrs;
+	tbx_header_t h, *hdrs, few[8];
 	size_t pos = 0, cnt = 0, n = 0;
 	int r, has_given = 0;
 	tbx__trace_ctx_t given, ctx;
 	const uint8_t *parent_id = NULL;
-	char tp[TBX_TRACEPARENT_LEN + 1], pid[2 * TBX_SPAN_ID_SIZE + 1] = "";
+	static const uint8_t root[TBX_SPAN_ID_SIZE];
+	uint8_t stored[TBX_STORED_CTX_WRITER_LEN];
 	char ts[TBX_TRACESTATE_MAX + 1] = "";
 	const char *state = NULL;
 
@@ -461,11 +478,15 @@ int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
 	}
 	if (r < 0)
 		return TBX_EINVAL;
-	if (!(hdrs = calloc(cnt + 3, sizeof(*hdrs))))
+	/* Most messages have no header of their own: no allocation. */
+	if (cnt + 2 <= sizeof(few) / sizeof(few[0]))
+		hdrs = few;
+	else if (!(hdrs = calloc(cnt + 2, sizeof(*hdrs))))
 		return TBX_ENOMEM;
 	pos = 0;
-	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
-		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 ||
+	while (cnt && tbx__hdrs_next(blob, len, &pos, &h) == 1) {
+		if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0 ||
+		    strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 ||
 		    strcmp(h.name, "traceparent") == 0)
 			continue;
 		if (strcmp(h.name, "tracestate") == 0) {
@@ -497,17 +518,21 @@ int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
 				: 0;
 	}
 	tbx__span_id_new(ctx.span_id);
-	tbx__traceparent_format(&ctx, tp);
-	hdr_put(hdrs, &n, "traceparent", tp, strlen(tp));
+	/* The context in binary (tracing.h, TBX_STORED_CTX_HDR): a sampled
+	 * one with the span that wrote it, the send span's parent. */
+	hdrs[n].name = TBX_STORED_CTX_HDR;
+	hdrs[n].value = stored;
+	hdrs[n].len = tbx__stored_ctx_encode(
+	    &ctx,
+	    ctx.flags & TBX_TRACE_FLAG_SAMPLED ? (parent_id ? parent_id : root)
+					       : NULL,
+	    stored);
+	n++;
 	if (state && *state)
 		hdr_put(hdrs, &n, "tracestate", state, strlen(state));
-	if (ctx.flags & TBX_TRACE_FLAG_SAMPLED) {
-		if (parent_id)
-			tbx__hex(parent_id, TBX_SPAN_ID_SIZE, pid);
-		hdr_put(hdrs, &n, TBX_TRACE_PARENT_HDR, pid, strlen(pid));
-	}
 	r = tbx__hdrs_encode(hdrs, n, out, out_len);
-	free(hdrs);
+	if (hdrs != few)
+		free(hdrs);
 	return r;
 }
 
@@ -545,73 +570,116 @@ static int flags_unsampled(const tbx_header_t *tp)
 	return last && strchr("02468ace", last) != NULL;
 }
 
+static int parent_based(const tbx__tracer_t *t)
+{
+	return t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_ON ||
+	       t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_OFF ||
+	       t->sampler.kind == TBX_SAMPLER_PARENT_RATIO;
+}
+
+int tbx__trace_stored(const void *blob, size_t len, tbx__stored_ctx_t *sc,
+		      const char **tracestate, size_t *tracestate_len)
+{
+	tbx_header_t h, tp = {0}, pid = {0};
+	size_t pos = 0;
+	int found = 0;
+
+	if (tracestate) {
+		*tracestate = NULL;
+		*tracestate_len = 0;
+	}
+	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
+		if (!h.value)
+			continue;
+		if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0)
+			found = tbx__stored_ctx_decode(h.value, h.len, sc) == 0
+				    ? 2
+				    : found;
+		else if (strcmp(h.name, "traceparent") == 0)
+			tp = h;
+		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0)
+			pid = h;
+		else if (tracestate && strcmp(h.name, "tracestate") == 0) {
+			*tracestate = h.value;
+			*tracestate_len = h.len;
+		}
+	}
+	if (found)
+		return 0;
+	/* A row written before the binary form: the text traceparent, and
+	 * beside a sampled one the writer's span in hex. */
+	if (!tp.value || tbx__traceparent_parse(tp.value, tp.len, &sc->ctx))
+		return -1;
+	sc->has_writer = 0;
+	memset(sc->writer, 0, sizeof(sc->writer));
+	if (pid.value && (pid.len == 0 || unhex(pid.value, pid.len, sc->writer,
+						TBX_SPAN_ID_SIZE) == 0))
+		sc->has_writer = 1;
+	return 0;
+}
+
 tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				   const char *msg_id, const void *blob,
 				   size_t len,
 				   char traceparent[TBX_TRACEPARENT_LEN + 1])
 {
-	tbx_header_t h, tp = {0}, ts = {0};
-	size_t pos = 0;
-	tbx__trace_ctx_t stored, ctx;
-	uint8_t parent[TBX_SPAN_ID_SIZE];
-	int has_parent = 0, is_root = 0, sampled;
+	tbx_header_t h;
+	size_t pos = 0, ts_len = 0;
+	tbx__stored_ctx_t sc;
+	tbx__trace_ctx_t ctx;
+	const uint8_t *parent = NULL;
+	const char *ts = NULL;
+	int sampled;
 	char name[TBX_TOPIC_MAX + 16], state[TBX_TRACESTATE_MAX + 1] = "";
 	tbx__span_t *span;
 
 	if (!t || !blob)
 		return NULL;
-	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
-		if (strcmp(h.name, "traceparent") == 0 && h.value)
-			tp = h;
-		else if (strcmp(h.name, "tracestate") == 0 && h.value)
-			ts = h;
-		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0 && h.value) {
-			if (h.len == 0)
-				is_root = 1;
-			else if (unhex(h.value, h.len, parent,
-				       TBX_SPAN_ID_SIZE) == 0)
-				has_parent = 1;
+	/* The common case at a ratio, an unsampled context that the
+	 * parent-based samplers follow, is decided from its flags alone. */
+	if (parent_based(t))
+		while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
+			if (!h.value)
+				continue;
+			if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0 &&
+			    h.len == TBX_STORED_CTX_LEN &&
+			    !(((const uint8_t *)
+				   h.value)[TBX_STORED_CTX_LEN - 1] &
+			      TBX_TRACE_FLAG_SAMPLED))
+				return NULL;
+			if (strcmp(h.name, "traceparent") == 0 &&
+			    flags_unsampled(&h))
+				return NULL;
 		}
-	}
-	if (!tp.value)
+	if (tbx__trace_stored(blob, len, &sc, &ts, &ts_len) != 0)
 		return NULL;
-	if (has_parent || is_root) {
+	if (sc.has_writer) {
 		/* Written by a tracing worker or publisher, for a sampled
-		 * message: the stored traceparent is the context it
-		 * reserved, its parent the span that wrote the message.
-		 * Every dispatch is a sibling under that parent, with an id
-		 * of its own. */
-		if (tbx__traceparent_parse(tp.value, tp.len, &stored) != 0)
-			return NULL;
-		sampled = stored.flags & TBX_TRACE_FLAG_SAMPLED;
+		 * message: the stored context is the one it reserved, its
+		 * parent the span that wrote the message.  Every dispatch is
+		 * a sibling under that parent, with an id of its own. */
+		sampled = sc.ctx.flags & TBX_TRACE_FLAG_SAMPLED;
+		if (!tbx__id_is_zero(sc.writer, TBX_SPAN_ID_SIZE))
+			parent = sc.writer;
 	} else {
-		/* A context without ours: not sampled when it was written
-		 * (the parent-based samplers follow that without a parse),
+		/* A context without ours: not sampled when it was written,
 		 * or given by a handler, a dead letter, a row written with
 		 * tracing off: continued, as the sampler decides. */
-		if ((t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_ON ||
-		     t->sampler.kind == TBX_SAMPLER_PARENT_ALWAYS_OFF ||
-		     t->sampler.kind == TBX_SAMPLER_PARENT_RATIO) &&
-		    flags_unsampled(&tp))
-			return NULL;
-		if (tbx__traceparent_parse(tp.value, tp.len, &stored) != 0)
-			return NULL;
-		memcpy(parent, stored.span_id, TBX_SPAN_ID_SIZE);
-		has_parent = 1;
+		parent = sc.ctx.span_id;
 		sampled =
-		    tbx__sampler_decide(&t->sampler, stored.trace_id, &stored);
+		    tbx__sampler_decide(&t->sampler, sc.ctx.trace_id, &sc.ctx);
 	}
 	if (!sampled)
 		return NULL;
-	memcpy(ctx.trace_id, stored.trace_id, TBX_TRACE_ID_SIZE);
+	memcpy(ctx.trace_id, sc.ctx.trace_id, TBX_TRACE_ID_SIZE);
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	snprintf(name, sizeof(name), "send %s", topic);
-	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx,
-				   has_parent ? parent : NULL, tbx__now_ns())))
+	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx, parent,
+				   tbx__now_ns())))
 		return NULL;
-	if (ts.value && tbx__tracestate_normalize(ts.value, ts.len, state,
-						  sizeof(state)) > 0)
+	if (ts &&
+	    tbx__tracestate_normalize(ts, ts_len, state, sizeof(state)) > 0)
 		tbx__span_set_tracestate(span, state);
 	tbx__attrs_str_static(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_str_static(&span->attrs, "messaging.operation.type", "send",
@@ -651,4 +719,52 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 				      offset);
 	}
 	emit(t, span);
+}
+
+/* The context of the span that wrote a sampled stored message (its
+ * stored context's trace, the writer's span), into @p ctx.
+ * @returns 0, or -1 when the message has none. */
+static int stored_writer(const tbx__outmsg_t *m, tbx__trace_ctx_t *ctx)
+{
+	tbx__stored_ctx_t sc;
+
+	if (tbx__trace_stored(m->headers, m->headers_len, &sc, NULL, NULL) ||
+	    !sc.has_writer || !(sc.ctx.flags & TBX_TRACE_FLAG_SAMPLED) ||
+	    tbx__id_is_zero(sc.writer, TBX_SPAN_ID_SIZE))
+		return -1;
+	memcpy(ctx->trace_id, sc.ctx.trace_id, TBX_TRACE_ID_SIZE);
+	memcpy(ctx->span_id, sc.writer, TBX_SPAN_ID_SIZE);
+	ctx->flags = TBX_TRACE_FLAG_SAMPLED;
+	return 0;
+}
+
+void tbx__trace_rows_batch(tbx__tracer_t *t, const tbx__batch_t *batch,
+			   const char *origin)
+{
+	tbx__trace_ctx_t *links;
+	tbx__span_t *span;
+	size_t n = 0;
+
+	if (!t || !batch->row_cnt)
+		return;
+	if (!(links = calloc(batch->row_cnt, sizeof(*links))))
+		return;
+	/* A row's messages were all written by its record's process span:
+	 * one link per row, to the first sampled message's writer. */
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__row_t *row = &batch->rows[i].row;
+		for (size_t j = 0; j < row->msg_cnt; j++)
+			if (stored_writer(&row->msgs[j], &links[n]) == 0) {
+				n++;
+				break;
+			}
+	}
+	/* Nothing is made when no row's message is sampled. */
+	if (n && (span = batch_span(t, batch->row_cnt, batch->began_ns,
+				    batch->phase_ns, origin))) {
+		for (size_t i = 0; i < n; i++)
+			tbx__span_add_link(span, &links[i]);
+		emit(t, span);
+	}
+	free(links);
 }

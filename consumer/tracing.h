@@ -24,9 +24,10 @@
 #include "outbox/outbox.h"
 #include "trace/export.h"
 
-/** The internal header that keeps, beside a stored message's
+/** The internal header that kept, beside a stored message's text
  *  traceparent, the id of its send span's parent (16 hex digits, "" for
- *  a root).  It is stored in the outbox row and never sent. */
+ *  a root), in rows written before TBX_STORED_CTX_HDR (trace/context.h)
+ *  took both: still read, never written, never sent. */
 #define TBX_TRACE_PARENT_HDR "tbx-trace-parent"
 
 /** Where the finished spans of a tracer made by tbx__tracer_new_sink()
@@ -139,6 +140,30 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg);
  */
 void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 		      uint64_t began_ns, const uint64_t *phase_ns);
+
+struct tbx__batch;
+
+/**
+ * The batch span of the outbox rows @p batch holds (rows only, no
+ * records), finished outside a worker's batch by the recovery pass or
+ * `inspect redispatch` (@p origin: "recovery", "redispatch"): as
+ * tbx__trace_batch()'s, with the phases B–E that ran (batch->began_ns,
+ * batch->phase_ns), the attribute tokenbox.batch.origin, and linked to
+ * the span that wrote each row whose messages are sampled (their stored
+ * TBX_TRACE_PARENT_HDR).  Nothing is made when no row is sampled.
+ */
+void tbx__trace_rows_batch(tbx__tracer_t *t, const struct tbx__batch *batch,
+			   const char *origin);
+
+/**
+ * The trace context stored with a message (its headers blob @p blob,
+ * @p len): TBX_STORED_CTX_HDR, or in a row written before it the text
+ * traceparent and TBX_TRACE_PARENT_HDR; *@p tracestate (may be NULL)
+ * points into @p blob at its tracestate, NULL when none.
+ * @returns 0 with *@p sc set, or -1 when there is no valid one.
+ */
+int tbx__trace_stored(const void *blob, size_t len, tbx__stored_ctx_t *sc,
+		      const char **tracestate, size_t *tracestate_len);
 
 /** Names @p tr's process span in the log lines of this thread
  *  (tbx__log_trace()); NULL: none. */

@@ -9,7 +9,10 @@
  * an attribute value.
  *
  * Checked: a traceparent accepted has non-zero ids and is written back as
- * a valid version-00 value that parses to the same context; a tracestate
+ * a valid version-00 value that parses to the same context; the
+ * traceparent's bytes read as a stored binary context (tbx-tc), when
+ * accepted, encode back to the same bytes and are sent as a traceparent
+ * of the same context; a tracestate
  * is refused whole or normalised to at most TBX_TRACESTATE_MAX characters
  * of printable ASCII, and normalising it again changes nothing; the
  * encoded request parses as JSON, is valid UTF-8, and gives back the
@@ -87,6 +90,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		tbx__trace_id_new(ctx.trace_id);
 		tbx__span_id_new(ctx.span_id);
+	}
+	/* The same bytes as a stored context (tbx-tc, from an outbox row):
+	 * one accepted encodes back to the same bytes, and is sent as a
+	 * traceparent that parses to its context. */
+	{
+		tbx__stored_ctx_t sc;
+		uint8_t enc[TBX_STORED_CTX_WRITER_LEN];
+
+		if (tbx__stored_ctx_decode(tp, tp_len, &sc) == 0) {
+			FUZZ_CHECK(tbx__stored_ctx_encode(
+				       &sc.ctx,
+				       sc.has_writer ? sc.writer : NULL,
+				       enc) == tp_len);
+			FUZZ_CHECK(memcmp(enc, tp, tp_len) == 0);
+			tbx__traceparent_format(&sc.ctx, out);
+			FUZZ_CHECK(tbx__traceparent_parse(out, strlen(out),
+							  &again) == 0);
+			FUZZ_CHECK(memcmp(&sc.ctx, &again, sizeof(again)) == 0);
+		}
 	}
 
 	len = tbx__tracestate_normalize(ts, ts_len, norm, sizeof(norm));

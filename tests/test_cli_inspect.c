@@ -25,6 +25,7 @@
 #include "outbox/outbox.h"
 #include "support.h"
 #include "tokens/tokens.h"
+#include "trace/context.h"
 
 /* "now" of the golden cases: 2023-11-14T22:13:20Z. */
 #define NOW  1700000000000LL
@@ -1337,4 +1338,56 @@ Test(cli_inspect, status_check_flags_rows_found_below_the_committed_offset,
 	tt_rmrf(dir);
 	free(dir);
 	free(s);
+}
+
+/* A message's trace context is stored in binary (TBX_STORED_CTX_HDR,
+ * docs/tracing.md): `outbox show` still shows the traceparent it is sent
+ * as, and the span that wrote it, in text and in JSON. */
+Test(cli_inspect, a_stored_trace_context_is_shown_as_its_traceparent,
+     .timeout = 120)
+{
+	char *dir = tt_tmpdir(), err[512];
+	char *path = tt_path(dir, "s.db");
+	static const uint8_t bin[33] = {
+	    0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb,
+	    0x21, 0x1c, 0x80, 0x31, 0x9c, 0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20,
+	    0x33, 0x31, 0x01, 0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7};
+	const tbx_header_t h[] = {{"x-app", "1", 1},
+				  {TBX_STORED_CTX_HDR, bin, sizeof(bin)}};
+	tbx_outbox_t *store;
+	tbx__row_t row;
+	cc_result_t res;
+
+	cr_assert_eq(tbx_outbox_open(path, NULL, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	fx_row(&row, ROW_A, "orders", 0, 41, NULL, NOW);
+	fx_msg(&row, "2222222a-2222-4222-8222-22222222222a", NULL, "payments",
+	       "PaymentRequested", NULL, "{}", 2, h, 2);
+	cr_assert_eq(tbx_outbox_row_insert(store, "g", &row), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx__row_clear(&row);
+	tbx_outbox_close(store);
+
+	res = INSPECT("-s", path, "outbox", "show", ROW_A);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_expect(strstr(res.out, "traceparent") &&
+		      strstr(res.out, "00-0af7651916cd43dd8448eb211c80319c-"
+				      "b7ad6b7169203331-01"),
+		  "%s", res.out);
+	cr_expect(strstr(res.out, "tbx-trace-parent") &&
+		      strstr(res.out, "00f067aa0ba902b7"),
+		  "%s", res.out);
+	cr_expect_null(strstr(res.out, TBX_STORED_CTX_HDR), "%s", res.out);
+	cc_result_free(&res);
+	res = INSPECT("-s", path, "--json", "outbox", "show", ROW_A);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_expect(strstr(res.out, "\"traceparent\"") &&
+		      strstr(res.out, "00-0af7651916cd43dd8448eb211c80319c-"
+				      "b7ad6b7169203331-01"),
+		  "%s", res.out);
+	cc_result_free(&res);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
 }

@@ -3,8 +3,8 @@
  * OpenTelemetry's variables set, `inspect redispatch` and `inspect
  * undelivered resend` record a send span per message (service
  * tokenbox-inspect), child of the span that wrote the message (the
- * stored tbx-trace-parent) in its stored trace, and the produced copy
- * carries that span's traceparent; `dead-letters replay` records the
+ * writer kept in its stored context) in its stored trace, and the
+ * produced copy carries that span's traceparent; `dead-letters replay` records the
  * replay's send span (service tokenbox-publisher) as the child of the
  * dead letter's.  Read back through a real Jaeger's query API.
  *
@@ -120,6 +120,20 @@ typedef struct stored {
 	char trace[33], span[17], parent[17];
 } stored_t;
 
+/* The stored context of a message's headers (@p b, @p len: the binary
+ * tbx-tc, or a text traceparent and tbx-trace-parent), into @p out. */
+static void stored_set(stored_t *out, const void *b, size_t len)
+{
+	tbx__stored_ctx_t sc;
+
+	if (tbx__trace_stored(b, len, &sc, NULL, NULL) != 0)
+		return;
+	tbx__hex(sc.ctx.trace_id, TBX_TRACE_ID_SIZE, out->trace);
+	tbx__hex(sc.ctx.span_id, TBX_SPAN_ID_SIZE, out->span);
+	if (sc.has_writer && !tbx__id_is_zero(sc.writer, TBX_SPAN_ID_SIZE))
+		tbx__hex(sc.writer, TBX_SPAN_ID_SIZE, out->parent);
+}
+
 /* The trace headers of every outgoing message of group @p grp's rows in
  * the SQLite store @p path. */
 static size_t stored_of(const char *path, const char *grp, stored_t *out,
@@ -149,26 +163,10 @@ static size_t stored_of(const char *path, const char *grp, stored_t *out,
 			     TBX_OK);
 		for (size_t j = 0; j < row.msg_cnt && n < max; j++, n++) {
 			const tbx__outmsg_t *m = &row.msgs[j];
-			tbx_header_t h;
-			size_t pos = 0;
 
 			memset(&out[n], 0, sizeof(out[n]));
 			snprintf(out[n].id, sizeof(out[n].id), "%s", m->id);
-			while (tbx__hdrs_next(m->headers, m->headers_len, &pos,
-					      &h) == 1) {
-				if (strcmp(h.name, "traceparent") == 0 &&
-				    h.len == TBX_TRACEPARENT_LEN) {
-					snprintf(out[n].trace, 33, "%.32s",
-						 (const char *)h.value + 3);
-					snprintf(out[n].span, 17, "%.16s",
-						 (const char *)h.value + 36);
-				} else if (strcmp(h.name,
-						  TBX_TRACE_PARENT_HDR) == 0) {
-					snprintf(out[n].parent, 17, "%.*s",
-						 (int)h.len,
-						 (const char *)h.value);
-				}
-			}
+			stored_set(&out[n], m->headers, m->headers_len);
 		}
 		tbx__row_clear(&row);
 	}
@@ -369,21 +367,9 @@ Test(otel_inspect, undelivered_resend_records_a_send_span, .timeout = 400)
 		 (const char *)sqlite3_column_text(q, 1));
 	{
 		const void *b = sqlite3_column_blob(q, 2);
-		size_t len = (size_t)sqlite3_column_bytes(q, 2), pos = 0;
-		tbx_header_t h;
+		size_t len = (size_t)sqlite3_column_bytes(q, 2);
 
-		while (tbx__hdrs_next(b, len, &pos, &h) == 1) {
-			if (strcmp(h.name, "traceparent") == 0 &&
-			    h.len == TBX_TRACEPARENT_LEN) {
-				snprintf(st[0].trace, 33, "%.32s",
-					 (const char *)h.value + 3);
-				snprintf(st[0].span, 17, "%.16s",
-					 (const char *)h.value + 36);
-			} else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0) {
-				snprintf(st[0].parent, 17, "%.*s", (int)h.len,
-					 (const char *)h.value);
-			}
-		}
+		stored_set(&st[0], b, len);
 	}
 	sqlite3_finalize(q);
 	sqlite3_close(db);

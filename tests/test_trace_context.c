@@ -350,3 +350,63 @@ Test(sampler, the_ratio_is_decided_by_the_trace_ids_random_bits)
 	cr_expect_eq(tbx__sampler_decide(&s, id, NULL), 1, "ratio 1: all");
 	cr_expect_eq(tbx__sampler_decide(&s, id, &off), 0, "the parent wins");
 }
+
+/* The binary form of the context stored with an outgoing message
+ * decodes to exactly what was encoded, with and without the span that
+ * wrote it; any other layout is refused. */
+Test(stored_ctx, round_trips_exactly_and_refuses_other_layouts)
+{
+	tbx__trace_ctx_t ctx = {.flags = 0};
+	tbx__stored_ctx_t sc;
+	uint8_t out[TBX_STORED_CTX_WRITER_LEN];
+	const uint8_t writer[TBX_SPAN_ID_SIZE] = {1, 2, 3, 4, 5, 6, 7, 8};
+	const uint8_t root[TBX_SPAN_ID_SIZE] = {0};
+	char tp[TBX_TRACEPARENT_LEN + 1];
+
+	cr_assert_eq(tbx__traceparent_parse(
+			 "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-"
+			 "00",
+			 55, &ctx),
+		     0);
+	cr_assert_eq(tbx__stored_ctx_encode(&ctx, NULL, out),
+		     TBX_STORED_CTX_LEN);
+	cr_assert_eq(tbx__stored_ctx_decode(out, TBX_STORED_CTX_LEN, &sc), 0);
+	cr_expect_not(sc.has_writer);
+	tbx__traceparent_format(&sc.ctx, tp);
+	cr_expect_str_eq(
+	    tp, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00");
+
+	ctx.flags = TBX_TRACE_FLAG_SAMPLED | 0x80; /* unknown flags dropped */
+	cr_assert_eq(tbx__stored_ctx_encode(&ctx, writer, out),
+		     TBX_STORED_CTX_WRITER_LEN);
+	cr_assert_eq(
+	    tbx__stored_ctx_decode(out, TBX_STORED_CTX_WRITER_LEN, &sc), 0);
+	cr_expect(sc.has_writer);
+	cr_expect_eq(memcmp(sc.writer, writer, sizeof(writer)), 0);
+	cr_expect_eq(memcmp(sc.ctx.trace_id, ctx.trace_id, TBX_TRACE_ID_SIZE),
+		     0);
+	cr_expect_eq(memcmp(sc.ctx.span_id, ctx.span_id, TBX_SPAN_ID_SIZE), 0);
+	cr_expect_eq(sc.ctx.flags, TBX_TRACE_FLAG_SAMPLED);
+	cr_assert_eq(tbx__stored_ctx_encode(&ctx, root, out),
+		     TBX_STORED_CTX_WRITER_LEN);
+	cr_assert_eq(
+	    tbx__stored_ctx_decode(out, TBX_STORED_CTX_WRITER_LEN, &sc), 0);
+	cr_expect(sc.has_writer && tbx__id_is_zero(sc.writer, 8), "a root");
+
+	/* Other lengths, unknown flags, zero ids. */
+	for (size_t len = 0; len <= TBX_STORED_CTX_WRITER_LEN; len++)
+		if (len != TBX_STORED_CTX_LEN &&
+		    len != TBX_STORED_CTX_WRITER_LEN)
+			cr_expect_eq(tbx__stored_ctx_decode(out, len, &sc), -1,
+				     "length %zu", len);
+	cr_expect_eq(tbx__stored_ctx_decode(NULL, TBX_STORED_CTX_LEN, &sc), -1);
+	out[TBX_STORED_CTX_LEN - 1] = 0x02;
+	cr_expect_eq(tbx__stored_ctx_decode(out, TBX_STORED_CTX_LEN, &sc), -1);
+	out[TBX_STORED_CTX_LEN - 1] = 0x01;
+	memset(out, 0, TBX_TRACE_ID_SIZE);
+	cr_expect_eq(tbx__stored_ctx_decode(out, TBX_STORED_CTX_LEN, &sc), -1);
+	cr_assert_eq(tbx__stored_ctx_encode(&ctx, NULL, out),
+		     TBX_STORED_CTX_LEN);
+	memset(out + TBX_TRACE_ID_SIZE, 0, TBX_SPAN_ID_SIZE);
+	cr_expect_eq(tbx__stored_ctx_decode(out, TBX_STORED_CTX_LEN, &sc), -1);
+}

@@ -45,6 +45,7 @@
 #include "tokens/tokens.h"
 #include "tools/cli_conf.h"
 #include "tools/cli_store.h"
+#include "trace/context.h"
 
 #define INSPECT_CMD "inspect"
 
@@ -313,6 +314,20 @@ char *insp_clean(const char *s);
 /** Bytes as JSON: null for NULL, {"bytes":N,"text":"…"} for text,
  *  {"bytes":N,"base64":"…"} otherwise. */
 cJSON *insp_bytes_json(const void *p, size_t len);
+/** Room for what insp_hdr_shown() writes. */
+typedef struct insp_hdr_text {
+	char tp[TBX_TRACEPARENT_LEN + 1];
+	char writer[2 * TBX_SPAN_ID_SIZE + 1];
+} insp_hdr_text_t;
+/**
+ * A stored header as inspect shows it, into @p out (up to 2): the trace
+ * context stored in binary (TBX_STORED_CTX_HDR) as the traceparent it is
+ * sent as, and, when it names the span that wrote the message, that
+ * span's id as tbx-trace-parent ("" for a root); any other header as it
+ * is.  The text is kept in @p text.  @returns the headers written.
+ */
+size_t insp_hdr_shown(const tbx_header_t *h, tbx_header_t out[2],
+		      insp_hdr_text_t *text);
 /** Prints bytes after a label padded to @p width (0: the usual): quoted
  *  text, text lines, or a hex dump, each line indented by @p indent;
  *  @p none for NULL. */

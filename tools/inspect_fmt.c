@@ -745,3 +745,26 @@ int insp_list_finish(insp_t *in, cJSON **doc, insp_tbl_t *tbl, int64_t total,
 	}
 	return rc;
 }
+
+size_t insp_hdr_shown(const tbx_header_t *h, tbx_header_t out[2],
+		      insp_hdr_text_t *text)
+{
+	tbx__stored_ctx_t sc;
+
+	if (strcmp(h->name, TBX_STORED_CTX_HDR) != 0 ||
+	    tbx__stored_ctx_decode(h->value, h->len, &sc) != 0) {
+		out[0] = *h; /* a malformed one is shown as its bytes */
+		return 1;
+	}
+	tbx__traceparent_format(&sc.ctx, text->tp);
+	out[0] = (tbx_header_t){"traceparent", text->tp, TBX_TRACEPARENT_LEN};
+	if (!sc.has_writer)
+		return 1;
+	if (tbx__id_is_zero(sc.writer, TBX_SPAN_ID_SIZE))
+		text->writer[0] = '\0';
+	else
+		tbx__hex(sc.writer, TBX_SPAN_ID_SIZE, text->writer);
+	out[1] = (tbx_header_t){"tbx-trace-parent", text->writer,
+				strlen(text->writer)};
+	return 2;
+}

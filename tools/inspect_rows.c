@@ -64,9 +64,15 @@ cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 			       insp_bytes_json(m->payload, m->payload_len));
 		hs = cJSON_AddArrayToObject(jm, "headers");
 		while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos,
-					   &h)) == 1)
-			insp_jobj(hs, "name:s value:j", h.name,
-				  insp_bytes_json(h.value, h.len));
+					   &h)) == 1) {
+			tbx_header_t sh[2];
+			insp_hdr_text_t text;
+			size_t k = insp_hdr_shown(&h, sh, &text);
+			for (size_t x = 0; x < k; x++)
+				insp_jobj(
+				    hs, "name:s value:j", sh[x].name,
+				    insp_bytes_json(sh[x].value, sh[x].len));
+		}
 		if (r < 0)
 			cJSON_AddItemToObject(
 			    jm, "headers_malformed",
@@ -116,9 +122,14 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row)
 
 		while (tbx__hdrs_next(m->headers, m->headers_len, &pos, &h) ==
 		       1) {
-			cnt++;
-			if (strlen(h.name) + 2 > width)
-				width = strlen(h.name) + 2;
+			tbx_header_t sh[2];
+			insp_hdr_text_t text;
+			size_t k = insp_hdr_shown(&h, sh, &text);
+			for (size_t x = 0; x < k; x++) {
+				cnt++;
+				if (strlen(sh[x].name) + 2 > width)
+					width = strlen(sh[x].name) + 2;
+			}
 		}
 		printf("\n  message %zu of %zu\n", i + 1, row->msg_cnt);
 		insp_kv("id", m->id, 4);
@@ -132,9 +143,14 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row)
 		insp_kv("headers", buf, 4);
 		pos = 0;
 		while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos,
-					   &h)) == 1)
-			insp_bytes_print(h.name, h.value, h.len, 6, width,
-					 "(null)");
+					   &h)) == 1) {
+			tbx_header_t sh[2];
+			insp_hdr_text_t text;
+			size_t k = insp_hdr_shown(&h, sh, &text);
+			for (size_t x = 0; x < k; x++)
+				insp_bytes_print(sh[x].name, sh[x].value,
+						 sh[x].len, 6, width, "(null)");
+		}
 		if (r < 0)
 			insp_bytes_print("(malformed)", m->headers,
 					 m->headers_len, 6, width, "");

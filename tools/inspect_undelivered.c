@@ -43,9 +43,16 @@ static cJSON *ud_json(insp_t *in, const tbx__ud_rec_t *u, int full)
 	    insp_bytes_json(shown(u->key, u->key_len), u->key_len),
 	    insp_bytes_json(shown(u->payload, u->payload_len), u->payload_len));
 	hdrs = cJSON_AddArrayToObject(o, "headers");
-	while (tbx__hdrs_next(u->headers, u->headers_len, &pos, &h) == 1)
-		insp_jobj(hdrs, "name:s value:j", h.name,
-			  h.value ? insp_bytes_json(h.value, h.len) : NULL);
+	while (tbx__hdrs_next(u->headers, u->headers_len, &pos, &h) == 1) {
+		tbx_header_t sh[2];
+		insp_hdr_text_t text;
+		size_t k = insp_hdr_shown(&h, sh, &text);
+		for (size_t x = 0; x < k; x++)
+			insp_jobj(hdrs, "name:s value:j", sh[x].name,
+				  sh[x].value
+				      ? insp_bytes_json(sh[x].value, sh[x].len)
+				      : NULL);
+	}
 	return o;
 }
 
@@ -177,8 +184,14 @@ static int ud_print(ud_found_t *f, const tbx__ud_rec_t *u)
 			 "(none)");
 	insp_bytes_print("payload", shown(u->payload, u->payload_len),
 			 u->payload_len, 2, 0, "(null)");
-	while (tbx__hdrs_next(u->headers, u->headers_len, &pos, &h) == 1)
-		insp_bytes_print(h.name, h.value, h.len, 2, 0, "(null)");
+	while (tbx__hdrs_next(u->headers, u->headers_len, &pos, &h) == 1) {
+		tbx_header_t sh[2];
+		insp_hdr_text_t text;
+		size_t k = insp_hdr_shown(&h, sh, &text);
+		for (size_t x = 0; x < k; x++)
+			insp_bytes_print(sh[x].name, sh[x].value, sh[x].len, 2,
+					 0, "(null)");
+	}
 	return INSPECT_EXIT_OK;
 }
 

@@ -108,6 +108,40 @@ void tbx__traceparent_format(const tbx__trace_ctx_t *ctx,
 	tbx__hex(&flags, 1, out + 53);
 }
 
+size_t tbx__stored_ctx_encode(const tbx__trace_ctx_t *ctx,
+			      const uint8_t *writer,
+			      uint8_t out[TBX_STORED_CTX_WRITER_LEN])
+{
+	memcpy(out, ctx->trace_id, TBX_TRACE_ID_SIZE);
+	memcpy(out + TBX_TRACE_ID_SIZE, ctx->span_id, TBX_SPAN_ID_SIZE);
+	out[TBX_STORED_CTX_LEN - 1] = ctx->flags & TBX_TRACE_FLAG_SAMPLED;
+	if (!writer)
+		return TBX_STORED_CTX_LEN;
+	memcpy(out + TBX_STORED_CTX_LEN, writer, TBX_SPAN_ID_SIZE);
+	return TBX_STORED_CTX_WRITER_LEN;
+}
+
+int tbx__stored_ctx_decode(const void *val, size_t len, tbx__stored_ctx_t *out)
+{
+	const uint8_t *v = val;
+
+	if (!v ||
+	    (len != TBX_STORED_CTX_LEN && len != TBX_STORED_CTX_WRITER_LEN) ||
+	    v[TBX_STORED_CTX_LEN - 1] & ~TBX_TRACE_FLAG_SAMPLED ||
+	    tbx__id_is_zero(v, TBX_TRACE_ID_SIZE) ||
+	    tbx__id_is_zero(v + TBX_TRACE_ID_SIZE, TBX_SPAN_ID_SIZE))
+		return -1;
+	memcpy(out->ctx.trace_id, v, TBX_TRACE_ID_SIZE);
+	memcpy(out->ctx.span_id, v + TBX_TRACE_ID_SIZE, TBX_SPAN_ID_SIZE);
+	out->ctx.flags = v[TBX_STORED_CTX_LEN - 1];
+	out->has_writer = len == TBX_STORED_CTX_WRITER_LEN;
+	if (out->has_writer)
+		memcpy(out->writer, v + TBX_STORED_CTX_LEN, TBX_SPAN_ID_SIZE);
+	else
+		memset(out->writer, 0, TBX_SPAN_ID_SIZE);
+	return 0;
+}
+
 /* tracestate's grammar (W3C Trace Context level 1, section 3.3.1). */
 static int is_lcalpha(char c)
 {

@@ -66,6 +66,38 @@ void tbx__traceparent_format(const tbx__trace_ctx_t *ctx,
 int tbx__tracestate_normalize(const char *s, size_t len, char *out,
 			      size_t out_size);
 
+/*
+ * The trace context as tokenbox stores it with an outgoing message (in
+ * the outbox row's headers, docs/tracing.md), in place of the 55
+ * characters of a traceparent: the internal header TBX_STORED_CTX_HDR,
+ * whose value is binary,
+ *   trace id (16 bytes) | span id (8) | flags (1)             25 bytes
+ * and, when the span that wrote the message is known (a sampled
+ * message written by a tracing worker or publisher), that span's id
+ * after it (8 bytes, all zero for a root): 33 bytes.  Any other length
+ * is invalid.  Dispatch sends it as the version-00 traceparent of the
+ * same ids and flags; it never leaves the process under its own name.
+ */
+#define TBX_STORED_CTX_HDR	  "tbx-tc"
+#define TBX_STORED_CTX_LEN	  25
+#define TBX_STORED_CTX_WRITER_LEN 33
+
+typedef struct tbx__stored_ctx {
+	tbx__trace_ctx_t ctx;
+	int has_writer;			  /* the writer's span is known */
+	uint8_t writer[TBX_SPAN_ID_SIZE]; /* all zero: a root */
+} tbx__stored_ctx_t;
+
+/** Encodes @p ctx (flags: only sampled is kept) and, when @p writer is
+ *  not NULL, the writer's span id, into @p out.  @returns the length,
+ *  TBX_STORED_CTX_LEN or TBX_STORED_CTX_WRITER_LEN. */
+size_t tbx__stored_ctx_encode(const tbx__trace_ctx_t *ctx,
+			      const uint8_t *writer,
+			      uint8_t out[TBX_STORED_CTX_WRITER_LEN]);
+/** Decodes a value of TBX_STORED_CTX_HDR.  @returns 0, or -1 when it is
+ *  not of the layout above or its trace or span id is all zero. */
+int tbx__stored_ctx_decode(const void *val, size_t len, tbx__stored_ctx_t *out);
+
 /** Lower-case hex of @p n bytes into @p out (2n + 1 bytes, terminated). */
 void tbx__hex(const uint8_t *bytes, size_t n, char *out);
 /** 1 when all @p n bytes are zero. */

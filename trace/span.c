@@ -101,9 +101,13 @@ void tbx__span_set_status(tbx__span_t *span, tbx__span_status_t status,
 static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static)
 {
 	tbx__attr_t *at;
+	size_t key_len = strlen(key);
 
+	/* Most keys differ in length: their bytes are compared only when
+	 * they do not (a span's keys share long prefixes). */
 	for (size_t i = 0; i < a->n; i++) {
-		if (strcmp(a->v[i].key, key) == 0) {
+		if (a->v[i].key_len == key_len &&
+		    memcmp(a->v[i].key, key, key_len) == 0) {
 			at = &a->v[i];
 			if (at->type == TBX_ATTR_STRING)
 				free(at->v.s);
@@ -128,6 +132,7 @@ static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static)
 		at->key = (char *)key;
 	else if (!(at->key = tbx__strdup(key)))
 		goto drop;
+	at->key_len = key_len;
 	at->key_static = key_static;
 	at->type = TBX_ATTR_INT;
 	a->n++;

@@ -48,6 +48,7 @@ typedef enum tbx__attr_type {
 
 typedef struct tbx__attr {
 	char *key;
+	size_t key_len; /* strlen(key): compared before the key's bytes */
 	int key_static; /* key is the caller's, not a copy: not freed */
 	tbx__attr_type_t type;
 	size_t len; /* TBX_ATTR_STRING: bytes of s, any bytes */
