@@ -115,14 +115,18 @@ Test(migration, a_version_9_file_keeps_every_number_it_issued)
 
 /* A version 10 store keeps its tokens and subscriptions and gets the
  * token sets' tables, empty, with their constraints; its token store
- * answers that it has them. */
+ * answers that it has them and mints sets. */
 Test(migration, a_version_10_file_gets_the_token_sets)
 {
 	char *dir = tt_tmpdir();
 	char *path = tt_path(dir, "t.db");
-	char err[256];
+	char set_id[TBX_UUID_LEN + 1], err[256];
+	tbx__set_item_t item = {set_id, "t", 0, 3};
+	tbx__set_req_t req = {"att-1", "row-1", &item, 1};
 	tbx__db_opts_t opts;
 	tbx_tokens_t *t;
+	uint64_t rows = 0;
+	int64_t pending = -1;
 	int yes = -1;
 	sqlite3 *db;
 
@@ -155,6 +159,13 @@ Test(migration, a_version_10_file_gets_the_token_sets)
 		     1, "the sweeper's index");
 	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_SETS, &yes), TBX_OK);
 	cr_assert_eq(yes, 1);
+	tbx__uuid(set_id);
+	cr_assert_eq(tbx_tokens_sets_mint(t, "g0", &req, 1, NULL, &rows),
+		     TBX_OK);
+	cr_assert_eq(rows, 1, "a row for the group subscribed before");
+	cr_assert_eq(tbx_tokens_sets_count(t, "g", NULL, &pending, NULL),
+		     TBX_OK);
+	cr_assert_eq(pending, 3);
 	tbx_tokens_close(t);
 
 	/* The constraints: bits between 1 and 65536, a bitmap of their
