@@ -708,6 +708,12 @@ static int on_sum(void *opaque, const tbx__grp_sum_t *sum)
 	if (strcmp(sum->grp, "g2") == 0) {
 		n[0] = sum->n[0];
 		n[1] = sum->n[1];
+		n[2] = sum->n[2];
+	}
+	if (strcmp(sum->grp, "g0") == 0) {
+		n[3] = sum->n[0];
+		n[4] = sum->n[2];
+		n[5] = sum->ms;
 	}
 	return 0;
 }
@@ -719,7 +725,8 @@ Test(tsets, inspection_lists_rows_with_their_pending_bits)
 	const char *g2[] = {"g2"};
 	tbx__filter_t f = {g2, 1, INT64_MAX, 1};
 	listed_t l = {0};
-	int64_t total = 0, sums[2] = {0, 0};
+	char att[TBX_UUID_LEN + 1], v[TBX_UUID_LEN + 1];
+	int64_t total = 0, sums[6] = {-1, -1, -1, -1, -1, -1};
 
 	fx_subscribe(t, "t", "g1");
 	fx_subscribe(t, "t", "g2");
@@ -742,9 +749,17 @@ Test(tsets, inspection_lists_rows_with_their_pending_bits)
 		cr_assert_eq(l.nbits, 3);
 		cr_assert_eq(l.pending, 2);
 	}
+	/* A sender's registration, a group without set rows. */
+	tbx__uuid(att);
+	fx_mint(t, att, 1, v);
+	fx_sql(path, "UPDATE tbx_breg SET created_ms = 7");
 	cr_assert_eq(tbx_tokens_sets_summary(t, on_sum, sums), TBX_OK);
-	cr_assert_eq(sums[0], 2);
-	cr_assert_eq(sums[1], 12);
+	cr_assert_eq(sums[0], 3);
+	cr_assert_eq(sums[1], 13);
+	cr_assert_eq(sums[2], 0, "g2 sent nothing");
+	cr_assert_eq(sums[3], 0, "g0 receives nothing");
+	cr_assert_eq(sums[4], 1, "g0's registration");
+	cr_assert_eq(sums[5], 7, "the registration's time");
 	tbx_tokens_close(t);
 }
 

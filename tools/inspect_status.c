@@ -28,6 +28,11 @@ typedef struct grp_counts {
 typedef struct status {
 	grp_counts_t *outbox, *tokens, *regs, *dls;
 	size_t outbox_n, tokens_n, regs_n, dls_n;
+	/* Token sets (schema 11, token version 3): per group, n[0] set
+	 * rows, n[1] pending bits, n[2] registrations as sender. */
+	int has_sets;
+	grp_counts_t *sets;
+	size_t sets_n;
 	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
 	cJSON *alarms;
 	int64_t undelivered; /* tbx_undelivered lines */
@@ -140,7 +145,7 @@ static int add_ingress(void *opaque, const tbx__ingress_t *g)
 static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 {
 	status_ctx_t ctx = {in, st};
-	gathered_t g[4];
+	gathered_t g[5];
 	char **served = NULL;
 	size_t served_n = 0;
 	int has_ranges = 0, err;
@@ -161,6 +166,15 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	err = tbx_outbox_dead_letters_summary(in->store, gather_one, &g[3]);
 	if (gathered(in, &g[3], err, insp_s_fail, &st->dls, &st->dls_n))
 		return -1;
+	if ((err = tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_SETS,
+				  &st->has_sets)))
+		return insp_t_fail(in, err), -1;
+	if (st->has_sets) {
+		err = tbx_tokens_sets_summary(in->tokens, gather_one, &g[4]);
+		if (gathered(in, &g[4], err, insp_t_fail, &st->sets,
+			     &st->sets_n))
+			return -1;
+	}
 	if ((err = tbx_tokens_seq_current(in->tokens, &st->seq)))
 		return insp_t_fail(in, err), -1;
 	st->ranges = -1;
@@ -204,6 +218,7 @@ static void status_free(status_t *st)
 	counts_free(st->tokens, st->tokens_n);
 	counts_free(st->regs, st->regs_n);
 	counts_free(st->dls, st->dls_n);
+	counts_free(st->sets, st->sets_n);
 	cJSON_Delete(st->subs);
 	cJSON_Delete(st->ingress);
 	cJSON_Delete(st->alarms);
@@ -244,6 +259,7 @@ typedef struct totals {
 	int64_t tokens, tokens_oldest;
 	int64_t attempts, reg_tokens, orphans, unchecked;
 	int64_t dl, dl_pending;
+	int64_t set_rows, set_pending, set_regs, sets_oldest;
 } totals_t;
 
 static void status_totals(const status_t *st, totals_t *t)
@@ -277,6 +293,14 @@ static void status_totals(const status_t *st, totals_t *t)
 	for (size_t i = 0; i < st->dls_n; i++) {
 		t->dl += st->dls[i].n[0];
 		t->dl_pending += st->dls[i].n[1];
+	}
+	for (size_t i = 0; i < st->sets_n; i++) {
+		const grp_counts_t *g = &st->sets[i];
+		t->set_rows += g->n[0];
+		t->set_pending += g->n[1];
+		t->set_regs += g->n[2];
+		if (!t->sets_oldest || g->oldest_ms < t->sets_oldest)
+			t->sets_oldest = g->oldest_ms;
 	}
 }
 
@@ -354,6 +378,24 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 			else
 				cJSON_AddNullToObject(g, keys[v]);
 		}
+	}
+
+	/* null: a store whose schema has no token sets. */
+	if (!st->has_sets) {
+		cJSON_AddNullToObject(doc, "token_sets");
+	} else {
+		o = cJSON_AddObjectToObject(doc, "token_sets");
+		insp_json_add_int(o, "rows", t->set_rows);
+		insp_json_add_int(o, "pending", t->set_pending);
+		insp_json_add_int(o, "registrations", t->set_regs);
+		add_time(in, o, "oldest_created_ms", "oldest_age_ms",
+			 t->sets_oldest, st->sets_n > 0);
+		arr = cJSON_AddArrayToObject(o, "groups");
+		for (size_t i = 0; i < st->sets_n; i++)
+			add_group(in, arr, &st->sets[i],
+				  (const char *const[]){"rows", "pending",
+							"registrations", NULL},
+				  "oldest_created_ms", "oldest_age_ms");
 	}
 
 	o = cJSON_AddObjectToObject(doc, "subscriptions");
@@ -510,6 +552,34 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 				insp_tbl_cell(tbl, "?");
 			}
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	/* Token sets: shown when there are any. */
+	if (st->sets_n) {
+		insp_fmt_age(insp_age(in, t->sets_oldest), age, sizeof(age));
+		printf(
+		    "\nToken sets: %s (%" PRId64 " pending), %s, oldest "
+		    "%s\n",
+		    insp_count_of(n1, sizeof(n1), t->set_rows, "row", "rows"),
+		    t->set_pending,
+		    insp_count_of(n2, sizeof(n2), t->set_regs, "registration",
+				  "registrations"),
+		    age);
+		tbl = insp_tbl_new(
+		    "Lrrrr", (const char *const[]){"GROUP", "ROWS", "PENDING",
+						   "REGISTRATIONS", "OLDEST"});
+		for (size_t i = 0; i < st->sets_n; i++) {
+			const grp_counts_t *g = &st->sets[i];
+			insp_fmt_age(insp_age(in, g->oldest_ms), age,
+				     sizeof(age));
+			insp_tbl_cell(tbl, g->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[2]);
 			insp_tbl_cell(tbl, age);
 		}
 		insp_tbl_print(tbl, 2);
