@@ -166,8 +166,7 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	err = tbx_outbox_dead_letters_summary(in->store, gather_one, &g[3]);
 	if (gathered(in, &g[3], err, insp_s_fail, &st->dls, &st->dls_n))
 		return -1;
-	if ((err = tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_SETS,
-				  &st->has_sets)))
+	if ((err = insp_has_sets(in, &st->has_sets)))
 		return insp_t_fail(in, err), -1;
 	if (st->has_sets) {
 		err = tbx_tokens_sets_summary(in->tokens, gather_one, &g[4]);

@@ -105,7 +105,7 @@ static int sets_list(insp_t *in, const tbx__filter_t *f, cJSON *doc,
 	int has = 0, err;
 
 	*total = 0;
-	if ((err = tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_SETS, &has)))
+	if ((err = insp_has_sets(in, &has)))
 		return err;
 	if (!has)
 		return TBX_OK;
