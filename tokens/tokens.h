@@ -145,7 +145,7 @@ typedef struct tbx__unsub {
 typedef struct tbx__set_item {
 	const char *set_id; /**< a fresh id, UUID text */
 	const char *topic;
-	int32_t part;
+	int32_t part;	/**< >= 0: the partition, computed before minting */
 	uint32_t nbits; /**< 1 .. TBX_SET_BITS_MAX */
 } tbx__set_item_t;
 
