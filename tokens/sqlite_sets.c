@@ -102,16 +102,8 @@ static const char *const ssql[S__COUNT] = {
 		    "tbx_tset WHERE grp = ?1",
     [S_BREGS_ALL] = "SELECT count(*) FROM tbx_breg",
     [S_BREGS_GRP] = "SELECT count(*) FROM tbx_breg WHERE send_grp = ?1",
-    /* Receivers' rows and senders' registrations, per group. */
-    [S_SUMMARY] =
-	"WITH r AS (SELECT grp, count(*) AS n, total(tbx_bits_count(bits)) "
-	"AS p, min(created_ms) AS c FROM tbx_tset GROUP BY grp), b AS "
-	"(SELECT send_grp AS grp, count(*) AS n, min(created_ms) AS c FROM "
-	"tbx_breg GROUP BY send_grp) SELECT g.grp, coalesce(r.n, 0), "
-	"coalesce(r.p, 0), coalesce(b.n, 0), min(coalesce(r.c, b.c), "
-	"coalesce(b.c, r.c)) FROM (SELECT grp FROM r UNION SELECT grp FROM "
-	"b) AS g LEFT JOIN r ON r.grp = g.grp LEFT JOIN b ON b.grp = g.grp "
-	"ORDER BY g.grp",
+    [S_SUMMARY] = "SELECT grp, count(*), total(tbx_bits_count(bits)), "
+		  "min(created_ms) FROM tbx_tset GROUP BY grp ORDER BY grp",
     [S_LIST] = "SELECT set_id, grp, topic, part, nbits, "
 	       "tbx_bits_count(bits), bits, mint_seq, created_ms FROM tbx_tset "
 	       "WHERE " GRP_IN("grp") " AND created_ms <= ?2 ORDER BY "

@@ -452,10 +452,8 @@ typedef struct tbx_tokens_ops {
 	 *  may be NULL. */
 	int (*sets_count)(tbx_tokens_t *tokens, const char *grp, int64_t *rows,
 			  int64_t *pending, int64_t *registrations);
-	/** Per group with set rows or set registrations (as sender), by
-	 *  name: n[0] = set rows, n[1] = their pending bits, n[2] = tbx_breg
-	 *  rows of the group as sender, ms = the oldest of those rows and
-	 *  registrations. */
+	/** Per group with set rows, by name: n[0] = rows, n[1] = pending
+	 *  bits, ms = the oldest row. */
 	int (*sets_summary)(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
 			    void *opaque);
 	/** The set rows @p f takes, oldest first (then set_id, group). */
