@@ -129,6 +129,9 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(STORE_RECONNECTS, "store_reconnects_total", "counter", "",           \
 	  "Connections to the stores' server (PostgreSQL) found lost and "     \
 	  "made again.")                                                       \
+	X(PARTITION_UNKNOWN, "partition_unknown_total", "counter", "",         \
+	  "Destination partition counts not learnt from the metadata in "      \
+	  "time: no partition chosen.")                                        \
 	X(UNASSIGNED_ALARMS, "unassigned_alarms_total", "counter", "",         \
 	  "Warnings that the worker had no partition for 3 session timeouts "  \
 	  "on end.")                                                           \

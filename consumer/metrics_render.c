@@ -156,6 +156,7 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {TBX_M_ROWS_CONFLICTED, st->rows_conflicted},
 	    {TBX_M_HANDLER_ENDED_TXN, st->handler_ended_txn},
 	    {TBX_M_STORE_RECONNECTS, st->store_reconnects},
+	    {TBX_M_PARTITION_UNKNOWN, st->partition_unknown},
 	    {TBX_M_UNASSIGNED_ALARMS, worker->unassigned_alarms},
 	    {TBX_M_TRACE_HEADERS_MALFORMED, bad_trace},
 	    {TBX_M_SPANS_EXPORTED, ex.exported},

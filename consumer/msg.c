@@ -61,14 +61,157 @@ void tbx__msg_parse(struct tbx_msg *msg)
 	tbx__msg_parse_headers(msg, hdrs, rkm->partition, rkm->offset);
 }
 
+/* Reads a decimal of at most @p max_digits digits from @p v (@p len bytes)
+ * below @p end: digits only, no leading zero but "0" itself.  @returns 1
+ * with *out set, else 0. */
+static int decimal(const char *v, size_t len, size_t max_digits, int64_t end,
+		   int64_t *out)
+{
+	int64_t n = 0;
+
+	if (len == 0 || len > max_digits || (len > 1 && v[0] == '0'))
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return 0;
+		n = n * 10 + (v[i] - '0'); /* max_digits keeps it in range */
+	}
+	if (n >= end)
+		return 0;
+	*out = n;
+	return 1;
+}
+
+int tbx__tbit_parse(const char *v, size_t len, int32_t *part, uint32_t *index)
+{
+	const char *colon;
+	int64_t p, i;
+
+	if (!v || !(colon = memchr(v, ':', len)))
+		return TBX_EINVAL;
+	/* 2^31 - 1 has 10 digits, 65,535 has 5: longer is refused before
+	 * any arithmetic, so nothing can overflow. */
+	if (!decimal(v, (size_t)(colon - v), 10, TBX_TBIT_PART_END, &p) ||
+	    !decimal(colon + 1, len - (size_t)(colon - v) - 1, 5,
+		     TBX_TBIT_INDEX_END, &i))
+		return TBX_EINVAL;
+	*part = (int32_t)p;
+	*index = (uint32_t)i;
+	return TBX_OK;
+}
+
+static int header_present(rd_kafka_headers_t *hdrs, const char *name)
+{
+	const void *val;
+	size_t len;
+
+	return hdrs && rd_kafka_header_get_last(hdrs, name, &val, &len) ==
+			   RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* tbx-seq: @returns 1 and *seq for a positive decimal, 0 absent, -1 present
+ * but not one. */
+static int header_seq(rd_kafka_headers_t *hdrs, int64_t *seq)
+{
+	char text[24];
+	int r = header_text(hdrs, "tbx-seq", text, sizeof(text), 0);
+
+	if (r == 1) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(text, &end, 10);
+		if (*end || errno || v < 1 || !isdigit((unsigned char)text[0]))
+			return -1;
+		*seq = v;
+	}
+	return r;
+}
+
+/* tbx-tbit: @returns 1 with *part, *index, 0 absent, -1 present but not
+ * tbx__tbit_parse()'s format. */
+static int header_tbit(rd_kafka_headers_t *hdrs, int32_t *part, uint32_t *index)
+{
+	const void *val;
+	size_t len;
+
+	if (!hdrs || rd_kafka_header_get_last(hdrs, "tbx-tbit", &val, &len) !=
+			 RD_KAFKA_RESP_ERR_NO_ERROR)
+		return 0;
+	return tbx__tbit_parse(val, val ? len : 0, part, index) == TBX_OK ? 1
+									  : -1;
+}
+
+/* The batched format's headers (tbx-tset, tbx-tbit, either present) after
+ * the id: the table of docs/batched-tokens.md, "Wire format".  The first
+ * reason found is the record's.  @p tok: header_text()'s answer for
+ * tbx-token. */
+static void parse_tset(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
+		       int has_id, int tok)
+{
+	const char *why = NULL;
+	int32_t part = -1;
+	uint32_t index = 0;
+	int set =
+	    header_text(hdrs, "tbx-tset", msg->tset, sizeof(msg->tset), 1);
+	int bit = header_tbit(hdrs, &part, &index);
+	int r;
+
+	if (set != 0 && tok != 0)
+		why = "tbx-tset with tbx-token";
+	else if (set == 0)
+		why = "tbx-tbit without tbx-tset";
+	else if (bit == 0)
+		why = "tbx-tset without tbx-tbit";
+	else if (set < 0)
+		why = "tbx-tset is not a UUID";
+	else if (bit < 0)
+		why = "tbx-tbit is not <partition>:<index> (decimals without "
+		      "sign or leading zeros, partition below 2^31, index "
+		      "below 65536)";
+	else if (!has_id)
+		/* As for tbx-token: copies need the id to be matched. */
+		why = "tbx-tset without a valid tbx-id";
+	if (!why) {
+		r = header_text(hdrs, "tbx-store", msg->store,
+				sizeof(msg->store), 1);
+		if (r < 0) {
+			msg->store[0] = '\0';
+			why = "tbx-store is not a UUID";
+		} else if (header_seq(hdrs, &msg->seq) != 1) {
+			why = "tbx-tset without a valid tbx-seq";
+		}
+	}
+	/* No token this worker can check either way: untokened, and
+	 * malformed, so dead-lettered by the ingress offset. */
+	msg->token[0] = '\0';
+	msg->untokened = 1;
+	if (why) {
+		msg->tset[0] = '\0';
+		msg->fmt = TBX_WF_MALFORMED;
+		if (!msg->malformed)
+			msg->malformed = why;
+		return;
+	}
+	msg->fmt = TBX_WF_SET;
+	msg->tset_part = part;
+	msg->tset_index = index;
+	/* The receiver of token sets is not built yet: a batched record must
+	 * be neither handled as untokened nor dropped, so it goes to the
+	 * dead-letter topic with the reason, loudly. */
+	if (!msg->malformed)
+		msg->malformed = TBX_TSET_UNSUPPORTED;
+}
+
 void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 			    int32_t partition, int64_t offset)
 {
-	char seq[24];
 	int r;
 
 	msg->id[0] = msg->token[0] = msg->cause[0] = msg->type[0] = '\0';
-	msg->store[0] = '\0';
+	msg->store[0] = msg->tset[0] = '\0';
+	msg->tset_part = -1;
+	msg->tset_index = 0;
+	msg->fmt = TBX_WF_UNTOKENED;
 	msg->has_type = 0;
 	msg->seq = 0;
 	msg->malformed = NULL;
@@ -95,38 +238,41 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 			 msg->topic, partition, offset);
 
 	r = header_text(hdrs, "tbx-token", msg->token, sizeof(msg->token), 1);
-	if (r < 0 && !msg->malformed)
-		msg->malformed = "tbx-token is not a UUID";
+	if (header_present(hdrs, "tbx-tset") ||
+	    header_present(hdrs, "tbx-tbit")) {
+		parse_tset(msg, hdrs, has_id, r);
+		return;
+	}
+	if (r < 0) {
+		msg->fmt = TBX_WF_MALFORMED;
+		if (!msg->malformed)
+			msg->malformed = "tbx-token is not a UUID";
+	}
 	if (r <= 0) {
 		msg->token[0] = '\0';
 		msg->untokened = 1;
 		return;
 	}
+	msg->fmt = TBX_WF_MSG;
 	if (!has_id && !msg->malformed)
 		/* Its copies would get other derived ids and each find no
 		 * outbox row while the token lives: a token needs its id. */
 		msg->malformed = "tbx-token without a valid tbx-id";
+	if (!has_id)
+		msg->fmt = TBX_WF_MALFORMED;
 	/* The token store that minted the token; absent from older
 	 * senders (then the token is looked up in ours, as always). */
 	r = header_text(hdrs, "tbx-store", msg->store, sizeof(msg->store), 1);
 	if (r < 0) {
 		msg->store[0] = '\0';
+		msg->fmt = TBX_WF_MALFORMED;
 		if (!msg->malformed)
 			msg->malformed = "tbx-store is not a UUID";
 	}
-	r = header_text(hdrs, "tbx-seq", seq, sizeof(seq), 0);
-	if (r == 1) {
-		char *end;
-		errno = 0;
-		long long v = strtoll(seq, &end, 10);
-		if (*end || errno || v < 1 || !isdigit((unsigned char)seq[0]))
-			r = -1;
-		else
-			msg->seq = v;
-	}
-	if (r != 1) {
+	if (header_seq(hdrs, &msg->seq) != 1) {
 		if (!msg->malformed)
 			msg->malformed = "tbx-token without a valid tbx-seq";
+		msg->fmt = TBX_WF_MALFORMED;
 		msg->token[0] = '\0';
 		msg->untokened = 1;
 	}

@@ -30,6 +30,19 @@ typedef enum tbx__mstate {
 	TBX_MS_ROW,	/**< has an outbox row: done when the row finishes */
 } tbx__mstate_t;
 
+/* How a record carries its token, by its headers alone
+ * (docs/batched-tokens.md, "Wire format"). */
+typedef enum tbx__wirefmt {
+	TBX_WF_UNTOKENED = 0, /**< none of tbx-token, tbx-tset, tbx-tbit */
+	TBX_WF_MSG,	      /**< tbx-token: a per-message token (today's) */
+	TBX_WF_SET,	  /**< tbx-tset and tbx-tbit: a bit of a token set */
+	TBX_WF_MALFORMED, /**< a mix the table refuses, or a bad value */
+} tbx__wirefmt_t;
+
+/** tbx-tbit's largest partition + 1 and largest index + 1. */
+#define TBX_TBIT_PART_END  2147483648LL
+#define TBX_TBIT_INDEX_END 65536u
+
 /** An incoming record as handlers see it, plus its protocol state. */
 struct tbx_msg {
 	rd_kafka_message_t *rkm; /**< owned by the batch */
@@ -37,6 +50,10 @@ struct tbx_msg {
 	struct tbx__part *part;
 	char id[TBX_MSGID_MAX + 1];
 	char token[TBX_UUID_LEN + 1]; /**< "" when absent */
+	char tset[TBX_UUID_LEN + 1];  /**< tbx-tset, "" when absent */
+	int32_t tset_part;	      /**< tbx-tbit's partition, -1 absent */
+	uint32_t tset_index;	      /**< tbx-tbit's index (0 when absent) */
+	tbx__wirefmt_t fmt;	      /**< the headers' format */
 	char cause[TBX_UUID_LEN + 1]; /**< "" when absent */
 	char store[TBX_UUID_LEN + 1]; /**< tbx-store, "" when absent */
 	char type[TBX_TYPE_MAX + 1];
@@ -73,6 +90,22 @@ struct tbx_ctx {
 	int in_query;	 /**< inside tbx_ctx_query()'s row function */
 	struct tbx__tracer *tracer; /**< NULL: tracing off */
 };
+
+/** The malformed reason of a record in the batched format, until the
+ *  worker handles token sets (docs/batched-tokens.md). */
+#define TBX_TSET_UNSUPPORTED                                                   \
+	"token set headers (tbx-tset) are not supported by this worker yet"
+
+/**
+ * Parses a tbx-tbit value, @p len bytes at @p v (not NUL-terminated):
+ * "<partition>:<index>", two decimals of ASCII digits only (no sign,
+ * space or other byte), 0 <= partition < 2^31, 0 <= index < 65,536, and
+ * no leading zero (the one digit "0" apart), so that a value has one
+ * spelling, the one senders write ("%d:%u").  Overflow is refused.
+ * @returns TBX_OK with *@p part and *@p index set, else TBX_EINVAL and
+ * both untouched.
+ */
+int tbx__tbit_parse(const char *v, size_t len, int32_t *part, uint32_t *index);
 
 /** Reads and checks the tbx-* headers of @p msg->rkm. */
 void tbx__msg_parse(struct tbx_msg *msg);

@@ -956,6 +956,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"rows_conflicted", st->rows_conflicted},
 	    {"handler_ended_txn", st->handler_ended_txn},
 	    {"store_reconnects", st->store_reconnects},
+	    {"partition_unknown", st->partition_unknown},
 	};
 	cJSON *obj;
 	char *text;

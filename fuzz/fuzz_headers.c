@@ -14,7 +14,12 @@
  * the rules in docs/architecture.md; a record is tokened only with a
  * lower-case UUID token equal to its last tbx-token header and a positive
  * tbx-seq, and, unless it is malformed (dead-lettered), a UUID id; a derived id
- * names the record's place whole.
+ * names the record's place whole.  A record with tbx-tset or tbx-tbit is
+ * never tokened and always malformed (docs/batched-tokens.md: the worker
+ * dead-letters the batched format until it handles it), and read as
+ * batched only with a UUID tbx-tset equal to the last one, a tbx-tbit
+ * that is the canonical spelling of its partition and index, within
+ * their bounds, a UUID id and a positive tbx-seq.
  */
 #include <ctype.h>
 #include <librdkafka/rdkafka.h>
@@ -26,8 +31,8 @@
 #include "fuzz/fuzz.h"
 
 static const char *const NAMES[] = {
-    "tbx-id",	 "tbx-token",	  "tbx-seq", "tbx-type",
-    "tbx-cause", "tbx-dlq-error", "x-other", "TBX-ID",
+    "tbx-id",	     "tbx-token", "tbx-seq", "tbx-type", "tbx-cause",
+    "tbx-dlq-error", "x-other",	  "TBX-ID",  "tbx-tset", "tbx-tbit",
 };
 #define NAME_CNT (sizeof(NAMES) / sizeof(NAMES[0]))
 
@@ -62,8 +67,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char topic[TBX_TOPIC_MAX + 1];
 	struct tbx_msg msg;
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
-	const void *last_token = NULL;
-	size_t last_token_len = 0, n;
+	const void *last_token = NULL, *last_tset = NULL, *last_tbit = NULL;
+	size_t last_token_len = 0, last_tset_len = 0, last_tbit_len = 0, n;
+	int has_tset = 0, has_tbit = 0;
 	int has_hdrs = 0;
 	uint32_t partition = 0;
 	uint64_t offset = 0;
@@ -103,6 +109,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (strcmp(name, "tbx-token") == 0) {
 			last_token = val;
 			last_token_len = n;
+		} else if (strcmp(name, "tbx-tset") == 0) {
+			last_tset = val;
+			last_tset_len = n;
+			has_tset = 1;
+		} else if (strcmp(name, "tbx-tbit") == 0) {
+			last_tbit = val;
+			last_tbit_len = n;
+			has_tbit = 1;
 		}
 	}
 
@@ -130,6 +144,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(last_token && last_token_len == TBX_UUID_LEN &&
 			   strncasecmp(last_token, msg.token, TBX_UUID_LEN) ==
 			       0);
+	}
+	FUZZ_CHECK(msg.fmt >= TBX_WF_UNTOKENED && msg.fmt <= TBX_WF_MALFORMED);
+	if (has_tset || has_tbit) {
+		FUZZ_CHECK(msg.fmt == TBX_WF_SET ||
+			   msg.fmt == TBX_WF_MALFORMED);
+		FUZZ_CHECK(msg.untokened && msg.malformed);
+	}
+	if (msg.fmt == TBX_WF_SET) {
+		char bit[32];
+		int len = snprintf(bit, sizeof(bit), "%d:%u", msg.tset_part,
+				   msg.tset_index);
+
+		FUZZ_CHECK(has_tset && has_tbit);
+		FUZZ_CHECK(is_lower_uuid(msg.tset) && is_lower_uuid(msg.id));
+		FUZZ_CHECK(last_tset && last_tset_len == TBX_UUID_LEN &&
+			   strncasecmp(last_tset, msg.tset, TBX_UUID_LEN) == 0);
+		FUZZ_CHECK(msg.tset_part >= 0 &&
+			   msg.tset_index < TBX_TBIT_INDEX_END);
+		FUZZ_CHECK(last_tbit && len > 0 &&
+			   (size_t)len == last_tbit_len &&
+			   memcmp(bit, last_tbit, last_tbit_len) == 0);
+		FUZZ_CHECK(msg.seq >= 1);
+	} else {
+		FUZZ_CHECK(msg.tset[0] == '\0' && msg.tset_part == -1);
 	}
 	/* A derived id names the record: u:TOPIC:PARTITION:OFFSET, whole. */
 	if (strncmp(msg.id, "u:", 2) == 0) {

@@ -35,7 +35,7 @@ payment-service), with a duplicate copy's span and why it was dropped.
   --build DIR          the build whose tokenbox runs the demo (default build)
   --out FILE           the PNG (default docs/img/jaeger-trace.png)
   --port-base P        Jaeger's ports P..P+2 (default TBX_JAEGER_PORT_BASE,
-                       else 39850)
+                       else 29850)
   --messages N         orders the demo publishes (default 40)
   --seed S             the demo's seed (default 7)
   --install-chromium   install Debian's chromium with apt-get if missing
@@ -54,7 +54,7 @@ die() {
 ui=${TBX_JAEGER_UI:-}
 build=build
 out=docs/img/jaeger-trace.png
-port_base=${TBX_JAEGER_PORT_BASE:-39850}
+port_base=${TBX_JAEGER_PORT_BASE:-29850}
 messages=40
 seed=7
 install=0

@@ -36,7 +36,7 @@ Jaeger $JAEGER_VERSION (v2) on 127.0.0.1, spans kept in memory.
                   logs to DIR/jaeger.log
   --port-base P   OTLP/HTTP receiver on P, the query API and UI
                   (http://127.0.0.1:P+1/) on P+1, its gRPC query API on
-                  P+2 (default 39800)
+                  P+2 (default 29800)
   --ui DIR        start: serve the Jaeger UI from DIR, a built jaeger-ui
                   (the directory with its index.html).  Jaeger built
                   from the Go module proxy has no UI of its own (its
@@ -67,7 +67,7 @@ cmd=${1:-}
 }
 shift
 dir=/tmp/tokenbox-jaeger
-port_base=${TBX_JAEGER_PORT_BASE:-39800}
+port_base=${TBX_JAEGER_PORT_BASE:-29800}
 ui=${TBX_JAEGER_UI:-}
 while (($#)); do
 	case $1 in

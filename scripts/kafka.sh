@@ -47,7 +47,7 @@ Apache Kafka $KAFKA_VERSION on 127.0.0.1, in KRaft combined mode.
   --dir DIR       state, storage and logs (default /tmp/tokenbox-kafka);
                   node I logs to DIR/node-I/broker.log
   --port-base P   node I listens on P+2(I-1) for clients and the next
-                  port for the controller quorum (default 39000)
+                  port for the controller quorum (default 29000)
   --node I        the node for kill and restart
 
 Environment: TBX_KAFKA_VERSION (default $KAFKA_VERSION),
@@ -72,7 +72,8 @@ cmd=${1:-}
 shift
 brokers=1
 dir=/tmp/tokenbox-kafka
-port_base=${TBX_KAFKA_PORT_BASE:-39000}
+# Below the ephemeral range (32768-60999): docs/operations.md.
+port_base=${TBX_KAFKA_PORT_BASE:-29000}
 node=
 while (($#)); do
 	case $1 in

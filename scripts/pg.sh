@@ -40,7 +40,7 @@ already running.
   --dir DIR   the cluster's directory (default /tmp/tokenbox-pg); the
               socket's path DIR/sock/.s.PGSQL.P must fit in 107 bytes
   --port P    the port, which only names the socket unless --listen is
-              given (default \$TBX_PG_PORT, else 39700)
+              given (default \$TBX_PG_PORT, else 29700)
   --durable   keep fsync on (off by default: a throwaway cluster must
               survive a killed process, not a power cut)
   --listen ADDRS
@@ -81,7 +81,7 @@ cmd=${1:-}
 }
 shift
 dir=/tmp/tokenbox-pg
-port=${TBX_PG_PORT:-39700}
+port=${TBX_PG_PORT:-29700}
 durable=0
 listen=
 trust=

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "orphan.h"
+
 /** Longest a cc_run() child may take, in ms before the time factor. */
 #define CC_RUN_TIMEOUT_MS 60000
 
@@ -101,15 +103,17 @@ static inline pid_t cc_fork(const char *const args[], int in, int out, int err,
 {
 	const char *argv[64];
 	size_t n = 0;
-	pid_t pid;
+	pid_t pid, parent;
 
 	argv[n++] = cc_bin();
 	for (size_t i = 0; args[i] && n < 63; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
+	parent = getpid();
 	pid = fork();
 	cr_assert(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		tt_child_dies_with(parent);
 		int devnull = in < 0 ? open("/dev/null", O_RDONLY) : in;
 		if (dup2(devnull, 0) < 0 || (out >= 0 && dup2(out, 1) < 0) ||
 		    (err >= 0 && dup2(err, 2) < 0))

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "consumer/worker.h"
 #include "hop.h"
 
 int main(int argc, char **argv)
@@ -72,6 +73,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop);
+	/* TBX_TEST_ASSIGN=1: the partitions assigned at once, no group to
+	 * join (tests that run one worker of a group at a time). */
+	if (getenv("TBX_TEST_ASSIGN"))
+		tbx__worker_assign_directly(w);
 	while (time(NULL) < deadline && idle < 100) {
 		size_t n;
 

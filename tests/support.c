@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "consumer/worker.h"
+#include "orphan.h"
 #include "fixture.h"
 #include "tokens/tokens.h"
 #include "tools/kafka_admin.h"
@@ -815,10 +816,12 @@ int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 
 pid_t tt_spawn(char *const argv[], char *const env[])
 {
+	pid_t parent = getpid();
 	pid_t pid = fork();
 
 	cr_assert(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		tt_child_dies_with(parent);
 		for (size_t i = 0; env && env[i]; i++)
 			putenv(env[i]);
 		execv(argv[0], argv);
@@ -950,7 +953,7 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 				    : "cleanup.interval.ms=0",
 				(char *)setting,
 				NULL};
-		char *envv[] = {env_crash, NULL};
+		char *envv[] = {env_crash, "TBX_TEST_ASSIGN=1", NULL};
 		status = tt_wait(tt_spawn(argv, envv), 90);
 		cr_assert(status != -1, "%s: the worker never reached %s",
 			  point, step);
@@ -996,6 +999,8 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 	tbx_worker_t *w[2];
 	tt_hop_pair(w, cluster->bootstraps, s1, tokens, s2, tokens, &hop1,
 		    &hop2);
+	tbx__worker_assign_directly(w[0]);
+	tbx__worker_assign_directly(w[1]);
 	crash_expect_t expect = {s1, s2, N};
 	cr_assert(tt_drive(w, 2, crash_done, &expect, 20, 90),
 		  "%s: recovery did not finish", point);

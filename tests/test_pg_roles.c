@@ -571,6 +571,9 @@ static const omission_t omissions[] = {
      "UPDATE on {tok}.tbx_subscriptions"},
     {"admin", "REVOKE DELETE ON ALL TABLES IN SCHEMA {tok} FROM {role}",
      "DELETE on {tok}.tbx_tokens"},
+    /* The token sets' tables (token version 3), one of them. */
+    {"admin", "REVOKE DELETE ON {tok}.tbx_tset FROM {role}",
+     "DELETE on {tok}.tbx_tset"},
     {"admin", "REVOKE USAGE ON ALL SEQUENCES IN SCHEMA {tok} FROM {role}",
      "USAGE on {tok}.tbx_seq"},
     {"admin", "REVOKE SELECT ON ALL SEQUENCES IN SCHEMA {tok} FROM {role}",

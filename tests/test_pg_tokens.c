@@ -219,7 +219,7 @@ Test(pg_tokens, open_creates_the_tables_and_keeps_its_identity)
 	tbx_tokens_close(t);
 
 	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_schema_info WHERE "
-			     "kind = 'tokens' AND version = 2 AND created_ms "
+			     "kind = 'tokens' AND version = 3 AND created_ms "
 			     "> 0"),
 		     1);
 	cr_assert_eq(sql_int("SELECT count(*) FROM pg_catalog.pg_class c JOIN "
@@ -323,7 +323,7 @@ Test(pg_tokens, another_kind_or_a_newer_version_is_refused)
 	t = open_store();
 	tbx_tokens_close(t);
 	t = NULL;
-	sql("UPDATE @T.tbx_schema_info SET version = 3");
+	sql("UPDATE @T.tbx_schema_info SET version = version + 1");
 	cr_assert_eq(tbx_tokens_pg_open(tt_pg_url(), schema, NULL, NULL, &t,
 					err, sizeof(err)),
 		     TBX_ESCHEMA);
@@ -1780,8 +1780,9 @@ Test(pg_tokens, a_version_1_schema_keeps_every_number_it_issued)
 	int version = 0;
 
 	tbx_tokens_close(t);
-	sql("DROP TABLE @T.tbx_seq_ranges; UPDATE @T.tbx_schema_info SET "
-	    "version = 1; SELECT setval('@T.tbx_seq', 41, true)");
+	sql("DROP TABLE @T.tbx_seq_ranges; DROP TABLE @T.tbx_tset; DROP "
+	    "TABLE @T.tbx_breg; UPDATE @T.tbx_schema_info SET version = 1; "
+	    "SELECT setval('@T.tbx_seq', 41, true)");
 	tbx__db_opts_init(&opts);
 	opts.create = 0;
 	t = open_with(schema, NULL, &opts);
@@ -1795,6 +1796,13 @@ Test(pg_tokens, a_version_1_schema_keeps_every_number_it_issued)
 	cr_assert_eq(issued(t, 42), 0);
 	seq = mint(t, NULL, NULL, NULL, "orders", 1, tok, NULL);
 	cr_assert_gt(seq, 41);
+	cr_assert_eq(issued(t, seq), 1);
+	tbx_tokens_close(t);
+	/* The migration recorded the version: the next opening finds the
+	 * tables current and runs no step again. */
+	cr_assert_eq(sql_int("SELECT version FROM @T.tbx_schema_info"),
+		     TBX_PG_TOKENS_VERSION);
+	t = open_with(schema, NULL, &opts);
 	cr_assert_eq(issued(t, seq), 1);
 	tbx_tokens_close(t);
 }

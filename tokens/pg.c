@@ -113,6 +113,29 @@ static const char *const migrations[] = {
     "CREATE UNIQUE INDEX tbx_seq_ranges_open ON @T.tbx_seq_ranges"
     " ((hi IS NULL)) WHERE hi IS NULL;"
     "INSERT INTO @T.tbx_seq_ranges (lo, hi) VALUES (1, NULL);",
+    /* 2 -> 3: the token sets of SQLite's schema 11 (store/db.c;
+     * docs/batched-tokens.md): a row per set and receiving group with
+     * the bitmap of the messages not yet consumed, bit i the i-th from
+     * the left, and one registration per attempt naming its sets. */
+    "CREATE TABLE @T.tbx_tset ("
+    " set_id text" C " NOT NULL,"
+    " grp text" C " NOT NULL,"
+    " topic text" C " NOT NULL,"
+    " part integer NOT NULL,"
+    " mint_seq bigint NOT NULL,"
+    " nbits integer NOT NULL CHECK (nbits BETWEEN 1 AND 65536),"
+    " bits bit varying(65536) NOT NULL CHECK (length(bits) = nbits),"
+    " created_ms bigint NOT NULL,"
+    " PRIMARY KEY (set_id, grp));"
+    "CREATE TABLE @T.tbx_breg ("
+    " attempt text" C " PRIMARY KEY,"
+    " send_grp text" C " NOT NULL,"
+    " row_id text" C " NOT NULL,"
+    " sets text[]" C " NOT NULL,"
+    " created_ms bigint NOT NULL);"
+    /* The sweeper reads a group's registrations, oldest first. */
+    "CREATE INDEX tbx_breg_send ON @T.tbx_breg"
+    " (send_grp, created_ms, attempt);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -138,6 +161,7 @@ enum {
 	Q_HAS_TABLE,
 	Q_INFO_GET,
 	Q_INFO_ADD,
+	Q_INFO_SET,
 	Q_STORE_ID,
 	Q_SEQ_CURRENT,
 	Q_SEQ_MINT,
@@ -183,6 +207,7 @@ static const char *const sql[Q__COUNT] = {
 		   "WHERE id = 1",
     [Q_INFO_ADD] = "INSERT INTO @T.tbx_schema_info (id, kind, version, "
 		   "store_id, created_ms) VALUES (1, 'tokens', $1, $2, $3)",
+    [Q_INFO_SET] = "UPDATE @T.tbx_schema_info SET version = $1 WHERE id = 1",
     [Q_STORE_ID] = "SELECT store_id FROM @T.tbx_schema_info WHERE id = 1",
     /* The last number taken; 0 before the first. */
     [Q_SEQ_CURRENT] = "SELECT CASE WHEN is_called THEN last_value ELSE 0 "
@@ -518,12 +543,36 @@ static int migrate(tbx_tokens_pg_t *t, char *errstr, size_t errstr_size)
 	}
 	if ((err = read_info(t, &version, errstr, errstr_size)))
 		goto rollback;
+	/* Migrated to version 2 by a tokenbox that did not record it: the
+	 * ranges are there, and their step must not run again. */
+	if (version == 1) {
+		int yes = 0;
+
+		if ((err = has_table(t, "tbx_seq_ranges", &yes))) {
+			open_fail(t, err, "cannot read the catalog", errstr,
+				  errstr_size);
+			goto rollback;
+		}
+		if (yes)
+			version = 2;
+	}
 	for (int v = version; v < TBX_PG_TOKENS_VERSION; v++) {
 		if ((err = ddl(t, migrations[v]))) {
 			char what[64];
 			snprintf(what, sizeof(what),
 				 "migration to version %d failed", v + 1);
 			open_fail(t, err, what, errstr, errstr_size);
+			goto rollback;
+		}
+	}
+	/* A migrated schema records its new version, or the next opening
+	 * would run the steps again on tables that are there. */
+	if (version > 0 && version < TBX_PG_TOKENS_VERSION) {
+		tbx__pgp_init(&p);
+		tbx__pgp_i64(&p, TBX_PG_TOKENS_VERSION);
+		if ((err = run(t, Q_INFO_SET, &p, NULL))) {
+			open_fail(t, err, "cannot record the schema version",
+				  errstr, errstr_size);
 			goto rollback;
 		}
 	}
@@ -938,6 +987,29 @@ static int mint_check(const char *send_grp, const tbx__mint_req_t *reqs,
 
 /* Takes the subscription lock shared, then the next number, inside the
  * caller's transaction. */
+static int seq_next(tbx_tokens_pg_t *t, int64_t *seq);
+
+/* For tokens/pg_sets.c (tokens/pg_int.h). */
+int tbx__tokens_pg_begin(tbx_tokens_pg_t *t)
+{
+	return txn_begin(t);
+}
+
+int tbx__tokens_pg_end(tbx_tokens_pg_t *t, int err)
+{
+	return txn_end(t, err);
+}
+
+int tbx__tokens_pg_range_ready(tbx_tokens_pg_t *t)
+{
+	return range_ready(t);
+}
+
+int tbx__tokens_pg_seq_next(tbx_tokens_pg_t *t, int64_t *seq)
+{
+	return seq_next(t, seq);
+}
+
 static int seq_next(tbx_tokens_pg_t *t, int64_t *seq)
 {
 	tbx__pg_params_t p;
@@ -1061,6 +1133,11 @@ static int joined_check(tbx_tokens_pg_t *t)
 		return TBX_ESTATE;
 	}
 	return TBX_OK;
+}
+
+int tbx__tokens_pg_joined_check(tbx_tokens_pg_t *t)
+{
+	return joined_check(t);
 }
 
 static int op_seq_joined(tbx_tokens_t *tokens, int64_t *seq)
@@ -1866,6 +1943,7 @@ static void op_close(tbx_tokens_t *tokens)
 		tbx__tp_read_end(tokens);
 	tbx__pg_stmts_free(&t->stmts);
 	tbx__pg_stmts_free(&t->reads);
+	tbx__pg_stmts_free(&t->sets);
 	/* Shared: the service store's reference keeps it open. */
 	tbx__pg_unref(t->pg);
 	free(t);
@@ -1911,6 +1989,17 @@ static const tbx_tokens_ops_t pg_ops = {
     .token_registrations = tbx__tp_token_registrations,
     .token_match = tbx__tp_token_match,
     .unsubscribe = tbx__tp_unsubscribe,
+    .sets_mint = tbx__tp_sets_mint,
+    .sets_mint_joined = tbx__tp_sets_mint_joined,
+    .sets_test = tbx__tp_sets_test,
+    .sets_consume = tbx__tp_sets_consume,
+    .sets_consume_joined = tbx__tp_sets_consume_joined,
+    .sets_confirm = tbx__tp_sets_confirm,
+    .sets_drop_attempt = tbx__tp_sets_drop_attempt,
+    .sets_registrations = tbx__tp_sets_registrations,
+    .sets_count = tbx__tp_sets_count,
+    .sets_summary = tbx__tp_sets_summary,
+    .sets_list = tbx__tp_sets_list,
     .close = op_close,
 };
 
@@ -1986,7 +2075,7 @@ int tbx_tokens_pg_open(const char *conninfo, const char *schema,
 	prefix(t, wp, sizeof(wp));
 	if (tbx__pg_stmts_init(&t->stmts, t->pg, wp, sql, Q__COUNT, NULL,
 			       schema) ||
-	    tbx__tokens_pg_read_init(t)) {
+	    tbx__tokens_pg_read_init(t) || tbx__tokens_pg_sets_init(t)) {
 		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				  "out of memory");
 		goto fail;

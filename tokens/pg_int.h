@@ -1,7 +1,8 @@
 /*
  * The PostgreSQL backend of the token store, shared by its two files:
- * tokens/pg.c (what the protocol, the publishers and the sweeper call) and
- * tokens/pg_read.c (the read side and repairs of `tokenbox inspect`).
+ * tokens/pg.c (what the protocol, the publishers and the sweeper call),
+ * tokens/pg_sets.c (the token sets, token version 3) and tokens/pg_read.c
+ * (the read side and repairs of `tokenbox inspect`).
  * Internal to them.
  */
 #ifndef TBX_TOKENS_PG_INT_H
@@ -12,7 +13,7 @@
 #include "tokens/tokens.h"
 
 /** The schema version of the token store's PostgreSQL tables. */
-#define TBX_PG_TOKENS_VERSION 2
+#define TBX_PG_TOKENS_VERSION 3
 
 /** Advisory lock namespaces (the first key; docs/architecture.md). */
 #define TBX_PG_LOCK_MIGRATION "1413634048"
@@ -25,6 +26,7 @@ typedef struct tbx_tokens_pg {
 	char schema[TBX_PG_IDENT_MAX + 1];
 	tbx__pg_stmts_t stmts; /* pg.c's statements */
 	tbx__pg_stmts_t reads; /* pg_read.c's */
+	tbx__pg_stmts_t sets;  /* pg_sets.c's */
 	int version;	       /* tbx_schema_info.version */
 	int reading;	       /* read_begin() opened a transaction */
 	/* 1: the opening could not start its range of the sequence (a grant
@@ -47,6 +49,51 @@ int tbx__tokens_pg_ready(tbx_tokens_pg_t *t);
 /** 1 when @p t is a PostgreSQL token store on a shared connection (the
  *  joined operations work). */
 int tbx__tokens_pg_joinable(tbx_tokens_t *t);
+
+/* pg.c's transaction and sequence, for pg_sets.c: a write's own
+ * transaction (TBX_ESTATE inside one), its end (commit when @p err is
+ * TBX_OK, else rollback; the first error), the range of the opening
+ * started before a number is taken, the next number under the shared
+ * subscription lock, and the check of a joined operation. */
+int tbx__tokens_pg_begin(tbx_tokens_pg_t *t);
+int tbx__tokens_pg_end(tbx_tokens_pg_t *t, int err);
+int tbx__tokens_pg_range_ready(tbx_tokens_pg_t *t);
+int tbx__tokens_pg_seq_next(tbx_tokens_pg_t *t, int64_t *seq);
+int tbx__tokens_pg_joined_check(tbx_tokens_pg_t *t);
+
+/** Sets up pg_sets.c's statements on an opened store.  @returns TBX_OK
+ *  or TBX_ENOMEM. */
+int tbx__tokens_pg_sets_init(tbx_tokens_pg_t *t);
+
+/* pg_sets.c: the token sets (tbx_tokens_ops_t; TBX_ESCHEMA on a store
+ * of version 2 or older, opened read-only). */
+int tbx__tp_sets_mint(tbx_tokens_t *tokens, const char *send_grp,
+		      const tbx__set_req_t *reqs, size_t req_cnt, int64_t *seq,
+		      uint64_t *rows);
+int tbx__tp_sets_mint_joined(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
+			     size_t cnt, int64_t seq, uint64_t *rows);
+int tbx__tp_sets_test(tbx_tokens_t *tokens, const char *grp,
+		      const tbx__bit_ref_t *refs, size_t n,
+		      tbx__bit_state_t *st, int64_t *mint_seq);
+int tbx__tp_sets_consume(tbx_tokens_t *tokens, const char *grp,
+			 const tbx__bit_ref_t *refs, size_t n,
+			 uint64_t *cleared, uint64_t *deleted);
+int tbx__tp_sets_consume_joined(tbx_tokens_t *tokens, const char *grp,
+				const tbx__bit_ref_t *refs, size_t n,
+				uint64_t *cleared, uint64_t *deleted);
+int tbx__tp_sets_confirm(tbx_tokens_t *tokens, const char *const *attempts,
+			 size_t cnt);
+int tbx__tp_sets_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
+			      int *dropped, uint64_t *deleted);
+int tbx__tp_sets_registrations(tbx_tokens_t *tokens, const char *send_grp,
+			       const tbx__reg_t *after, size_t limit,
+			       tbx__reg_t **out, size_t *cnt);
+int tbx__tp_sets_count(tbx_tokens_t *tokens, const char *grp, int64_t *rows,
+		       int64_t *pending, int64_t *registrations);
+int tbx__tp_sets_summary(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
+			 void *opaque);
+int tbx__tp_sets_list(tbx_tokens_t *tokens, const tbx__filter_t *f,
+		      int64_t *total, tbx__set_fn fn, void *opaque);
 
 /* pg_read.c: the read side (tbx_tokens_ops_t). */
 int tbx__tp_read_begin(tbx_tokens_t *tokens);

@@ -179,11 +179,13 @@ int tbx__tp_schema(tbx_tokens_t *tokens, int *version)
 int tbx__tp_has(tbx_tokens_t *tokens, int what, int *yes)
 {
 	/* Version 1 of the PostgreSQL tables holds the edge and the
-	 * identity, version 2 the sequence's ranges. */
+	 * identity, version 2 the sequence's ranges, version 3 the token
+	 * sets. */
 	*yes = what == TBX_TOKENS_HAS_EDGE || what == TBX_TOKENS_HAS_STORE_ID ||
 	       (what == TBX_TOKENS_HAS_SEQ_RANGES &&
-		backend(tokens)->version >= 2);
-	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_SEQ_RANGES
+		backend(tokens)->version >= 2) ||
+	       (what == TBX_TOKENS_HAS_SETS && backend(tokens)->version >= 3);
+	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_SETS
 		   ? TBX_OK
 		   : TBX_EINVAL;
 }

@@ -477,6 +477,12 @@ typedef struct tbx_stats {
 					(PostgreSQL) found lost and made
 					again; the batch in hand was retried
 					(SQLite: 0) */
+	uint64_t partition_unknown;  /**< destination partition counts that
+					could not be learnt from the
+					metadata in time (the batched
+					protocol's choice of a partition
+					before minting; nothing asks for one
+					yet) */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */

@@ -29,7 +29,7 @@
 #   TBX_MULTIHOST_BACKEND      pg (default) or sqlite: the stores in
 #                              SQLite files on the shared file system
 #                              (attacks c, d and e are then skipped)
-#   TBX_MULTIHOST_PG_PORT      PostgreSQL's port in infra (default 39760)
+#   TBX_MULTIHOST_PG_PORT      PostgreSQL's port in infra (default 29760)
 #   TBX_MULTIHOST_BREAK        for checking the check: "rows" deletes a
 #                              business row before the final check,
 #                              "twice" doubles one; the check must fail
@@ -43,7 +43,7 @@ plugin=$bin/examples/libtbx_orders.so
 backend=${TBX_MULTIHOST_BACKEND:-pg}
 msgs=${TBX_MULTIHOST_MESSAGES:-3000}
 tf=${TBX_TIME_FACTOR:-1}
-pg_port=${TBX_MULTIHOST_PG_PORT:-39760}
+pg_port=${TBX_MULTIHOST_PG_PORT:-29760}
 brk=${TBX_MULTIHOST_BREAK:-}
 case $brk in '' | rows | twice) ;; *)
 	echo "FAIL: TBX_MULTIHOST_BREAK: want rows or twice, got '$brk'"
