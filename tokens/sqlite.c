@@ -1104,6 +1104,26 @@ static int op_seq_ranges(tbx_tokens_t *tokens, int64_t *count)
 	return count_one(backend(tokens), Q_RANGE_COUNT, NULL, count);
 }
 
+int tbx__tq_txn_begin(tbx_tokens_sqlite_t *t)
+{
+	return txn_begin(t);
+}
+
+int tbx__tq_txn_end(tbx_tokens_sqlite_t *t, int err)
+{
+	return txn_end(t, err);
+}
+
+int tbx__tq_joined_check(tbx_tokens_sqlite_t *t)
+{
+	return joined_check(t);
+}
+
+int tbx__tq_seq_next(tbx_tokens_sqlite_t *t, int64_t *seq)
+{
+	return seq_next(t, seq);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
@@ -1112,6 +1132,7 @@ static void op_close(tbx_tokens_t *tokens)
 		return;
 	tbx__stmts_finalize(&t->stmts);
 	tbx__stmts_finalize(&t->reads);
+	tbx__stmts_finalize(&t->sets);
 	if (t->owned)
 		sqlite3_close_v2(t->db);
 	free(t);
@@ -1157,6 +1178,17 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .token_registrations = tbx__tq_token_registrations,
     .token_match = tbx__tq_token_match,
     .unsubscribe = tbx__tq_unsubscribe,
+    .sets_mint = tbx__tq_sets_mint,
+    .sets_mint_joined = tbx__tq_sets_mint_joined,
+    .sets_test = tbx__tq_sets_test,
+    .sets_consume = tbx__tq_sets_consume,
+    .sets_consume_joined = tbx__tq_sets_consume_joined,
+    .sets_confirm = tbx__tq_sets_confirm,
+    .sets_drop_attempt = tbx__tq_sets_drop_attempt,
+    .sets_registrations = tbx__tq_sets_registrations,
+    .sets_count = tbx__tq_sets_count,
+    .sets_summary = tbx__tq_sets_summary,
+    .sets_list = tbx__tq_sets_list,
     .close = op_close,
 };
 
@@ -1198,6 +1230,7 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 	}
 	tbx__stmts_init(&t->stmts, t->db, sql, t->slots, Q__COUNT);
 	tbx__tokens_sqlite_read_init(t);
+	tbx__tokens_sqlite_sets_init(t);
 	/* A read-write opening may take numbers: its own range first, in
 	 * a transaction of its own (on a shared connection too, before the
 	 * service store's first transaction). */
