@@ -49,6 +49,13 @@ int tbx__tq_txn_begin(tbx_tokens_sqlite_t *t);
 int tbx__tq_txn_end(tbx_tokens_sqlite_t *t, int err);
 int tbx__tq_joined_check(tbx_tokens_sqlite_t *t);
 int tbx__tq_seq_next(tbx_tokens_sqlite_t *t, int64_t *seq);
+/** Registrations listed by @p stmt (bound here: send_grp, limit, and the
+ *  (created_ms, attempt) to start after; columns attempt, an id,
+ *  created_ms) into a malloc'ed array, as the registrations operation
+ *  hands them back. */
+int tbx__tq_regs_read(sqlite3_stmt *stmt, const char *send_grp,
+		      const tbx__reg_t *after, size_t limit, tbx__reg_t **out,
+		      size_t *cnt);
 
 /** Sets up sqlite_sets.c's statements on an opened store. */
 void tbx__tokens_sqlite_sets_init(tbx_tokens_sqlite_t *t);

@@ -596,10 +596,8 @@ int tbx__tq_sets_registrations(tbx_tokens_t *tokens, const char *send_grp,
 			       tbx__reg_t **out, size_t *cnt)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
-	tbx__reg_t *regs = NULL;
-	size_t n = 0, cap = 0;
 	sqlite3_stmt *stmt;
-	int hit, err;
+	int err;
 
 	if (!out || !cnt)
 		return TBX_EINVAL;
@@ -611,55 +609,8 @@ int tbx__tq_sets_registrations(tbx_tokens_t *tokens, const char *send_grp,
 		return TBX_OK;
 	if ((err = tbx__stmt_get(&t->sets, S_BREG_LIST, &stmt)))
 		return err;
-	/* (created_ms, attempt) > (INT64_MIN, '') holds for every row. */
-	if (sqlite3_bind_text(stmt, 1, send_grp, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_int64(
-		stmt, 2, limit > INT64_MAX ? INT64_MAX : (int64_t)limit) ||
-	    sqlite3_bind_int64(stmt, 3,
-			       after ? after->created_ms : INT64_MIN) ||
-	    sqlite3_bind_text(stmt, 4, after ? after->attempt : "", -1,
-			      SQLITE_STATIC))
-		return tbx__stmt_bind_fail(stmt);
-	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
-		const char *attempt =
-		    (const char *)sqlite3_column_text(stmt, 0);
-		const char *row_id = (const char *)sqlite3_column_text(stmt, 1);
-
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			tbx__reg_t *grown;
-
-			if (ncap > limit)
-				ncap = limit;
-			if (!(grown = realloc(regs, ncap * sizeof(*grown)))) {
-				err = TBX_ENOMEM;
-				break;
-			}
-			regs = grown;
-			cap = ncap;
-		}
-		if (!attempt || !row_id ||
-		    tbx__strlcpy(regs[n].attempt, attempt,
-				 sizeof(regs[n].attempt)) < 0 ||
-		    tbx__strlcpy(regs[n].msg_id, row_id,
-				 sizeof(regs[n].msg_id)) < 0) {
-			tbx__log(TBX_LOG_ERR, "token store: set registration "
-					      "with a malformed attempt or "
-					      "row id");
-			err = TBX_ESTORE;
-			break;
-		}
-		regs[n].created_ms = sqlite3_column_int64(stmt, 2);
-		n++;
-	}
-	sqlite3_reset(stmt);
-	if (err || n == 0) {
-		free(regs);
-		return err;
-	}
-	*out = regs;
-	*cnt = n;
-	return TBX_OK;
+	/* msg_id receives the row_id. */
+	return tbx__tq_regs_read(stmt, send_grp, after, limit, out, cnt);
 }
 
 int tbx__tq_sets_count(tbx_tokens_t *tokens, const char *grp, int64_t *rows,
