@@ -85,7 +85,9 @@ int main(int argc, char **argv)
 			tbx_worker_destroy(w);
 			return 1;
 		}
-		idle = n ? 0 : idle + 1;
+		/* Idle only once it holds partitions: a group join that
+		 * takes long on a loaded machine is not "nothing to do". */
+		idle = n || w->part_cnt == 0 ? 0 : idle + 1;
 	}
 	tbx_worker_destroy(w);
 	return idle >= 100 ? 0 : 3;
