@@ -279,6 +279,9 @@ int tbx__cover_encode(tbx__buf_t *b, const tbx__cover_ent_t *e, size_t n,
 {
 	int rc;
 
+	if (n == 0)
+		return tbx__seterr(err, err_size, TBX_EINVAL,
+				   "cover: no record covered");
 	if (n > UINT32_MAX)
 		return tbx__seterr(err, err_size, TBX_EINVAL,
 				   "cover: %zu records, too many", n);

@@ -102,7 +102,8 @@ int tbx__wire_decode(const void *blob, size_t len, uint32_t cover_n,
 
 /**
  * Appends the cover column of @p n records to @p b (which should be
- * empty).  Every entry is checked as the decoder checks it.
+ * empty).  Every entry is checked as the decoder checks it, and a cover
+ * has at least one.
  * @returns TBX_OK, TBX_EINVAL (@p err says which entry and why) or
  * TBX_ENOMEM.
  */

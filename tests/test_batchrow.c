@@ -250,6 +250,12 @@ Test(batchrow, the_encoder_refuses_what_the_decoder_would)
 	tbx__buf_free(&b);
 	cr_assert_eq(tbx__cover_encode(&b, &e, 1, err, sizeof(err)),
 		     TBX_EINVAL);
+	cr_assert(strstr(err, "not UUID text"), "%s", err);
+	tbx__buf_free(&b);
+	/* A row covers at least one record. */
+	cr_assert_eq(tbx__cover_encode(&b, &e, 0, err, sizeof(err)),
+		     TBX_EINVAL);
+	cr_assert(strstr(err, "no record covered"), "%s", err);
 	tbx__buf_free(&b);
 }
 
