@@ -16,6 +16,11 @@
  *   tbx_undelivered   outgoing messages given up on, kept whole
  *   tbx_bindings      the token store each group's workers use: its id
  *                     and where it is (schema 9)
+ *   tbx_obatch        one row per (group, batch attempt) of the batched
+ *                     design, its columns in outbox/batchrow.h
+ *                     (schema 11; nothing writes it yet)
+ *   tbx_cover_msg     the per-message records a batch row covers
+ *                     (schema 11)
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
@@ -526,7 +531,10 @@ typedef struct tbx_outbox_ops {
 	/** B: records @p attempt and @p mint_seq with the messages' tokens
 	 *  (@p msgs) and indexes (@p wire) on row @p row_id, only while it
 	 *  has no attempt.  *won: 1 recorded; 0 the row had one, or is
-	 *  gone. */
+	 *  gone.  TBX_EINVAL for a message without a token, or a wire
+	 *  column that does not decode or does not match msgs; its cover
+	 *  entries are checked against the row's cover when it is
+	 *  loaded. */
 	int (*obatch_set_attempt)(tbx_outbox_t *store, const char *grp,
 				  const char *row_id, const char *attempt,
 				  int64_t mint_seq, const void *msgs,
