@@ -305,6 +305,12 @@ const tbx__prop_t tbx__props[] = {
 	 NULL, "both", 0,
 	 "Tracing: milliseconds between exports (default 5000). As "
 	 "OTEL_BSP_SCHEDULE_DELAY."},
+	{"trace.loss.window.ms", INT(trace_loss_window_ms), "60000", 1000, 86400000,
+	 NULL, "worker", 0,
+	 "Tracing: spans dropped on a full queue or lost in failed exports "
+	 "are counted per window of this many ms; spans lost in 2 windows "
+	 "in a row log a WARN and raise the span_export_loss alarm, which "
+	 "inspect status --check flags."},
 	{NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
 };
 /* clang-format on */

@@ -88,6 +88,7 @@ typedef struct tbx__cfg {
 	const char *otel_bsp_max_queue_size, *otel_bsp_max_export_batch_size,
 	    *otel_bsp_schedule_delay;
 	const char *otel_exporter_otlp_timeout;
+	int64_t trace_loss_window_ms;
 } tbx__cfg_t;
 
 /** One text of an ENUM property and the field's value for it. */

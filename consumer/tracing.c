@@ -126,8 +126,8 @@ void tbx__tracer_stats(tbx__tracer_t *t, tbx__exporter_stats_t *st,
 		*bad_headers = t ? atomic_load(&t->bad_headers) : 0;
 }
 
-int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
-			  const char *group)
+int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, int64_t window_ms,
+			  tbx_outbox_t *store, const char *group)
 {
 	tbx__exporter_stats_t st;
 	uint64_t lost, delta;
@@ -138,7 +138,7 @@ int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
 		t->loss_window_ms = now_ms;
 		return 0;
 	}
-	if (now_ms - t->loss_window_ms < TBX_TRACE_LOSS_WINDOW_MS)
+	if (now_ms - t->loss_window_ms < window_ms)
 		return 0;
 	tbx__exporter_stats(t->exp, &st);
 	lost = st.dropped + st.failed;
@@ -154,7 +154,7 @@ int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
 		 " dropped on a full queue, %" PRIu64
 		 " in failed exports in all): the trace collector is "
 		 "unreachable, too slow or refuses them",
-		 delta, TBX_TRACE_LOSS_WINDOW_MS / 1000, t->lossy_windows - 1,
+		 delta, (int)(window_ms / 1000), t->lossy_windows - 1,
 		 st.dropped, st.failed);
 	tbx__log(TBX_LOG_WARNING, "otel: %s", detail);
 	if (!store)

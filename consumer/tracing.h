@@ -50,7 +50,7 @@ typedef struct tbx__tracer {
 } tbx__tracer_t;
 
 /** Export loss is sustained when spans were lost in this many windows
- *  in a row of TBX_TRACE_LOSS_WINDOW_MS. */
+ *  in a row (trace.loss.window.ms each, by default this long). */
 #define TBX_TRACE_LOSS_WINDOW_MS 60000
 #define TBX_TRACE_LOSS_WINDOWS	 2
 
@@ -104,14 +104,14 @@ tbx__tracer_t *tbx__tracer_dispatch(void);
 
 /**
  * Called from the worker's loop at @p now_ms (monotonic): at the end of
- * each window of TBX_TRACE_LOSS_WINDOW_MS, when spans were dropped or
- * lost in TBX_TRACE_LOSS_WINDOWS windows in a row, logs a WARN and
- * records the alarm span_export_loss of @p group in @p store (which
+ * each window of @p window_ms (trace.loss.window.ms), when spans were
+ * dropped or lost in TBX_TRACE_LOSS_WINDOWS windows in a row, logs a WARN
+ * and records the alarm span_export_loss of @p group in @p store (which
  * `inspect status --check` flags), once per window while it lasts.
  * @returns 1 when it raised the alarm, else 0.
  */
-int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, tbx_outbox_t *store,
-			  const char *group);
+int tbx__trace_loss_check(tbx__tracer_t *t, int64_t now_ms, int64_t window_ms,
+			  tbx_outbox_t *store, const char *group);
 
 struct tbx_msg;
 

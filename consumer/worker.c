@@ -1168,6 +1168,7 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	tbx__membership_check(worker);
 	if (worker->batch.tracer)
 		tbx__trace_loss_check(worker->batch.tracer, tbx__mono_ms(),
+				      worker->cfg->trace_loss_window_ms,
 				      worker->store, worker->group);
 	maybe_cleanup(worker);
 	if ((err = collect(worker, timeout_ms))) {

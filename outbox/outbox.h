@@ -18,9 +18,9 @@
  *                     and where it is (schema 9)
  *   tbx_obatch        one row per (group, batch attempt) of the batched
  *                     design, its columns in outbox/batchrow.h
- *                     (schema 11; nothing writes it yet)
+ *                     (schema 12; nothing writes it yet)
  *   tbx_cover_msg     the per-message records a batch row covers
- *                     (schema 11)
+ *                     (schema 12)
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *

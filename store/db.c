@@ -27,6 +27,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "store/bits.h"
 #include "store/db_int.h"
 #include "store/msgs.h"
 
@@ -270,6 +271,34 @@ static const char *const migrations[] = {
     " ((hi IS NULL)) WHERE hi IS NULL;"
     "INSERT INTO tbx_seq_ranges (lo, hi) VALUES (1, NULL);",
     /* 10 -> 11 */
+    /* Token sets (tokens/tokens.h, docs/batched-tokens.md): the tokens
+     * an attempt mints for its messages to one partition of a topic, one
+     * row per receiving group with a bitmap of the messages not yet
+     * consumed (bit i in byte i / 8, bit i % 8), and one registration
+     * per attempt naming its sets (a JSON array of their ids).  The
+     * sweeper reads a group's registrations oldest first. */
+    "CREATE TABLE tbx_tset ("
+    " set_id TEXT NOT NULL,"
+    " grp TEXT NOT NULL,"
+    " topic TEXT NOT NULL,"
+    " part INTEGER NOT NULL CHECK (part >= 0),"
+    " mint_seq INTEGER NOT NULL,"
+    " nbits INTEGER NOT NULL CHECK (nbits BETWEEN 1 AND 65536),"
+    " bits BLOB NOT NULL CHECK (typeof(bits) = 'blob' AND"
+    "  length(bits) = (nbits + 7) / 8),"
+    " created_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (set_id, grp)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE tbx_breg ("
+    " attempt TEXT NOT NULL PRIMARY KEY,"
+    " send_grp TEXT NOT NULL,"
+    " row_id TEXT NOT NULL,"
+    " sets TEXT NOT NULL CHECK (json_valid(sets) AND"
+    "  json_type(sets) = 'array'),"
+    " created_ms INTEGER NOT NULL"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX tbx_breg_send ON tbx_breg (send_grp, created_ms, attempt);",
+    /* 11 -> 12 */
     /* The outbox row by the batch (docs/batched-tokens.md): one row per
      * (group, batch attempt) with the records it covers (cover), their
      * outgoing messages (msgs, store/msgs.h) and where each goes (wire,
@@ -680,6 +709,14 @@ static int db_open_once(const char *path, const tbx__db_opts_t *opts,
 	sqlite3_extended_result_codes(db, 1);
 	sqlite3_busy_timeout(
 	    db, opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms : 0);
+	/* The token sets' bitmap functions (store/bits.h), on every
+	 * connection: the token store's statements use them, on its own
+	 * connection or on the service store's. */
+	if ((rc = tbx__bits_sql_register(db)) != SQLITE_OK) {
+		err = open_fail(db, path, rc, "cannot register functions",
+				errstr, errstr_size);
+		goto fail;
+	}
 
 	/* The first read of the file: a non-SQLite file fails here, before
 	 * anything could be written to it.  One read transaction for both

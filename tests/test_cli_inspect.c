@@ -51,6 +51,10 @@
 #define TOK_IN_B   "a1a1a1a1-a1a1-4a1a-8a1a-a1a1a1a1a1a1"
 #define TOK_B1	   "55555555-5555-4555-8555-555555555551"
 #define TOK_B2	   "55555555-5555-4555-8555-555555555552"
+/* Token sets of an attempt of row A (schema 11). */
+#define ATT_SETS "c3c3c3c3-c3c3-4c3c-8c3c-c3c3c3c3c3c3"
+#define SET_PAY	 "c1c1c1c1-c1c1-4c1c-8c1c-c1c1c1c1c1c1"
+#define SET_AUD	 "c2c2c2c2-c2c2-4c2c-8c2c-c2c2c2c2c2c2"
 
 /*
  * Fixtures.
@@ -255,7 +259,19 @@ static void fx_tokens(const char *path)
 	    "'orders-svc', '" ROW_A "', 1699999990000),"
 	    "('" ATT_BILL "', '56565656-5656-4565-8565-565656565656', "
 	    "'billing', '34343434-3434-4343-8343-343434343434', "
-	    "1699996400000);");
+	    "1699996400000);"
+	    /* token sets (schema 11): A's attempt in flight sent 10
+	     * messages to payments (7 not consumed yet) and 3 to orders
+	     * (audit consumed 2) */
+	    "INSERT INTO tbx_tset (set_id, grp, topic, part, mint_seq, nbits, "
+	    "bits, created_ms) VALUES "
+	    "('" SET_PAY "', 'payments-svc', 'payments', 0, 16, 10, x'f502', "
+	    "1699999000000),"
+	    "('" SET_AUD "', 'audit', 'orders', 1, 16, 3, x'04', "
+	    "1699999000000);"
+	    "INSERT INTO tbx_breg (attempt, send_grp, row_id, sets, "
+	    "created_ms) VALUES ('" ATT_SETS "', 'orders-svc', '" ROW_A
+	    "', '[\"" SET_PAY "\",\"" SET_AUD "\"]', 1699999000000);");
 }
 
 /* Builds every fixture in @p dir: s.db + t.db (two files), all.db (one

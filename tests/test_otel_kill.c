@@ -142,7 +142,8 @@ static pid_t start_worker(const char *role, const char *log, const char *prom)
 	    tokens[700], endpoint[128], textfile[700];
 	/* otel.exporter.otlp.timeout: an export to the frozen Jaeger hangs
 	 * until it is killed; nothing but the queue's bound keeps a worker
-	 * going meanwhile. */
+	 * going meanwhile.  trace.loss.window.ms: the sustained loss is
+	 * flagged after two windows of 5 s, not of a minute. */
 	const char *settings[] = {group,
 				  boot,
 				  plugin,
@@ -155,6 +156,7 @@ static pid_t start_worker(const char *role, const char *log, const char *prom)
 				  "otel.bsp.schedule.delay=100",
 				  "otel.bsp.max.queue.size=64",
 				  "otel.exporter.otlp.timeout=600000",
+				  "trace.loss.window.ms=5000",
 				  "kafka.consumer.session.timeout.ms=6000",
 				  "kafka.consumer.heartbeat.interval.ms=300",
 				  "kafka.consumer.fetch.wait.max.ms=10",

@@ -29,20 +29,20 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 11 added, version 10, version 9 and version 8, taken away
- * again. */
-#define UNDO_V11                                                               \
+/* What version 12 added, version 11, 10, 9 and 8, taken away again. */
+#define UNDO_V12                                                               \
 	"DROP TABLE tbx_cover_msg; DROP TABLE tbx_obatch;"                     \
 	"ALTER TABLE tbx_inflight DROP COLUMN gen;"
+#define UNDO_V11 UNDO_V12 "DROP TABLE tbx_breg; DROP TABLE tbx_tset;"
 #define UNDO_V10 UNDO_V11 "DROP TABLE tbx_seq_ranges;"
 #define UNDO_V9	 UNDO_V10 "DROP TABLE tbx_bindings;"
 #define UNDO_V8	 UNDO_V9 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
 
-/* A version 10 store gets the batch rows' tables, empty, and a
+/* A version 11 store gets the batch rows' tables, empty, and a
  * generation of 0 on every partition it has; its outbox rows and markers
  * stay as they are (the protocol converts them when it uses batch
  * rows). */
-Test(migration, a_version_10_file_gets_the_batch_tables_and_keeps_its_rows)
+Test(migration, a_version_11_file_gets_the_batch_tables_and_keeps_its_rows)
 {
 	char *dir = tt_tmpdir();
 	char *path = tt_path(dir, "s.db");
@@ -56,7 +56,7 @@ Test(migration, a_version_10_file_gets_the_batch_tables_and_keeps_its_rows)
 	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_outbox_close(store);
-	exec(path, UNDO_V11 "PRAGMA user_version = 10;"
+	exec(path, UNDO_V12 "PRAGMA user_version = 11;"
 			    "INSERT INTO tbx_inflight (grp, topic, "
 			    "\"partition\", first_offset, last_offset, "
 			    "crashes, suspect_until) VALUES ('g', 't', 0, 4, "
@@ -162,6 +162,88 @@ Test(migration, a_version_9_file_keeps_every_number_it_issued)
 	cr_assert_eq(tbx_tokens_seq_issued(t, seq, &issued), TBX_OK);
 	cr_assert_eq(issued, 1);
 	tbx_tokens_close(t);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+/* A version 10 store keeps its tokens and subscriptions and gets the
+ * token sets' tables, empty, with their constraints; its token store
+ * answers that it has them and mints sets. */
+Test(migration, a_version_10_file_gets_the_token_sets)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "t.db");
+	char set_id[TBX_UUID_LEN + 1], err[256];
+	tbx__set_item_t item = {set_id, "t", 0, 3};
+	tbx__set_req_t req = {"att-1", "row-1", &item, 1};
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	uint64_t rows = 0;
+	int64_t pending = -1;
+	int yes = -1;
+	sqlite3 *db;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(path, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	tbx_tokens_close(t);
+	exec(path, UNDO_V11 "PRAGMA user_version = 10;"
+			    "INSERT INTO tbx_subscriptions (topic, grp, "
+			    "since_seq, created_ms, used_ms) VALUES ('t', "
+			    "'g', 5, 1, 1);"
+			    "INSERT INTO tbx_tokens (token, grp, mint_seq, "
+			    "created_ms) VALUES "
+			    "('00000000-0000-4000-8000-000000000002', 'g', 6, "
+			    "2);");
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM sqlite_master WHERE "
+				    "name IN ('tbx_tset', 'tbx_breg')"),
+		     0);
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(path, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_tokens"), 1,
+		     "the tokens in flight stay");
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_tset"), 0);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_breg"), 0);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM sqlite_master WHERE "
+				    "name = 'tbx_breg_send'"),
+		     1, "the sweeper's index");
+	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_SETS, &yes), TBX_OK);
+	cr_assert_eq(yes, 1);
+	tbx__uuid(set_id);
+	cr_assert_eq(tbx_tokens_sets_mint(t, "g0", &req, 1, NULL, &rows),
+		     TBX_OK);
+	cr_assert_eq(rows, 1, "a row for the group subscribed before");
+	cr_assert_eq(tbx_tokens_sets_count(t, "g", NULL, &pending, NULL),
+		     TBX_OK);
+	cr_assert_eq(pending, 3);
+	tbx_tokens_close(t);
+
+	/* The constraints: bits between 1 and 65536, a bitmap of their
+	 * length, a JSON array of set ids. */
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	static const char *const bad[] = {
+	    "INSERT INTO tbx_tset VALUES ('s', 'g', 't', 0, 1, 0, x'', 1)",
+	    "INSERT INTO tbx_tset VALUES ('s', 'g', 't', 0, 1, 65537, "
+	    "zeroblob(8193), 1)",
+	    "INSERT INTO tbx_tset VALUES ('s', 'g', 't', 0, 1, 9, x'ff', 1)",
+	    "INSERT INTO tbx_tset VALUES ('s', 'g', 't', 0, 1, 8, 'x', 1)",
+	    "INSERT INTO tbx_tset VALUES ('s', 'g', 't', -1, 1, 8, x'ff', 1)",
+	    "INSERT INTO tbx_breg VALUES ('a', 'g', 'r', 'not json', 1)",
+	    "INSERT INTO tbx_breg VALUES ('a', 'g', 'r', '{}', 1)",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(sqlite3_exec(db, bad[i], NULL, NULL, NULL) & 0xff,
+			     SQLITE_CONSTRAINT, "%s", bad[i]);
+	cr_assert_eq(sqlite3_exec(db,
+				  "INSERT INTO tbx_tset VALUES ('s', 'g', 't', "
+				  "0, 1, 65536, zeroblob(8192), 1)",
+				  NULL, NULL, NULL),
+		     SQLITE_OK, "%s", sqlite3_errmsg(db));
+	sqlite3_close(db);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

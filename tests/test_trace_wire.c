@@ -355,9 +355,13 @@ Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
 		     TBX_OK, "%s", err);
 	/* A window without loss, then lossy ones: the collector at port 9
 	 * refuses every export. */
-	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
+	cr_expect_eq(tbx__trace_loss_check(t, now, TBX_TRACE_LOSS_WINDOW_MS,
+					   store, "grp"),
+		     0);
 	now += TBX_TRACE_LOSS_WINDOW_MS;
-	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
+	cr_expect_eq(tbx__trace_loss_check(t, now, TBX_TRACE_LOSS_WINDOW_MS,
+					   store, "grp"),
+		     0);
 	for (int w = 0; w < TBX_TRACE_LOSS_WINDOWS; w++) {
 		tbx__exporter_stats_t st;
 		uint64_t lost;
@@ -375,14 +379,18 @@ Test(trace_wire, sustained_export_loss_raises_an_alarm_for_inspect)
 			tbx__exporter_stats(t->exp, &st);
 		} while (st.failed + st.dropped == lost);
 		now += TBX_TRACE_LOSS_WINDOW_MS;
-		cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"),
+		cr_expect_eq(tbx__trace_loss_check(t, now,
+						   TBX_TRACE_LOSS_WINDOW_MS,
+						   store, "grp"),
 			     w + 1 == TBX_TRACE_LOSS_WINDOWS, "window %d", w);
 	}
 	cr_assert_eq(tbx_outbox_alarms(store, alarm_seen, &seen), TBX_OK);
 	cr_expect_eq(seen, 1);
 	/* A window without loss ends it. */
 	now += TBX_TRACE_LOSS_WINDOW_MS;
-	cr_expect_eq(tbx__trace_loss_check(t, now, store, "grp"), 0);
+	cr_expect_eq(tbx__trace_loss_check(t, now, TBX_TRACE_LOSS_WINDOW_MS,
+					   store, "grp"),
+		     0);
 	tbx_outbox_close(store);
 	tbx__tracer_free(t, 0);
 	tt_rmrf(dir);

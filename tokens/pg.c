@@ -1305,15 +1305,50 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 	return TBX_OK;
 }
 
+int tbx__tp_regs_from(PGresult *res, tbx__reg_t **out, size_t *cnt)
+{
+	int rows = PQntuples(res), err = TBX_OK;
+	tbx__reg_t *regs;
+
+	if (rows == 0) {
+		PQclear(res);
+		return TBX_OK;
+	}
+	if (!(regs = calloc((size_t)rows, sizeof(*regs)))) {
+		PQclear(res);
+		return TBX_ENOMEM;
+	}
+	for (int r = 0; r < rows; r++) {
+		if (tbx__pg_text_to(res, r, 0, regs[r].attempt,
+				    sizeof(regs[r].attempt)) ||
+		    tbx__pg_text_to(res, r, 1, regs[r].msg_id,
+				    sizeof(regs[r].msg_id)) ||
+		    !regs[r].attempt[0] || !regs[r].msg_id[0]) {
+			tbx__log(TBX_LOG_ERR, "token store: registration with "
+					      "a malformed attempt or id");
+			err = TBX_ESTORE;
+			break;
+		}
+		regs[r].created_ms = tbx__pg_i64(res, r, 2);
+	}
+	PQclear(res);
+	if (err) {
+		free(regs);
+		return err;
+	}
+	*out = regs;
+	*cnt = (size_t)rows;
+	return TBX_OK;
+}
+
 static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 			    const tbx__reg_t *after, size_t limit,
 			    tbx__reg_t **out, size_t *cnt)
 {
 	tbx_tokens_pg_t *t = backend(tokens);
 	tbx__pg_params_t p;
-	tbx__reg_t *regs;
 	PGresult *res;
-	int rows, err;
+	int err;
 
 	*out = NULL;
 	*cnt = 0;
@@ -1331,37 +1366,7 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 	tbx__pgp_text(&p, after ? after->attempt : "");
 	if ((err = run(t, Q_REG_LIST, &p, &res)))
 		return err;
-	rows = PQntuples(res);
-	if (rows == 0) {
-		PQclear(res);
-		return TBX_OK;
-	}
-	if (!(regs = calloc((size_t)rows, sizeof(*regs)))) {
-		PQclear(res);
-		return TBX_ENOMEM;
-	}
-	for (int r = 0; r < rows; r++) {
-		if (tbx__pg_text_to(res, r, 0, regs[r].attempt,
-				    sizeof(regs[r].attempt)) ||
-		    tbx__pg_text_to(res, r, 1, regs[r].msg_id,
-				    sizeof(regs[r].msg_id)) ||
-		    !regs[r].attempt[0] || !regs[r].msg_id[0]) {
-			tbx__log(TBX_LOG_ERR, "token store: registration with "
-					      "a malformed attempt or message "
-					      "id");
-			err = TBX_ESTORE;
-			break;
-		}
-		regs[r].created_ms = tbx__pg_i64(res, r, 2);
-	}
-	PQclear(res);
-	if (err) {
-		free(regs);
-		return err;
-	}
-	*out = regs;
-	*cnt = (size_t)rows;
-	return TBX_OK;
+	return tbx__tp_regs_from(res, out, cnt);
 }
 
 static int op_count(tbx_tokens_t *tokens, const char *grp, int64_t *token_rows,

@@ -67,6 +67,10 @@ int tbx__tokens_pg_sets_init(tbx_tokens_pg_t *t);
 
 /* pg_sets.c: the token sets (tbx_tokens_ops_t; TBX_ESCHEMA on a store
  * of version 2 or older, opened read-only). */
+/** Registrations from @p res (columns attempt, an id, created_ms), which
+ *  it clears, into a malloc'ed array as the registrations operation hands
+ *  them back. */
+int tbx__tp_regs_from(PGresult *res, tbx__reg_t **out, size_t *cnt);
 int tbx__tp_sets_mint(tbx_tokens_t *tokens, const char *send_grp,
 		      const tbx__set_req_t *reqs, size_t req_cnt, int64_t *seq,
 		      uint64_t *rows);

@@ -688,9 +688,8 @@ int tbx__tp_sets_registrations(tbx_tokens_t *tokens, const char *send_grp,
 {
 	tbx_tokens_pg_t *t = backend(tokens);
 	tbx__pg_params_t p;
-	tbx__reg_t *regs;
 	PGresult *res;
-	int rows, err;
+	int err;
 
 	if (!out || !cnt)
 		return TBX_EINVAL;
@@ -710,36 +709,8 @@ int tbx__tp_sets_registrations(tbx_tokens_t *tokens, const char *send_grp,
 	tbx__pgp_text(&p, after ? after->attempt : "");
 	if ((err = run(t, S_REGS, &p, &res)))
 		return err;
-	if ((rows = PQntuples(res)) == 0) {
-		PQclear(res);
-		return TBX_OK;
-	}
-	if (!(regs = calloc((size_t)rows, sizeof(*regs)))) {
-		PQclear(res);
-		return TBX_ENOMEM;
-	}
-	for (int r = 0; r < rows; r++) {
-		if (tbx__pg_text_to(res, r, 0, regs[r].attempt,
-				    sizeof(regs[r].attempt)) ||
-		    tbx__pg_text_to(res, r, 1, regs[r].msg_id,
-				    sizeof(regs[r].msg_id)) ||
-		    !regs[r].attempt[0] || !regs[r].msg_id[0]) {
-			tbx__log(TBX_LOG_ERR, "token store: set registration "
-					      "with a malformed attempt or "
-					      "row id");
-			err = TBX_ESTORE;
-			break;
-		}
-		regs[r].created_ms = tbx__pg_i64(res, r, 2);
-	}
-	PQclear(res);
-	if (err) {
-		free(regs);
-		return err;
-	}
-	*out = regs;
-	*cnt = (size_t)rows;
-	return TBX_OK;
+	/* msg_id receives the row_id. */
+	return tbx__tp_regs_from(res, out, cnt);
 }
 
 int tbx__tp_sets_count(tbx_tokens_t *tokens, const char *grp, int64_t *rows,

@@ -790,25 +790,15 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 	return TBX_OK;
 }
 
-static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
-			    const tbx__reg_t *after, size_t limit,
-			    tbx__reg_t **out, size_t *cnt)
+int tbx__tq_regs_read(sqlite3_stmt *stmt, const char *send_grp,
+		      const tbx__reg_t *after, size_t limit, tbx__reg_t **out,
+		      size_t *cnt)
 {
-	tbx_tokens_sqlite_t *t = backend(tokens);
 	tbx__reg_t *regs = NULL;
 	size_t n = 0, cap = 0;
-	sqlite3_stmt *stmt;
 	int hit, err;
 
-	*out = NULL;
-	*cnt = 0;
-	if (!send_grp)
-		return TBX_EINVAL;
-	if (limit == 0)
-		return TBX_OK;
-	if ((err = tbx__stmt_get(&t->stmts, Q_REG_LIST, &stmt)))
-		return err;
-	/* (c, attempt) > (INT64_MIN, '') holds for every registration. */
+	/* (created_ms, attempt) > (INT64_MIN, '') holds for every row. */
 	if (sqlite3_bind_text(stmt, 1, send_grp, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int64(
 		stmt, 2, limit > INT64_MAX ? INT64_MAX : (int64_t)limit) ||
@@ -822,7 +812,7 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 	while (!(err = tbx__stmt_step(stmt, &hit)) && hit) {
 		const char *attempt =
 		    (const char *)sqlite3_column_text(stmt, 0);
-		const char *msg_id = (const char *)sqlite3_column_text(stmt, 1);
+		const char *id = (const char *)sqlite3_column_text(stmt, 1);
 
 		if (n == cap) {
 			size_t ncap = cap ? cap * 2 : 16;
@@ -837,14 +827,13 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 			regs = grown;
 			cap = ncap;
 		}
-		if (!attempt || !msg_id ||
+		if (!attempt || !id ||
 		    tbx__strlcpy(regs[n].attempt, attempt,
 				 sizeof(regs[n].attempt)) < 0 ||
-		    tbx__strlcpy(regs[n].msg_id, msg_id,
-				 sizeof(regs[n].msg_id)) < 0) {
+		    tbx__strlcpy(regs[n].msg_id, id, sizeof(regs[n].msg_id)) <
+			0) {
 			tbx__log(TBX_LOG_ERR, "token store: registration with "
-					      "a malformed attempt or message "
-					      "id");
+					      "a malformed attempt or id");
 			err = TBX_ESTORE;
 			break;
 		}
@@ -859,6 +848,25 @@ static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
 	*out = regs;
 	*cnt = n;
 	return TBX_OK;
+}
+
+static int op_registrations(tbx_tokens_t *tokens, const char *send_grp,
+			    const tbx__reg_t *after, size_t limit,
+			    tbx__reg_t **out, size_t *cnt)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int err;
+
+	*out = NULL;
+	*cnt = 0;
+	if (!send_grp)
+		return TBX_EINVAL;
+	if (limit == 0)
+		return TBX_OK;
+	if ((err = tbx__stmt_get(&t->stmts, Q_REG_LIST, &stmt)))
+		return err;
+	return tbx__tq_regs_read(stmt, send_grp, after, limit, out, cnt);
 }
 
 static int count_one(tbx_tokens_sqlite_t *t, int q, const char *grp, int64_t *n)
@@ -1104,6 +1112,26 @@ static int op_seq_ranges(tbx_tokens_t *tokens, int64_t *count)
 	return count_one(backend(tokens), Q_RANGE_COUNT, NULL, count);
 }
 
+int tbx__tq_txn_begin(tbx_tokens_sqlite_t *t)
+{
+	return txn_begin(t);
+}
+
+int tbx__tq_txn_end(tbx_tokens_sqlite_t *t, int err)
+{
+	return txn_end(t, err);
+}
+
+int tbx__tq_joined_check(tbx_tokens_sqlite_t *t)
+{
+	return joined_check(t);
+}
+
+int tbx__tq_seq_next(tbx_tokens_sqlite_t *t, int64_t *seq)
+{
+	return seq_next(t, seq);
+}
+
 static void op_close(tbx_tokens_t *tokens)
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
@@ -1112,6 +1140,7 @@ static void op_close(tbx_tokens_t *tokens)
 		return;
 	tbx__stmts_finalize(&t->stmts);
 	tbx__stmts_finalize(&t->reads);
+	tbx__stmts_finalize(&t->sets);
 	if (t->owned)
 		sqlite3_close_v2(t->db);
 	free(t);
@@ -1157,6 +1186,17 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .token_registrations = tbx__tq_token_registrations,
     .token_match = tbx__tq_token_match,
     .unsubscribe = tbx__tq_unsubscribe,
+    .sets_mint = tbx__tq_sets_mint,
+    .sets_mint_joined = tbx__tq_sets_mint_joined,
+    .sets_test = tbx__tq_sets_test,
+    .sets_consume = tbx__tq_sets_consume,
+    .sets_consume_joined = tbx__tq_sets_consume_joined,
+    .sets_confirm = tbx__tq_sets_confirm,
+    .sets_drop_attempt = tbx__tq_sets_drop_attempt,
+    .sets_registrations = tbx__tq_sets_registrations,
+    .sets_count = tbx__tq_sets_count,
+    .sets_summary = tbx__tq_sets_summary,
+    .sets_list = tbx__tq_sets_list,
     .close = op_close,
 };
 
@@ -1198,6 +1238,7 @@ int tbx_tokens_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 	}
 	tbx__stmts_init(&t->stmts, t->db, sql, t->slots, Q__COUNT);
 	tbx__tokens_sqlite_read_init(t);
+	tbx__tokens_sqlite_sets_init(t);
 	/* A read-write opening may take numbers: its own range first, in
 	 * a transaction of its own (on a shared connection too, before the
 	 * service store's first transaction). */

@@ -175,6 +175,9 @@ int tbx__tq_has(tbx_tokens_t *tokens, int what, int *yes)
 	case TBX_TOKENS_HAS_SEQ_RANGES:
 		*yes = version >= 10;
 		break;
+	case TBX_TOKENS_HAS_SETS:
+		*yes = version >= 11;
+		break;
 	default:
 		return TBX_EINVAL;
 	}

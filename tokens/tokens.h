@@ -16,6 +16,7 @@
  *   tbx_edge           PRIMARY KEY (topic, caller_id): the caller ids seen
  *                      by publishers, with fingerprint, msg_id and token
  *   tbx_store_info     (id = 1, store_id, created_ms): the file's identity
+ *   tbx_tset, tbx_breg the token sets of schema 11 (below)
  *
  * A token is a row per (token id, consumer group): a group checks and
  * deletes only its own row.  Every operation that writes is one
@@ -144,7 +145,7 @@ typedef struct tbx__unsub {
 typedef struct tbx__set_item {
 	const char *set_id; /**< a fresh id, UUID text */
 	const char *topic;
-	int32_t part;
+	int32_t part;	/**< >= 0: the partition, computed before minting */
 	uint32_t nbits; /**< 1 .. TBX_SET_BITS_MAX */
 } tbx__set_item_t;
 

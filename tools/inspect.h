@@ -179,6 +179,11 @@ int insp_t_fail(insp_t *in, int err);
 /** The listing filter of the options: --group, --older-than (when
  *  @p older), --limit. */
 tbx__filter_t insp_filter(const insp_t *in, int older);
+/** *yes = 1 when the token store holds token sets (tokens.h, sets_*): a
+ *  backend without the operations, or one that does not know the
+ *  question (TBX_EINVAL from has()), has none.  @returns the error of
+ *  has() otherwise. */
+int insp_has_sets(insp_t *in, int *yes);
 /** Groups the service store has rows of (outbox, ingress, dead letters):
  *  the groups whose registrations the sweeper may judge against it. */
 int insp_served_groups(insp_t *in, char ***out, size_t *cnt);

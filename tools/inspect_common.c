@@ -171,6 +171,21 @@ int insp_open_write_err(insp_t *in, int synchronous_full, tbx_outbox_t **store,
 	return TBX_OK;
 }
 
+int insp_has_sets(insp_t *in, int *yes)
+{
+	int err;
+
+	*yes = 0;
+	if (!in->tokens->ops->sets_list || !in->tokens->ops->sets_summary)
+		return TBX_OK;
+	err = tbx_tokens_has(in->tokens, TBX_TOKENS_HAS_SETS, yes);
+	if (err == TBX_EINVAL) {
+		*yes = 0;
+		return TBX_OK;
+	}
+	return err;
+}
+
 tbx__filter_t insp_filter(const insp_t *in, int older)
 {
 	tbx__filter_t f = TBX_FILTER_ALL;

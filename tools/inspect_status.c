@@ -28,6 +28,14 @@ typedef struct grp_counts {
 typedef struct status {
 	grp_counts_t *outbox, *tokens, *regs, *dls;
 	size_t outbox_n, tokens_n, regs_n, dls_n;
+	/* Token sets (schema 11, token version 3): per group, n[0] set
+	 * rows, n[1] pending bits (sets_summary), n[2] registrations as
+	 * sender (sets_count), oldest_ms the oldest row (0: none); and the
+	 * registrations of every group. */
+	int has_sets;
+	grp_counts_t *sets;
+	size_t sets_n;
+	int64_t set_regs;
 	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
 	cJSON *alarms;
 	int64_t undelivered; /* tbx_undelivered lines */
@@ -137,10 +145,75 @@ static int add_ingress(void *opaque, const tbx__ingress_t *g)
 	return 0;
 }
 
+static int by_grp(const void *a, const void *b)
+{
+	return strcmp(((const grp_counts_t *)a)->grp,
+		      ((const grp_counts_t *)b)->grp);
+}
+
+/* The set registrations of @p grp into its entry of st->sets, added
+ * (without rows) when it has some and no set rows. */
+static int sets_regs_of(insp_t *in, status_t *st, const char *grp)
+{
+	grp_counts_t *g = NULL, *grown;
+	int64_t regs = 0;
+	int err;
+
+	for (size_t i = 0; i < st->sets_n && !g; i++)
+		if (strcmp(st->sets[i].grp, grp) == 0)
+			g = &st->sets[i];
+	if ((err = tbx_tokens_sets_count(in->tokens, grp, NULL, NULL, &regs)))
+		return insp_t_fail(in, err), -1;
+	if (g) {
+		g->n[2] = regs;
+		return 0;
+	}
+	if (!regs)
+		return 0;
+	if (!(grown = realloc(st->sets, (st->sets_n + 1) * sizeof(*grown))))
+		return tbx_cli_usage(INSPECT_CMD, "out of memory"), -1;
+	st->sets = grown;
+	g = &grown[st->sets_n];
+	memset(g, 0, sizeof(*g));
+	if (!(g->grp = tbx__strdup(grp)))
+		return tbx_cli_usage(INSPECT_CMD, "out of memory"), -1;
+	g->n[2] = regs;
+	st->sets_n++;
+	return 0;
+}
+
+/*
+ * Set registrations are per sending group, which sets_summary (per
+ * receiving group) does not give: counted for every group with set rows,
+ * with token registrations, or served by this store, and in all (the
+ * header's number, which also holds senders none of those name).
+ */
+static int sets_regs(insp_t *in, status_t *st, char **served, size_t served_n)
+{
+	size_t rows_n = st->sets_n;
+	int err;
+
+	if ((err = tbx_tokens_sets_count(in->tokens, NULL, NULL, NULL,
+					 &st->set_regs)))
+		return insp_t_fail(in, err), -1;
+	for (size_t i = 0; i < rows_n; i++)
+		if (sets_regs_of(in, st, st->sets[i].grp))
+			return -1;
+	for (size_t i = 0; i < st->regs_n; i++)
+		if (sets_regs_of(in, st, st->regs[i].grp))
+			return -1;
+	for (size_t i = 0; i < served_n; i++)
+		if (sets_regs_of(in, st, served[i]))
+			return -1;
+	if (st->sets_n)
+		qsort(st->sets, st->sets_n, sizeof(st->sets[0]), by_grp);
+	return 0;
+}
+
 static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 {
 	status_ctx_t ctx = {in, st};
-	gathered_t g[4];
+	gathered_t g[5];
 	char **served = NULL;
 	size_t served_n = 0;
 	int has_ranges = 0, err;
@@ -161,6 +234,14 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	err = tbx_outbox_dead_letters_summary(in->store, gather_one, &g[3]);
 	if (gathered(in, &g[3], err, insp_s_fail, &st->dls, &st->dls_n))
 		return -1;
+	if ((err = insp_has_sets(in, &st->has_sets)))
+		return insp_t_fail(in, err), -1;
+	if (st->has_sets) {
+		err = tbx_tokens_sets_summary(in->tokens, gather_one, &g[4]);
+		if (gathered(in, &g[4], err, insp_t_fail, &st->sets,
+			     &st->sets_n))
+			return -1;
+	}
 	if ((err = tbx_tokens_seq_current(in->tokens, &st->seq)))
 		return insp_t_fail(in, err), -1;
 	st->ranges = -1;
@@ -171,6 +252,10 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 		return insp_t_fail(in, err), -1;
 	if (insp_served_groups(in, &served, &served_n))
 		return -1;
+	if (st->has_sets && sets_regs(in, st, served, served_n)) {
+		insp_free_list(served, served_n);
+		return -1;
+	}
 	for (size_t i = 0; i < st->regs_n; i++) {
 		grp_counts_t *r = &st->regs[i];
 		if (!insp_has(served, served_n, r->grp))
@@ -204,6 +289,7 @@ static void status_free(status_t *st)
 	counts_free(st->tokens, st->tokens_n);
 	counts_free(st->regs, st->regs_n);
 	counts_free(st->dls, st->dls_n);
+	counts_free(st->sets, st->sets_n);
 	cJSON_Delete(st->subs);
 	cJSON_Delete(st->ingress);
 	cJSON_Delete(st->alarms);
@@ -244,6 +330,7 @@ typedef struct totals {
 	int64_t tokens, tokens_oldest;
 	int64_t attempts, reg_tokens, orphans, unchecked;
 	int64_t dl, dl_pending;
+	int64_t set_rows, set_pending, set_regs, sets_oldest;
 } totals_t;
 
 static void status_totals(const status_t *st, totals_t *t)
@@ -277,6 +364,15 @@ static void status_totals(const status_t *st, totals_t *t)
 	for (size_t i = 0; i < st->dls_n; i++) {
 		t->dl += st->dls[i].n[0];
 		t->dl_pending += st->dls[i].n[1];
+	}
+	t->set_regs = st->set_regs;
+	for (size_t i = 0; i < st->sets_n; i++) {
+		const grp_counts_t *g = &st->sets[i];
+		t->set_rows += g->n[0];
+		t->set_pending += g->n[1];
+		if (g->n[0] &&
+		    (!t->sets_oldest || g->oldest_ms < t->sets_oldest))
+			t->sets_oldest = g->oldest_ms;
 	}
 }
 
@@ -353,6 +449,31 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 				insp_json_add_int(g, keys[v], c->v[v]);
 			else
 				cJSON_AddNullToObject(g, keys[v]);
+		}
+	}
+
+	/* null: a store whose schema has no token sets. */
+	if (!st->has_sets) {
+		cJSON_AddNullToObject(doc, "token_sets");
+	} else {
+		o = cJSON_AddObjectToObject(doc, "token_sets");
+		insp_json_add_int(o, "rows", t->set_rows);
+		insp_json_add_int(o, "pending", t->set_pending);
+		insp_json_add_int(o, "registrations", t->set_regs);
+		add_time(in, o, "oldest_created_ms", "oldest_age_ms",
+			 t->sets_oldest, t->set_rows > 0);
+		arr = cJSON_AddArrayToObject(o, "groups");
+		for (size_t i = 0; i < st->sets_n; i++) {
+			const grp_counts_t *c = &st->sets[i];
+
+			g = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, g);
+			insp_json_add_str(g, "group", c->grp);
+			insp_json_add_int(g, "rows", c->n[0]);
+			insp_json_add_int(g, "pending", c->n[1]);
+			insp_json_add_int(g, "registrations", c->n[2]);
+			add_time(in, g, "oldest_created_ms", "oldest_age_ms",
+				 c->oldest_ms, c->n[0] > 0);
 		}
 	}
 
@@ -511,6 +632,36 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 			}
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
 			insp_tbl_cell(tbl, age);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+	}
+
+	/* Token sets: shown when there are any. */
+	if (t->set_rows || t->set_regs) {
+		insp_fmt_age(insp_age(in, t->sets_oldest), age, sizeof(age));
+		printf(
+		    "\nToken sets: %s (%" PRId64 " pending), %s",
+		    insp_count_of(n1, sizeof(n1), t->set_rows, "row", "rows"),
+		    t->set_pending,
+		    insp_count_of(n2, sizeof(n2), t->set_regs, "registration",
+				  "registrations"));
+		if (t->set_rows)
+			printf(", oldest %s", age);
+		printf("\n");
+		tbl = insp_tbl_new(
+		    "Lrrrr", (const char *const[]){"GROUP", "ROWS", "PENDING",
+						   "REGISTRATIONS", "OLDEST"});
+		for (size_t i = 0; i < st->sets_n; i++) {
+			const grp_counts_t *g = &st->sets[i];
+			if (g->n[0])
+				insp_fmt_age(insp_age(in, g->oldest_ms), age,
+					     sizeof(age));
+			insp_tbl_cell(tbl, g->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[2]);
+			insp_tbl_cell(tbl, g->n[0] ? age : "-");
 		}
 		insp_tbl_print(tbl, 2);
 		insp_tbl_free(tbl);

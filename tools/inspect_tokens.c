@@ -59,12 +59,79 @@ static int token_row(void *opaque, const tbx__token_rec_t *t)
 	return 0;
 }
 
+/* The indexes of the bits set, as a JSON array. */
+static cJSON *bits_json(const tbx__set_rec_t *r)
+{
+	cJSON *arr = cJSON_CreateArray();
+
+	for (uint32_t i = 0; arr && r->bits && i < r->nbits; i++)
+		if ((r->bits[i / 8] >> (i % 8)) & 1u)
+			cJSON_AddItemToArray(arr, cJSON_CreateNumber(i));
+	return arr;
+}
+
+static int set_row(void *opaque, const tbx__set_rec_t *r)
+{
+	token_listing_t *l = opaque;
+	char age[32];
+
+	l->shown++;
+	if (l->arr) {
+		insp_jobj(l->arr,
+			  "set_id:s group:s topic:s partition:i nbits:i "
+			  "pending:i bits:j mint_seq:i created_ms:i age_ms:i",
+			  r->set_id, r->grp, r->topic, (int64_t)r->part,
+			  (int64_t)r->nbits, (int64_t)r->pending, bits_json(r),
+			  r->mint_seq, r->created_ms,
+			  insp_age(l->in, r->created_ms));
+		return 0;
+	}
+	insp_fmt_age(insp_age(l->in, r->created_ms), age, sizeof(age));
+	insp_tbl_cell(l->tbl, age);
+	insp_tbl_cell(l->tbl, r->set_id);
+	insp_tbl_cell(l->tbl, r->grp);
+	insp_tbl_cell(l->tbl, r->topic);
+	insp_tbl_cellf(l->tbl, "%d", (int)r->part);
+	insp_tbl_cellf(l->tbl, "%u", (unsigned)r->nbits);
+	insp_tbl_cellf(l->tbl, "%u", (unsigned)r->pending);
+	return 0;
+}
+
+/* The token sets the filter takes (a store of schema 11 or token
+ * version 3): into @p doc's "sets", or a table into *tbl. */
+static int sets_list(insp_t *in, const tbx__filter_t *f, cJSON *doc,
+		     token_listing_t *l, int64_t *total)
+{
+	int has = 0, err;
+
+	*total = 0;
+	if ((err = insp_has_sets(in, &has)))
+		return err;
+	if (!has)
+		return TBX_OK;
+	if (doc)
+		l->arr = cJSON_AddArrayToObject(doc, "sets");
+	else
+		l->tbl = insp_tbl_new(
+		    "rlLLrrr",
+		    (const char *const[]){"AGE", "SET", "GROUP", "TOPIC",
+					  "PART", "BITS", "PENDING"});
+	if ((err = tbx_tokens_sets_list(in->tokens, f, total, set_row, l)))
+		return err;
+	if (doc) {
+		insp_json_add_int(doc, "sets_total", *total);
+		insp_json_add_int(doc, "sets_shown", l->shown);
+	}
+	return TBX_OK;
+}
+
 int insp_tokens_list(insp_t *in)
 {
 	tbx__filter_t f = insp_filter(in, 1);
 	token_listing_t l = {in, NULL, NULL, 0};
+	token_listing_t sl = {in, NULL, NULL, 0};
 	cJSON *doc = NULL;
-	int64_t total = 0;
+	int64_t total = 0, sets_total = 0;
 	int rc, err;
 
 	if (in->o->json) {
@@ -75,14 +142,29 @@ int insp_tokens_list(insp_t *in)
 		    "rLLr",
 		    (const char *const[]){"AGE", "TOKEN", "GROUP", "MINT SEQ"});
 	}
-	if ((err =
-		 tbx_tokens_tokens_list(in->tokens, &f, &total, token_row, &l)))
+	if ((err = tbx_tokens_tokens_list(in->tokens, &f, &total, token_row,
+					  &l)) ||
+	    (err = sets_list(in, &f, doc, &sl, &sets_total))) {
 		rc = insp_t_fail(in, err);
-	else
+	} else {
 		rc = insp_list_finish(in, &doc, l.tbl, total, l.shown, "tokens",
 				      "");
+		/* --check finds set rows as it finds token rows. */
+		if (rc == INSPECT_EXIT_OK && in->o->check && sl.shown)
+			rc = INSPECT_EXIT_FINDING;
+		/* The sets after the tokens, when there are any. */
+		if (sl.tbl && sl.shown) {
+			printf("\nToken sets (a row per set and receiving "
+			       "group):\n");
+			insp_tbl_print(sl.tbl, 0);
+			if (sets_total > sl.shown)
+				printf("… %" PRId64 " more (--limit)\n",
+				       sets_total - sl.shown);
+		}
+	}
 	cJSON_Delete(doc);
 	insp_tbl_free(l.tbl);
+	insp_tbl_free(sl.tbl);
 	return rc;
 }
 
