@@ -16,6 +16,11 @@
  *   tbx_undelivered   outgoing messages given up on, kept whole
  *   tbx_bindings      the token store each group's workers use: its id
  *                     and where it is (schema 9)
+ *   tbx_obatch        one row per (group, batch attempt) of the batched
+ *                     design, its columns in outbox/batchrow.h
+ *                     (schema 12; nothing writes it yet)
+ *   tbx_cover_msg     the per-message records a batch row covers
+ *                     (schema 12)
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
@@ -42,6 +47,7 @@
 #include <stdint.h>
 
 #include "base/ids.h"
+#include "outbox/batchrow.h"
 #include "store/db.h"
 #include "store/filter.h"
 #include "tokenbox/tokenbox.h"
@@ -214,6 +220,30 @@ typedef struct tbx__token_use {
 	int64_t seq;		   /**< outgoing only */
 	int64_t partition, offset; /**< incoming only */
 } tbx__token_use_t;
+
+/** A batch row of tbx_obatch (docs/batched-tokens.md, "The outbox row by
+ *  the batch"): its columns, the blobs encoded (store/msgs.h,
+ *  outbox/batchrow.h) and borrowed. */
+typedef struct tbx__obatch {
+	char row_id[TBX_UUID_LEN + 1];
+	char attempt[TBX_UUID_LEN + 1]; /**< "" until B */
+	int64_t mint_seq;		/**< 0 until B */
+	int tokfmt;			/**< 2 sets, 1 per-message tokens */
+	int64_t created_ms;
+	int64_t stuck_ms; /**< -1: not marked */
+	int64_t dispatch_failures;
+	const void *cover;
+	size_t cover_len;
+	const void *msgs; /**< NULL: no message */
+	size_t msgs_len;
+	const void *wire;
+	size_t wire_len;
+} tbx__obatch_t;
+
+/** A batch row loaded, with its cover decoded and indexed (both valid
+ *  during the call only). */
+typedef int (*tbx__obatch_fn)(void *opaque, const tbx__obatch_t *row,
+			      const tbx__cover_t *cover);
 
 typedef int (*tbx__row_fn)(void *opaque, const char *grp, const tbx__row_t *row,
 			   int64_t msg_cnt);
@@ -487,6 +517,60 @@ typedef struct tbx_outbox_ops {
 	int (*query)(tbx_outbox_t *store, const char *sql,
 		     const char *const *params, int n, tbx_row_fn fn,
 		     void *arg);
+
+	/*
+	 * Batch rows (tbx_obatch, tbx_cover_msg, tbx_inflight.gen;
+	 * docs/batched-tokens.md).  Nothing of the protocol calls them yet.
+	 * NULL in a backend that does not have them: the wrappers answer
+	 * TBX_ESCHEMA.
+	 */
+	/** A: inserts @p row (attempt "" and mint_seq 0, or both set) with
+	 *  a tbx_cover_msg entry per covered record with a per-message
+	 *  token, inside the transaction begin() opened.  The blobs are
+	 *  checked first (wire against cover, and against msgs' count):
+	 *  TBX_EINVAL, errmsg() says why.  A row id or a covered
+	 *  per-message id the group has already fails the statement (the
+	 *  store's error). */
+	int (*obatch_insert)(tbx_outbox_t *store, const char *grp,
+			     const tbx__obatch_t *row);
+	/** B: records @p attempt and @p mint_seq with the messages' tokens
+	 *  (@p msgs) and indexes (@p wire) on row @p row_id, only while it
+	 *  has no attempt.  *won: 1 recorded; 0 the row had one, or is
+	 *  gone.  TBX_EINVAL for a message without a token, or a wire
+	 *  column that does not decode or does not match msgs; its cover
+	 *  entries are checked against the row's cover when it is
+	 *  loaded. */
+	int (*obatch_set_attempt)(tbx_outbox_t *store, const char *grp,
+				  const char *row_id, const char *attempt,
+				  int64_t mint_seq, const void *msgs,
+				  size_t msgs_len, const void *wire,
+				  size_t wire_len, int *won);
+	/** E: deletes the rows @p ids (@p n) and their tbx_cover_msg
+	 *  entries; *deleted (may be NULL) the rows that were there. */
+	int (*obatch_delete)(tbx_outbox_t *store, const char *grp,
+			     const char *const *ids, size_t n,
+			     int64_t *deleted);
+	/** The resume check's reload: every row of @p grp, by row id, to
+	 *  @p fn until it returns non-zero (then TBX_OK).  A row whose
+	 *  columns do not decode stops the listing: TBX_ECORRUPT, logged
+	 *  at ERROR, errmsg() naming the row and what is wrong. */
+	int (*obatch_load)(tbx_outbox_t *store, const char *grp,
+			   tbx__obatch_fn fn, void *opaque);
+	/** The rows covering per-message records @p ids (@p n):
+	 *  row_ids[i] is the row covering ids[i], or "". */
+	int (*cover_msg_find)(tbx_outbox_t *store, const char *grp,
+			      const char *const *ids, size_t n,
+			      char (*row_ids)[TBX_UUID_LEN + 1]);
+	/** gens[i]: tbx_inflight.gen of (@p grp, @p topic, @p parts[i]); 0
+	 *  for a partition without a row. */
+	int (*gens_get)(tbx_outbox_t *store, const char *grp, const char *topic,
+			const int32_t *parts, size_t n, int64_t *gens);
+	/** A, at commit: adds 1 to gen of each of @p parts (a row with a
+	 *  cleared marker made for a partition without one); gens[i] (may
+	 *  be NULL) the new value. */
+	int (*gens_bump)(tbx_outbox_t *store, const char *grp,
+			 const char *topic, const int32_t *parts, size_t n,
+			 int64_t *gens);
 } tbx_outbox_ops_t;
 
 /** The backends, for native(). */
@@ -935,6 +1019,60 @@ static inline int tbx_outbox_query(tbx_outbox_t *store, const char *sql,
 				   tbx_row_fn fn, void *arg)
 {
 	return store->ops->query(store, sql, params, n, fn, arg);
+}
+
+/* Batch rows: TBX_ESCHEMA where the backend has none yet. */
+#define TBX__OBATCH_OP(s, op, ...)                                             \
+	((s)->ops->op ? (s)->ops->op((s), __VA_ARGS__) : TBX_ESCHEMA)
+
+static inline int tbx_outbox_obatch_insert(tbx_outbox_t *store, const char *grp,
+					   const tbx__obatch_t *row)
+{
+	return TBX__OBATCH_OP(store, obatch_insert, grp, row);
+}
+
+static inline int tbx_outbox_obatch_set_attempt(
+    tbx_outbox_t *store, const char *grp, const char *row_id,
+    const char *attempt, int64_t mint_seq, const void *msgs, size_t msgs_len,
+    const void *wire, size_t wire_len, int *won)
+{
+	return TBX__OBATCH_OP(store, obatch_set_attempt, grp, row_id, attempt,
+			      mint_seq, msgs, msgs_len, wire, wire_len, won);
+}
+
+static inline int tbx_outbox_obatch_delete(tbx_outbox_t *store, const char *grp,
+					   const char *const *ids, size_t n,
+					   int64_t *deleted)
+{
+	return TBX__OBATCH_OP(store, obatch_delete, grp, ids, n, deleted);
+}
+
+static inline int tbx_outbox_obatch_load(tbx_outbox_t *store, const char *grp,
+					 tbx__obatch_fn fn, void *opaque)
+{
+	return TBX__OBATCH_OP(store, obatch_load, grp, fn, opaque);
+}
+
+static inline int tbx_outbox_cover_msg_find(tbx_outbox_t *store,
+					    const char *grp,
+					    const char *const *ids, size_t n,
+					    char (*row_ids)[TBX_UUID_LEN + 1])
+{
+	return TBX__OBATCH_OP(store, cover_msg_find, grp, ids, n, row_ids);
+}
+
+static inline int tbx_outbox_gens_get(tbx_outbox_t *store, const char *grp,
+				      const char *topic, const int32_t *parts,
+				      size_t n, int64_t *gens)
+{
+	return TBX__OBATCH_OP(store, gens_get, grp, topic, parts, n, gens);
+}
+
+static inline int tbx_outbox_gens_bump(tbx_outbox_t *store, const char *grp,
+				       const char *topic, const int32_t *parts,
+				       size_t n, int64_t *gens)
+{
+	return TBX__OBATCH_OP(store, gens_bump, grp, topic, parts, n, gens);
 }
 
 #endif

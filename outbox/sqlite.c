@@ -179,6 +179,7 @@ int tbx_outbox_sqlite_open(const char *path, const tbx__db_opts_t *opts,
 	store->sync_full = opts ? opts->synchronous_full : 1;
 	tbx__stmts_init(&store->stmts, store->db, sql, store->slots, Q__COUNT);
 	tbx__outbox_sqlite_read_init(store);
+	tbx__outbox_sqlite_batch_init(store);
 	*out = &store->base;
 	return TBX_OK;
 }
@@ -191,6 +192,7 @@ static void sq_close(tbx_outbox_t *base)
 		return;
 	tbx__stmts_finalize(&store->stmts);
 	tbx__stmts_finalize(&store->reads);
+	tbx__stmts_finalize(&store->batch);
 	/* _v2: a token store sharing this connection may still hold
 	 * statements; the connection goes when they are finalized. */
 	sqlite3_close_v2(store->db);
@@ -1191,4 +1193,11 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .native = sq_native,
     .exec = sq_exec,
     .query = sq_query,
+    .obatch_insert = tbx__sq_obatch_insert,
+    .obatch_set_attempt = tbx__sq_obatch_set_attempt,
+    .obatch_delete = tbx__sq_obatch_delete,
+    .obatch_load = tbx__sq_obatch_load,
+    .cover_msg_find = tbx__sq_cover_msg_find,
+    .gens_get = tbx__sq_gens_get,
+    .gens_bump = tbx__sq_gens_bump,
 };

@@ -13,8 +13,9 @@
 #include "store/stmt.h"
 
 /** Statement slots of each file. */
-#define SQ_STMTS      40
-#define SQ_READ_STMTS 32
+#define SQ_STMTS       40
+#define SQ_READ_STMTS  32
+#define SQ_BATCH_STMTS 12
 
 typedef struct sq_store {
 	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */
@@ -26,10 +27,34 @@ typedef struct sq_store {
 	sqlite3_stmt *slots[SQ_STMTS];
 	tbx__stmts_t reads; /* sqlite_read.c's */
 	sqlite3_stmt *read_slots[SQ_READ_STMTS];
+	tbx__stmts_t batch; /* sqlite_batch.c's */
+	sqlite3_stmt *batch_slots[SQ_BATCH_STMTS];
 } sq_store_t;
 
 /** Sets up sqlite_read.c's statements on an opened store. */
 void tbx__outbox_sqlite_read_init(sq_store_t *store);
+/** Sets up sqlite_batch.c's statements on an opened store. */
+void tbx__outbox_sqlite_batch_init(sq_store_t *store);
+
+/* sqlite_batch.c: the batch rows (tbx_outbox_ops_t). */
+int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
+			  const tbx__obatch_t *row);
+int tbx__sq_obatch_set_attempt(tbx_outbox_t *base, const char *grp,
+			       const char *row_id, const char *attempt,
+			       int64_t mint_seq, const void *msgs,
+			       size_t msgs_len, const void *wire,
+			       size_t wire_len, int *won);
+int tbx__sq_obatch_delete(tbx_outbox_t *base, const char *grp,
+			  const char *const *ids, size_t n, int64_t *deleted);
+int tbx__sq_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
+			void *opaque);
+int tbx__sq_cover_msg_find(tbx_outbox_t *base, const char *grp,
+			   const char *const *ids, size_t n,
+			   char (*row_ids)[TBX_UUID_LEN + 1]);
+int tbx__sq_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
+		     const int32_t *parts, size_t n, int64_t *gens);
+int tbx__sq_gens_bump(tbx_outbox_t *base, const char *grp, const char *topic,
+		      const int32_t *parts, size_t n, int64_t *gens);
 
 /* sqlite_read.c: the read side (tbx_outbox_ops_t). */
 int tbx__sq_read_begin(tbx_outbox_t *base);

@@ -299,6 +299,37 @@ static const char *const migrations[] = {
     ") WITHOUT ROWID;"
     "CREATE INDEX tbx_breg_send ON tbx_breg (send_grp, created_ms, attempt);",
     /* 11 -> 12 */
+    /* The outbox row by the batch (docs/batched-tokens.md): one row per
+     * (group, batch attempt) with the records it covers (cover), their
+     * outgoing messages (msgs, store/msgs.h) and where each goes (wire,
+     * outbox/batchrow.h); the index of the records in the per-message
+     * format it covers; and the generation per partition that the
+     * resume check compares its memory with.  Empty until the protocol
+     * writes batch rows; tbx_outbox stays as it is until then. */
+    "CREATE TABLE tbx_obatch ("
+    " grp TEXT NOT NULL,"
+    " row_id TEXT NOT NULL,"
+    " attempt TEXT,"
+    " mint_seq INTEGER,"
+    " tokfmt INTEGER NOT NULL CHECK (tokfmt IN (1, 2)),"
+    " created_ms INTEGER NOT NULL,"
+    " stuck_ms INTEGER,"
+    " dispatch_failures INTEGER NOT NULL DEFAULT 0,"
+    " cover BLOB NOT NULL CHECK (typeof(cover) = 'blob'),"
+    " msgs BLOB CHECK (msgs IS NULL OR typeof(msgs) = 'blob'),"
+    " wire BLOB NOT NULL CHECK (typeof(wire) = 'blob'),"
+    " CHECK ((attempt IS NULL) = (mint_seq IS NULL)),"
+    " PRIMARY KEY (grp, row_id)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE tbx_cover_msg ("
+    " grp TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " row_id TEXT NOT NULL,"
+    " PRIMARY KEY (grp, msg_id)"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX tbx_cover_msg_row ON tbx_cover_msg (grp, row_id);"
+    "ALTER TABLE tbx_inflight ADD COLUMN gen INTEGER NOT NULL DEFAULT 0;",
+    /* 12 -> 13 */
     /* The token of a record in the batched format (docs/batched-tokens.md)
      * is a bit of a token set: in_token holds the set's id and in_tbit
      * the record's bit in it, which D clears.  NULL for a per-message

@@ -4,9 +4,9 @@
  * undelivered resend` record a send span per message (service
  * tokenbox-inspect), child of the span that wrote the message (the
  * writer kept in its stored context) in its stored trace, and the
- * produced copy carries that span's traceparent; `dead-letters replay` records the
- * replay's send span (service tokenbox-publisher) as the child of the
- * dead letter's.  Read back through a real Jaeger's query API.
+ * produced copy carries that span's traceparent; `dead-letters replay` records
+ * the replay's send span (service tokenbox-publisher) as the child of the dead
+ * letter's.  Read back through a real Jaeger's query API.
  *
  * Needs TBX_JAEGER_OTLP (what `scripts/jaeger.sh start` prints); the
  * query API is TBX_JAEGER_QUERY, else the next port.

@@ -30,13 +30,67 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 12 added (the outbox row's set bit), version 11, 10, 9
+/* What version 13 added (the outbox row's set bit), version 12, 11, 10, 9
  * and 8, taken away again. */
 #define UNDO_TBIT "ALTER TABLE tbx_outbox DROP COLUMN in_tbit;"
-#define UNDO_V11  UNDO_TBIT "DROP TABLE tbx_breg; DROP TABLE tbx_tset;"
-#define UNDO_V10  UNDO_V11 "DROP TABLE tbx_seq_ranges;"
-#define UNDO_V9	  UNDO_V10 "DROP TABLE tbx_bindings;"
-#define UNDO_V8	  UNDO_V9 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
+#define UNDO_V12                                                               \
+	UNDO_TBIT "DROP TABLE tbx_cover_msg; DROP TABLE tbx_obatch;"           \
+		  "ALTER TABLE tbx_inflight DROP COLUMN gen;"
+#define UNDO_V11 UNDO_V12 "DROP TABLE tbx_breg; DROP TABLE tbx_tset;"
+#define UNDO_V10 UNDO_V11 "DROP TABLE tbx_seq_ranges;"
+#define UNDO_V9	 UNDO_V10 "DROP TABLE tbx_bindings;"
+#define UNDO_V8	 UNDO_V9 "ALTER TABLE tbx_outbox DROP COLUMN msgs;" MSG_TABLE_V7
+
+/* A version 11 store gets the batch rows' tables, empty, and a
+ * generation of 0 on every partition it has; its outbox rows and markers
+ * stay as they are (the protocol converts them when it uses batch
+ * rows). */
+Test(migration, a_version_11_file_gets_the_batch_tables_and_keeps_its_rows)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	int32_t parts[2] = {0, 5};
+	int64_t gens[2] = {-1, -1};
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	exec(path, UNDO_V12 "PRAGMA user_version = 11;"
+			    "INSERT INTO tbx_inflight (grp, topic, "
+			    "\"partition\", first_offset, last_offset, "
+			    "crashes, suspect_until) VALUES ('g', 't', 0, 4, "
+			    "9, 1, 0);"
+			    "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+			    "in_partition, in_offset, created_ms) VALUES "
+			    "('g', '00000000-0000-4000-8000-000000000001', "
+			    "'t', 0, 7, 1)");
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM sqlite_schema WHERE "
+				    "name IN ('tbx_obatch', 'tbx_cover_msg')"),
+		     0);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx_outbox_gens_get(store, "g", "t", parts, 2, gens),
+		     TBX_OK);
+	cr_assert_eq(gens[0], 0);
+	cr_assert_eq(gens[1], 0);
+	tbx_outbox_close(store);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_obatch"), 0);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_cover_msg"), 0);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_outbox WHERE "
+				    "in_offset = 7"),
+		     1);
+	cr_assert_eq(tt_count(path, "SELECT crashes * 100 + last_offset FROM "
+				    "tbx_inflight WHERE grp = 'g'"),
+		     109);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
 
 /* A version 8 store gets the table of the token store its workers use,
  * empty until a worker starts. */

@@ -1,0 +1,537 @@
+/* The batch rows of the SQLite service store (outbox/sqlite_batch.c):
+ * tbx_obatch, tbx_cover_msg and tbx_inflight.gen. */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/ids.h"
+#include "base/str.h"
+#include "outbox/outbox.h"
+#include "store/msgs.h"
+#include "support.h"
+
+#define GRP "g"
+
+typedef struct fx {
+	char *dir, *path;
+	tbx_outbox_t *store;
+} fx_t;
+
+static void fx_open(fx_t *fx)
+{
+	tbx__db_opts_t opts;
+	char err[256];
+
+	fx->dir = tt_tmpdir();
+	fx->path = tt_path(fx->dir, "s.db");
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(
+	    tbx_outbox_open(fx->path, &opts, &fx->store, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+}
+
+static void fx_close(fx_t *fx)
+{
+	tbx_outbox_close(fx->store);
+	tt_rmrf(fx->dir);
+	free(fx->dir);
+	free(fx->path);
+}
+
+static void raw(const char *path, const char *sql)
+{
+	sqlite3 *db;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s",
+		     sqlite3_errmsg(db));
+	sqlite3_close(db);
+}
+
+/* A row of n records, each with one message of 200 bytes; every third
+ * record in the per-message format, the others with a set bit; tokens
+ * in the messages when @p attempt is given. */
+typedef struct brow {
+	tbx__obatch_t row;
+	tbx__buf_t cover, wire;
+	void *msgs;
+	size_t n;
+	char (*ids)[40];
+	char (*outs)[TBX_UUID_LEN + 1];
+	char set[TBX_UUID_LEN + 1];
+	unsigned char payload[200];
+} brow_t;
+
+static void brow_make(brow_t *b, size_t n, const char *attempt)
+{
+	tbx__cover_ent_t *e = calloc(n, sizeof(*e));
+	tbx__wire_ent_t *w = calloc(n, sizeof(*w));
+	tbx__mfield_t *f = calloc(n * TBX__MF_COUNT, sizeof(*f));
+	char err[200];
+
+	memset(b, 0, sizeof(*b));
+	b->n = n;
+	b->ids = calloc(n, sizeof(*b->ids));
+	b->outs = calloc(n, sizeof(*b->outs));
+	tbx__uuid(b->set);
+	tbx__uuid(b->row.row_id);
+	for (size_t i = 0; i < sizeof(b->payload); i++)
+		b->payload[i] = (unsigned char)(i * 7);
+	for (size_t i = 0; i < n; i++) {
+		int per_msg = i % 3 == 0;
+
+		tbx__uuid(b->ids[i]);
+		tbx__uuid(b->outs[i]);
+		e[i] =
+		    (tbx__cover_ent_t){TBX__COVER_HANDLED,
+				       "in",
+				       (int32_t)(i % 4),
+				       (int64_t)(i / 4),
+				       b->ids[i],
+				       per_msg ? TBX__REF_TOKEN : TBX__REF_BIT,
+				       "",
+				       (uint16_t)i,
+				       (int32_t)(i % 4)};
+		if (per_msg)
+			tbx__uuid(e[i].ref_id);
+		else
+			memcpy(e[i].ref_id, b->set, sizeof(b->set));
+		w[i] = (tbx__wire_ent_t){(int32_t)(i % 6), (uint16_t)i,
+					 (uint32_t)i};
+		f[i * TBX__MF_COUNT + TBX__MF_ID] =
+		    (tbx__mfield_t){b->outs[i], TBX_UUID_LEN};
+		f[i * TBX__MF_COUNT + TBX__MF_TOPIC] =
+		    (tbx__mfield_t){"out", 3};
+		f[i * TBX__MF_COUNT + TBX__MF_TYPE] = (tbx__mfield_t){"ty", 2};
+		f[i * TBX__MF_COUNT + TBX__MF_PAYLOAD] =
+		    (tbx__mfield_t){b->payload, sizeof(b->payload)};
+		f[i * TBX__MF_COUNT + TBX__MF_HEADERS] =
+		    (tbx__mfield_t){"traceparent", 11};
+		if (attempt)
+			f[i * TBX__MF_COUNT + TBX__MF_TOKEN] =
+			    (tbx__mfield_t){b->set, TBX_UUID_LEN};
+	}
+	cr_assert_eq(tbx__cover_encode(&b->cover, e, n, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx__wire_encode(&b->wire, w, n), TBX_OK);
+	cr_assert_eq(tbx__msgs_encode(f, n, &b->msgs, &b->row.msgs_len),
+		     TBX_OK);
+	b->row.msgs = b->msgs;
+	b->row.cover = b->cover.p;
+	b->row.cover_len = b->cover.len;
+	b->row.wire = b->wire.p;
+	b->row.wire_len = b->wire.len;
+	b->row.tokfmt = 2;
+	b->row.created_ms = 1234;
+	b->row.stuck_ms = -1;
+	if (attempt) {
+		snprintf(b->row.attempt, sizeof(b->row.attempt), "%s", attempt);
+		b->row.mint_seq = 77;
+	}
+	free(e);
+	free(w);
+	free(f);
+}
+
+static void brow_free(brow_t *b)
+{
+	tbx__buf_free(&b->cover);
+	tbx__buf_free(&b->wire);
+	free(b->msgs);
+	free(b->ids);
+	free(b->outs);
+}
+
+static int insert(fx_t *fx, const brow_t *b)
+{
+	int rc;
+
+	cr_assert_eq(tbx_outbox_begin(fx->store), TBX_OK);
+	rc = tbx_outbox_obatch_insert(fx->store, GRP, &b->row);
+	cr_assert_eq(rc ? tbx_outbox_rollback(fx->store)
+			: tbx_outbox_commit(fx->store),
+		     TBX_OK);
+	return rc;
+}
+
+/* What load() gives, copied. */
+typedef struct loaded {
+	int rows;
+	tbx__obatch_t row;
+	void *cover, *msgs, *wire;
+	uint32_t cover_n;
+	int64_t found_bit, found_off;
+	const char *set;
+} loaded_t;
+
+static int on_row(void *opaque, const tbx__obatch_t *row,
+		  const tbx__cover_t *cover)
+{
+	loaded_t *l = opaque;
+
+	l->rows++;
+	l->row = *row;
+	l->cover = tbx__memdup(row->cover, row->cover_len);
+	l->msgs = row->msgs ? tbx__memdup(row->msgs, row->msgs_len) : NULL;
+	l->wire = tbx__memdup(row->wire, row->wire_len);
+	l->cover_n = cover->n;
+	l->found_bit = l->set ? tbx__cover_find_bit(cover, l->set, 499) : -2;
+	l->found_off = tbx__cover_find_offset(cover, "in", 3, 124);
+	return 0;
+}
+
+static void loaded_free(loaded_t *l)
+{
+	free(l->cover);
+	free(l->msgs);
+	free(l->wire);
+}
+
+/* A row of 500 records of one message each comes back byte for byte,
+ * with the index of its cover and the per-message records' entries. */
+Test(obatch, a_row_of_500_records_round_trips_exactly)
+{
+	fx_t fx;
+	brow_t b;
+	loaded_t l = {0};
+	const char *ids[3];
+	char rows[3][TBX_UUID_LEN + 1];
+
+	fx_open(&fx);
+	brow_make(&b, 500, NULL);
+	cr_assert_gt(b.row.msgs_len, 500 * 200);
+	cr_assert_eq(insert(&fx, &b), TBX_OK);
+	l.set = b.set;
+	cr_assert_eq(tbx_outbox_obatch_load(fx.store, GRP, on_row, &l), TBX_OK);
+	cr_assert_eq(l.rows, 1);
+	cr_assert_str_eq(l.row.row_id, b.row.row_id);
+	cr_assert_str_eq(l.row.attempt, "");
+	cr_assert_eq(l.row.mint_seq, 0);
+	cr_assert_eq(l.row.tokfmt, 2);
+	cr_assert_eq(l.row.created_ms, 1234);
+	cr_assert_eq(l.row.stuck_ms, -1);
+	cr_assert_eq(l.row.dispatch_failures, 0);
+	cr_assert_eq(l.row.cover_len, b.cover.len);
+	cr_assert_eq(memcmp(l.cover, b.cover.p, b.cover.len), 0);
+	cr_assert_eq(l.row.msgs_len, b.row.msgs_len);
+	cr_assert_eq(memcmp(l.msgs, b.msgs, b.row.msgs_len), 0);
+	cr_assert_eq(l.row.wire_len, b.wire.len);
+	cr_assert_eq(memcmp(l.wire, b.wire.p, b.wire.len), 0);
+	cr_assert_eq(l.cover_n, 500);
+	cr_assert_eq(l.found_bit, 499); /* 499 % 3 != 0: a set bit */
+	cr_assert_eq(l.found_off, 499); /* partition 499 % 4, offset 124 */
+	/* 167 records in the per-message format, each indexed. */
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_cover_msg"),
+		     167);
+	ids[0] = b.ids[0];
+	ids[1] = b.ids[1]; /* a set bit: not indexed */
+	ids[2] = b.ids[498];
+	cr_assert_eq(tbx_outbox_cover_msg_find(fx.store, GRP, ids, 3, rows),
+		     TBX_OK);
+	cr_assert_str_eq(rows[0], b.row.row_id);
+	cr_assert_str_eq(rows[1], "");
+	cr_assert_str_eq(rows[2], b.row.row_id);
+	cr_assert_eq(tbx_outbox_cover_msg_find(fx.store, "other", ids, 1, rows),
+		     TBX_OK);
+	cr_assert_str_eq(rows[0], "");
+	loaded_free(&l);
+	brow_free(&b);
+	fx_close(&fx);
+}
+
+/* B records an attempt once: a second recorder loses, and so does one
+ * for a row that is gone. */
+Test(obatch, an_attempt_is_recorded_once)
+{
+	fx_t fx;
+	brow_t b, tok;
+	loaded_t l = {0};
+	char a1[TBX_UUID_LEN + 1], a2[TBX_UUID_LEN + 1];
+	int won = -1;
+
+	fx_open(&fx);
+	brow_make(&b, 3, NULL);
+	tbx__uuid(a1);
+	tbx__uuid(a2);
+	brow_make(&tok, 3, a1); /* the same messages with their tokens */
+	cr_assert_eq(insert(&fx, &b), TBX_OK);
+	cr_assert_eq(tbx_outbox_obatch_set_attempt(
+			 fx.store, GRP, b.row.row_id, a1, 77, tok.msgs,
+			 tok.row.msgs_len, tok.wire.p, tok.wire.len, &won),
+		     TBX_OK);
+	cr_assert_eq(won, 1);
+	cr_assert_eq(tbx_outbox_obatch_set_attempt(
+			 fx.store, GRP, b.row.row_id, a2, 78, tok.msgs,
+			 tok.row.msgs_len, tok.wire.p, tok.wire.len, &won),
+		     TBX_OK);
+	cr_assert_eq(won, 0);
+	cr_assert_eq(tbx_outbox_obatch_set_attempt(
+			 fx.store, GRP, tok.row.row_id, a2, 78, tok.msgs,
+			 tok.row.msgs_len, tok.wire.p, tok.wire.len, &won),
+		     TBX_OK);
+	cr_assert_eq(won, 0);
+	/* Messages without tokens are no attempt. */
+	cr_assert_eq(tbx_outbox_obatch_set_attempt(
+			 fx.store, GRP, b.row.row_id, a2, 78, b.msgs,
+			 b.row.msgs_len, b.wire.p, b.wire.len, &won),
+		     TBX_EINVAL);
+	cr_assert_eq(tbx_outbox_obatch_load(fx.store, GRP, on_row, &l), TBX_OK);
+	cr_assert_eq(l.rows, 1);
+	cr_assert_str_eq(l.row.attempt, a1);
+	cr_assert_eq(l.row.mint_seq, 77);
+	cr_assert_eq(l.row.msgs_len, tok.row.msgs_len);
+	cr_assert_eq(memcmp(l.msgs, tok.msgs, tok.row.msgs_len), 0);
+	/* The CHECK: an attempt without its sequence is refused by the
+	 * table itself. */
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch WHERE "
+				       "attempt IS NOT NULL AND mint_seq = 77"),
+		     1);
+	loaded_free(&l);
+	brow_free(&b);
+	brow_free(&tok);
+	fx_close(&fx);
+}
+
+Test(obatch, the_table_ties_attempt_and_sequence)
+{
+	fx_t fx;
+	sqlite3 *db;
+
+	fx_open(&fx);
+	cr_assert_eq(sqlite3_open(fx.path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db,
+				  "INSERT INTO tbx_obatch (grp, row_id, "
+				  "attempt, mint_seq, tokfmt, created_ms, "
+				  "cover, wire) VALUES ('g', 'r', 'a', NULL, "
+				  "2, 0, x'00', x'00')",
+				  NULL, NULL, NULL),
+		     SQLITE_CONSTRAINT);
+	cr_assert_eq(sqlite3_exec(db,
+				  "INSERT INTO tbx_obatch (grp, row_id, "
+				  "attempt, mint_seq, tokfmt, created_ms, "
+				  "cover, wire) VALUES ('g', 'r', NULL, 5, "
+				  "2, 0, x'00', x'00')",
+				  NULL, NULL, NULL),
+		     SQLITE_CONSTRAINT);
+	sqlite3_close(db);
+	fx_close(&fx);
+}
+
+/* E deletes rows by id with their index entries, and only those. */
+Test(obatch, rows_go_with_their_index_entries)
+{
+	fx_t fx;
+	brow_t b1, b2;
+	const char *ids[3];
+	int64_t deleted = -1;
+
+	fx_open(&fx);
+	brow_make(&b1, 6, NULL);
+	brow_make(&b2, 4, NULL);
+	cr_assert_eq(insert(&fx, &b1), TBX_OK);
+	cr_assert_eq(insert(&fx, &b2), TBX_OK);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_cover_msg"),
+		     4);
+	ids[0] = b1.row.row_id;
+	ids[1] = "0190f3c2-1111-7000-8000-00000000dead";
+	ids[2] = b1.row.row_id;
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_obatch_delete(fx.store, GRP, ids, 3, &deleted),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(deleted, 1);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch"), 1);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_cover_msg"),
+		     2);
+	/* A covered per-message record can be covered again once its row
+	 * is gone; while it is there, a second row covering it fails. */
+	cr_assert_eq(insert(&fx, &b1), TBX_OK);
+	tbx__uuid(b1.row.row_id);
+	cr_assert_neq(insert(&fx, &b1), TBX_OK);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch"), 2);
+	brow_free(&b1);
+	brow_free(&b2);
+	fx_close(&fx);
+}
+
+/* Everything is written in the caller's transaction: rolled back, it
+ * leaves nothing behind. */
+Test(obatch, a_rolled_back_transaction_leaves_nothing)
+{
+	fx_t fx;
+	brow_t b;
+	int32_t parts[2] = {1, 2};
+	int64_t gens[2];
+
+	fx_open(&fx);
+	brow_make(&b, 10, NULL);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_obatch_insert(fx.store, GRP, &b.row), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "in", parts, 2, gens),
+		     TBX_OK);
+	cr_assert_eq(gens[0], 1);
+	cr_assert_eq(tbx_outbox_rollback(fx.store), TBX_OK);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch"), 0);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_cover_msg"),
+		     0);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_inflight"), 0);
+	/* And committed, it is all there. */
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_obatch_insert(fx.store, GRP, &b.row), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "in", parts, 2, gens),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch"), 1);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_cover_msg"),
+		     4);
+	cr_assert_eq(tt_count(fx.path, "SELECT SUM(gen) FROM tbx_inflight"), 2);
+	brow_free(&b);
+	fx_close(&fx);
+}
+
+/* gen: 0 without a row; each bump adds 1, making a row with a cleared
+ * marker where there was none; G's marker writes keep it. */
+Test(obatch, generations_are_read_and_bumped_per_partition)
+{
+	fx_t fx;
+	int32_t parts[3] = {0, 7, 0};
+	int64_t gens[3];
+	tbx__inflight_t f = {10, 20, 0, -1, 0, -1, 0}, got;
+	int found;
+
+	fx_open(&fx);
+	cr_assert_eq(tbx_outbox_gens_get(fx.store, GRP, "t", parts, 3, gens),
+		     TBX_OK);
+	cr_assert(gens[0] == 0 && gens[1] == 0 && gens[2] == 0);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "t", parts, 3, gens),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert(gens[0] == 1 && gens[1] == 1 && gens[2] == 2);
+	cr_assert_eq(
+	    tbx_outbox_inflight_get(fx.store, GRP, "t", 7, &got, &found),
+	    TBX_OK);
+	cr_assert(found && got.first == -1 && got.last == -1 &&
+		  got.crashes == 0);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_put(fx.store, GRP, "t", 0, &f),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_release(fx.store, GRP, "t", 0),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_get(fx.store, GRP, "t", parts, 3, gens),
+		     TBX_OK);
+	cr_assert(gens[0] == 2 && gens[1] == 1 && gens[2] == 2);
+	cr_assert_eq(
+	    tbx_outbox_gens_get(fx.store, "other", "t", parts, 1, gens),
+	    TBX_OK);
+	cr_assert_eq(gens[0], 0);
+	fx_close(&fx);
+}
+
+/* A row whose columns do not agree is not inserted. */
+Test(obatch, an_inconsistent_row_is_refused)
+{
+	fx_t fx;
+	brow_t b, other;
+	tbx__obatch_t row;
+	char a[TBX_UUID_LEN + 1];
+
+	fx_open(&fx);
+	brow_make(&b, 5, NULL);
+	brow_make(&other, 4, NULL);
+	tbx__uuid(a);
+	row = b.row;
+	row.wire = other.wire.p; /* 4 entries for 5 messages */
+	row.wire_len = other.wire.len;
+	cr_assert_eq(insert(&fx, &(brow_t){.row = row}), TBX_EINVAL);
+	cr_assert(strstr(tbx_outbox_errmsg(fx.store), "4 entries for 5"), "%s",
+		  tbx_outbox_errmsg(fx.store));
+	row = other.row;
+	row.cover = b.cover.p; /* fine: 5 records, 4 messages of 0..3 */
+	row.cover_len = b.cover.len;
+	row.msgs = b.msgs; /* 5 messages for 4 wire entries */
+	row.msgs_len = b.row.msgs_len;
+	cr_assert_eq(insert(&fx, &(brow_t){.row = row}), TBX_EINVAL);
+	row = b.row;
+	snprintf(row.attempt, sizeof(row.attempt), "%s", a);
+	row.mint_seq = 3; /* an attempt, but messages without tokens */
+	cr_assert_eq(insert(&fx, &(brow_t){.row = row}), TBX_EINVAL);
+	cr_assert(strstr(tbx_outbox_errmsg(fx.store), "without a token"), "%s",
+		  tbx_outbox_errmsg(fx.store));
+	row = b.row;
+	row.cover_len--;
+	cr_assert_eq(insert(&fx, &(brow_t){.row = row}), TBX_EINVAL);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch"), 0);
+	brow_free(&b);
+	brow_free(&other);
+	fx_close(&fx);
+}
+
+/* A stored column that does not decode stops the reload with
+ * TBX_ECORRUPT, naming the row and what is wrong. */
+Test(obatch, a_corrupt_stored_row_is_refused)
+{
+	static const struct {
+		const char *sql, *why;
+	} cases[] = {
+	    {"UPDATE tbx_obatch SET cover = substr(cover, 1, length(cover) - "
+	     "1)",
+	     "cover entry 4: runs past"},
+	    {"UPDATE tbx_obatch SET cover = CAST(cover || x'00' AS BLOB)",
+	     "trail"},
+	    {"UPDATE tbx_obatch SET wire = substr(wire, 1, 15)",
+	     "wire: 10 bytes for 5 messages"},
+	    {"UPDATE tbx_obatch SET wire = x'0100000000'",
+	     "0 entries for 5 messages"},
+	    {"UPDATE tbx_obatch SET msgs = substr(msgs, 1, 100)", "msgs:"},
+	    {"UPDATE tbx_obatch SET tokfmt = 1, row_id = 'x'", "not UUID text"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		fx_t fx;
+		brow_t b;
+		loaded_t l = {0};
+
+		fx_open(&fx);
+		brow_make(&b, 5, NULL);
+		cr_assert_eq(insert(&fx, &b), TBX_OK);
+		raw(fx.path, cases[i].sql);
+		cr_assert_eq(tbx_outbox_obatch_load(fx.store, GRP, on_row, &l),
+			     TBX_ECORRUPT, "case %zu", i);
+		cr_assert_eq(l.rows, 0);
+		cr_assert(strstr(tbx_outbox_errmsg(fx.store), cases[i].why),
+			  "case %zu: %s", i, tbx_outbox_errmsg(fx.store));
+		cr_assert(strstr(tbx_outbox_errmsg(fx.store), "batch row"),
+			  "%s", tbx_outbox_errmsg(fx.store));
+		brow_free(&b);
+		fx_close(&fx);
+	}
+}
+
+/* A backend without batch rows answers TBX_ESCHEMA. */
+Test(obatch, a_backend_without_batch_rows_says_so)
+{
+	static const tbx_outbox_ops_t none = {.name = "none"};
+	tbx_outbox_t store = {&none};
+	int32_t part = 0;
+	int64_t gen;
+	int won;
+
+	cr_assert_eq(tbx_outbox_obatch_insert(&store, GRP, NULL), TBX_ESCHEMA);
+	cr_assert_eq(tbx_outbox_obatch_set_attempt(&store, GRP, "r", "a", 1,
+						   NULL, 0, NULL, 0, &won),
+		     TBX_ESCHEMA);
+	cr_assert_eq(tbx_outbox_obatch_delete(&store, GRP, NULL, 0, NULL),
+		     TBX_ESCHEMA);
+	cr_assert_eq(tbx_outbox_obatch_load(&store, GRP, on_row, NULL),
+		     TBX_ESCHEMA);
+	cr_assert_eq(tbx_outbox_cover_msg_find(&store, GRP, NULL, 0, NULL),
+		     TBX_ESCHEMA);
+	cr_assert_eq(tbx_outbox_gens_get(&store, GRP, "t", &part, 1, &gen),
+		     TBX_ESCHEMA);
+	cr_assert_eq(tbx_outbox_gens_bump(&store, GRP, "t", &part, 1, &gen),
+		     TBX_ESCHEMA);
+}
