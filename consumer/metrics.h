@@ -103,7 +103,8 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(TOKENS_CREATED, "tokens_created_total", "counter", "",               \
 	  "Token rows minted.")                                                \
 	X(TOKENS_CONSUMED, "tokens_consumed_total", "counter", "",             \
-	  "Own token rows deleted after work.")                                \
+	  "Own tokens consumed after work: per-message token rows deleted, "   \
+	  "and bits of token sets cleared.")                                   \
 	X(ATTEMPTS_LOST, "attempts_lost_total", "counter", "",                 \
 	  "Token sets discarded because another attempt won.")                 \
 	X(ORPHANS_SWEPT, "orphans_swept_total", "counter", "",                 \

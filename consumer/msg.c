@@ -181,12 +181,13 @@ static void parse_tset(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 			why = "tbx-tset without a valid tbx-seq";
 		}
 	}
-	/* No token this worker can check either way: untokened, and
-	 * malformed, so dead-lettered by the ingress offset. */
+	/* The token is the set's bit, never tbx-token. */
 	msg->token[0] = '\0';
-	msg->untokened = 1;
 	if (why) {
+		/* No token this worker can check either way: untokened, and
+		 * malformed, so dead-lettered by the ingress offset. */
 		msg->tset[0] = '\0';
+		msg->untokened = 1;
 		msg->fmt = TBX_WF_MALFORMED;
 		if (!msg->malformed)
 			msg->malformed = why;
@@ -195,11 +196,6 @@ static void parse_tset(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 	msg->fmt = TBX_WF_SET;
 	msg->tset_part = part;
 	msg->tset_index = index;
-	/* The receiver of token sets is not built yet: a batched record must
-	 * be neither handled as untokened nor dropped, so it goes to the
-	 * dead-letter topic with the reason, loudly. */
-	if (!msg->malformed)
-		msg->malformed = TBX_TSET_UNSUPPORTED;
 }
 
 void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,

@@ -71,8 +71,10 @@ struct tbx_msg {
 		       tbx__batch_keep()) */
 	/* A's lookups for the whole batch (proto_process.c, prefetch()): -1 not
 	 * looked up, else 0/1. */
-	int pre_row;		/**< its outbox row existed when A began */
-	int pre_token;		/**< its token existed, asked after the row */
+	int pre_row;   /**< its outbox row existed when A began */
+	int pre_token; /**< its token existed, asked after the row */
+	int pre_bit;   /**< batched: its bit's tbx__bit_state_t, asked after
+			  the row */
 	tbx__msg_trace_t trace; /**< its trace (trace.on 0: tracing off) */
 };
 
@@ -91,10 +93,9 @@ struct tbx_ctx {
 	struct tbx__tracer *tracer; /**< NULL: tracing off */
 };
 
-/** The malformed reason of a record in the batched format, until the
- *  worker handles token sets (docs/batched-tokens.md). */
-#define TBX_TSET_UNSUPPORTED                                                   \
-	"token set headers (tbx-tset) are not supported by this worker yet"
+/** The malformed reason of a batched record whose set exists with fewer
+ *  bits than its tbx-tbit index (found by A's token check). */
+#define TBX_TBIT_RANGE "tbx-tbit index is beyond its token set's bits (nbits)"
 
 /**
  * Parses a tbx-tbit value, @p len bytes at @p v (not NUL-terminated):

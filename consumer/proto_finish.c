@@ -25,57 +25,102 @@
  * the model's DEFER_FINISH.
  */
 
+/* The incoming tokens of some rows, for D: the per-message tokens
+ * (toks) and the bits of token sets (refs), pointing into the rows. */
+typedef struct d_toks {
+	const char **toks;
+	tbx__bit_ref_t *refs;
+	size_t ntok, nref;
+} d_toks_t;
+
+static int d_toks_make(d_toks_t *d, size_t cap)
+{
+	memset(d, 0, sizeof(*d));
+	d->toks = malloc((cap ? cap : 1) * sizeof(*d->toks));
+	d->refs = malloc((cap ? cap : 1) * sizeof(*d->refs));
+	if (!d->toks || !d->refs) {
+		free(d->toks);
+		free(d->refs);
+		return TBX_ENOMEM;
+	}
+	return TBX_OK;
+}
+
+static void d_toks_add(d_toks_t *d, const char *in_token, int in_set,
+		       uint32_t in_tbit)
+{
+	if (!in_token[0])
+		return; /* untokened: nothing of ours to consume */
+	if (in_set)
+		d->refs[d->nref++] = (tbx__bit_ref_t){in_token, in_tbit};
+	else
+		d->toks[d->ntok++] = in_token;
+}
+
+static void d_toks_free(d_toks_t *d)
+{
+	free(d->toks);
+	free(d->refs);
+}
+
 /* E's statements in the open transaction: joined, D's deletes of the
- * incoming tokens @p toks first (never E before D, architecture.md), then
- * the rows @p rows in one statement.  *deleted: tokens deleted. */
+ * incoming tokens and clears of their bits @p d first (never E before D,
+ * architecture.md), then the rows @p rows in one statement.  *deleted:
+ * tokens deleted, *cleared: bits cleared (on PostgreSQL both may be filled
+ * by the transaction's next statement). */
 static int finish_statements(tbx__proto_t *proto, const char **rows,
-			     size_t nrows, const char **toks, size_t ntok,
-			     uint64_t *deleted)
+			     size_t nrows, const d_toks_t *d, uint64_t *deleted,
+			     uint64_t *cleared)
 {
 	int err;
 
-	*deleted = 0;
-	if (ntok && (err = tbx_tokens_consume_joined(
-			 proto->tokens, proto->group, toks, ntok, deleted)))
+	*deleted = *cleared = 0;
+	if (d->ntok &&
+	    (err = tbx_tokens_consume_joined(proto->tokens, proto->group,
+					     d->toks, d->ntok, deleted)))
+		return err;
+	if (d->nref &&
+	    (err = tbx_tokens_sets_consume_joined(
+		 proto->tokens, proto->group, d->refs, d->nref, cleared, NULL)))
 		return err;
 	return tbx_outbox_rows_delete(proto->store, proto->group, rows, nrows);
 }
 
 /* The waiting D+E's statements (finish_statements()), in the open
- * transaction.  *deleted: tokens deleted. */
-int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted)
+ * transaction.  *deleted: tokens deleted, *cleared: bits cleared. */
+int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted, uint64_t *cleared)
 {
-	const char **ids, **toks;
-	size_t ntok = 0;
+	const char **ids;
+	d_toks_t d;
 	int err;
 
-	*deleted = 0;
+	*deleted = *cleared = 0;
 	if (proto->e_cnt == 0)
 		return TBX_OK;
 	ids = malloc(proto->e_cnt * sizeof(*ids));
-	toks = malloc(proto->e_cnt * sizeof(*toks));
-	if (!ids || !toks) {
+	if (!ids || d_toks_make(&d, proto->e_cnt)) {
 		free(ids);
-		free(toks);
 		return TBX_ENOMEM;
 	}
 	for (size_t i = 0; i < proto->e_cnt; i++) {
-		ids[i] = proto->e_rows[i].msg_id;
-		if (proto->e_rows[i].in_token[0])
-			toks[ntok++] = proto->e_rows[i].in_token;
+		const tbx__e_row_t *e = &proto->e_rows[i];
+
+		ids[i] = e->msg_id;
+		d_toks_add(&d, e->in_token, e->in_set, e->in_tbit);
 	}
-	err = finish_statements(proto, ids, proto->e_cnt, toks, ntok, deleted);
+	err = finish_statements(proto, ids, proto->e_cnt, &d, deleted, cleared);
 	free(ids);
-	free(toks);
+	d_toks_free(&d);
 	return err;
 }
 
-/* The waiting D+E committed: their offsets are ready. */
-void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted)
+/* The waiting D+E committed: their offsets are ready.  @p consumed:
+ * tokens deleted and bits cleared. */
+void tbx__e_committed(tbx__proto_t *proto, uint64_t consumed)
 {
 	if (proto->e_cnt == 0)
 		return;
-	proto->stats->tokens_consumed += deleted;
+	proto->stats->tokens_consumed += consumed;
 	proto->e_cnt = 0;
 	for (size_t i = 0; i < proto->e_off_cnt; i++) {
 		tbx__e_offset_t *o = &proto->e_offs[i];
@@ -120,19 +165,19 @@ int tbx__e_waits(tbx__proto_t *proto, const tbx__part_t *part)
 
 int tbx__proto_flush(tbx__proto_t *proto)
 {
-	uint64_t deleted = 0;
+	uint64_t deleted = 0, cleared = 0;
 	int err;
 
 	if (proto->e_cnt == 0)
 		return TBX_OK;
 	if ((err = tbx_outbox_begin(proto->store)))
 		return err;
-	if ((err = tbx__e_statements(proto, &deleted)) ||
+	if ((err = tbx__e_statements(proto, &deleted, &cleared)) ||
 	    (err = tbx_outbox_commit(proto->store))) {
 		tbx_outbox_rollback(proto->store);
 		return err;
 	}
-	tbx__e_committed(proto, deleted);
+	tbx__e_committed(proto, deleted + cleared);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
 }
@@ -222,47 +267,55 @@ static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch,
 		tbx__strlcpy(e->msg_id, brow->row.msg_id, sizeof(e->msg_id));
 		tbx__strlcpy(e->in_token, brow->row.in_token,
 			     sizeof(e->in_token));
+		e->in_set = brow->row.in_set;
+		e->in_tbit = brow->row.in_tbit;
 	}
 	return TBX_OK;
 }
 
 /* The incoming tokens of the delivered rows (a row's in_token is its
- * record's token; copies in the batch share it), into a malloc'ed array. */
-static int delivered_tokens(const tbx__batch_t *batch, const char ***ids,
-			    size_t *cnt)
+ * record's token, or with in_set the set whose bit in_tbit is; copies in
+ * the batch share it), pointing into the rows. */
+static int delivered_tokens(const tbx__batch_t *batch, d_toks_t *d)
 {
-	*cnt = 0;
-	if (!(*ids =
-		  calloc(batch->row_cnt ? batch->row_cnt : 1, sizeof(**ids))))
-		return TBX_ENOMEM;
+	int err;
+
+	if ((err = d_toks_make(d, batch->row_cnt)))
+		return err;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
-		const tbx__brow_t *brow = &batch->rows[i];
-		if (brow->state == TBX_BROW_DELIVERED && brow->row.in_token[0])
-			(*ids)[(*cnt)++] = brow->row.in_token;
+		const tbx__row_t *row = &batch->rows[i].row;
+
+		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+			d_toks_add(d, row->in_token, row->in_set, row->in_tbit);
 	}
 	return TBX_OK;
 }
 
 /* D: consume the incoming tokens of the delivered rows, one T
- * transaction.  Joined, D is part of E's transaction instead. */
+ * transaction for the per-message tokens and one for the sets' bits (one
+ * call each for the batch).  Joined, D is part of E's transaction
+ * instead. */
 int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	const char **ids;
-	size_t cnt;
-	uint64_t deleted = 0;
+	d_toks_t d;
+	uint64_t deleted = 0, cleared = 0;
 	int err;
 
 	if (proto->joined)
 		return TBX_OK;
-	if ((err = delivered_tokens(batch, &ids, &cnt)))
+	if ((err = delivered_tokens(batch, &d)))
 		return err;
-	err = cnt ? tbx_tokens_consume(proto->tokens, proto->group, ids, cnt,
-				       &deleted)
-		  : TBX_OK;
-	free(ids);
+	err = d.ntok ? tbx_tokens_consume(proto->tokens, proto->group, d.toks,
+					  d.ntok, &deleted)
+		     : TBX_OK;
+	if (!err && d.nref)
+		err = tbx_tokens_sets_consume(proto->tokens, proto->group,
+					      d.refs, d.nref, &cleared, NULL);
+	d_toks_free(&d);
+	proto->stats->tokens_consumed += deleted;
 	if (err)
 		return err;
-	proto->stats->tokens_consumed += deleted;
+	proto->stats->tokens_consumed += cleared;
 	tbx__crashpoint("D.consumed");
 	return TBX_OK;
 }
@@ -283,9 +336,10 @@ static void rows_finished(tbx__batch_t *batch)
  * for them wait as well. */
 int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 {
-	const char **ids = NULL, **rows;
-	size_t cnt = 0, nrows = 0;
-	uint64_t deleted = 0;
+	const char **rows;
+	d_toks_t d = {0};
+	size_t nrows = 0;
+	uint64_t deleted = 0, cleared = 0;
 	int err;
 
 	if (defer && e_defer(proto, batch, &nrows) == TBX_OK) {
@@ -307,23 +361,24 @@ int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 		free(rows);
 		return TBX_OK;
 	}
-	if (proto->joined && (err = delivered_tokens(batch, &ids, &cnt)))
+	if (proto->joined && (err = delivered_tokens(batch, &d)))
 		goto out;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
-	if ((err = finish_statements(proto, rows, nrows, ids, cnt, &deleted)) ||
+	if ((err = finish_statements(proto, rows, nrows, &d, &deleted,
+				     &cleared)) ||
 	    (err = tbx_outbox_commit(proto->store)))
 		goto undo;
-	proto->stats->tokens_consumed += deleted;
+	proto->stats->tokens_consumed += deleted + cleared;
 	rows_finished(batch);
-	free(ids);
+	d_toks_free(&d);
 	free(rows);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
 undo:
 	tbx_outbox_rollback(proto->store);
 out:
-	free(ids);
+	d_toks_free(&d);
 	free(rows);
 	return err;
 }

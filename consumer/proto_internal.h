@@ -41,8 +41,9 @@ void tbx__guard_release(tbx__proto_t *proto, tbx__batch_t *batch);
 int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch);
 
 /* proto_finish.c */
-int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted);
-void tbx__e_committed(tbx__proto_t *proto, uint64_t deleted);
+int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted,
+		      uint64_t *cleared);
+void tbx__e_committed(tbx__proto_t *proto, uint64_t consumed);
 tbx__e_offset_t *tbx__e_offset(tbx__proto_t *proto, const tbx__part_t *part,
 			       int create);
 int tbx__e_waits(tbx__proto_t *proto, const tbx__part_t *part);

@@ -75,13 +75,17 @@ static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	const char **ids = malloc(batch->cnt * sizeof(*ids));
 	size_t *at = malloc(batch->cnt * sizeof(*at)), n = 0, k = 0;
+	size_t *bat = malloc(batch->cnt * sizeof(*bat)), b = 0;
 	tbx__row_hit_t *hits = malloc(batch->cnt * sizeof(*hits));
 	int *exists = malloc(batch->cnt * sizeof(*exists));
+	tbx__bit_ref_t *refs = malloc(batch->cnt * sizeof(*refs));
+	tbx__bit_state_t *st = malloc(batch->cnt * sizeof(*st));
 	int err = TBX_OK;
 
 	for (size_t i = 0; i < batch->cnt; i++)
-		batch->msgs[i].pre_row = batch->msgs[i].pre_token = -1;
-	if (!ids || !at || !hits || !exists) {
+		batch->msgs[i].pre_row = batch->msgs[i].pre_token =
+		    batch->msgs[i].pre_bit = -1;
+	if (!ids || !at || !bat || !hits || !exists || !refs || !st) {
 		err = TBX_ENOMEM;
 		goto out;
 	}
@@ -94,26 +98,42 @@ static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
 	if (n == 0 || (err = tbx_outbox_rows_find(proto->store, proto->group,
 						  ids, n, hits)))
 		goto out;
-	/* The records without a row whose token is checked, in place. */
+	/* The records without a row whose token is checked, in place: a
+	 * per-message token in ids[], a set's bit in refs[]. */
 	for (size_t j = 0; j < n; j++) {
 		struct tbx_msg *msg = &batch->msgs[at[j]];
 
 		msg->pre_row = hits[j].found;
-		if (!msg->pre_row && token_checked(proto, msg)) {
+		if (msg->pre_row || !token_checked(proto, msg))
+			continue;
+		if (msg->fmt == TBX_WF_SET) {
+			bat[b] = at[j];
+			refs[b++] =
+			    (tbx__bit_ref_t){msg->tset, msg->tset_index};
+		} else {
 			at[k] = at[j];
 			ids[k++] = msg->token;
 		}
 	}
-	if (k == 0 || (err = tbx_tokens_exists_many(proto->tokens, proto->group,
-						    ids, k, exists)))
+	if (k && (err = tbx_tokens_exists_many(proto->tokens, proto->group, ids,
+					       k, exists)))
 		goto out;
 	for (size_t j = 0; j < k; j++)
 		batch->msgs[at[j]].pre_token = exists[j] != 0;
+	/* One check for every bit of the batch, as for the tokens. */
+	if (b && (err = tbx_tokens_sets_test(proto->tokens, proto->group, refs,
+					     b, st, NULL)))
+		goto out;
+	for (size_t j = 0; j < b; j++)
+		batch->msgs[bat[j]].pre_bit = (int)st[j];
 out:
 	free(ids);
 	free(at);
+	free(bat);
 	free(hits);
 	free(exists);
+	free(refs);
+	free(st);
 	return err;
 }
 
@@ -261,7 +281,7 @@ static void memo_restore(tbx__proto_t *proto, tbx__batch_t *batch,
 static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 			unsigned *deferred)
 {
-	uint64_t e_deleted = 0;
+	uint64_t e_deleted = 0, e_cleared = 0;
 	int err;
 
 	*deferred = 0;
@@ -272,7 +292,7 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 	/* The previous batch's D+E, if they wait (finish.defer): first, so
 	 * that every check below sees their rows and tokens gone, as if
 	 * they had committed on their own before this transaction. */
-	if ((err = tbx__e_statements(proto, &e_deleted)))
+	if ((err = tbx__e_statements(proto, &e_deleted, &e_cleared)))
 		goto fail;
 	/* The messages' locks, before anything is read and before any
 	 * savepoint (a rolled-back savepoint would release them). */
@@ -319,7 +339,7 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(proto->store)))
 		goto fail;
-	tbx__e_committed(proto, e_deleted);
+	tbx__e_committed(proto, e_deleted + e_cleared);
 	return TBX_OK;
 fail:
 	*deferred = tbx_outbox_deferred(proto->store);

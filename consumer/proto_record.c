@@ -43,8 +43,14 @@ static void row_fill(tbx__row_t *row, const struct tbx_msg *msg, int kind)
 {
 	tbx__strlcpy(row->msg_id, msg->id, sizeof(row->msg_id));
 	/* No token of ours to consume for an untokened record (one minted
-	 * before this group subscribed carries someone else's). */
-	tbx__strlcpy(row->in_token, msg->untokened ? "" : msg->token,
+	 * before this group subscribed carries someone else's).  A batched
+	 * record's token is its bit of the set. */
+	row->in_set = !msg->untokened && msg->fmt == TBX_WF_SET;
+	row->in_tbit = row->in_set ? msg->tset_index : 0;
+	tbx__strlcpy(row->in_token,
+		     msg->untokened ? ""
+		     : row->in_set  ? msg->tset
+				    : msg->token,
 		     sizeof(row->in_token));
 	tbx__strlcpy(row->in_topic, msg->topic, sizeof(row->in_topic));
 	row->in_partition = msg->rkm->partition;
@@ -653,11 +659,41 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	return dead_letter(proto, batch, msg, reason, attempts, by_offset);
 }
 
+/* Untokened and malformed records: by the ingress offset, dead-lettered
+ * or (ingress.untokened=offsets) handled. */
+static int by_ingress(tbx__proto_t *proto, tbx__batch_t *batch,
+		      struct tbx_msg *msg)
+{
+	int64_t next;
+	int err;
+
+	proto->stats->untokened++;
+	if ((err =
+		 tbx_outbox_ingress_get(proto->store, proto->group, msg->topic,
+					msg->rkm->partition, &next)))
+		return err;
+	if (next >= 0 && msg->rkm->offset < next) {
+		msg->state = TBX_MS_DROPPED;
+		msg->trace.dropped = "below the ingress offset";
+		proto->stats->duplicates_dropped++;
+		return TBX_OK;
+	}
+	if (msg->malformed)
+		return dead_letter(proto, batch, msg, msg->malformed, 0, 1);
+	if (!proto->untokened_offsets)
+		return dead_letter(proto, batch, msg,
+				   "record without a token for this "
+				   "group (ingress.untokened=reject)",
+				   0, 1);
+	return run_handler(proto, batch, msg, 1);
+}
+
 /* A for one record, inside the batch's S transaction. */
 int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		     struct tbx_msg *msg)
 {
 	char attempt[TBX_UUID_LEN + 1];
+	char alive[TBX_UUID_LEN + 16]; /* the token, or "<set>:<index>" */
 	size_t idx;
 	int found, err, exists;
 
@@ -698,37 +734,47 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (!msg->untokened && msg->seq < msg->part->since)
 		msg->untokened = 1;
 
-	if (msg->malformed || msg->untokened) {
-		int64_t next;
+	if (msg->malformed || msg->untokened)
+		return by_ingress(proto, batch, msg);
 
-		proto->stats->untokened++;
-		if ((err = tbx_outbox_ingress_get(proto->store, proto->group,
-						  msg->topic,
-						  msg->rkm->partition, &next)))
+	/* 2. Under S's write lock: no row and no token means done.  A
+	 * batched record's token is its bit of the set. */
+	if (msg->fmt == TBX_WF_SET) {
+		tbx__bit_ref_t ref = {msg->tset, msg->tset_index};
+		tbx__bit_state_t st;
+
+		if (msg->pre_bit >= 0)
+			st = (tbx__bit_state_t)msg->pre_bit;
+		else if ((err = tbx_tokens_sets_test(
+			      proto->tokens, proto->group, &ref, 1, &st, NULL)))
 			return err;
-		if (next >= 0 && msg->rkm->offset < next) {
+		if (st == TBX_BIT_RANGE) {
+			/* Its set exists and has fewer bits: no sender
+			 * wrote this, and no bit of ours is its token. */
+			msg->malformed = TBX_TBIT_RANGE;
+			msg->untokened = 1;
+			return by_ingress(proto, batch, msg);
+		}
+		if (st == TBX_BIT_CLEAR) {
+			/* The set's row is here, minted in this store:
+			 * the bit was consumed, a proven duplicate. */
 			msg->state = TBX_MS_DROPPED;
-			msg->trace.dropped = "below the ingress offset";
+			msg->trace.dropped = "its token (a set's bit) was "
+					     "consumed";
 			proto->stats->duplicates_dropped++;
 			return TBX_OK;
 		}
-		if (msg->malformed)
-			return dead_letter(proto, batch, msg, msg->malformed, 0,
-					   1);
-		if (!proto->untokened_offsets)
-			return dead_letter(proto, batch, msg,
-					   "record without a token for this "
-					   "group (ingress.untokened=reject)",
-					   0, 1);
-		return run_handler(proto, batch, msg, 1);
+		snprintf(alive, sizeof(alive), "%s:%" PRIu32, msg->tset,
+			 msg->tset_index);
+		exists = st == TBX_BIT_SET;
+	} else {
+		if (msg->pre_token >= 0)
+			exists = msg->pre_token;
+		else if ((err = tbx_tokens_exists(proto->tokens, msg->token,
+						  proto->group, &exists)))
+			return err;
+		tbx__strlcpy(alive, msg->token, sizeof(alive));
 	}
-
-	/* 2. Under S's write lock: no row and no token means done. */
-	if (msg->pre_token >= 0)
-		exists = msg->pre_token;
-	else if ((err = tbx_tokens_exists(proto->tokens, msg->token,
-					  proto->group, &exists)))
-		return err;
 	/* After an assignment the records the previous owner finished but
 	 * did not commit come again, all dropped: that prefix ends with the
 	 * partition's first record that has work.  Drops are judged by
@@ -767,8 +813,7 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		 * duplicate (a redelivery, a re-send, a copy), whatever
 		 * their share.  Only the others may mean a store that never
 		 * had the token. */
-		if (tbx__alive_seen(proto->store_id, proto->group,
-				    msg->token)) {
+		if (tbx__alive_seen(proto->store_id, proto->group, alive)) {
 			if (msg->part->settled)
 				proto->dup_window_seen--;
 			return TBX_OK;
@@ -784,7 +829,7 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		return TBX_OK;
 	}
 	msg->part->settled = 1;
-	tbx__alive_note(proto->store_id, proto->group, msg->token);
+	tbx__alive_note(proto->store_id, proto->group, alive);
 	/* 3. The handler. */
 	return run_handler(proto, batch, msg, 0);
 }

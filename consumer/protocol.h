@@ -36,6 +36,8 @@
 typedef struct tbx__e_row {
 	char msg_id[TBX_MSGID_MAX + 1];
 	char in_token[TBX_UUID_LEN + 1]; /**< "" for untokened ingress */
+	int in_set;			 /**< in_token is a token set */
+	uint32_t in_tbit;		 /**< the record's bit in it */
 } tbx__e_row_t;
 
 /** Per partition, the offsets F decided behind rows whose E waits. */

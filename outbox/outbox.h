@@ -74,7 +74,12 @@ typedef struct tbx__outmsg {
 /** An outbox row with its outgoing messages. */
 typedef struct tbx__row {
 	char msg_id[TBX_MSGID_MAX + 1];
-	char in_token[TBX_UUID_LEN + 1]; /**< "" for untokened ingress */
+	/** The incoming record's token: a per-message token's id, or with
+	 *  in_set the id of the token set whose bit in_tbit it is; "" for
+	 *  untokened ingress. */
+	char in_token[TBX_UUID_LEN + 1];
+	int in_set;	  /**< 1: in_token is a token set, in_tbit its bit */
+	uint32_t in_tbit; /**< the record's bit in set in_token (in_set) */
 	char in_topic[TBX_TOPIC_MAX + 1];
 	int32_t in_partition;
 	int64_t in_offset;

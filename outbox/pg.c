@@ -130,6 +130,12 @@ static const char *const migrations[] = {
     " tokens_id text NOT NULL,"
     " tokens_where text NOT NULL,"
     " used_ms bigint NOT NULL);",
+    /* 2 -> 3: SQLite's schema 12: a record's token that is a bit of a
+     * token set (docs/batched-tokens.md): in_token holds the set's id,
+     * in_tbit the bit; NULL for a per-message token. */
+    "ALTER TABLE @S.tbx_outbox ADD COLUMN in_tbit integer CHECK (in_tbit"
+    " IS NULL OR (in_tbit BETWEEN 0 AND 65535 AND in_token IS NOT"
+    " NULL));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -194,16 +200,17 @@ static const char *const sql[Q__COUNT] = {
     [Q_ROWS_INSERT] =
 	"INSERT INTO @S.tbx_outbox (grp, msg_id, in_topic, in_partition, "
 	"in_offset, in_token, attempt, mint_seq, kind, error, created_ms, "
-	"msgs) SELECT $1, u.id, u.topic, u.part, u.off, NULLIF(u.tok, ''), "
-	"NULLIF(u.att, ''), CASE WHEN u.att = '' THEN NULL ELSE u.seq END, "
-	"u.kind, NULLIF(u.err, ''), u.ms, u.msgs FROM unnest($2::text[], "
-	"$3::text[], $4::int8[], $5::int8[], $6::text[], $7::text[], "
-	"$8::int8[], $9::int8[], $10::text[], $11::int8[], $12::bytea[]) AS "
-	"u(id, topic, part, off, tok, att, seq, kind, err, ms, msgs) ON "
+	"msgs, in_tbit) SELECT $1, u.id, u.topic, u.part, u.off, "
+	"NULLIF(u.tok, ''), NULLIF(u.att, ''), CASE WHEN u.att = '' THEN "
+	"NULL ELSE u.seq END, u.kind, NULLIF(u.err, ''), u.ms, u.msgs, "
+	"NULLIF(u.tbit, -1) FROM unnest($2::text[], $3::text[], $4::int8[], "
+	"$5::int8[], $6::text[], $7::text[], $8::int8[], $9::int8[], "
+	"$10::text[], $11::int8[], $12::bytea[], $13::int8[]) AS u(id, "
+	"topic, part, off, tok, att, seq, kind, err, ms, msgs, tbit) ON "
 	"CONFLICT (grp, msg_id) DO NOTHING",
     [Q_ROW_GET] = "SELECT in_topic, in_partition, in_offset, in_token, "
-		  "attempt, mint_seq, kind, error, created_ms, msgs FROM "
-		  "@S.tbx_outbox WHERE grp = $1 AND msg_id = $2",
+		  "attempt, mint_seq, kind, error, created_ms, msgs, in_tbit "
+		  "FROM @S.tbx_outbox WHERE grp = $1 AND msg_id = $2",
     [Q_MSGS_UNTOKENED] = "SELECT msgs FROM @S.tbx_outbox WHERE grp = $1 "
 			 "AND msg_id = $2 AND attempt IS NULL",
     /* B: the first persisted attempt wins; a second updater waits for
@@ -817,7 +824,7 @@ static int pg_row_insert(tbx_outbox_t *base, const char *grp,
 /* The columns of pg_rows_insert(), one array each. */
 typedef struct {
 	const char **id, **topic, **tok, **att, **err;
-	int64_t *part, *off, *seq, *kind, *ms;
+	int64_t *part, *off, *seq, *kind, *ms, *tbit;
 	void **blob;
 	size_t *blen;
 } rows_cols_t;
@@ -840,7 +847,7 @@ static int rows_cols_make(rows_cols_t *c, const tbx__row_t *const *rows,
 
 	memset(c, 0, sizeof(*c));
 	c->id = calloc(5 * n, sizeof(*c->id));
-	c->part = calloc(5 * n, sizeof(*c->part));
+	c->part = calloc(6 * n, sizeof(*c->part));
 	c->blob = calloc(n, sizeof(*c->blob));
 	c->blen = calloc(n, sizeof(*c->blen));
 	if (!c->id || !c->part || !c->blob || !c->blen)
@@ -853,6 +860,7 @@ static int rows_cols_make(rows_cols_t *c, const tbx__row_t *const *rows,
 	c->seq = c->part + 2 * n;
 	c->kind = c->part + 3 * n;
 	c->ms = c->part + 4 * n;
+	c->tbit = c->part + 5 * n;
 	for (size_t i = 0; i < n; i++) {
 		const tbx__row_t *row = rows[i];
 
@@ -866,6 +874,7 @@ static int rows_cols_make(rows_cols_t *c, const tbx__row_t *const *rows,
 		c->seq[i] = row->attempt[0] ? row->mint_seq : 0;
 		c->kind[i] = row->kind;
 		c->ms[i] = row->created_ms ? row->created_ms : tbx__now_ms();
+		c->tbit[i] = row->in_set ? (int64_t)row->in_tbit : -1;
 		if ((err = tbx__row_msgs_encode(row, &c->blob[i], &c->blen[i])))
 			return err;
 	}
@@ -910,6 +919,7 @@ static int pg_rows_insert(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_text_array(&p, c.err, n);
 	tbx__pgp_i64_array(&p, c.ms, n);
 	tbx__pgp_bytea_array(&p, (const void *const *)c.blob, c.blen, n);
+	tbx__pgp_i64_array(&p, c.tbit, n);
 	if (n == 1)
 		snprintf(what, sizeof(what), "outbox row %s", rows[0]->msg_id);
 	else
@@ -969,6 +979,8 @@ static int row_get(pg_store_t *store, const char *grp, const char *msg_id,
 		goto out;
 	}
 	row->created_ms = tbx__pg_i64(res, 0, 8);
+	row->in_set = !PQgetisnull(res, 0, 10);
+	row->in_tbit = row->in_set ? (uint32_t)tbx__pg_i64(res, 0, 10) : 0;
 	blob = tbx__pg_bytea(res, 0, 9, &len);
 	err = tbx__row_msgs_decode(blob, len, row->msg_id, row);
 out:

@@ -77,7 +77,7 @@ static const char *const rsql[R__COUNT] = {
     [R_ROWS_LIST] =
 	"SELECT o.grp, o.msg_id, o.in_topic, o.in_partition, o.in_offset, "
 	"o.in_token, o.attempt, o.mint_seq, o.kind, o.error, o.created_ms, "
-	"o.msgs FROM @S.tbx_outbox o WHERE " GRP_IN(
+	"o.msgs, o.in_tbit FROM @S.tbx_outbox o WHERE " GRP_IN(
 	    "o.grp") " AND o.created_ms <= $2 ORDER BY o.created_ms, o.grp, "
 		     "o.msg_id LIMIT $3",
     [R_ROWS_COUNT] = "SELECT count(*) FROM @S.tbx_outbox o WHERE " GRP_IN(
@@ -320,6 +320,8 @@ static int row_row(const PGresult *res, int i, any_fn fn, void *opaque)
 	/* Borrowed for the call: the row is not the caller's to clear. */
 	row.error = (char *)tbx__pg_text(res, i, 9);
 	row.created_ms = tbx__pg_i64(res, i, 10);
+	row.in_set = !PQgetisnull(res, i, 12);
+	row.in_tbit = row.in_set ? (uint32_t)tbx__pg_i64(res, i, 12) : 0;
 	/* The count the value announces; loading the row checks the rest. */
 	blob = tbx__pg_bytea(res, i, 11, &len);
 	if (tbx__msgs_iter_init(&it, blob, len) < 0)

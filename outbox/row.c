@@ -137,6 +137,11 @@ int tbx_outbox_row_check(const tbx__row_t *row)
 		return 0;
 	if (row->kind != TBX_ROW_HANDLED && row->kind != TBX_ROW_DEAD_LETTER)
 		return 0;
+	/* A set's bit needs the set (tokens/tokens.h, TBX_SET_BITS_MAX). */
+	if (row->in_set && (!row->in_token[0] || row->in_tbit >= 65536u))
+		return 0;
+	if (!row->in_set && row->in_tbit != 0)
+		return 0;
 	if (row->attempt[0]) {
 		/* TOKENED */
 		if (!is_uuid_str(row->attempt) || row->mint_seq <= 0)

@@ -73,11 +73,11 @@ static const char *const sql[Q__COUNT] = {
 		   "msg_id = ?2",
     [Q_ROW_INSERT] = "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
 		     "in_partition, in_offset, in_token, attempt, mint_seq, "
-		     "kind, error, created_ms, msgs) VALUES (?1, ?2, ?3, ?4, "
-		     "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+		     "kind, error, created_ms, msgs, in_tbit) VALUES (?1, ?2, "
+		     "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     [Q_ROW_GET] = "SELECT in_topic, in_partition, in_offset, in_token, "
-		  "attempt, mint_seq, kind, error, created_ms, msgs FROM "
-		  "tbx_outbox WHERE grp = ?1 AND msg_id = ?2",
+		  "attempt, mint_seq, kind, error, created_ms, msgs, in_tbit "
+		  "FROM tbx_outbox WHERE grp = ?1 AND msg_id = ?2",
     [Q_MSGS_UNTOKENED] = "SELECT msgs FROM tbx_outbox WHERE grp = ?1 AND "
 			 "msg_id = ?2 AND attempt IS NULL",
     /* B: the first persisted attempt wins, never overwritten. */
@@ -332,7 +332,9 @@ static int sq_row_insert(tbx_outbox_t *base, const char *grp,
 	    tbx__bind_opt_text(stmt, 10, row->error) ||
 	    sqlite3_bind_int64(
 		stmt, 11, row->created_ms ? row->created_ms : tbx__now_ms()) ||
-	    tbx__bind_blob(stmt, 12, blob, blob_len)) {
+	    tbx__bind_blob(stmt, 12, blob, blob_len) ||
+	    (row->in_set ? sqlite3_bind_int64(stmt, 13, row->in_tbit)
+			 : sqlite3_bind_null(stmt, 13))) {
 		free(blob);
 		return tbx__stmt_bind_fail(stmt);
 	}
@@ -395,6 +397,9 @@ static int row_get(sq_store_t *store, const char *grp, const char *msg_id,
 		goto out;
 	}
 	row->created_ms = sqlite3_column_int64(stmt, 8);
+	row->in_set = sqlite3_column_type(stmt, 10) != SQLITE_NULL;
+	row->in_tbit =
+	    row->in_set ? (uint32_t)sqlite3_column_int64(stmt, 10) : 0;
 	/* Per SQLite's advice: the pointer first, then the length. */
 	blob = sqlite3_column_blob(stmt, 9);
 	err = tbx__row_msgs_decode(blob, (size_t)sqlite3_column_bytes(stmt, 9),

@@ -85,7 +85,7 @@ static const char *const rsql[R__COUNT] = {
     [R_ROWS_LIST] =
 	"SELECT o.grp, o.msg_id, o.in_topic, o.in_partition, o.in_offset, "
 	"o.in_token, o.attempt, o.mint_seq, o.kind, o.error, o.created_ms, "
-	"o.msgs FROM tbx_outbox o WHERE " GRP_IN(
+	"o.msgs, o.in_tbit FROM tbx_outbox o WHERE " GRP_IN(
 	    "o.grp") " AND o.created_ms <= ?2 ORDER BY o.created_ms, o.grp, "
 		     "o.msg_id LIMIT ?3",
     [R_ROWS_COUNT] = "SELECT count(*) FROM tbx_outbox o WHERE " GRP_IN(
@@ -269,6 +269,8 @@ static int row_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 	/* Borrowed for the call: the row is not the caller's to clear. */
 	row.error = (char *)tbx__db_text_or_null(stmt, 9);
 	row.created_ms = sqlite3_column_int64(stmt, 10);
+	row.in_set = sqlite3_column_type(stmt, 12) != SQLITE_NULL;
+	row.in_tbit = row.in_set ? (uint32_t)sqlite3_column_int64(stmt, 12) : 0;
 	/* The count the blob announces; loading the row checks the rest. */
 	blob = sqlite3_column_blob(stmt, 11);
 	if (tbx__msgs_iter_init(&it, blob,

@@ -329,6 +329,14 @@ static const char *const migrations[] = {
     ") WITHOUT ROWID;"
     "CREATE INDEX tbx_cover_msg_row ON tbx_cover_msg (grp, row_id);"
     "ALTER TABLE tbx_inflight ADD COLUMN gen INTEGER NOT NULL DEFAULT 0;",
+    /* 12 -> 13 */
+    /* The token of a record in the batched format (docs/batched-tokens.md)
+     * is a bit of a token set: in_token holds the set's id and in_tbit
+     * the record's bit in it, which D clears.  NULL for a per-message
+     * token (and for untokened ingress): the rows in flight keep their
+     * meaning. */
+    "ALTER TABLE tbx_outbox ADD COLUMN in_tbit INTEGER CHECK (in_tbit IS"
+    " NULL OR (in_tbit BETWEEN 0 AND 65535 AND in_token IS NOT NULL));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

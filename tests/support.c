@@ -318,6 +318,63 @@ void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
 	tbx_publisher_destroy(pub);
 }
 
+void tt_publish_sets(const char *bootstraps, const char *tokens,
+		     const char *topic, const char *type, int cnt, int parts,
+		     int spare, const char *prefix, tt_set_t *sets)
+{
+	char ids[TT_SETS_MAX][TBX_UUID_LEN + 1], store[TBX_UUID_LEN + 1];
+	tbx__set_item_t items[TT_SETS_MAX];
+	tbx__set_req_t req = {NULL, NULL, items, (size_t)parts};
+	tt_record_t *recs = calloc((size_t)cnt, sizeof(*recs));
+	tbx_tokens_t *t = tokens_open(tokens);
+	int64_t seq = 0;
+
+	cr_assert(parts >= 1 && parts <= TT_SETS_MAX && cnt >= 0 && recs);
+	for (int p = 0; p < parts; p++) {
+		tbx__uuid(ids[p]);
+		/* Record i goes to partition i % parts, bit i / parts. */
+		items[p] = (tbx__set_item_t){
+		    ids[p], topic, p,
+		    (uint32_t)((cnt - p + parts - 1) / parts + spare)};
+		if (items[p].nbits == 0)
+			items[p].nbits = 1;
+	}
+	cr_assert_eq(
+	    tbx_tokens_sets_mint(t, "tt-publisher", &req, 1, &seq, NULL),
+	    TBX_OK);
+	cr_assert_eq(tbx_tokens_store_id(t, store), TBX_OK);
+	tbx_tokens_close(t);
+	for (int p = 0; sets && p < parts; p++) {
+		memcpy(sets[p].id, ids[p], sizeof(sets[p].id));
+		sets[p].nbits = items[p].nbits;
+		sets[p].seq = seq;
+	}
+	for (int i = 0; i < cnt; i++) {
+		char id[TBX_UUID_LEN + 1], bit[32], num[24], key[32];
+		char payload[64];
+		tt_record_t *r = &recs[i];
+
+		tbx__uuid(id);
+		r->partition = i % parts;
+		snprintf(bit, sizeof(bit), "%d:%d", i % parts, i / parts);
+		snprintf(num, sizeof(num), "%lld", (long long)seq);
+		snprintf(key, sizeof(key), "key-%d", i % parts);
+		snprintf(payload, sizeof(payload), "%s-%d", prefix, i);
+		r->key = strdup(key);
+		r->payload = strdup(payload);
+		r->headers = rd_kafka_headers_new(6);
+		rd_kafka_header_add(r->headers, "tbx-id", -1, id, -1);
+		rd_kafka_header_add(r->headers, "tbx-tset", -1, ids[i % parts],
+				    -1);
+		rd_kafka_header_add(r->headers, "tbx-tbit", -1, bit, -1);
+		rd_kafka_header_add(r->headers, "tbx-seq", -1, num, -1);
+		rd_kafka_header_add(r->headers, "tbx-store", -1, store, -1);
+		rd_kafka_header_add(r->headers, "tbx-type", -1, type, -1);
+	}
+	tt_reproduce(bootstraps, topic, recs, (size_t)cnt);
+	tt_records_free(recs, (size_t)cnt);
+}
+
 static char *hdr_copy(rd_kafka_headers_t *hdrs, const char *name)
 {
 	const void *val;
@@ -893,7 +950,8 @@ void tt_crash_case(const char *point, int single_file)
 	tt_crash_case_with(point, single_file, NULL);
 }
 
-void tt_crash_case_with(const char *point, int single_file, const char *setting)
+static void crash_case(const char *point, int single_file, const char *setting,
+		       int batched)
 {
 	enum { N = 8 };
 	char *dir = tt_tmpdir();
@@ -919,7 +977,12 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 	tt_subscribe(tokens, "out", "g2");
 	tt_hop_table(s1, "hop1");
 	tt_hop_table(s2, "hop2");
-	tt_publish(cluster->bootstraps, tokens, "in", "Ping", N, 2, "m");
+	if (batched)
+		tt_publish_sets(cluster->bootstraps, tokens, "in", "Ping", N, 2,
+				0, "m", NULL);
+	else
+		tt_publish(cluster->bootstraps, tokens, "in", "Ping", N, 2,
+			   "m");
 	/* Upstream re-sends every record once: same ids, same tokens. */
 	cnt = tt_read_topic(cluster->bootstraps, "in", &recs);
 	cr_assert_eq(cnt, N);
@@ -1030,6 +1093,10 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 		     "%s: tokens left", point);
 	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_registrations"),
 		     0, "%s: registrations left", point);
+	/* Every bit of hop 1's sets cleared, and the sets gone with it. */
+	if (batched)
+		cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tset"),
+			     0, "%s: token sets left", point);
 	/* Every outgoing message reached Kafka with a token; copies share
 	 * their id and token. */
 	cnt = tt_read_topic(cluster->bootstraps, "out", &recs);
@@ -1053,6 +1120,17 @@ void tt_crash_case_with(const char *point, int single_file, const char *setting)
 	free(s1);
 	free(s2);
 	free(tokens);
+}
+
+void tt_crash_case_with(const char *point, int single_file, const char *setting)
+{
+	crash_case(point, single_file, setting, 0);
+}
+
+void tt_crash_case_batched(const char *point, int single_file,
+			   const char *setting)
+{
+	crash_case(point, single_file, setting, 1);
 }
 
 void tt_plugin_open(tt_plugin_t *p, const char *file)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/ids.h"
 #include "tokenbox/tokenbox.h"
 
 /* Kafka protocol ApiKeys used with rd_kafka_mock_push_request_errors. */
@@ -70,6 +71,26 @@ tbx_publisher_t *tt_publisher(const char *bootstraps, const char *tokens,
  *  through @p key_cnt keys "key-<n>"; payloads "<prefix>-<i>". */
 void tt_publish(const char *bootstraps, const char *tokens, const char *topic,
 		const char *type, int cnt, int key_cnt, const char *prefix);
+
+/** The most partitions tt_publish_sets() mints for. */
+#define TT_SETS_MAX 8
+/** A token set tt_publish_sets() minted. */
+typedef struct tt_set {
+	char id[TBX_UUID_LEN + 1];
+	uint32_t nbits;
+	int64_t seq; /**< its mint_seq, the records' tbx-seq */
+} tt_set_t;
+/** Publishes @p cnt records of @p type on @p topic in the batched format
+ *  (docs/batched-tokens.md): one token set per partition 0 .. @p parts - 1
+ *  minted in @p tokens with tbx_tokens_sets_mint() (a row per group
+ *  subscribed), record i to partition i % @p parts with bit i / @p parts
+ *  and key "key-<partition>", headers tbx-id, tbx-tset, tbx-tbit,
+ *  tbx-seq, tbx-store, tbx-type; payloads "<prefix>-<i>".  Each set has
+ *  @p spare bits more than records sent with it (never consumed, so its
+ *  row stays).  @p sets (may be NULL) receives the @p parts sets. */
+void tt_publish_sets(const char *bootstraps, const char *tokens,
+		     const char *topic, const char *type, int cnt, int parts,
+		     int spare, const char *prefix, tt_set_t *sets);
 
 /** A record read back from a topic. */
 typedef struct tt_record {
@@ -181,5 +202,10 @@ void tt_crash_case(const char *point, int single_file);
  *  child worker as well. */
 void tt_crash_case_with(const char *point, int single_file,
 			const char *setting);
+/** tt_crash_case_with() with hop 1's records in the batched format
+ *  (tt_publish_sets(): a token set per partition), and at the end no
+ *  token set left. */
+void tt_crash_case_batched(const char *point, int single_file,
+			   const char *setting);
 
 #endif

@@ -2,8 +2,8 @@
  * The batched format's headers, tbx-tset and tbx-tbit
  * (docs/batched-tokens.md, "Wire format"): tbx__tbit_parse()'s rules and
  * boundaries, the format every combination of token headers is read as,
- * and what a worker does with a batched record while it cannot handle
- * token sets: a dead letter with the reason, never handled, never dropped.
+ * and that a worker never takes a batched record for an untokened one
+ * (the receiver's own tests are test_worker_tsets.c).
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -20,6 +20,8 @@
 #define TSET  "0190a1b2-c3d4-7e5f-8a6b-000000000001"
 #define TOKEN "0190a1b2-c3d4-7e5f-8a6b-000000000002"
 #define STORE "0190a1b2-c3d4-7e5f-8a6b-000000000003"
+/* A sequence number no store issues for centuries (they are ms * 1000). */
+#define NEVER_ISSUED "9000000000000000000"
 
 static int parse(const char *v, int32_t *p, uint32_t *i)
 {
@@ -163,8 +165,7 @@ Test(tset_format, batched_per_message_and_untokened)
 {
 	struct tbx_msg msg;
 
-	/* batched: read whole, and (no receiver yet) malformed with the
-	 * reason that names it */
+	/* batched: read whole, tokened by its set's bit */
 	parse_record(&msg, "tbx-id", ID, "tbx-tset", TSET, "tbx-tbit", "5:300",
 		     "tbx-seq", "9", "tbx-store", STORE, "tbx-type", "Ping",
 		     NULL);
@@ -175,8 +176,8 @@ Test(tset_format, batched_per_message_and_untokened)
 	cr_assert_eq(msg.seq, 9);
 	cr_assert_str_eq(msg.store, STORE);
 	cr_assert_str_eq(msg.id, ID);
-	cr_assert_str_eq(msg.malformed, TBX_TSET_UNSUPPORTED);
-	cr_assert(msg.untokened, "no tbx-token to check");
+	cr_assert_null(msg.malformed);
+	cr_assert_not(msg.untokened, "its token is the set's bit");
 	cr_assert_str_eq(msg.token, "");
 
 	/* without tbx-store, as from a sender that writes none */
@@ -184,7 +185,8 @@ Test(tset_format, batched_per_message_and_untokened)
 		     "tbx-seq", "1", NULL);
 	cr_assert_eq(msg.fmt, TBX_WF_SET);
 	cr_assert_str_eq(msg.store, "");
-	cr_assert_str_eq(msg.malformed, TBX_TSET_UNSUPPORTED);
+	cr_assert_null(msg.malformed);
+	cr_assert_not(msg.untokened);
 
 	/* per message: as today */
 	parse_record(&msg, "tbx-id", ID, "tbx-token", TOKEN, "tbx-seq", "4",
@@ -338,19 +340,21 @@ Test(tset_format, garbage_values)
 		msg.topic = "in";
 		tbx__msg_parse_headers(&msg, h, 0, 0);
 		rd_kafka_headers_destroy(h);
-		cr_assert(msg.untokened && msg.token[0] == '\0');
-		cr_assert_not_null(msg.malformed);
+		cr_assert(msg.token[0] == '\0');
 		if (msg.fmt == TBX_WF_SET) {
 			char back[32];
 			snprintf(back, sizeof(back), "%d:%u", msg.tset_part,
 				 msg.tset_index);
 			cr_assert(tbx__is_uuid(msg.tset, strlen(msg.tset)));
-			cr_assert_str_eq(msg.malformed, TBX_TSET_UNSUPPORTED);
+			cr_assert_null(msg.malformed);
+			cr_assert_not(msg.untokened);
 			if (which != 1)
 				cr_assert(strlen(back) == len &&
 					  memcmp(back, val, len) == 0);
 		} else {
 			cr_assert_eq(msg.fmt, TBX_WF_MALFORMED);
+			cr_assert(msg.untokened);
+			cr_assert_not_null(msg.malformed);
 			cr_assert_str_eq(msg.tset, "");
 		}
 	}
@@ -365,12 +369,13 @@ static int both_done(void *opaque)
 }
 
 /*
- * Until the worker handles token sets, a record in the batched format is
- * dead-lettered with the reason, like any malformed record: not handled
- * as untokened (here ingress.untokened=offsets would run its handler) and
- * not dropped.  A per-message record beside it is handled as ever.
+ * A record in the batched format is never handled as untokened (here
+ * ingress.untokened=offsets would run its handler) and never dropped
+ * unproven: its set was never minted and its tbx-seq never issued by the
+ * group's token store, so it is dead-lettered as a token store mismatch.
+ * A per-message record beside it is handled as ever.
  */
-Test(tset_worker, a_batched_record_is_dead_lettered_with_the_reason)
+Test(tset_worker, a_batched_record_of_no_set_is_never_untokened)
 {
 	char *dir = tt_tmpdir();
 	char *tokens = tt_path(dir, "tokens.db");
@@ -399,7 +404,7 @@ Test(tset_worker, a_batched_record_is_dead_lettered_with_the_reason)
 	rd_kafka_header_add(hand.headers, "tbx-id", -1, id, -1);
 	rd_kafka_header_add(hand.headers, "tbx-tset", -1, tset, -1);
 	rd_kafka_header_add(hand.headers, "tbx-tbit", -1, "0:0", -1);
-	rd_kafka_header_add(hand.headers, "tbx-seq", -1, "1", -1);
+	rd_kafka_header_add(hand.headers, "tbx-seq", -1, NEVER_ISSUED, -1);
 	rd_kafka_header_add(hand.headers, "tbx-type", -1, "Ping", -1);
 	tt_reproduce(c->bootstraps, "in", &hand, 1);
 	rd_kafka_headers_destroy(hand.headers);
@@ -411,7 +416,15 @@ Test(tset_worker, a_batched_record_is_dead_lettered_with_the_reason)
 		     1);
 	cnt = tt_read_topic(c->bootstraps, "in.dlq", &recs);
 	cr_assert_eq(cnt, 1, "one dead letter");
-	cr_assert_str_eq(recs[0].dlq_error, TBX_TSET_UNSUPPORTED);
+	cr_assert(
+	    strncmp(
+		recs[0].dlq_error,
+		"token store mismatch: the record's tbx-seq " NEVER_ISSUED
+		" was never issued",
+		strlen(
+		    "token store mismatch: the record's tbx-seq " NEVER_ISSUED
+		    " was never issued")) == 0,
+	    "%s", recs[0].dlq_error);
 	cr_assert_str_eq(recs[0].payload, "batched");
 	tt_records_free(recs, cnt);
 	tbx_worker_stats(w, &st);

@@ -6,6 +6,7 @@
 
 #include "base/clock.h"
 #include "base/ids.h"
+#include "base/str.h"
 #include "consumer/recover.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
@@ -29,10 +30,12 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 12 added, version 11, 10, 9 and 8, taken away again. */
+/* What version 13 added (the outbox row's set bit), version 12, 11, 10, 9
+ * and 8, taken away again. */
+#define UNDO_TBIT "ALTER TABLE tbx_outbox DROP COLUMN in_tbit;"
 #define UNDO_V12                                                               \
-	"DROP TABLE tbx_cover_msg; DROP TABLE tbx_obatch;"                     \
-	"ALTER TABLE tbx_inflight DROP COLUMN gen;"
+	UNDO_TBIT "DROP TABLE tbx_cover_msg; DROP TABLE tbx_obatch;"           \
+		  "ALTER TABLE tbx_inflight DROP COLUMN gen;"
 #define UNDO_V11 UNDO_V12 "DROP TABLE tbx_breg; DROP TABLE tbx_tset;"
 #define UNDO_V10 UNDO_V11 "DROP TABLE tbx_seq_ranges;"
 #define UNDO_V9	 UNDO_V10 "DROP TABLE tbx_bindings;"
@@ -243,6 +246,83 @@ Test(migration, a_version_10_file_gets_the_token_sets)
 				  "0, 1, 65536, zeroblob(8192), 1)",
 				  NULL, NULL, NULL),
 		     SQLITE_OK, "%s", sqlite3_errmsg(db));
+	sqlite3_close(db);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+/* The version before the outbox row's set bit: its rows in flight keep
+ * their per-message tokens (in_tbit NULL); the migrated file keeps a
+ * record's token set and bit, and refuses a bit beyond any set or
+ * without its set. */
+Test(migration, an_outbox_row_gets_the_set_bit_of_its_record)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	tbx__row_t row;
+	char err[256], sql[160];
+	sqlite3 *db;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	snprintf(sql, sizeof(sql), UNDO_TBIT "PRAGMA user_version = %d;",
+		 TBX_SCHEMA_VERSION - 1);
+	exec(path, sql);
+	exec(path, "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
+		   "in_partition, in_offset, in_token, created_ms) VALUES "
+		   "('g', '00000000-0000-4000-8000-000000000001', 't', 0, 7, "
+		   "'00000000-0000-4000-8000-000000000002', 1)");
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	tbx__row_init(&row);
+	cr_assert_eq(tbx_outbox_row_load(store, "g",
+					 "00000000-0000-4000-8000-000000000001",
+					 &row),
+		     TBX_OK);
+	cr_assert_eq(row.in_set, 0, "a per-message token stays one");
+	cr_assert_str_eq(row.in_token, "00000000-0000-4000-8000-000000000002");
+	tbx__strlcpy(row.msg_id, "00000000-0000-4000-8000-000000000003",
+		     sizeof(row.msg_id));
+	row.in_set = 1;
+	row.in_tbit = 65535;
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, "g", &row), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx__row_clear(&row);
+	cr_assert_eq(tbx_outbox_row_load(store, "g",
+					 "00000000-0000-4000-8000-000000000003",
+					 &row),
+		     TBX_OK);
+	cr_assert(row.in_set && row.in_tbit == 65535);
+	cr_assert_str_eq(row.in_token, "00000000-0000-4000-8000-000000000002");
+	row.in_tbit = 65536;
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, "g", &row), TBX_EINVAL);
+	tbx_outbox_rollback(store);
+	tbx__row_clear(&row);
+	tbx_outbox_close(store);
+	cr_assert_eq(tt_count(path, "SELECT COUNT(*) FROM tbx_outbox WHERE "
+				    "in_tbit IS NULL"),
+		     1);
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db,
+				  "UPDATE tbx_outbox SET in_tbit = 65536 "
+				  "WHERE in_tbit IS NOT NULL",
+				  NULL, NULL, NULL) &
+			 0xff,
+		     SQLITE_CONSTRAINT);
+	cr_assert_eq(sqlite3_exec(db,
+				  "UPDATE tbx_outbox SET in_token = NULL "
+				  "WHERE in_tbit IS NOT NULL",
+				  NULL, NULL, NULL) &
+			 0xff,
+		     SQLITE_CONSTRAINT, "a bit needs its set");
 	sqlite3_close(db);
 	tt_rmrf(dir);
 	free(dir);

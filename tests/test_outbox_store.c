@@ -219,6 +219,8 @@ static void fx_assert_rows_equal(const tbx__row_t *a, const tbx__row_t *b)
 {
 	cr_assert_str_eq(a->msg_id, b->msg_id);
 	cr_assert_str_eq(a->in_token, b->in_token);
+	cr_assert_eq(a->in_set, b->in_set);
+	cr_assert_eq(a->in_tbit, b->in_tbit);
 	cr_assert_str_eq(a->in_topic, b->in_topic);
 	cr_assert_eq(a->in_partition, b->in_partition);
 	cr_assert_eq(a->in_offset, b->in_offset);

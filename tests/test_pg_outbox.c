@@ -74,6 +74,16 @@ static void fx_exec(const char *sql, const char *param)
 	PQclear(r);
 }
 
+/* 1 when @p sql fails (a constraint), 0 when it runs. */
+static int fx_exec_err(const char *sql)
+{
+	PGresult *r = PQexec(raw, sql);
+	int failed = PQresultStatus(r) != PGRES_COMMAND_OK;
+
+	PQclear(r);
+	return failed;
+}
+
 /* The first column of the first row of @p sql as an integer (-1: no
  * row). */
 static int64_t fx_int(const char *sql, const char *param)
@@ -228,6 +238,8 @@ static void fx_assert_rows_equal(const tbx__row_t *a, const tbx__row_t *b)
 {
 	cr_assert_str_eq(a->msg_id, b->msg_id);
 	cr_assert_str_eq(a->in_token, b->in_token);
+	cr_assert_eq(a->in_set, b->in_set);
+	cr_assert_eq(a->in_tbit, b->in_tbit);
 	cr_assert_str_eq(a->in_topic, b->in_topic);
 	cr_assert_eq(a->in_partition, b->in_partition);
 	cr_assert_eq(a->in_offset, b->in_offset);
@@ -270,7 +282,7 @@ static int fx_wait_int(const char *sql, const char *param, int64_t want)
  */
 
 /* A version 1 schema gets the table of the token store its workers use
- * (version 2) when opened read-write. */
+ * (version 2) when opened read-write, and what came after. */
 Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
 {
 	char schema[64];
@@ -278,12 +290,15 @@ Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
 	int version = 0;
 
 	tbx_outbox_close(store);
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_outbox DROP COLUMN "
+			     "in_tbit"),
+		NULL);
 	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_bindings"), NULL);
 	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET version = 1"),
 		NULL);
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 2);
+	cr_assert_eq(version, 3);
 	cr_assert_eq(tbx_outbox_binding_set(store, GRP, "id-1", "t", NULL),
 		     TBX_OK);
 	tbx_outbox_close(store);
@@ -292,6 +307,61 @@ Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
 					 "= 'id-1'"),
 			    NULL),
 		     1);
+}
+
+/* A version 2 schema's rows in flight keep their per-message tokens, and
+ * the migrated schema (version 3) keeps a record's token set and bit
+ * (in_tbit), within the bits a set may have. */
+Test(pg_outbox, a_version_2_schema_gets_the_set_bit_of_a_row)
+{
+	char schema[64];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig3");
+	tbx__row_t old, row, got;
+	int version = 0;
+
+	fx_row(&old, "m-old", 1);
+	fx_insert(store, GRP, &old);
+	tbx_outbox_close(store);
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_outbox DROP COLUMN "
+			     "in_tbit"),
+		NULL);
+	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET version = 2"),
+		NULL);
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 3);
+	tbx__row_init(&got);
+	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-old", &got), TBX_OK);
+	fx_assert_rows_equal(&got, &old);
+	cr_assert_eq(got.in_set, 0, "a per-message token stays one");
+	tbx__row_clear(&got);
+
+	fx_row(&row, "m-set", 2);
+	row.in_set = 1;
+	row.in_tbit = 65535;
+	fx_insert(store, GRP, &row);
+	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-set", &got), TBX_OK);
+	fx_assert_rows_equal(&got, &row);
+	cr_assert_eq(got.in_tbit, 65535);
+	tbx__row_clear(&got);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
+					 "\"%s\".tbx_outbox WHERE in_tbit IS "
+					 "NULL"),
+			    NULL),
+		     1);
+	/* A bit beyond any set, or without a set, is refused. */
+	row.in_tbit = 65536;
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_row_insert(store, GRP, &row), TBX_EINVAL);
+	tbx_outbox_rollback(store);
+	cr_assert_eq(
+	    fx_exec_err(fx_q(schema, "UPDATE \"%s\".tbx_outbox SET in_token "
+				     "= NULL WHERE msg_id = 'm-set'")),
+	    1, "a bit needs its set");
+	tbx__row_clear(&row);
+	tbx__row_clear(&old);
+	tbx_outbox_close(store);
+	fx_drop(schema);
 }
 
 Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
@@ -309,7 +379,7 @@ Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info WHERE id = 1"),
 		NULL, id1, sizeof(id1));
-	cr_assert_str_eq(id1, "service 2");
+	cr_assert_str_eq(id1, "service 3");
 	fx_text(fx_q(schema, "SELECT store_id FROM \"%s\".tbx_schema_info"),
 		NULL, id1, sizeof(id1));
 	cr_assert(tbx__is_uuid(id1, strlen(id1)), "%s", id1);

@@ -39,6 +39,12 @@ cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 			    (int64_t)row->in_partition, row->in_offset,
 			    row->in_token, row->attempt)))
 		return NULL;
+	/* A record in the batched format: its token is this bit of the
+	 * set in_token names (docs/batched-tokens.md). */
+	if (row->in_set)
+		insp_json_add_int(o, "in_tbit", (int64_t)row->in_tbit);
+	else
+		cJSON_AddNullToObject(o, "in_tbit");
 	if (row->attempt[0])
 		insp_json_add_int(o, "mint_seq", row->mint_seq);
 	else
@@ -99,8 +105,14 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row)
 	snprintf(buf, sizeof(buf), "%s [%" PRId32 "] @%" PRId64, row->in_topic,
 		 row->in_partition, row->in_offset);
 	insp_kv("incoming", buf, 2);
-	insp_kv("in token", row->in_token[0] ? row->in_token : "- (untokened)",
-		2);
+	if (row->in_set) {
+		snprintf(buf, sizeof(buf), "%s bit %" PRIu32 " (token set)",
+			 row->in_token, row->in_tbit);
+		insp_kv("in token", buf, 2);
+	} else {
+		insp_kv("in token",
+			row->in_token[0] ? row->in_token : "- (untokened)", 2);
+	}
 	insp_kv("attempt", row->attempt[0] ? row->attempt : "-", 2);
 	if (row->attempt[0]) {
 		snprintf(buf, sizeof(buf), "%" PRId64, row->mint_seq);

@@ -431,7 +431,8 @@ typedef struct tbx_stats {
 	uint64_t untokened;	  /**< records without a usable token */
 	uint64_t dispatched;	  /**< outgoing messages delivered */
 	uint64_t tokens_created;  /**< token rows minted */
-	uint64_t tokens_consumed; /**< own token rows deleted after work */
+	uint64_t tokens_consumed; /**< own tokens consumed after work: token
+				     rows deleted, token set bits cleared */
 	uint64_t attempts_lost;	  /**< token sets discarded: another won */
 	uint64_t orphans_swept;	  /**< registrations removed as orphans */
 	uint64_t batches;
