@@ -335,8 +335,8 @@ static const char *const migrations[] = {
      * the record's bit in it, which D clears.  NULL for a per-message
      * token (and for untokened ingress): the rows in flight keep their
      * meaning. */
-    "ALTER TABLE tbx_outbox ADD COLUMN in_tbit INTEGER CHECK (in_tbit IS"
-    " NULL OR (in_tbit BETWEEN 0 AND 65535 AND in_token IS NOT NULL));",
+    ("ALTER TABLE tbx_outbox ADD COLUMN in_tbit INTEGER CHECK (in_tbit IS"
+     " NULL OR (in_tbit BETWEEN 0 AND 65535 AND in_token IS NOT NULL));"),
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,
