@@ -245,6 +245,27 @@ typedef struct tbx__obatch {
 typedef int (*tbx__obatch_fn)(void *opaque, const tbx__obatch_t *row,
 			      const tbx__cover_t *cover);
 
+/**
+ * A batch row's columns checked against each other, as every backend
+ * checks a row it inserts or loads (outbox/batchrow.c): cover decodes
+ * into @p c (freed by the caller, also after a failure), wire decodes
+ * against it, msgs has as many messages as wire, each with a token
+ * exactly when the row has an attempt, a known token format, UUID text.
+ * @returns TBX_OK, TBX_ECORRUPT (@p err says why) or TBX_ENOMEM.
+ */
+int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
+		      size_t err_size);
+/**
+ * B's record checked before it is written: @p attempt UUID text,
+ * @p mint_seq not 0, @p wire decodes and has an entry per message of
+ * @p msgs, each with a token.  @returns TBX_OK or TBX_EINVAL (@p err says
+ * why).
+ */
+int tbx__obatch_attempt_check(const char *attempt, int64_t mint_seq,
+			      const void *msgs, size_t msgs_len,
+			      const void *wire, size_t wire_len, char *err,
+			      size_t err_size);
+
 typedef int (*tbx__row_fn)(void *opaque, const char *grp, const tbx__row_t *row,
 			   int64_t msg_cnt);
 typedef int (*tbx__dl_fn)(void *opaque, const tbx__dl_rec_t *rec);
