@@ -108,10 +108,11 @@ static int64_t changes(const PGresult *res)
 	return n && *n ? strtoll(n, NULL, 10) : 0;
 }
 
-/* The message of a refusal, where errmsg() finds it. */
-static char *errbuf(pg_store_t *store)
+/* The reason of a refusal, where errmsg() finds it (the last failure's
+ * message, as the server's are). */
+static void refuse(pg_store_t *store, const char *why)
 {
-	return store->pg->errmsg;
+	tbx__strlcpy(store->pg->errmsg, why, sizeof(store->pg->errmsg));
 }
 
 int tbx__pgo_obatch_insert(tbx_outbox_t *base, const char *grp,
@@ -121,28 +122,26 @@ int tbx__pgo_obatch_insert(tbx_outbox_t *base, const char *grp,
 	tbx__pg_params_t p;
 	tbx__cover_t c;
 	const char **ids = NULL;
-	char what[TBX_UUID_LEN + 64];
+	char what[TBX_UUID_LEN + 64], why[256];
 	size_t nids = 0;
 	int err, has_attempt;
 
 	if (!grp || !row)
 		return TBX_EINVAL;
-	errbuf(store)[0] = '\0';
 	has_attempt = row->attempt[0] != '\0';
-	err = tbx__obatch_check(row, &c, errbuf(store),
-				sizeof(store->pg->errmsg));
+	err = tbx__obatch_check(row, &c, why, sizeof(why));
 	if (!err && has_attempt != (row->mint_seq != 0))
-		err = tbx__seterr(errbuf(store), sizeof(store->pg->errmsg),
-				  TBX_ECORRUPT,
+		err = tbx__seterr(why, sizeof(why), TBX_ECORRUPT,
 				  "an attempt without a sequence, or the other "
 				  "way round");
 	if (err) {
 		tbx__cover_free(&c);
 		if (err != TBX_ECORRUPT)
 			return err;
+		refuse(store, why);
 		tbx__log(TBX_LOG_ERR,
 			 "outbox: refusing to insert batch row %s: %s",
-			 row->row_id, errbuf(store));
+			 row->row_id, why);
 		return TBX_EINVAL;
 	}
 	if (c.n && !(ids = malloc(c.n * sizeof(*ids)))) {
@@ -199,16 +198,18 @@ int tbx__pgo_obatch_set_attempt(tbx_outbox_t *base, const char *grp,
 	pg_store_t *store = ps(base);
 	tbx__pg_params_t p;
 	PGresult *res;
+	char why[256];
 	int err;
 
 	*won = 0;
 	if (!grp || !row_id || !attempt)
 		return TBX_EINVAL;
-	errbuf(store)[0] = '\0';
-	if ((err = tbx__obatch_attempt_check(attempt, mint_seq, msgs, msgs_len,
-					     wire, wire_len, errbuf(store),
-					     sizeof(store->pg->errmsg))))
+	if ((err =
+		 tbx__obatch_attempt_check(attempt, mint_seq, msgs, msgs_len,
+					   wire, wire_len, why, sizeof(why)))) {
+		refuse(store, why);
 		return err;
+	}
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
 	tbx__pgp_text(&p, row_id);
@@ -267,7 +268,6 @@ int tbx__pgo_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
 
 	if (!grp || !fn)
 		return TBX_EINVAL;
-	errbuf(store)[0] = '\0';
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
 	if ((err = run(store, Q_LOAD, &p, &res)))
@@ -294,10 +294,11 @@ int tbx__pgo_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
 			tbx__cover_free(&c);
 			if (err != TBX_ECORRUPT)
 				break;
-			tbx__seterr(errbuf(store), sizeof(store->pg->errmsg),
-				    err, "batch row %s of group %s: %s",
-				    row.row_id, grp, why);
-			tbx__log(TBX_LOG_ERR, "outbox: %s", errbuf(store));
+			tbx__seterr(store->pg->errmsg,
+				    sizeof(store->pg->errmsg), err,
+				    "batch row %s of group %s: %s", row.row_id,
+				    grp, why);
+			tbx__log(TBX_LOG_ERR, "outbox: %s", store->pg->errmsg);
 			break;
 		}
 		stop = fn(opaque, &row, &c);
