@@ -18,9 +18,10 @@
  *                     and where it is (schema 9)
  *   tbx_obatch        one row per (group, batch attempt) of the batched
  *                     design, its columns in outbox/batchrow.h
- *                     (schema 12; nothing writes it yet)
+ *                     (schema 12, PostgreSQL service version 4;
+ *                     nothing writes it yet)
  *   tbx_cover_msg     the per-message records a batch row covers
- *                     (schema 12)
+ *                     (schema 12, PostgreSQL version 4)
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
@@ -551,7 +552,10 @@ typedef struct tbx_outbox_ops {
 	 *  checked first (wire against cover, and against msgs' count):
 	 *  TBX_EINVAL, errmsg() says why.  A row id or a covered
 	 *  per-message id the group has already fails the statement (the
-	 *  store's error). */
+	 *  store's error).  PostgreSQL: both INSERTs go with the
+	 *  transaction's next statement (store/pg.h, tbx__pg_defer()), so
+	 *  that failure, TBX_EEXIST, comes from a later call or the
+	 *  commit, and the transaction can then only roll back. */
 	int (*obatch_insert)(tbx_outbox_t *store, const char *grp,
 			     const tbx__obatch_t *row);
 	/** B: records @p attempt and @p mint_seq with the messages' tokens
@@ -588,7 +592,11 @@ typedef struct tbx_outbox_ops {
 			const int32_t *parts, size_t n, int64_t *gens);
 	/** A, at commit: adds 1 to gen of each of @p parts (a row with a
 	 *  cleared marker made for a partition without one); gens[i] (may
-	 *  be NULL) the new value. */
+	 *  be NULL) the new value (a partition named twice: 1 more the
+	 *  second time).  Added to the value the row holds when the
+	 *  statement finds it, so gen never goes down and concurrent
+	 *  bumps all count.  PostgreSQL: one statement, the partitions
+	 *  locked in ascending order. */
 	int (*gens_bump)(tbx_outbox_t *store, const char *grp,
 			 const char *topic, const int32_t *parts, size_t n,
 			 int64_t *gens);

@@ -54,9 +54,18 @@ static void fx_open(fx_t *fx)
 	fx->store = store_open(fx->path);
 }
 
+static int raw_try(const char *path, const char *sql, const char *pg_sql);
+
 static void fx_close(fx_t *fx)
 {
 	tbx_outbox_close(fx->store);
+	if (tt_store_is_pg(fx->path)) {
+		char drop[128];
+
+		snprintf(drop, sizeof(drop), "DROP SCHEMA \"%s\" CASCADE",
+			 tt_store_schema(fx->path));
+		cr_assert_eq(raw_try(fx->path, drop, NULL), 0, "%s", drop);
+	}
 	tt_rmrf(fx->dir);
 	free(fx->dir);
 	free(fx->path);
