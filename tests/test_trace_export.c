@@ -411,6 +411,27 @@ Test(otlp_proto, what_a_span_does_not_have_is_left_out)
 	tbx__span_free(s);
 }
 
+/* Found by fuzz_otlp_proto (fuzz/corpus/otlp_proto/bug_empty_string_first):
+ * written back to front, an empty string can be the first thing written,
+ * into a buffer not yet allocated (UBSan: offset to a NULL pointer). */
+Test(otlp_proto, an_empty_string_first_into_a_new_buffer)
+{
+	tbx__trace_ctx_t c = ctx_of(0x05, 0);
+	tbx__span_t *s =
+	    tbx__span_new("s", TBX_SPAN_KIND_INTERNAL, &c, NULL, 1);
+	tbx__pbuf_t buf = {0};
+	pbr_request_t r;
+
+	cr_assert(s);
+	tbx__attrs_str(&s->attrs, "k", "", 0);
+	tbx__otlp_resource_t res = {"svc", NULL};
+	proto_roundtrip(&s, 1, &res, &buf, &r);
+	cr_expect(pbr_eq(r.spans[0].attrs.v[0].s, "", 0));
+	pbr_request_free(&r);
+	tbx__pbuf_free(&buf);
+	tbx__span_free(s);
+}
+
 Test(otlp_proto, many_spans_and_attributes_read_back_in_order)
 {
 	enum { SPANS = 600 };

@@ -107,7 +107,9 @@ static size_t mark(const tbx__pbuf_t *b)
 
 static void put(tbx__pbuf_t *b, const void *s, size_t n)
 {
-	if (reserve(b, n) != 0)
+	/* Nothing to write (an empty string) leaves a buffer that was never
+	 * allocated as it is: no offset to a NULL pointer. */
+	if (n == 0 || reserve(b, n) != 0)
 		return;
 	b->pos -= n;
 	memcpy(b->p + b->pos, s, n);
