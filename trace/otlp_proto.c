@@ -67,17 +67,15 @@ void tbx__pbuf_free(tbx__pbuf_t *b)
 	memset(b, 0, sizeof(*b));
 }
 
-/* Room for @p more bytes before b->pos; what is written so far moves to
- * the end of a larger buffer. */
-static int reserve(tbx__pbuf_t *b, size_t more)
+/* Makes room for @p more bytes before b->pos: what is written so far
+ * moves to the end of a larger buffer.  Only room() calls it. */
+static int grow(tbx__pbuf_t *b, size_t more)
 {
 	size_t used = b->cap - b->pos, cap;
 	uint8_t *p;
 
 	if (b->oom)
 		return -1;
-	if (b->pos >= more)
-		return 0;
 	if (more > SIZE_MAX / 4 - used) {
 		b->oom = 1;
 		return -1;
@@ -98,86 +96,107 @@ static int reserve(tbx__pbuf_t *b, size_t more)
 	return 0;
 }
 
+/* Room for @p n bytes before b->pos: 0, or -1 when out of memory.  The
+ * check is inline and a compare; growing is the rare case.  (A write of
+ * 0 bytes into a buffer not yet allocated needs none: no offset is
+ * applied to its NULL pointer.) */
+static inline int room(tbx__pbuf_t *b, size_t n)
+{
+	return b->pos >= n && !b->oom ? 0 : grow(b, n);
+}
+
 /* How many bytes are written so far: a nested message's length is the
  * difference of two such marks. */
-static size_t mark(const tbx__pbuf_t *b)
+static inline size_t mark(const tbx__pbuf_t *b)
 {
 	return b->cap - b->pos;
 }
 
-static void put(tbx__pbuf_t *b, const void *s, size_t n)
+static inline void put(tbx__pbuf_t *b, const void *s, size_t n)
 {
-	/* Nothing to write (an empty string) leaves a buffer that was never
-	 * allocated as it is: no offset to a NULL pointer. */
-	if (n == 0 || reserve(b, n) != 0)
+	if (n == 0 || room(b, n) != 0)
 		return;
 	b->pos -= n;
 	memcpy(b->p + b->pos, s, n);
 }
 
-static void varint(tbx__pbuf_t *b, uint64_t v)
+static inline void varint(tbx__pbuf_t *b, uint64_t v)
 {
-	uint8_t tmp[10];
-	size_t n = 0;
+	size_t n = 1;
+	uint8_t *o;
 
-	do {
-		tmp[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-		v >>= 7;
-	} while (v);
-	put(b, tmp, n);
+	if (v < 0x80) { /* tags, most lengths and small numbers */
+		if (room(b, 1) == 0)
+			b->p[--b->pos] = (uint8_t)v;
+		return;
+	}
+	for (uint64_t w = v >> 7; w; w >>= 7)
+		n++;
+	if (room(b, n) != 0)
+		return;
+	b->pos -= n;
+	o = b->p + b->pos;
+	for (; v > 0x7f; v >>= 7)
+		*o++ = (uint8_t)(v | 0x80);
+	*o = (uint8_t)v;
 }
 
-static void tag(tbx__pbuf_t *b, uint32_t field, int wt)
+/* Field numbers and wire types are constants: once inlined, a tag is one
+ * byte stored. */
+static inline void tag(tbx__pbuf_t *b, uint32_t field, int wt)
 {
 	varint(b, (uint64_t)field << 3 | (uint64_t)wt);
 }
 
 /* The length and tag of a nested message whose contents were written
  * since mark @p m. */
-static void close_len(tbx__pbuf_t *b, uint32_t field, size_t m)
+static inline void close_len(tbx__pbuf_t *b, uint32_t field, size_t m)
 {
 	varint(b, mark(b) - m);
 	tag(b, field, WT_LEN);
 }
 
-static void f_varint(tbx__pbuf_t *b, uint32_t field, uint64_t v)
+static inline void f_varint(tbx__pbuf_t *b, uint32_t field, uint64_t v)
 {
 	varint(b, v);
 	tag(b, field, WT_VARINT);
 }
 
 /* A non-zero unsigned field (proto3 leaves 0 out). */
-static void f_uint(tbx__pbuf_t *b, uint32_t field, uint64_t v)
+static inline void f_uint(tbx__pbuf_t *b, uint32_t field, uint64_t v)
 {
 	if (v)
 		f_varint(b, field, v);
 }
 
-static void f_fixed64(tbx__pbuf_t *b, uint32_t field, uint64_t v)
+static inline void f_fixed64(tbx__pbuf_t *b, uint32_t field, uint64_t v)
 {
-	uint8_t le[8];
+	uint8_t *o;
 
-	if (!v)
+	if (!v || room(b, 8) != 0)
 		return;
+	b->pos -= 8;
+	o = b->p + b->pos;
 	for (int i = 0; i < 8; i++)
-		le[i] = (uint8_t)(v >> (8 * i));
-	put(b, le, 8);
+		o[i] = (uint8_t)(v >> (8 * i));
 	tag(b, field, WT_I64);
 }
 
-static void f_fixed32(tbx__pbuf_t *b, uint32_t field, uint32_t v)
+static inline void f_fixed32(tbx__pbuf_t *b, uint32_t field, uint32_t v)
 {
-	uint8_t le[4];
+	uint8_t *o;
 
-	if (!v)
+	if (!v || room(b, 4) != 0)
 		return;
+	b->pos -= 4;
+	o = b->p + b->pos;
 	for (int i = 0; i < 4; i++)
-		le[i] = (uint8_t)(v >> (8 * i));
-	put(b, le, 4);
+		o[i] = (uint8_t)(v >> (8 * i));
 	tag(b, field, WT_I32);
 }
 
-static void f_bytes(tbx__pbuf_t *b, uint32_t field, const void *s, size_t n)
+static inline void f_bytes(tbx__pbuf_t *b, uint32_t field, const void *s,
+			   size_t n)
 {
 	put(b, s, n);
 	varint(b, n);
@@ -212,7 +231,7 @@ static void f_str(tbx__pbuf_t *b, uint32_t field, const char *s, size_t len)
 		out += n ? n : 3;
 		i += n ? n : 1;
 	}
-	if (reserve(b, out) != 0)
+	if (room(b, out) != 0)
 		return;
 	b->pos -= out;
 	o = b->p + b->pos;
