@@ -1803,6 +1803,10 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		if (!items[i].topic || (items[i].caller_id && !items[i].fp) ||
 		    (items[i].grp && !items[i].grp[0]))
 			return TBX_EINVAL;
+	/* No token version records an edge entry's set yet. */
+	for (size_t i = 0; i < cnt; i++)
+		if (items[i].in_set)
+			return TBX_ESCHEMA;
 	if ((err = range_ready(t)))
 		return err;
 	memset(&w, 0, sizeof(w));

@@ -185,7 +185,8 @@ int tbx__tp_has(tbx_tokens_t *tokens, int what, int *yes)
 	       (what == TBX_TOKENS_HAS_SEQ_RANGES &&
 		backend(tokens)->version >= 2) ||
 	       (what == TBX_TOKENS_HAS_SETS && backend(tokens)->version >= 3);
-	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_SETS
+	/* TBX_TOKENS_HAS_EDGE_SETS: no token version records them yet. */
+	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_EDGE_SETS
 		   ? TBX_OK
 		   : TBX_EINVAL;
 }
