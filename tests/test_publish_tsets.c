@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/db.h"
 #include "support.h"
 
 #define PARTS 3
@@ -319,6 +320,50 @@ Test(publish_tsets, a_natural_duplicate_goes_again_with_its_set_and_is_dropped,
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1,
 		     "the copy dropped by the receiver");
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
+	fx_stop(&f);
+}
+
+/* A token store of schema 13, its edge entry minted with a per-message
+ * token and not known to be delivered, carried forward by a publisher in
+ * sets: the natural duplicate goes out again with its token, and is
+ * handled once. */
+Test(publish_tsets, an_entry_of_schema_13_is_resent_with_its_token,
+     .timeout = 180)
+{
+	fixture_t f;
+	tbx_publisher_t *pub;
+	tt_record_t *recs;
+	size_t cnt, failed;
+
+	fx_start(&f);
+	pub = publisher(&f, "message");
+	queue_n(pub, 4, "order-4");
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK);
+	tbx_publisher_destroy(pub);
+	exec_sql(f.tokens, "UPDATE tbx_edge SET delivered = 0;"
+			   "ALTER TABLE tbx_edge DROP COLUMN tpart;"
+			   "ALTER TABLE tbx_edge DROP COLUMN tbit;"
+			   "ALTER TABLE tbx_edge DROP COLUMN tset;"
+			   "PRAGMA user_version = 13;");
+	pub = publisher(&f, "set");
+	cr_assert_eq(tt_count(f.tokens, "PRAGMA user_version"),
+		     TBX_SCHEMA_VERSION);
+	queue_n(pub, 4, "order-4");
+	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
+		     tbx_publisher_errstr(pub));
+	cr_assert_eq(tbx_publisher_outcome(pub, 0, NULL), TBX_OUTCOME_RESENT);
+	tbx_publisher_destroy(pub);
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
+
+	cnt = tt_read_topic(f.c->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 2);
+	cr_assert(recs[0].token && recs[1].token);
+	cr_assert_str_eq(recs[0].token, recs[1].token, "the original's token");
+	cr_assert_str_eq(recs[0].id, recs[1].id);
+	tt_records_free(recs, cnt);
+	drain(&f, 2);
+	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1);
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 	fx_stop(&f);
 }
 
