@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_child.h"
 #include "store/db.h"
 #include "support.h"
 
@@ -539,6 +540,69 @@ Test(publish_tsets, both_formats_interleaved_on_one_topic_are_handled_once,
 	    ROUNDS * PER);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	fx_stop(&f);
+}
+
+/* tokenbox send with -X tokens.format=set: every line handled once. */
+Test(publish_tsets, tokenbox_send_in_sets_is_handled_once, .timeout = 180)
+{
+	static const char input[] = "a\tone\nb\ttwo\nc\tthree\nd\tfour\n";
+	fixture_t f;
+	cc_result_t res;
+	tt_record_t *recs;
+	size_t cnt;
+
+	fx_start(&f);
+	const char *args[] = {"send",
+			      "-b",
+			      f.c->bootstraps,
+			      "-t",
+			      "in",
+			      "-T",
+			      "Ping",
+			      "-S",
+			      f.tokens,
+			      "-K",
+			      "\t",
+			      "-X",
+			      "tokens.format=set",
+			      NULL};
+	res = cc_run_with(args, input, strlen(input), 60000);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert_str_eq(res.out, "sent 4 messages to in\n");
+	cc_result_free(&res);
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
+	cnt = tt_read_topic(f.c->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 4);
+	for (size_t i = 0; i < cnt; i++) {
+		wire_t w;
+
+		wire_of(&recs[i], &w);
+	}
+	tt_records_free(recs, cnt);
+	drain(&f, 4);
+	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 4);
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
+
+	/* A value that is not a format: exit 2, naming the key. */
+	const char *bad[] = {"send",
+			     "-b",
+			     f.c->bootstraps,
+			     "-t",
+			     "in",
+			     "-T",
+			     "Ping",
+			     "-S",
+			     f.tokens,
+			     "-X",
+			     "tokens.format=batched",
+			     NULL};
+	res = cc_run_with(bad, input, strlen(input), 60000);
+	cr_assert(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_assert(strstr(res.err, "tokens.format"), "%s", res.err);
+	cc_result_free(&res);
 	fx_stop(&f);
 }
 
