@@ -105,9 +105,11 @@ const tbx__prop_t tbx__props[] = {
 	 "formats; one older than the batched format dead-letters 'set' "
 	 "records as untokened, so switch a topic's publishers to 'set' "
 	 "only once every group reading it runs a worker that receives "
-	 "them (docs/operations.md). 'set' needs a SQLite token store (schema "
-	 "14); a PostgreSQL token store refuses it. Workers' own messages "
-	 "keep the per-message format."},
+	 "them (docs/operations.md). 'set' needs a token store at SQLite "
+	 "schema 14 or PostgreSQL token version 4, where the ingress edge "
+	 "records a message's set (migrated as every schema step, "
+	 "docs/operations.md). Workers' own messages keep the "
+	 "per-message format."},
 	{"token.store.mismatch", ENUM(token_store_mismatch), "dlq", 0, 0,
 	 S2I({"dlq", TBX_MISMATCH_DLQ}, {"stop", TBX_MISMATCH_STOP}),
 	 "worker", 0,

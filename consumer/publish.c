@@ -125,9 +125,9 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 			tbx__seterr(
 			    errstr, errstr_size, TBX_ECONF,
 			    "tokens.format = set: the token store %s cannot "
-			    "mint token sets at the ingress edge (a SQLite "
-			    "token store at schema 14 can; a PostgreSQL one "
-			    "cannot yet): use tokens.format = message",
+			    "record token sets at the ingress edge (it needs "
+			    "SQLite schema 14 or PostgreSQL token version 4; "
+			    "opened read-only it is not migrated)",
 			    tbx__stores_tokens_where(cfg, where,
 						     sizeof(where)));
 			goto fail;

@@ -32,6 +32,7 @@
 #include "base/str.h"
 #include "store/stmt.h"
 #include "tokens/pg_int.h"
+#include "tokens/pub_sets.h"
 #include "tokens/sqlite_int.h"
 #include "tokens/tokens.h"
 
@@ -1025,63 +1026,6 @@ static int tokens_add_grp(tbx_tokens_sqlite_t *t, const tbx__mint_item_t *item,
 	return TBX_OK;
 }
 
-/* The token sets of a publisher's flush: one per (topic, partition) of
- * its new items, a second when one is full. */
-typedef struct pub_sets {
-	tbx__set_item_t *sets;
-	char (*ids)[TBX_UUID_LEN + 1];
-	size_t cnt, cap;
-} pub_sets_t;
-
-static void pub_sets_free(pub_sets_t *ps)
-{
-	free(ps->sets);
-	free(ps->ids);
-	memset(ps, 0, sizeof(*ps));
-}
-
-/* Gives @p item the next bit of the open set of its topic and partition,
- * making the set when there is none or it is full. */
-static int pub_set_bit(pub_sets_t *ps, tbx__edge_item_t *item)
-{
-	tbx__set_item_t *s = NULL;
-
-	for (size_t k = ps->cnt; k-- > 0;)
-		if (ps->sets[k].part == item->part &&
-		    strcmp(ps->sets[k].topic, item->topic) == 0) {
-			s = &ps->sets[k];
-			break;
-		}
-	if (!s || s->nbits == TBX_SET_BITS_MAX) {
-		if (ps->cnt == ps->cap) {
-			size_t cap = ps->cap ? ps->cap * 2 : 8;
-			tbx__set_item_t *sets;
-			char(*ids)[TBX_UUID_LEN + 1];
-
-			if (!(sets = realloc(ps->sets, cap * sizeof(*sets))))
-				return TBX_ENOMEM;
-			ps->sets = sets;
-			if (!(ids = realloc(ps->ids, cap * sizeof(*ids))))
-				return TBX_ENOMEM;
-			ps->ids = ids;
-			/* set_id points into ids, which moved. */
-			for (size_t k = 0; k < ps->cnt; k++)
-				ps->sets[k].set_id = ps->ids[k];
-			ps->cap = cap;
-		}
-		s = &ps->sets[ps->cnt];
-		tbx__uuid(ps->ids[ps->cnt]);
-		s->set_id = ps->ids[ps->cnt++];
-		s->topic = item->topic;
-		s->part = item->part;
-		s->nbits = 0;
-	}
-	memcpy(item->set_id, s->set_id, TBX_UUID_LEN + 1);
-	item->bit = s->nbits++;
-	item->token[0] = '\0';
-	return TBX_OK;
-}
-
 static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 			   size_t cnt, int64_t window_ms, size_t sweep_max,
 			   uint64_t *rows)
@@ -1090,7 +1034,7 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 	int64_t num = 0, now = tbx__now_ms(), from = now - window_ms;
 	uint64_t created = 0;
 	sqlite3_stmt *stmt;
-	pub_sets_t ps = {0};
+	tbx__pub_sets_t ps = {0};
 	int err, found, any_set = 0;
 
 	if ((cnt && !items) || window_ms < 0)
@@ -1132,7 +1076,7 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		item->seq = num;
 		if (item->in_set) {
 			/* Its bit first: the edge entry records it. */
-			err = pub_set_bit(&ps, item);
+			err = tbx__pub_set_bit(&ps, item);
 		} else {
 			item->set_id[0] = '\0';
 			item->part = -1;
@@ -1151,7 +1095,7 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 	}
 	if (!err && ps.cnt)
 		err = tbx__tq_sets_add(t, ps.sets, ps.cnt, num, now, &created);
-	pub_sets_free(&ps);
+	tbx__pub_sets_free(&ps);
 	if ((err = txn_end(t, err)))
 		return err;
 	if (rows)
