@@ -96,8 +96,8 @@ const tbx__prop_t tbx__props[] = {
 	{"tokens.format", ENUM(tokens_format), "message", 0, 0,
 	 S2I({"message", TBX_TOKFMT_MESSAGE}, {"set", TBX_TOKFMT_SET}),
 	 "publisher", 0,
-	 "The token format a publisher (`tokenbox send`, the ingress of "
-	 "`tokenbox demo`) mints: 'message', a token row per message and "
+	 "The token format a publisher (tbx_publisher_new(), `tokenbox "
+	 "send`) mints: 'message', a token row per message and "
 	 "receiving group (tbx-token); 'set', one token set per topic, "
 	 "destination partition and receiving group of a flush (tbx-tset "
 	 "and tbx-tbit: docs/batched-tokens.md), each message produced to "
