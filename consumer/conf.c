@@ -93,6 +93,23 @@ const tbx__prop_t tbx__props[] = {
 	 "PostgreSQL schema of the token store (with store.url or "
 	 "tokens.url), shared by every service of the pipeline. The same "
 	 "naming rules as store.schema."},
+	{"tokens.format", ENUM(tokens_format), "message", 0, 0,
+	 S2I({"message", TBX_TOKFMT_MESSAGE}, {"set", TBX_TOKFMT_SET}),
+	 "publisher", 0,
+	 "The token format a publisher (tbx_publisher_new(), `tokenbox "
+	 "send`) mints: 'message', a token row per message and "
+	 "receiving group (tbx-token); 'set', one token set per topic, "
+	 "destination partition and receiving group of a flush (tbx-tset "
+	 "and tbx-tbit: docs/batched-tokens.md), each message produced to "
+	 "the partition chosen for it before the mint. Workers receive both "
+	 "formats; one older than the batched format dead-letters 'set' "
+	 "records as untokened, so switch a topic's publishers to 'set' "
+	 "only once every group reading it runs a worker that receives "
+	 "them (docs/operations.md). 'set' needs a token store at SQLite "
+	 "schema 14 or PostgreSQL token version 4, where the ingress edge "
+	 "records a message's set (migrated as every schema step, "
+	 "docs/operations.md). Workers' own messages keep the "
+	 "per-message format."},
 	{"token.store.mismatch", ENUM(token_store_mismatch), "dlq", 0, 0,
 	 S2I({"dlq", TBX_MISMATCH_DLQ}, {"stop", TBX_MISMATCH_STOP}),
 	 "worker", 0,

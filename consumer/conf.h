@@ -30,6 +30,8 @@ typedef enum tbx__prop_type {
 /* Values of the ENUM fields (the rows' s2i lists map text to them). */
 /** token.store.mismatch */
 enum { TBX_MISMATCH_DLQ, TBX_MISMATCH_STOP };
+/** tokens.format */
+enum { TBX_TOKFMT_MESSAGE, TBX_TOKFMT_SET };
 /** ingress.untokened */
 enum { TBX_UNTOKENED_REJECT, TBX_UNTOKENED_OFFSETS };
 /** store.synchronous */
@@ -73,6 +75,7 @@ typedef struct tbx__cfg {
 	int64_t shutdown_timeout_ms;
 	int64_t stats_interval_ms;
 	int64_t ingress_dedup_window_ms;
+	int tokens_format;
 	int log_level;
 	int log_format;
 	const char *metrics_listen;

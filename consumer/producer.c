@@ -188,8 +188,19 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 
 	snprintf(seq, sizeof(seq), "%" PRId64, row->mint_seq);
 	rd_kafka_header_add(hdrs, "tbx-id", -1, m->id, -1);
-	if (m->token[0]) {
+	if (m->tset[0] && m->part >= 0) {
+		/* A bit of a token set (docs/batched-tokens.md, wire
+		 * format): the set, and "<partition>:<index>". */
+		char tbit[24];
+
+		snprintf(tbit, sizeof(tbit), "%" PRId32 ":%" PRIu32, m->part,
+			 m->tbit);
+		rd_kafka_header_add(hdrs, "tbx-tset", -1, m->tset, -1);
+		rd_kafka_header_add(hdrs, "tbx-tbit", -1, tbit, -1);
+	} else if (m->token[0]) {
 		rd_kafka_header_add(hdrs, "tbx-token", -1, m->token, -1);
+	}
+	if (m->token[0] || (m->tset[0] && m->part >= 0)) {
 		rd_kafka_header_add(hdrs, "tbx-seq", -1, seq, -1);
 		if (store_id && *store_id)
 			rd_kafka_header_add(hdrs, "tbx-store", -1, store_id,
@@ -243,6 +254,8 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	do {
 		err = rd_kafka_producev(
 		    rk, RD_KAFKA_V_TOPIC(m->topic),
+		    RD_KAFKA_V_PARTITION(m->part >= 0 ? m->part
+						      : RD_KAFKA_PARTITION_UA),
 		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
 		    RD_KAFKA_V_KEY(m->key, m->key ? m->key_len : 0),
 		    RD_KAFKA_V_VALUE(m->payload,

@@ -14,6 +14,13 @@
  * synthetic one is refused.  The batch is dispatched as one view row per
  * message, so that every message keeps its own tbx-seq (an original's)
  * and its own delivery outcome.
+ *
+ * With tokens.format = set the tokens are token sets instead
+ * (docs/batched-tokens.md): each message's partition is chosen before the
+ * mint (consumer/partition.h), the mint makes one set per topic and
+ * partition of the flush, and each message is produced to its partition
+ * with tbx-tset and tbx-tbit.  Replays for one group (tbx__publish_replay)
+ * keep per-message tokens: a set is minted for every subscribed group.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -31,6 +38,7 @@
 #include "base/sha256.h"
 #include "consumer/conf.h"
 #include "consumer/msg.h"
+#include "consumer/partition.h"
 #include "consumer/producer.h"
 #include "store/pg.h"
 #include "tokens/tokens.h"
@@ -60,7 +68,8 @@ struct tbx_publisher {
 	char store_id[TBX_UUID_LEN + 1]; /* tbx-store of what it mints */
 	int caller_reports; /* tbx__publisher_caller_reports_refusals() */
 	char errstr[512];
-	tbx__tracer_t *tracer; /* NULL: tracing off */
+	tbx__tracer_t *tracer;	   /* NULL: tracing off */
+	tbx__partitioner_t *parts; /* tokens.format = set; else NULL */
 };
 
 void tbx__publisher_caller_reports_refusals(tbx_publisher_t *pub)
@@ -106,11 +115,36 @@ tbx_publisher_t *tbx_publisher_new(tbx_conf_t *conf, char *errstr,
 		    tbx__stores_tokens_where(cfg, where, sizeof(where)));
 		goto fail;
 	}
+	if (cfg->tokens_format == TBX_TOKFMT_SET) {
+		int yes = 0;
+		char where[600];
+
+		if (tbx_tokens_has(pub->tokens, TBX_TOKENS_HAS_EDGE_SETS,
+				   &yes) ||
+		    !yes) {
+			tbx__seterr(
+			    errstr, errstr_size, TBX_ECONF,
+			    "tokens.format = set: the token store %s cannot "
+			    "record token sets at the ingress edge (it needs "
+			    "SQLite schema 14 or PostgreSQL token version 4; "
+			    "opened read-only it is not migrated)",
+			    tbx__stores_tokens_where(cfg, where,
+						     sizeof(where)));
+			goto fail;
+		}
+	}
 	if (!(pub->producer = tbx__producer_new(conf, errstr, errstr_size)))
 		goto fail;
+	if (cfg->tokens_format == TBX_TOKFMT_SET &&
+	    tbx__partitioner_new(pub->producer, &pub->stats.partition_unknown,
+				 &pub->parts, errstr, errstr_size)) {
+		rd_kafka_destroy(pub->producer);
+		goto fail;
+	}
 	/* Each message starts a trace, or continues a traceparent given. */
 	if (tbx__tracer_new(conf, "tokenbox-publisher", NULL, &pub->tracer,
 			    errstr, errstr_size)) {
+		tbx__partitioner_destroy(pub->parts);
 		rd_kafka_destroy(pub->producer);
 		goto fail;
 	}
@@ -310,9 +344,39 @@ static int earlier_in_batch(const tbx__row_t *queue, size_t i)
 	return 0;
 }
 
+static int producer_renew(tbx_publisher_t *pub);
+
+/* tokens.format = set: the partition of message @p m, chosen before the
+ * mint as the producer's partitioner would (a producer is made first
+ * when a fatal error left none). */
+static int choose_partition(tbx_publisher_t *pub, const tbx__outmsg_t *m,
+			    int32_t *part)
+{
+	int err;
+
+	if (!pub->producer && (err = producer_renew(pub)))
+		return err;
+	err = tbx__partition_choose(pub->parts, pub->producer, m->topic, m->key,
+				    m->key ? m->key_len : 0,
+				    (int)pub->cfg->dispatch_timeout_ms, part);
+	if (err == TBX_ETIMEOUT)
+		snprintf(pub->errstr, sizeof(pub->errstr),
+			 "topic %s: its partition count was not learnt from "
+			 "the metadata within dispatch.timeout.ms "
+			 "(partition_unknown): nothing was minted or sent; "
+			 "flush again to retry",
+			 m->topic);
+	else if (err)
+		snprintf(pub->errstr, sizeof(pub->errstr),
+			 "topic %s: cannot choose a partition: %s", m->topic,
+			 tbx_strerror(err));
+	return err;
+}
+
 /* One token-store transaction for the whole queue: one sequence number,
- * one token per new message, a token row per subscribed group, and the
- * edge's verdict on every message with a caller id. */
+ * one token per new message, a token row per subscribed group (or, with
+ * tokens.format = set, one set per topic and partition), and the edge's
+ * verdict on every message with a caller id. */
 static int mint(tbx_publisher_t *pub)
 {
 	tbx__row_t *queue = &pub->queue;
@@ -328,6 +392,16 @@ static int mint(tbx_publisher_t *pub)
 		items[i].fp = pub->ext[i].fp;
 		memcpy(items[i].msg_id, queue->msgs[i].id, TBX_UUID_LEN + 1);
 		tbx__uuid(items[i].token);
+		items[i].part = -1;
+		/* A replay for one group keeps a per-message token. */
+		if (pub->parts && !items[i].grp) {
+			if ((err = choose_partition(pub, &queue->msgs[i],
+						    &items[i].part))) {
+				free(items);
+				return err;
+			}
+			items[i].in_set = 1;
+		}
 	}
 	/* The sweep keeps ahead of the inserts: the table stays bounded
 	 * by the window. */
@@ -345,7 +419,15 @@ static int mint(tbx_publisher_t *pub)
 		pub_msg_t *ext = &pub->ext[i];
 
 		memcpy(m->id, items[i].msg_id, TBX_UUID_LEN + 1);
+		/* The token, or the set and bit, the mint gave (or the
+		 * original's, for a natural duplicate), and its partition:
+		 * kept for a retried flush. */
 		memcpy(m->token, items[i].token, TBX_UUID_LEN + 1);
+		memcpy(m->tset, items[i].set_id, TBX_UUID_LEN + 1);
+		m->tbit = items[i].bit;
+		m->part = m->tset[0] ? items[i].part : -1;
+		if (m->tset[0])
+			m->token[0] = '\0';
 		ext->seq = items[i].seq;
 		ext->verdict = items[i].verdict;
 		ext->outcome = TBX_OUTCOME_PENDING;
@@ -443,6 +525,7 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 	tbx__row_t *queue;
 	tbx__row_t *views = NULL, **rows = NULL;
 	int *delivered = NULL;
+	rd_kafka_resp_err_t *errs = NULL;
 	size_t *which = NULL;
 	size_t undelivered = 0, refused = 0, cnt = 0;
 	const char *first_refused = NULL;
@@ -466,7 +549,8 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 	rows = calloc(queue->msg_cnt, sizeof(*rows));
 	delivered = calloc(queue->msg_cnt, sizeof(*delivered));
 	which = calloc(queue->msg_cnt, sizeof(*which));
-	if (!views || !rows || !delivered || !which) {
+	errs = calloc(queue->msg_cnt, sizeof(*errs));
+	if (!views || !rows || !delivered || !which || !errs) {
 		err = TBX_ENOMEM;
 		snprintf(pub->errstr, sizeof(pub->errstr), "out of memory");
 		if (failed)
@@ -495,7 +579,7 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 		}
 		tbx__tracer_t *prev = tbx__tracer_dispatch_swap(pub->tracer);
 		err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows,
-					  cnt, delivered, &undelivered, NULL,
+					  cnt, delivered, &undelivered, errs,
 					  pub->errstr, sizeof(pub->errstr))
 			  : TBX_OK;
 		tbx__tracer_dispatch_swap(prev);
@@ -505,6 +589,15 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 			if (!delivered[k]) {
 				ext->outcome = TBX_OUTCOME_UNDELIVERED;
 				pub->stats.undelivered++;
+				/* The count learnt is stale: asked again at
+				 * the next choice (the message keeps its
+				 * partition: its set was minted for it). */
+				if (pub->parts &&
+				    errs[k] ==
+					RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION)
+					tbx__partition_forget(
+					    pub->parts,
+					    queue->msgs[which[k]].topic);
 			} else if (ext->verdict == TBX_EDGE_INFLIGHT) {
 				ext->outcome = TBX_OUTCOME_RESENT;
 				pub->stats.resent++;
@@ -547,6 +640,7 @@ out:
 	free(rows);
 	free(delivered);
 	free(which);
+	free(errs);
 	return err;
 }
 
@@ -725,6 +819,7 @@ void tbx_publisher_destroy(tbx_publisher_t *pub)
 	free(pub->ext);
 	tbx__row_clear(&pub->queue);
 	tbx__tracer_free(pub->tracer, 2000);
+	tbx__partitioner_destroy(pub->parts);
 	tbx_tokens_close(pub->tokens);
 	tbx_conf_destroy(pub->conf);
 	free(pub);

@@ -70,6 +70,18 @@ typedef struct tbx__outmsg {
 	void *headers; /**< extra headers, tbx__hdrs_encode() format; NULL: none
 			*/
 	size_t headers_len;
+	/** The partition to produce to (RD_KAFKA_V_PARTITION), chosen before
+	 *  its token set was minted (the publisher's tokens.format = set);
+	 *  -1, as tbx__row_grow() leaves it: librdkafka's partitioner
+	 *  chooses.  Not stored in the outbox row. */
+	int32_t part;
+	/** The token set of the message's token (tbx-tset) when it has one
+	 *  instead of token: its bit is tbit, of the set minted for
+	 *  partition part (tbx-tbit "part:tbit").  "" for a per-message
+	 *  token.  Only the publisher mints sets; not stored in the outbox
+	 *  row. */
+	char tset[TBX_UUID_LEN + 1];
+	uint32_t tbit;
 } tbx__outmsg_t;
 
 /** An outbox row with its outgoing messages. */
@@ -102,7 +114,8 @@ void tbx__row_clear(tbx__row_t *row);
 int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
 		 const void *key, size_t key_len, const void *payload,
 		 size_t payload_len, const void *headers, size_t headers_len);
-/** Appends a zeroed message slot (a backend loading a row fills it).
+/** Appends a zeroed message slot, part -1 (a backend loading a row fills
+ *  it).
  *  @returns NULL when out of memory. */
 tbx__outmsg_t *tbx__row_grow(tbx__row_t *row);
 /** Drops every outgoing message (the row stays). */

@@ -63,6 +63,7 @@ tbx__outmsg_t *tbx__row_grow(tbx__row_t *row)
 		row->msg_cap = cap;
 	}
 	memset(&row->msgs[row->msg_cnt], 0, sizeof(row->msgs[0]));
+	row->msgs[row->msg_cnt].part = -1;
 	return &row->msgs[row->msg_cnt++];
 }
 

@@ -337,6 +337,18 @@ static const char *const migrations[] = {
      * meaning. */
     ("ALTER TABLE tbx_outbox ADD COLUMN in_tbit INTEGER CHECK (in_tbit IS"
      " NULL OR (in_tbit BETWEEN 0 AND 65535 AND in_token IS NOT NULL));"),
+    /* 13 -> 14 */
+    /* The ingress edge of a publisher minting token sets
+     * (tokens.format = set): an entry records the message's set id, its
+     * bit and the partition the set was minted for, so that a natural
+     * duplicate goes out again with the same tbx-tset and tbx-tbit to
+     * the same partition.  NULL for an entry of a per-message token
+     * (token holds it; '' for a set entry). */
+    "ALTER TABLE tbx_edge ADD COLUMN tset TEXT;"
+    "ALTER TABLE tbx_edge ADD COLUMN tbit INTEGER CHECK (tbit IS NULL OR"
+    " (tbit BETWEEN 0 AND 65535 AND tset IS NOT NULL));"
+    "ALTER TABLE tbx_edge ADD COLUMN tpart INTEGER CHECK ((tpart IS NULL)"
+    " = (tbit IS NULL) AND (tpart IS NULL OR tpart >= 0));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -30,9 +30,14 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 13 added (the outbox row's set bit), version 12, 11, 10, 9
- * and 8, taken away again. */
-#define UNDO_TBIT "ALTER TABLE tbx_outbox DROP COLUMN in_tbit;"
+/* What version 14 added (the edge entry's set, bit and partition),
+ * version 13 (the outbox row's set bit), version 12, 11, 10, 9 and 8,
+ * taken away again (each column before the one its CHECK names). */
+#define UNDO_V14                                                               \
+	"ALTER TABLE tbx_edge DROP COLUMN tpart;"                              \
+	"ALTER TABLE tbx_edge DROP COLUMN tbit;"                               \
+	"ALTER TABLE tbx_edge DROP COLUMN tset;"
+#define UNDO_TBIT UNDO_V14 "ALTER TABLE tbx_outbox DROP COLUMN in_tbit;"
 #define UNDO_V12                                                               \
 	UNDO_TBIT "DROP TABLE tbx_cover_msg; DROP TABLE tbx_obatch;"           \
 		  "ALTER TABLE tbx_inflight DROP COLUMN gen;"
@@ -263,15 +268,14 @@ Test(migration, an_outbox_row_gets_the_set_bit_of_its_record)
 	tbx__db_opts_t opts;
 	tbx_outbox_t *store;
 	tbx__row_t row;
-	char err[256], sql[160];
+	char err[256], sql[320];
 	sqlite3 *db;
 
 	tbx__db_opts_init(&opts);
 	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
 		     TBX_OK, "%s", err);
 	tbx_outbox_close(store);
-	snprintf(sql, sizeof(sql), UNDO_TBIT "PRAGMA user_version = %d;",
-		 TBX_SCHEMA_VERSION - 1);
+	snprintf(sql, sizeof(sql), UNDO_TBIT "PRAGMA user_version = %d;", 12);
 	exec(path, sql);
 	exec(path, "INSERT INTO tbx_outbox (grp, msg_id, in_topic, "
 		   "in_partition, in_offset, in_token, created_ms) VALUES "
@@ -323,6 +327,65 @@ Test(migration, an_outbox_row_gets_the_set_bit_of_its_record)
 				  NULL, NULL, NULL) &
 			 0xff,
 		     SQLITE_CONSTRAINT, "a bit needs its set");
+	sqlite3_close(db);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+/* The version before the edge's token sets: an entry of a per-message
+ * token keeps it (tset, tbit, tpart NULL); the migrated file takes an
+ * entry of a set, and refuses a bit without its set or its partition. */
+Test(migration, an_edge_entry_keeps_its_token_and_may_name_a_set)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "t.db");
+	char err[256];
+	tbx__db_opts_t opts;
+	tbx_tokens_t *t;
+	int yes = -1;
+	sqlite3 *db;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(path, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	tbx_tokens_close(t);
+	exec(path, UNDO_V14 "PRAGMA user_version = 13;"
+			    "INSERT INTO tbx_edge (topic, caller_id, "
+			    "fingerprint, msg_id, token, mint_seq, created_ms) "
+			    "VALUES ('t', 'order-1', zeroblob(32), "
+			    "'00000000-0000-4000-8000-000000000001', "
+			    "'00000000-0000-4000-8000-000000000002', 3, 1);");
+	cr_assert_eq(
+	    tbx_tokens_sqlite_open(path, &opts, NULL, &t, err, sizeof(err)),
+	    TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_EDGE_SETS, &yes), TBX_OK);
+	cr_assert_eq(yes, 1);
+	tbx_tokens_close(t);
+	cr_assert_eq(tt_count(path,
+			      "SELECT count(*) FROM tbx_edge WHERE "
+			      "token = '00000000-0000-4000-8000-"
+			      "000000000002' AND tset IS NULL AND tbit IS "
+			      "NULL AND tpart IS NULL"),
+		     1, "the entry in the window keeps its token");
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	static const char *const bad[] = {
+	    "UPDATE tbx_edge SET tbit = 1, tpart = 0",
+	    "UPDATE tbx_edge SET tset = 's', tbit = 1",
+	    "UPDATE tbx_edge SET tset = 's', tbit = 65536, tpart = 0",
+	    "UPDATE tbx_edge SET tset = 's', tbit = 1, tpart = -1",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(sqlite3_exec(db, bad[i], NULL, NULL, NULL) & 0xff,
+			     SQLITE_CONSTRAINT, "%s", bad[i]);
+	cr_assert_eq(sqlite3_exec(db,
+				  "UPDATE tbx_edge SET token = '', tset = "
+				  "'00000000-0000-4000-8000-000000000004', "
+				  "tbit = 65535, tpart = 2",
+				  NULL, NULL, NULL),
+		     SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	tt_rmrf(dir);
 	free(dir);

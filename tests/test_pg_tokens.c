@@ -219,7 +219,7 @@ Test(pg_tokens, open_creates_the_tables_and_keeps_its_identity)
 	tbx_tokens_close(t);
 
 	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_schema_info WHERE "
-			     "kind = 'tokens' AND version = 3 AND created_ms "
+			     "kind = 'tokens' AND version = 4 AND created_ms "
 			     "> 0"),
 		     1);
 	cr_assert_eq(sql_int("SELECT count(*) FROM pg_catalog.pg_class c JOIN "
@@ -851,6 +851,130 @@ Test(pg_tokens, publish_mint_decides_new_inflight_done_and_synthetic)
 		     TBX_EINVAL);
 	cr_assert_eq(tbx_tokens_publish_mint(t, it, 1, -1, 100, &rows),
 		     TBX_EINVAL);
+	tbx_tokens_close(t);
+}
+
+/* tokens.format = set: one set per (topic, partition) of the flush's new
+ * items, a row per subscribed group, bits in queue order; the edge
+ * records them, and a natural duplicate (in the flush or after it) gets
+ * the original's set, bit and partition. */
+Test(pg_tokens, publish_mint_in_sets_records_the_set_at_the_edge)
+{
+	tbx_tokens_t *t = open_store();
+	tbx__edge_item_t it[5], again[1];
+	uint64_t rows = 0;
+	int64_t pending = -1;
+	tbx__bit_state_t st[2];
+
+	memset(fp_a, 0xaa, sizeof(fp_a));
+	memset(fp_b, 0xbb, sizeof(fp_b));
+	subscribe(t, "in", "g1");
+	subscribe(t, "in", "g2");
+	edge_item(&it[0], "in", "c1", fp_a, NULL);
+	edge_item(&it[1], "in", NULL, NULL, NULL);
+	edge_item(&it[2], "in", "c1", fp_a, NULL);
+	edge_item(&it[3], "in", "c3", fp_b, NULL);
+	edge_item(&it[4], "in", "c1", fp_b, NULL);
+	for (int i = 0; i < 5; i++) {
+		it[i].in_set = 1;
+		it[i].part = i == 3 ? 2 : 0;
+	}
+	cr_assert_eq(tbx_tokens_publish_mint(t, it, 5, 60000, 100, &rows),
+		     TBX_OK);
+	cr_assert_eq(rows, 4, "two sets (partitions 0 and 2), two groups");
+	cr_assert_eq(it[0].verdict, TBX_EDGE_NEW);
+	cr_assert_eq(it[0].bit, 0);
+	cr_assert_eq(it[1].bit, 1);
+	cr_assert_str_eq(it[1].set_id, it[0].set_id);
+	cr_assert_str_empty(it[0].token);
+	cr_assert_eq(it[2].verdict, TBX_EDGE_INFLIGHT);
+	cr_assert_str_eq(it[2].set_id, it[0].set_id);
+	cr_assert_eq(it[2].bit, 0);
+	cr_assert_eq(it[2].part, 0);
+	cr_assert_eq(it[3].part, 2);
+	cr_assert_eq(it[3].bit, 0);
+	cr_assert_str_neq(it[3].set_id, it[0].set_id);
+	cr_assert_eq(it[4].verdict, TBX_EDGE_SYNTHETIC);
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_tokens"), 0);
+	cr_assert_eq(tbx_tokens_sets_count(t, "g1", NULL, &pending, NULL),
+		     TBX_OK);
+	cr_assert_eq(pending, 3, "a bit per new message");
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_breg"), 0,
+		     "no registration");
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_edge WHERE token = "
+			     "'' AND tset IS NOT NULL AND tpart = tpart"),
+		     2);
+	tbx__bit_ref_t refs[2] = {{it[0].set_id, 1}, {it[3].set_id, 0}};
+	cr_assert_eq(tbx_tokens_sets_test(t, "g2", refs, 2, st, NULL), TBX_OK);
+	cr_assert_eq(st[0], TBX_BIT_SET);
+	cr_assert_eq(st[1], TBX_BIT_SET);
+
+	/* After the flush: the entry's set, bit, partition and number. */
+	edge_item(&again[0], "in", "c3", fp_b, NULL);
+	again[0].in_set = 1;
+	cr_assert_eq(tbx_tokens_publish_mint(t, again, 1, 60000, 100, &rows),
+		     TBX_OK);
+	cr_assert_eq(rows, 0);
+	cr_assert_eq(again[0].verdict, TBX_EDGE_INFLIGHT);
+	cr_assert_str_eq(again[0].set_id, it[3].set_id);
+	cr_assert_eq(again[0].part, 2);
+	cr_assert_eq(again[0].seq, it[3].seq);
+	/* A set for one group only is not a thing: refused. */
+	edge_item(&again[0], "in", NULL, NULL, "g1");
+	again[0].in_set = 1;
+	cr_assert_eq(tbx_tokens_publish_mint(t, again, 1, 60000, 100, &rows),
+		     TBX_EINVAL);
+	tbx_tokens_close(t);
+}
+
+/* A version 3 schema: its edge entries keep their per-message tokens; a
+ * read-write opening records version 4 in the migration's transaction,
+ * and a publisher in sets re-sends such an entry with its token. */
+Test(pg_tokens, a_version_3_schema_keeps_its_edge_entries)
+{
+	tbx_tokens_t *t = open_store();
+	tbx__edge_item_t it[1];
+	tbx__db_opts_t opts;
+	uint64_t rows = 0;
+	int version = 0, yes = -1;
+
+	memset(fp_a, 0xaa, sizeof(fp_a));
+	subscribe(t, "in", "g1");
+	edge_item(&it[0], "in", "c1", fp_a, NULL);
+	cr_assert_eq(tbx_tokens_publish_mint(t, it, 1, 60000, 100, &rows),
+		     TBX_OK);
+	tbx_tokens_close(t);
+	sql("ALTER TABLE @T.tbx_edge DROP COLUMN tset, DROP COLUMN tbit, DROP "
+	    "COLUMN tpart; UPDATE @T.tbx_schema_info SET version = 3");
+	tbx__db_opts_init(&opts);
+	opts.readonly = 1;
+	t = open_with(schema, NULL, &opts);
+	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_EDGE_SETS, &yes), TBX_OK);
+	cr_assert_eq(yes, 0, "read-only: not migrated");
+	tbx_tokens_close(t);
+	tbx__db_opts_init(&opts);
+	opts.create = 0;
+	t = open_with(schema, NULL, &opts);
+	cr_assert_eq(tbx_tokens_schema(t, &version), TBX_OK);
+	cr_assert_eq(version, 4);
+	cr_assert_eq(sql_int("SELECT version FROM @T.tbx_schema_info"), 4);
+	cr_assert_eq(tbx_tokens_has(t, TBX_TOKENS_HAS_EDGE_SETS, &yes), TBX_OK);
+	cr_assert_eq(yes, 1);
+	cr_assert_eq(sql_int("SELECT count(*) FROM @T.tbx_edge WHERE tset IS "
+			     "NULL AND tbit IS NULL AND tpart IS NULL"),
+		     1);
+	char token[TBX_UUID_LEN + 1];
+	memcpy(token, it[0].token, sizeof(token));
+	edge_item(&it[0], "in", "c1", fp_a, NULL);
+	it[0].in_set = 1;
+	it[0].part = 1;
+	cr_assert_eq(tbx_tokens_publish_mint(t, it, 1, 60000, 100, &rows),
+		     TBX_OK);
+	cr_assert_eq(it[0].verdict, TBX_EDGE_INFLIGHT);
+	cr_assert_str_eq(it[0].token, token, "its per-message token");
+	cr_assert_str_empty(it[0].set_id);
+	cr_assert_eq(it[0].part, -1);
+	cr_assert_eq(rows, 0);
 	tbx_tokens_close(t);
 }
 
@@ -1780,8 +1904,10 @@ Test(pg_tokens, a_version_1_schema_keeps_every_number_it_issued)
 	int version = 0;
 
 	tbx_tokens_close(t);
-	sql("DROP TABLE @T.tbx_seq_ranges; DROP TABLE @T.tbx_tset; DROP "
-	    "TABLE @T.tbx_breg; UPDATE @T.tbx_schema_info SET version = 1; "
+	sql("ALTER TABLE @T.tbx_edge DROP COLUMN tset, DROP COLUMN tbit, "
+	    "DROP COLUMN tpart; DROP TABLE @T.tbx_seq_ranges; DROP TABLE "
+	    "@T.tbx_tset; DROP TABLE @T.tbx_breg; UPDATE @T.tbx_schema_info "
+	    "SET version = 1; "
 	    "SELECT setval('@T.tbx_seq', 41, true)");
 	tbx__db_opts_init(&opts);
 	opts.create = 0;

@@ -47,6 +47,7 @@
 #include "base/str.h"
 #include "store/pg.h"
 #include "tokens/pg_int.h"
+#include "tokens/pub_sets.h"
 #include "tokens/tokens.h"
 
 /* The text columns that are compared and ordered use the "C" collation:
@@ -136,6 +137,15 @@ static const char *const migrations[] = {
     /* The sweeper reads a group's registrations, oldest first. */
     "CREATE INDEX tbx_breg_send ON @T.tbx_breg"
     " (send_grp, created_ms, attempt);",
+    /* 3 -> 4: the ingress edge of a publisher minting token sets, as
+     * SQLite's schema 14: an entry's set, bit and partition (NULL for an
+     * entry of a per-message token, whose token column holds it). */
+    "ALTER TABLE @T.tbx_edge"
+    " ADD COLUMN tset text,"
+    " ADD COLUMN tbit integer CHECK (tbit IS NULL OR"
+    "  (tbit BETWEEN 0 AND 65535 AND tset IS NOT NULL)),"
+    " ADD COLUMN tpart integer CHECK ((tpart IS NULL) = (tbit IS NULL)"
+    "  AND (tpart IS NULL OR tpart >= 0));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -183,6 +193,7 @@ enum {
 	Q_EDGE_GET,
 	Q_EDGE_REFUSED,
 	Q_PUB_TOKENS,
+	Q_EDGE_SETS,
 	Q_EDGE_DELIVERED,
 	Q_EDGE_COUNT,
 	Q_SUB_COUNT,
@@ -295,7 +306,8 @@ static const char *const sql[Q__COUNT] = {
     /* The entries that exist, locked until the mint commits; column 0
      * the position (from 1) in the arrays. */
     [Q_EDGE_GET] = "SELECT u.i, e.fingerprint, e.msg_id, e.token, "
-		   "e.mint_seq, e.delivered FROM unnest($1::text[], "
+		   "e.mint_seq, e.delivered, e.tset, e.tbit, e.tpart FROM "
+		   "unnest($1::text[], "
 		   "$2::text[]) WITH ORDINALITY AS u(topic, cid, i) JOIN "
 		   "@T.tbx_edge e ON e.topic = u.topic AND e.caller_id = u.cid "
 		   "FOR UPDATE OF e",
@@ -311,6 +323,13 @@ static const char *const sql[Q__COUNT] = {
 		     "topic, only_grp) JOIN @T.tbx_subscriptions s ON s.topic "
 		     "= u.topic AND s.since_seq < $2 AND (u.only_grp = '' OR "
 		     "s.grp = u.only_grp)",
+    /* The set, bit and partition of the new entries of a publisher
+     * minting token sets ($1 topics, $2 ids, $3 sets, $4 bits, $5
+     * partitions), taken by Q_EDGE_PUT in the same transaction. */
+    [Q_EDGE_SETS] = "UPDATE @T.tbx_edge e SET token = '', tset = u.s, tbit "
+		    "= u.b, tpart = u.p FROM unnest($1::text[], $2::text[], "
+		    "$3::text[], $4::int4[], $5::int4[]) AS u(topic, cid, s, "
+		    "b, p) WHERE e.topic = u.topic AND e.caller_id = u.cid",
     [Q_EDGE_DELIVERED] = "UPDATE @T.tbx_edge e SET delivered = 1 FROM "
 			 "unnest($1::text[], $2::text[], $3::text[]) AS "
 			 "u(topic, cid, m) WHERE e.topic = u.topic AND "
@@ -1410,6 +1429,9 @@ typedef struct edge_entry {
 	char token[TBX_UUID_LEN + 1];
 	int64_t seq;
 	int delivered;
+	char tset[TBX_UUID_LEN + 1]; /* "": a per-message token */
+	uint32_t tbit;
+	int32_t tpart;
 	int ok;		 /* msg_id and token are well-formed */
 	int64_t refused; /* synthetic duplicates refused in this flush */
 } edge_entry_t;
@@ -1429,9 +1451,10 @@ typedef struct pub {
 	size_t *first; /* per item: its key's first item (caller ids) */
 	size_t *slot;  /* per item: its key's index in keys */
 	size_t nkeys;
-	size_t *key_item;  /* per key: its first item */
-	int *inserted;	   /* per key: the edge took our entry */
-	edge_entry_t *ent; /* per key */
+	size_t *key_item;     /* per key: its first item */
+	int *inserted;	      /* per key: the edge took our entry */
+	edge_entry_t *ent;    /* per key */
+	tbx__pub_sets_t sets; /* the sets of the new in_set items */
 } pub_t;
 
 static int key_cmp(const void *a, const void *b)
@@ -1454,6 +1477,7 @@ static void pub_free(pub_t *w)
 	free(w->key_item);
 	free(w->inserted);
 	free(w->ent);
+	tbx__pub_sets_free(&w->sets);
 }
 
 /* Groups the caller-id items by key: each key once, in the position of
@@ -1652,6 +1676,21 @@ static int edge_get(tbx_tokens_pg_t *t, pub_t *w)
 		    strlen(e->token) == TBX_UUID_LEN;
 		e->seq = tbx__pg_i64(res, r, 4);
 		e->delivered = tbx__pg_i64(res, r, 5) != 0;
+		/* An entry of a set: its set, bit and partition, no token. */
+		if (!PQgetisnull(res, r, 6))
+			e->ok = !tbx__pg_text_to(res, r, 2, e->msg_id,
+						 sizeof(e->msg_id)) &&
+				!tbx__pg_text_to(res, r, 6, e->tset,
+						 sizeof(e->tset)) &&
+				strlen(e->msg_id) == TBX_UUID_LEN &&
+				strlen(e->tset) == TBX_UUID_LEN &&
+				!PQgetisnull(res, r, 7) &&
+				!PQgetisnull(res, r, 8);
+		if (e->tset[0] && e->ok) {
+			e->tbit = (uint32_t)tbx__pg_i64(res, r, 7);
+			e->tpart = (int32_t)tbx__pg_i64(res, r, 8);
+			e->token[0] = '\0';
+		}
 	}
 	PQclear(res);
 out:
@@ -1700,8 +1739,21 @@ out:
 /* The verdicts, in the order of the items, as SQLite's one lookup per
  * item gives them: a key's first item is new when the edge took it;
  * every other item of the key is a duplicate of the entry. */
+/* A new item's token: with in_set the next bit of its set, else the
+ * fresh per-message token it came with. */
+static int new_token(pub_t *w, tbx__edge_item_t *it)
+{
+	if (it->in_set)
+		return tbx__pub_set_bit(&w->sets, it);
+	it->set_id[0] = '\0';
+	it->part = -1;
+	return TBX_OK;
+}
+
 static int decide(pub_t *w, int64_t num)
 {
+	int err;
+
 	for (size_t i = 0; i < w->cnt; i++) {
 		tbx__edge_item_t *it = &w->items[i];
 		edge_entry_t *e;
@@ -1710,6 +1762,8 @@ static int decide(pub_t *w, int64_t num)
 		it->verdict = TBX_EDGE_NEW;
 		if (!it->caller_id) {
 			it->seq = num;
+			if ((err = new_token(w, it)))
+				return err;
 			continue;
 		}
 		k = w->slot[i];
@@ -1718,10 +1772,15 @@ static int decide(pub_t *w, int64_t num)
 			const tbx__edge_item_t *f = it;
 
 			it->seq = num;
+			if ((err = new_token(w, it)))
+				return err;
 			/* Later items of the key see this entry. */
 			e->fp = f->fp;
 			memcpy(e->msg_id, f->msg_id, sizeof(e->msg_id));
 			memcpy(e->token, f->token, sizeof(e->token));
+			memcpy(e->tset, f->set_id, sizeof(e->tset));
+			e->tbit = f->bit;
+			e->tpart = f->part;
 			e->seq = num;
 			e->delivered = 0;
 			e->ok = 1;
@@ -1740,11 +1799,61 @@ static int decide(pub_t *w, int64_t num)
 			return TBX_ECORRUPT;
 		}
 		memcpy(it->msg_id, e->msg_id, TBX_UUID_LEN + 1);
+		/* The original's token, whichever format it went out in. */
 		memcpy(it->token, e->token, TBX_UUID_LEN + 1);
+		memcpy(it->set_id, e->tset, TBX_UUID_LEN + 1);
+		it->bit = e->tbit;
+		it->part = e->tset[0] ? e->tpart : -1;
 		it->seq = e->seq;
 		it->verdict = e->delivered ? TBX_EDGE_DONE : TBX_EDGE_INFLIGHT;
 	}
 	return TBX_OK;
+}
+
+/* The set, bit and partition of the new entries minted in sets. */
+static int edge_sets(tbx_tokens_pg_t *t, const pub_t *w)
+{
+	const char **topic, **cid, **set;
+	int64_t *bit, *part;
+	size_t n = 0;
+	tbx__pg_params_t p;
+	int err = TBX_ENOMEM;
+
+	topic = calloc(w->nkeys + 1, sizeof(*topic));
+	cid = calloc(w->nkeys + 1, sizeof(*cid));
+	set = calloc(w->nkeys + 1, sizeof(*set));
+	bit = calloc(w->nkeys + 1, sizeof(*bit));
+	part = calloc(w->nkeys + 1, sizeof(*part));
+	if (!topic || !cid || !set || !bit || !part)
+		goto out;
+	for (size_t k = 0; k < w->nkeys; k++) {
+		const tbx__edge_item_t *it = &w->items[w->key_item[k]];
+
+		if (!w->inserted[k] || !it->in_set)
+			continue;
+		topic[n] = it->topic;
+		cid[n] = it->caller_id;
+		set[n] = it->set_id;
+		bit[n] = it->bit;
+		part[n++] = it->part;
+	}
+	err = TBX_OK;
+	if (!n)
+		goto out;
+	tbx__pgp_init(&p);
+	tbx__pgp_text_array(&p, topic, n);
+	tbx__pgp_text_array(&p, cid, n);
+	tbx__pgp_text_array(&p, set, n);
+	tbx__pgp_i64_array(&p, bit, n);
+	tbx__pgp_i64_array(&p, part, n);
+	err = run(t, Q_EDGE_SETS, &p, NULL);
+out:
+	free(topic);
+	free(cid);
+	free(set);
+	free(bit);
+	free(part);
+	return err;
 }
 
 /* The token rows of the new items. */
@@ -1763,7 +1872,7 @@ static int pub_tokens(tbx_tokens_pg_t *t, const pub_t *w, int64_t num,
 	if (!tok || !topic || !grp)
 		goto out;
 	for (size_t i = 0; i < w->cnt; i++) {
-		if (w->items[i].verdict != TBX_EDGE_NEW)
+		if (w->items[i].verdict != TBX_EDGE_NEW || w->items[i].in_set)
 			continue;
 		tok[n] = w->items[i].token;
 		topic[n] = w->items[i].topic;
@@ -1803,6 +1912,13 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		if (!items[i].topic || (items[i].caller_id && !items[i].fp) ||
 		    (items[i].grp && !items[i].grp[0]))
 			return TBX_EINVAL;
+	for (size_t i = 0; i < cnt; i++) {
+		if (items[i].in_set && (items[i].grp || items[i].part < 0))
+			return TBX_EINVAL;
+		/* Token version 4 records an edge entry's set. */
+		if (items[i].in_set && t->version < 4)
+			return TBX_ESCHEMA;
+	}
 	if ((err = range_ready(t)))
 		return err;
 	memset(&w, 0, sizeof(w));
@@ -1834,7 +1950,16 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 	if (!err)
 		err = edge_refused(t, &w);
 	if (!err)
+		err = edge_sets(t, &w);
+	if (!err)
 		err = pub_tokens(t, &w, num, now, &created);
+	if (!err && w.sets.cnt) {
+		uint64_t sets = 0;
+
+		err = tbx__tp_sets_add(tokens, w.sets.sets, w.sets.cnt, num,
+				       &sets);
+		created += sets;
+	}
 	pub_free(&w);
 	if ((err = txn_end(t, err)))
 		return err;

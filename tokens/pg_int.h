@@ -13,7 +13,7 @@
 #include "tokens/tokens.h"
 
 /** The schema version of the token store's PostgreSQL tables. */
-#define TBX_PG_TOKENS_VERSION 3
+#define TBX_PG_TOKENS_VERSION 4
 
 /** Advisory lock namespaces (the first key; docs/architecture.md). */
 #define TBX_PG_LOCK_MIGRATION "1413634048"
@@ -74,6 +74,11 @@ int tbx__tp_regs_from(PGresult *res, tbx__reg_t **out, size_t *cnt);
 int tbx__tp_sets_mint(tbx_tokens_t *tokens, const char *send_grp,
 		      const tbx__set_req_t *reqs, size_t req_cnt, int64_t *seq,
 		      uint64_t *rows);
+/** The tbx_tset rows of @p sets at @p seq (a row per group subscribed
+ *  before it), run now inside the transaction open on the store's own
+ *  connection (the publisher's mint).  *rows: the rows made. */
+int tbx__tp_sets_add(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
+		     size_t cnt, int64_t seq, uint64_t *rows);
 int tbx__tp_sets_mint_joined(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
 			     size_t cnt, int64_t seq, uint64_t *rows);
 int tbx__tp_sets_test(tbx_tokens_t *tokens, const char *grp,

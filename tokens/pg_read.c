@@ -180,12 +180,14 @@ int tbx__tp_has(tbx_tokens_t *tokens, int what, int *yes)
 {
 	/* Version 1 of the PostgreSQL tables holds the edge and the
 	 * identity, version 2 the sequence's ranges, version 3 the token
-	 * sets. */
-	*yes = what == TBX_TOKENS_HAS_EDGE || what == TBX_TOKENS_HAS_STORE_ID ||
-	       (what == TBX_TOKENS_HAS_SEQ_RANGES &&
-		backend(tokens)->version >= 2) ||
-	       (what == TBX_TOKENS_HAS_SETS && backend(tokens)->version >= 3);
-	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_SETS
+	 * sets, version 4 the edge entries' sets. */
+	*yes =
+	    what == TBX_TOKENS_HAS_EDGE || what == TBX_TOKENS_HAS_STORE_ID ||
+	    (what == TBX_TOKENS_HAS_SEQ_RANGES &&
+	     backend(tokens)->version >= 2) ||
+	    (what == TBX_TOKENS_HAS_SETS && backend(tokens)->version >= 3) ||
+	    (what == TBX_TOKENS_HAS_EDGE_SETS && backend(tokens)->version >= 4);
+	return what >= TBX_TOKENS_HAS_EDGE && what <= TBX_TOKENS_HAS_EDGE_SETS
 		   ? TBX_OK
 		   : TBX_EINVAL;
 }

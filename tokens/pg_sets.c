@@ -360,6 +360,34 @@ int tbx__tp_sets_mint(tbx_tokens_t *tokens, const char *send_grp,
 	return TBX_OK;
 }
 
+int tbx__tp_sets_add(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
+		     size_t cnt, int64_t seq, uint64_t *rows)
+{
+	tbx_tokens_pg_t *t = backend(tokens);
+	tbx__set_req_t req = {NULL, NULL, sets, cnt};
+	tbx__pg_params_t p;
+	set_cols_t c;
+	int err;
+
+	if (rows)
+		*rows = 0;
+	if (seq <= 0 || (cnt && !sets))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < cnt; i++)
+		if (!set_item_ok(&sets[i]))
+			return TBX_EINVAL;
+	if ((err = sets_ready(t)))
+		return err;
+	if (!cnt)
+		return TBX_OK;
+	if ((err = set_cols_make(&c, &req, 1)))
+		return err;
+	bind_sets(&p, &c, seq);
+	err = run_changes(t, S_ADD, &p, rows);
+	set_cols_free(&c);
+	return err;
+}
+
 int tbx__tp_sets_mint_joined(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
 			     size_t cnt, int64_t seq, uint64_t *rows)
 {

@@ -32,6 +32,7 @@
 #include "base/str.h"
 #include "store/stmt.h"
 #include "tokens/pg_int.h"
+#include "tokens/pub_sets.h"
 #include "tokens/sqlite_int.h"
 #include "tokens/tokens.h"
 
@@ -117,13 +118,15 @@ static const char *const sql[Q__COUNT] = {
     [Q_EDGE_SWEEP] = "DELETE FROM tbx_edge WHERE rowid IN (SELECT rowid FROM "
 		     "tbx_edge WHERE created_ms < ?1 ORDER BY created_ms "
 		     "LIMIT ?2)",
-    [Q_EDGE_GET] = "SELECT fingerprint, msg_id, token, mint_seq, delivered "
-		   "FROM tbx_edge WHERE topic = ?1 AND caller_id = ?2 AND "
+    [Q_EDGE_GET] = "SELECT fingerprint, msg_id, token, mint_seq, delivered, "
+		   "tset, tbit, tpart FROM tbx_edge WHERE topic = ?1 AND "
+		   "caller_id = ?2 AND "
 		   "created_ms >= ?3",
     /* REPLACE: an entry past the window not swept yet is superseded. */
     [Q_EDGE_PUT] = "INSERT OR REPLACE INTO tbx_edge (topic, caller_id, "
 		   "fingerprint, msg_id, token, mint_seq, delivered, refused, "
-		   "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, 0, ?7)",
+		   "created_ms, tset, tbit, tpart) VALUES (?1, ?2, ?3, ?4, "
+		   "?5, ?6, 0, 0, ?7, ?8, ?9, ?10)",
     [Q_EDGE_REFUSED] = "UPDATE tbx_edge SET refused = refused + 1 WHERE "
 		       "topic = ?1 AND caller_id = ?2",
     [Q_EDGE_DELIVERED] = "UPDATE tbx_edge SET delivered = 1 WHERE topic = ?1 "
@@ -912,8 +915,8 @@ static int edge_lookup(tbx_tokens_sqlite_t *t, tbx__edge_item_t *item,
 {
 	sqlite3_stmt *stmt;
 	const void *fp;
-	const unsigned char *id, *token;
-	int hit, err;
+	const unsigned char *id, *token, *tset;
+	int hit, err, in_set;
 
 	*found = 0;
 	if ((err = tbx__stmt_get(&t->stmts, Q_EDGE_GET, &stmt)))
@@ -940,8 +943,13 @@ static int edge_lookup(tbx_tokens_sqlite_t *t, tbx__edge_item_t *item,
 	}
 	id = sqlite3_column_text(stmt, 1);
 	token = sqlite3_column_text(stmt, 2);
+	tset = sqlite3_column_text(stmt, 5);
+	in_set = sqlite3_column_type(stmt, 5) != SQLITE_NULL;
 	if (!id || !token || strlen((const char *)id) != TBX_UUID_LEN ||
-	    strlen((const char *)token) != TBX_UUID_LEN) {
+	    (!in_set && strlen((const char *)token) != TBX_UUID_LEN) ||
+	    (in_set && (!tset || strlen((const char *)tset) != TBX_UUID_LEN ||
+			sqlite3_column_type(stmt, 6) == SQLITE_NULL ||
+			sqlite3_column_type(stmt, 7) == SQLITE_NULL))) {
 		tbx__log(TBX_LOG_ERR,
 			 "token store: edge entry of caller id "
 			 "'%s' is malformed",
@@ -949,7 +957,17 @@ static int edge_lookup(tbx_tokens_sqlite_t *t, tbx__edge_item_t *item,
 		err = TBX_ECORRUPT;
 	} else {
 		memcpy(item->msg_id, id, TBX_UUID_LEN + 1);
-		memcpy(item->token, token, TBX_UUID_LEN + 1);
+		/* The original's token, whichever format it went out in. */
+		if (in_set) {
+			item->token[0] = '\0';
+			memcpy(item->set_id, tset, TBX_UUID_LEN + 1);
+			item->bit = (uint32_t)sqlite3_column_int64(stmt, 6);
+			item->part = sqlite3_column_int(stmt, 7);
+		} else {
+			memcpy(item->token, token, TBX_UUID_LEN + 1);
+			item->set_id[0] = '\0';
+			item->part = -1;
+		}
 		item->seq = sqlite3_column_int64(stmt, 3);
 		item->verdict = sqlite3_column_int(stmt, 4) ? TBX_EDGE_DONE
 							    : TBX_EDGE_INFLIGHT;
@@ -970,9 +988,18 @@ static int edge_put(tbx_tokens_sqlite_t *t, const tbx__edge_item_t *item,
 	    sqlite3_bind_blob(stmt, 3, item->fp, TBX_EDGE_FP_LEN,
 			      SQLITE_STATIC) ||
 	    sqlite3_bind_text(stmt, 4, item->msg_id, -1, SQLITE_STATIC) ||
-	    sqlite3_bind_text(stmt, 5, item->token, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 5, item->in_set ? "" : item->token, -1,
+			      SQLITE_STATIC) ||
 	    sqlite3_bind_int64(stmt, 6, item->seq) ||
 	    sqlite3_bind_int64(stmt, 7, now))
+		return tbx__stmt_bind_fail(stmt);
+	if (item->in_set
+		? (sqlite3_bind_text(stmt, 8, item->set_id, -1,
+				     SQLITE_STATIC) ||
+		   sqlite3_bind_int64(stmt, 9, (int64_t)item->bit) ||
+		   sqlite3_bind_int(stmt, 10, item->part))
+		: (sqlite3_bind_null(stmt, 8) || sqlite3_bind_null(stmt, 9) ||
+		   sqlite3_bind_null(stmt, 10)))
 		return tbx__stmt_bind_fail(stmt);
 	return tbx__stmt_done(stmt);
 }
@@ -1007,13 +1034,25 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 	int64_t num = 0, now = tbx__now_ms(), from = now - window_ms;
 	uint64_t created = 0;
 	sqlite3_stmt *stmt;
-	int err, found;
+	tbx__pub_sets_t ps = {0};
+	int err, found, any_set = 0;
 
 	if ((cnt && !items) || window_ms < 0)
 		return TBX_EINVAL;
-	for (size_t i = 0; i < cnt; i++)
-		if (!items[i].topic || (items[i].caller_id && !items[i].fp))
+	for (size_t i = 0; i < cnt; i++) {
+		if (!items[i].topic || (items[i].caller_id && !items[i].fp) ||
+		    (items[i].in_set && (items[i].grp || items[i].part < 0)))
 			return TBX_EINVAL;
+		any_set |= items[i].in_set;
+	}
+	if (any_set) {
+		int yes = 0;
+
+		if ((err = tbx__tq_has(tokens, TBX_TOKENS_HAS_EDGE_SETS, &yes)))
+			return err;
+		if (!yes)
+			return TBX_ESCHEMA;
+	}
 	if ((err = txn_begin(t)))
 		return err;
 	if (!(err = tbx__stmt_get(&t->stmts, Q_EDGE_SWEEP, &stmt))) {
@@ -1035,16 +1074,28 @@ static int op_publish_mint(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 		    ((err = edge_lookup(t, item, from, &found)) || found))
 			continue;
 		item->seq = num;
+		if (item->in_set) {
+			/* Its bit first: the edge entry records it. */
+			err = tbx__pub_set_bit(&ps, item);
+		} else {
+			item->set_id[0] = '\0';
+			item->part = -1;
+		}
 		/* Recorded with its token, in one transaction: a re-send
 		 * after a crash finds the id and token that may be out. */
-		if (item->caller_id)
+		if (!err && item->caller_id)
 			err = edge_put(t, item, now);
-		if (!err && !item->grp)
+		if (err || item->in_set)
+			continue;
+		if (!item->grp)
 			err = tokens_add(t, &mi, num, now, &created);
-		else if (!err)
+		else
 			err = tokens_add_grp(t, &mi, item->grp, num, now,
 					     &created);
 	}
+	if (!err && ps.cnt)
+		err = tbx__tq_sets_add(t, ps.sets, ps.cnt, num, now, &created);
+	tbx__pub_sets_free(&ps);
 	if ((err = txn_end(t, err)))
 		return err;
 	if (rows)

@@ -64,6 +64,11 @@ void tbx__tokens_sqlite_sets_init(tbx_tokens_sqlite_t *t);
 int tbx__tq_sets_mint(tbx_tokens_t *tokens, const char *send_grp,
 		      const tbx__set_req_t *reqs, size_t req_cnt, int64_t *seq,
 		      uint64_t *rows);
+/** The tbx_tset rows of @p sets (every bit set, a row per group
+ *  subscribed before @p seq), inside the transaction open on @p t (the
+ *  publisher's mint).  *rows is added to. */
+int tbx__tq_sets_add(tbx_tokens_sqlite_t *t, const tbx__set_item_t *sets,
+		     size_t cnt, int64_t seq, int64_t now, uint64_t *rows);
 int tbx__tq_sets_mint_joined(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
 			     size_t cnt, int64_t seq, uint64_t *rows);
 int tbx__tq_sets_test(tbx_tokens_t *tokens, const char *grp,

@@ -178,6 +178,9 @@ int tbx__tq_has(tbx_tokens_t *tokens, int what, int *yes)
 	case TBX_TOKENS_HAS_SETS:
 		*yes = version >= 11;
 		break;
+	case TBX_TOKENS_HAS_EDGE_SETS:
+		*yes = version >= 14;
+		break;
 	default:
 		return TBX_EINVAL;
 	}

@@ -180,6 +180,19 @@ static int set_add(tbx_tokens_sqlite_t *t, const tbx__set_item_t *s,
 	return TBX_OK;
 }
 
+int tbx__tq_sets_add(tbx_tokens_sqlite_t *t, const tbx__set_item_t *sets,
+		     size_t cnt, int64_t seq, int64_t now, uint64_t *rows)
+{
+	int err = TBX_OK;
+
+	for (size_t i = 0; i < cnt; i++)
+		if (!set_item_valid(&sets[i]))
+			return TBX_EINVAL;
+	for (size_t i = 0; !err && i < cnt; i++)
+		err = set_add(t, &sets[i], seq, now, rows);
+	return err;
+}
+
 /* The JSON array of @p req's set ids (UUIDs: nothing to escape), into a
  * malloc'ed string. */
 static char *sets_json(const tbx__set_req_t *req)

@@ -90,6 +90,19 @@ typedef struct tbx__edge_item {
 	char token[TBX_UUID_LEN + 1]; /**< in: fresh token; out: to send */
 	int64_t seq;		      /**< out: tbx-seq to send */
 	tbx__edge_verdict_t verdict;  /**< out */
+	/** in: 1 to mint the item's token as a bit of a token set of
+	 *  partition @p part (tokens.format = set; grp must be NULL); 0 for
+	 *  a per-message token */
+	int in_set;
+	/** in with in_set: the destination partition, chosen before the
+	 *  mint; out: the partition to produce to, -1 for any (a
+	 *  per-message token) */
+	int32_t part;
+	/** out: the set of the item's token ("" for a per-message token in
+	 *  token) and its bit, for a new item and for a natural duplicate
+	 *  of one minted in a set */
+	char set_id[TBX_UUID_LEN + 1];
+	uint32_t bit;
 } tbx__edge_item_t;
 
 #define TBX_EDGE_FP_LEN 32
@@ -303,7 +316,15 @@ typedef struct tbx_tokens_ops {
 	 * item's token (a row per subscribed group) and records the caller
 	 * id; with one seen, sets the verdict (the original's id, token and
 	 * sequence number for a natural duplicate; a synthetic one adds to
-	 * the entry's refused count).  *rows as for mint.
+	 * the entry's refused count).  *rows as for mint.  Items with in_set
+	 * are minted as token sets instead, in the same transaction: one set
+	 * per (topic, part) of the new items (a second when one reaches
+	 * TBX_SET_BITS_MAX), a tbx_tset row per group subscribed with
+	 * since_seq below the number, no registration; each new item gets
+	 * its set and bit (in queue order), and its edge entry records them
+	 * with the partition.  A natural duplicate gets the original's
+	 * token or set, bit and partition, whichever it was minted with.
+	 * TBX_ESCHEMA for in_set on a store that cannot record them.
 	 */
 	int (*publish_mint)(tbx_tokens_t *tokens, tbx__edge_item_t *items,
 			    size_t cnt, int64_t window_ms, size_t sweep_max,
@@ -474,8 +495,10 @@ enum {
 	TBX_TOKENS_HAS_EDGE = 1,
 	TBX_TOKENS_HAS_STORE_ID = 2,
 	TBX_TOKENS_HAS_SEQ_RANGES = 3,
-	TBX_TOKENS_HAS_SETS = 4 /**< tbx_tset, tbx_breg: SQLite schema 11,
-				   PostgreSQL token version 3 */
+	TBX_TOKENS_HAS_SETS = 4,     /**< tbx_tset, tbx_breg: SQLite schema 11,
+				       PostgreSQL token version 3 */
+	TBX_TOKENS_HAS_EDGE_SETS = 5 /**< tbx_edge's tset, tbit, tpart:
+					SQLite schema 14 */
 };
 
 /** Backends embed this first. */

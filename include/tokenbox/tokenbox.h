@@ -610,6 +610,10 @@ typedef struct tbx_publisher_stats {
 	uint64_t store_reconnects;  /**< connections to the token store's
 				       server (PostgreSQL) found lost and
 				       made again (SQLite: 0) */
+	uint64_t partition_unknown; /**< tokens.format = set: flushes that
+				       failed because a topic's partition
+				       count was not learnt within
+				       dispatch.timeout.ms (nothing sent) */
 } tbx_publisher_stats_t;
 
 /** Copies the counters into @p stats. */
