@@ -426,6 +426,22 @@ out:
  * orphans, cleanup --dry-run
  */
 
+/* The WHY of an orphan in the tables: an attempt of token sets is judged
+ * by its batch row. */
+static const char *why_text(int sets, int verdict)
+{
+	if (!sets)
+		return insp_verdict_text(verdict);
+	switch (verdict) {
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "sets: no batch row";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "sets: other attempt won";
+	default:
+		return "sets";
+	}
+}
+
 typedef struct judged {
 	insp_t *in;
 	int64_t v[4];
@@ -470,8 +486,7 @@ static void orphan_row(judged_t *j, const insp_reg_t *r, int64_t rows)
 	insp_tbl_cell(j->tbl, r->reg.attempt);
 	insp_tbl_cell(j->tbl, r->reg.msg_id);
 	insp_tbl_cellf(j->tbl, "%lld", (long long)rows);
-	insp_tbl_cellf(j->tbl, "%s%s", r->sets ? "sets: " : "",
-		       insp_verdict_text(r->verdict));
+	insp_tbl_cell(j->tbl, why_text(r->sets, r->verdict));
 }
 
 static int judge_one(void *opaque, const insp_reg_t *r)
@@ -814,8 +829,7 @@ static void on_swept(void *opaque, const tbx__reg_t *reg, int sets, int verdict,
 	insp_tbl_cell(s->tbl, reg->attempt);
 	insp_tbl_cell(s->tbl, reg->msg_id);
 	insp_tbl_cellf(s->tbl, "%llu", (unsigned long long)deleted);
-	insp_tbl_cellf(s->tbl, "%s%s", sets ? "sets: " : "",
-		       insp_verdict_text(verdict));
+	insp_tbl_cell(s->tbl, why_text(sets, verdict));
 }
 
 /* Registrations of token sets of @p grp. */
