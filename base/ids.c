@@ -87,6 +87,37 @@ static const unsigned char hex_digit[256] = {
     ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1,
 };
 
+/* The lower-case form of each hexadecimal digit, 0 for every other byte. */
+static const char hex_lower[256] = {
+    ['0'] = '0', ['1'] = '1', ['2'] = '2', ['3'] = '3', ['4'] = '4',
+    ['5'] = '5', ['6'] = '6', ['7'] = '7', ['8'] = '8', ['9'] = '9',
+    ['a'] = 'a', ['b'] = 'b', ['c'] = 'c', ['d'] = 'd', ['e'] = 'e',
+    ['f'] = 'f', ['A'] = 'a', ['B'] = 'b', ['C'] = 'c', ['D'] = 'd',
+    ['E'] = 'e', ['F'] = 'f',
+};
+
+int tbx__uuid_lower(char dst[TBX_UUID_LEN + 1], const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	unsigned bad = 0;
+
+	if (!s || len != TBX_UUID_LEN || s[8] != '-' || s[13] != '-' ||
+	    s[18] != '-' || s[23] != '-')
+		return 0;
+	/* One pass: the check and the copy; a byte that is no digit reads
+	 * as 0 and marks the whole text bad. */
+	for (size_t i = 0; i < TBX_UUID_LEN; i++) {
+		char c = hex_lower[u[i]];
+
+		if (i == 8 || i == 13 || i == 18 || i == 23)
+			c = '-';
+		bad |= c == 0;
+		dst[i] = c;
+	}
+	dst[TBX_UUID_LEN] = '\0';
+	return !bad;
+}
+
 /* Checked for every id and token of every record, several times: a
  * table lookup per digit, the dashes where the layout has them. */
 int tbx__is_uuid(const char *s, size_t len)

@@ -22,6 +22,10 @@
 void tbx__uuid(char out[TBX_UUID_LEN + 1]);
 /** @returns 1 if @p s (of @p len bytes, not NUL-terminated) is a UUID text. */
 int tbx__is_uuid(const char *s, size_t len);
+/** tbx__is_uuid()'s check and, when it holds, the text lower-cased into
+ *  @p dst (NUL-terminated).  @returns 1 when @p s is a UUID, else 0 (@p dst
+ *  then holds no meaning). */
+int tbx__uuid_lower(char dst[TBX_UUID_LEN + 1], const char *s, size_t len);
 /** 1 when @p topic is a name Kafka accepts: 1 to 249 characters of
  *  [a-zA-Z0-9._-], and not "." or "..".  A regular expression ("^…") is
  *  none. */

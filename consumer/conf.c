@@ -267,8 +267,10 @@ const tbx__prop_t tbx__props[] = {
 	 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT."},
 	{"otel.exporter.otlp.protocol", STR(otel_exporter_otlp_protocol), "", 0, 32,
 	 NULL, "both", 0,
-	 "Tracing: http/json, the only protocol offered. As "
-	 "OTEL_EXPORTER_OTLP_PROTOCOL."},
+	 "Tracing: the OTLP/HTTP body, http/protobuf (the default, as in "
+	 "OpenTelemetry's SDKs, and the cheaper) or http/json; grpc is "
+	 "refused. As OTEL_EXPORTER_OTLP_PROTOCOL, which it overrides; "
+	 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, when set, wins over both."},
 	{"otel.exporter.otlp.timeout", STR(otel_exporter_otlp_timeout), "", 0, 16,
 	 NULL, "both", 0,
 	 "Tracing: milliseconds an export request may take (1 to 600000; "

@@ -15,31 +15,89 @@
 #include "consumer/guard.h"
 #include "consumer/msg.h"
 
-/* Copies header @p name into @p dst if present.  @returns 1 present and
- * usable, 0 absent, -1 present but not fitting the rules. */
-static int header_text(rd_kafka_headers_t *hdrs, const char *name, char *dst,
-		       size_t dst_size, int want_uuid)
+/* The tbx-* headers the parser reads, each as rd_kafka_header_get_last()
+ * would answer for its name, found in one pass over the record's headers
+ * (headers_scan()). */
+enum { H_TYPE, H_CAUSE, H_ID, H_TOKEN, H_TSET, H_TBIT, H_STORE, H_SEQ, H_N };
+
+typedef struct hval {
+	const void *val; /**< may be NULL for a header without a value */
+	size_t len;
+	int present;
+} hval_t;
+
+/* Which of the headers above @p name is, or -1: the prefix, then a
+ * switch on the next byte, so that most names cost one comparison. */
+static int header_kind(const char *name)
 {
+	const char *r = name + 4;
+
+	if (name[0] != 't' || name[1] != 'b' || name[2] != 'x' ||
+	    name[3] != '-')
+		return -1;
+	switch (r[0]) {
+	case 'c':
+		return strcmp(r, "cause") == 0 ? H_CAUSE : -1;
+	case 'i':
+		return strcmp(r, "id") == 0 ? H_ID : -1;
+	case 's':
+		return strcmp(r, "store") == 0 ? H_STORE
+		       : strcmp(r, "seq") == 0 ? H_SEQ
+					       : -1;
+	case 't':
+		return strcmp(r, "type") == 0	 ? H_TYPE
+		       : strcmp(r, "token") == 0 ? H_TOKEN
+		       : strcmp(r, "tset") == 0	 ? H_TSET
+		       : strcmp(r, "tbit") == 0	 ? H_TBIT
+						 : -1;
+	default:
+		return -1;
+	}
+}
+
+/* One pass over @p hdrs (may be NULL): the last occurrence of each header
+ * of header_kind() in @p v. */
+static void headers_scan(rd_kafka_headers_t *hdrs, hval_t v[H_N])
+{
+	const char *name;
 	const void *val;
 	size_t len;
 
-	if (!hdrs || rd_kafka_header_get_last(hdrs, name, &val, &len) !=
-			 RD_KAFKA_RESP_ERR_NO_ERROR)
+	memset(v, 0, sizeof(*v) * H_N);
+	if (!hdrs)
+		return;
+	for (size_t i = 0;
+	     rd_kafka_header_get_all(hdrs, i, &name, &val, &len) ==
+	     RD_KAFKA_RESP_ERR_NO_ERROR;
+	     i++) {
+		int k = header_kind(name);
+
+		if (k < 0)
+			continue;
+		v[k].val = val;
+		v[k].len = len;
+		v[k].present = 1;
+	}
+}
+
+/* Copies header @p h into @p dst if present.  @returns 1 present and
+ * usable, 0 absent, -1 present but not fitting the rules. */
+static int header_text(const hval_t *h, char *dst, size_t dst_size,
+		       int want_uuid)
+{
+	const void *val = h->val;
+	size_t len = h->len;
+
+	if (!h->present)
 		return 0;
 	if (!val || len == 0 || len >= dst_size)
 		return -1;
-	if (want_uuid) {
-		/* Hex digits and dashes only: lower-cased as copied. */
-		if (!tbx__is_uuid(val, len))
-			return -1;
-		for (size_t i = 0; i < len; i++) {
-			char c = ((const char *)val)[i];
-			dst[i] =
-			    c >= 'A' && c <= 'F' ? (char)(c - 'A' + 'a') : c;
-		}
-		dst[len] = '\0';
-		return 1;
-	}
+	if (want_uuid)
+		/* Hex digits and dashes only: lower-cased as copied (dst_size
+		 * is TBX_UUID_LEN + 1 for every UUID header). */
+		return len == TBX_UUID_LEN && tbx__uuid_lower(dst, val, len)
+			   ? 1
+			   : -1;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = ((const unsigned char *)val)[i];
 		if (c < 0x20 || c == 0x7f)
@@ -100,21 +158,12 @@ int tbx__tbit_parse(const char *v, size_t len, int32_t *part, uint32_t *index)
 	return TBX_OK;
 }
 
-static int header_present(rd_kafka_headers_t *hdrs, const char *name)
-{
-	const void *val;
-	size_t len;
-
-	return hdrs && rd_kafka_header_get_last(hdrs, name, &val, &len) ==
-			   RD_KAFKA_RESP_ERR_NO_ERROR;
-}
-
 /* tbx-seq: @returns 1 and *seq for a positive decimal, 0 absent, -1 present
  * but not one. */
-static int header_seq(rd_kafka_headers_t *hdrs, int64_t *seq)
+static int header_seq(const hval_t *h, int64_t *seq)
 {
 	char text[24];
-	int r = header_text(hdrs, "tbx-seq", text, sizeof(text), 0);
+	int r = header_text(h, text, sizeof(text), 0);
 
 	if (r == 1) {
 		char *end;
@@ -129,31 +178,28 @@ static int header_seq(rd_kafka_headers_t *hdrs, int64_t *seq)
 
 /* tbx-tbit: @returns 1 with *part, *index, 0 absent, -1 present but not
  * tbx__tbit_parse()'s format. */
-static int header_tbit(rd_kafka_headers_t *hdrs, int32_t *part, uint32_t *index)
+static int header_tbit(const hval_t *h, int32_t *part, uint32_t *index)
 {
-	const void *val;
-	size_t len;
-
-	if (!hdrs || rd_kafka_header_get_last(hdrs, "tbx-tbit", &val, &len) !=
-			 RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (!h->present)
 		return 0;
-	return tbx__tbit_parse(val, val ? len : 0, part, index) == TBX_OK ? 1
-									  : -1;
+	return tbx__tbit_parse(h->val, h->val ? h->len : 0, part, index) ==
+		       TBX_OK
+		   ? 1
+		   : -1;
 }
 
 /* The batched format's headers (tbx-tset, tbx-tbit, either present) after
  * the id: the table of docs/batched-tokens.md, "Wire format".  The first
  * reason found is the record's.  @p tok: header_text()'s answer for
  * tbx-token. */
-static void parse_tset(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
-		       int has_id, int tok)
+static void parse_tset(struct tbx_msg *msg, const hval_t *v, int has_id,
+		       int tok)
 {
 	const char *why = NULL;
 	int32_t part = -1;
 	uint32_t index = 0;
-	int set =
-	    header_text(hdrs, "tbx-tset", msg->tset, sizeof(msg->tset), 1);
-	int bit = header_tbit(hdrs, &part, &index);
+	int set = header_text(&v[H_TSET], msg->tset, sizeof(msg->tset), 1);
+	int bit = header_tbit(&v[H_TBIT], &part, &index);
 	int r;
 
 	if (set != 0 && tok != 0)
@@ -172,12 +218,11 @@ static void parse_tset(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 		/* As for tbx-token: copies need the id to be matched. */
 		why = "tbx-tset without a valid tbx-id";
 	if (!why) {
-		r = header_text(hdrs, "tbx-store", msg->store,
-				sizeof(msg->store), 1);
+		r = header_text(&v[H_STORE], msg->store, sizeof(msg->store), 1);
 		if (r < 0) {
 			msg->store[0] = '\0';
 			why = "tbx-store is not a UUID";
-		} else if (header_seq(hdrs, &msg->seq) != 1) {
+		} else if (header_seq(&v[H_SEQ], &msg->seq) != 1) {
 			why = "tbx-tset without a valid tbx-seq";
 		}
 	}
@@ -201,8 +246,10 @@ static void parse_tset(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 			    int32_t partition, int64_t offset)
 {
+	hval_t v[H_N];
 	int r;
 
+	headers_scan(hdrs, v);
 	msg->id[0] = msg->token[0] = msg->cause[0] = msg->type[0] = '\0';
 	msg->store[0] = msg->tset[0] = '\0';
 	msg->tset_part = -1;
@@ -213,17 +260,17 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 	msg->malformed = NULL;
 	msg->untokened = 0;
 
-	r = header_text(hdrs, "tbx-type", msg->type, sizeof(msg->type), 0);
+	r = header_text(&v[H_TYPE], msg->type, sizeof(msg->type), 0);
 	msg->has_type = r == 1;
 	if (r < 0)
 		msg->malformed = "tbx-type is empty, too long or not text";
 
-	r = header_text(hdrs, "tbx-cause", msg->cause, sizeof(msg->cause), 1);
+	r = header_text(&v[H_CAUSE], msg->cause, sizeof(msg->cause), 1);
 	if (r < 0) {
 		msg->cause[0] = '\0'; /* tracing only: not worth a rejection */
 	}
 
-	r = header_text(hdrs, "tbx-id", msg->id, sizeof(msg->id), 1);
+	r = header_text(&v[H_ID], msg->id, sizeof(msg->id), 1);
 	if (r < 0 && !msg->malformed)
 		msg->malformed = "tbx-id is not a UUID";
 	int has_id = r == 1;
@@ -233,10 +280,9 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 		snprintf(msg->id, sizeof(msg->id), "u:%s:%" PRId32 ":%" PRId64,
 			 msg->topic, partition, offset);
 
-	r = header_text(hdrs, "tbx-token", msg->token, sizeof(msg->token), 1);
-	if (header_present(hdrs, "tbx-tset") ||
-	    header_present(hdrs, "tbx-tbit")) {
-		parse_tset(msg, hdrs, has_id, r);
+	r = header_text(&v[H_TOKEN], msg->token, sizeof(msg->token), 1);
+	if (v[H_TSET].present || v[H_TBIT].present) {
+		parse_tset(msg, v, has_id, r);
 		return;
 	}
 	if (r < 0) {
@@ -258,14 +304,14 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 		msg->fmt = TBX_WF_MALFORMED;
 	/* The token store that minted the token; absent from older
 	 * senders (then the token is looked up in ours, as always). */
-	r = header_text(hdrs, "tbx-store", msg->store, sizeof(msg->store), 1);
+	r = header_text(&v[H_STORE], msg->store, sizeof(msg->store), 1);
 	if (r < 0) {
 		msg->store[0] = '\0';
 		msg->fmt = TBX_WF_MALFORMED;
 		if (!msg->malformed)
 			msg->malformed = "tbx-store is not a UUID";
 	}
-	if (header_seq(hdrs, &msg->seq) != 1) {
+	if (header_seq(&v[H_SEQ], &msg->seq) != 1) {
 		if (!msg->malformed)
 			msg->malformed = "tbx-token without a valid tbx-seq";
 		msg->fmt = TBX_WF_MALFORMED;

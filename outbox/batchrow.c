@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "base/str.h"
+#include "outbox/outbox.h"
+#include "store/msgs.h"
 #include "tokenbox/tokenbox.h"
 
 #define HDR_LEN	     5	/* u8 format, u32 count */
@@ -543,4 +545,91 @@ int64_t tbx__cover_find_offset(const tbx__cover_t *c, const char *topic,
 	    strcmp(c->by_off[lo].topic, topic) == 0)
 		return c->by_off[lo].ent;
 	return -1;
+}
+
+/*
+ * A batch row's columns against each other, for every backend
+ * (outbox/outbox.h).
+ */
+
+int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
+		      size_t err_size)
+{
+	tbx__msgs_iter_t it;
+	tbx__mfield_t f[TBX__MF_COUNT];
+	tbx__wire_ent_t *w = NULL;
+	uint32_t nw = 0, nm = 0;
+	int rc, has_attempt = row->attempt[0] != '\0';
+
+	if ((rc = tbx__cover_decode(row->cover, row->cover_len, c, err,
+				    err_size)))
+		return rc;
+	if ((rc = tbx__wire_decode(row->wire, row->wire_len, c->n, &w, &nw, err,
+				   err_size)))
+		return rc;
+	free(w);
+	if (tbx__msgs_iter_init(&it, row->msgs, row->msgs_len))
+		return tbx__seterr(err, err_size, TBX_ECORRUPT,
+				   "msgs: malformed header");
+	while ((rc = tbx__msgs_iter_next(&it, f)) == 1) {
+		if (!f[TBX__MF_TOKEN].p != !has_attempt)
+			return tbx__seterr(err, err_size, TBX_ECORRUPT,
+					   "msgs: message %u %s a token", nm,
+					   has_attempt ? "without" : "with");
+		nm++;
+	}
+	if (rc < 0)
+		return tbx__seterr(err, err_size, TBX_ECORRUPT,
+				   "msgs: message %u runs past the column, or "
+				   "bytes trail",
+				   nm);
+	if (nm != nw)
+		return tbx__seterr(err, err_size, TBX_ECORRUPT,
+				   "wire: %u entries for %u messages", nw, nm);
+	if (row->tokfmt != 1 && row->tokfmt != 2)
+		return tbx__seterr(err, err_size, TBX_ECORRUPT,
+				   "unknown token format %d", row->tokfmt);
+	if (!tbx__is_uuid(row->row_id, strlen(row->row_id)) ||
+	    (has_attempt && !tbx__is_uuid(row->attempt, strlen(row->attempt))))
+		return tbx__seterr(err, err_size, TBX_ECORRUPT,
+				   "row id or attempt is not UUID text");
+	return TBX_OK;
+}
+
+int tbx__obatch_attempt_check(const char *attempt, int64_t mint_seq,
+			      const void *msgs, size_t msgs_len,
+			      const void *wire, size_t wire_len, char *err,
+			      size_t err_size)
+{
+	tbx__wire_ent_t *w = NULL;
+	tbx__msgs_iter_t it;
+	tbx__mfield_t f[TBX__MF_COUNT];
+	uint32_t nw = 0, nm = 0;
+	int r;
+
+	if (!tbx__is_uuid(attempt, strlen(attempt)) || mint_seq == 0)
+		return tbx__seterr(err, err_size, TBX_EINVAL,
+				   "an attempt needs UUID text and a sequence");
+	/* The cover is not at hand: its count is checked when the row is
+	 * loaded. */
+	if (tbx__wire_decode(wire, wire_len, UINT32_MAX, &w, &nw, err,
+			     err_size))
+		return TBX_EINVAL;
+	free(w);
+	if (tbx__msgs_iter_init(&it, msgs, msgs_len))
+		return tbx__seterr(err, err_size, TBX_EINVAL,
+				   "msgs: malformed header");
+	while ((r = tbx__msgs_iter_next(&it, f)) == 1) {
+		if (!f[TBX__MF_TOKEN].p)
+			return tbx__seterr(err, err_size, TBX_EINVAL,
+					   "msgs: message %u without a token",
+					   nm);
+		nm++;
+	}
+	if (r < 0 || nm != nw)
+		return tbx__seterr(err, err_size, TBX_EINVAL,
+				   "msgs: %u messages, or bytes trail, for %u "
+				   "wire entries",
+				   nm, nw);
+	return TBX_OK;
 }

@@ -18,9 +18,10 @@
  *                     and where it is (schema 9)
  *   tbx_obatch        one row per (group, batch attempt) of the batched
  *                     design, its columns in outbox/batchrow.h
- *                     (schema 12; nothing writes it yet)
+ *                     (schema 12, PostgreSQL service version 4;
+ *                     nothing writes it yet)
  *   tbx_cover_msg     the per-message records a batch row covers
- *                     (schema 12)
+ *                     (schema 12, PostgreSQL version 4)
  *
  * Outbox row lifecycle (one row per (consumer group, incoming tbx-id)):
  *
@@ -244,6 +245,27 @@ typedef struct tbx__obatch {
  *  during the call only). */
 typedef int (*tbx__obatch_fn)(void *opaque, const tbx__obatch_t *row,
 			      const tbx__cover_t *cover);
+
+/**
+ * A batch row's columns checked against each other, as every backend
+ * checks a row it inserts or loads (outbox/batchrow.c): cover decodes
+ * into @p c (freed by the caller, also after a failure), wire decodes
+ * against it, msgs has as many messages as wire, each with a token
+ * exactly when the row has an attempt, a known token format, UUID text.
+ * @returns TBX_OK, TBX_ECORRUPT (@p err says why) or TBX_ENOMEM.
+ */
+int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
+		      size_t err_size);
+/**
+ * B's record checked before it is written: @p attempt UUID text,
+ * @p mint_seq not 0, @p wire decodes and has an entry per message of
+ * @p msgs, each with a token.  @returns TBX_OK or TBX_EINVAL (@p err says
+ * why).
+ */
+int tbx__obatch_attempt_check(const char *attempt, int64_t mint_seq,
+			      const void *msgs, size_t msgs_len,
+			      const void *wire, size_t wire_len, char *err,
+			      size_t err_size);
 
 typedef int (*tbx__row_fn)(void *opaque, const char *grp, const tbx__row_t *row,
 			   int64_t msg_cnt);
@@ -530,7 +552,10 @@ typedef struct tbx_outbox_ops {
 	 *  checked first (wire against cover, and against msgs' count):
 	 *  TBX_EINVAL, errmsg() says why.  A row id or a covered
 	 *  per-message id the group has already fails the statement (the
-	 *  store's error). */
+	 *  store's error).  PostgreSQL: both INSERTs go with the
+	 *  transaction's next statement (store/pg.h, tbx__pg_defer()), so
+	 *  that failure, TBX_EEXIST, comes from a later call or the
+	 *  commit, and the transaction can then only roll back. */
 	int (*obatch_insert)(tbx_outbox_t *store, const char *grp,
 			     const tbx__obatch_t *row);
 	/** B: records @p attempt and @p mint_seq with the messages' tokens
@@ -567,7 +592,11 @@ typedef struct tbx_outbox_ops {
 			const int32_t *parts, size_t n, int64_t *gens);
 	/** A, at commit: adds 1 to gen of each of @p parts (a row with a
 	 *  cleared marker made for a partition without one); gens[i] (may
-	 *  be NULL) the new value. */
+	 *  be NULL) the new value (a partition named twice: 1 more the
+	 *  second time).  Added to the value the row holds when the
+	 *  statement finds it, so gen never goes down and concurrent
+	 *  bumps all count.  PostgreSQL: one statement, the partitions
+	 *  locked in ascending order. */
 	int (*gens_bump)(tbx_outbox_t *store, const char *grp,
 			 const char *topic, const int32_t *parts, size_t n,
 			 int64_t *gens);

@@ -3,7 +3,8 @@
  * tbx_outbox_ops_t): its schema and migrations, transactions, outbox rows
  * with their outgoing messages, ingress offsets, crash markers, dead
  * letters and alarms, as the protocol, the recovery pass and the sweeper
- * use them.  The read side of `tokenbox inspect` is in pg_read.c.
+ * use them.  The read side of `tokenbox inspect` is in pg_read.c, the
+ * batch rows of docs/batched-tokens.md in pg_batch.c.
  *
  * The tables live in one schema of the database (store.schema), written
  * into the statement texts as @S (store/pg.h); every value is bound, and
@@ -136,6 +137,34 @@ static const char *const migrations[] = {
     "ALTER TABLE @S.tbx_outbox ADD COLUMN in_tbit integer CHECK (in_tbit"
     " IS NULL OR (in_tbit BETWEEN 0 AND 65535 AND in_token IS NOT"
     " NULL));",
+    /* 3 -> 4: SQLite's schema 12: the outbox row by the batch
+     * (docs/batched-tokens.md), its index of the per-message records it
+     * covers, and the generation per partition that the resume check
+     * compares its memory with (outbox/pg_batch.c).  Empty until the
+     * protocol writes batch rows; tbx_outbox stays as it is until
+     * then. */
+    "CREATE TABLE @S.tbx_obatch ("
+    " grp text COLLATE \"C\" NOT NULL,"
+    " row_id text COLLATE \"C\" NOT NULL,"
+    " attempt text COLLATE \"C\","
+    " mint_seq bigint,"
+    " tokfmt integer NOT NULL CHECK (tokfmt IN (1, 2)),"
+    " created_ms bigint NOT NULL,"
+    " stuck_ms bigint,"
+    " dispatch_failures bigint NOT NULL DEFAULT 0,"
+    " cover bytea NOT NULL,"
+    " msgs bytea,"
+    " wire bytea NOT NULL,"
+    " CHECK ((attempt IS NULL) = (mint_seq IS NULL)),"
+    " PRIMARY KEY (grp, row_id));"
+    "CREATE TABLE @S.tbx_cover_msg ("
+    " grp text COLLATE \"C\" NOT NULL,"
+    " msg_id text COLLATE \"C\" NOT NULL,"
+    " row_id text COLLATE \"C\" NOT NULL,"
+    " PRIMARY KEY (grp, msg_id));"
+    "CREATE INDEX tbx_cover_msg_row ON @S.tbx_cover_msg (grp, row_id);"
+    "ALTER TABLE @S.tbx_inflight ADD COLUMN gen bigint NOT NULL DEFAULT"
+    " 0;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -600,7 +629,8 @@ int tbx_outbox_pg_open(const char *conninfo, const char *schema,
 	}
 	if (tbx__pg_stmts_init(&store->stmts, store->pg, "svc", sql, Q__COUNT,
 			       schema, NULL) ||
-	    tbx__outbox_pg_read_init(store)) {
+	    tbx__outbox_pg_read_init(store) ||
+	    tbx__outbox_pg_batch_init(store)) {
 		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				  "out of memory");
 		goto fail;
@@ -640,6 +670,7 @@ static void pg_close(tbx_outbox_t *base)
 		tbx__pgo_read_end(base);
 	tbx__pg_stmts_free(&store->stmts);
 	tbx__pg_stmts_free(&store->reads);
+	tbx__pg_stmts_free(&store->batch);
 	tbx__pg_unref(store->pg);
 	free(store);
 }
@@ -1668,4 +1699,11 @@ static const tbx_outbox_ops_t pg_ops = {
     .deferred = pg_deferred,
     .exec = pg_exec,
     .query = pg_query,
+    .obatch_insert = tbx__pgo_obatch_insert,
+    .obatch_set_attempt = tbx__pgo_obatch_set_attempt,
+    .obatch_delete = tbx__pgo_obatch_delete,
+    .obatch_load = tbx__pgo_obatch_load,
+    .cover_msg_find = tbx__pgo_cover_msg_find,
+    .gens_get = tbx__pgo_gens_get,
+    .gens_bump = tbx__pgo_gens_bump,
 };

@@ -11,7 +11,7 @@
 #include "store/pg.h"
 
 /** The schema version of the service store's PostgreSQL tables. */
-#define TBX_PG_OUTBOX_VERSION 3
+#define TBX_PG_OUTBOX_VERSION 4
 
 typedef struct pg_store {
 	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */
@@ -19,6 +19,7 @@ typedef struct pg_store {
 	char schema[TBX_PG_IDENT_MAX + 1];
 	tbx__pg_stmts_t stmts; /* pg.c's statements */
 	tbx__pg_stmts_t reads; /* pg_read.c's */
+	tbx__pg_stmts_t batch; /* pg_batch.c's */
 	int relaxed;	       /* relaxed(1): SET LOCAL after each BEGIN */
 	int defer_writes;      /* defer_writes(1): exec() may defer writes */
 	int version;	       /* tbx_schema_info.version */
@@ -27,6 +28,28 @@ typedef struct pg_store {
 
 /** Sets up pg_read.c's statements on an opened store. */
 int tbx__outbox_pg_read_init(pg_store_t *store);
+/** Sets up pg_batch.c's statements on an opened store. */
+int tbx__outbox_pg_batch_init(pg_store_t *store);
+
+/* pg_batch.c: the batch rows (tbx_outbox_ops_t). */
+int tbx__pgo_obatch_insert(tbx_outbox_t *base, const char *grp,
+			   const tbx__obatch_t *row);
+int tbx__pgo_obatch_set_attempt(tbx_outbox_t *base, const char *grp,
+				const char *row_id, const char *attempt,
+				int64_t mint_seq, const void *msgs,
+				size_t msgs_len, const void *wire,
+				size_t wire_len, int *won);
+int tbx__pgo_obatch_delete(tbx_outbox_t *base, const char *grp,
+			   const char *const *ids, size_t n, int64_t *deleted);
+int tbx__pgo_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
+			 void *opaque);
+int tbx__pgo_cover_msg_find(tbx_outbox_t *base, const char *grp,
+			    const char *const *ids, size_t n,
+			    char (*row_ids)[TBX_UUID_LEN + 1]);
+int tbx__pgo_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
+		      const int32_t *parts, size_t n, int64_t *gens);
+int tbx__pgo_gens_bump(tbx_outbox_t *base, const char *grp, const char *topic,
+		       const int32_t *parts, size_t n, int64_t *gens);
 
 /* pg_read.c: the read side (tbx_outbox_ops_t). */
 int tbx__pgo_read_begin(tbx_outbox_t *base);

@@ -64,56 +64,6 @@ void tbx__outbox_sqlite_batch_init(sq_store_t *store)
 			Q__COUNT);
 }
 
-/*
- * The columns of a row checked against each other: cover decodes, wire
- * decodes against it, msgs has as many messages as wire, each with a
- * token exactly when the row has an attempt.  @p c is the decoded cover
- * (freed by the caller).
- */
-static int row_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
-		     size_t err_size)
-{
-	tbx__msgs_iter_t it;
-	tbx__mfield_t f[TBX__MF_COUNT];
-	tbx__wire_ent_t *w = NULL;
-	uint32_t nw = 0, nm = 0;
-	int rc, has_attempt = row->attempt[0] != '\0';
-
-	if ((rc = tbx__cover_decode(row->cover, row->cover_len, c, err,
-				    err_size)))
-		return rc;
-	if ((rc = tbx__wire_decode(row->wire, row->wire_len, c->n, &w, &nw, err,
-				   err_size)))
-		return rc;
-	free(w);
-	if (tbx__msgs_iter_init(&it, row->msgs, row->msgs_len))
-		return tbx__seterr(err, err_size, TBX_ECORRUPT,
-				   "msgs: malformed header");
-	while ((rc = tbx__msgs_iter_next(&it, f)) == 1) {
-		if (!f[TBX__MF_TOKEN].p != !has_attempt)
-			return tbx__seterr(err, err_size, TBX_ECORRUPT,
-					   "msgs: message %u %s a token", nm,
-					   has_attempt ? "without" : "with");
-		nm++;
-	}
-	if (rc < 0)
-		return tbx__seterr(err, err_size, TBX_ECORRUPT,
-				   "msgs: message %u runs past the column, or "
-				   "bytes trail",
-				   nm);
-	if (nm != nw)
-		return tbx__seterr(err, err_size, TBX_ECORRUPT,
-				   "wire: %u entries for %u messages", nw, nm);
-	if (row->tokfmt != 1 && row->tokfmt != 2)
-		return tbx__seterr(err, err_size, TBX_ECORRUPT,
-				   "unknown token format %d", row->tokfmt);
-	if (!tbx__is_uuid(row->row_id, strlen(row->row_id)) ||
-	    (has_attempt && !tbx__is_uuid(row->attempt, strlen(row->attempt))))
-		return tbx__seterr(err, err_size, TBX_ECORRUPT,
-				   "row id or attempt is not UUID text");
-	return TBX_OK;
-}
-
 int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
 			  const tbx__obatch_t *row)
 {
@@ -126,7 +76,8 @@ int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
 	if (!grp || !row)
 		return TBX_EINVAL;
 	has_attempt = row->attempt[0] != '\0';
-	err = row_check(row, &c, store->exec_err, sizeof(store->exec_err));
+	err = tbx__obatch_check(row, &c, store->exec_err,
+				sizeof(store->exec_err));
 	if (!err && has_attempt != (row->mint_seq != 0))
 		err = tbx__seterr(store->exec_err, sizeof(store->exec_err),
 				  TBX_ECORRUPT,
@@ -191,32 +142,16 @@ int tbx__sq_obatch_set_attempt(tbx_outbox_t *base, const char *grp,
 {
 	sq_store_t *store = sq(base);
 	sqlite3_stmt *stmt;
-	tbx__wire_ent_t *w = NULL;
-	tbx__msgs_iter_t it;
-	tbx__mfield_t f[TBX__MF_COUNT];
-	uint32_t nw = 0, nm = 0;
-	int err, r;
+	int err;
 
 	*won = 0;
 	store->exec_err[0] = '\0';
-	if (!grp || !row_id || !attempt ||
-	    !tbx__is_uuid(attempt, strlen(attempt)) || mint_seq == 0)
+	if (!grp || !row_id || !attempt)
 		return TBX_EINVAL;
-	/* The cover is not at hand: its count is checked when the row is
-	 * loaded. */
-	if (tbx__wire_decode(wire, wire_len, UINT32_MAX, &w, &nw,
-			     store->exec_err, sizeof(store->exec_err)))
-		return TBX_EINVAL;
-	free(w);
-	if (tbx__msgs_iter_init(&it, msgs, msgs_len))
-		return TBX_EINVAL;
-	while ((r = tbx__msgs_iter_next(&it, f)) == 1) {
-		if (!f[TBX__MF_TOKEN].p)
-			return TBX_EINVAL;
-		nm++;
-	}
-	if (r < 0 || nm != nw)
-		return TBX_EINVAL;
+	if ((err = tbx__obatch_attempt_check(attempt, mint_seq, msgs, msgs_len,
+					     wire, wire_len, store->exec_err,
+					     sizeof(store->exec_err))))
+		return err;
 	if ((err = tbx__stmt_get(&store->batch, Q_SET_ATTEMPT, &stmt)))
 		return err;
 	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
@@ -320,7 +255,7 @@ int tbx__sq_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
 		row.msgs_len = (size_t)sqlite3_column_bytes(stmt, 8);
 		row.wire = sqlite3_column_blob(stmt, 9);
 		row.wire_len = (size_t)sqlite3_column_bytes(stmt, 9);
-		if ((err = row_check(&row, &c, why, sizeof(why)))) {
+		if ((err = tbx__obatch_check(&row, &c, why, sizeof(why)))) {
 			tbx__cover_free(&c);
 			sqlite3_reset(stmt);
 			if (err != TBX_ECORRUPT)

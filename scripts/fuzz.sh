@@ -11,7 +11,7 @@
 # --time     seconds per target (default 20)
 # --dir      the build directory (default build-fuzz)
 # --target   run only NAME (headers, stored_headers, stored_row, config,
-#            trace_headers, tbit, cover, wire);
+#            trace_headers, tbit, cover, wire, otlp_proto);
 #            repeat for more
 # --merge    afterwards, minimise the corpus plus what the run found back
 #            into fuzz/corpus/NAME (commit the result); files named seed_*
@@ -54,7 +54,7 @@ done
 [[ $dir == /* ]] || dir=$PWD/$dir
 root=$PWD
 if ((${#targets[@]} == 0)); then
-	targets=(headers stored_headers stored_row config trace_headers tbit cover wire)
+	targets=(headers stored_headers stored_row config trace_headers tbit cover wire otlp_proto)
 fi
 for t in "${targets[@]}"; do
 	[[ -d fuzz/corpus/$t ]] || { echo "fuzz.sh: --target: no target '$t' (fuzz/corpus/$t missing)" >&2; exit 2; }

@@ -312,6 +312,65 @@ Test(tset_format, last_occurrence_case_and_names)
 	cr_assert_null(msg.malformed);
 }
 
+/* The parser reads every header in one pass: names that differ from
+ * tokenbox's in one byte, or share a prefix with them, are not taken for
+ * them, and the last occurrence of each name still counts. */
+Test(tset_format, near_names_are_not_tokenboxs)
+{
+	static const char *near[] = {
+	    "tbx-",	 "tbx-t",     "tbx-tok", "tbx-tokens", "tbx-se",
+	    "tbx-seqq",	 "tbx-stor",  "tbx-i",	 "tbx-idx",    "tbx-c",
+	    "tbx-typ",	 "tbx-tse",   "tbx-tbi", "tbx_token",  "tbx-Token",
+	    "xbx-token", "tbx-tbitt",
+	};
+	struct tbx_msg msg;
+
+	for (size_t i = 0; i < sizeof(near) / sizeof(near[0]); i++) {
+		parse_record(&msg, "tbx-id", ID, near[i], "garbage",
+			     "tbx-token", TOKEN, "tbx-seq", "1", NULL);
+		cr_assert_eq(msg.fmt, TBX_WF_MSG, "%s", near[i]);
+		cr_assert_null(msg.malformed, "%s", near[i]);
+		cr_assert_str_eq(msg.token, TOKEN);
+	}
+	parse_record(&msg, "tbx-id", ID, "tbx-token", TOKEN, "tbx-seq", "1",
+		     "tbx-store", STORE, "tbx-seq", "2", "tbx-token",
+		     "0190A1B2-C3D4-7E5F-8A6B-0000000000FF", NULL);
+	cr_assert_eq(msg.fmt, TBX_WF_MSG);
+	cr_assert_str_eq(msg.token, "0190a1b2-c3d4-7e5f-8a6b-0000000000ff");
+	cr_assert_eq(msg.seq, 2);
+	cr_assert_str_eq(msg.store, STORE);
+}
+
+/* tbx__uuid_lower() checks and lower-cases in one pass: it agrees with
+ * tbx__is_uuid() on every byte at every position. */
+Test(uuid_lower, agrees_with_is_uuid_at_every_position)
+{
+	char dst[TBX_UUID_LEN + 1], in[TBX_UUID_LEN + 1];
+
+	cr_assert(tbx__uuid_lower(dst, "0190A1B2-C3D4-7E5F-8A6B-7C8D9E0F1A2B",
+				  TBX_UUID_LEN));
+	cr_assert_str_eq(dst, "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b");
+	cr_assert_not(tbx__uuid_lower(dst, ID, TBX_UUID_LEN - 1));
+	cr_assert_not(tbx__uuid_lower(dst, NULL, TBX_UUID_LEN));
+	for (size_t pos = 0; pos < TBX_UUID_LEN; pos++) {
+		for (int b = 0; b < 256; b++) {
+			memcpy(in, ID, sizeof(in));
+			in[pos] = (char)b;
+			int want = tbx__is_uuid(in, TBX_UUID_LEN);
+			cr_assert_eq(tbx__uuid_lower(dst, in, TBX_UUID_LEN),
+				     want, "byte %d at %zu", b, pos);
+			if (!want)
+				continue;
+			for (size_t k = 0; k < TBX_UUID_LEN; k++)
+				cr_assert_eq(dst[k],
+					     in[k] >= 'A' && in[k] <= 'F'
+						 ? in[k] - 'A' + 'a'
+						 : in[k]);
+			cr_assert_eq(dst[TBX_UUID_LEN], '\0');
+		}
+	}
+}
+
 /* Garbage in either header never reads as a usable token: every record
  * with one of them is either a whole batched record or malformed. */
 Test(tset_format, garbage_values)

@@ -197,6 +197,10 @@ static void env_init(env_t *e)
 	/* inspect's children and the workers here read them. */
 	setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp, 1);
 	setenv("OTEL_BSP_SCHEDULE_DELAY", "200", 1);
+	/* http/json here, while the demo and kill tests export with the
+	 * default, http/protobuf: both encodings go from real workers and
+	 * inspect to Jaeger. */
+	setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", 1);
 	e->dir = tt_tmpdir();
 	e->s = tt_path(e->dir, "s.db");
 	e->sd = tt_path(e->dir, "sd.db");

@@ -1,6 +1,11 @@
-/* The batch rows of the SQLite service store (outbox/sqlite_batch.c):
- * tbx_obatch, tbx_cover_msg and tbx_inflight.gen. */
+/* The batch rows of the service store (outbox/sqlite_batch.c,
+ * outbox/pg_batch.c): tbx_obatch, tbx_cover_msg and tbx_inflight.gen.
+ * Every case runs on an SQLite file and, in the pg tier (TBX_PG_TIER=1,
+ * ctest's pg_test_outbox_batch), on a PostgreSQL schema: the two
+ * backends keep one contract. */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +13,8 @@
 
 #include "base/ids.h"
 #include "base/str.h"
+#include "fixture.h"
+#include "hop.h"
 #include "outbox/outbox.h"
 #include "store/msgs.h"
 #include "support.h"
@@ -15,39 +22,90 @@
 #define GRP "g"
 
 typedef struct fx {
-	char *dir, *path;
+	char *dir, *path; /* path: a file, or "pg:SCHEMA" (hop.h) */
 	tbx_outbox_t *store;
 } fx_t;
 
-static void fx_open(fx_t *fx)
+/* Opens the store @p path names, creating it. */
+static tbx_outbox_t *store_open(const char *path)
 {
 	tbx__db_opts_t opts;
-	char err[256];
+	tbx_outbox_t *store = NULL;
+	char err[512], url[2048];
 
-	fx->dir = tt_tmpdir();
-	fx->path = tt_path(fx->dir, "s.db");
 	tbx__db_opts_init(&opts);
-	cr_assert_eq(
-	    tbx_outbox_open(fx->path, &opts, &fx->store, err, sizeof(err)),
-	    TBX_OK, "%s", err);
+	if (tt_store_is_pg(path))
+		cr_assert_eq(
+		    tbx_outbox_pg_open(tt_store_url(path, url, sizeof(url)),
+				       tt_store_schema(path), &opts, &store,
+				       err, sizeof(err)),
+		    TBX_OK, "%s: %s", path, err);
+	else
+		cr_assert_eq(
+		    tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		    TBX_OK, "%s", err);
+	return store;
 }
+
+static void fx_open(fx_t *fx)
+{
+	fx->dir = tt_tmpdir();
+	fx->path = tt_store_new(fx->dir, "s");
+	fx->store = store_open(fx->path);
+}
+
+static int raw_try(const char *path, const char *sql, const char *pg_sql);
 
 static void fx_close(fx_t *fx)
 {
 	tbx_outbox_close(fx->store);
+	if (tt_store_is_pg(fx->path)) {
+		char drop[128];
+
+		snprintf(drop, sizeof(drop), "DROP SCHEMA \"%s\" CASCADE",
+			 tt_store_schema(fx->path));
+		cr_assert_eq(raw_try(fx->path, drop, NULL), 0, "%s", drop);
+	}
 	tt_rmrf(fx->dir);
 	free(fx->dir);
 	free(fx->path);
 }
 
-static void raw(const char *path, const char *sql)
+/* Runs @p sql (SQLite's dialect) or @p pg_sql (PostgreSQL's, NULL: the
+ * same) on the store behind the backend's back.  @returns 0 when it ran,
+ * -1 when the store refused it (a constraint). */
+static int raw_try(const char *path, const char *sql, const char *pg_sql)
 {
+	int rc;
+
+	if (tt_store_is_pg(path)) {
+		PGconn *c = PQconnectdb(tt_pg_url());
+		char set[160];
+		PGresult *r;
+
+		cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s",
+			     PQerrorMessage(c));
+		snprintf(set, sizeof(set), "SET search_path TO \"%s\"",
+			 tt_store_schema(path));
+		PQclear(PQexec(c, set));
+		r = PQexec(c, pg_sql ? pg_sql : sql);
+		rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
+		PQclear(r);
+		PQfinish(c);
+		return rc;
+	}
 	sqlite3 *db;
 
 	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s",
-		     sqlite3_errmsg(db));
+	rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 	sqlite3_close(db);
+	return rc;
+}
+
+static void raw(const char *path, const char *sql, const char *pg_sql)
+{
+	cr_assert_eq(raw_try(path, sql, pg_sql), 0, "%s",
+		     pg_sql && tt_store_is_pg(path) ? pg_sql : sql);
 }
 
 /* A row of n records, each with one message of 200 bytes; every third
@@ -144,15 +202,19 @@ static void brow_free(brow_t *b)
 	free(b->outs);
 }
 
+/* Inserts @p b in a transaction of its own.  @returns the insert's
+ * error, or the commit's (PostgreSQL sends the insert with the commit,
+ * store/pg.h, tbx__pg_defer()). */
 static int insert(fx_t *fx, const brow_t *b)
 {
 	int rc;
 
 	cr_assert_eq(tbx_outbox_begin(fx->store), TBX_OK);
 	rc = tbx_outbox_obatch_insert(fx->store, GRP, &b->row);
-	cr_assert_eq(rc ? tbx_outbox_rollback(fx->store)
-			: tbx_outbox_commit(fx->store),
-		     TBX_OK);
+	if (!rc)
+		rc = tbx_outbox_commit(fx->store);
+	if (rc)
+		cr_assert_eq(tbx_outbox_rollback(fx->store), TBX_OK);
 	return rc;
 }
 
@@ -297,25 +359,35 @@ Test(obatch, an_attempt_is_recorded_once)
 Test(obatch, the_table_ties_attempt_and_sequence)
 {
 	fx_t fx;
-	sqlite3 *db;
 
 	fx_open(&fx);
-	cr_assert_eq(sqlite3_open(fx.path, &db), SQLITE_OK);
-	cr_assert_eq(sqlite3_exec(db,
-				  "INSERT INTO tbx_obatch (grp, row_id, "
-				  "attempt, mint_seq, tokfmt, created_ms, "
-				  "cover, wire) VALUES ('g', 'r', 'a', NULL, "
-				  "2, 0, x'00', x'00')",
-				  NULL, NULL, NULL),
-		     SQLITE_CONSTRAINT);
-	cr_assert_eq(sqlite3_exec(db,
-				  "INSERT INTO tbx_obatch (grp, row_id, "
-				  "attempt, mint_seq, tokfmt, created_ms, "
-				  "cover, wire) VALUES ('g', 'r', NULL, 5, "
-				  "2, 0, x'00', x'00')",
-				  NULL, NULL, NULL),
-		     SQLITE_CONSTRAINT);
-	sqlite3_close(db);
+	cr_assert_eq(raw_try(fx.path,
+			     "INSERT INTO tbx_obatch (grp, row_id, attempt, "
+			     "mint_seq, tokfmt, created_ms, cover, wire) "
+			     "VALUES ('g', 'r', 'a', NULL, 2, 0, x'00', "
+			     "x'00')",
+			     "INSERT INTO tbx_obatch (grp, row_id, attempt, "
+			     "mint_seq, tokfmt, created_ms, cover, wire) "
+			     "VALUES ('g', 'r', 'a', NULL, 2, 0, '\\x00', "
+			     "'\\x00')"),
+		     -1);
+	cr_assert_eq(raw_try(fx.path,
+			     "INSERT INTO tbx_obatch (grp, row_id, attempt, "
+			     "mint_seq, tokfmt, created_ms, cover, wire) "
+			     "VALUES ('g', 'r', NULL, 5, 2, 0, x'00', x'00')",
+			     "INSERT INTO tbx_obatch (grp, row_id, attempt, "
+			     "mint_seq, tokfmt, created_ms, cover, wire) "
+			     "VALUES ('g', 'r', NULL, 5, 2, 0, '\\x00', "
+			     "'\\x00')"),
+		     -1);
+	/* The statement itself is well formed: both tied, it runs. */
+	raw(fx.path,
+	    "INSERT INTO tbx_obatch (grp, row_id, attempt, mint_seq, tokfmt, "
+	    "created_ms, cover, wire) VALUES ('g', 'r', 'a', 5, 2, 0, x'00', "
+	    "x'00')",
+	    "INSERT INTO tbx_obatch (grp, row_id, attempt, mint_seq, tokfmt, "
+	    "created_ms, cover, wire) VALUES ('g', 'r', 'a', 5, 2, 0, "
+	    "'\\x00', '\\x00')");
 	fx_close(&fx);
 }
 
@@ -475,19 +547,22 @@ Test(obatch, an_inconsistent_row_is_refused)
 Test(obatch, a_corrupt_stored_row_is_refused)
 {
 	static const struct {
-		const char *sql, *why;
+		const char *sql, *pg_sql, *why;
 	} cases[] = {
 	    {"UPDATE tbx_obatch SET cover = substr(cover, 1, length(cover) - "
 	     "1)",
-	     "cover entry 4: runs past"},
+	     NULL, "cover entry 4: runs past"},
 	    {"UPDATE tbx_obatch SET cover = CAST(cover || x'00' AS BLOB)",
-	     "trail"},
-	    {"UPDATE tbx_obatch SET wire = substr(wire, 1, 15)",
+	     "UPDATE tbx_obatch SET cover = cover || '\\x00'::bytea", "trail"},
+	    {"UPDATE tbx_obatch SET wire = substr(wire, 1, 15)", NULL,
 	     "wire: 10 bytes for 5 messages"},
 	    {"UPDATE tbx_obatch SET wire = x'0100000000'",
+	     "UPDATE tbx_obatch SET wire = '\\x0100000000'",
 	     "0 entries for 5 messages"},
-	    {"UPDATE tbx_obatch SET msgs = substr(msgs, 1, 100)", "msgs:"},
-	    {"UPDATE tbx_obatch SET tokfmt = 1, row_id = 'x'", "not UUID text"},
+	    {"UPDATE tbx_obatch SET msgs = substr(msgs, 1, 100)", NULL,
+	     "msgs:"},
+	    {"UPDATE tbx_obatch SET tokfmt = 1, row_id = 'x'", NULL,
+	     "not UUID text"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -498,7 +573,7 @@ Test(obatch, a_corrupt_stored_row_is_refused)
 		fx_open(&fx);
 		brow_make(&b, 5, NULL);
 		cr_assert_eq(insert(&fx, &b), TBX_OK);
-		raw(fx.path, cases[i].sql);
+		raw(fx.path, cases[i].sql, cases[i].pg_sql);
 		cr_assert_eq(tbx_outbox_obatch_load(fx.store, GRP, on_row, &l),
 			     TBX_ECORRUPT, "case %zu", i);
 		cr_assert_eq(l.rows, 0);
@@ -534,4 +609,81 @@ Test(obatch, a_backend_without_batch_rows_says_so)
 		     TBX_ESCHEMA);
 	cr_assert_eq(tbx_outbox_gens_bump(&store, GRP, "t", &part, 1, &gen),
 		     TBX_ESCHEMA);
+}
+
+/* Two connections bumping gen of one partition at the same time: every
+ * bump counts, and each sees a value of its own (1 to the total, each
+ * once).  A bump that waited too long for the other's lock (TBX_EBUSY)
+ * is rolled back and done again, as A is. */
+enum { BUMPERS = 2, ROUNDS = 150 };
+
+typedef struct bumper {
+	tbx_outbox_t *store;
+	int64_t got[ROUNDS];
+	int err, retries;
+} bumper_t;
+
+static void *bump_rounds(void *arg)
+{
+	bumper_t *b = arg;
+	int32_t part = 3;
+
+	for (int i = 0; i < ROUNDS && !b->err; i++) {
+		int err = tbx_outbox_begin(b->store);
+
+		if (!err)
+			err = tbx_outbox_gens_bump(b->store, GRP, "t", &part, 1,
+						   &b->got[i]);
+		if (!err)
+			err = tbx_outbox_commit(b->store);
+		if (err) {
+			tbx_outbox_rollback(b->store);
+			if (err != TBX_EBUSY) {
+				b->err = err;
+				break;
+			}
+			b->retries++;
+			i--;
+		}
+	}
+	return NULL;
+}
+
+Test(obatch, concurrent_bumps_of_one_partition_all_count)
+{
+	fx_t fx;
+	bumper_t b[BUMPERS];
+	pthread_t th[BUMPERS];
+	static char seen[BUMPERS * ROUNDS + 1];
+	int32_t part = 3;
+	int64_t gen = -1;
+
+	fx_open(&fx);
+	memset(b, 0, sizeof(b));
+	memset(seen, 0, sizeof(seen));
+	for (int t = 0; t < BUMPERS; t++)
+		b[t].store = store_open(fx.path);
+	for (int t = 0; t < BUMPERS; t++)
+		cr_assert_eq(pthread_create(&th[t], NULL, bump_rounds, &b[t]),
+			     0);
+	for (int t = 0; t < BUMPERS; t++) {
+		pthread_join(th[t], NULL);
+		cr_assert_eq(b[t].err, TBX_OK, "bumper %d: %s", t,
+			     tbx_err_name(b[t].err));
+		for (int i = 0; i < ROUNDS; i++) {
+			cr_assert(b[t].got[i] >= 1 &&
+				      b[t].got[i] <= BUMPERS * ROUNDS,
+				  "bumper %d round %d: %lld", t, i,
+				  (long long)b[t].got[i]);
+			cr_assert(!seen[b[t].got[i]], "value %lld seen twice",
+				  (long long)b[t].got[i]);
+			seen[b[t].got[i]] = 1;
+		}
+		tbx_outbox_close(b[t].store);
+	}
+	cr_assert_eq(tbx_outbox_gens_get(fx.store, GRP, "t", &part, 1, &gen),
+		     TBX_OK);
+	cr_assert_eq(gen, BUMPERS * ROUNDS);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_inflight"), 1);
+	fx_close(&fx);
 }

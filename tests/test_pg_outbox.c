@@ -23,6 +23,7 @@
 #include "outbox/outbox.h"
 #include "outbox/pg_int.h"
 #include "store/db.h"
+#include "store/msgs.h"
 #include "store/pg.h"
 
 #define GRP "g1"
@@ -163,6 +164,19 @@ static void fx_drop(const char *schema)
 	fx_exec(fx_q(schema, "DROP SCHEMA IF EXISTS \"%s\" CASCADE"), NULL);
 }
 
+/* Takes a schema made at this version back to version 3: without what
+ * version 4 added (the batch rows). */
+static void fx_back_to_v3(const char *schema)
+{
+	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_cover_msg"), NULL);
+	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_obatch"), NULL);
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_inflight DROP COLUMN "
+			     "gen"),
+		NULL);
+	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET version = 3"),
+		NULL);
+}
+
 /* A PROCESSED row of @p n messages with distinct binary contents. */
 static void fx_row(tbx__row_t *row, const char *msg_id, size_t n)
 {
@@ -290,6 +304,7 @@ Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
 	int version = 0;
 
 	tbx_outbox_close(store);
+	fx_back_to_v3(schema);
 	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_outbox DROP COLUMN "
 			     "in_tbit"),
 		NULL);
@@ -298,7 +313,7 @@ Test(pg_outbox, a_version_1_schema_is_migrated_to_version_2)
 		NULL);
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 3);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
 	cr_assert_eq(tbx_outbox_binding_set(store, GRP, "id-1", "t", NULL),
 		     TBX_OK);
 	tbx_outbox_close(store);
@@ -322,6 +337,7 @@ Test(pg_outbox, a_version_2_schema_gets_the_set_bit_of_a_row)
 	fx_row(&old, "m-old", 1);
 	fx_insert(store, GRP, &old);
 	tbx_outbox_close(store);
+	fx_back_to_v3(schema);
 	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_outbox DROP COLUMN "
 			     "in_tbit"),
 		NULL);
@@ -329,7 +345,7 @@ Test(pg_outbox, a_version_2_schema_gets_the_set_bit_of_a_row)
 		NULL);
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 3);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
 	tbx__row_init(&got);
 	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-old", &got), TBX_OK);
 	fx_assert_rows_equal(&got, &old);
@@ -364,6 +380,283 @@ Test(pg_outbox, a_version_2_schema_gets_the_set_bit_of_a_row)
 	fx_drop(schema);
 }
 
+/* A batch row covering one record in the per-message format, with one
+ * message; its blobs malloc'd into @p bufs (freed by fx_brow_free()). */
+typedef struct fx_brow {
+	tbx__obatch_t row;
+	tbx__buf_t cover, wire;
+	void *msgs;
+	char msg_id[TBX_UUID_LEN + 1], token[TBX_UUID_LEN + 1];
+} fx_brow_t;
+
+static void fx_brow(fx_brow_t *b)
+{
+	tbx__cover_ent_t e = {TBX__COVER_HANDLED, "in", 3, 42, NULL,
+			      TBX__REF_TOKEN,	  "",	0, 3};
+	tbx__wire_ent_t w = {1, 0, 0};
+	tbx__mfield_t f[TBX__MF_COUNT] = {0};
+	char out_id[TBX_UUID_LEN + 1], err[200];
+
+	memset(b, 0, sizeof(*b));
+	tbx__uuid(b->row.row_id);
+	tbx__uuid(b->msg_id);
+	tbx__uuid(e.ref_id);
+	tbx__uuid(out_id);
+	e.msg_id = b->msg_id;
+	f[TBX__MF_ID] = (tbx__mfield_t){out_id, TBX_UUID_LEN};
+	f[TBX__MF_TOPIC] = (tbx__mfield_t){"out", 3};
+	f[TBX__MF_TYPE] = (tbx__mfield_t){"Pong", 4};
+	f[TBX__MF_PAYLOAD] = (tbx__mfield_t){"\0p\x80", 3};
+	cr_assert_eq(tbx__cover_encode(&b->cover, &e, 1, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tbx__wire_encode(&b->wire, &w, 1), TBX_OK);
+	cr_assert_eq(tbx__msgs_encode(f, 1, &b->msgs, &b->row.msgs_len),
+		     TBX_OK);
+	b->row.msgs = b->msgs;
+	b->row.cover = b->cover.p;
+	b->row.cover_len = b->cover.len;
+	b->row.wire = b->wire.p;
+	b->row.wire_len = b->wire.len;
+	b->row.tokfmt = 2;
+	b->row.created_ms = 1000;
+	b->row.stuck_ms = -1;
+}
+
+static void fx_brow_free(fx_brow_t *b)
+{
+	tbx__buf_free(&b->cover);
+	tbx__buf_free(&b->wire);
+	free(b->msgs);
+}
+
+static int fx_count_rows(void *opaque, const tbx__obatch_t *row,
+			 const tbx__cover_t *cover)
+{
+	(void)row;
+	(void)cover;
+	++*(int *)opaque;
+	return 0;
+}
+
+/* A version 3 schema with rows in flight gets the batch rows (version
+ * 4) in one step, recorded with it: its rows, crash markers and ingress
+ * offsets are carried forward as they were, every partition's gen reads
+ * 0, the new tables work, and the store opens again after the migration
+ * (read-write and read-only: the version was recorded). */
+Test(pg_outbox, a_version_3_schema_gets_the_batch_rows_and_keeps_its_rows)
+{
+	char schema[64], grp_ver[32];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig4");
+	tbx__row_t old, tok, got;
+	tbx__inflight_t f = {10, 20, 1, 30, 1, 10, 2}, fgot;
+	tbx__db_opts_t ro;
+	fx_brow_t b;
+	int32_t parts[2] = {3, 4};
+	int64_t gens[2] = {-1, -1}, next = -1;
+	const char *ids[1];
+	char rows[1][TBX_UUID_LEN + 1];
+	int version = 0, found = 0, n = 0;
+
+	fx_row(&old, "m-old", 2);
+	fx_insert(store, GRP, &old);
+	fx_row(&tok, "m-tok", 1);
+	fx_insert(store, GRP, &tok);
+	fx_tokened(&tok, 9);
+	cr_assert_eq(fx_set_attempt(store, &tok), 1);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_put(store, GRP, "in", 3, &f), TBX_OK);
+	cr_assert_eq(tbx_outbox_ingress_set(store, GRP, "in", 3, 77), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	tbx_outbox_close(store);
+	fx_back_to_v3(schema);
+	cr_assert_eq(fx_int("SELECT (to_regclass($1) IS NULL)::int",
+			    fx_q(schema, "\"%s\".tbx_obatch")),
+		     1);
+
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 4);
+	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
+			     "\"%s\".tbx_schema_info"),
+		NULL, grp_ver, sizeof(grp_ver));
+	cr_assert_str_eq(grp_ver, "service 4", "the migration is recorded");
+	/* What version 3 held, as it was. */
+	tbx__row_init(&got);
+	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-old", &got), TBX_OK);
+	fx_assert_rows_equal(&got, &old);
+	tbx__row_clear(&got);
+	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-tok", &got), TBX_OK);
+	fx_assert_rows_equal(&got, &tok);
+	tbx__row_clear(&got);
+	cr_assert_eq(
+	    tbx_outbox_inflight_get(store, GRP, "in", 3, &fgot, &found),
+	    TBX_OK);
+	cr_assert(found && fgot.first == 10 && fgot.last == 20 &&
+		  fgot.crashes == 1 && fgot.suspect_until == 30 &&
+		  fgot.lone == 1 && fgot.count_offset == 10 &&
+		  fgot.retries == 2);
+	cr_assert_eq(tbx_outbox_ingress_get(store, GRP, "in", 3, &next),
+		     TBX_OK);
+	cr_assert_eq(next, 77);
+	/* gen: 0 for the partition carried forward and for a new one. */
+	cr_assert_eq(tbx_outbox_gens_get(store, GRP, "in", parts, 2, gens),
+		     TBX_OK);
+	cr_assert(gens[0] == 0 && gens[1] == 0);
+	/* The batch rows work. */
+	fx_brow(&b);
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(tbx_outbox_obatch_insert(store, GRP, &b.row), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(store, GRP, "in", parts, 2, gens),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert(gens[0] == 1 && gens[1] == 1);
+	tbx_outbox_close(store);
+
+	/* Opened again: nothing to migrate, everything there. */
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 4);
+	cr_assert_eq(tbx_outbox_obatch_load(store, GRP, fx_count_rows, &n),
+		     TBX_OK);
+	cr_assert_eq(n, 1);
+	ids[0] = b.msg_id;
+	cr_assert_eq(tbx_outbox_cover_msg_find(store, GRP, ids, 1, rows),
+		     TBX_OK);
+	cr_assert_str_eq(rows[0], b.row.row_id);
+	cr_assert_eq(
+	    tbx_outbox_inflight_get(store, GRP, "in", 3, &fgot, &found),
+	    TBX_OK);
+	cr_assert(found && fgot.first == 10 && fgot.retries == 2,
+		  "the bump left G's marker as it was");
+	tbx_outbox_close(store);
+	tbx__db_opts_init(&ro);
+	ro.readonly = 1;
+	store = fx_open_opts(schema, &ro);
+	cr_assert_eq(tbx_outbox_gens_get(store, GRP, "in", parts, 2, gens),
+		     TBX_OK);
+	cr_assert(gens[0] == 1 && gens[1] == 1);
+	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-old", &got), TBX_OK);
+	fx_assert_rows_equal(&got, &old);
+	tbx__row_clear(&got);
+	tbx_outbox_close(store);
+	fx_brow_free(&b);
+	tbx__row_clear(&old);
+	tbx__row_clear(&tok);
+	fx_drop(schema);
+}
+
+/* A migration step that fails leaves the schema at version 3, whole:
+ * no table of version 4, no gen, the version unchanged, the rows there;
+ * once what stood in its way is gone, the next open migrates. */
+Test(pg_outbox, a_failed_migration_to_version_4_leaves_version_3_whole)
+{
+	char schema[64], err[512];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig4f");
+	tbx__row_t old;
+	int version = 0;
+
+	fx_row(&old, "m-old", 1);
+	fx_insert(store, GRP, &old);
+	tbx_outbox_close(store);
+	fx_back_to_v3(schema);
+	/* A table of that name made by someone else. */
+	fx_exec(fx_q(schema, "CREATE TABLE \"%s\".tbx_cover_msg (x int)"),
+		NULL);
+	cr_assert_eq(fx_open_err(schema, NULL, &store, err, sizeof(err)),
+		     TBX_ESTORE, "%s", err);
+	cr_assert_null(store);
+	cr_assert(strstr(err, "migration to version 4 failed"), "%s", err);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT version FROM "
+					 "\"%s\".tbx_schema_info"),
+			    NULL),
+		     3);
+	cr_assert_eq(fx_int("SELECT (to_regclass($1) IS NULL)::int",
+			    fx_q(schema, "\"%s\".tbx_obatch")),
+		     1, "the step's first table is rolled back with it");
+	cr_assert_eq(fx_int("SELECT count(*) FROM information_schema.columns "
+			    "WHERE table_schema = $1 AND table_name = "
+			    "'tbx_inflight' AND column_name = 'gen'",
+			    schema),
+		     0);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
+					 "\"%s\".tbx_outbox"),
+			    NULL),
+		     1);
+	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_cover_msg"), NULL);
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 4);
+	tbx_outbox_close(store);
+	tbx__row_clear(&old);
+	fx_drop(schema);
+}
+
+typedef struct bumper {
+	tbx_outbox_t *store;
+	int32_t part;
+	int64_t gen;
+	int err;
+} bumper_t;
+
+static void *bump_thread(void *arg)
+{
+	bumper_t *b = arg;
+
+	b->err =
+	    tbx_outbox_gens_bump(b->store, GRP, "in", &b->part, 1, &b->gen);
+	return NULL;
+}
+
+/*
+ * Two workers bump gen of one partition at once (a zombie and the new
+ * owner): the second one's upsert waits for the first one's lock, then
+ * adds to the value it committed, so both bumps count -- on a partition
+ * without a row (both insert it) and on one with a row.
+ */
+Test(pg_outbox, a_concurrent_gen_bump_waits_and_then_counts)
+{
+	char schema[64], pid[16];
+	tbx_outbox_t *a = fx_new(schema, sizeof(schema), "genrace");
+	tbx_outbox_t *b;
+	tbx__db_opts_t opts;
+	int32_t part = 5;
+	int64_t gen = -1;
+
+	tbx__db_opts_init(&opts);
+	opts.busy_timeout_ms = 60000 * tt_time_factor();
+	b = fx_open_opts(schema, &opts);
+	for (int round = 0; round < 2; round++) {
+		bumper_t r = {b, part, -1, -1};
+		pthread_t th;
+
+		cr_assert_eq(tbx_outbox_begin(a), TBX_OK);
+		cr_assert_eq(tbx_outbox_gens_bump(a, GRP, "in", &part, 1, &gen),
+			     TBX_OK);
+		cr_assert_eq(gen, 2 * round + 1);
+		cr_assert_eq(tbx_outbox_begin(b), TBX_OK);
+		snprintf(pid, sizeof(pid), "%d",
+			 PQbackendPID(fx_native(b, TBX_BACKEND_PG)));
+		cr_assert_eq(pthread_create(&th, NULL, bump_thread, &r), 0);
+		cr_assert(fx_wait_int("SELECT count(*) FROM pg_locks WHERE "
+				      "pid = $1::int AND NOT granted",
+				      pid, 1),
+			  "round %d: the second bump waits for the first "
+			  "one's lock",
+			  round);
+		cr_assert_eq(tbx_outbox_commit(a), TBX_OK);
+		pthread_join(th, NULL);
+		cr_assert_eq(r.err, TBX_OK);
+		cr_assert_eq(r.gen, 2 * round + 2, "round %d: both count",
+			     round);
+		cr_assert_eq(tbx_outbox_commit(b), TBX_OK);
+	}
+	cr_assert_eq(tbx_outbox_gens_get(a, GRP, "in", &part, 1, &gen), TBX_OK);
+	cr_assert_eq(gen, 4);
+	tbx_outbox_close(b);
+	tbx_outbox_close(a);
+	fx_drop(schema);
+}
+
 Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 {
 	char schema[64], id1[64], id2[64];
@@ -375,11 +668,11 @@ Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 	cr_assert_eq(fx_int("SELECT count(*) FROM pg_tables WHERE schemaname "
 			    "= $1",
 			    schema),
-		     8, "tbx_schema_info and the seven tables of S");
+		     10, "tbx_schema_info and the nine tables of S");
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info WHERE id = 1"),
 		NULL, id1, sizeof(id1));
-	cr_assert_str_eq(id1, "service 3");
+	cr_assert_str_eq(id1, "service 4");
 	fx_text(fx_q(schema, "SELECT store_id FROM \"%s\".tbx_schema_info"),
 		NULL, id1, sizeof(id1));
 	cr_assert(tbx__is_uuid(id1, strlen(id1)), "%s", id1);

@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "otlp_check.h"
+#include "pbread.h"
 #include "support.h"
 #include "tokenbox/tokenbox.h"
 #include "trace/export.h"
@@ -235,6 +237,272 @@ Test(otlp_json, what_is_over_the_bounds_is_counted_as_dropped)
 	free(big);
 }
 
+/* ---- the protobuf encoder, read back by tests/pbread.h ---- */
+
+/* Encodes @p n spans and reads the request back; fails the test when it
+ * does not read as an ExportTraceServiceRequest. */
+static void proto_roundtrip(tbx__span_t *const *spans, size_t n,
+			    const tbx__otlp_resource_t *res, tbx__pbuf_t *buf,
+			    pbr_request_t *r)
+{
+	cr_assert_eq(tbx__otlp_proto_encode(spans, n, res, buf), 0);
+	cr_assert_eq(
+	    pbr_request(tbx__pbuf_data(buf), tbx__pbuf_len(buf), r), 0,
+	    "the %zu bytes do not read as an ExportTraceServiceRequest",
+	    tbx__pbuf_len(buf));
+	cr_assert_eq(r->n_resource_spans, 1);
+	cr_assert_eq(r->n_scope_spans, 1);
+	cr_assert_eq(r->n_spans, n);
+	for (size_t i = 0; i < n; i++) {
+		const char *why = otc_span(spans[i], &r->spans[i]);
+		cr_assert_null(why, "span %zu: %s differs", i, why);
+	}
+}
+
+/* The resource attribute @p key of @p r. */
+static const pbr_kv_t *res_attr(const pbr_request_t *r, const char *key)
+{
+	for (size_t i = 0; i < r->resource.n; i++)
+		if (pbr_eq(r->resource.v[i].key, key, strlen(key)))
+			return &r->resource.v[i];
+	cr_assert_fail("no resource attribute %s", key);
+	return NULL;
+}
+
+Test(otlp_proto, every_field_of_a_span_reads_back)
+{
+	tbx__trace_ctx_t c = ctx_of(0xff, 1), other = ctx_of(0x12, 0);
+	uint8_t parent[8] = {0x80, 0, 0, 0, 0, 0, 0, 0xff};
+	/* UTF-8 of 2, 3 and 4 bytes, and an invalid byte (0xff), a lone
+	 * continuation byte (0x80) and a cut sequence (0xe2 0x82). */
+	static const char utf8[] = "gr\xc3\xb6\xc3\x9f\x65 \xe2\x9c\x93 "
+				   "\xf0\x9d\x84\x9e";
+	static const char bad[] = "a\xff"
+				  "b\x80"
+				  "c\xe2\x82";
+	tbx__span_t *s = tbx__span_new(utf8, TBX_SPAN_KIND_CONSUMER, &c, parent,
+				       UINT64_MAX - 1);
+	tbx__attrs_t res_attrs = {0};
+	tbx__pbuf_t buf = {0};
+	pbr_request_t r;
+	const pbr_span_t *rs;
+
+	cr_assert(s);
+	s->end_ns = UINT64_MAX;
+	tbx__span_set_tracestate(s, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+	tbx__attrs_str(&s->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_str(&s->attrs, "empty", "", 0);
+	tbx__attrs_str(&s->attrs, utf8, utf8, strlen(utf8));
+	tbx__attrs_str(&s->attrs, "bad", bad, strlen(bad));
+	tbx__attrs_str(&s->attrs, "nul", "a\0b", 3);
+	tbx__attrs_int(&s->attrs, "zero", 0);
+	tbx__attrs_int(&s->attrs, "least", INT64_MIN);
+	tbx__attrs_int(&s->attrs, "big", INT64_MAX);
+	tbx__attrs_int(&s->attrs, "minus one", -1);
+	tbx__attrs_bool(&s->attrs, "false", 0);
+	tbx__attrs_bool(&s->attrs, "true", 1);
+	tbx__attrs_str_static(&s->attrs, "messaging.message.id", "m-1", 3);
+	tbx__attrs_int_static(&s->attrs, "tokenbox.attempt", 300);
+	tbx__span_event_t *e = tbx__span_add_event(s, "duplicate dropped", 1);
+	cr_assert(e);
+	tbx__attrs_str(&e->attrs, "tokenbox.drop.reason", "token consumed", 14);
+	cr_assert(tbx__span_add_event(s, "", 0), "an event without name");
+	tbx__span_link_t *l = tbx__span_add_link(s, &other);
+	cr_assert(l);
+	tbx__attrs_int(&l->attrs, "n", 3);
+	cr_assert(tbx__span_add_link(s, &c));
+	s->links[1]->tracestate = strdup("k=v");
+	s->attrs.dropped = 7;
+	s->dropped_events = 128;
+	s->dropped_links = 1u << 31;
+	s->events[0]->attrs.dropped = 1;
+	s->links[0]->attrs.dropped = 2;
+	tbx__span_set_status(s, TBX_SPAN_STATUS_ERROR, "dead-lettered: \xff");
+	tbx__attrs_str(&res_attrs, "service.instance.id", "w1", 2);
+	tbx__attrs_bool(&res_attrs, "b", 1);
+
+	tbx__otlp_resource_t res = {"order-service \xc3\xa9", &res_attrs};
+	proto_roundtrip(&s, 1, &res, &buf, &r);
+	rs = &r.spans[0];
+	/* otc_span checked every field; a few by hand, against literals */
+	cr_expect_eq(rs->trace_id.len, 16);
+	cr_expect_eq(rs->trace_id.p[0], 0xff);
+	cr_expect(pbr_eq(rs->parent_span_id, parent, 8));
+	cr_expect(pbr_eq(rs->name, utf8, strlen(utf8)), "valid UTF-8 as is");
+	cr_expect(pbr_eq(rs->attrs.v[3].s,
+			 "a\xef\xbf\xbd"
+			 "b\xef\xbf\xbd"
+			 "c\xef\xbf\xbd\xef\xbf\xbd",
+			 15),
+		  "each invalid byte is U+FFFD");
+	cr_expect(pbr_eq(rs->attrs.v[4].s, "a\0b", 3), "NUL is UTF-8");
+	cr_expect(pbr_eq(rs->attrs.v[1].s, "", 0) && rs->attrs.v[1].type == 1,
+		  "an empty string value is there");
+	cr_expect_eq(rs->attrs.v[5].type, 3, "0 is there as an int");
+	cr_expect_eq(rs->attrs.v[5].u, 0);
+	cr_expect_eq((int64_t)rs->attrs.v[6].u, INT64_MIN);
+	cr_expect_eq(rs->attrs.v[9].type, 2, "false is there as a bool");
+	cr_expect_eq(rs->attrs.v[9].u, 0);
+	cr_expect_eq(rs->kind, 5);
+	cr_expect_eq(rs->start, UINT64_MAX - 1);
+	cr_expect_eq(rs->end, UINT64_MAX);
+	cr_expect_eq(rs->events[1].time, 0);
+	cr_expect_null(rs->events[1].name.p, "an empty name is left out");
+	cr_expect_eq(rs->dropped_links, 1u << 31);
+	cr_expect(pbr_eq(rs->links[1].trace_state, "k=v", 3));
+	cr_expect_null(rs->links[0].trace_state.p);
+	cr_expect_eq(rs->status_code, 2);
+	cr_expect(
+	    pbr_eq(rs->status_message, "dead-lettered: \xef\xbf\xbd", 18));
+	cr_expect_eq(rs->flags, 1);
+
+	cr_expect_eq(r.resource.n, 5);
+	cr_expect(pbr_eq(r.resource.v[0].key, "service.name", 12),
+		  "service.name first");
+	cr_expect(pbr_eq(res_attr(&r, "service.name")->s,
+			 "order-service \xc3\xa9", 16));
+	cr_expect(pbr_eq(res_attr(&r, "telemetry.sdk.name")->s, "tokenbox", 8));
+	cr_expect(pbr_eq(res_attr(&r, "telemetry.sdk.version")->s,
+			 TBX_VERSION_STR, strlen(TBX_VERSION_STR)));
+	cr_expect(pbr_eq(res_attr(&r, "service.instance.id")->s, "w1", 2));
+	cr_expect_eq(res_attr(&r, "b")->type, 2);
+	cr_expect_eq(res_attr(&r, "b")->u, 1);
+	cr_expect(pbr_eq(r.scope_name, "tokenbox", 8));
+	cr_expect(
+	    pbr_eq(r.scope_version, TBX_VERSION_STR, strlen(TBX_VERSION_STR)));
+	pbr_request_free(&r);
+	tbx__pbuf_free(&buf);
+	tbx__attrs_free(&res_attrs);
+	tbx__span_free(s);
+}
+
+Test(otlp_proto, what_a_span_does_not_have_is_left_out)
+{
+	tbx__trace_ctx_t c = ctx_of(0x01, 0);
+	tbx__span_t *s =
+	    tbx__span_new("", TBX_SPAN_KIND_UNSPECIFIED, &c, NULL, 0);
+	tbx__pbuf_t buf = {0};
+	pbr_request_t r;
+	const pbr_span_t *rs;
+
+	cr_assert(s);
+	tbx__span_set_status(s, TBX_SPAN_STATUS_OK, "only for errors");
+	tbx__otlp_resource_t res = {"svc", NULL};
+	proto_roundtrip(&s, 1, &res, &buf, &r);
+	rs = &r.spans[0];
+	cr_expect(pbr_eq(rs->trace_id, s->trace_id, 16), "ids always");
+	cr_expect(pbr_eq(rs->span_id, s->span_id, 8));
+	cr_expect_null(rs->parent_span_id.p, "a root has no parent_span_id");
+	cr_expect_null(rs->trace_state.p);
+	cr_expect_null(rs->name.p);
+	cr_expect_eq(rs->attrs.n + rs->n_events + rs->n_links, 0);
+	cr_expect_eq(rs->has_flags, 0, "flags 0 left out");
+	cr_expect(rs->has_status);
+	cr_expect_eq(rs->status_code, 1);
+	cr_expect_null(rs->status_message.p, "OK has no message");
+	cr_expect_eq(r.resource.n, 3);
+	pbr_request_free(&r);
+
+	/* No spans at all: still a request with its resource and scope. */
+	proto_roundtrip(NULL, 0, &res, &buf, &r);
+	cr_expect(pbr_eq(r.scope_name, "tokenbox", 8));
+	pbr_request_free(&r);
+	tbx__pbuf_free(&buf);
+	tbx__span_free(s);
+}
+
+/* Found by fuzz_otlp_proto (fuzz/corpus/otlp_proto/bug_empty_string_first):
+ * written back to front, an empty string can be the first thing written,
+ * into a buffer not yet allocated (UBSan: offset to a NULL pointer). */
+Test(otlp_proto, an_empty_string_first_into_a_new_buffer)
+{
+	tbx__trace_ctx_t c = ctx_of(0x05, 0);
+	tbx__span_t *s =
+	    tbx__span_new("s", TBX_SPAN_KIND_INTERNAL, &c, NULL, 1);
+	tbx__pbuf_t buf = {0};
+	pbr_request_t r;
+
+	cr_assert(s);
+	tbx__attrs_str(&s->attrs, "k", "", 0);
+	tbx__otlp_resource_t res = {"svc", NULL};
+	proto_roundtrip(&s, 1, &res, &buf, &r);
+	cr_expect(pbr_eq(r.spans[0].attrs.v[0].s, "", 0));
+	pbr_request_free(&r);
+	tbx__pbuf_free(&buf);
+	tbx__span_free(s);
+}
+
+Test(otlp_proto, many_spans_and_attributes_read_back_in_order)
+{
+	enum { SPANS = 600 };
+	tbx__span_t *spans[SPANS];
+	tbx__pbuf_t buf = {0};
+	pbr_request_t r;
+	char key[32], *big = malloc(TBX_SPAN_VALUE_MAX + 100);
+
+	cr_assert(big);
+	memset(big, 'x', TBX_SPAN_VALUE_MAX + 100);
+	for (int i = 0; i < SPANS; i++) {
+		tbx__trace_ctx_t c;
+		tbx__trace_id_new(c.trace_id);
+		tbx__span_id_new(c.span_id);
+		c.flags = 1;
+		cr_assert(spans[i] =
+			      tbx__span_new("work", TBX_SPAN_KIND_SERVER, &c,
+					    c.span_id, (uint64_t)i << 40));
+		spans[i]->end_ns = ((uint64_t)i << 40) + 1;
+		/* past the bound on the first: dropped and counted */
+		for (int k = 0; k < (i ? 20 : TBX_SPAN_ATTRS_MAX + 5); k++) {
+			snprintf(key, sizeof(key), "attr.%d", k);
+			tbx__attrs_int(&spans[i]->attrs, key,
+				       (int64_t)k * 1000003 - i);
+		}
+		if (i % 7 == 0)
+			tbx__attrs_str(&spans[i]->attrs, "attr.0", big,
+				       TBX_SPAN_VALUE_MAX + 100);
+	}
+	tbx__otlp_resource_t res = {"svc", NULL};
+	proto_roundtrip(spans, SPANS, &res, &buf, &r);
+	cr_expect_eq(r.spans[0].attrs.n, TBX_SPAN_ATTRS_MAX);
+	cr_expect_eq(r.spans[0].attrs.dropped, 5);
+	cr_expect_eq(r.spans[7].attrs.v[0].s.len, TBX_SPAN_VALUE_MAX,
+		     "a long value is cut");
+	cr_expect_gt(tbx__pbuf_len(&buf), 600 * 20 * 10);
+	pbr_request_free(&r);
+
+	/* The buffer is reused: a small request after a large one. */
+	proto_roundtrip(spans + 1, 1, &res, &buf, &r);
+	pbr_request_free(&r);
+	tbx__pbuf_free(&buf);
+	for (int i = 0; i < SPANS; i++)
+		tbx__span_free(spans[i]);
+	free(big);
+}
+
+Test(otlp_proto, a_collectors_partial_success_is_read)
+{
+	/* partial_success (1) { rejected_spans (1) = 300,
+	 *                       error_message (2) = "old" } */
+	static const uint8_t ps[] = {0x0a, 0x08, 0x08, 0xac, 0x02,
+				     0x12, 0x03, 'o',  'l',  'd'};
+	/* an unknown field (2, fixed32) before it, the order reversed */
+	static const uint8_t ps2[] = {0x15, 1,	  2,   3,    4,	   0x0a, 0x06,
+				      0x12, 0x01, 'x', 0x08, 0x96, 0x01};
+	static const uint8_t cut[] = {0x0a, 0x08, 0x08, 0xac, 0x02};
+	static const uint8_t neg[] = {0x0a, 0x0b, 0x08, 0xff, 0xff, 0xff, 0xff,
+				      0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+
+	cr_expect_eq(tbx__otlp_proto_rejected(ps, sizeof(ps)), 300);
+	cr_expect_eq(tbx__otlp_proto_rejected(ps2, sizeof(ps2)), 150);
+	cr_expect_eq(tbx__otlp_proto_rejected(ps, 0), 0, "an empty answer");
+	cr_expect_eq(tbx__otlp_proto_rejected(cut, sizeof(cut)), 0,
+		     "a length past the end");
+	cr_expect_eq(tbx__otlp_proto_rejected(neg, sizeof(neg)), 0,
+		     "a negative count");
+	cr_expect_eq(tbx__otlp_proto_rejected((const uint8_t *)"{}", 2), 0,
+		     "JSON is not read as protobuf");
+}
+
 /* ---- configuration ---- */
 
 static const char *from_list(const char *name, void *opaque)
@@ -272,6 +540,32 @@ Test(otel_conf, the_sdk_variables_are_read_and_checked)
 	cr_expect_eq(conf.delay_ms, 5000);
 	cr_expect_eq(conf.timeout_ms, 10000);
 	cr_expect_eq(conf.sampler.kind, TBX_SAMPLER_PARENT_ALWAYS_ON);
+	cr_expect_eq(conf.protocol, TBX_OTLP_HTTP_PROTOBUF,
+		     "http/protobuf by default, as OpenTelemetry's SDKs");
+
+	const char *json[] = {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:1",
+			      "OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", NULL};
+	cr_assert_eq(conf_of(&conf, err, json), TBX_OK, "%s", err);
+	cr_expect_eq(conf.protocol, TBX_OTLP_HTTP_JSON);
+	const char *pb[] = {"OTEL_EXPORTER_OTLP_ENDPOINT",
+			    "http://a:1",
+			    "OTEL_EXPORTER_OTLP_PROTOCOL",
+			    "http/json",
+			    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+			    "http/protobuf",
+			    NULL};
+	cr_assert_eq(conf_of(&conf, err, pb), TBX_OK, "%s", err);
+	cr_expect_eq(conf.protocol, TBX_OTLP_HTTP_PROTOBUF,
+		     "the traces protocol wins");
+	const char *pb2[] = {"OTEL_EXPORTER_OTLP_ENDPOINT",
+			     "http://a:1",
+			     "OTEL_EXPORTER_OTLP_PROTOCOL",
+			     "http/protobuf",
+			     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+			     "http/json",
+			     NULL};
+	cr_assert_eq(conf_of(&conf, err, pb2), TBX_OK, "%s", err);
+	cr_expect_eq(conf.protocol, TBX_OTLP_HTTP_JSON);
 
 	const char *slash[] = {"OTEL_EXPORTER_OTLP_ENDPOINT",
 			       "https://c.example/otlp/", NULL};
@@ -330,9 +624,10 @@ Test(otel_conf, bad_values_are_refused_with_the_variable_named)
 	static const struct {
 		const char *var, *value, *says;
 	} bad[] = {
-	    {"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf",
-	     "JSON bodies only; set it to http/json"},
-	    {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc", "http/json"},
+	    {"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc",
+	     "'grpc' is not offered: tokenbox exports OTLP over HTTP only"},
+	    {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc", "http/protobuf"},
+	    {"OTEL_EXPORTER_OTLP_PROTOCOL", "HTTP/JSON", "not a protocol"},
 	    {"OTEL_EXPORTER_OTLP_PROTOCOL", "udp", "not a protocol"},
 	    {"OTEL_SDK_DISABLED", "yes", "neither true nor false"},
 	    {"OTEL_TRACES_EXPORTER", "zipkin", "not offered"},
@@ -379,9 +674,12 @@ typedef struct collector {
 	int port;
 	unsigned status; /* what it answers */
 	const char *answer;
+	size_t answer_len;
 	pthread_mutex_t lock;
 	size_t requests, spans;
 	char *last; /* the last body */
+	size_t last_len;
+	int last_protobuf; /* it came as application/x-protobuf */
 } collector_t;
 
 typedef struct upload {
@@ -414,9 +712,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 	}
 	pthread_mutex_lock(&c->lock);
 	c->requests++;
+	const char *type =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
 	if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/traces") == 0 &&
-	    u->p) {
+	    u->p && type && strcmp(type, "application/x-protobuf") == 0) {
+		pbr_request_t req;
+		cr_expect_eq(pbr_request((const uint8_t *)u->p, u->len, &req),
+			     0, "the body is not an OTLP protobuf request");
+		c->spans += req.n_spans;
+		pbr_request_free(&req);
+		free(c->last);
+		c->last = u->p;
+		c->last_len = u->len;
+		c->last_protobuf = 1;
+		u->p = NULL;
+	} else if (strcmp(method, "POST") == 0 &&
+		   strcmp(url, "/v1/traces") == 0 && u->p) {
 		cJSON *doc = cJSON_Parse(u->p), *rs;
+		cr_expect(type && strcmp(type, "application/json") == 0,
+			  "Content-Type %s", type ? type : "(none)");
 		cr_expect(doc, "the body is not JSON");
 		cJSON_ArrayForEach(rs,
 				   cJSON_GetObjectItem(doc, "resourceSpans"))
@@ -430,12 +744,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		cJSON_Delete(doc);
 		free(c->last);
 		c->last = u->p;
+		c->last_len = u->len;
+		c->last_protobuf = 0;
 		u->p = NULL;
 	}
 	pthread_mutex_unlock(&c->lock);
-	r = MHD_create_response_from_buffer(
-	    strlen(c->answer), (void *)c->answer, MHD_RESPMEM_PERSISTENT);
-	MHD_add_response_header(r, "Content-Type", "application/json");
+	r = MHD_create_response_from_buffer(c->answer_len, (void *)c->answer,
+					    MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(r, "Content-Type",
+				type ? type : "application/json");
 	ret = MHD_queue_response(conn, c->status, r);
 	MHD_destroy_response(r);
 	return ret;
@@ -454,18 +771,25 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
 	*con_cls = NULL;
 }
 
-static void collector_start(collector_t *c, unsigned status, const char *answer)
+static void collector_start_n(collector_t *c, unsigned status,
+			      const char *answer, size_t answer_len)
 {
 	memset(c, 0, sizeof(*c));
 	pthread_mutex_init(&c->lock, NULL);
 	c->status = status;
 	c->answer = answer;
+	c->answer_len = answer_len;
 	c->d = MHD_start_daemon(
 	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
 	    on_request, c, MHD_OPTION_NOTIFY_COMPLETED, on_done, c,
 	    MHD_OPTION_END);
 	cr_assert(c->d);
 	c->port = MHD_get_daemon_info(c->d, MHD_DAEMON_INFO_BIND_PORT)->port;
+}
+
+static void collector_start(collector_t *c, unsigned status, const char *answer)
+{
+	collector_start_n(c, status, answer, strlen(answer));
 }
 
 static void collector_stop(collector_t *c)
@@ -540,7 +864,7 @@ static int exported_all(void *opaque)
 	return st.exported + st.failed == *(uint64_t *)p[1];
 }
 
-Test(exporter, every_span_reaches_the_collector, .timeout = 120)
+static void every_span_reaches(tbx__otlp_protocol_t protocol)
 {
 	collector_t c;
 	tbx__otel_conf_t conf;
@@ -550,8 +874,9 @@ Test(exporter, every_span_reaches_the_collector, .timeout = 120)
 	uint64_t want = 1000;
 	void *args[2];
 
-	collector_start(&c, 200, "{}");
+	collector_start(&c, 200, protocol == TBX_OTLP_HTTP_JSON ? "{}" : "");
 	conf = conf_for(c.port, 4096, 100, 10000);
+	conf.protocol = protocol;
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
 		  err);
 	for (uint64_t i = 0; i < want; i++)
@@ -567,11 +892,34 @@ Test(exporter, every_span_reaches_the_collector, .timeout = 120)
 	cr_expect_geq(st.requests, 10, "batches of at most 100");
 	cr_expect_eq(collector_spans(&c), want);
 	pthread_mutex_lock(&c.lock);
-	cr_expect(strstr(c.last, "\"service.name\""));
-	cr_expect(strstr(c.last, "\"stringValue\":\"test\""));
+	cr_expect_eq(c.last_protobuf, protocol == TBX_OTLP_HTTP_PROTOBUF,
+		     "the Content-Type of the protocol");
+	if (protocol == TBX_OTLP_HTTP_JSON) {
+		cr_expect(strstr(c.last, "\"service.name\""));
+		cr_expect(strstr(c.last, "\"stringValue\":\"test\""));
+	} else {
+		pbr_request_t r;
+		cr_assert_eq(
+		    pbr_request((const uint8_t *)c.last, c.last_len, &r), 0);
+		cr_expect(pbr_eq(r.resource.v[0].key, "service.name", 12));
+		cr_expect(pbr_eq(r.resource.v[0].s, "test", 4));
+		cr_expect_eq(r.spans[0].attrs.n, 1);
+		cr_expect(pbr_eq(r.spans[0].name, "work", 4));
+		pbr_request_free(&r);
+	}
 	pthread_mutex_unlock(&c.lock);
 	tbx__exporter_destroy(e, 5000);
 	collector_stop(&c);
+}
+
+Test(exporter, every_span_reaches_the_collector_as_protobuf, .timeout = 120)
+{
+	every_span_reaches(TBX_OTLP_HTTP_PROTOBUF);
+}
+
+Test(exporter, every_span_reaches_the_collector_as_json, .timeout = 120)
+{
+	every_span_reaches(TBX_OTLP_HTTP_JSON);
 }
 
 Test(exporter, what_is_queued_is_sent_at_shutdown, .timeout = 120)
@@ -618,23 +966,34 @@ Test(exporter, refusals_and_partial_success_are_counted, .timeout = 120)
 	tbx__exporter_destroy(e, 1000);
 	collector_stop(&c);
 
-	collector_start(&c, 200,
-			"{\"partialSuccess\":{\"rejectedSpans\":\"3\","
-			"\"errorMessage\":\"too old\"}}");
-	conf = conf_for(c.port, 100, 10, 10000);
-	conf.delay_ms = 3600000; /* one request, of all 10 */
-	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)));
-	for (int i = 0; i < 10; i++)
-		tbx__exporter_enqueue(e, a_span(i));
-	want = 10;
-	args[0] = e;
-	tbx__exporter_kick(e);
-	cr_assert(wait_for(exported_all, args, 60));
-	tbx__exporter_stats(e, &st);
-	cr_expect_eq(st.exported, 7);
-	cr_expect_eq(st.failed, 3);
-	tbx__exporter_destroy(e, 1000);
-	collector_stop(&c);
+	/* partialSuccess, in the encoding of the request */
+	static const char ps_pb[] = {0x0a, 0x0b, 0x08, 0x03, 0x12, 0x07, 't',
+				     'o',  'o',	 ' ',  'o',  'l',  'd'};
+	for (int json = 0; json < 2; json++) {
+		if (json)
+			collector_start(
+			    &c, 200,
+			    "{\"partialSuccess\":{\"rejectedSpans\":\"3\","
+			    "\"errorMessage\":\"too old\"}}");
+		else
+			collector_start_n(&c, 200, ps_pb, sizeof(ps_pb));
+		conf = conf_for(c.port, 100, 10, 10000);
+		conf.protocol =
+		    json ? TBX_OTLP_HTTP_JSON : TBX_OTLP_HTTP_PROTOBUF;
+		conf.delay_ms = 3600000; /* one request, of all 10 */
+		cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)));
+		for (int i = 0; i < 10; i++)
+			tbx__exporter_enqueue(e, a_span(i));
+		want = 10;
+		args[0] = e;
+		tbx__exporter_kick(e);
+		cr_assert(wait_for(exported_all, args, 60));
+		tbx__exporter_stats(e, &st);
+		cr_expect_eq(st.exported, 7, "json %d", json);
+		cr_expect_eq(st.failed, 3, "json %d", json);
+		tbx__exporter_destroy(e, 1000);
+		collector_stop(&c);
+	}
 }
 
 /* A port nobody listens on. */

@@ -1,5 +1,5 @@
 /*
- * The OTLP/HTTP JSON exporter (see export.h).
+ * The OTLP/HTTP exporter, protobuf or JSON bodies (see export.h).
  *
  * The queue is a list of spans under a mutex that every holder keeps for
  * a few pointer moves only: the producer appends (or drops), the thread
@@ -95,21 +95,32 @@ static int read_num(tbx__getenv_fn *get, void *opaque, const char *var,
 	return TBX_OK;
 }
 
-static int check_protocol(const char *var, const char *v, char *errstr,
-			  size_t errstr_size)
+/* An OTLP protocol's name; unset or empty: @p *out kept. */
+static int read_protocol(const char *var, const char *v,
+			 tbx__otlp_protocol_t *out, char *errstr,
+			 size_t errstr_size)
 {
-	if (!v || !*v || strcmp(v, "http/json") == 0)
+	if (!v || !*v)
 		return TBX_OK;
-	if (strcmp(v, "http/protobuf") == 0 || strcmp(v, "grpc") == 0)
+	if (strcmp(v, "http/protobuf") == 0) {
+		*out = TBX_OTLP_HTTP_PROTOBUF;
+		return TBX_OK;
+	}
+	if (strcmp(v, "http/json") == 0) {
+		*out = TBX_OTLP_HTTP_JSON;
+		return TBX_OK;
+	}
+	if (strcmp(v, "grpc") == 0)
 		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
-				   "%s: '%s' is not offered: tokenbox exports "
-				   "OTLP over HTTP with JSON bodies only; set "
-				   "it to http/json (every OTLP/HTTP "
-				   "collector accepts it)",
-				   var, v);
+				   "%s: 'grpc' is not offered: tokenbox "
+				   "exports OTLP over HTTP only; set it to "
+				   "http/protobuf (the default) or http/json, "
+				   "and the endpoint to the collector's "
+				   "OTLP/HTTP port (4318 by convention)",
+				   var);
 	return tbx__seterr(errstr, errstr_size, TBX_ECONF,
-			   "%s: '%s' is not a protocol (grpc, http/protobuf, "
-			   "http/json; tokenbox offers http/json)",
+			   "%s: '%s' is not a protocol (http/protobuf or "
+			   "http/json; grpc is not offered)",
 			   var, v);
 }
 
@@ -143,13 +154,14 @@ int tbx__otel_conf_read(tbx__otel_conf_t *conf, const char *default_service,
 				   v);
 	if (v && strcmp(v, "none") == 0)
 		return TBX_OK;
-	if ((err = check_protocol("OTEL_EXPORTER_OTLP_PROTOCOL",
-				  get("OTEL_EXPORTER_OTLP_PROTOCOL", opaque),
-				  errstr, errstr_size)) ||
-	    (err = check_protocol(
+	conf->protocol = TBX_OTLP_HTTP_PROTOBUF;
+	if ((err = read_protocol("OTEL_EXPORTER_OTLP_PROTOCOL",
+				 get("OTEL_EXPORTER_OTLP_PROTOCOL", opaque),
+				 &conf->protocol, errstr, errstr_size)) ||
+	    (err = read_protocol(
 		 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-		 get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", opaque), errstr,
-		 errstr_size)))
+		 get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", opaque),
+		 &conf->protocol, errstr, errstr_size)))
 		return err;
 	static const char *const refused[] = {
 	    "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
@@ -266,7 +278,8 @@ struct tbx__exporter {
 	/* The thread's own. */
 	warn_gate_t warn_drop, warn_fail;
 	char errbuf[CURL_ERROR_SIZE];
-	tbx__jbuf_t body, resp;
+	tbx__jbuf_t body, resp; /* body: http/json's */
+	tbx__pbuf_t pbody;	/* http/protobuf's */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -349,15 +362,21 @@ static void warn_drops(tbx__exporter_t *e)
 }
 
 /* The number of spans the collector refused, from an OTLP
- * ExportTraceServiceResponse's partialSuccess; 0 when none or
- * unreadable. */
-static uint64_t rejected_of(const tbx__jbuf_t *resp, size_t sent)
+ * ExportTraceServiceResponse's partialSuccess (protobuf or JSON, as
+ * the request was); 0 when none or unreadable. */
+static uint64_t rejected_of(const tbx__jbuf_t *resp,
+			    tbx__otlp_protocol_t protocol, size_t sent)
 {
 	cJSON *doc, *ps, *r;
 	uint64_t n = 0;
 
 	if (!resp->len || resp->oom)
 		return 0;
+	if (protocol == TBX_OTLP_HTTP_PROTOBUF) {
+		n = tbx__otlp_proto_rejected((const uint8_t *)resp->p,
+					     resp->len);
+		return n > sent ? sent : n;
+	}
 	if (!(doc = cJSON_ParseWithLength(resp->p, resp->len)))
 		return 0;
 	ps = cJSON_GetObjectItemCaseSensitive(doc, "partialSuccess");
@@ -384,13 +403,26 @@ static void send_batch(tbx__exporter_t *e, tbx__span_t **spans, size_t n)
 	e->body.oom = 0;
 	e->resp.len = 0;
 	e->resp.oom = 0;
-	if (tbx__otlp_json_encode(spans, n, &res, &e->body) != 0) {
-		snprintf(why, sizeof(why), "out of memory encoding them");
-		goto done;
+	if (e->conf.protocol == TBX_OTLP_HTTP_PROTOBUF) {
+		if (tbx__otlp_proto_encode(spans, n, &res, &e->pbody) != 0) {
+			snprintf(why, sizeof(why),
+				 "out of memory encoding them");
+			goto done;
+		}
+		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS,
+				 tbx__pbuf_data(&e->pbody));
+		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE_LARGE,
+				 (curl_off_t)tbx__pbuf_len(&e->pbody));
+	} else {
+		if (tbx__otlp_json_encode(spans, n, &res, &e->body) != 0) {
+			snprintf(why, sizeof(why),
+				 "out of memory encoding them");
+			goto done;
+		}
+		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, e->body.p);
+		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE_LARGE,
+				 (curl_off_t)e->body.len);
 	}
-	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, e->body.p);
-	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-			 (curl_off_t)e->body.len);
 	e->errbuf[0] = '\0';
 	atomic_fetch_add(&e->requests, 1);
 	rc = curl_easy_perform(e->curl);
@@ -407,7 +439,7 @@ static void send_batch(tbx__exporter_t *e, tbx__span_t **spans, size_t n)
 		snprintf(why, sizeof(why), "POST %s: HTTP status %ld",
 			 e->conf.endpoint, status);
 	} else {
-		uint64_t rejected = rejected_of(&e->resp, n);
+		uint64_t rejected = rejected_of(&e->resp, e->conf.protocol, n);
 		ok = n - rejected;
 		if (rejected)
 			snprintf(why, sizeof(why),
@@ -528,8 +560,10 @@ tbx__exporter_t *tbx__exporter_new(const tbx__otel_conf_t *conf,
 		}
 	}
 	if (!(e->curl = curl_easy_init()) ||
-	    !(e->headers =
-		  curl_slist_append(NULL, "Content-Type: application/json"))) {
+	    !(e->headers = curl_slist_append(
+		  NULL, conf->protocol == TBX_OTLP_HTTP_PROTOBUF
+			    ? "Content-Type: application/x-protobuf"
+			    : "Content-Type: application/json"))) {
 		tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 			    "otel: cannot set up libcurl");
 		goto fail;
@@ -660,6 +694,7 @@ void tbx__exporter_destroy(tbx__exporter_t *e, int64_t flush_ms)
 	curl_slist_free_all(e->headers);
 	curl_easy_cleanup(e->curl);
 	tbx__jbuf_free(&e->body);
+	tbx__pbuf_free(&e->pbody);
 	tbx__jbuf_free(&e->resp);
 	tbx__attrs_free(&e->res_attrs);
 	free(e);

@@ -1,5 +1,6 @@
 /*
- * The span exporter: OTLP/HTTP with JSON bodies (otlp_json.h), POSTed by
+ * The span exporter: OTLP/HTTP with protobuf (otlp_proto.h) or JSON
+ * (otlp_json.h) bodies, POSTed by
  * libcurl from a background thread, configured by OpenTelemetry's
  * environment variables the way every SDK reads them.
  *
@@ -23,6 +24,7 @@
 
 #include "trace/context.h"
 #include "trace/otlp_json.h"
+#include "trace/otlp_proto.h"
 #include "trace/span.h"
 
 #define TBX_OTEL_URL_MAX     1024
@@ -30,12 +32,20 @@
 /** A kind of loss is logged at most once in this many milliseconds. */
 #define TBX_EXPORT_WARN_MS 30000
 
+/** The OTLP/HTTP body: protobuf (the default, as in OpenTelemetry's
+ *  SDKs) or JSON. */
+typedef enum tbx__otlp_protocol {
+	TBX_OTLP_HTTP_PROTOBUF = 0,
+	TBX_OTLP_HTTP_JSON = 1,
+} tbx__otlp_protocol_t;
+
 typedef struct tbx__otel_conf {
 	/** 0: tracing on (an endpoint was given and the SDK not disabled);
 	 *  1: off, and nothing below is used. */
 	int disabled;
 	char endpoint[TBX_OTEL_URL_MAX + 1]; /* the traces URL, whole */
 	char service_name[TBX_OTEL_SERVICE_MAX + 1];
+	tbx__otlp_protocol_t protocol;
 	tbx__sampler_t sampler;
 	size_t queue_max;   /* OTEL_BSP_MAX_QUEUE_SIZE, default 2048 */
 	size_t batch_max;   /* OTEL_BSP_MAX_EXPORT_BATCH_SIZE, default 512 */
@@ -51,8 +61,9 @@ typedef const char *tbx__getenv_fn(const char *name, void *opaque);
  * (NULL: the process environment), every value checked:
  * OTEL_SDK_DISABLED ("true"/"false"), OTEL_TRACES_EXPORTER ("otlp" or
  * "none"), OTEL_EXPORTER_OTLP_PROTOCOL and
- * OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (only "http/json" is offered:
- * "http/protobuf" and "grpc" are refused), OTEL_EXPORTER_OTLP_ENDPOINT
+ * OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ("http/protobuf", the default, or
+ * "http/json"; the traces one wins; "grpc" is refused),
+ * OTEL_EXPORTER_OTLP_ENDPOINT
  * (the base URL; "/v1/traces" is appended) and
  * OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as is; wins), OTEL_SERVICE_NAME
  * (else @p default_service), OTEL_TRACES_SAMPLER and

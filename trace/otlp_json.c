@@ -52,9 +52,7 @@ static void puts_(tbx__jbuf_t *b, const char *s)
 	put(b, s, strlen(s));
 }
 
-/* Length of the valid UTF-8 sequence at @p s (RFC 3629: no overlong
- * forms, no surrogates, nothing past U+10FFFF), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t left)
+size_t tbx__utf8_seq(const unsigned char *s, size_t left)
 {
 	unsigned char c = s[0];
 	size_t n;
@@ -136,7 +134,7 @@ int tbx__json_str(tbx__jbuf_t *b, const char *s, size_t len)
 			i++;
 			continue;
 		}
-		if ((n = utf8_seq(u + i, len - i)) != 0) {
+		if ((n = tbx__utf8_seq(u + i, len - i)) != 0) {
 			memcpy(b->p + b->len, u + i, n);
 			b->len += n;
 			i += n;

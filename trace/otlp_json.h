@@ -42,4 +42,9 @@ int tbx__otlp_json_encode(tbx__span_t *const *spans, size_t n,
  *  valid UTF-8).  @returns 0, or -1 when out of memory. */
 int tbx__json_str(tbx__jbuf_t *b, const char *s, size_t len);
 
+/** Length of the valid UTF-8 sequence at @p s (RFC 3629: no overlong
+ *  forms, no surrogates, nothing past U+10FFFF; @p left bytes, at least
+ *  1), or 0. */
+size_t tbx__utf8_seq(const unsigned char *s, size_t left);
+
 #endif
