@@ -10,10 +10,8 @@
  * tbx_tokens_sets_mint(), batch rows with the obatch operations.
  *
  * S and T in two files or in one (S's connection); in the pg tier
- * (TBX_PG_TIER=1) two schemas, apart or joined.  The pg tier needs the
- * PostgreSQL batch rows (their obatch_* operations): without them every
- * case but the one of a store without batch rows fails at its first
- * obatch_insert with TBX_ESCHEMA.
+ * (TBX_PG_TIER=1) two schemas, apart or joined, on PostgreSQL's batch
+ * rows (service version 4).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -446,7 +444,7 @@ Test(sweep_sets, a_store_without_batch_rows_makes_no_orphan)
 		cr_assert_eq(v[0], TBX_SWEEP_UNCHECKED);
 		env.store->ops = real;
 		/* With its batch rows, the same registration is an orphan
-		 * (pg tier: once the backend has them). */
+		 * (both backends have them). */
 		if (real->obatch_load) {
 			st = fx_sweep(&env, 100);
 			cr_assert_eq(st.set_orphans, 1);
