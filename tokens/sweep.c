@@ -114,6 +114,18 @@ static int row_seen(void *opaque, const tbx__obatch_t *row,
 	return 0;
 }
 
+const char *tbx__sweep_unanswered_text(int why)
+{
+	switch (why) {
+	case TBX_ESCHEMA:
+		return "has no batch rows";
+	case TBX_ECORRUPT:
+		return "has a batch row that does not decode";
+	default:
+		return "could not list its batch rows";
+	}
+}
+
 int tbx__sweep_sets_classify(tbx_outbox_t *store, const char *grp,
 			     const tbx__reg_t *regs, size_t n, int *verdicts,
 			     char (*row_attempts)[TBX_UUID_LEN + 1], int *why)
@@ -140,7 +152,7 @@ int tbx__sweep_sets_classify(tbx_outbox_t *store, const char *grp,
 	/* One listing of the group's rows, after the registrations were
 	 * listed (sweep.h: a registration exists only once its row does). */
 	err = tbx_outbox_obatch_load(store, grp, row_seen, &l);
-	if (err == TBX_ESCHEMA || err == TBX_ECORRUPT) {
+	if (err && err != TBX_ENOMEM && err != TBX_EINVAL) {
 		/* Nothing known of the rows: no verdict at all, and never
 		 * "no row". */
 		if (why)
@@ -310,10 +322,7 @@ static int sweep_sets(tbx_tokens_t *tokens, tbx_outbox_t *store,
 			 "cleanup: %zu registration(s) of token sets of group "
 			 "%s left unchecked: the service store %s (%s); "
 			 "nothing of them was removed",
-			 cnt, grp,
-			 why == TBX_ESCHEMA ? "has no batch rows"
-					    : "has a batch row that does not "
-					      "decode",
+			 cnt, grp, tbx__sweep_unanswered_text(why),
 			 tbx_strerror(why));
 	}
 	for (size_t i = 0; i < cnt && !err; i++) {

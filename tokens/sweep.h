@@ -47,7 +47,9 @@ typedef struct tbx__sweep_stats {
 	uint64_t set_rows_deleted; /**< tbx_tset rows (every group) */
 	/** Left unjudged: the service store could not say what its batch
 	 *  rows hold (set_unchecked_err: TBX_ESCHEMA, a store without batch
-	 *  rows; TBX_ECORRUPT, a row that does not decode).  Never dropped. */
+	 *  rows; TBX_ECORRUPT, a row that does not decode; another error of
+	 *  the listing, e.g. a schema without the table opened read-only).
+	 *  Never dropped. */
 	size_t set_unchecked;
 	int set_unchecked_err;
 } tbx__sweep_stats_t;
@@ -105,12 +107,17 @@ int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
  * (tbx__reg_t.msg_id holds the batch row's id), from the group's batch
  * rows in @p store (obatch_load, one listing for all of them; a read).
  * verdicts[i] for regs[i]; row_attempts (may be NULL) as
- * tbx__sweep_classify()'s.  A store that cannot answer — TBX_ESCHEMA (no
- * batch rows: obatch_* NULL) or TBX_ECORRUPT (a row that does not
+ * tbx__sweep_classify()'s.  A store that cannot answer — any failure of
+ * the listing but TBX_ENOMEM and TBX_EINVAL: TBX_ESCHEMA (no batch rows:
+ * obatch_* NULL), TBX_ECORRUPT (a row that does not
  * decode) — gives TBX_SWEEP_UNCHECKED for all of them and its error in
  * *why (may be NULL; else TBX_OK): such a registration is never an
  * orphan.  @returns TBX_OK, or another store error.
  */
+/** What a service store that could not answer (@p why, as
+ *  tbx__sweep_sets_classify() gives it) did: "has no batch rows", … */
+const char *tbx__sweep_unanswered_text(int why);
+
 int tbx__sweep_sets_classify(tbx_outbox_t *store, const char *grp,
 			     const tbx__reg_t *regs, size_t n, int *verdicts,
 			     char (*row_attempts)[TBX_UUID_LEN + 1], int *why);

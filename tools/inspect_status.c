@@ -714,10 +714,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 				 "could not be judged: the service store %s; "
 				 "register-cleanup leaves them.",
 				 t->set_unjudged,
-				 st->set_why == TBX_ESCHEMA
-				     ? "has no batch rows (its schema "
-				       "predates them)"
-				     : "has a batch row that does not decode");
+				 tbx__sweep_unanswered_text(st->set_why));
 			insp_wrap("  warning: ", note);
 		}
 	}

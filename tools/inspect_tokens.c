@@ -761,9 +761,7 @@ static int judge(insp_t *in, int dry_run)
 			 "checked: the service store %s; cleanup leaves "
 			 "them.",
 			 j.sv[TBX_SWEEP_UNCHECKED],
-			 j.set_why == TBX_ESCHEMA
-			     ? "has no batch rows (its schema predates them)"
-			     : "has a batch row that does not decode");
+			 tbx__sweep_unanswered_text(j.set_why));
 		insp_wrap("warning: ", line);
 	}
 	if (orphans || set_orphans)
@@ -1055,10 +1053,8 @@ int insp_cleanup(insp_t *in)
 				 "%zu registration(s) of token sets not "
 				 "checked, and kept: the service store %s.",
 				 total.set_unchecked,
-				 total.sum.set_unchecked_err == TBX_ESCHEMA
-				     ? "has no batch rows (its schema "
-				       "predates them)"
-				     : "has a batch row that does not decode");
+				 tbx__sweep_unanswered_text(
+				     total.sum.set_unchecked_err));
 			printf("\n");
 			insp_wrap("warning: ", line);
 		}
