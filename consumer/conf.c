@@ -177,7 +177,8 @@ const tbx__prop_t tbx__props[] = {
 	 "disables it."},
 	{"cleanup.batch.size", INT(cleanup_batch_size), "1000", 1, 1000000,
 	 NULL, "worker", 0,
-	 "Most registrations examined per cleanup run."},
+	 "Most registrations of each kind (tokens, token sets) examined "
+	 "per cleanup run."},
 	{"recovery.interval.ms", INT(recovery_interval_ms), "60000", 0, 86400000,
 	 NULL, "worker", 0,
 	 "How often the worker looks for outbox rows of its partitions whose "

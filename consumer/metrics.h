@@ -109,6 +109,13 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	  "Token sets discarded because another attempt won.")                 \
 	X(ORPHANS_SWEPT, "orphans_swept_total", "counter", "",                 \
 	  "Registrations removed as orphans.")                                 \
+	X(SET_ORPHANS_SWEPT, "set_orphans_swept_total", "counter", "",         \
+	  "Registrations of token sets removed as orphans (one per attempt).") \
+	X(SET_ROWS_SWEPT, "set_rows_swept_total", "counter", "",               \
+	  "Token set rows removed with orphaned attempts.")                    \
+	X(SET_REGS_UNCHECKED, "set_regs_unchecked_total", "counter", "",       \
+	  "Registrations of token sets register-cleanup could not judge: the " \
+	  "service store has no batch rows, or one that does not decode.")     \
 	X(BATCHES, "batches_total", "counter", "", "Batches processed.")       \
 	X(COMMITS_RETRIED, "commits_retried_total", "counter", "",             \
 	  "Offset commits the group refused, sent again.")                     \

@@ -957,6 +957,9 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"handler_ended_txn", st->handler_ended_txn},
 	    {"store_reconnects", st->store_reconnects},
 	    {"partition_unknown", st->partition_unknown},
+	    {"set_orphans_swept", st->set_orphans_swept},
+	    {"set_rows_swept", st->set_rows_swept},
+	    {"set_regs_unchecked", st->set_regs_unchecked},
 	};
 	cJSON *obj;
 	char *text;
@@ -1438,13 +1441,27 @@ int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept)
 	    limit ? limit : (size_t)worker->cfg->cleanup_batch_size,
 	    &worker->sweep_at, &st);
 	worker->stats.orphans_swept += st.orphans;
+	worker->stats.set_orphans_swept += st.set_orphans;
+	worker->stats.set_rows_swept += st.set_rows_deleted;
+	/* Logged at WARN by the sweep, per pass. */
+	worker->stats.set_regs_unchecked += st.set_unchecked;
 	if (st.orphans)
 		tbx__log(TBX_LOG_INFO,
 			 "cleanup: %zu orphaned attempt(s), %" PRIu64
 			 " token row(s) removed",
 			 st.orphans, st.tokens_deleted);
+	if (st.set_orphans)
+		tbx__log(TBX_LOG_INFO,
+			 "cleanup: %zu orphaned attempt(s) of token sets, "
+			 "%" PRIu64 " set row(s) removed",
+			 st.set_orphans, st.set_rows_deleted);
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "cleanup: the pass failed: %s (tried again at the "
+			 "next cleanup.interval.ms)",
+			 tbx_strerror(err));
 	if (swept)
-		*swept = st.orphans;
+		*swept = st.orphans + st.set_orphans;
 	tbx__log_scope(scope);
 	return err;
 }

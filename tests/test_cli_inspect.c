@@ -260,9 +260,10 @@ static void fx_tokens(const char *path)
 	    "('" ATT_BILL "', '56565656-5656-4565-8565-565656565656', "
 	    "'billing', '34343434-3434-4343-8343-343434343434', "
 	    "1699996400000);"
-	    /* token sets (schema 11): A's attempt in flight sent 10
-	     * messages to payments (7 not consumed yet) and 3 to orders
-	     * (audit consumed 2) */
+	    /* token sets (schema 11): an attempt of A's sent 10 messages
+	     * to payments (7 not consumed yet) and 3 to orders (audit
+	     * consumed 2); no batch row names it (the store has none):
+	     * an orphan, swept as one row by cleanup */
 	    "INSERT INTO tbx_tset (set_id, grp, topic, part, mint_seq, nbits, "
 	    "bits, created_ms) VALUES "
 	    "('" SET_PAY "', 'payments-svc', 'payments', 0, 16, 10, x'f502', "

@@ -2128,6 +2128,7 @@ static const tbx_tokens_ops_t pg_ops = {
     .sets_drop_attempt = tbx__tp_sets_drop_attempt,
     .sets_registrations = tbx__tp_sets_registrations,
     .sets_count = tbx__tp_sets_count,
+    .sets_attempt_rows = tbx__tp_sets_attempt_rows,
     .sets_summary = tbx__tp_sets_summary,
     .sets_list = tbx__tp_sets_list,
     .close = op_close,

@@ -101,6 +101,13 @@ int tbx__tp_sets_count(tbx_tokens_t *tokens, const char *grp, int64_t *rows,
 		       int64_t *pending, int64_t *registrations);
 int tbx__tp_sets_summary(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
 			 void *opaque);
+int tbx__tp_sets_attempt_rows(tbx_tokens_t *tokens, const char *attempt,
+			      int64_t *n);
+/* unsubscribe's part, inside its transaction (token version 3; nothing
+ * before): *rows the set rows of (@p grp, @p topic), removed when
+ * @p remove (*deleted). */
+int tbx__tp_sets_unsub(tbx_tokens_pg_t *t, const char *grp, const char *topic,
+		       int remove, int64_t *rows, int64_t *deleted);
 int tbx__tp_sets_list(tbx_tokens_t *tokens, const tbx__filter_t *f,
 		      int64_t *total, tbx__set_fn fn, void *opaque);
 

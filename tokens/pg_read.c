@@ -33,6 +33,7 @@ enum {
 	R_UNSUB_FIND,
 	R_UNSUB_DELETE,
 	R_UNSUB_TOKENS,
+	R_SENDERS_SETS,
 	R__COUNT
 };
 
@@ -87,6 +88,9 @@ static const char *const rsql[R__COUNT] = {
     [R_UNSUB_DELETE] = "DELETE FROM @T.tbx_subscriptions WHERE grp = $1 AND "
 		       "topic = $2",
     [R_UNSUB_TOKENS] = "DELETE FROM @T.tbx_tokens WHERE grp = $1",
+    /* The senders of a schema with token sets (version 3). */
+    [R_SENDERS_SETS] = "SELECT send_grp FROM @T.tbx_registrations UNION "
+		       "SELECT send_grp FROM @T.tbx_breg ORDER BY 1",
 };
 
 static tbx_tokens_pg_t *backend(tbx_tokens_t *tokens)
@@ -276,8 +280,10 @@ static int str_row(const PGresult *res, int r, void *fn, void *opaque)
 
 int tbx__tp_sender_groups(tbx_tokens_t *tokens, tbx__str_fn fn, void *opaque)
 {
-	return list(backend(tokens), R_SENDERS, NULL, str_row, (void *)fn,
-		    opaque);
+	tbx_tokens_pg_t *t = backend(tokens);
+
+	return list(t, t->version >= 3 ? R_SENDERS_SETS : R_SENDERS, NULL,
+		    str_row, (void *)fn, opaque);
 }
 
 static int attempt_row(const PGresult *res, int r, void *fn, void *opaque)
@@ -479,12 +485,19 @@ int tbx__tp_unsubscribe(tbx_tokens_t *tokens, const char *topic,
 	res->used_ms = tbx__pg_i64(r, 0, 0);
 	res->others = tbx__pg_i64(r, 0, 1);
 	res->token_rows = tbx__pg_i64(r, 0, 2);
+	/* The sets record their topic: the group's rows of this one. */
+	if ((err = tbx__tp_sets_unsub(t, grp, topic, 0, &res->set_rows,
+				      &res->set_deleted)))
+		goto out;
 	if (!remove || !res->found || res->used_ms > used_before_ms)
 		goto out;
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
 	tbx__pgp_text(&p, topic);
 	if ((err = run(t, R_UNSUB_DELETE, &p, NULL)))
+		goto out;
+	if ((err = tbx__tp_sets_unsub(t, grp, topic, 1, &res->set_rows,
+				      &res->set_deleted)))
 		goto out;
 	if (!res->others) {
 		PGresult *d;

@@ -41,6 +41,9 @@ enum {
 	S_SUMMARY,
 	S_LIST,
 	S_LIST_COUNT,
+	S_ATTEMPT_ROWS,
+	S_UNSUB_ROWS,
+	S_UNSUB_DELETE,
 	S__COUNT
 };
 
@@ -148,6 +151,12 @@ static const char *const ssql[S__COUNT] = {
 			  "grp LIMIT $3::bigint",
     [S_LIST_COUNT] = "SELECT count(*) FROM @T.tbx_tset WHERE " GRP_IN(
 	"grp") " AND created_ms <= $2",
+    [S_ATTEMPT_ROWS] = "SELECT count(*) FROM @T.tbx_tset t JOIN @T.tbx_breg r "
+		       "ON t.set_id = ANY(r.sets) WHERE r.attempt = $1",
+    [S_UNSUB_ROWS] = "SELECT count(*) FROM @T.tbx_tset WHERE grp = $1 AND "
+		     "topic = $2",
+    [S_UNSUB_DELETE] = "DELETE FROM @T.tbx_tset WHERE grp = $1 AND topic = "
+		       "$2",
 };
 
 static tbx_tokens_pg_t *backend(tbx_tokens_t *tokens)
@@ -900,4 +909,61 @@ int tbx__tp_sets_list(tbx_tokens_t *tokens, const tbx__filter_t *f,
 	free(bits);
 	PQclear(res);
 	return err;
+}
+
+int tbx__tp_sets_attempt_rows(tbx_tokens_t *tokens, const char *attempt,
+			      int64_t *n)
+{
+	tbx_tokens_pg_t *t = backend(tokens);
+	tbx__pg_params_t p;
+	PGresult *res;
+	int err;
+
+	if (!attempt || !n)
+		return TBX_EINVAL;
+	*n = 0;
+	if ((err = sets_ready(t)) || (err = tbx__tokens_pg_ready(t)))
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, attempt);
+	if ((err = run(t, S_ATTEMPT_ROWS, &p, &res)))
+		return err;
+	if (PQntuples(res) != 1)
+		err = TBX_ESTORE;
+	else
+		*n = tbx__pg_i64(res, 0, 0);
+	PQclear(res);
+	return err;
+}
+
+int tbx__tp_sets_unsub(tbx_tokens_pg_t *t, const char *grp, const char *topic,
+		       int remove, int64_t *rows, int64_t *deleted)
+{
+	tbx__pg_params_t p;
+	PGresult *res;
+	uint64_t n = 0;
+	int err;
+
+	*rows = *deleted = 0;
+	if (t->version < 3)
+		return TBX_OK;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, topic);
+	if ((err = run(t, S_UNSUB_ROWS, &p, &res)))
+		return err;
+	if (PQntuples(res) != 1)
+		err = TBX_ESTORE;
+	else
+		*rows = tbx__pg_i64(res, 0, 0);
+	PQclear(res);
+	if (err || !remove)
+		return err;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, topic);
+	if ((err = run_changes(t, S_UNSUB_DELETE, &p, &n)))
+		return err;
+	*deleted = (int64_t)n;
+	return TBX_OK;
 }

@@ -1246,6 +1246,7 @@ static const tbx_tokens_ops_t sqlite_ops = {
     .sets_drop_attempt = tbx__tq_sets_drop_attempt,
     .sets_registrations = tbx__tq_sets_registrations,
     .sets_count = tbx__tq_sets_count,
+    .sets_attempt_rows = tbx__tq_sets_attempt_rows,
     .sets_summary = tbx__tq_sets_summary,
     .sets_list = tbx__tq_sets_list,
     .close = op_close,

@@ -43,6 +43,7 @@ enum {
 	R_UNSUB_ROWS,
 	R_UNSUB_DELETE,
 	R_UNSUB_TOKENS,
+	R_SENDERS_SETS,
 	R__COUNT
 };
 
@@ -98,6 +99,9 @@ static const char *const rsql[R__COUNT] = {
     [R_UNSUB_DELETE] = "DELETE FROM tbx_subscriptions WHERE grp = ?1 AND "
 		       "topic = ?2",
     [R_UNSUB_TOKENS] = "DELETE FROM tbx_tokens WHERE grp = ?1",
+    /* The senders of a store with token sets (schema 11). */
+    [R_SENDERS_SETS] = "SELECT send_grp FROM tbx_registrations UNION SELECT "
+		       "send_grp FROM tbx_breg ORDER BY 1",
 };
 
 static tbx_tokens_sqlite_t *backend(tbx_tokens_t *tokens)
@@ -245,8 +249,12 @@ int tbx__tq_subscriptions_list(tbx_tokens_t *tokens, tbx__sub_fn fn,
 
 int tbx__tq_sender_groups(tbx_tokens_t *tokens, tbx__str_fn fn, void *opaque)
 {
-	return list(backend(tokens), R_SENDERS, NULL, tbx__db_str_row,
-		    (tbx__any_fn)fn, opaque);
+	int sets = 0, err = tbx__tq_has(tokens, TBX_TOKENS_HAS_SETS, &sets);
+
+	if (err)
+		return err;
+	return list(backend(tokens), sets ? R_SENDERS_SETS : R_SENDERS, NULL,
+		    tbx__db_str_row, (tbx__any_fn)fn, opaque);
 }
 
 static int attempt_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
@@ -377,7 +385,7 @@ int tbx__tq_unsubscribe(tbx_tokens_t *tokens, const char *topic,
 {
 	tbx_tokens_sqlite_t *t = backend(tokens);
 	sqlite3_stmt *stmt;
-	int err, r;
+	int err, r, sets = 0;
 
 	memset(res, 0, sizeof(*res));
 	if (!sqlite3_get_autocommit(t->db))
@@ -397,11 +405,19 @@ int tbx__tq_unsubscribe(tbx_tokens_t *tokens, const char *topic,
 	if (err)
 		goto out;
 	if ((err = run(t, R_UNSUB_OTHERS, grp, topic, &res->others)) ||
-	    (err = run(t, R_UNSUB_ROWS, grp, NULL, &res->token_rows)))
+	    (err = run(t, R_UNSUB_ROWS, grp, NULL, &res->token_rows)) ||
+	    (err = tbx__tq_has(tokens, TBX_TOKENS_HAS_SETS, &sets)))
+		goto out;
+	/* The sets record their topic: the group's rows of this one. */
+	if (sets && (err = tbx__tq_sets_unsub(t, grp, topic, 0, &res->set_rows,
+					      &res->set_deleted)))
 		goto out;
 	if (!remove || !res->found || res->used_ms > used_before_ms)
 		goto out;
 	if ((err = run(t, R_UNSUB_DELETE, grp, topic, NULL)))
+		goto out;
+	if (sets && (err = tbx__tq_sets_unsub(t, grp, topic, 1, &res->set_rows,
+					      &res->set_deleted)))
 		goto out;
 	if (!res->others) {
 		if ((err = run(t, R_UNSUB_TOKENS, grp, NULL, NULL)))

@@ -64,6 +64,9 @@ enum {
 	S_SUMMARY,
 	S_LIST,
 	S_LIST_COUNT,
+	S_ATTEMPT_ROWS,
+	S_UNSUB_ROWS,
+	S_UNSUB_DELETE,
 	S__COUNT
 };
 
@@ -110,6 +113,12 @@ static const char *const ssql[S__COUNT] = {
 				      "created_ms, set_id, grp LIMIT ?3",
     [S_LIST_COUNT] = "SELECT count(*) FROM tbx_tset WHERE " GRP_IN(
 	"grp") " AND created_ms <= ?2",
+    [S_ATTEMPT_ROWS] = "SELECT count(*) FROM tbx_tset WHERE set_id IN (SELECT "
+		       "value FROM json_each((SELECT sets FROM tbx_breg WHERE "
+		       "attempt = ?1)))",
+    [S_UNSUB_ROWS] = "SELECT count(*) FROM tbx_tset WHERE grp = ?1 AND topic "
+		     "= ?2",
+    [S_UNSUB_DELETE] = "DELETE FROM tbx_tset WHERE grp = ?1 AND topic = ?2",
 };
 
 static tbx_tokens_sqlite_t *backend(tbx_tokens_t *tokens)
@@ -719,4 +728,47 @@ int tbx__tq_sets_list(tbx_tokens_t *tokens, const tbx__filter_t *f,
 		sqlite3_reset(stmt);
 	free(json);
 	return err;
+}
+
+int tbx__tq_sets_attempt_rows(tbx_tokens_t *tokens, const char *attempt,
+			      int64_t *n)
+{
+	tbx_tokens_sqlite_t *t = backend(tokens);
+	sqlite3_stmt *stmt;
+	int err;
+
+	if (!attempt || !n)
+		return TBX_EINVAL;
+	*n = 0;
+	if ((err = tbx__stmt_get(&t->sets, S_ATTEMPT_ROWS, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, attempt, -1, SQLITE_STATIC))
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_int64(stmt, n);
+}
+
+int tbx__tq_sets_unsub(tbx_tokens_sqlite_t *t, const char *grp,
+		       const char *topic, int remove, int64_t *rows,
+		       int64_t *deleted)
+{
+	sqlite3_stmt *stmt;
+	int err;
+
+	*rows = *deleted = 0;
+	if ((err = tbx__stmt_get(&t->sets, S_UNSUB_ROWS, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_int64(stmt, rows)) || !remove)
+		return err;
+	if ((err = tbx__stmt_get(&t->sets, S_UNSUB_DELETE, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, topic, -1, SQLITE_STATIC))
+		return tbx__stmt_bind_fail(stmt);
+	if ((err = tbx__stmt_done(stmt)))
+		return err;
+	*deleted = sqlite3_changes(t->db);
+	return TBX_OK;
 }

@@ -33,6 +33,7 @@
 
 #include "base/crash.h"
 #include "base/ids.h"
+#include "base/log.h"
 #include "base/str.h"
 
 int tbx__sweep_judge(const tbx__reg_t *reg, const tbx__row_hit_t *hit)
@@ -66,9 +67,122 @@ int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 	return TBX_OK;
 }
 
+/*
+ * Token sets: the batch rows a pass's registrations name, found in one
+ * listing of the group's rows (obatch_load: the group's few pending
+ * rows), each looked up by its id among the registrations' sorted.
+ */
+typedef struct row_key {
+	const char *row_id;
+	size_t i; /* its registration */
+} row_key_t;
+
+typedef struct row_look {
+	row_key_t *keys; /* by row id */
+	size_t n;
+	tbx__row_hit_t *hits; /* per registration */
+} row_look_t;
+
+static int by_row_id(const void *a, const void *b)
+{
+	return strcmp(((const row_key_t *)a)->row_id,
+		      ((const row_key_t *)b)->row_id);
+}
+
+static int row_seen(void *opaque, const tbx__obatch_t *row,
+		    const tbx__cover_t *cover)
+{
+	row_look_t *l = opaque;
+	size_t lo = 0, hi = l->n;
+
+	(void)cover;
+	/* The first registration naming the row, then every one after it
+	 * that names it too (an attempt that lost, and the winner). */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(l->keys[mid].row_id, row->row_id) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < l->n && strcmp(l->keys[lo].row_id, row->row_id) == 0;
+	     lo++) {
+		tbx__row_hit_t *h = &l->hits[l->keys[lo].i];
+		h->found = 1;
+		tbx__strlcpy(h->attempt, row->attempt, sizeof(h->attempt));
+	}
+	return 0;
+}
+
+const char *tbx__sweep_unanswered_text(int why)
+{
+	switch (why) {
+	case TBX_ESCHEMA:
+		return "has no batch rows";
+	case TBX_ECORRUPT:
+		return "has a batch row that does not decode";
+	default:
+		return "could not list its batch rows";
+	}
+}
+
+int tbx__sweep_sets_classify(tbx_outbox_t *store, const char *grp,
+			     const tbx__reg_t *regs, size_t n, int *verdicts,
+			     char (*row_attempts)[TBX_UUID_LEN + 1], int *why)
+{
+	row_look_t l;
+	int err;
+
+	if (why)
+		*why = TBX_OK;
+	if (!store || !grp || (n && (!regs || !verdicts)))
+		return TBX_EINVAL;
+	if (!n)
+		return TBX_OK;
+	memset(&l, 0, sizeof(l));
+	l.n = n;
+	if (!(l.keys = malloc(n * sizeof(*l.keys))) ||
+	    !(l.hits = calloc(n, sizeof(*l.hits)))) {
+		free(l.keys);
+		return TBX_ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		l.keys[i] = (row_key_t){regs[i].msg_id, i};
+	qsort(l.keys, n, sizeof(*l.keys), by_row_id);
+	/* One listing of the group's rows, after the registrations were
+	 * listed (sweep.h: a registration exists only once its row does). */
+	err = tbx_outbox_obatch_load(store, grp, row_seen, &l);
+	if (err && err != TBX_ENOMEM && err != TBX_EINVAL) {
+		/* Nothing known of the rows: no verdict at all, and never
+		 * "no row". */
+		if (why)
+			*why = err;
+		for (size_t i = 0; i < n; i++) {
+			verdicts[i] = TBX_SWEEP_UNCHECKED;
+			if (row_attempts)
+				row_attempts[i][0] = '\0';
+		}
+		err = TBX_OK;
+	} else if (!err) {
+		for (size_t i = 0; i < n; i++) {
+			verdicts[i] = tbx__sweep_judge(&regs[i], &l.hits[i]);
+			if (row_attempts)
+				tbx__strlcpy(row_attempts[i], l.hits[i].attempt,
+					     TBX_UUID_LEN + 1);
+		}
+	}
+	free(l.keys);
+	free(l.hits);
+	return err;
+}
+
 static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		 size_t limit, tbx__sweep_cursor_t *cursor,
 		 tbx__sweep_stats_t *stats, tbx__sweep_fn fn, void *opaque);
+static int sweep_sets(tbx_tokens_t *tokens, tbx_outbox_t *store,
+		      const char *grp, size_t limit,
+		      tbx__sweep_cursor_t *cursor, tbx__sweep_stats_t *st,
+		      tbx__sweep_fn fn, void *opaque);
 
 int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		     size_t limit, tbx__sweep_stats_t *stats)
@@ -131,6 +245,101 @@ static int act(tbx_tokens_t *tokens, const tbx__reg_t *reg, int verdict,
 	return err;
 }
 
+/* Acts on a set registration as @p verdict says; @p st counts it. */
+static int act_sets(tbx_tokens_t *tokens, const tbx__reg_t *reg, int verdict,
+		    tbx__sweep_stats_t *st, int *removed, uint64_t *deleted)
+{
+	const char *one[1] = {reg->attempt};
+	int err = TBX_OK;
+
+	*removed = 0;
+	*deleted = 0;
+	switch (verdict) {
+	case TBX_SWEEP_IN_FLIGHT:
+		st->set_in_flight++;
+		break;
+	case TBX_SWEEP_UNCHECKED:
+		st->set_unchecked++;
+		break;
+	case TBX_SWEEP_WINNER:
+		if ((err = tbx_tokens_sets_confirm(tokens, one, 1)))
+			break;
+		tbx__crashpoint("sweep.confirmed");
+		st->set_winners++;
+		*removed = 1;
+		break;
+	default:
+		/* One row, whatever its messages: the sets of every group
+		 * and the registration, only while it exists. */
+		if ((err = tbx_tokens_sets_drop_attempt(tokens, reg->attempt,
+							removed, deleted)))
+			break;
+		tbx__crashpoint("sweep.dropped");
+		if (*removed) {
+			st->set_orphans++;
+			st->set_rows_deleted += *deleted;
+		}
+		break;
+	}
+	return err;
+}
+
+/* The token sets' part of a pass: up to @p limit tbx_breg rows of @p grp
+ * after the cursor, judged against the group's batch rows. */
+static int sweep_sets(tbx_tokens_t *tokens, tbx_outbox_t *store,
+		      const char *grp, size_t limit,
+		      tbx__sweep_cursor_t *cursor, tbx__sweep_stats_t *st,
+		      tbx__sweep_fn fn, void *opaque)
+{
+	tbx__reg_t *regs = NULL;
+	int *verdicts = NULL;
+	size_t cnt = 0;
+	int has = 0, why = TBX_OK, err;
+
+	if (!tokens->ops->sets_registrations)
+		return TBX_OK;
+	err = tbx_tokens_has(tokens, TBX_TOKENS_HAS_SETS, &has);
+	if (err || !has)
+		return err;
+	if ((err = tbx_tokens_sets_registrations(
+		 tokens, grp,
+		 cursor && cursor->sets_valid ? &cursor->sets_last : NULL,
+		 limit, &regs, &cnt)))
+		return err;
+	if (cursor) {
+		cursor->sets_valid = cnt > 0 && cnt >= limit;
+		if (cursor->sets_valid)
+			cursor->sets_last = regs[cnt - 1];
+	}
+	if (cnt && !(verdicts = malloc(cnt * sizeof(*verdicts))))
+		err = TBX_ENOMEM;
+	if (!err && cnt)
+		err = tbx__sweep_sets_classify(store, grp, regs, cnt, verdicts,
+					       NULL, &why);
+	if (!err && why) {
+		st->set_unchecked_err = why;
+		tbx__log(TBX_LOG_WARNING,
+			 "cleanup: %zu registration(s) of token sets of group "
+			 "%s left unchecked: the service store %s (%s); "
+			 "nothing of them was removed",
+			 cnt, grp, tbx__sweep_unanswered_text(why),
+			 tbx_strerror(why));
+	}
+	for (size_t i = 0; i < cnt && !err; i++) {
+		int removed;
+		uint64_t deleted;
+
+		st->set_examined++;
+		if (!(err = act_sets(tokens, &regs[i], verdicts[i], st,
+				     &removed, &deleted)) &&
+		    fn)
+			fn(opaque, &regs[i], 1, verdicts[i], removed, deleted);
+	}
+	free(verdicts);
+	free(regs);
+	return err;
+}
+
 static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		 size_t limit, tbx__sweep_cursor_t *cursor,
 		 tbx__sweep_stats_t *stats, tbx__sweep_fn fn, void *opaque)
@@ -181,12 +390,15 @@ static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 			if (!(err = act(tokens, reg, verdict, &st, &removed,
 					&deleted)) &&
 			    fn)
-				fn(opaque, reg, verdict, removed, deleted);
+				fn(opaque, reg, 0, verdict, removed, deleted);
 		}
 	}
 	free(hits);
 	free(ids);
 	free(regs);
+	if (!err)
+		err = sweep_sets(tokens, store, grp, limit, cursor, &st, fn,
+				 opaque);
 	if (stats)
 		*stats = st;
 	return err;

@@ -1,5 +1,9 @@
 /*
  * Register-cleanup: removes the tokens of attempts that lost or crashed.
+ * A pass does the same, apart, for the token sets' registrations
+ * (tbx_breg), judged against the group's batch rows (tbx_obatch) by the
+ * same three rules; an orphaned set attempt is dropped as one row
+ * (sets_drop_attempt), whatever the number of its messages.
  *
  * The registrations of @p grp are listed (oldest first, at most @p limit),
  * then the outbox rows of their message ids are read from S in one
@@ -34,6 +38,20 @@ typedef struct tbx__sweep_stats {
 	size_t orphans;	  /**< orphaned attempts dropped */
 	size_t in_flight; /**< left for later */
 	uint64_t tokens_deleted;
+	/* The token sets' registrations (tbx_breg), judged against the
+	 * group's batch rows (tbx_obatch): counted apart. */
+	size_t set_examined;
+	size_t set_winners;	   /**< registrations of recorded attempts */
+	size_t set_orphans;	   /**< orphaned set attempts dropped */
+	size_t set_in_flight;	   /**< left for later */
+	uint64_t set_rows_deleted; /**< tbx_tset rows (every group) */
+	/** Left unjudged: the service store could not say what its batch
+	 *  rows hold (set_unchecked_err: TBX_ESCHEMA, a store without batch
+	 *  rows; TBX_ECORRUPT, a row that does not decode; another error of
+	 *  the listing, e.g. a schema without the table opened read-only).
+	 *  Never dropped. */
+	size_t set_unchecked;
+	int set_unchecked_err;
 } tbx__sweep_stats_t;
 
 /** What the sweeper makes of one registration. */
@@ -51,6 +69,10 @@ typedef enum tbx__sweep_verdict {
 	/** The row has no attempt yet: this one may still be recorded.
 	 *  Left alone. */
 	TBX_SWEEP_IN_FLIGHT,
+	/** Token sets only: the service store could not answer (no batch
+	 *  rows in its schema, or a row that does not decode).  Left alone,
+	 *  never taken for an orphan. */
+	TBX_SWEEP_UNCHECKED,
 } tbx__sweep_verdict_t;
 
 /** @returns 1 for the two orphan verdicts. */
@@ -81,14 +103,38 @@ int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 			char row_attempt[TBX_UUID_LEN + 1]);
 
 /**
- * Called by tbx__tokens_sweep_ex() after each registration it examined:
- * @p removed is 1 when the registration (and, for an orphan, its tokens,
- * @p tokens_deleted of them) was removed by this sweep.
+ * The sweeper's decisions for @p n registrations of token sets of @p grp
+ * (tbx__reg_t.msg_id holds the batch row's id), from the group's batch
+ * rows in @p store (obatch_load, one listing for all of them; a read).
+ * verdicts[i] for regs[i]; row_attempts (may be NULL) as
+ * tbx__sweep_classify()'s.  A store that cannot answer — any failure of
+ * the listing but TBX_ENOMEM and TBX_EINVAL: TBX_ESCHEMA (no batch rows:
+ * obatch_* NULL), TBX_ECORRUPT (a row that does not
+ * decode) — gives TBX_SWEEP_UNCHECKED for all of them and its error in
+ * *why (may be NULL; else TBX_OK): such a registration is never an
+ * orphan.  @returns TBX_OK, or another store error.
  */
-typedef void (*tbx__sweep_fn)(void *opaque, const tbx__reg_t *reg, int verdict,
-			      int removed, uint64_t tokens_deleted);
+/** What a service store that could not answer (@p why, as
+ *  tbx__sweep_sets_classify() gives it) did: "has no batch rows", … */
+const char *tbx__sweep_unanswered_text(int why);
 
-/** Runs one bounded sweep; @p stats (may be NULL) is zeroed then filled. */
+int tbx__sweep_sets_classify(tbx_outbox_t *store, const char *grp,
+			     const tbx__reg_t *regs, size_t n, int *verdicts,
+			     char (*row_attempts)[TBX_UUID_LEN + 1], int *why);
+
+/**
+ * Called by tbx__tokens_sweep_ex() after each registration it examined:
+ * @p sets is 1 for a registration of token sets (tbx_breg; msg_id holds
+ * its batch row's id); @p removed is 1 when the registration (and, for
+ * an orphan, its tokens or set rows, @p deleted of them) was removed by
+ * this sweep.
+ */
+typedef void (*tbx__sweep_fn)(void *opaque, const tbx__reg_t *reg, int sets,
+			      int verdict, int removed, uint64_t deleted);
+
+/** Runs one bounded sweep: at most @p limit registrations of tokens and
+ *  @p limit of token sets (when the token store has them); @p stats (may
+ *  be NULL) is zeroed then filled. */
 int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 		     size_t limit, tbx__sweep_stats_t *stats);
 
@@ -96,6 +142,8 @@ int tbx_tokens_sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 typedef struct tbx__sweep_cursor {
 	int valid; /**< 0: start from the oldest registration */
 	tbx__reg_t last;
+	int sets_valid; /**< the same for the token sets' registrations */
+	tbx__reg_t sets_last;
 } tbx__sweep_cursor_t;
 
 /**

@@ -122,12 +122,15 @@ typedef struct tbx__sub {
 
 /** What tbx_tokens_unsubscribe() found and did. */
 typedef struct tbx__unsub {
-	int found;	    /**< the subscription exists */
-	int removed;	    /**< it was removed */
-	int64_t used_ms;    /**< its last use, else its creation */
-	int64_t others;	    /**< the group's other subscriptions */
-	int64_t token_rows; /**< the group's token rows */
-	int64_t deleted;    /**< token rows removed with it */
+	int found;	     /**< the subscription exists */
+	int removed;	     /**< it was removed */
+	int64_t used_ms;     /**< its last use, else its creation */
+	int64_t others;	     /**< the group's other subscriptions */
+	int64_t token_rows;  /**< the group's token rows */
+	int64_t deleted;     /**< token rows removed with it */
+	int64_t set_rows;    /**< the group's token set rows of the topic
+				(a store with token sets; else 0) */
+	int64_t set_deleted; /**< of those, removed with it */
 } tbx__unsub_t;
 
 /*
@@ -368,7 +371,8 @@ typedef struct tbx_tokens_ops {
 	/** Subscriptions, by topic and group. */
 	int (*subscriptions_list)(tbx_tokens_t *tokens, tbx__sub_fn fn,
 				  void *opaque);
-	/** Groups with registrations, by name. */
+	/** Groups with registrations (of tokens, and of token sets where
+	 *  the store has them), by name. */
 	int (*sender_groups)(tbx_tokens_t *tokens, tbx__str_fn fn,
 			     void *opaque);
 	/** The attempts @p send_grp registered, as the sweeper lists them
@@ -397,7 +401,9 @@ typedef struct tbx_tokens_ops {
 	 * A repair, one transaction: looks up (topic, grp) and, when
 	 * @p remove and it was last used at or before @p used_before_ms,
 	 * removes it and, when the group has no other subscription, the
-	 * group's token rows (tokens do not record their topic).
+	 * group's token rows (tokens do not record their topic), and the
+	 * group's token set rows of @p topic (sets record theirs) on a
+	 * store that has them.
 	 */
 	int (*unsubscribe)(tbx_tokens_t *tokens, const char *topic,
 			   const char *grp, int64_t used_before_ms, int remove,
@@ -473,6 +479,10 @@ typedef struct tbx_tokens_ops {
 	 *  may be NULL. */
 	int (*sets_count)(tbx_tokens_t *tokens, const char *grp, int64_t *rows,
 			  int64_t *pending, int64_t *registrations);
+	/** Set rows (every group) of the sets @p attempt's registration
+	 *  names: what sets_drop_attempt would delete. */
+	int (*sets_attempt_rows)(tbx_tokens_t *tokens, const char *attempt,
+				 int64_t *n);
 	/** Per group with set rows, by name: n[0] = rows, n[1] = pending
 	 *  bits, ms = the oldest row. */
 	int (*sets_summary)(tbx_tokens_t *tokens, tbx__grp_sum_fn fn,
@@ -835,6 +845,11 @@ static inline int tbx_tokens_sets_count(tbx_tokens_t *t, const char *grp,
 					int64_t *registrations)
 {
 	return TBX__SETS_OP(t, sets_count, grp, rows, pending, registrations);
+}
+static inline int tbx_tokens_sets_attempt_rows(tbx_tokens_t *t,
+					       const char *attempt, int64_t *n)
+{
+	return TBX__SETS_OP(t, sets_attempt_rows, attempt, n);
 }
 static inline int tbx_tokens_sets_summary(tbx_tokens_t *t, tbx__grp_sum_fn fn,
 					  void *opaque)

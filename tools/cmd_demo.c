@@ -268,6 +268,8 @@ static void stats_add(tbx_stats_t *sum, const tbx_stats_t *s)
 	sum->tokens_consumed += s->tokens_consumed;
 	sum->attempts_lost += s->attempts_lost;
 	sum->orphans_swept += s->orphans_swept;
+	sum->set_orphans_swept += s->set_orphans_swept;
+	sum->set_rows_swept += s->set_rows_swept;
 	sum->batches += s->batches;
 }
 

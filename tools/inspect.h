@@ -200,6 +200,8 @@ typedef struct insp_reg {
 	int64_t tokens; /**< registrations (one per token id) */
 	int verdict;	/**< tbx__sweep_verdict_t, or -1: not checked */
 	char row_attempt[TBX_UUID_LEN + 1];
+	int sets; /**< a registration of token sets (tbx_breg): reg.msg_id
+		     holds its batch row's id, tokens is 0 */
 } insp_reg_t;
 
 /** Calls @p fn for each attempt registered by @p grp, oldest first,
@@ -207,6 +209,14 @@ typedef struct insp_reg {
 int insp_regs_each(insp_t *in, const char *grp,
 		   int (*fn)(void *opaque, const insp_reg_t *reg),
 		   void *opaque);
+/** The same for the registrations of token sets of @p grp (none on a
+ *  store without them), judged against the group's batch rows
+ *  (tbx__sweep_sets_classify()); *why (may be NULL) receives the error of
+ *  a service store that could not answer (verdicts TBX_SWEEP_UNCHECKED),
+ *  else TBX_OK. */
+int insp_set_regs_each(insp_t *in, const char *grp,
+		       int (*fn)(void *opaque, const insp_reg_t *reg),
+		       void *opaque, int *why);
 /** "other attempt recorded", "no outbox row", … for a verdict. */
 const char *insp_verdict_text(int verdict);
 /** "winner", "other_attempt", "no_row", "in_flight" for JSON. */

@@ -348,3 +348,65 @@ int insp_regs_each(insp_t *in, const char *grp,
 		return insp_t_fail(in, err), -1;
 	return 0;
 }
+
+/* Registrations of token sets are read a page at a time. */
+#define SET_REGS_PAGE 1000
+
+int insp_set_regs_each(insp_t *in, const char *grp,
+		       int (*fn)(void *opaque, const insp_reg_t *reg),
+		       void *opaque, int *why)
+{
+	tbx__reg_t after, *regs = NULL;
+	int *verdicts = NULL, has = 0, page_why = TBX_OK, stop = 0, err;
+	char(*rows)[TBX_UUID_LEN + 1] = NULL;
+	size_t cnt = 0;
+
+	if (why)
+		*why = TBX_OK;
+	if ((err = insp_has_sets(in, &has)))
+		return insp_t_fail(in, err), -1;
+	if (!has)
+		return 0;
+	memset(&after, 0, sizeof(after));
+	if (!(verdicts = malloc(SET_REGS_PAGE * sizeof(*verdicts))) ||
+	    !(rows = malloc(SET_REGS_PAGE * sizeof(*rows)))) {
+		free(verdicts);
+		return tbx_cli_usage(INSPECT_CMD, "out of memory"), -1;
+	}
+	do {
+		if ((err = tbx_tokens_sets_registrations(
+			 in->tokens, grp, cnt ? &after : NULL, SET_REGS_PAGE,
+			 &regs, &cnt))) {
+			insp_t_fail(in, err);
+			break;
+		}
+		if ((err =
+			 tbx__sweep_sets_classify(in->store, grp, regs, cnt,
+						  verdicts, rows, &page_why))) {
+			insp_s_fail(in, err);
+			break;
+		}
+		if (page_why && why)
+			*why = page_why;
+		for (size_t i = 0; i < cnt && !stop; i++) {
+			insp_reg_t r;
+
+			memset(&r, 0, sizeof(r));
+			r.reg = regs[i];
+			r.sets = 1;
+			r.verdict = verdicts[i];
+			tbx__strlcpy(r.grp, grp, sizeof(r.grp));
+			tbx__strlcpy(r.row_attempt, rows[i],
+				     sizeof(r.row_attempt));
+			stop = fn(opaque, &r);
+		}
+		if (cnt)
+			after = regs[cnt - 1];
+		free(regs);
+		regs = NULL;
+	} while (!stop && cnt == SET_REGS_PAGE);
+	free(regs);
+	free(verdicts);
+	free(rows);
+	return err ? -1 : 0;
+}

@@ -22,7 +22,7 @@ typedef struct grp_counts {
 	int64_t n[5]; /* the query's integer columns */
 	int64_t oldest_ms;
 	int checked;
-	int64_t v[4]; /* per tbx__sweep_verdict_t */
+	int64_t v[5]; /* per tbx__sweep_verdict_t */
 } grp_counts_t;
 
 typedef struct status {
@@ -36,6 +36,7 @@ typedef struct status {
 	grp_counts_t *sets;
 	size_t sets_n;
 	int64_t set_regs;
+	int set_why;	       /* a service store that could not judge them */
 	cJSON *subs, *ingress; /* gathered as JSON, printed either way */
 	cJSON *alarms;
 	int64_t undelivered; /* tbx_undelivered lines */
@@ -98,7 +99,7 @@ static int count_verdict(void *opaque, const insp_reg_t *reg)
 {
 	grp_counts_t *g = opaque;
 
-	if (reg->verdict >= 0 && reg->verdict < 4)
+	if (reg->verdict >= 0 && reg->verdict < 5)
 		g->v[reg->verdict]++;
 	return 0;
 }
@@ -256,6 +257,22 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 		insp_free_list(served, served_n);
 		return -1;
 	}
+	/* The set registrations of the groups this store serves, judged as
+	 * the sweeper judges them. */
+	for (size_t i = 0; i < st->sets_n; i++) {
+		grp_counts_t *c = &st->sets[i];
+		int why = TBX_OK;
+
+		if (!c->n[2] || !insp_has(served, served_n, c->grp))
+			continue;
+		c->checked = 1;
+		if (insp_set_regs_each(in, c->grp, count_verdict, c, &why)) {
+			insp_free_list(served, served_n);
+			return -1;
+		}
+		if (why)
+			st->set_why = why;
+	}
 	for (size_t i = 0; i < st->regs_n; i++) {
 		grp_counts_t *r = &st->regs[i];
 		if (!insp_has(served, served_n, r->grp))
@@ -331,6 +348,7 @@ typedef struct totals {
 	int64_t attempts, reg_tokens, orphans, unchecked;
 	int64_t dl, dl_pending;
 	int64_t set_rows, set_pending, set_regs, sets_oldest;
+	int64_t set_orphans, set_unchecked, set_unjudged;
 } totals_t;
 
 static void status_totals(const status_t *st, totals_t *t)
@@ -370,6 +388,13 @@ static void status_totals(const status_t *st, totals_t *t)
 		const grp_counts_t *g = &st->sets[i];
 		t->set_rows += g->n[0];
 		t->set_pending += g->n[1];
+		if (g->checked) {
+			t->set_orphans += g->v[TBX_SWEEP_ORPHAN_OTHER_ATTEMPT] +
+					  g->v[TBX_SWEEP_ORPHAN_NO_ROW];
+			t->set_unjudged += g->v[TBX_SWEEP_UNCHECKED];
+		} else {
+			t->set_unchecked += g->n[2];
+		}
 		if (g->n[0] &&
 		    (!t->sets_oldest || g->oldest_ms < t->sets_oldest))
 			t->sets_oldest = g->oldest_ms;
@@ -460,6 +485,9 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 		insp_json_add_int(o, "rows", t->set_rows);
 		insp_json_add_int(o, "pending", t->set_pending);
 		insp_json_add_int(o, "registrations", t->set_regs);
+		insp_json_add_int(o, "orphans", t->set_orphans);
+		insp_json_add_int(o, "unchecked_attempts", t->set_unchecked);
+		insp_json_add_int(o, "unanswered", t->set_unjudged);
 		add_time(in, o, "oldest_created_ms", "oldest_age_ms",
 			 t->sets_oldest, t->set_rows > 0);
 		arr = cJSON_AddArrayToObject(o, "groups");
@@ -472,6 +500,17 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 			insp_json_add_int(g, "rows", c->n[0]);
 			insp_json_add_int(g, "pending", c->n[1]);
 			insp_json_add_int(g, "registrations", c->n[2]);
+			cJSON_AddBoolToObject(g, "checked", c->checked);
+			for (int v = 0; v < 5; v++) {
+				static const char *const keys[5] = {
+				    "winners", "orphans_other_attempt",
+				    "orphans_no_row", "in_flight",
+				    "unanswered"};
+				if (c->checked)
+					insp_json_add_int(g, keys[v], c->v[v]);
+				else
+					cJSON_AddNullToObject(g, keys[v]);
+			}
 			add_time(in, g, "oldest_created_ms", "oldest_age_ms",
 				 c->oldest_ms, c->n[0] > 0);
 		}
@@ -648,6 +687,10 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 				  "registrations"));
 		if (t->set_rows)
 			printf(", oldest %s", age);
+		if (t->set_regs)
+			printf(", %" PRId64 " orphaned now", t->set_orphans);
+		if (t->set_unchecked)
+			printf(", %" PRId64 " not checked", t->set_unchecked);
 		printf("\n");
 		tbl = insp_tbl_new(
 		    "Lrrrr", (const char *const[]){"GROUP", "ROWS", "PENDING",
@@ -665,6 +708,15 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		}
 		insp_tbl_print(tbl, 2);
 		insp_tbl_free(tbl);
+		if (t->set_unjudged) {
+			snprintf(note, sizeof(note),
+				 "%" PRId64 " registration(s) of token sets "
+				 "could not be judged: the service store %s; "
+				 "register-cleanup leaves them.",
+				 t->set_unjudged,
+				 tbx__sweep_unanswered_text(st->set_why));
+			insp_wrap("  warning: ", note);
+		}
 	}
 
 	insp_fmt_duration(in->o->idle_ms, dur, sizeof(dur));
@@ -902,7 +954,8 @@ int insp_status(insp_t *in)
 		return rc;
 	}
 	rc = in->o->check &&
-		     (t.orphans > 0 || t.stuck > 0 || t.below > 0 ||
+		     (t.orphans > 0 || t.set_orphans > 0 ||
+		      t.set_unjudged > 0 || t.stuck > 0 || t.below > 0 ||
 		      st.alarm_cnt > 0 || st.idle_subs > 0 || st.undelivered ||
 		      st.dl_new > 0 || in->pair_cnt > 0)
 		 ? INSPECT_EXIT_FINDING

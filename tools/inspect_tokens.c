@@ -426,10 +426,29 @@ out:
  * orphans, cleanup --dry-run
  */
 
+/* The WHY of an orphan in the tables: an attempt of token sets is judged
+ * by its batch row. */
+static const char *why_text(int sets, int verdict)
+{
+	if (!sets)
+		return insp_verdict_text(verdict);
+	switch (verdict) {
+	case TBX_SWEEP_ORPHAN_NO_ROW:
+		return "sets: no batch row";
+	case TBX_SWEEP_ORPHAN_OTHER_ATTEMPT:
+		return "sets: other attempt won";
+	default:
+		return "sets";
+	}
+}
+
 typedef struct judged {
 	insp_t *in;
 	int64_t v[4];
 	int64_t token_rows; /* of the orphans */
+	int64_t sv[5];	    /* token sets: per tbx__sweep_verdict_t */
+	int64_t set_rows;   /* of the set orphans */
+	int set_why;	    /* a service store that could not answer */
 	insp_tbl_t *tbl;
 	cJSON *arr;
 	int err;
@@ -442,14 +461,20 @@ static void orphan_row(judged_t *j, const insp_reg_t *r, int64_t rows)
 	if (j->arr) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddItemToArray(j->arr, o);
+		insp_json_add_str(o, "kind", r->sets ? "sets" : "tokens");
 		insp_json_add_str(o, "group", r->grp);
 		insp_json_add_str(o, "attempt", r->reg.attempt);
-		insp_json_add_str(o, "msg_id", r->reg.msg_id);
+		insp_json_add_str(o, r->sets ? "row_id" : "msg_id",
+				  r->reg.msg_id);
 		insp_json_add_str(o, "reason", insp_verdict_key(r->verdict));
 		insp_json_add_str(o, "row_attempt",
 				  r->row_attempt[0] ? r->row_attempt : NULL);
-		insp_json_add_int(o, "registered_tokens", r->tokens);
-		insp_json_add_int(o, "token_rows", rows);
+		if (r->sets) {
+			insp_json_add_int(o, "set_rows", rows);
+		} else {
+			insp_json_add_int(o, "registered_tokens", r->tokens);
+			insp_json_add_int(o, "token_rows", rows);
+		}
 		insp_json_add_int(o, "created_ms", r->reg.created_ms);
 		insp_json_add_int(o, "age_ms",
 				  insp_age(j->in, r->reg.created_ms));
@@ -461,7 +486,7 @@ static void orphan_row(judged_t *j, const insp_reg_t *r, int64_t rows)
 	insp_tbl_cell(j->tbl, r->reg.attempt);
 	insp_tbl_cell(j->tbl, r->reg.msg_id);
 	insp_tbl_cellf(j->tbl, "%lld", (long long)rows);
-	insp_tbl_cell(j->tbl, insp_verdict_text(r->verdict));
+	insp_tbl_cell(j->tbl, why_text(r->sets, r->verdict));
 }
 
 static int judge_one(void *opaque, const insp_reg_t *r)
@@ -479,6 +504,27 @@ static int judge_one(void *opaque, const insp_reg_t *r)
 		return 1;
 	}
 	j->token_rows += rows;
+	orphan_row(j, r, rows);
+	return 0;
+}
+
+/* A registration of token sets: an orphan is one row, its sets (every
+ * group's) what the sweeper would drop with it. */
+static int judge_set_one(void *opaque, const insp_reg_t *r)
+{
+	judged_t *j = opaque;
+	int64_t rows = 0;
+
+	if (r->verdict >= 0 && r->verdict < 5)
+		j->sv[r->verdict]++;
+	if (!tbx__sweep_is_orphan(r->verdict))
+		return 0;
+	if ((j->err = tbx_tokens_sets_attempt_rows(j->in->tokens,
+						   r->reg.attempt, &rows))) {
+		insp_t_fail(j->in, j->err);
+		return 1;
+	}
+	j->set_rows += rows;
 	orphan_row(j, r, rows);
 	return 0;
 }
@@ -583,13 +629,17 @@ static int judge(insp_t *in, int dry_run)
 	size_t groups_n = 0, skipped_n = 0;
 	judged_t j;
 	cJSON *doc = NULL;
-	int64_t orphans, checked = 0;
-	int rc = INSPECT_EXIT_ERROR;
+	int64_t orphans, checked = 0, set_orphans, set_checked = 0;
+	int rc = INSPECT_EXIT_ERROR, has_sets = 0;
 
 	memset(&j, 0, sizeof(j));
 	j.in = in;
 	if (groups_to_judge(in, &groups, &groups_n, &skipped, &skipped_n))
 		goto out;
+	if ((j.err = insp_has_sets(in, &has_sets))) {
+		insp_t_fail(in, j.err);
+		goto out;
+	}
 	if (in->o->json) {
 		doc = cJSON_CreateObject();
 		if (dry_run)
@@ -601,15 +651,29 @@ static int judge(insp_t *in, int dry_run)
 		    (const char *const[]){"AGE", "SENDER", "ATTEMPT",
 					  "MESSAGE ID", "TOKENS", "WHY"});
 	}
-	for (size_t i = 0; i < groups_n; i++)
-		if (insp_regs_each(in, groups[i], judge_one, &j) || j.err)
+	for (size_t i = 0; i < groups_n; i++) {
+		int why = TBX_OK;
+
+		if (insp_regs_each(in, groups[i], judge_one, &j) || j.err ||
+		    insp_set_regs_each(in, groups[i], judge_set_one, &j,
+				       &why) ||
+		    j.err)
 			goto out;
+		if (why)
+			j.set_why = why;
+	}
 	for (int v = 0; v < 4; v++)
 		checked += j.v[v];
+	for (int v = 0; v < 5; v++)
+		set_checked += j.sv[v];
 	orphans =
 	    j.v[TBX_SWEEP_ORPHAN_OTHER_ATTEMPT] + j.v[TBX_SWEEP_ORPHAN_NO_ROW];
-	rc = !dry_run && in->o->check && orphans ? INSPECT_EXIT_FINDING
-						 : INSPECT_EXIT_OK;
+	set_orphans = j.sv[TBX_SWEEP_ORPHAN_OTHER_ATTEMPT] +
+		      j.sv[TBX_SWEEP_ORPHAN_NO_ROW];
+	rc = !dry_run && in->o->check &&
+		     (orphans || set_orphans || j.sv[TBX_SWEEP_UNCHECKED])
+		 ? INSPECT_EXIT_FINDING
+		 : INSPECT_EXIT_OK;
 	if (doc) {
 		cJSON *arr = cJSON_AddArrayToObject(doc, "checked_groups");
 		for (size_t i = 0; i < groups_n; i++)
@@ -620,6 +684,20 @@ static int judge(insp_t *in, int dry_run)
 		insp_json_add_int(doc, "in_flight", j.v[TBX_SWEEP_IN_FLIGHT]);
 		insp_json_add_int(doc, "orphan_count", orphans);
 		insp_json_add_int(doc, "orphan_token_rows", j.token_rows);
+		/* null: a token store without token sets. */
+		if (has_sets) {
+			cJSON *o = cJSON_AddObjectToObject(doc, "token_sets");
+			insp_json_add_int(o, "attempts_checked", set_checked);
+			insp_json_add_int(o, "winners", j.sv[TBX_SWEEP_WINNER]);
+			insp_json_add_int(o, "in_flight",
+					  j.sv[TBX_SWEEP_IN_FLIGHT]);
+			insp_json_add_int(o, "unchecked",
+					  j.sv[TBX_SWEEP_UNCHECKED]);
+			insp_json_add_int(o, "orphan_count", set_orphans);
+			insp_json_add_int(o, "orphan_set_rows", j.set_rows);
+		} else {
+			cJSON_AddNullToObject(doc, "token_sets");
+		}
 		rc = insp_json_print(doc, rc);
 		doc = NULL;
 		goto out;
@@ -651,7 +729,42 @@ static int judge(insp_t *in, int dry_run)
 			 "%s in flight.",
 			 n[4], names, n[0], n[1], n[2], n[3]);
 	insp_wrap("", line);
-	if (orphans)
+	if (set_checked) {
+		char s[5][48];
+
+		insp_count_of(s[0], sizeof(s[0]), set_orphans,
+			      "orphaned attempt", "orphaned attempts");
+		insp_count_of(s[1], sizeof(s[1]), j.set_rows, "set row",
+			      "set rows");
+		insp_count_of(s[2], sizeof(s[2]), j.sv[TBX_SWEEP_WINNER],
+			      "winner", "winners");
+		insp_count_of(s[3], sizeof(s[3]), j.sv[TBX_SWEEP_IN_FLIGHT],
+			      "attempt", "attempts");
+		insp_count_of(s[4], sizeof(s[4]), set_checked, "attempt",
+			      "attempts");
+		if (dry_run)
+			snprintf(line, sizeof(line),
+				 "Token sets: cleanup would remove %s (%s) "
+				 "and the registrations of %s, and leave %s "
+				 "in flight, of %s.",
+				 s[0], s[1], s[2], s[3], s[4]);
+		else
+			snprintf(line, sizeof(line),
+				 "Token sets: %s registered: %s (%s), %s not "
+				 "yet confirmed, %s in flight.",
+				 s[4], s[0], s[1], s[2], s[3]);
+		insp_wrap("", line);
+	}
+	if (j.sv[TBX_SWEEP_UNCHECKED]) {
+		snprintf(line, sizeof(line),
+			 "%" PRId64 " registration(s) of token sets not "
+			 "checked: the service store %s; cleanup leaves "
+			 "them.",
+			 j.sv[TBX_SWEEP_UNCHECKED],
+			 tbx__sweep_unanswered_text(j.set_why));
+		insp_wrap("warning: ", line);
+	}
+	if (orphans || set_orphans)
 		insp_tbl_print(j.tbl, 2);
 	skipped_notes(in, NULL, skipped, skipped_n);
 out:
@@ -678,13 +791,14 @@ typedef struct swept {
 	const char *grp;
 	tbx__sweep_stats_t sum;
 	size_t in_flight; /* of the last batch: those stay at the head */
+	size_t set_in_flight, set_unchecked; /* of the last batch, sets */
 	size_t listed, dropped;
 	insp_tbl_t *tbl;
 	cJSON *arr;
 } swept_t;
 
-static void on_swept(void *opaque, const tbx__reg_t *reg, int verdict,
-		     int removed, uint64_t tokens_deleted)
+static void on_swept(void *opaque, const tbx__reg_t *reg, int sets, int verdict,
+		     int removed, uint64_t deleted)
 {
 	swept_t *s = opaque;
 	char age[32];
@@ -695,11 +809,13 @@ static void on_swept(void *opaque, const tbx__reg_t *reg, int verdict,
 	if (s->arr) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddItemToArray(s->arr, o);
+		insp_json_add_str(o, "kind", sets ? "sets" : "tokens");
 		insp_json_add_str(o, "group", s->grp);
 		insp_json_add_str(o, "attempt", reg->attempt);
-		insp_json_add_str(o, "msg_id", reg->msg_id);
+		insp_json_add_str(o, sets ? "row_id" : "msg_id", reg->msg_id);
 		insp_json_add_str(o, "reason", insp_verdict_key(verdict));
-		insp_json_add_int(o, "token_rows", (int64_t)tokens_deleted);
+		insp_json_add_int(o, sets ? "set_rows" : "token_rows",
+				  (int64_t)deleted);
 		insp_json_add_int(o, "created_ms", reg->created_ms);
 		return;
 	}
@@ -710,8 +826,37 @@ static void on_swept(void *opaque, const tbx__reg_t *reg, int verdict,
 	insp_tbl_cell(s->tbl, s->grp);
 	insp_tbl_cell(s->tbl, reg->attempt);
 	insp_tbl_cell(s->tbl, reg->msg_id);
-	insp_tbl_cellf(s->tbl, "%llu", (unsigned long long)tokens_deleted);
-	insp_tbl_cell(s->tbl, insp_verdict_text(verdict));
+	insp_tbl_cellf(s->tbl, "%llu", (unsigned long long)deleted);
+	insp_tbl_cell(s->tbl, why_text(sets, verdict));
+}
+
+/* Registrations of token sets of @p grp. */
+static int64_t set_attempts_of(insp_t *in, const char *grp)
+{
+	int64_t n = 0;
+
+	if (tbx_tokens_sets_count(in->tokens, grp, NULL, NULL, &n))
+		return 0;
+	return n;
+}
+
+/* cleanup's token-set counts into @p o: "token_sets", null on a token
+ * store without them. */
+static void sets_json(cJSON *o, const tbx__sweep_stats_t *st, size_t in_flight,
+		      size_t unchecked, int has_sets)
+{
+	cJSON *s;
+
+	if (!has_sets) {
+		cJSON_AddNullToObject(o, "token_sets");
+		return;
+	}
+	s = cJSON_AddObjectToObject(o, "token_sets");
+	insp_json_add_int(s, "orphans", (int64_t)st->set_orphans);
+	insp_json_add_int(s, "set_rows", (int64_t)st->set_rows_deleted);
+	insp_json_add_int(s, "winners", (int64_t)st->set_winners);
+	insp_json_add_int(s, "in_flight", (int64_t)in_flight);
+	insp_json_add_int(s, "unchecked", (int64_t)unchecked);
 }
 
 /* Names the file a sweeper error came from: S when its connection says
@@ -733,13 +878,17 @@ int insp_cleanup(insp_t *in)
 	insp_tbl_t *sum_tbl = NULL, *tbl = NULL;
 	cJSON *doc = NULL, *garr = NULL, *arr = NULL;
 	swept_t total;
-	int rc = INSPECT_EXIT_ERROR, err = TBX_OK, more = 0;
+	int rc = INSPECT_EXIT_ERROR, err = TBX_OK, more = 0, has_sets = 0;
 
 	if (in->o->dry_run)
 		return judge(in, 1);
 	memset(&total, 0, sizeof(total));
 	if (groups_to_judge(in, &groups, &groups_n, &skipped, &skipped_n))
 		goto out;
+	if ((err = insp_has_sets(in, &has_sets))) {
+		rc = insp_t_fail(in, err);
+		goto out;
+	}
 	/* The sweeper reads S through the read-only store opened by
 	 * insp_open() and writes T through a connection of its own. */
 	if ((rc = insp_open_write(in, 1, NULL, &tokens))) {
@@ -782,18 +931,41 @@ int insp_cleanup(insp_t *in)
 			s.sum.orphans += st.orphans;
 			s.sum.tokens_deleted += st.tokens_deleted;
 			s.in_flight = st.in_flight;
-		} while (!err && st.examined == batch &&
-			 st.winners + st.orphans > 0);
+			s.sum.set_examined += st.set_examined;
+			s.sum.set_winners += st.set_winners;
+			s.sum.set_orphans += st.set_orphans;
+			s.sum.set_rows_deleted += st.set_rows_deleted;
+			s.set_in_flight = st.set_in_flight;
+			s.set_unchecked = st.set_unchecked;
+			if (st.set_unchecked_err)
+				s.sum.set_unchecked_err = st.set_unchecked_err;
+		} while (!err && ((st.examined == batch &&
+				   st.winners + st.orphans > 0) ||
+				  (st.set_examined == batch &&
+				   st.set_winners + st.set_orphans > 0)));
 		/* The last batch was all in flight: anything behind it was
 		 * not examined. */
 		if (!err && st.examined == batch &&
 		    st.winners + st.orphans == 0 &&
 		    attempts_of(in, s.grp) > (int64_t)s.in_flight)
 			more = 1;
+		if (!err && st.set_examined == batch &&
+		    st.set_winners + st.set_orphans == 0 &&
+		    set_attempts_of(in, s.grp) >
+			(int64_t)(s.set_in_flight + s.set_unchecked))
+			more = 1;
 		total.sum.orphans += s.sum.orphans;
 		total.sum.winners += s.sum.winners;
 		total.sum.tokens_deleted += s.sum.tokens_deleted;
 		total.in_flight += s.in_flight;
+		total.sum.set_examined += s.sum.set_examined;
+		total.sum.set_orphans += s.sum.set_orphans;
+		total.sum.set_winners += s.sum.set_winners;
+		total.sum.set_rows_deleted += s.sum.set_rows_deleted;
+		total.set_in_flight += s.set_in_flight;
+		total.set_unchecked += s.set_unchecked;
+		if (s.sum.set_unchecked_err)
+			total.sum.set_unchecked_err = s.sum.set_unchecked_err;
 		total.listed = s.listed;
 		total.dropped += s.dropped;
 		if (garr) {
@@ -805,6 +977,8 @@ int insp_cleanup(insp_t *in)
 					  (int64_t)s.sum.tokens_deleted);
 			insp_json_add_int(o, "winners", (int64_t)s.sum.winners);
 			insp_json_add_int(o, "in_flight", (int64_t)s.in_flight);
+			sets_json(o, &s.sum, s.set_in_flight, s.set_unchecked,
+				  has_sets);
 		} else {
 			insp_tbl_cell(sum_tbl, s.grp);
 			insp_tbl_cellf(sum_tbl, "%zu", s.sum.orphans);
@@ -822,6 +996,8 @@ int insp_cleanup(insp_t *in)
 				  (int64_t)total.sum.tokens_deleted);
 		insp_json_add_int(doc, "winners", (int64_t)total.sum.winners);
 		insp_json_add_int(doc, "in_flight", (int64_t)total.in_flight);
+		sets_json(doc, &total.sum, total.set_in_flight,
+			  total.set_unchecked, has_sets);
 		cJSON_AddBoolToObject(doc, "more", more);
 		skipped_notes(in, doc, skipped, skipped_n);
 		if (err)
@@ -849,6 +1025,39 @@ int insp_cleanup(insp_t *in)
 		insp_wrap("", line);
 		if (groups_n)
 			insp_tbl_print(sum_tbl, 2);
+		if (total.sum.set_examined) {
+			char m[4][48];
+
+			snprintf(
+			    line, sizeof(line),
+			    "Token sets: removed %s (%s) and the "
+			    "registrations of %s; %s left in flight.",
+			    insp_count_of(m[0], sizeof(m[0]),
+					  (int64_t)total.sum.set_orphans,
+					  "orphaned attempt",
+					  "orphaned attempts"),
+			    insp_count_of(m[1], sizeof(m[1]),
+					  (int64_t)total.sum.set_rows_deleted,
+					  "set row", "set rows"),
+			    insp_count_of(m[2], sizeof(m[2]),
+					  (int64_t)total.sum.set_winners,
+					  "winner", "winners"),
+			    insp_count_of(m[3], sizeof(m[3]),
+					  (int64_t)total.set_in_flight,
+					  "attempt", "attempts"));
+			printf("\n");
+			insp_wrap("", line);
+		}
+		if (total.set_unchecked) {
+			snprintf(line, sizeof(line),
+				 "%zu registration(s) of token sets not "
+				 "checked, and kept: the service store %s.",
+				 total.set_unchecked,
+				 tbx__sweep_unanswered_text(
+				     total.sum.set_unchecked_err));
+			printf("\n");
+			insp_wrap("warning: ", line);
+		}
 		if (total.dropped) {
 			printf("\nOrphaned attempts dropped:\n");
 			insp_tbl_print(tbl, 2);
@@ -1102,7 +1311,7 @@ int insp_unsubscribe(insp_t *in)
 	tbx__unsub_t u;
 	char age[32], dur[32];
 	int64_t used, others, rows, deleted;
-	int rc, err;
+	int rc, err, sets = 0;
 
 	if ((rc = insp_open_write(in, 1, NULL, &tokens)))
 		return rc;
@@ -1138,16 +1347,28 @@ int insp_unsubscribe(insp_t *in)
 		    grp, topic, age, dur);
 		goto out;
 	}
+	if ((err = insp_has_sets(in, &sets))) {
+		rc = insp_t_fail(in, err);
+		goto out;
+	}
 	if (in->o->json) {
-		rc = insp_json_print(
-		    insp_jobj(NULL,
-			      "group:s topic:s unused_for_ms:i removed:b "
-			      "other_subscriptions:i token_rows:i "
-			      "token_rows_kept:b",
-			      grp, topic, in->now_ms - used, in->o->yes, others,
-			      in->o->yes ? deleted : (others ? 0 : rows),
-			      others > 0),
-		    INSPECT_EXIT_OK);
+		cJSON *doc = insp_jobj(
+		    NULL,
+		    "group:s topic:s unused_for_ms:i removed:b "
+		    "other_subscriptions:i token_rows:i token_rows_kept:b",
+		    grp, topic, in->now_ms - used, in->o->yes, others,
+		    in->o->yes ? deleted : (others ? 0 : rows), others > 0);
+
+		/* The group's token set rows of the topic (null: a store
+		 * without token sets): removed with it, whatever its other
+		 * subscriptions. */
+		if (sets)
+			insp_json_add_int(doc, "set_rows",
+					  in->o->yes ? u.set_deleted
+						     : u.set_rows);
+		else
+			cJSON_AddNullToObject(doc, "set_rows");
+		rc = insp_json_print(doc, INSPECT_EXIT_OK);
 		goto out;
 	}
 	printf("%s subscription of %s to %s (unused for %s)\n",
@@ -1162,6 +1383,10 @@ int insp_unsubscribe(insp_t *in)
 		printf("%s %" PRId64 " token row(s) of %s\n",
 		       in->o->yes ? "removed" : "would remove",
 		       in->o->yes ? deleted : rows, grp);
+	if (sets && (u.set_rows || u.set_deleted))
+		printf("%s %" PRId64 " token set row(s) of %s for %s\n",
+		       in->o->yes ? "removed" : "would remove",
+		       in->o->yes ? u.set_deleted : u.set_rows, grp, topic);
 	if (!in->o->yes)
 		printf("nothing removed: add --yes to remove them\n");
 	rc = INSPECT_EXIT_OK;

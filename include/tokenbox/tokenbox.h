@@ -484,6 +484,16 @@ typedef struct tbx_stats {
 					protocol's choice of a partition
 					before minting; nothing asks for one
 					yet) */
+	uint64_t set_orphans_swept;  /**< registrations of token sets
+					(one per attempt) removed as orphans
+					by register-cleanup */
+	uint64_t set_rows_swept;     /**< token set rows (one per set and
+					receiving group) removed with them */
+	uint64_t set_regs_unchecked; /**< registrations of token sets that
+					register-cleanup left unjudged: the
+					service store could not say what its
+					batch rows hold (none in its schema,
+					or one that does not decode) */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
@@ -491,8 +501,9 @@ void tbx_worker_stats(const tbx_worker_t *worker, tbx_stats_t *stats);
 
 /**
  * Runs register-cleanup now for this worker's group, at most @p limit
- * registrations (0: cleanup.batch.size).  @p swept (may be NULL) receives
- * how many orphaned attempts were removed.
+ * registrations of each kind, per-message tokens and token sets (0:
+ * cleanup.batch.size).  @p swept (may be NULL) receives how many
+ * orphaned attempts (of both kinds) were removed.
  */
 int tbx_worker_cleanup(tbx_worker_t *worker, size_t limit, size_t *swept);
 
