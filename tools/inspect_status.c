@@ -504,8 +504,7 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 			for (int v = 0; v < 5; v++) {
 				static const char *const keys[5] = {
 				    "winners", "orphans_other_attempt",
-				    "orphans_no_row", "in_flight",
-				    "unchecked"};
+				    "orphans_no_row", "in_flight", "unchecked"};
 				if (c->checked)
 					insp_json_add_int(g, keys[v], c->v[v]);
 				else
