@@ -2,7 +2,8 @@
  * `tokenbox demo` run as a child process: the whole pipeline (duplicates
  * at both hops, a worker restarted mid-stream) ends with every order taking
  * effect exactly once and an empty token store, without a warning in its
- * log; bad arguments exit 2.
+ * log, with the ingress publisher's tokens per message or in sets; bad
+ * arguments exit 2.
  */
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
@@ -57,6 +58,56 @@ Test(cli_demo, every_order_takes_effect_exactly_once_at_both_hops,
 	cc_result_free(&res);
 }
 
+/* The demo's result for @p format ("message" or "set"): asserted to be
+ * a finished run's JSON naming that format. */
+static cJSON *demo_json(const char *format)
+{
+	const char *args[] = {
+	    "demo", "--messages",      "300",  "--json", "--seed",
+	    "11",   "--tokens-format", format, NULL};
+	cc_result_t res = cc_run_with(args, NULL, 0, DEMO_TIMEOUT_MS);
+	const cJSON *f;
+	cJSON *o;
+
+	cr_assert(res.status != -1, "%s: the demo did not finish", format);
+	cr_assert(cc_exited(res.status, 0), "%s: status %d: %s", format,
+		  res.status, res.err);
+	o = cJSON_Parse(res.out);
+	cr_assert(o, "%s: stdout is not JSON: %s", format, res.out);
+	f = cJSON_GetObjectItemCaseSensitive(o, "tokens_format");
+	cr_assert(cJSON_IsString(f) && strcmp(f->valuestring, format) == 0,
+		  "%s", res.out);
+	cr_expect(!strstr(res.err, " WARN ") && !strstr(res.err, " ERROR "),
+		  "%s: a healthy run logged a warning:\n%s", format, res.err);
+	cc_result_free(&res);
+	return o;
+}
+
+/* The ingress publisher minting token sets (--tokens-format set) ends
+ * as the per-message run does: every order once at both hops, nothing
+ * left in the token store. */
+Test(cli_demo, token_sets_at_ingress_end_as_message_tokens_do, .timeout = 900)
+{
+	static const char *const same[] = {
+	    "messages",	     "orders_rows",	   "orders_distinct",
+	    "payments_rows", "payments_distinct",  "worker_restarts",
+	    "tokens_left",   "registrations_left", "token_sets_left"};
+	cJSON *msg = demo_json("message"), *set = demo_json("set");
+
+	cr_assert(cJSON_IsTrue(
+	    cJSON_GetObjectItemCaseSensitive(set, "exactly_once")));
+	cr_assert(cJSON_IsTrue(
+	    cJSON_GetObjectItemCaseSensitive(msg, "exactly_once")));
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		cr_expect_eq(num(set, same[i]), num(msg, same[i]), "%s",
+			     same[i]);
+	cr_expect_eq(num(set, "payments_distinct"), 300);
+	cr_expect_eq(num(set, "token_sets_left"), 0);
+	cr_expect_gt(num(set, "duplicates_dropped"), 0);
+	cJSON_Delete(msg);
+	cJSON_Delete(set);
+}
+
 Test(cli_demo, keep_leaves_the_stores_in_the_directory, .timeout = 600)
 {
 	char *dir = tt_tmpdir();
@@ -107,6 +158,9 @@ Test(cli_demo, bad_arguments_exit_2_naming_the_option, .timeout = 120)
 	    {{"--keep", ""}, "--keep"},
 	    {{"--bootstrap-servers", ""}, "--bootstrap-servers"},
 	    {{"--bootstrap-servers"}, "--bootstrap-servers"},
+	    {{"--tokens-format", "sets"}, "--tokens-format"},
+	    {{"--tokens-format", ""}, "--tokens-format"},
+	    {{"--tokens-format"}, "--tokens-format"},
 	    {{"--frobnicate"}, "--frobnicate"},
 	    {{"surplus"}, "surplus"},
 	};

@@ -7,7 +7,9 @@
  * group's, and the registration) whatever its number of messages.  A
  * service store that cannot say what its batch rows hold never makes an
  * orphan.  Each case is built directly: sets minted with
- * tbx_tokens_sets_mint(), batch rows with the obatch operations.
+ * tbx_tokens_sets_mint(), batch rows with the obatch operations.  The
+ * worker's pass (tbx_worker_cleanup(), its stats) and `tokenbox inspect
+ * status --check` are seen on the same cases.
  *
  * S and T in two files or in one (S's connection); in the pg tier
  * (TBX_PG_TIER=1) two schemas, apart or joined, on PostgreSQL's batch
@@ -25,6 +27,7 @@
 #include "outbox/outbox.h"
 #include "store/msgs.h"
 #include "store/pg.h"
+#include "cli_child.h"
 #include "support.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
@@ -534,6 +537,131 @@ Test(sweep_sets, a_failed_listing_of_batch_rows_makes_no_orphan)
 		cr_assert_eq(st.set_orphans, 0);
 		cr_assert_eq(fx_breg(&env, &a), 1);
 		cr_assert_eq(fx_set_rows(&env, &a), 4);
+		fx_env_close(&env);
+	}
+}
+
+/* The worker's register-cleanup (tbx_worker_cleanup(), what its loop
+ * runs every cleanup.interval.ms) sweeps an orphaned registration of
+ * token sets and counts it in the worker's stats; a registration whose
+ * row has no attempt yet is left and counted nowhere. */
+Test(sweep_sets, the_workers_cleanup_counts_what_it_swept, .timeout = 120)
+{
+	EACH_LAYOUT(one)
+	{
+		fx_env_t env;
+		attempt_t gone, flying;
+		char row[TBX_UUID_LEN + 1], none[TBX_UUID_LEN + 1];
+		tt_cluster_t *c = tt_cluster_new(1);
+		tbx_worker_t *w;
+		tbx_stats_t st;
+		size_t swept = 0;
+		char err[512];
+
+		fx_env_open(&env, one);
+		tbx__uuid(none);
+		fx_mint(&env, none, 5, &gone);
+		fx_row(&env, row);
+		fx_mint(&env, row, 5, &flying);
+		w = tbx_worker_new(tt_conf(c->bootstraps, GRP, env.s_desc,
+					   env.t_desc, "cleanup.interval.ms",
+					   "0", NULL),
+				   err, sizeof(err));
+		cr_assert(w, "%s", err);
+		cr_assert_eq(tbx_worker_cleanup(w, 0, &swept), TBX_OK);
+		cr_assert_eq(swept, 1, "layout %d", one);
+		tbx_worker_stats(w, &st);
+		cr_assert_eq(st.set_orphans_swept, 1, "layout %d", one);
+		cr_assert_eq(st.set_rows_swept, 4, "2 sets x 2 groups");
+		cr_assert_eq(st.set_regs_unchecked, 0);
+		cr_assert_eq(st.orphans_swept, 0);
+		cr_assert_eq(fx_breg(&env, &gone), 0);
+		cr_assert_eq(fx_set_rows(&env, &gone), 0);
+		cr_assert_eq(fx_breg(&env, &flying), 1, "in flight: left");
+		cr_assert_eq(fx_set_rows(&env, &flying), 4);
+		/* A second pass finds nothing more: the counters stand. */
+		cr_assert_eq(tbx_worker_cleanup(w, 0, &swept), TBX_OK);
+		cr_assert_eq(swept, 0);
+		tbx_worker_stats(w, &st);
+		cr_assert_eq(st.set_orphans_swept, 1);
+		cr_assert_eq(st.set_rows_swept, 4);
+		tbx_worker_destroy(w);
+		tt_cluster_destroy(c);
+		fx_env_close(&env);
+	}
+}
+
+/* Runs `tokenbox inspect` on @p env's stores with @p cmd
+ * (NULL-terminated): the files, or in the pg tier the server's URL and
+ * the schemas. */
+static cc_result_t fx_inspect(const fx_env_t *env, const char *const *cmd)
+{
+	static char url[2][2200];
+	const char *argv[64] = {"inspect"};
+	size_t n = 1;
+
+	argv[n++] = "-s";
+	argv[n++] = tt_pg_tier()
+			? tt_store_url(env->s_desc, url[0], sizeof(url[0]))
+			: env->s_desc;
+	if (tt_pg_tier()) {
+		argv[n++] = "--schema";
+		argv[n++] = tt_store_schema(env->s_desc);
+	}
+	argv[n++] = "-S";
+	argv[n++] = tt_pg_tier()
+			? tt_store_url(env->t_desc, url[1], sizeof(url[1]))
+			: env->t_desc;
+	if (tt_pg_tier()) {
+		argv[n++] = "--tokens-schema";
+		argv[n++] = tt_store_schema(env->t_desc);
+	}
+	for (size_t i = 0; cmd[i] && n < 63; i++)
+		argv[n++] = cmd[i];
+	argv[n] = NULL;
+	return cc_run(argv);
+}
+
+#define FX_INSPECT(env, ...)                                                   \
+	fx_inspect((env), (const char *const[]){__VA_ARGS__, NULL})
+
+/* An orphaned registration of token sets is, alone in the stores, a
+ * finding of `inspect status --check` (exit 1, named); the same
+ * registration recorded by its row is none (exit 0). */
+Test(sweep_sets, status_check_flags_an_orphaned_set_registration_alone,
+     .timeout = 120)
+{
+	EACH_LAYOUT(one)
+	{
+		fx_env_t env;
+		attempt_t won, lost;
+		char row[TBX_UUID_LEN + 1];
+		cc_result_t res;
+
+		fx_env_open(&env, one);
+		/* GRP's worker has consumed its input: the store serves
+		 * GRP, whose registrations inspect judges. */
+		cr_assert_eq(tbx_outbox_begin(env.store), TBX_OK);
+		cr_assert_eq(tbx_outbox_ingress_set(env.store, GRP, "in", 0, 8),
+			     TBX_OK);
+		cr_assert_eq(tbx_outbox_commit(env.store), TBX_OK);
+		fx_row(&env, row);
+		fx_mint(&env, row, 3, &won);
+		cr_assert_eq(fx_record(&env, row, &won), 1);
+		res = FX_INSPECT(&env, "status", "--check");
+		cr_assert(cc_exited(res.status, 0),
+			  "layout %d: the row's own attempt is no finding: "
+			  "%s%s",
+			  one, res.out, res.err);
+		cc_result_free(&res);
+
+		fx_mint(&env, row, 3, &lost);
+		res = FX_INSPECT(&env, "status", "--check");
+		cr_assert(cc_exited(res.status, 1),
+			  "layout %d: another attempt's registration: %s%s",
+			  one, res.out, res.err);
+		cr_assert(strstr(res.out, "1 orphaned now"), "%s", res.out);
+		cc_result_free(&res);
 		fx_env_close(&env);
 	}
 }

@@ -114,7 +114,7 @@ static int row_seen(void *opaque, const tbx__obatch_t *row,
 	return 0;
 }
 
-const char *tbx__sweep_unanswered_text(int why)
+const char *tbx__sweep_unchecked_text(int why)
 {
 	switch (why) {
 	case TBX_ESCHEMA:
@@ -322,7 +322,7 @@ static int sweep_sets(tbx_tokens_t *tokens, tbx_outbox_t *store,
 			 "cleanup: %zu registration(s) of token sets of group "
 			 "%s left unchecked: the service store %s (%s); "
 			 "nothing of them was removed",
-			 cnt, grp, tbx__sweep_unanswered_text(why),
+			 cnt, grp, tbx__sweep_unchecked_text(why),
 			 tbx_strerror(why));
 	}
 	for (size_t i = 0; i < cnt && !err; i++) {

@@ -116,7 +116,7 @@ int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
  */
 /** What a service store that could not answer (@p why, as
  *  tbx__sweep_sets_classify() gives it) did: "has no batch rows", … */
-const char *tbx__sweep_unanswered_text(int why);
+const char *tbx__sweep_unchecked_text(int why);
 
 int tbx__sweep_sets_classify(tbx_outbox_t *store, const char *grp,
 			     const tbx__reg_t *regs, size_t n, int *verdicts,

@@ -75,7 +75,7 @@
 #define DEMO_MAX_SEED	      9007199254740991LL /* 2^53 - 1: exact in JSON */
 #define DEMO_ADMIN_TIMEOUT_MS 60000
 
-enum { OPT_STORE_URL = 256 };
+enum { OPT_STORE_URL = 256, OPT_TOKENS_FORMAT };
 
 static int64_t mono_ms(void)
 {
@@ -697,7 +697,7 @@ static void temp_dir_remove(const char *path)
 /* Token rows and registrations left in the token store @p st, read
  * through its interface (tokens/tokens.h), read-only. */
 static int count_tokens(const tbx_cli_store_t *st, int64_t *tokens,
-			int64_t *registrations, char *errstr,
+			int64_t *registrations, int64_t *sets, char *errstr,
 			size_t errstr_size)
 {
 	tbx__db_opts_t opts;
@@ -710,7 +710,8 @@ static int count_tokens(const tbx_cli_store_t *st, int64_t *tokens,
 	if ((err =
 		 tbx_cli_open_tokens(st, NULL, &opts, &t, errstr, errstr_size)))
 		return -1;
-	if ((err = tbx_tokens_count(t, NULL, tokens, registrations))) {
+	if ((err = tbx_tokens_count(t, NULL, tokens, registrations)) ||
+	    (err = tbx_tokens_sets_count(t, NULL, sets, NULL, NULL))) {
 		const char *msg = tbx_tokens_errmsg(t);
 		snprintf(errstr, errstr_size, "%s: %s", st->name,
 			 msg ? msg : tbx_strerror(err));
@@ -772,6 +773,7 @@ static void usage(void)
 	       "[--seed S]\n"
 	       "                     [--bootstrap-servers B] [--store-url "
 	       "URL]\n"
+	       "                     [--tokens-format message|set]\n"
 	       "\n"
 	       "Runs a two-hop pipeline on an embedded mock Kafka cluster, or "
 	       "on the\n"
@@ -820,6 +822,16 @@ static void usage(void)
 	       "PGPASSWORD, ~/.pgpass\n"
 	       "                    or a service file, and is never "
 	       "printed\n"
+	       "      --tokens-format message|set\n"
+	       "                    the tokens the ingress publisher mints "
+	       "(its\n"
+	       "                    tokens.format): 'message' (default), a "
+	       "token per\n"
+	       "                    message and receiving group, or 'set', "
+	       "token sets\n"
+	       "                    (docs/batched-tokens.md); the "
+	       "workers' own messages\n"
+	       "                    keep the per-message format\n"
 	       "  -h, --help        show this help\n"
 	       "\n"
 	       "Exit status: 0 when every order took effect exactly once, 1 "
@@ -832,6 +844,8 @@ typedef struct result {
 	int64_t orders_rows, orders_distinct;
 	int64_t payments_rows, payments_distinct;
 	int64_t tokens_left, registrations_left;
+	int64_t sets_left; /* token set rows (every receiving group's) */
+	const char *tokens_format;
 	int64_t injected[2];
 	tbx_stats_t stats[2];
 	double elapsed_s;
@@ -882,6 +896,7 @@ static int print_json(const result_t *r, hop_t *hops, int64_t n,
 	cJSON_AddNumberToObject(o, "messages", (double)n);
 	cJSON_AddNumberToObject(o, "customers", (double)customers);
 	cJSON_AddNumberToObject(o, "seed", (double)seed);
+	cJSON_AddStringToObject(o, "tokens_format", r->tokens_format);
 	cJSON_AddNumberToObject(o, "duplicates_injected",
 				(double)(r->injected[0] + r->injected[1]));
 	cJSON_AddNumberToObject(o, "duplicates_injected_orders",
@@ -902,6 +917,7 @@ static int print_json(const result_t *r, hop_t *hops, int64_t n,
 	cJSON_AddNumberToObject(o, "tokens_left", (double)r->tokens_left);
 	cJSON_AddNumberToObject(o, "registrations_left",
 				(double)r->registrations_left);
+	cJSON_AddNumberToObject(o, "token_sets_left", (double)r->sets_left);
 	cJSON_AddBoolToObject(o, "exactly_once", r->exactly_once);
 	cJSON_AddBoolToObject(o, "timed_out", r->timed_out);
 	cJSON_AddNumberToObject(o, "elapsed_s",
@@ -956,6 +972,7 @@ static void print_summary(const result_t *r, const hop_t *hops, int64_t n,
 	       r->cluster ? r->cluster : "embedded mock");
 	printf("  customers            %" PRId64 " (seed %lld)\n", customers,
 	       seed);
+	printf("  ingress tokens       %s (tokens.format)\n", r->tokens_format);
 	printf("  duplicates injected  %" PRId64 " (orders %" PRId64
 	       ", payments %" PRId64 ")\n",
 	       r->injected[0] + r->injected[1], r->injected[0], r->injected[1]);
@@ -972,6 +989,7 @@ static void print_summary(const result_t *r, const hop_t *hops, int64_t n,
 	       r->payments_rows, r->payments_distinct);
 	printf("  tokens left          %" PRId64 "\n", r->tokens_left);
 	printf("  registrations left   %" PRId64 "\n", r->registrations_left);
+	printf("  token sets left      %" PRId64 "\n", r->sets_left);
 	printf("  elapsed              %.2f s (%.0f orders/s)\n", r->elapsed_s,
 	       rate);
 	if (kept)
@@ -985,7 +1003,7 @@ static void print_summary(const result_t *r, const hop_t *hops, int64_t n,
 		       DEMO_STALL_S);
 	else if (r->exactly_once)
 		printf("exactly once: yes%s\n",
-		       r->tokens_left || r->registrations_left
+		       r->tokens_left || r->registrations_left || r->sets_left
 			   ? " (but the token store is not empty)"
 			   : "");
 	else
@@ -1001,6 +1019,7 @@ typedef struct demo {
 	long long seed;
 	int json;
 	const char *keep;
+	const char *tokens_format; /* the publisher's tokens.format */
 	char dir[PATH_MAX];
 	int dir_made;
 	char tokens_path[PATH_MAX];
@@ -1298,8 +1317,13 @@ static int demo_setup(demo_t *d)
 		/* log.level as the hops': the level is the process's, and
 		 * the publisher made after them would set it back to notice
 		 * (their assignments would show among the progress lines). */
-		const char *kv[] = {"kafka.bootstrap.servers", d->bootstraps,
-				    "log.level", "warning", NULL};
+		const char *kv[] = {"kafka.bootstrap.servers",
+				    d->bootstraps,
+				    "log.level",
+				    "warning",
+				    "tokens.format",
+				    d->tokens_format,
+				    NULL};
 		if (!(pub_conf = tbx_conf_new()))
 			return tbx_cli_fail(CMD, "out of memory");
 		if (conf_set_all(pub_conf, kv, es, esz) ||
@@ -1568,11 +1592,12 @@ static int demo_result(demo_t *d, result_t *res)
 			&res->payments_distinct, d->errstr,
 			sizeof(d->errstr)) ||
 	    count_tokens(&d->tokens, &res->tokens_left,
-			 &res->registrations_left, d->errstr,
+			 &res->registrations_left, &res->sets_left, d->errstr,
 			 sizeof(d->errstr)))
 		return tbx_cli_fail(CMD, "cannot read the stores: %s",
 				    d->errstr);
 	res->cluster = d->cluster;
+	res->tokens_format = d->tokens_format;
 	if (d->url) {
 		res->store_url = d->tokens.url;
 		res->schemas[0] = d->tokens_schema;
@@ -1596,12 +1621,14 @@ int tbx_cmd_demo(int argc, char **argv)
 	    {"seed", required_argument, NULL, 's'},
 	    {"bootstrap-servers", required_argument, NULL, 'b'},
 	    {"store-url", required_argument, NULL, OPT_STORE_URL},
+	    {"tokens-format", required_argument, NULL, OPT_TOKENS_FORMAT},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	demo_t d = {
 	    .n = DEMO_DEFAULT_MESSAGES,
 	    .seed = -1,
+	    .tokens_format = "message",
 	    .hops = {{.group = "order-service",
 		      .table = "orders",
 		      .topic = "orders",
@@ -1675,6 +1702,15 @@ int tbx_cmd_demo(int argc, char **argv)
 				    CMD, "--store-url: want a PostgreSQL URL "
 					 "(postgresql://...)");
 			d.url = optarg;
+			break;
+		case OPT_TOKENS_FORMAT:
+			if (strcmp(optarg, "message") && strcmp(optarg, "set"))
+				return tbx_cli_usage(
+				    CMD,
+				    "--tokens-format: want 'message' or "
+				    "'set', not '%s'",
+				    optarg);
+			d.tokens_format = optarg;
 			break;
 		case 'h':
 			usage();

@@ -487,7 +487,7 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 		insp_json_add_int(o, "registrations", t->set_regs);
 		insp_json_add_int(o, "orphans", t->set_orphans);
 		insp_json_add_int(o, "unchecked_attempts", t->set_unchecked);
-		insp_json_add_int(o, "unanswered", t->set_unjudged);
+		insp_json_add_int(o, "unchecked", t->set_unjudged);
 		add_time(in, o, "oldest_created_ms", "oldest_age_ms",
 			 t->sets_oldest, t->set_rows > 0);
 		arr = cJSON_AddArrayToObject(o, "groups");
@@ -504,8 +504,7 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 			for (int v = 0; v < 5; v++) {
 				static const char *const keys[5] = {
 				    "winners", "orphans_other_attempt",
-				    "orphans_no_row", "in_flight",
-				    "unanswered"};
+				    "orphans_no_row", "in_flight", "unchecked"};
 				if (c->checked)
 					insp_json_add_int(g, keys[v], c->v[v]);
 				else
@@ -714,7 +713,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 				 "could not be judged: the service store %s; "
 				 "register-cleanup leaves them.",
 				 t->set_unjudged,
-				 tbx__sweep_unanswered_text(st->set_why));
+				 tbx__sweep_unchecked_text(st->set_why));
 			insp_wrap("  warning: ", note);
 		}
 	}

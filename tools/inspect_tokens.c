@@ -761,7 +761,7 @@ static int judge(insp_t *in, int dry_run)
 			 "checked: the service store %s; cleanup leaves "
 			 "them.",
 			 j.sv[TBX_SWEEP_UNCHECKED],
-			 tbx__sweep_unanswered_text(j.set_why));
+			 tbx__sweep_unchecked_text(j.set_why));
 		insp_wrap("warning: ", line);
 	}
 	if (orphans || set_orphans)
@@ -1053,7 +1053,7 @@ int insp_cleanup(insp_t *in)
 				 "%zu registration(s) of token sets not "
 				 "checked, and kept: the service store %s.",
 				 total.set_unchecked,
-				 tbx__sweep_unanswered_text(
+				 tbx__sweep_unchecked_text(
 				     total.sum.set_unchecked_err));
 			printf("\n");
 			insp_wrap("warning: ", line);
