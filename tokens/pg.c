@@ -1282,10 +1282,9 @@ static int op_consume_joined(tbx_tokens_t *tokens, const char *grp,
 	return consume(tokens, grp, token_ids, cnt, deleted, 1);
 }
 
-static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
-			   int *dropped, uint64_t *deleted)
+int tbx__tokens_pg_drop(tbx_tokens_pg_t *t, tbx__pg_stmts_t *stmts, int q,
+			const char *attempt, int *dropped, uint64_t *deleted)
 {
-	tbx_tokens_pg_t *t = backend(tokens);
 	tbx__pg_params_t p;
 	PGresult *res = NULL;
 	int64_t regs = 0, n = 0;
@@ -1294,8 +1293,6 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 	*dropped = 0;
 	if (deleted)
 		*deleted = 0;
-	if (!attempt)
-		return TBX_EINVAL;
 	if ((err = txn_begin(t)))
 		return err;
 	/*
@@ -1307,7 +1304,9 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 	 */
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, attempt);
-	if (!(err = run(t, Q_DROP, &p, &res))) {
+	err = tbx__pg_run(stmts, q, &p, &res);
+	tbx__pgp_free(&p);
+	if (!err) {
 		if (PQntuples(res) == 1) {
 			regs = tbx__pg_i64(res, 0, 0);
 			n = tbx__pg_i64(res, 0, 1);
@@ -1322,6 +1321,15 @@ static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 	if (deleted)
 		*deleted = (uint64_t)n;
 	return TBX_OK;
+}
+
+static int op_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
+			   int *dropped, uint64_t *deleted)
+{
+	if (!attempt || !dropped)
+		return TBX_EINVAL;
+	return tbx__tokens_pg_drop(backend(tokens), &backend(tokens)->stmts,
+				   Q_DROP, attempt, dropped, deleted);
 }
 
 int tbx__tp_regs_from(PGresult *res, tbx__reg_t **out, size_t *cnt)

@@ -57,6 +57,13 @@ int tbx__tokens_pg_joinable(tbx_tokens_t *t);
  * subscription lock, and the check of a joined operation. */
 int tbx__tokens_pg_begin(tbx_tokens_pg_t *t);
 int tbx__tokens_pg_end(tbx_tokens_pg_t *t, int err);
+/** A loser's or an orphan's drop, in a transaction of its own: statement
+ *  @p q of @p stmts, given the attempt, deletes its registration and, only
+ *  when that existed, its tokens, and answers one row (registrations
+ *  deleted, tokens deleted).  *dropped = 1 when the registration was
+ *  there; *deleted (may be NULL) the tokens removed. */
+int tbx__tokens_pg_drop(tbx_tokens_pg_t *t, tbx__pg_stmts_t *stmts, int q,
+			const char *attempt, int *dropped, uint64_t *deleted);
 int tbx__tokens_pg_range_ready(tbx_tokens_pg_t *t);
 int tbx__tokens_pg_seq_next(tbx_tokens_pg_t *t, int64_t *seq);
 int tbx__tokens_pg_joined_check(tbx_tokens_pg_t *t);

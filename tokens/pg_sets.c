@@ -683,9 +683,6 @@ int tbx__tp_sets_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 			      int *dropped, uint64_t *deleted)
 {
 	tbx_tokens_pg_t *t = backend(tokens);
-	tbx__pg_params_t p;
-	PGresult *res = NULL;
-	int64_t regs = 0, n = 0;
 	int err;
 
 	if (dropped)
@@ -694,29 +691,12 @@ int tbx__tp_sets_drop_attempt(tbx_tokens_t *tokens, const char *attempt,
 		*deleted = 0;
 	if (!attempt || !dropped)
 		return TBX_EINVAL;
-	if ((err = sets_ready(t)) || (err = tbx__tokens_pg_begin(t)))
+	if ((err = sets_ready(t)))
 		return err;
-	/* The registration is the licence to delete, and the statement
-	 * deletes it first: once the winner's confirm has removed it, its
-	 * sets are in flight and stay.  A confirm in progress holds the
-	 * registration's row lock; this waits for it, then finds it gone. */
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, attempt);
-	if (!(err = run(t, S_DROP, &p, &res))) {
-		if (PQntuples(res) == 1) {
-			regs = tbx__pg_i64(res, 0, 0);
-			n = tbx__pg_i64(res, 0, 1);
-		} else {
-			err = TBX_ESTORE;
-		}
-		PQclear(res);
-	}
-	if ((err = tbx__tokens_pg_end(t, err)))
-		return err;
-	*dropped = regs > 0;
-	if (deleted)
-		*deleted = (uint64_t)n;
-	return TBX_OK;
+	/* Its registration and the rows of every set it names, every
+	 * group's: the registration first, as for a per-message attempt. */
+	return tbx__tokens_pg_drop(t, &t->sets, S_DROP, attempt, dropped,
+				   deleted);
 }
 
 int tbx__tp_sets_registrations(tbx_tokens_t *tokens, const char *send_grp,
