@@ -355,11 +355,29 @@ static int parts_param(tbx__pg_params_t *p, const int32_t *parts, size_t n)
 	return TBX_OK;
 }
 
+/* Q_GENS_GET or Q_GENS_BUMP for @p parts of (@p grp, @p topic): the
+ * parameters both take, and the statement run. */
+static int gens_run(pg_store_t *store, int q, const char *grp,
+		    const char *topic, const int32_t *parts, size_t n,
+		    PGresult **res)
+{
+	tbx__pg_params_t p;
+	int err;
+
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, topic);
+	if ((err = parts_param(&p, parts, n))) {
+		tbx__pgp_free(&p);
+		return err;
+	}
+	return run(store, q, &p, res);
+}
+
 int tbx__pgo_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
 		      const int32_t *parts, size_t n, int64_t *gens)
 {
 	pg_store_t *store = ps(base);
-	tbx__pg_params_t p;
 	PGresult *res;
 	int rows, err;
 
@@ -370,14 +388,7 @@ int tbx__pgo_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
 			gens[i] = 0;
 	if (n == 0)
 		return TBX_OK;
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, grp);
-	tbx__pgp_text(&p, topic);
-	if ((err = parts_param(&p, parts, n))) {
-		tbx__pgp_free(&p);
-		return err;
-	}
-	if ((err = run(store, Q_GENS_GET, &p, &res)))
+	if ((err = gens_run(store, Q_GENS_GET, grp, topic, parts, n, &res)))
 		return err;
 	rows = PQntuples(res);
 	for (int r = 0; gens && r < rows; r++) {
@@ -394,7 +405,6 @@ int tbx__pgo_gens_bump(tbx_outbox_t *base, const char *grp, const char *topic,
 		       const int32_t *parts, size_t n, int64_t *gens)
 {
 	pg_store_t *store = ps(base);
-	tbx__pg_params_t p;
 	PGresult *res;
 	int rows, err;
 
@@ -402,14 +412,7 @@ int tbx__pgo_gens_bump(tbx_outbox_t *base, const char *grp, const char *topic,
 		return TBX_EINVAL;
 	if (n == 0)
 		return TBX_OK;
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, grp);
-	tbx__pgp_text(&p, topic);
-	if ((err = parts_param(&p, parts, n))) {
-		tbx__pgp_free(&p);
-		return err;
-	}
-	if ((err = run(store, Q_GENS_BUMP, &p, &res)))
+	if ((err = gens_run(store, Q_GENS_BUMP, grp, topic, parts, n, &res)))
 		return err;
 	rows = PQntuples(res);
 	/* A partition asked for k times was bumped by k at once: its j-th

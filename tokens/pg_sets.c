@@ -369,6 +369,24 @@ int tbx__tp_sets_mint(tbx_tokens_t *tokens, const char *send_grp,
 	return TBX_OK;
 }
 
+/* What adding @p cnt sets of sequence number @p seq needs: valid items,
+ * a store with sets and, when @p joined, the shared connection's open
+ * transaction. */
+static int add_check(tbx_tokens_pg_t *t, const tbx__set_item_t *sets,
+		     size_t cnt, int64_t seq, int joined)
+{
+	int err;
+
+	if (seq <= 0 || (cnt && !sets))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < cnt; i++)
+		if (!set_item_ok(&sets[i]))
+			return TBX_EINVAL;
+	if ((err = sets_ready(t)))
+		return err;
+	return joined ? tbx__tokens_pg_joined_check(t) : TBX_OK;
+}
+
 int tbx__tp_sets_add(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
 		     size_t cnt, int64_t seq, uint64_t *rows)
 {
@@ -380,15 +398,8 @@ int tbx__tp_sets_add(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
 
 	if (rows)
 		*rows = 0;
-	if (seq <= 0 || (cnt && !sets))
-		return TBX_EINVAL;
-	for (size_t i = 0; i < cnt; i++)
-		if (!set_item_ok(&sets[i]))
-			return TBX_EINVAL;
-	if ((err = sets_ready(t)))
+	if ((err = add_check(t, sets, cnt, seq, 0)) || !cnt)
 		return err;
-	if (!cnt)
-		return TBX_OK;
 	if ((err = set_cols_make(&c, &req, 1)))
 		return err;
 	bind_sets(&p, &c, seq);
@@ -406,15 +417,8 @@ int tbx__tp_sets_mint_joined(tbx_tokens_t *tokens, const tbx__set_item_t *sets,
 	set_cols_t c;
 	int err;
 
-	if (seq <= 0 || (cnt && !sets))
-		return TBX_EINVAL;
-	for (size_t i = 0; i < cnt; i++)
-		if (!set_item_ok(&sets[i]))
-			return TBX_EINVAL;
-	if ((err = sets_ready(t)) || (err = tbx__tokens_pg_joined_check(t)))
+	if ((err = add_check(t, sets, cnt, seq, 1)) || !cnt)
 		return err;
-	if (!cnt)
-		return TBX_OK;
 	if ((err = set_cols_make(&c, &req, 1)))
 		return err;
 	/* After seq_joined()'s lock; sent with the transaction's next
