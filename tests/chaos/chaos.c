@@ -422,6 +422,20 @@ static void stop(run_t *r, proc_t *p, int sig, int retire)
 	r->fig.rebalances++;
 }
 
+/* Whether a worker ended with status 1 because its store was on the full
+ * disk when it started: its last log line says so.  That is the refusal a
+ * worker owes an operator, whether or not a SIGTERM was on its way. */
+static int refused_full_disk(const run_t *r, const proc_t *p, int status)
+{
+	char log[PATH_MAX + 64], last[512];
+
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 1)
+		return 0;
+	worker_log(r, p, log, sizeof(log));
+	last_line(log, last, sizeof(last));
+	return strstr(last, "tokenbox worker:") && strstr(last, "disk is full");
+}
+
 /* Collects ended workers: counts crashes and failures, schedules
  * restarts. */
 static void reap(run_t *r, int restart)
@@ -455,16 +469,19 @@ static void reap(run_t *r, int restart)
 		} else if (p->sigterm && !p->sigkill &&
 			   !(WIFEXITED(status) && WEXITSTATUS(status) == 0) &&
 			   !(WIFSIGNALED(status) &&
-			     WTERMSIG(status) == SIGTERM)) {
+			     WTERMSIG(status) == SIGTERM) &&
+			   !refused_full_disk(r, p, status)) {
 			/* SIGTERM before main() ends a young worker by the
-			 * default action: not a failure.  Anything else
-			 * is. */
+			 * default action: not a failure.  Nor is a worker
+			 * that was refusing to start on the full disk when
+			 * the signal came.  Anything else is. */
 			say("worker %u (pid %d, %s) stopped with status "
 			    "0x%x: see %s",
 			    p->serial, (int)p->pid, ch_group_names[p->group],
 			    status, r->logs);
 			r->fig.unclean_stops++;
-		} else if (!p->sigterm && !p->sigkill) {
+		} else if (!p->sigkill &&
+			   (!p->sigterm || refused_full_disk(r, p, status))) {
 			char log[PATH_MAX + 64], last[512];
 			worker_log(r, p, log, sizeof(log));
 			last_line(log, last, sizeof(last));
