@@ -384,7 +384,10 @@ typedef struct tbx_outbox_ops {
 	/** The crash marker of (grp, topic, partition): get (*found = 0
 	 *  when none), put (upsert), delete, and release (ends the A in
 	 *  progress, keeps the suspicion and the counts); the writes inside
-	 *  the caller's transaction. */
+	 *  the caller's transaction.  delete keeps a row whose gen is above
+	 *  0 (gen never goes back), with its marker and counts cleared: get
+	 *  then finds it as G reads a partition without one (first and last
+	 *  -1, no suspect range, no counts). */
 	int (*inflight_get)(tbx_outbox_t *store, const char *grp,
 			    const char *topic, int32_t partition,
 			    tbx__inflight_t *f, int *found);

@@ -73,7 +73,7 @@ static const char *const sql[Q__COUNT] = {
      * value it committed (READ COMMITTED re-reads the row). */
     [Q_GENS_BUMP] = "INSERT INTO @S.tbx_inflight AS f (grp, topic, "
 		    "\"partition\", first_offset, last_offset, crashes, "
-		    "suspect_until, gen) SELECT $1, $2, u.p, -1, -1, 0, 0, "
+		    "suspect_until, gen) SELECT $1, $2, u.p, -1, -1, 0, -1, "
 		    "count(*) FROM unnest($3::int8[]) AS u(p) GROUP BY u.p "
 		    "ORDER BY u.p ON CONFLICT (grp, topic, \"partition\") DO "
 		    "UPDATE SET gen = f.gen + excluded.gen RETURNING "

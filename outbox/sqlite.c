@@ -49,6 +49,7 @@ enum {
 	Q_INFLIGHT_GET,
 	Q_INFLIGHT_PUT,
 	Q_INFLIGHT_DEL,
+	Q_INFLIGHT_CLEAR,
 	Q_INFLIGHT_RELEASE,
 	Q_ROWS_BELOW,
 	Q_MARK_STUCK,
@@ -113,8 +114,14 @@ static const char *const sql[Q__COUNT] = {
 		       "suspect_until = excluded.suspect_until, lone = "
 		       "excluded.lone, count_offset = excluded.count_offset, "
 		       "retries = excluded.retries",
+    /* A row whose gen was bumped stays (gen never goes back), with
+     * everything else as a partition without a row reads: CLEAR. */
     [Q_INFLIGHT_DEL] = "DELETE FROM tbx_inflight WHERE grp = ?1 AND topic = "
-		       "?2 AND \"partition\" = ?3",
+		       "?2 AND \"partition\" = ?3 AND gen = 0",
+    [Q_INFLIGHT_CLEAR] = "UPDATE tbx_inflight SET first_offset = -1, "
+			 "last_offset = -1, crashes = 0, suspect_until = -1, "
+			 "lone = 0, count_offset = -1, retries = 0 WHERE "
+			 "grp = ?1 AND topic = ?2 AND \"partition\" = ?3",
     [Q_INFLIGHT_RELEASE] = "UPDATE tbx_inflight SET first_offset = -1, "
 			   "last_offset = -1, lone = 0 WHERE grp = ?1 AND "
 			   "topic = ?2 AND \"partition\" = ?3",
@@ -840,6 +847,13 @@ static int sq_inflight_delete(tbx_outbox_t *base, const char *grp,
 	int err;
 
 	if ((err = inflight_bind(store, Q_INFLIGHT_DEL, grp, topic, partition,
+				 &stmt)) ||
+	    (err = tbx__stmt_done(stmt)))
+		return err;
+	if (sqlite3_changes(store->db) > 0)
+		return TBX_OK;
+	/* No row, or one whose gen must stay: its marker and counts go. */
+	if ((err = inflight_bind(store, Q_INFLIGHT_CLEAR, grp, topic, partition,
 				 &stmt)))
 		return err;
 	return tbx__stmt_done(stmt);

@@ -48,7 +48,7 @@ static const char *const sql[Q__COUNT] = {
 		  "?2 AND \"partition\" = ?3",
     [Q_GEN_BUMP] = "INSERT INTO tbx_inflight (grp, topic, \"partition\", "
 		   "first_offset, last_offset, crashes, suspect_until, gen) "
-		   "VALUES (?1, ?2, ?3, -1, -1, 0, 0, 1) ON CONFLICT (grp, "
+		   "VALUES (?1, ?2, ?3, -1, -1, 0, -1, 1) ON CONFLICT (grp, "
 		   "topic, \"partition\") DO UPDATE SET gen = gen + 1 "
 		   "RETURNING gen",
 };

@@ -503,6 +503,112 @@ Test(obatch, generations_are_read_and_bumped_per_partition)
 	fx_close(&fx);
 }
 
+/* As G reads a partition without a row: no A in progress, no suspect
+ * range, no counts. */
+static void assert_no_marker(const tbx__inflight_t *f)
+{
+	cr_assert(f->first == -1 && f->last == -1 && f->crashes == 0 &&
+		      f->suspect_until == -1 && f->lone == 0 &&
+		      f->count_offset == -1 && f->retries == 0,
+		  "marker %lld..%lld crashes %d suspect %lld lone %d count "
+		  "%lld retries %d",
+		  (long long)f->first, (long long)f->last, f->crashes,
+		  (long long)f->suspect_until, f->lone,
+		  (long long)f->count_offset, f->retries);
+}
+
+/* The row a bump makes has a cleared marker: G finds nothing in flight
+ * and nothing suspect, also for a record at offset 0. */
+Test(obatch, a_bumped_partition_has_no_marker)
+{
+	fx_t fx;
+	int32_t part = 5;
+	tbx__inflight_t got;
+	int found = 0;
+
+	fx_open(&fx);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "t", &part, 1, NULL),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_inflight_get(fx.store, GRP, "t", 5, &got, &found),
+	    TBX_OK);
+	cr_assert_eq(found, 1);
+	assert_no_marker(&got);
+	fx_close(&fx);
+}
+
+/* gen never goes back: the marker's delete (G, A's commit) keeps a
+ * bumped partition's row, cleared, and a later bump counts on from its
+ * gen; a partition never bumped loses its row as before. */
+Test(obatch, a_deleted_marker_keeps_the_generation)
+{
+	fx_t fx;
+	int32_t parts[2] = {0, 1};
+	int64_t gens[2];
+	tbx__inflight_t f = {10, 20, 1, 30, 1, 10, 2}, got;
+	int found = 0;
+
+	fx_open(&fx);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "t", parts, 1, NULL),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "t", parts, 1, gens),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(gens[0], 2);
+	/* G's marker and counts on both, then A's commit deletes them. */
+	for (int round = 0; round < 2; round++) {
+		cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+		for (int i = 0; i < 2; i++)
+			cr_assert_eq(tbx_outbox_inflight_put(fx.store, GRP, "t",
+							     parts[i], &f),
+				     TBX_OK);
+		cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+		cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+		for (int i = 0; i < 2; i++)
+			cr_assert_eq(tbx_outbox_inflight_delete(fx.store, GRP,
+								"t", parts[i]),
+				     TBX_OK);
+		cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+		cr_assert_eq(
+		    tbx_outbox_gens_get(fx.store, GRP, "t", parts, 2, gens),
+		    TBX_OK);
+		cr_assert_eq(gens[0], 2 + round, "round %d", round);
+		cr_assert_eq(gens[1], 0);
+		cr_assert_eq(tbx_outbox_inflight_get(fx.store, GRP, "t", 0,
+						     &got, &found),
+			     TBX_OK);
+		cr_assert_eq(found, 1, "the row of a bumped partition stays");
+		assert_no_marker(&got);
+		cr_assert_eq(tbx_outbox_inflight_get(fx.store, GRP, "t", 1,
+						     &got, &found),
+			     TBX_OK);
+		cr_assert_eq(found, 0);
+		cr_assert_eq(
+		    tt_count(fx.path, "SELECT COUNT(*) FROM tbx_inflight"), 1);
+		/* A further bump counts on from the kept gen. */
+		cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+		cr_assert_eq(
+		    tbx_outbox_gens_bump(fx.store, GRP, "t", parts, 1, gens),
+		    TBX_OK);
+		cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+		cr_assert_eq(gens[0], 3 + round);
+	}
+	/* Deleting a cleared marker, or none, changes nothing. */
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_delete(fx.store, GRP, "t", 0), TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_delete(fx.store, GRP, "t", 1), TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_delete(fx.store, GRP, "t", 9), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_get(fx.store, GRP, "t", parts, 2, gens),
+		     TBX_OK);
+	cr_assert(gens[0] == 4 && gens[1] == 0);
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_inflight"), 1);
+	fx_close(&fx);
+}
+
 /* A row whose columns do not agree is not inserted. */
 Test(obatch, an_inconsistent_row_is_refused)
 {

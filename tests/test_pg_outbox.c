@@ -657,6 +657,72 @@ Test(pg_outbox, a_concurrent_gen_bump_waits_and_then_counts)
 	fx_drop(schema);
 }
 
+static void *marker_delete_thread(void *arg)
+{
+	bumper_t *b = arg;
+
+	b->err = tbx_outbox_inflight_delete(b->store, GRP, "in", b->part);
+	return NULL;
+}
+
+/*
+ * The marker's delete meets a bump of its partition (a zombie's A and
+ * the owner's G): the delete of a row with gen 0 waits for the bump's
+ * lock, then finds gen 1 and leaves the row, and its marker is cleared
+ * all the same -- gen never goes back and no marker stays behind.
+ */
+Test(pg_outbox, a_marker_delete_waiting_for_a_bump_keeps_the_gen)
+{
+	char schema[64], pid[16];
+	tbx_outbox_t *a = fx_new(schema, sizeof(schema), "delrace");
+	tbx_outbox_t *b;
+	tbx__db_opts_t opts;
+	tbx__inflight_t f = {10, 20, 1, 30, 1, 10, 2}, g;
+	int32_t part = 5;
+	int64_t gen = -1;
+	int found = 0;
+	bumper_t r;
+	pthread_t th;
+
+	tbx__db_opts_init(&opts);
+	opts.busy_timeout_ms = 60000 * tt_time_factor();
+	b = fx_open_opts(schema, &opts);
+	r = (bumper_t){b, part, -1, -1};
+	cr_assert_eq(tbx_outbox_begin(a), TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_put(a, GRP, "in", part, &f), TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(a), TBX_OK);
+	cr_assert_eq(tbx_outbox_begin(a), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_bump(a, GRP, "in", &part, 1, &gen),
+		     TBX_OK);
+	cr_assert_eq(gen, 1);
+	cr_assert_eq(tbx_outbox_begin(b), TBX_OK);
+	snprintf(pid, sizeof(pid), "%d",
+		 PQbackendPID(fx_native(b, TBX_BACKEND_PG)));
+	cr_assert_eq(pthread_create(&th, NULL, marker_delete_thread, &r), 0);
+	cr_assert(fx_wait_int("SELECT count(*) FROM pg_locks WHERE pid = "
+			      "$1::int AND NOT granted",
+			      pid, 1),
+		  "the delete waits for the bump's lock");
+	cr_assert_eq(tbx_outbox_commit(a), TBX_OK);
+	pthread_join(th, NULL);
+	cr_assert_eq(r.err, TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(b), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_get(a, GRP, "in", &part, 1, &gen), TBX_OK);
+	cr_assert_eq(gen, 1);
+	cr_assert_eq(tbx_outbox_inflight_get(a, GRP, "in", part, &g, &found),
+		     TBX_OK);
+	cr_assert_eq(found, 1);
+	cr_assert(g.first == -1 && g.last == -1 && g.crashes == 0 &&
+		      g.suspect_until == -1 && g.lone == 0 &&
+		      g.count_offset == -1 && g.retries == 0,
+		  "the marker is cleared: %lld..%lld suspect %lld",
+		  (long long)g.first, (long long)g.last,
+		  (long long)g.suspect_until);
+	tbx_outbox_close(b);
+	tbx_outbox_close(a);
+	fx_drop(schema);
+}
+
 Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 {
 	char schema[64], id1[64], id2[64];
