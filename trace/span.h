@@ -48,8 +48,9 @@ typedef enum tbx__attr_type {
 
 typedef struct tbx__attr {
 	char *key;
-	size_t key_len; /* strlen(key): compared before the key's bytes */
-	int key_static; /* key is the caller's, not a copy: not freed */
+	size_t key_len;	    /* strlen(key): compared before the key's bytes */
+	uint8_t key_static; /* key is the caller's, not a copy: not freed */
+	uint8_t val_pooled; /* v.s is in the span's pool: not freed */
 	tbx__attr_type_t type;
 	size_t len; /* TBX_ATTR_STRING: bytes of s, any bytes */
 	union {
@@ -59,16 +60,34 @@ typedef struct tbx__attr {
 	} v;
 } tbx__attr_t;
 
+/* A span's bytes for its short string values and names, filled in place
+ * instead of an allocation each; what does not fit is allocated. */
+#define TBX_SPAN_POOL_SIZE 512
+typedef struct tbx__span_pool {
+	size_t used;
+	char bytes[TBX_SPAN_POOL_SIZE];
+} tbx__span_pool_t;
+
 typedef struct tbx__attrs {
 	tbx__attr_t *v;
 	size_t n, cap;
-	uint32_t dropped; /* over TBX_SPAN_ATTRS_MAX, or out of memory */
+	uint32_t dropped;	/* over TBX_SPAN_ATTRS_MAX, or out of memory */
+	int v_inline;		/* v is an array of the span's own: not freed */
+	tbx__span_pool_t *pool; /* the span's pool; NULL: none */
 } tbx__attrs_t;
+
+/* Attributes and events a span holds in place, the most a worker's span
+ * sets (more are allocated). */
+#define TBX_SPAN_INLINE_ATTRS  16
+#define TBX_SPAN_INLINE_EVENTS 2
+#define TBX_EVENT_INLINE_ATTRS 2
 
 typedef struct tbx__span_event {
 	char *name;
 	uint64_t time_ns;
 	tbx__attrs_t attrs;
+	int in_span; /* one of the span's own slots: not freed */
+	tbx__attr_t attr_slots[TBX_EVENT_INLINE_ATTRS];
 } tbx__span_event_t;
 
 typedef struct tbx__span_link {
@@ -97,6 +116,11 @@ typedef struct tbx__span {
 	uint32_t dropped_links;
 	tbx__span_status_t status;
 	char *status_msg; /* NULL: none */
+	/* In place, not allocated one by one (span.c); not to be read. */
+	tbx__span_event_t *event_ptrs[TBX_SPAN_INLINE_EVENTS];
+	tbx__span_event_t event_slots[TBX_SPAN_INLINE_EVENTS];
+	tbx__attr_t attr_slots[TBX_SPAN_INLINE_ATTRS];
+	tbx__span_pool_t pool;
 } tbx__span_t;
 
 /** The wall clock in nanoseconds since the Unix epoch. */
