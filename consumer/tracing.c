@@ -289,27 +289,28 @@ static void msg_attrs(tbx__attrs_t *a, const tbx__tracer_t *t,
 	const void *key;
 	size_t key_len;
 
-	tbx__attrs_str_static(a, "messaging.system", "kafka", 5);
-	tbx__attrs_str_static(a, "messaging.operation.type", "process", 7);
-	tbx__attrs_str_static(a, "messaging.operation.name", "process", 7);
-	tbx__attrs_str_static(a, "messaging.destination.name", msg->topic,
-			      strlen(msg->topic));
-	tbx__attrs_str_static(a, "messaging.destination.partition.id", part,
-			      i32_text(msg->rkm->partition, part));
-	tbx__attrs_int_static(a, "messaging.kafka.offset", msg->rkm->offset);
+	tbx__attrs_add_str_static(a, "messaging.system", "kafka", 5);
+	tbx__attrs_add_str_static(a, "messaging.operation.type", "process", 7);
+	tbx__attrs_add_str_static(a, "messaging.operation.name", "process", 7);
+	tbx__attrs_add_str_static(a, "messaging.destination.name", msg->topic,
+				  strlen(msg->topic));
+	tbx__attrs_add_str_static(a, "messaging.destination.partition.id", part,
+				  i32_text(msg->rkm->partition, part));
+	tbx__attrs_add_int_static(a, "messaging.kafka.offset",
+				  msg->rkm->offset);
 	key = tbx_msg_key(msg, &key_len);
 	if (key)
-		tbx__attrs_str_static(a, "messaging.kafka.message.key", key,
-				      key_len);
+		tbx__attrs_add_str_static(a, "messaging.kafka.message.key", key,
+					  key_len);
 	if (t->group[0])
-		tbx__attrs_str_static(a, "messaging.consumer.group.name",
-				      t->group, strlen(t->group));
-	tbx__attrs_str_static(a, "messaging.message.id", msg->id,
-			      strlen(msg->id));
+		tbx__attrs_add_str_static(a, "messaging.consumer.group.name",
+					  t->group, strlen(t->group));
+	tbx__attrs_add_str_static(a, "messaging.message.id", msg->id,
+				  strlen(msg->id));
 	if (msg->has_type)
-		tbx__attrs_str_static(a, "tokenbox.type", msg->type,
-				      strlen(msg->type));
-	tbx__attrs_int_static(a, "tokenbox.attempt", msg->attempt);
+		tbx__attrs_add_str_static(a, "tokenbox.type", msg->type,
+					  strlen(msg->type));
+	tbx__attrs_add_int_static(a, "tokenbox.attempt", msg->attempt);
 }
 
 static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
@@ -321,9 +322,9 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 		tbx__span_add_event(span, "resumed", now);
 	if (tr->dead_letter) {
 		if ((ev = tbx__span_add_event(span, "dead-lettered", now)))
-			tbx__attrs_str_static(&ev->attrs, "tokenbox.reason",
-					      tr->dead_letter,
-					      strlen(tr->dead_letter));
+			tbx__attrs_add_str_static(&ev->attrs, "tokenbox.reason",
+						  tr->dead_letter,
+						  strlen(tr->dead_letter));
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     tr->dead_letter);
 		return;
@@ -334,8 +335,8 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 			 tbx__span_add_event(span, "duplicate dropped", now))) {
 			const char *why =
 			    tr->dropped ? tr->dropped : "duplicate";
-			tbx__attrs_str_static(&ev->attrs, "tokenbox.reason",
-					      why, strlen(why));
+			tbx__attrs_add_str_static(&ev->attrs, "tokenbox.reason",
+						  why, strlen(why));
 		}
 		tbx__span_set_status(span, TBX_SPAN_STATUS_OK, NULL);
 		break;
@@ -343,7 +344,7 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 		if (tr->dropped) {
 			if ((ev = tbx__span_add_event(span, "duplicate dropped",
 						      now)))
-				tbx__attrs_str_static(
+				tbx__attrs_add_str_static(
 				    &ev->attrs, "tokenbox.reason", tr->dropped,
 				    strlen(tr->dropped));
 		} else if (!tr->resumed) {
@@ -354,8 +355,8 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 	case TBX_MS_BLOCKED:
 		if ((ev = tbx__span_add_event(span, "retried", now)) &&
 		    tr->backoff_ms > 0)
-			tbx__attrs_int_static(&ev->attrs, "tokenbox.backoff_ms",
-					      tr->backoff_ms);
+			tbx__attrs_add_int_static(
+			    &ev->attrs, "tokenbox.backoff_ms", tr->backoff_ms);
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     "the handler asked to retry, or a phase "
 				     "failed: the record comes again");
@@ -387,7 +388,7 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 			tbx__span_set_tracestate(span, tr->tracestate);
 			msg_attrs(&span->attrs, t, msg);
 			if (tr->handler_ns)
-				tbx__attrs_int_static(
+				tbx__attrs_add_int_static(
 				    &span->attrs,
 				    "tokenbox.handler.duration_ns",
 				    (int64_t)tr->handler_ns);
@@ -419,6 +420,7 @@ void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 		return;
 	if (!(span = batch_span(t, cnt, began_ns, phase_ns, NULL)))
 		return;
+	tbx__span_reserve_links(span, sampled);
 	for (size_t i = 0; i < cnt; i++)
 		if (msgs[i].trace.on &&
 		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
@@ -794,16 +796,16 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	if (ts &&
 	    tbx__tracestate_normalize(ts, ts_len, state, sizeof(state)) > 0)
 		tbx__span_set_tracestate(span, state);
-	tbx__attrs_str_static(&span->attrs, "messaging.system", "kafka", 5);
-	tbx__attrs_str_static(&span->attrs, "messaging.operation.type", "send",
-			      4);
-	tbx__attrs_str_static(&span->attrs, "messaging.operation.name", "send",
-			      4);
-	tbx__attrs_str_static(&span->attrs, "messaging.destination.name", topic,
-			      strlen(topic));
+	tbx__attrs_add_str_static(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.type",
+				  "send", 4);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.name",
+				  "send", 4);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.destination.name",
+				  topic, strlen(topic));
 	if (msg_id)
-		tbx__attrs_str_static(&span->attrs, "messaging.message.id",
-				      msg_id, strlen(msg_id));
+		tbx__attrs_add_str_static(&span->attrs, "messaging.message.id",
+					  msg_id, strlen(msg_id));
 	tbx__traceparent_format(&ctx, traceparent);
 	return span;
 }
@@ -820,15 +822,15 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 	if (err) {
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     rd_kafka_err2str(err));
-		tbx__attrs_str_static(&span->attrs, "error.type",
-				      rd_kafka_err2name(err),
-				      strlen(rd_kafka_err2name(err)));
+		tbx__attrs_add_str_static(&span->attrs, "error.type",
+					  rd_kafka_err2name(err),
+					  strlen(rd_kafka_err2name(err)));
 	} else {
-		tbx__attrs_str_static(&span->attrs,
-				      "messaging.destination.partition.id",
-				      part, i32_text(partition, part));
-		tbx__attrs_int_static(&span->attrs, "messaging.kafka.offset",
-				      offset);
+		tbx__attrs_add_str_static(&span->attrs,
+					  "messaging.destination.partition.id",
+					  part, i32_text(partition, part));
+		tbx__attrs_add_int_static(&span->attrs,
+					  "messaging.kafka.offset", offset);
 	}
 	emit(t, span);
 }
@@ -874,6 +876,7 @@ void tbx__trace_rows_batch(tbx__tracer_t *t, const tbx__batch_t *batch,
 	/* Nothing is made when no row's message is sampled. */
 	if (n && (span = batch_span(t, batch->row_cnt, batch->began_ns,
 				    batch->phase_ns, origin))) {
+		tbx__span_reserve_links(span, n);
 		for (size_t i = 0; i < n; i++)
 			tbx__span_add_link(span, &links[i]);
 		emit(t, span);

@@ -147,14 +147,17 @@ void tbx__span_set_status(tbx__span_t *span, tbx__span_status_t status,
 
 /* The slot for @p key: its old one (cleared), or a new one; NULL when
  * the attribute is dropped. */
-static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static)
+static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static,
+			      int fresh)
 {
 	tbx__attr_t *at;
 	size_t key_len = strlen(key);
 
+	if (key_len > UINT32_MAX)
+		goto drop;
 	/* Most keys differ in length: their bytes are compared only when
 	 * they do not (a span's keys share long prefixes). */
-	for (size_t i = 0; i < a->n; i++) {
+	for (size_t i = 0; !fresh && i < a->n; i++) {
 		if (a->v[i].key_len == key_len &&
 		    memcmp(a->v[i].key, key, key_len) == 0) {
 			at = &a->v[i];
@@ -188,7 +191,7 @@ static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static)
 		at->key = (char *)key;
 	else if (!(at->key = tbx__strdup(key)))
 		goto drop;
-	at->key_len = key_len;
+	at->key_len = (uint32_t)key_len;
 	at->key_static = key_static;
 	at->type = TBX_ATTR_INT;
 	a->n++;
@@ -199,16 +202,16 @@ drop:
 }
 
 static void attr_str(tbx__attrs_t *a, const char *key, int key_static,
-		     const char *val, size_t len)
+		     int fresh, const char *val, size_t len)
 {
-	tbx__attr_t *at = attr_slot(a, key, key_static);
+	tbx__attr_t *at = attr_slot(a, key, key_static, fresh);
 
 	if (!at)
 		return;
 	if (len > TBX_SPAN_VALUE_MAX)
 		len = TBX_SPAN_VALUE_MAX;
 	at->type = TBX_ATTR_STRING;
-	at->len = len;
+	at->len = (uint32_t)len; /* at most TBX_SPAN_VALUE_MAX */
 	at->v.s = pool_copy(a->pool, val, len, &at->val_pooled);
 	if (!at->v.s) {
 		at->len = 0;
@@ -222,19 +225,19 @@ static void attr_str(tbx__attrs_t *a, const char *key, int key_static,
 void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
 		    size_t len)
 {
-	attr_str(a, key, 0, val, len);
+	attr_str(a, key, 0, 0, val, len);
 }
 
 void tbx__attrs_str_static(tbx__attrs_t *a, const char *key, const char *val,
 			   size_t len)
 {
-	attr_str(a, key, 1, val, len);
+	attr_str(a, key, 1, 0, val, len);
 }
 
 static void attr_int(tbx__attrs_t *a, const char *key, int key_static,
-		     int64_t val)
+		     int fresh, int64_t val)
 {
-	tbx__attr_t *at = attr_slot(a, key, key_static);
+	tbx__attr_t *at = attr_slot(a, key, key_static, fresh);
 
 	if (at) {
 		at->type = TBX_ATTR_INT;
@@ -244,17 +247,28 @@ static void attr_int(tbx__attrs_t *a, const char *key, int key_static,
 
 void tbx__attrs_int(tbx__attrs_t *a, const char *key, int64_t val)
 {
-	attr_int(a, key, 0, val);
+	attr_int(a, key, 0, 0, val);
 }
 
 void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val)
 {
-	attr_int(a, key, 1, val);
+	attr_int(a, key, 1, 0, val);
+}
+
+void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
+			       const char *val, size_t len)
+{
+	attr_str(a, key, 1, 1, val, len);
+}
+
+void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key, int64_t val)
+{
+	attr_int(a, key, 1, 1, val);
 }
 
 void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val)
 {
-	tbx__attr_t *at = attr_slot(a, key, 0);
+	tbx__attr_t *at = attr_slot(a, key, 0, 0);
 
 	if (at) {
 		at->type = TBX_ATTR_BOOL;
@@ -348,4 +362,16 @@ tbx__span_link_t *tbx__span_add_link(tbx__span_t *span,
 	memcpy(ln->span_id, ctx->span_id, TBX_SPAN_ID_SIZE);
 	span->links[span->n_links++] = ln;
 	return ln;
+}
+
+void tbx__span_reserve_links(tbx__span_t *span, size_t n)
+{
+	tbx__span_link_t **v;
+
+	if (n > TBX_SPAN_LINKS_MAX)
+		n = TBX_SPAN_LINKS_MAX;
+	if (n <= span->cap_links || !(v = realloc(span->links, n * sizeof(*v))))
+		return;
+	span->links = v;
+	span->cap_links = n;
 }
