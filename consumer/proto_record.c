@@ -562,7 +562,11 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	ctx.msg = msg;
 	ctx.row = &brow->row;
 	ctx.tracer = batch->tracer;
-	uint64_t h0 = msg->trace.on ? tbx__now_ns() : 0;
+	/* The handler's time, for a sampled record's span only. */
+	uint64_t h0 =
+	    msg->trace.on && (msg->trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED)
+		? tbx__now_ns()
+		: 0;
 	tbx__guard_enter(&proto->guard, msg);
 	verdict = route->fn(&ctx, msg, route->opaque);
 	tbx__guard_leave(&proto->guard);

@@ -195,7 +195,6 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 
 	memset(tr, 0, sizeof(*tr));
 	tr->on = 1;
-	tr->start_ns = tbx__now_ns();
 	if (hdrs && rd_kafka_header_get_last(hdrs, "traceparent", &val, &len) ==
 			RD_KAFKA_RESP_ERR_NO_ERROR) {
 		if (val && tbx__traceparent_parse(val, len, &parent) == 0)
@@ -228,6 +227,10 @@ void tbx__trace_begin(tbx__tracer_t *t, tbx__msg_trace_t *tr,
 					    has_parent ? &parent : NULL)
 			    ? TBX_TRACE_FLAG_SAMPLED
 			    : 0;
+	/* Only a sampled record's span has times: an unsampled one costs
+	 * no clock. */
+	if (tr->ctx.flags & TBX_TRACE_FLAG_SAMPLED)
+		tr->start_ns = tbx__now_ns();
 }
 
 void tbx__trace_log(const tbx__msg_trace_t *tr)
@@ -247,6 +250,38 @@ void tbx__trace_note_dead_letter(tbx__msg_trace_t *tr, const char *reason)
 	tr->dead_letter = tbx__strdup(reason ? reason : "");
 }
 
+/* "<prefix><topic>" into @p out (TBX_TOPIC_MAX + 16 bytes): a span's
+ * name, without a format string. */
+static void span_name(char *out, size_t size, const char *prefix,
+		      const char *topic)
+{
+	size_t p = strlen(prefix), t = strlen(topic);
+
+	if (p + t >= size)
+		t = size - p - 1;
+	memcpy(out, prefix, p);
+	memcpy(out + p, topic, t);
+	out[p + t] = '\0';
+}
+
+/* @p v in decimal into @p out (12 bytes at least); @returns its length. */
+static size_t i32_text(int32_t v, char *out)
+{
+	char tmp[12];
+	size_t n = 0, len = 0;
+	uint32_t u = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+
+	do
+		tmp[n++] = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		out[len++] = '-';
+	while (n)
+		out[len++] = tmp[--n];
+	out[len] = '\0';
+	return len;
+}
+
 static void msg_attrs(tbx__attrs_t *a, const tbx__tracer_t *t,
 		      const struct tbx_msg *msg)
 {
@@ -254,28 +289,28 @@ static void msg_attrs(tbx__attrs_t *a, const tbx__tracer_t *t,
 	const void *key;
 	size_t key_len;
 
-	tbx__attrs_str_static(a, "messaging.system", "kafka", 5);
-	tbx__attrs_str_static(a, "messaging.operation.type", "process", 7);
-	tbx__attrs_str_static(a, "messaging.operation.name", "process", 7);
-	tbx__attrs_str_static(a, "messaging.destination.name", msg->topic,
-			      strlen(msg->topic));
-	snprintf(part, sizeof(part), "%" PRId32, msg->rkm->partition);
-	tbx__attrs_str_static(a, "messaging.destination.partition.id", part,
-			      strlen(part));
-	tbx__attrs_int_static(a, "messaging.kafka.offset", msg->rkm->offset);
+	tbx__attrs_add_str_static(a, "messaging.system", "kafka", 5);
+	tbx__attrs_add_str_static(a, "messaging.operation.type", "process", 7);
+	tbx__attrs_add_str_static(a, "messaging.operation.name", "process", 7);
+	tbx__attrs_add_str_static(a, "messaging.destination.name", msg->topic,
+				  strlen(msg->topic));
+	tbx__attrs_add_str_static(a, "messaging.destination.partition.id", part,
+				  i32_text(msg->rkm->partition, part));
+	tbx__attrs_add_int_static(a, "messaging.kafka.offset",
+				  msg->rkm->offset);
 	key = tbx_msg_key(msg, &key_len);
 	if (key)
-		tbx__attrs_str_static(a, "messaging.kafka.message.key", key,
-				      key_len);
+		tbx__attrs_add_str_static(a, "messaging.kafka.message.key", key,
+					  key_len);
 	if (t->group[0])
-		tbx__attrs_str_static(a, "messaging.consumer.group.name",
-				      t->group, strlen(t->group));
-	tbx__attrs_str_static(a, "messaging.message.id", msg->id,
-			      strlen(msg->id));
+		tbx__attrs_add_str_static(a, "messaging.consumer.group.name",
+					  t->group, strlen(t->group));
+	tbx__attrs_add_str_static(a, "messaging.message.id", msg->id,
+				  strlen(msg->id));
 	if (msg->has_type)
-		tbx__attrs_str_static(a, "tokenbox.type", msg->type,
-				      strlen(msg->type));
-	tbx__attrs_int_static(a, "tokenbox.attempt", msg->attempt);
+		tbx__attrs_add_str_static(a, "tokenbox.type", msg->type,
+					  strlen(msg->type));
+	tbx__attrs_add_int_static(a, "tokenbox.attempt", msg->attempt);
 }
 
 static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
@@ -287,9 +322,9 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 		tbx__span_add_event(span, "resumed", now);
 	if (tr->dead_letter) {
 		if ((ev = tbx__span_add_event(span, "dead-lettered", now)))
-			tbx__attrs_str_static(&ev->attrs, "tokenbox.reason",
-					      tr->dead_letter,
-					      strlen(tr->dead_letter));
+			tbx__attrs_add_str_static(&ev->attrs, "tokenbox.reason",
+						  tr->dead_letter,
+						  strlen(tr->dead_letter));
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     tr->dead_letter);
 		return;
@@ -300,8 +335,8 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 			 tbx__span_add_event(span, "duplicate dropped", now))) {
 			const char *why =
 			    tr->dropped ? tr->dropped : "duplicate";
-			tbx__attrs_str_static(&ev->attrs, "tokenbox.reason",
-					      why, strlen(why));
+			tbx__attrs_add_str_static(&ev->attrs, "tokenbox.reason",
+						  why, strlen(why));
 		}
 		tbx__span_set_status(span, TBX_SPAN_STATUS_OK, NULL);
 		break;
@@ -309,7 +344,7 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 		if (tr->dropped) {
 			if ((ev = tbx__span_add_event(span, "duplicate dropped",
 						      now)))
-				tbx__attrs_str_static(
+				tbx__attrs_add_str_static(
 				    &ev->attrs, "tokenbox.reason", tr->dropped,
 				    strlen(tr->dropped));
 		} else if (!tr->resumed) {
@@ -320,8 +355,8 @@ static void outcome(tbx__span_t *span, const struct tbx_msg *msg, uint64_t now)
 	case TBX_MS_BLOCKED:
 		if ((ev = tbx__span_add_event(span, "retried", now)) &&
 		    tr->backoff_ms > 0)
-			tbx__attrs_int_static(&ev->attrs, "tokenbox.backoff_ms",
-					      tr->backoff_ms);
+			tbx__attrs_add_int_static(
+			    &ev->attrs, "tokenbox.backoff_ms", tr->backoff_ms);
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     "the handler asked to retry, or a phase "
 				     "failed: the record comes again");
@@ -343,7 +378,7 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 		return;
 	if (tr->ctx.flags & TBX_TRACE_FLAG_SAMPLED) {
 		now = tbx__now_ns();
-		snprintf(name, sizeof(name), "process %s", msg->topic);
+		span_name(name, sizeof(name), "process ", msg->topic);
 		span = tbx__span_new(
 		    name, TBX_SPAN_KIND_CONSUMER, &tr->ctx,
 		    tbx__id_is_zero(tr->parent, TBX_SPAN_ID_SIZE) ? NULL
@@ -353,7 +388,7 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 			tbx__span_set_tracestate(span, tr->tracestate);
 			msg_attrs(&span->attrs, t, msg);
 			if (tr->handler_ns)
-				tbx__attrs_int_static(
+				tbx__attrs_add_int_static(
 				    &span->attrs,
 				    "tokenbox.handler.duration_ns",
 				    (int64_t)tr->handler_ns);
@@ -385,6 +420,7 @@ void tbx__trace_batch(tbx__tracer_t *t, const struct tbx_msg *msgs, size_t cnt,
 		return;
 	if (!(span = batch_span(t, cnt, began_ns, phase_ns, NULL)))
 		return;
+	tbx__span_reserve_links(span, sampled);
 	for (size_t i = 0; i < cnt; i++)
 		if (msgs[i].trace.on &&
 		    (msgs[i].trace.ctx.flags & TBX_TRACE_FLAG_SAMPLED))
@@ -455,30 +491,125 @@ static int hdr_put(tbx_header_t *h, size_t *n, const char *name,
 	return 0;
 }
 
+/* Bytes of one header with a value in the blob format of
+ * tbx__hdrs_encode() (outbox.h): [u16 name_len][name NUL][u8 1][u32 len]
+ * [value], big endian; @p name_len counts the NUL. */
+#define HDR_SIZE(name_len, len) (2 + (name_len) + 1 + 4 + (len))
+
+static uint8_t *hdr_write(uint8_t *p, const char *name, size_t name_len,
+			  const void *val, size_t len)
+{
+	*p++ = (uint8_t)(name_len >> 8);
+	*p++ = (uint8_t)name_len;
+	memcpy(p, name, name_len);
+	p += name_len;
+	*p++ = 1;
+	*p++ = (uint8_t)(len >> 24);
+	*p++ = (uint8_t)(len >> 16);
+	*p++ = (uint8_t)(len >> 8);
+	*p++ = (uint8_t)len;
+	if (len)
+		memcpy(p, val, len);
+	return p + len;
+}
+
+/* The context of an outgoing message written under @p parent (NULL or
+ * off: a new trace, as the sampler decides), @p given the one the
+ * message's own traceparent gave (NULL: none): its trace, a new span
+ * id, the flags; *@p parent_id the span it continues (NULL: a root). */
+static void out_ctx(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
+		    const tbx__trace_ctx_t *given, tbx__trace_ctx_t *ctx,
+		    const uint8_t **parent_id)
+{
+	*parent_id = NULL;
+	if (given) {
+		memcpy(ctx->trace_id, given->trace_id, TBX_TRACE_ID_SIZE);
+		*parent_id = given->span_id;
+		ctx->flags =
+		    tbx__sampler_decide(&t->sampler, given->trace_id, given)
+			? TBX_TRACE_FLAG_SAMPLED
+			: 0;
+	} else if (parent && parent->on) {
+		memcpy(ctx->trace_id, parent->ctx.trace_id, TBX_TRACE_ID_SIZE);
+		*parent_id = parent->ctx.span_id;
+		ctx->flags = parent->ctx.flags;
+	} else {
+		tbx__trace_id_new(ctx->trace_id);
+		ctx->flags =
+		    tbx__sampler_decide(&t->sampler, ctx->trace_id, NULL)
+			? TBX_TRACE_FLAG_SAMPLED
+			: 0;
+	}
+	tbx__span_id_new(ctx->span_id);
+}
+
+/* 1 when @p name is one of the trace headers tbx__trace_out() replaces:
+ * all begin with 't', which most others' names do not. */
+static int trace_hdr(const char *name)
+{
+	return name[0] == 't' && (strcmp(name, "traceparent") == 0 ||
+				  strcmp(name, "tracestate") == 0 ||
+				  strcmp(name, TBX_STORED_CTX_HDR) == 0 ||
+				  strcmp(name, TBX_TRACE_PARENT_HDR) == 0);
+}
+
 int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
 		   const void *blob, size_t len, void **out, size_t *out_len)
 {
 	tbx_header_t h, *hdrs, few[8];
-	size_t pos = 0, cnt = 0, n = 0;
-	int r, has_given = 0;
+	size_t pos = 0, cnt = 0, n = 0, stored_len, state_len, total;
+	int r, has_given = 0, replaced = 0;
 	tbx__trace_ctx_t given, ctx;
 	const uint8_t *parent_id = NULL;
 	static const uint8_t root[TBX_SPAN_ID_SIZE];
-	uint8_t stored[TBX_STORED_CTX_WRITER_LEN];
-	char ts[TBX_TRACESTATE_MAX + 1] = "";
+	uint8_t stored[TBX_STORED_CTX_WRITER_LEN], *p;
+	char ts[TBX_TRACESTATE_MAX + 1];
 	const char *state = NULL;
 
 	*out = NULL;
 	*out_len = 0;
 	while ((r = tbx__hdrs_next(blob, len, &pos, &h)) == 1) {
 		cnt++;
+		if (!trace_hdr(h.name))
+			continue;
+		replaced = 1;
 		if (strcmp(h.name, "traceparent") == 0 && h.value &&
 		    tbx__traceparent_parse(h.value, h.len, &given) == 0)
 			has_given = 1;
 	}
 	if (r < 0)
 		return TBX_EINVAL;
-	/* Most messages have no header of their own: no allocation. */
+	if (!replaced) {
+		/* The common case, no trace header of the message's own: its
+		 * headers as they are, the stored context after them.  No
+		 * header is decoded again, no list built. */
+		out_ctx(t, parent, NULL, &ctx, &parent_id);
+		if (parent && parent->on)
+			state = parent->tracestate;
+		stored_len =
+		    tbx__stored_ctx_encode(&ctx,
+					   ctx.flags & TBX_TRACE_FLAG_SAMPLED
+					       ? (parent_id ? parent_id : root)
+					       : NULL,
+					   stored);
+		state_len = state ? strlen(state) : 0;
+		total = len + HDR_SIZE(sizeof(TBX_STORED_CTX_HDR), stored_len);
+		if (state_len)
+			total += HDR_SIZE(sizeof("tracestate"), state_len);
+		if (!(p = malloc(total)))
+			return TBX_ENOMEM;
+		*out = p;
+		if (len)
+			memcpy(p, blob, len);
+		p = hdr_write(p + len, TBX_STORED_CTX_HDR,
+			      sizeof(TBX_STORED_CTX_HDR), stored, stored_len);
+		if (state_len)
+			hdr_write(p, "tracestate", sizeof("tracestate"), state,
+				  state_len);
+		*out_len = total;
+		return TBX_OK;
+	}
+	ts[0] = '\0';
 	if (cnt + 2 <= sizeof(few) / sizeof(few[0]))
 		hdrs = few;
 	else if (!(hdrs = calloc(cnt + 2, sizeof(*hdrs))))
@@ -499,25 +630,9 @@ int tbx__trace_out(tbx__tracer_t *t, const tbx__msg_trace_t *parent,
 		}
 		hdrs[n++] = h;
 	}
-	if (has_given) {
-		memcpy(ctx.trace_id, given.trace_id, TBX_TRACE_ID_SIZE);
-		parent_id = given.span_id;
-		ctx.flags =
-		    tbx__sampler_decide(&t->sampler, given.trace_id, &given)
-			? TBX_TRACE_FLAG_SAMPLED
-			: 0;
-	} else if (parent && parent->on) {
-		memcpy(ctx.trace_id, parent->ctx.trace_id, TBX_TRACE_ID_SIZE);
-		parent_id = parent->ctx.span_id;
-		ctx.flags = parent->ctx.flags;
+	out_ctx(t, parent, has_given ? &given : NULL, &ctx, &parent_id);
+	if (!has_given && parent && parent->on)
 		state = parent->tracestate;
-	} else {
-		tbx__trace_id_new(ctx.trace_id);
-		ctx.flags = tbx__sampler_decide(&t->sampler, ctx.trace_id, NULL)
-				? TBX_TRACE_FLAG_SAMPLED
-				: 0;
-	}
-	tbx__span_id_new(ctx.span_id);
 	/* The context in binary (tracing.h, TBX_STORED_CTX_HDR): a sampled
 	 * one with the span that wrote it, the send span's parent. */
 	hdrs[n].name = TBX_STORED_CTX_HDR;
@@ -630,7 +745,7 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	const uint8_t *parent = NULL;
 	const char *ts = NULL;
 	int sampled;
-	char name[TBX_TOPIC_MAX + 16], state[TBX_TRACESTATE_MAX + 1] = "";
+	char name[TBX_TOPIC_MAX + 16], state[TBX_TRACESTATE_MAX + 1];
 	tbx__span_t *span;
 
 	if (!t || !blob)
@@ -674,23 +789,23 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	memcpy(ctx.trace_id, sc.ctx.trace_id, TBX_TRACE_ID_SIZE);
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
-	snprintf(name, sizeof(name), "send %s", topic);
+	span_name(name, sizeof(name), "send ", topic);
 	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx, parent,
 				   tbx__now_ns())))
 		return NULL;
 	if (ts &&
 	    tbx__tracestate_normalize(ts, ts_len, state, sizeof(state)) > 0)
 		tbx__span_set_tracestate(span, state);
-	tbx__attrs_str_static(&span->attrs, "messaging.system", "kafka", 5);
-	tbx__attrs_str_static(&span->attrs, "messaging.operation.type", "send",
-			      4);
-	tbx__attrs_str_static(&span->attrs, "messaging.operation.name", "send",
-			      4);
-	tbx__attrs_str_static(&span->attrs, "messaging.destination.name", topic,
-			      strlen(topic));
+	tbx__attrs_add_str_static(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.type",
+				  "send", 4);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.name",
+				  "send", 4);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.destination.name",
+				  topic, strlen(topic));
 	if (msg_id)
-		tbx__attrs_str_static(&span->attrs, "messaging.message.id",
-				      msg_id, strlen(msg_id));
+		tbx__attrs_add_str_static(&span->attrs, "messaging.message.id",
+					  msg_id, strlen(msg_id));
 	tbx__traceparent_format(&ctx, traceparent);
 	return span;
 }
@@ -707,16 +822,15 @@ void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,
 	if (err) {
 		tbx__span_set_status(span, TBX_SPAN_STATUS_ERROR,
 				     rd_kafka_err2str(err));
-		tbx__attrs_str_static(&span->attrs, "error.type",
-				      rd_kafka_err2name(err),
-				      strlen(rd_kafka_err2name(err)));
+		tbx__attrs_add_str_static(&span->attrs, "error.type",
+					  rd_kafka_err2name(err),
+					  strlen(rd_kafka_err2name(err)));
 	} else {
-		snprintf(part, sizeof(part), "%" PRId32, partition);
-		tbx__attrs_str_static(&span->attrs,
-				      "messaging.destination.partition.id",
-				      part, strlen(part));
-		tbx__attrs_int_static(&span->attrs, "messaging.kafka.offset",
-				      offset);
+		tbx__attrs_add_str_static(&span->attrs,
+					  "messaging.destination.partition.id",
+					  part, i32_text(partition, part));
+		tbx__attrs_add_int_static(&span->attrs,
+					  "messaging.kafka.offset", offset);
 	}
 	emit(t, span);
 }
@@ -762,6 +876,7 @@ void tbx__trace_rows_batch(tbx__tracer_t *t, const tbx__batch_t *batch,
 	/* Nothing is made when no row's message is sampled. */
 	if (n && (span = batch_span(t, batch->row_cnt, batch->began_ns,
 				    batch->phase_ns, origin))) {
+		tbx__span_reserve_links(span, n);
 		for (size_t i = 0; i < n; i++)
 			tbx__span_add_link(span, &links[i]);
 		emit(t, span);

@@ -479,6 +479,86 @@ Test(otlp_proto, many_spans_and_attributes_read_back_in_order)
 	free(big);
 }
 
+/* A span holds its first attributes and event and its short strings in
+ * place (span.h) and allocates past that room: what is set reads back
+ * the same on either side of it, keys set twice included, and freeing
+ * it frees what was allocated (ASan). */
+Test(otlp_proto, attributes_and_events_past_a_spans_own_room_read_back)
+{
+	enum { ATTRS = 40, EVENTS = 6, EV_ATTRS = 3 };
+	static char keys[ATTRS][16];
+	char name[400], vals[ATTRS][200], evname[EVENTS][300];
+	size_t lens[ATTRS];
+	tbx__trace_ctx_t c = ctx_of(0x07, 1);
+	tbx__pbuf_t buf = {0};
+	pbr_request_t r;
+	const pbr_span_t *rs;
+	tbx__span_t *s;
+
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0'; /* longer than the span's pool */
+	cr_assert(s = tbx__span_new(name, TBX_SPAN_KIND_CONSUMER, &c, NULL, 5));
+	s->end_ns = 9;
+	for (int k = 0; k < ATTRS; k++) {
+		snprintf(keys[k], sizeof(keys[k]), "k.%d", k);
+		lens[k] = (size_t)(k * 37) % 150;
+		memset(vals[k], 'a' + k % 26, lens[k]);
+		if (k % 2)
+			tbx__attrs_add_str_static(&s->attrs, keys[k], vals[k],
+						  lens[k]);
+		else
+			tbx__attrs_str(&s->attrs, keys[k], vals[k], lens[k]);
+	}
+	/* Set again: a short value for a long one and the other way. */
+	lens[3] = 180;
+	memset(vals[3], 'Z', lens[3]);
+	tbx__attrs_str_static(&s->attrs, keys[3], vals[3], lens[3]);
+	lens[37] = 2;
+	memcpy(vals[37], "yy", 2);
+	tbx__attrs_str(&s->attrs, keys[37], vals[37], lens[37]);
+	tbx__attrs_int(&s->attrs, keys[5], -5); /* a string made an int */
+	for (int e = 0; e < EVENTS; e++) {
+		tbx__span_event_t *ev;
+		size_t n = e == 2 ? 290 : 6;
+		memset(evname[e], 'e' + e, n);
+		evname[e][n] = '\0';
+		cr_assert(ev = tbx__span_add_event(s, evname[e], 100 + e));
+		for (int k = 0; k < EV_ATTRS; k++)
+			tbx__attrs_add_str_static(&ev->attrs, keys[k], vals[k],
+						  lens[k]);
+	}
+	tbx__otlp_resource_t res = {"svc", NULL};
+	proto_roundtrip(&s, 1, &res, &buf, &r);
+	rs = &r.spans[0];
+	cr_expect(pbr_eq(rs->name, name, strlen(name)));
+	cr_assert_eq(rs->attrs.n, ATTRS);
+	cr_expect_eq(rs->attrs.dropped, 0);
+	for (int k = 0; k < ATTRS; k++) {
+		const pbr_kv_t *kv = &rs->attrs.v[k];
+		cr_expect(pbr_eq(kv->key, keys[k], strlen(keys[k])),
+			  "key %d in order", k);
+		if (k == 5) {
+			cr_expect(kv->type == 3 && (int64_t)kv->u == -5);
+			continue;
+		}
+		cr_expect(kv->type == 1 && pbr_eq(kv->s, vals[k], lens[k]),
+			  "value %d", k);
+	}
+	cr_assert_eq(rs->n_events, EVENTS);
+	for (int e = 0; e < EVENTS; e++) {
+		cr_expect(
+		    pbr_eq(rs->events[e].name, evname[e], strlen(evname[e])));
+		cr_expect_eq(rs->events[e].time, 100u + (unsigned)e);
+		cr_assert_eq(rs->events[e].attrs.n, EV_ATTRS);
+		for (int k = 0; k < EV_ATTRS; k++)
+			cr_expect(pbr_eq(rs->events[e].attrs.v[k].s, vals[k],
+					 lens[k]));
+	}
+	pbr_request_free(&r);
+	tbx__pbuf_free(&buf);
+	tbx__span_free(s);
+}
+
 Test(otlp_proto, a_collectors_partial_success_is_read)
 {
 	/* partial_success (1) { rejected_spans (1) = 300,

@@ -35,22 +35,43 @@ static int unhex(const char *s, uint8_t *out, size_t n)
 	return 0;
 }
 
+/* Two hex digits per byte value: one lookup and a two-byte copy per
+ * byte, the digits of every traceparent sent. */
+static const char hex_pairs[256][2] = {
+#define D(x) (char)((x) < 10 ? '0' + (x) : 'a' + (x)-10)
+#define P(h, l)                                                                \
+	{                                                                      \
+		D(h), D(l)                                                     \
+	}
+#define R(h)                                                                   \
+	P(h, 0), P(h, 1), P(h, 2), P(h, 3), P(h, 4), P(h, 5), P(h, 6),         \
+	    P(h, 7), P(h, 8), P(h, 9), P(h, 10), P(h, 11), P(h, 12), P(h, 13), \
+	    P(h, 14), P(h, 15)
+    R(0), R(1), R(2),  R(3),  R(4),  R(5),  R(6),  R(7),
+    R(8), R(9), R(10), R(11), R(12), R(13), R(14), R(15),
+#undef R
+#undef P
+#undef D
+};
+
 void tbx__hex(const uint8_t *bytes, size_t n, char *out)
 {
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[bytes[i] >> 4];
-		out[2 * i + 1] = digits[bytes[i] & 0xf];
-	}
+	for (size_t i = 0; i < n; i++)
+		memcpy(out + 2 * i, hex_pairs[bytes[i]], 2);
 	out[2 * n] = '\0';
 }
 
 int tbx__id_is_zero(const uint8_t *id, size_t n)
 {
-	uint8_t any = 0;
+	uint64_t w, any = 0;
+	size_t i = 0;
 
-	for (size_t i = 0; i < n; i++)
+	/* Ids are 8 or 16 bytes: a word at a time. */
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, id + i, 8);
+		any |= w;
+	}
+	for (; i < n; i++)
 		any |= id[i];
 	return any == 0;
 }
@@ -359,25 +380,29 @@ static uint64_t rng_next(void)
 	return result;
 }
 
-static void random_bytes(uint8_t *out, size_t n)
-{
-	do {
-		for (size_t i = 0; i < n; i += 8) {
-			uint64_t v = rng_next();
-			size_t k = n - i < 8 ? n - i : 8;
-			memcpy(out + i, &v, k);
-		}
-	} while (tbx__id_is_zero(out, n));
-}
-
+/* W3C Trace Context asks ids to be random, not secret: a word of the
+ * generator per 8 bytes, drawn again in the unlikely case of all zero
+ * (an invalid id). */
 void tbx__trace_id_new(uint8_t id[TBX_TRACE_ID_SIZE])
 {
-	random_bytes(id, TBX_TRACE_ID_SIZE);
+	uint64_t a, b;
+
+	do {
+		a = rng_next();
+		b = rng_next();
+	} while (!(a | b));
+	memcpy(id, &a, 8);
+	memcpy(id + 8, &b, 8);
 }
 
 void tbx__span_id_new(uint8_t id[TBX_SPAN_ID_SIZE])
 {
-	random_bytes(id, TBX_SPAN_ID_SIZE);
+	uint64_t a;
+
+	do
+		a = rng_next();
+	while (!a);
+	memcpy(id, &a, 8);
 }
 
 /* 2^56: the rightmost 7 bytes of a trace id. */

@@ -48,10 +48,12 @@ typedef enum tbx__attr_type {
 
 typedef struct tbx__attr {
 	char *key;
-	size_t key_len; /* strlen(key): compared before the key's bytes */
-	int key_static; /* key is the caller's, not a copy: not freed */
+	uint32_t key_len;   /* strlen(key): compared before the key's bytes */
+	uint8_t key_static; /* key is the caller's, not a copy: not freed */
+	uint8_t val_pooled; /* v.s is in the span's pool: not freed */
 	tbx__attr_type_t type;
-	size_t len; /* TBX_ATTR_STRING: bytes of s, any bytes */
+	uint32_t len; /* TBX_ATTR_STRING: bytes of s (at most
+			 TBX_SPAN_VALUE_MAX), any bytes */
 	union {
 		char *s;
 		int64_t i;
@@ -59,16 +61,34 @@ typedef struct tbx__attr {
 	} v;
 } tbx__attr_t;
 
+/* A span's bytes for its short string values and names, filled in place
+ * instead of an allocation each; what does not fit is allocated. */
+#define TBX_SPAN_POOL_SIZE 256
+typedef struct tbx__span_pool {
+	size_t used;
+	char bytes[TBX_SPAN_POOL_SIZE];
+} tbx__span_pool_t;
+
 typedef struct tbx__attrs {
 	tbx__attr_t *v;
 	size_t n, cap;
-	uint32_t dropped; /* over TBX_SPAN_ATTRS_MAX, or out of memory */
+	uint32_t dropped;	/* over TBX_SPAN_ATTRS_MAX, or out of memory */
+	int v_inline;		/* v is an array of the span's own: not freed */
+	tbx__span_pool_t *pool; /* the span's pool; NULL: none */
 } tbx__attrs_t;
+
+/* Attributes and events a span holds in place, the most a worker's span
+ * sets (more are allocated). */
+#define TBX_SPAN_INLINE_ATTRS  12
+#define TBX_SPAN_INLINE_EVENTS 1
+#define TBX_EVENT_INLINE_ATTRS 1
 
 typedef struct tbx__span_event {
 	char *name;
 	uint64_t time_ns;
 	tbx__attrs_t attrs;
+	int in_span; /* one of the span's own slots: not freed */
+	tbx__attr_t attr_slots[TBX_EVENT_INLINE_ATTRS];
 } tbx__span_event_t;
 
 typedef struct tbx__span_link {
@@ -97,6 +117,11 @@ typedef struct tbx__span {
 	uint32_t dropped_links;
 	tbx__span_status_t status;
 	char *status_msg; /* NULL: none */
+	/* In place, not allocated one by one (span.c); not to be read. */
+	tbx__span_event_t *event_ptrs[TBX_SPAN_INLINE_EVENTS];
+	tbx__span_event_t event_slots[TBX_SPAN_INLINE_EVENTS];
+	tbx__attr_t attr_slots[TBX_SPAN_INLINE_ATTRS];
+	tbx__span_pool_t pool;
 } tbx__span_t;
 
 /** The wall clock in nanoseconds since the Unix epoch. */
@@ -138,6 +163,12 @@ void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val);
 void tbx__attrs_str_static(tbx__attrs_t *a, const char *key, const char *val,
 			   size_t len);
 void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val);
+/** As the _static setters, for a key not set yet (each of a fresh list's
+ *  distinct literal keys): appended without looking for it among the
+ *  keys set before, which the other setters do for every key. */
+void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
+			       const char *val, size_t len);
+void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key, int64_t val);
 void tbx__attrs_free(tbx__attrs_t *a);
 
 /** Adds an event; @returns it (owned by the span, valid until the span
@@ -148,5 +179,10 @@ tbx__span_event_t *tbx__span_add_event(tbx__span_t *span, const char *name,
  *  its attributes, or NULL when it was dropped. */
 tbx__span_link_t *tbx__span_add_link(tbx__span_t *span,
 				     const tbx__trace_ctx_t *ctx);
+/** Room for @p n links (at most TBX_SPAN_LINKS_MAX) in one allocation,
+ *  for a caller that knows how many it adds: a growing array of a batch's
+ *  links was reallocated again and again, large enough each time for
+ *  malloc to consolidate its free chunks.  Out of memory: no-op. */
+void tbx__span_reserve_links(tbx__span_t *span, size_t n);
 
 #endif
