@@ -665,3 +665,50 @@ Test(sweep_sets, status_check_flags_an_orphaned_set_registration_alone,
 		fx_env_close(&env);
 	}
 }
+
+/* A group whose only rows in the service store are batch rows
+ * (tbx_obatch: no tbx_outbox, tbx_ingress or tbx_dead_letters row of it)
+ * is served by the store: `status --check` judges its set registrations
+ * and flags an orphan, `orphans` lists it, and `cleanup` removes it,
+ * leaving the row's own attempt alone. */
+Test(sweep_sets, a_group_with_batch_rows_alone_is_judged, .timeout = 120)
+{
+	EACH_LAYOUT(one)
+	{
+		fx_env_t env;
+		attempt_t won, lost;
+		char row[TBX_UUID_LEN + 1];
+		cc_result_t res;
+
+		fx_env_open(&env, one);
+		fx_row(&env, row);
+		fx_mint(&env, row, 3, &won);
+		cr_assert_eq(fx_record(&env, row, &won), 1);
+		fx_mint(&env, row, 3, &lost);
+		res = FX_INSPECT(&env, "status", "--check");
+		cr_assert(cc_exited(res.status, 1),
+			  "layout %d: an orphan of a group with batch rows "
+			  "alone: %s%s",
+			  one, res.out, res.err);
+		cr_assert(strstr(res.out, "1 orphaned now"), "%s", res.out);
+		cc_result_free(&res);
+		res = FX_INSPECT(&env, "orphans", "--json");
+		cr_assert(cc_exited(res.status, 0), "%s%s", res.out, res.err);
+		cr_assert(strstr(res.out, lost.id), "%s", res.out);
+		cr_assert(strstr(res.out, "\"checked_groups\":\t[\"" GRP "\"]"),
+			  "%s", res.out);
+		cc_result_free(&res);
+		res = FX_INSPECT(&env, "cleanup");
+		cr_assert(cc_exited(res.status, 0), "%s%s", res.out, res.err);
+		cc_result_free(&res);
+		cr_assert_eq(fx_breg(&env, &lost), 0, "layout %d", one);
+		cr_assert_eq(fx_set_rows(&env, &lost), 0);
+		cr_assert_eq(fx_breg(&env, &won), 0, "the winner's alone");
+		cr_assert_eq(fx_set_rows(&env, &won), 4, "in flight: kept");
+		res = FX_INSPECT(&env, "status", "--check");
+		cr_assert(cc_exited(res.status, 0), "layout %d: %s%s", one,
+			  res.out, res.err);
+		cc_result_free(&res);
+		fx_env_close(&env);
+	}
+}
