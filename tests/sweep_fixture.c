@@ -15,46 +15,69 @@
 #include "store/pg.h"
 #include "support.h"
 
+int tt_sweep_stores_open(tt_sweep_env_t *env, char *err, size_t size)
+{
+	char url[2048];
+	int rc;
+
+	env->store = NULL;
+	env->tokens = NULL;
+	if (tt_pg_tier()) {
+		rc = tbx_outbox_pg_open(
+		    tt_store_url(env->s_desc, url, sizeof(url)),
+		    tt_store_schema(env->s_desc), NULL, &env->store, err, size);
+		if (!rc)
+			rc = tbx_tokens_pg_open(
+			    tt_store_url(env->t_desc, url, sizeof(url)),
+			    tt_store_schema(env->t_desc),
+			    env->one_file ? tbx_outbox_pg(env->store) : NULL,
+			    NULL, &env->tokens, err, size);
+	} else {
+		rc = tbx_outbox_open(env->s_desc, NULL, &env->store, err, size);
+		if (!rc)
+			rc = tbx_tokens_sqlite_open(
+			    env->t_desc, NULL,
+			    env->one_file ? tbx_outbox_db(env->store) : NULL,
+			    &env->tokens, err, size);
+	}
+	if (rc)
+		tt_sweep_stores_close(env);
+	return rc;
+}
+
+void tt_sweep_stores_close(tt_sweep_env_t *env)
+{
+	tbx_tokens_close(env->tokens);
+	env->tokens = NULL;
+	tbx_outbox_close(env->store);
+	env->store = NULL;
+}
+
 void tt_sweep_env_open(tt_sweep_env_t *env, const char *dir, const char *tag,
 		       int one_file, const char *topic,
 		       const char *const *groups)
 {
-	char err[512], url[2048], name[64];
+	char err[512], name[64];
 	int64_t since;
 
 	memset(env, 0, sizeof(*env));
 	tbx__log_setup(TBX_LOG_ERR - 1, "test");
 	env->own_dir = !dir;
 	env->dir = dir ? strdup(dir) : tt_tmpdir();
+	env->one_file = one_file;
 	cr_assert(env->dir);
 	if (tt_pg_tier()) {
 		snprintf(name, sizeof(name), "%s_s", tag);
 		env->s_desc = tt_store_new(env->dir, name);
 		snprintf(name, sizeof(name), "%s_t", tag);
 		env->t_desc = tt_tokens_new(env->dir, name, one_file);
-		cr_assert_eq(tbx_outbox_pg_open(
-				 tt_store_url(env->s_desc, url, sizeof(url)),
-				 tt_store_schema(env->s_desc), NULL,
-				 &env->store, err, sizeof(err)),
-			     TBX_OK, "%s", err);
-		cr_assert_eq(tbx_tokens_pg_open(
-				 tt_store_url(env->t_desc, url, sizeof(url)),
-				 tt_store_schema(env->t_desc),
-				 one_file ? tbx_outbox_pg(env->store) : NULL,
-				 NULL, &env->tokens, err, sizeof(err)),
-			     TBX_OK, "%s", err);
 	} else {
 		env->s_desc = tt_path(env->dir, one_file ? "all.db" : "s.db");
 		env->t_desc = tt_path(env->dir, one_file ? "all.db" : "t.db");
-		cr_assert_eq(tbx_outbox_open(env->s_desc, NULL, &env->store,
-					     err, sizeof(err)),
-			     TBX_OK, "%s", err);
-		cr_assert_eq(tbx_tokens_sqlite_open(
-				 env->t_desc, NULL,
-				 one_file ? tbx_outbox_db(env->store) : NULL,
-				 &env->tokens, err, sizeof(err)),
-			     TBX_OK, "%s", err);
 	}
+	err[0] = '\0';
+	cr_assert_eq(tt_sweep_stores_open(env, err, sizeof(err)), TBX_OK, "%s",
+		     err);
 	for (size_t i = 0; groups && groups[i]; i++)
 		cr_assert_eq(
 		    tbx_tokens_subscribe(env->tokens, topic, groups[i], &since),
@@ -65,8 +88,7 @@ void tt_sweep_env_close(tt_sweep_env_t *env)
 {
 	char sql[160];
 
-	tbx_tokens_close(env->tokens);
-	tbx_outbox_close(env->store);
+	tt_sweep_stores_close(env);
 	if (tt_pg_tier()) {
 		snprintf(sql, sizeof(sql), "DROP SCHEMA \"%s\" CASCADE",
 			 tt_store_schema(env->s_desc));

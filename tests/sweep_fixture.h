@@ -8,6 +8,7 @@
 #ifndef TBX_TESTS_SWEEP_FIXTURE_H
 #define TBX_TESTS_SWEEP_FIXTURE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/ids.h"
@@ -18,6 +19,7 @@
 typedef struct tt_sweep_env {
 	char *dir; /* owned when tt_sweep_env_open() was given none */
 	int own_dir;
+	int one_file; /* T in S's file (pg tier: through S's connection) */
 	tbx_outbox_t *store;
 	tbx_tokens_t *tokens;
 	char *s_desc, *t_desc; /* "pg:SCHEMA" / "pg2:SCHEMA" (hop.h), or
@@ -35,6 +37,13 @@ void tt_sweep_env_open(tt_sweep_env_t *env, const char *dir, const char *tag,
 /** Closes both stores, drops the pg tier's schemas, removes an owned
  *  directory. */
 void tt_sweep_env_close(tt_sweep_env_t *env);
+
+/** Opens @p env's stores again, as tt_sweep_env_open() did, without
+ *  asserting (for a child process).  @returns a TBX_E* code, the reason
+ *  in @p err. */
+int tt_sweep_stores_open(tt_sweep_env_t *env, char *err, size_t size);
+/** Closes @p env's stores, keeping their files or schemas. */
+void tt_sweep_stores_close(tt_sweep_env_t *env);
 
 /** Runs @p sql (no result) on the store @p desc: the file (opened for
  *  writing, unlike tt_count()), or the schema. */
