@@ -36,6 +36,7 @@
 
 enum {
 	R_GROUPS,
+	R_GROUPS_BATCH,
 	R_ROWS_SUMMARY,
 	R_ROWS_LIST,
 	R_ROWS_COUNT,
@@ -69,6 +70,11 @@ static const char *const rsql[R__COUNT] = {
     [R_GROUPS] = "SELECT grp FROM @S.tbx_outbox UNION SELECT grp FROM "
 		 "@S.tbx_ingress WHERE next_offset >= 0 UNION SELECT grp FROM "
 		 "@S.tbx_dead_letters ORDER BY 1",
+    /* Version 4 on: a group with batch rows alone is served too. */
+    [R_GROUPS_BATCH] = "SELECT grp FROM @S.tbx_outbox UNION SELECT grp FROM "
+		       "@S.tbx_ingress WHERE next_offset >= 0 UNION SELECT "
+		       "grp FROM @S.tbx_dead_letters UNION SELECT grp FROM "
+		       "@S.tbx_obatch ORDER BY 1",
     [R_ROWS_SUMMARY] = "SELECT grp, count(*) FILTER (WHERE attempt IS "
 		       "NULL), count(*) FILTER (WHERE attempt IS NOT NULL), "
 		       "count(*) FILTER (WHERE created_ms <= $1), count(*) "
@@ -288,7 +294,11 @@ const char *tbx__pgo_errmsg(tbx_outbox_t *base)
 
 int tbx__pgo_groups(tbx_outbox_t *base, tbx__str_fn fn, void *opaque)
 {
-	return each(ps(base), R_GROUPS, NULL, str_row, (any_fn)fn, opaque);
+	/* Opened read-only, a schema keeps its version: before 4, no batch
+	 * rows. */
+	return each(ps(base),
+		    ps(base)->version >= 4 ? R_GROUPS_BATCH : R_GROUPS, NULL,
+		    str_row, (any_fn)fn, opaque);
 }
 
 int tbx__pgo_rows_summary(tbx_outbox_t *base, int64_t created_max,

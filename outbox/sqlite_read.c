@@ -41,6 +41,7 @@ enum {
 	R_END,
 	R_SCHEMA,
 	R_GROUPS,
+	R_GROUPS_BATCH,
 	R_ROWS_SUMMARY,
 	R_ROWS_LIST,
 	R_ROWS_COUNT,
@@ -78,6 +79,10 @@ static const char *const rsql[R__COUNT] = {
     [R_GROUPS] = "SELECT grp FROM tbx_outbox UNION SELECT grp FROM "
 		 "tbx_ingress UNION SELECT grp FROM tbx_dead_letters ORDER BY "
 		 "1",
+    /* Schema 12 on: a group with batch rows alone is served too. */
+    [R_GROUPS_BATCH] = "SELECT grp FROM tbx_outbox UNION SELECT grp FROM "
+		       "tbx_ingress UNION SELECT grp FROM tbx_dead_letters "
+		       "UNION SELECT grp FROM tbx_obatch ORDER BY 1",
     [R_ROWS_SUMMARY] = "SELECT grp, sum(attempt IS NULL), sum(attempt IS NOT "
 		       "NULL), sum(created_ms <= ?1), sum(stuck_ms IS NOT "
 		       "NULL), min(created_ms) FROM tbx_outbox GROUP BY grp "
@@ -234,8 +239,16 @@ int tbx__sq_groups(tbx_outbox_t *base, tbx__str_fn fn, void *opaque)
 {
 	sq_store_t *store = sq(base);
 	sqlite3_stmt *stmt;
+	int version, err;
 
-	PREPARE(stmt, store, R_GROUPS);
+	/* Opened read-only, a file keeps its schema: before 12, no batch
+	 * rows. */
+	if ((err = tbx__sq_schema(base, &version)))
+		return err;
+	if (version >= 12)
+		PREPARE(stmt, store, R_GROUPS_BATCH);
+	else
+		PREPARE(stmt, store, R_GROUPS);
 	return tbx__db_each(stmt, tbx__db_str_row, (tbx__any_fn)fn, opaque);
 }
 

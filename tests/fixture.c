@@ -68,6 +68,62 @@ void tt_env_publish(const tt_env_t *e, const char *topic, const char *type,
 	tbx_publisher_destroy(pub);
 }
 
+void tt_hop_env_start(tt_hop_env_t *f, int parts)
+{
+	char err[256];
+
+	memset(f, 0, sizeof(*f));
+	f->dir = tt_tmpdir();
+	f->store = tt_store_new(f->dir, "s1");
+	f->tokens = tt_tokens_new(f->dir, "tokens", 0);
+	f->c = tt_cluster_new(1);
+	tt_cluster_topic(f->c, "in", parts);
+	tt_subscribe(f->tokens, "in", "g1");
+	tt_hop_table(f->store, "hop1");
+	f->hop.table = "hop1";
+	f->w = tbx_worker_new(
+	    tt_conf(f->c->bootstraps, "g1", f->store, f->tokens, NULL), err,
+	    sizeof(err));
+	cr_assert(f->w, "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(f->w, "in", "Ping", tt_hop_handle, &f->hop),
+	    TBX_OK);
+}
+
+void tt_hop_env_stop(tt_hop_env_t *f)
+{
+	tbx_worker_destroy(f->w);
+	tt_cluster_destroy(f->c);
+	tt_rmrf(f->dir);
+	free(f->dir);
+	free(f->tokens);
+	free(f->store);
+}
+
+typedef struct drained {
+	tbx_worker_t *w;
+	uint64_t records;
+} drained_t;
+
+/* The worker has consumed every record it was to. */
+static int consumed_all(void *opaque)
+{
+	drained_t *d = opaque;
+	tbx_stats_t st;
+
+	tbx_worker_stats(d->w, &st);
+	return st.consumed >= d->records;
+}
+
+void tt_drain(tbx_worker_t **w, uint64_t records)
+{
+	drained_t d = {*w, records};
+
+	cr_assert(tt_drive(w, 1, consumed_all, &d, 5, 60),
+		  "the worker did not consume %llu records",
+		  (unsigned long long)records);
+}
+
 int tt_reached(void *opaque)
 {
 	tt_want_t *w = opaque;

@@ -45,6 +45,25 @@ void tt_env_fini(tt_env_t *e);
 void tt_env_publish(const tt_env_t *e, const char *topic, const char *type,
 		    const char *const *payloads, size_t cnt);
 
+/** A worker of group g1 handling type Ping of topic "in" with
+ *  tt_hop_handle() into table hop1 of its store, in a new directory: the
+ *  stores of tt_store_new() and tt_tokens_new() (files, or in the pg tier
+ *  schemas apart), g1 subscribed to "in", and a cluster where "in" has
+ *  @p parts partitions.  The worker has not polled yet. */
+typedef struct tt_hop_env {
+	char *dir, *tokens, *store;
+	tt_cluster_t *c;
+	tbx_worker_t *w;
+	tt_hop_t hop;
+} tt_hop_env_t;
+
+void tt_hop_env_start(tt_hop_env_t *f, int parts);
+void tt_hop_env_stop(tt_hop_env_t *f);
+
+/** Polls the worker *@p w until it has consumed @p records records in
+ *  all (its stats' `consumed`); fails the test after a minute. */
+void tt_drain(tbx_worker_t **w, uint64_t records);
+
 /** A tt_drive() condition: tt_count(db, sql) >= n. */
 typedef struct tt_want {
 	const char *db, *sql;

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include "cli_child.h"
+#include "fixture.h"
 #include "support.h"
 
 #define WAIT_MS (10000 * cc_time_factor())
@@ -190,20 +191,6 @@ Test(cli_send, help_exits_0, .timeout = 60)
 	cc_result_free(&res);
 }
 
-typedef struct drained {
-	tbx_worker_t *w;
-	uint64_t records;
-} drained_t;
-
-static int consumed_all(void *opaque)
-{
-	drained_t *d = opaque;
-	tbx_stats_t st;
-
-	tbx_worker_stats(d->w, &st);
-	return st.consumed >= d->records;
-}
-
 /* Three `tokenbox send` processes, one after the other, send order-1: the
  * second as it was (natural duplicate: not sent again), the third changed
  * (synthetic duplicate: refused).  One effect downstream. */
@@ -274,8 +261,7 @@ Test(cli_send, a_caller_id_resent_by_another_send_takes_effect_once,
 	cnt = tt_read_topic(c->bootstraps, "in", &recs);
 	cr_assert_eq(cnt, 1, "one record for order-1");
 	tt_records_free(recs, cnt);
-	drained_t d = {w, 1};
-	cr_assert(tt_drive(&w, 1, consumed_all, &d, 5, 60));
+	tt_drain(&w, 1);
 	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1"), 1,
 		     "one effect downstream");
 	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1 WHERE "
@@ -388,8 +374,7 @@ Test(cli_send, a_send_killed_in_flight_is_resent_with_its_token, .timeout = 240)
 		cr_assert_str_eq(recs[i].token, recs[0].token);
 	}
 	tt_records_free(recs, cnt);
-	drained_t d = {w, cnt};
-	cr_assert(tt_drive(&w, 1, consumed_all, &d, 5, 60));
+	tt_drain(&w, cnt);
 	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1"), 1,
 		     "one effect downstream");
 	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);

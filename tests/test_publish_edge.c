@@ -10,46 +10,10 @@
 #include <sqlite3.h>
 #include <string.h>
 
+#include "fixture.h"
 #include "support.h"
 
-typedef struct fixture {
-	char *dir, *tokens, *store;
-	tt_cluster_t *c;
-	tbx_worker_t *w;
-	tt_hop_t hop;
-} fixture_t;
-
-static void fx_start(fixture_t *f)
-{
-	char err[256];
-
-	memset(f, 0, sizeof(*f));
-	f->dir = tt_tmpdir();
-	f->tokens = tt_path(f->dir, "tokens.db");
-	f->store = tt_path(f->dir, "s1.db");
-	f->c = tt_cluster_new(1);
-	tt_cluster_topic(f->c, "in", 1);
-	tt_subscribe(f->tokens, "in", "g1");
-	tt_hop_table(f->store, "hop1");
-	f->hop.table = "hop1";
-	f->w = tbx_worker_new(
-	    tt_conf(f->c->bootstraps, "g1", f->store, f->tokens, NULL), err,
-	    sizeof(err));
-	cr_assert(f->w, "%s", err);
-	cr_assert_eq(
-	    tbx_worker_register(f->w, "in", "Ping", tt_hop_handle, &f->hop),
-	    TBX_OK);
-}
-
-static void fx_stop(fixture_t *f)
-{
-	tbx_worker_destroy(f->w);
-	tt_cluster_destroy(f->c);
-	tt_rmrf(f->dir);
-	free(f->dir);
-	free(f->tokens);
-	free(f->store);
-}
+typedef tt_hop_env_t fixture_t;
 
 static tbx_publisher_t *publisher(const fixture_t *f)
 {
@@ -88,30 +52,6 @@ static int send_one(tbx_publisher_t *pub, const char *caller_id,
 	return err;
 }
 
-typedef struct drained {
-	tbx_worker_t *w;
-	uint64_t records;
-} drained_t;
-
-/* The worker has consumed every record of the topic. */
-static int consumed_all(void *opaque)
-{
-	drained_t *d = opaque;
-	tbx_stats_t st;
-
-	tbx_worker_stats(d->w, &st);
-	return st.consumed >= d->records;
-}
-
-static void drain(fixture_t *f, uint64_t records)
-{
-	drained_t d = {f->w, records};
-
-	cr_assert(tt_drive(&f->w, 1, consumed_all, &d, 5, 60),
-		  "the worker did not consume %llu records",
-		  (unsigned long long)records);
-}
-
 static size_t records_in(const fixture_t *f)
 {
 	tt_record_t *recs;
@@ -128,13 +68,13 @@ Test(edge, a_caller_id_resent_after_a_restart_takes_effect_once, .timeout = 180)
 	tbx_publisher_stats_t st;
 	int outcome;
 
-	fx_start(&f);
+	tt_hop_env_start(&f, 1);
 	cr_assert_eq(tbx_worker_poll(f.w, 0, NULL), TBX_OK); /* subscribed */
 	pub = publisher(&f);
 	cr_assert_eq(send_one(pub, "order-17", "{\"n\":17}", &outcome), TBX_OK);
 	cr_assert_eq(outcome, TBX_OUTCOME_SENT);
 	tbx_publisher_destroy(pub);
-	drain(&f, 1);
+	tt_drain(&f.w, 1);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1);
 
 	/* The publisher restarted; its caller sends the same order again. */
@@ -148,11 +88,11 @@ Test(edge, a_caller_id_resent_after_a_restart_takes_effect_once, .timeout = 180)
 	cr_assert_eq(records_in(&f), 1,
 		     "a natural duplicate is not "
 		     "published again");
-	drain(&f, 1);
+	tt_drain(&f.w, 1);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1,
 		     "one effect downstream");
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(edge, an_undelivered_caller_id_is_resent_with_its_id_and_token,
@@ -165,7 +105,7 @@ Test(edge, an_undelivered_caller_id_is_resent_with_its_id_and_token,
 	int outcome;
 	char token[64];
 
-	fx_start(&f);
+	tt_hop_env_start(&f, 1);
 	cr_assert_eq(tbx_worker_poll(f.w, 0, NULL), TBX_OK);
 	/* The first publisher mints, fails to deliver and goes away. */
 	pub = publisher(&f);
@@ -210,10 +150,10 @@ Test(edge, an_undelivered_caller_id_is_resent_with_its_id_and_token,
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_edge WHERE "
 					"delivered = 1"),
 		     1);
-	drain(&f, 1);
+	tt_drain(&f.w, 1);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(edge, a_caller_id_with_another_payload_is_refused, .timeout = 180)
@@ -224,7 +164,7 @@ Test(edge, a_caller_id_with_another_payload_is_refused, .timeout = 180)
 	int outcome;
 	size_t failed;
 
-	fx_start(&f);
+	tt_hop_env_start(&f, 1);
 	cr_assert_eq(tbx_worker_poll(f.w, 0, NULL), TBX_OK);
 	pub = publisher(&f);
 	cr_assert_eq(send_one(pub, "order-9", "nine", &outcome), TBX_OK);
@@ -264,12 +204,12 @@ Test(edge, a_caller_id_with_another_payload_is_refused, .timeout = 180)
 		     1);
 
 	cr_assert_eq(records_in(&f), 3, "order-9 once, order-10, order-11");
-	drain(&f, 3);
+	tt_drain(&f.w, 3);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 3);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1 WHERE "
 				       "payload = 'NINE'"),
 		     0, "zero effects of the refused message");
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(edge, ids_past_the_window_are_new_and_swept, .timeout = 120)
@@ -278,7 +218,7 @@ Test(edge, ids_past_the_window_are_new_and_swept, .timeout = 120)
 	tbx_publisher_t *pub;
 	int outcome;
 
-	fx_start(&f);
+	tt_hop_env_start(&f, 1);
 	pub = publisher(&f);
 	cr_assert_eq(send_one(pub, "a", "one", &outcome), TBX_OK);
 	cr_assert_eq(send_one(pub, "b", "two", &outcome), TBX_OK);
@@ -302,7 +242,7 @@ Test(edge, ids_past_the_window_are_new_and_swept, .timeout = 120)
 	cr_assert_eq(outcome, TBX_OUTCOME_SENT);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_edge"), 2);
 	tbx_publisher_destroy(pub);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(edge, bad_caller_ids_are_refused, .timeout = 60)
@@ -312,7 +252,7 @@ Test(edge, bad_caller_ids_are_refused, .timeout = 60)
 	char big[TBX_CALLER_ID_MAX + 2];
 	tbx_out_t out = {.topic = "in", .type = "Ping"};
 
-	fx_start(&f);
+	tt_hop_env_start(&f, 1);
 	pub = publisher(&f);
 	memset(big, 'x', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
@@ -323,5 +263,5 @@ Test(edge, bad_caller_ids_are_refused, .timeout = 60)
 	big[TBX_CALLER_ID_MAX] = '\0';
 	cr_assert_eq(tbx_publish_id(pub, &out, big), TBX_OK);
 	tbx_publisher_destroy(pub);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }

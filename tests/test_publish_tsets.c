@@ -18,48 +18,17 @@
 #include "cli_child.h"
 #include "hop.h"
 #include "store/db.h"
+#include "fixture.h"
 #include "support.h"
 
 #define PARTS 3
 
-typedef struct fixture {
-	char *dir, *tokens, *store;
-	tt_cluster_t *c;
-	tbx_worker_t *w;
-	tt_hop_t hop;
-} fixture_t;
+typedef tt_hop_env_t fixture_t;
 
 static void fx_start(fixture_t *f)
 {
-	char err[256];
-
-	memset(f, 0, sizeof(*f));
-	f->dir = tt_tmpdir();
-	f->store = tt_store_new(f->dir, "s1");
-	f->tokens = tt_tokens_new(f->dir, "tokens", 0);
-	f->c = tt_cluster_new(1);
-	tt_cluster_topic(f->c, "in", PARTS);
-	tt_subscribe(f->tokens, "in", "g1");
-	tt_hop_table(f->store, "hop1");
-	f->hop.table = "hop1";
-	f->w = tbx_worker_new(
-	    tt_conf(f->c->bootstraps, "g1", f->store, f->tokens, NULL), err,
-	    sizeof(err));
-	cr_assert(f->w, "%s", err);
-	cr_assert_eq(
-	    tbx_worker_register(f->w, "in", "Ping", tt_hop_handle, &f->hop),
-	    TBX_OK);
+	tt_hop_env_start(f, PARTS);
 	cr_assert_eq(tbx_worker_poll(f->w, 0, NULL), TBX_OK); /* subscribed */
-}
-
-static void fx_stop(fixture_t *f)
-{
-	tbx_worker_destroy(f->w);
-	tt_cluster_destroy(f->c);
-	tt_rmrf(f->dir);
-	free(f->dir);
-	free(f->tokens);
-	free(f->store);
 }
 
 /* A publisher minting @p format ("set" or "message"), with
@@ -108,29 +77,6 @@ static void queue_n(tbx_publisher_t *pub, int n, const char *caller_id)
 	out.payload_len = strlen(payload);
 	cr_assert_eq(tbx_publish_id(pub, &out, caller_id), TBX_OK, "%s",
 		     tbx_publisher_errstr(pub));
-}
-
-typedef struct drained {
-	tbx_worker_t *w;
-	uint64_t records;
-} drained_t;
-
-static int consumed_all(void *opaque)
-{
-	drained_t *d = opaque;
-	tbx_stats_t st;
-
-	tbx_worker_stats(d->w, &st);
-	return st.consumed >= d->records;
-}
-
-static void drain(fixture_t *f, uint64_t records)
-{
-	drained_t d = {f->w, records};
-
-	cr_assert(tt_drive(&f->w, 1, consumed_all, &d, 5, 60),
-		  "the worker did not consume %llu records",
-		  (unsigned long long)records);
 }
 
 /* The value of header @p name of @p r as a string, or "" without it. */
@@ -275,7 +221,7 @@ Test(publish_tsets, a_flush_in_sets_is_handled_once_and_consumed,
 	    tt_count(f.tokens, "SELECT COALESCE(SUM(nbits), 0) FROM tbx_tset"),
 	    N, "a bit per message");
 
-	drain(&f, N);
+	tt_drain(&f.w, N);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), N,
 		     "every message handled once");
 	cr_assert_eq(
@@ -283,7 +229,7 @@ Test(publish_tsets, a_flush_in_sets_is_handled_once_and_consumed,
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0,
 		     "the sets consumed");
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(publish_tsets, a_natural_duplicate_goes_again_with_its_set_and_is_dropped,
@@ -326,11 +272,11 @@ Test(publish_tsets, a_natural_duplicate_goes_again_with_its_set_and_is_dropped,
 	cr_assert_eq(a.seq, b.seq, "the original's tbx-seq");
 	tt_records_free(recs, cnt);
 
-	drain(&f, 2);
+	tt_drain(&f.w, 2);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1,
 		     "the copy dropped by the receiver");
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 /* A token store of schema 13, its edge entry minted with a per-message
@@ -374,10 +320,10 @@ Test(publish_tsets, an_entry_of_schema_13_is_resent_with_its_token,
 	cr_assert_str_eq(recs[0].token, recs[1].token, "the original's token");
 	cr_assert_str_eq(recs[0].id, recs[1].id);
 	tt_records_free(recs, cnt);
-	drain(&f, 2);
+	tt_drain(&f.w, 2);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(publish_tsets, a_synthetic_duplicate_is_refused, .timeout = 180)
@@ -406,14 +352,14 @@ Test(publish_tsets, a_synthetic_duplicate_is_refused, .timeout = 180)
 	cr_assert_eq(tbx_publisher_outcome(pub, 1, NULL), TBX_OUTCOME_SENT);
 	tbx_publisher_destroy(pub);
 
-	drain(&f, 2);
+	tt_drain(&f.w, 2);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 2);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1 WHERE "
 				       "payload = 'NINE'"),
 		     0, "zero effects of the refused message");
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0,
 		     "no bit minted for the refused message");
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(publish_tsets, a_flush_retried_after_a_failed_dispatch_keeps_its_sets,
@@ -432,7 +378,7 @@ Test(publish_tsets, a_flush_retried_after_a_failed_dispatch_keeps_its_sets,
 	queue_n(pub, N, NULL);
 	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
 		     tbx_publisher_errstr(pub));
-	drain(&f, 1);
+	tt_drain(&f.w, 1);
 	for (int n = 0; n < N; n++)
 		queue_n(pub, n, NULL);
 	/* Every produce request refused, for good: the flush fails after
@@ -465,10 +411,10 @@ Test(publish_tsets, a_flush_retried_after_a_failed_dispatch_keeps_its_sets,
 				     w.tset);
 	}
 	tt_records_free(recs, cnt);
-	drain(&f, N + 1);
+	tt_drain(&f.w, N + 1);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), N + 1);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(publish_tsets, a_partition_count_not_learnt_fails_the_flush,
@@ -501,10 +447,10 @@ Test(publish_tsets, a_partition_count_not_learnt_fails_the_flush,
 	cr_assert_eq(tbx_publisher_flush(pub, &failed), TBX_OK, "%s",
 		     tbx_publisher_errstr(pub));
 	tbx_publisher_destroy(pub);
-	drain(&f, 1);
+	tt_drain(&f.w, 1);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(publish_tsets, both_formats_interleaved_on_one_topic_are_handled_once,
@@ -544,7 +490,7 @@ Test(publish_tsets, both_formats_interleaved_on_one_topic_are_handled_once,
 	cr_assert_eq(sets, ROUNDS / 2 * PER);
 	cr_assert_eq(tokens, ROUNDS / 2 * PER);
 
-	drain(&f, ROUNDS * PER);
+	tt_drain(&f.w, ROUNDS * PER);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"),
 		     ROUNDS * PER);
 	cr_assert_eq(
@@ -552,7 +498,7 @@ Test(publish_tsets, both_formats_interleaved_on_one_topic_are_handled_once,
 	    ROUNDS * PER);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 /* tokenbox send with -X tokens.format=set: every line handled once. */
@@ -595,7 +541,7 @@ Test(publish_tsets, tokenbox_send_in_sets_is_handled_once, .timeout = 180)
 		wire_of(&recs[i], &w);
 	}
 	tt_records_free(recs, cnt);
-	drain(&f, 4);
+	tt_drain(&f.w, 4);
 	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 4);
 	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0);
 
@@ -617,7 +563,7 @@ Test(publish_tsets, tokenbox_send_in_sets_is_handled_once, .timeout = 180)
 		  res.err);
 	cr_assert(strstr(res.err, "tokens.format"), "%s", res.err);
 	cc_result_free(&res);
-	fx_stop(&f);
+	tt_hop_env_stop(&f);
 }
 
 Test(publish_tsets, an_unknown_format_is_refused, .timeout = 30)

@@ -8,14 +8,12 @@
  * the tier's server, apart (two connections) or joined (one).
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
-#include <sqlite3.h>
 
 #include "base/ids.h"
 #include "base/log.h"
@@ -23,6 +21,7 @@
 #include "outbox/outbox.h"
 #include "store/pg.h"
 #include "support.h"
+#include "sweep_fixture.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
 
@@ -32,12 +31,7 @@
 
 static char dir[64];
 
-typedef struct fx_env {
-	tbx_outbox_t *store;
-	tbx_tokens_t *tokens;
-	char *s_desc, *t_desc; /* "pg:SCHEMA" / "pg2:SCHEMA" (hop.h), or
-				  the files' paths */
-} fx_env_t;
+typedef tt_sweep_env_t fx_env_t;
 
 static void fx_setup(void)
 {
@@ -48,103 +42,15 @@ static void fx_setup(void)
 
 static void fx_teardown(void)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char p[512];
-
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		unlink(p);
-	}
-	closedir(d);
-	rmdir(dir);
-}
-
-static const char *fx_path(const char *name)
-{
-	static char buf[4][512];
-	static int slot;
-	char *p = buf[slot++ & 3];
-
-	snprintf(p, sizeof(buf[0]), "%s/%s", dir, name);
-	return p;
+	tt_rmrf(dir);
 }
 
 /* S and T in two files, or in one file sharing S's connection; in the pg
  * tier two schemas, through two connections or S's one. */
 static void fx_env_open(fx_env_t *env, int one_file)
 {
-	char err[512], url[2048];
-	int64_t since;
-
-	memset(env, 0, sizeof(*env));
-	if (tt_pg_tier()) {
-		env->s_desc = tt_store_new(dir, "sweep_s");
-		env->t_desc = tt_tokens_new(dir, "sweep_t", one_file);
-		cr_assert_eq(tbx_outbox_pg_open(
-				 tt_store_url(env->s_desc, url, sizeof(url)),
-				 tt_store_schema(env->s_desc), NULL,
-				 &env->store, err, sizeof(err)),
-			     TBX_OK, "%s", err);
-		cr_assert_eq(tbx_tokens_pg_open(
-				 tt_store_url(env->t_desc, url, sizeof(url)),
-				 tt_store_schema(env->t_desc),
-				 one_file ? tbx_outbox_pg(env->store) : NULL,
-				 NULL, &env->tokens, err, sizeof(err)),
-			     TBX_OK, "%s", err);
-	} else {
-		env->s_desc = strdup(fx_path(one_file ? "all.db" : "s.db"));
-		env->t_desc = strdup(fx_path(one_file ? "all.db" : "t.db"));
-		cr_assert_eq(tbx_outbox_open(env->s_desc, NULL, &env->store,
-					     err, sizeof(err)),
-			     TBX_OK, "%s", err);
-		cr_assert_eq(tbx_tokens_sqlite_open(
-				 env->t_desc, NULL,
-				 one_file ? tbx_outbox_db(env->store) : NULL,
-				 &env->tokens, err, sizeof(err)),
-			     TBX_OK, "%s", err);
-	}
-	cr_assert_eq(tbx_tokens_subscribe(env->tokens, OUT, DOWN, &since),
-		     TBX_OK);
-}
-
-static void fx_env_close(fx_env_t *env)
-{
-	char sql[160];
-
-	tbx_tokens_close(env->tokens);
-	tbx_outbox_close(env->store);
-	if (tt_pg_tier()) {
-		snprintf(sql, sizeof(sql), "DROP SCHEMA \"%s\" CASCADE",
-			 tt_store_schema(env->s_desc));
-		tt_count(env->s_desc, sql);
-		snprintf(sql, sizeof(sql),
-			 "DROP SCHEMA IF EXISTS \"%s\" CASCADE",
-			 tt_store_schema(env->t_desc));
-		tt_count(env->s_desc, sql);
-	}
-	free(env->s_desc);
-	free(env->t_desc);
-}
-
-/* Runs @p sql (no result) on the token store: the file, or the schema. */
-static void fx_t_exec(fx_env_t *env, const char *sql)
-{
-	sqlite3 *db;
-
-	if (tt_pg_tier()) {
-		tt_count(env->t_desc, sql);
-		return;
-	}
-	cr_assert_eq(sqlite3_open(env->t_desc, &db), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s",
-		     sql);
-	sqlite3_close(db);
+	tt_sweep_env_open(env, dir, "sweep", one_file, OUT,
+			  (const char *const[]){DOWN, NULL});
 }
 
 /* A: a PROCESSED row of @p n outgoing messages. */
@@ -264,7 +170,7 @@ Test(sweep, winner_registration_is_removed_and_its_tokens_kept)
 	cr_assert_eq(fx_regs(&env, GRP), 0);
 	cr_assert_eq(fx_tokens_left(&env, &won), 2, "in flight: kept");
 	tbx__row_clear(&won);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, loser_attempt_tokens_are_swept)
@@ -291,7 +197,7 @@ Test(sweep, loser_attempt_tokens_are_swept)
 	cr_assert_eq(fx_regs(&env, GRP), 0);
 	tbx__row_clear(&won);
 	tbx__row_clear(&lost);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, orphan_without_an_outbox_row_is_swept)
@@ -309,7 +215,7 @@ Test(sweep, orphan_without_an_outbox_row_is_swept)
 	cr_assert_eq(fx_tokens_left(&env, &orphan), 0);
 	cr_assert_eq(fx_regs(&env, GRP), 0);
 	tbx__row_clear(&orphan);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, attempt_of_a_row_without_attempt_is_left_in_flight)
@@ -330,7 +236,7 @@ Test(sweep, attempt_of_a_row_without_attempt_is_left_in_flight)
 	/* It may still win. */
 	cr_assert_eq(fx_record(&env, &minted), 1);
 	tbx__row_clear(&minted);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 /*
@@ -482,7 +388,7 @@ Test(sweep, registration_confirmed_after_the_sweeper_read_it_keeps_its_tokens)
 	cr_assert_eq(fx_tokens_left(&env, &winner), 2,
 		     "dispatched messages keep their tokens");
 	tbx__row_clear(&winner);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, only_the_groups_own_registrations_are_swept)
@@ -512,7 +418,7 @@ Test(sweep, only_the_groups_own_registrations_are_swept)
 	cr_assert_eq(fx_regs(&env, "g9"), 1);
 	cr_assert_eq(fx_tokens_left(&env, &other), 1);
 	tbx__row_clear(&other);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, sweep_is_bounded_and_takes_the_oldest_first)
@@ -534,7 +440,7 @@ Test(sweep, sweep_is_bounded_and_takes_the_oldest_first)
 			 "UPDATE tbx_registrations SET created_ms = %d WHERE "
 			 "msg_id = 'm%d'",
 			 3 - i, i);
-		fx_t_exec(&env, sql);
+		tt_store_exec(env.t_desc, sql);
 	}
 	st = fx_sweep(&env, 2);
 	cr_assert_eq(st.examined, 2);
@@ -547,7 +453,7 @@ Test(sweep, sweep_is_bounded_and_takes_the_oldest_first)
 	cr_assert_eq(fx_regs(&env, GRP), 0);
 	for (int i = 0; i < 3; i++)
 		tbx__row_clear(&orphans[i]);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, works_when_both_stores_share_one_file)
@@ -575,7 +481,7 @@ Test(sweep, works_when_both_stores_share_one_file)
 	tbx__row_clear(&won);
 	tbx__row_clear(&lost);
 	tbx__row_clear(&pending);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, nothing_to_sweep_is_a_clean_pass)
@@ -587,7 +493,7 @@ Test(sweep, nothing_to_sweep_is_a_clean_pass)
 	st = fx_sweep(&env, 100);
 	cr_assert_eq(st.examined, 0);
 	cr_assert_eq(st.winners + st.orphans + st.in_flight, 0);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 Test(sweep, stats_are_zeroed_even_when_the_sweep_fails)
@@ -603,7 +509,7 @@ Test(sweep, stats_are_zeroed_even_when_the_sweep_fails)
 	cr_assert_eq(st.tokens_deleted, 0);
 	cr_assert_eq(tbx_tokens_sweep(env.tokens, env.store, GRP, 10, NULL),
 		     TBX_OK);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 /* More attempts in flight than one pass takes must not hide the orphans
@@ -646,7 +552,7 @@ Test(sweep, orphans_behind_a_full_pass_of_attempts_in_flight_are_reached)
 	cr_assert_eq(st.orphans, 2);
 	cr_assert(!cursor.valid, "a short pass reached the end");
 	cr_assert_eq(fx_regs(&env, GRP), 3);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 /* ---- the rows of a pass in one read ---------------------------------- */
@@ -798,7 +704,7 @@ Test(sweep, a_pass_reads_the_rows_of_its_registrations_at_once)
 	tbx__row_clear(&orphan);
 	tbx__row_clear(&flight);
 	tbx__row_clear(&won2);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 /*
@@ -895,7 +801,7 @@ Test(sweep, a_pass_of_several_reads_judges_every_registration, .timeout = 300)
 	cr_assert_eq(left, (int64_t)want_left);
 	for (size_t i = 0; i < N; i++)
 		tbx__row_clear(&rows[i]);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }
 
 /* The winner of m2 and the attempt in flight of m3 finish while the pass
@@ -962,5 +868,5 @@ Test(sweep, rows_that_move_on_during_the_pass_keep_their_tokens)
 	tbx__row_clear(&orphan);
 	tbx__row_clear(&winner);
 	tbx__row_clear(&flight);
-	fx_env_close(&env);
+	tt_sweep_env_close(&env);
 }

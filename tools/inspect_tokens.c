@@ -11,8 +11,8 @@
  * is read through the stores' interfaces.
  *
  * A registration is judged against the service store only when that store
- * is its sending group's: a group with rows there (outbox, ingress
- * offsets, dead letters), or one named with --group.  Against another
+ * is its sending group's: a group with rows there (outbox, batch rows,
+ * ingress offsets, dead letters), or one named with --group.  Against another
  * group's store every registration would look like "no row", and a drop
  * would take the tokens of attempts still in flight.
  */
