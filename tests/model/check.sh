@@ -116,8 +116,14 @@ while read -r name flag expect file; do
 	cp "$here/$file" "$dir/"
 	if [ "$flag" = - ]; then flag=; else flag=${flag//,/ }; fi
 	t0=$(date +%s)
+	# A case expected to fail stops at its first violation (at most
+	# ~130 k states here): its pan is compiled without optimisation,
+	# which takes a fifth of the CPU time of -O2 (~0.5 s against ~2.3 s
+	# for tokenbox.pml) and searches as fast for so few states.  The
+	# search, and so what it checks, is the same at any -O level.
+	if [ "$expect" = fail ]; then opt=-O0; else opt=-O2; fi
 	if ! (cd "$dir" && spin -a $flag "$file" >spin.log 2>&1 &&
-	      gcc -w -O2 -DSAFETY -DCOLLAPSE -o pan pan.c >gcc.log 2>&1); then
+	      gcc -w $opt -DSAFETY -DCOLLAPSE -o pan pan.c >gcc.log 2>&1); then
 		echo "FAIL  $name: spin/gcc failed"; cat "$dir"/*.log; bad=$((bad + 1)); continue
 	fi
 	(cd "$dir" && timeout "$case_limit" ./pan -m100000 >pan.log 2>&1)
