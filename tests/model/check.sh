@@ -127,12 +127,19 @@ while read -r name flag expect file; do
 	# the CPU time of -O2 (~0.5 s against ~2.3 s for tokenbox.pml), more
 	# than the slower search costs.  The search, and so what a case
 	# checks, is the same at any -O level.
-	if grep -Eq -- "$big" <<<"$name"; then opt=-O2; else opt=-O0; fi
+	# The big ones also get a hash table of 2^26 slots (-w26, 512 MB)
+	# instead of pan's 2^24: for the 26.6 M states of "correct", a fifth
+	# of the hash conflicts and 13% less CPU time, the same states stored.
+	if grep -Eq -- "$big" <<<"$name"; then
+		opt=-O2 hash=-w26
+	else
+		opt=-O0 hash=
+	fi
 	if ! (cd "$dir" && spin -a $flag "$file" >spin.log 2>&1 &&
 	      gcc -w $opt -DSAFETY -DCOLLAPSE -o pan pan.c >gcc.log 2>&1); then
 		echo "FAIL  $name: spin/gcc failed"; cat "$dir"/*.log; bad=$((bad + 1)); continue
 	fi
-	(cd "$dir" && timeout "$case_limit" ./pan -m100000 >pan.log 2>&1)
+	(cd "$dir" && timeout "$case_limit" ./pan -m100000 $hash >pan.log 2>&1)
 	rc=$?
 	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$dir/pan.log" | head -n1)
 	what=$(grep -m1 -E '^pan:1:|max search depth too small|out of memory' "$dir/pan.log")
