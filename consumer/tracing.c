@@ -855,23 +855,27 @@ static int stored_writer(const tbx__outmsg_t *m, tbx__trace_ctx_t *ctx)
 void tbx__trace_rows_batch(tbx__tracer_t *t, const tbx__batch_t *batch,
 			   const char *origin)
 {
-	tbx__trace_ctx_t *links;
+	tbx__trace_ctx_t *links = NULL, ctx;
 	tbx__span_t *span;
 	size_t n = 0;
 
 	if (!t || !batch->row_cnt)
 		return;
-	if (!(links = calloc(batch->row_cnt, sizeof(*links))))
-		return;
 	/* A row's messages were all written by its record's process span:
-	 * one link per row, to the first sampled message's writer. */
+	 * one link per row, to the first sampled message's writer. The
+	 * links are allocated at the first sampled row only, for the rows
+	 * left, so a batch with nothing sampled allocates nothing. */
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		const tbx__row_t *row = &batch->rows[i].row;
-		for (size_t j = 0; j < row->msg_cnt; j++)
-			if (stored_writer(&row->msgs[j], &links[n]) == 0) {
-				n++;
-				break;
-			}
+		for (size_t j = 0; j < row->msg_cnt; j++) {
+			if (stored_writer(&row->msgs[j], &ctx) != 0)
+				continue;
+			if (!links && !(links = calloc(batch->row_cnt - i,
+						       sizeof(*links))))
+				return;
+			links[n++] = ctx;
+			break;
+		}
 	}
 	/* Nothing is made when no row's message is sampled. */
 	if (n && (span = batch_span(t, batch->row_cnt, batch->began_ns,
