@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "cli_child.h"
 #include "fixture.h"
+#include "outbox/outbox.h"
 
 /* ---- in process ---------------------------------------------------- */
 
@@ -316,4 +318,54 @@ void tt_pg_schema(char *out, size_t size, const char *tag)
 	static unsigned n;
 
 	snprintf(out, size, "t_%s_%ld_%u", tag, (long)getpid(), ++n);
+}
+
+/* ---- a store behind the backend's back ------------------------------ */
+
+tbx_outbox_t *tt_outbox_open(const char *store)
+{
+	tbx__db_opts_t opts;
+	tbx_outbox_t *out = NULL;
+	char err[512], url[2048];
+
+	tbx__db_opts_init(&opts);
+	if (tt_store_is_pg(store))
+		cr_assert_eq(
+		    tbx_outbox_pg_open(tt_store_url(store, url, sizeof(url)),
+				       tt_store_schema(store), &opts, &out, err,
+				       sizeof(err)),
+		    TBX_OK, "%s: %s", store, err);
+	else
+		cr_assert_eq(
+		    tbx_outbox_open(store, &opts, &out, err, sizeof(err)),
+		    TBX_OK, "%s", err);
+	return out;
+}
+
+int tt_store_sql_try(const char *store, const char *sql, const char *pg_sql)
+{
+	int rc;
+
+	if (tt_store_is_pg(store)) {
+		PGconn *c = PQconnectdb(tt_pg_url());
+		char set[160];
+		PGresult *r;
+
+		cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s",
+			     PQerrorMessage(c));
+		snprintf(set, sizeof(set), "SET search_path TO \"%s\"",
+			 tt_store_schema(store));
+		PQclear(PQexec(c, set));
+		r = PQexec(c, pg_sql ? pg_sql : sql);
+		rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
+		PQclear(r);
+		PQfinish(c);
+		return rc;
+	}
+	sqlite3 *db;
+
+	cr_assert_eq(sqlite3_open(store, &db), SQLITE_OK);
+	rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+	sqlite3_close(db);
+	return rc;
 }

@@ -22,6 +22,17 @@ const char *tt_pg_url(void);
 /** A schema name no other test of this run uses: "t_<tag>_<pid>_<n>". */
 void tt_pg_schema(char *out, size_t size, const char *tag);
 
+/* ---- a store behind the backend's back ------------------------------ */
+
+struct tbx_outbox;
+/** Opens (creating it) the service store @p store names, a file or a
+ *  "pg:SCHEMA" descriptor (hop.h); the test fails when it cannot. */
+struct tbx_outbox *tt_outbox_open(const char *store);
+/** Runs @p sql (SQLite's dialect) or @p pg_sql (PostgreSQL's; NULL: the
+ *  same) on @p store over a connection of its own.  @returns 0 when it
+ *  ran, -1 when the store refused it (a constraint). */
+int tt_store_sql_try(const char *store, const char *sql, const char *pg_sql);
+
 /* ---- in process ---------------------------------------------------- */
 
 /** A temporary directory with up to three service stores and a token

@@ -26,35 +26,12 @@ typedef struct fx {
 	tbx_outbox_t *store;
 } fx_t;
 
-/* Opens the store @p path names, creating it. */
-static tbx_outbox_t *store_open(const char *path)
-{
-	tbx__db_opts_t opts;
-	tbx_outbox_t *store = NULL;
-	char err[512], url[2048];
-
-	tbx__db_opts_init(&opts);
-	if (tt_store_is_pg(path))
-		cr_assert_eq(
-		    tbx_outbox_pg_open(tt_store_url(path, url, sizeof(url)),
-				       tt_store_schema(path), &opts, &store,
-				       err, sizeof(err)),
-		    TBX_OK, "%s: %s", path, err);
-	else
-		cr_assert_eq(
-		    tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
-		    TBX_OK, "%s", err);
-	return store;
-}
-
 static void fx_open(fx_t *fx)
 {
 	fx->dir = tt_tmpdir();
 	fx->path = tt_store_new(fx->dir, "s");
-	fx->store = store_open(fx->path);
+	fx->store = tt_outbox_open(fx->path);
 }
-
-static int raw_try(const char *path, const char *sql, const char *pg_sql);
 
 static void fx_close(fx_t *fx)
 {
@@ -64,47 +41,17 @@ static void fx_close(fx_t *fx)
 
 		snprintf(drop, sizeof(drop), "DROP SCHEMA \"%s\" CASCADE",
 			 tt_store_schema(fx->path));
-		cr_assert_eq(raw_try(fx->path, drop, NULL), 0, "%s", drop);
+		cr_assert_eq(tt_store_sql_try(fx->path, drop, NULL), 0, "%s",
+			     drop);
 	}
 	tt_rmrf(fx->dir);
 	free(fx->dir);
 	free(fx->path);
 }
 
-/* Runs @p sql (SQLite's dialect) or @p pg_sql (PostgreSQL's, NULL: the
- * same) on the store behind the backend's back.  @returns 0 when it ran,
- * -1 when the store refused it (a constraint). */
-static int raw_try(const char *path, const char *sql, const char *pg_sql)
-{
-	int rc;
-
-	if (tt_store_is_pg(path)) {
-		PGconn *c = PQconnectdb(tt_pg_url());
-		char set[160];
-		PGresult *r;
-
-		cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s",
-			     PQerrorMessage(c));
-		snprintf(set, sizeof(set), "SET search_path TO \"%s\"",
-			 tt_store_schema(path));
-		PQclear(PQexec(c, set));
-		r = PQexec(c, pg_sql ? pg_sql : sql);
-		rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
-		PQclear(r);
-		PQfinish(c);
-		return rc;
-	}
-	sqlite3 *db;
-
-	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
-	sqlite3_close(db);
-	return rc;
-}
-
 static void raw(const char *path, const char *sql, const char *pg_sql)
 {
-	cr_assert_eq(raw_try(path, sql, pg_sql), 0, "%s",
+	cr_assert_eq(tt_store_sql_try(path, sql, pg_sql), 0, "%s",
 		     pg_sql && tt_store_is_pg(path) ? pg_sql : sql);
 }
 
@@ -361,7 +308,8 @@ Test(obatch, the_table_ties_attempt_and_sequence)
 	fx_t fx;
 
 	fx_open(&fx);
-	cr_assert_eq(raw_try(fx.path,
+	cr_assert_eq(
+	    tt_store_sql_try(fx.path,
 			     "INSERT INTO tbx_obatch (grp, row_id, attempt, "
 			     "mint_seq, tokfmt, created_ms, cover, wire) "
 			     "VALUES ('g', 'r', 'a', NULL, 2, 0, x'00', "
@@ -370,8 +318,9 @@ Test(obatch, the_table_ties_attempt_and_sequence)
 			     "mint_seq, tokfmt, created_ms, cover, wire) "
 			     "VALUES ('g', 'r', 'a', NULL, 2, 0, '\\x00', "
 			     "'\\x00')"),
-		     -1);
-	cr_assert_eq(raw_try(fx.path,
+	    -1);
+	cr_assert_eq(
+	    tt_store_sql_try(fx.path,
 			     "INSERT INTO tbx_obatch (grp, row_id, attempt, "
 			     "mint_seq, tokfmt, created_ms, cover, wire) "
 			     "VALUES ('g', 'r', NULL, 5, 2, 0, x'00', x'00')",
@@ -379,7 +328,7 @@ Test(obatch, the_table_ties_attempt_and_sequence)
 			     "mint_seq, tokfmt, created_ms, cover, wire) "
 			     "VALUES ('g', 'r', NULL, 5, 2, 0, '\\x00', "
 			     "'\\x00')"),
-		     -1);
+	    -1);
 	/* The statement itself is well formed: both tied, it runs. */
 	raw(fx.path,
 	    "INSERT INTO tbx_obatch (grp, row_id, attempt, mint_seq, tokfmt, "
@@ -768,7 +717,7 @@ Test(obatch, concurrent_bumps_of_one_partition_all_count)
 	memset(b, 0, sizeof(b));
 	memset(seen, 0, sizeof(seen));
 	for (int t = 0; t < BUMPERS; t++)
-		b[t].store = store_open(fx.path);
+		b[t].store = tt_outbox_open(fx.path);
 	for (int t = 0; t < BUMPERS; t++)
 		cr_assert_eq(pthread_create(&th[t], NULL, bump_rounds, &b[t]),
 			     0);

@@ -28,59 +28,17 @@ typedef struct fx {
 	tbx__resume_mem_t *mem;
 } fx_t;
 
-static tbx_outbox_t *store_open(const char *path)
-{
-	tbx__db_opts_t opts;
-	tbx_outbox_t *store = NULL;
-	char err[512], url[2048];
-
-	tbx__db_opts_init(&opts);
-	if (tt_store_is_pg(path))
-		cr_assert_eq(
-		    tbx_outbox_pg_open(tt_store_url(path, url, sizeof(url)),
-				       tt_store_schema(path), &opts, &store,
-				       err, sizeof(err)),
-		    TBX_OK, "%s: %s", path, err);
-	else
-		cr_assert_eq(
-		    tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
-		    TBX_OK, "%s", err);
-	return store;
-}
-
 /* Runs @p sql on the store behind the backend's back. */
 static void raw(const char *path, const char *sql)
 {
-	if (tt_store_is_pg(path)) {
-		PGconn *c = PQconnectdb(tt_pg_url());
-		char set[160];
-		PGresult *r;
-
-		cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s",
-			     PQerrorMessage(c));
-		snprintf(set, sizeof(set), "SET search_path TO \"%s\"",
-			 tt_store_schema(path));
-		PQclear(PQexec(c, set));
-		r = PQexec(c, sql);
-		cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s: %s", sql,
-			     PQresultErrorMessage(r));
-		PQclear(r);
-		PQfinish(c);
-		return;
-	}
-	sqlite3 *db;
-
-	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s",
-		     sql);
-	sqlite3_close(db);
+	cr_assert_eq(tt_store_sql_try(path, sql, NULL), 0, "%s", sql);
 }
 
 static void fx_open(fx_t *fx)
 {
 	fx->dir = tt_tmpdir();
 	fx->path = tt_store_new(fx->dir, "s");
-	fx->store = store_open(fx->path);
+	fx->store = tt_outbox_open(fx->path);
 	cr_assert_eq(tbx__resume_mem_new(GRP, &fx->mem), TBX_OK);
 }
 
@@ -430,7 +388,7 @@ Test(resume_mem, another_workers_bump_asks_for_a_reload)
 		theirs.row.cover = theirs.cover.p;
 		theirs.row.cover_len = theirs.cover.len;
 	}
-	zombie = store_open(fx.path);
+	zombie = tt_outbox_open(fx.path);
 	commit_row(zombie, GRP, &theirs, NULL);
 	tbx_outbox_close(zombie);
 
@@ -554,7 +512,7 @@ Test(resume_mem, own_rows_enter_and_leave_without_a_reload)
 	 * unknown after it, until a reload finds both rows. */
 	{
 		char sets2[NPART][TBX_UUID_LEN + 1];
-		tbx_outbox_t *zombie = store_open(fx.path);
+		tbx_outbox_t *zombie = tt_outbox_open(fx.path);
 
 		sets_make(sets2);
 		brow_make(&c, 3, 80, sets);
