@@ -101,6 +101,15 @@ tbx__tracer_t *tbx__tracer_new_sink(const char *group, tbx__span_sink_fn *sink,
 	return t;
 }
 
+/* A new span: from the exporter's free list when it has one. */
+static tbx__span_t *span_new(tbx__tracer_t *t, const char *name,
+			     tbx__span_kind_t kind, const tbx__trace_ctx_t *ctx,
+			     const uint8_t *parent_id, uint64_t start_ns)
+{
+	return tbx__exporter_span_new(t ? t->exp : NULL, name, kind, ctx,
+				      parent_id, start_ns);
+}
+
 /* A finished span to the sink or the exporter, which frees it. */
 static void emit(tbx__tracer_t *t, tbx__span_t *span)
 {
@@ -379,11 +388,11 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 	if (tr->ctx.flags & TBX_TRACE_FLAG_SAMPLED) {
 		now = tbx__now_ns();
 		span_name(name, sizeof(name), "process ", msg->topic);
-		span = tbx__span_new(
-		    name, TBX_SPAN_KIND_CONSUMER, &tr->ctx,
-		    tbx__id_is_zero(tr->parent, TBX_SPAN_ID_SIZE) ? NULL
-								  : tr->parent,
-		    tr->start_ns);
+		span = span_new(t, name, TBX_SPAN_KIND_CONSUMER, &tr->ctx,
+				tbx__id_is_zero(tr->parent, TBX_SPAN_ID_SIZE)
+				    ? NULL
+				    : tr->parent,
+				tr->start_ns);
 		if (span) {
 			tbx__span_set_tracestate(span, tr->tracestate);
 			msg_attrs(&span->attrs, t, msg);
@@ -452,8 +461,8 @@ static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
 	tbx__trace_id_new(ctx.trace_id);
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
-	if (!(span = tbx__span_new("process batch", TBX_SPAN_KIND_CONSUMER,
-				   &ctx, NULL, began_ns)))
+	if (!(span = span_new(t, "process batch", TBX_SPAN_KIND_CONSUMER, &ctx,
+			      NULL, began_ns)))
 		return NULL;
 	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
@@ -790,8 +799,8 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	span_name(name, sizeof(name), "send ", topic);
-	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx, parent,
-				   tbx__now_ns())))
+	if (!(span = span_new(t, name, TBX_SPAN_KIND_PRODUCER, &ctx, parent,
+			      tbx__now_ns())))
 		return NULL;
 	if (ts &&
 	    tbx__tracestate_normalize(ts, ts_len, state, sizeof(state)) > 0)

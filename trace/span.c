@@ -50,28 +50,22 @@ static int in_pool(const tbx__span_pool_t *pool, const char *p)
 	return x >= a && x < a + TBX_SPAN_POOL_SIZE;
 }
 
-tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
-			   const tbx__trace_ctx_t *ctx,
-			   const uint8_t *parent_id, uint64_t start_ns)
+tbx__span_t *tbx__span_init(tbx__span_t *span, const char *name,
+			    tbx__span_kind_t kind, const tbx__trace_ctx_t *ctx,
+			    const uint8_t *parent_id, uint64_t start_ns)
 {
 	/* Only the fields before the slots are cleared: the slots and the
 	 * pool are set as they are used. */
-	tbx__span_t *span = malloc(sizeof(*span));
 	uint8_t pooled;
 
-	if (!span)
-		return NULL;
 	memset(span, 0, offsetof(tbx__span_t, event_ptrs));
 	span->pool.used = 0;
 	span->attrs.v = span->attr_slots;
 	span->attrs.cap = TBX_SPAN_INLINE_ATTRS;
 	span->attrs.v_inline = 1;
 	span->attrs.pool = &span->pool;
-	if (!(span->name =
-		  pool_copy(&span->pool, name, strlen(name), &pooled))) {
-		free(span);
+	if (!(span->name = pool_copy(&span->pool, name, strlen(name), &pooled)))
 		return NULL;
-	}
 	memcpy(span->trace_id, ctx->trace_id, TBX_TRACE_ID_SIZE);
 	memcpy(span->span_id, ctx->span_id, TBX_SPAN_ID_SIZE);
 	if (parent_id)
@@ -80,6 +74,20 @@ tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
 	span->kind = kind;
 	span->start_ns = start_ns;
 	span->end_ns = start_ns;
+	return span;
+}
+
+tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
+			   const tbx__trace_ctx_t *ctx,
+			   const uint8_t *parent_id, uint64_t start_ns)
+{
+	tbx__span_t *span = malloc(sizeof(*span));
+
+	if (span &&
+	    !tbx__span_init(span, name, kind, ctx, parent_id, start_ns)) {
+		free(span);
+		return NULL;
+	}
 	return span;
 }
 
@@ -100,10 +108,8 @@ void tbx__attrs_free(tbx__attrs_t *a)
 	memset(a, 0, sizeof(*a));
 }
 
-void tbx__span_free(tbx__span_t *span)
+void tbx__span_clear(tbx__span_t *span)
 {
-	if (!span)
-		return;
 	for (size_t i = 0; i < span->n_events; i++) {
 		tbx__span_event_t *ev = span->events[i];
 		if (!in_pool(&span->pool, ev->name))
@@ -125,6 +131,13 @@ void tbx__span_free(tbx__span_t *span)
 	free(span->status_msg);
 	if (!in_pool(&span->pool, span->name))
 		free(span->name);
+}
+
+void tbx__span_free(tbx__span_t *span)
+{
+	if (!span)
+		return;
+	tbx__span_clear(span);
 	free(span);
 }
 

@@ -139,6 +139,18 @@ tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
 			   const uint8_t *parent_id, uint64_t start_ns);
 /** Frees @p span and all it holds.  NULL: no-op. */
 void tbx__span_free(tbx__span_t *span);
+/**
+ * As tbx__span_new(), in @p span, memory of sizeof(tbx__span_t) the
+ * caller gives (a span cleared by tbx__span_clear(), or fresh memory):
+ * the exporter's free list reuses spans this way (export.h).
+ * @returns @p span, or NULL when out of memory (nothing is held then).
+ */
+tbx__span_t *tbx__span_init(tbx__span_t *span, const char *name,
+			    tbx__span_kind_t kind, const tbx__trace_ctx_t *ctx,
+			    const uint8_t *parent_id, uint64_t start_ns);
+/** Frees all @p span holds but its own memory, which is then for
+ *  tbx__span_init() (or free()) only. */
+void tbx__span_clear(tbx__span_t *span);
 
 /** Keeps a copy of @p tracestate (a normalised value,
  *  tbx__tracestate_normalize(); "" or NULL: none). */
