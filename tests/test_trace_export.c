@@ -1132,32 +1132,71 @@ Test(exporter, spans_sent_come_back_for_reuse_cleared, .timeout = 120)
 	collector_stop(&c);
 }
 
-Test(exporter, the_free_list_keeps_at_most_a_batch, .timeout = 120)
+static tbx__span_t *a_plain_span(tbx__exporter_t *e)
+{
+	tbx__trace_ctx_t c;
+	tbx__span_t *s;
+
+	tbx__trace_id_new(c.trace_id);
+	tbx__span_id_new(c.span_id);
+	c.flags = 1;
+	cr_assert(s = tbx__exporter_span_new(e, "s", TBX_SPAN_KIND_INTERNAL, &c,
+					     NULL, 1));
+	s->end_ns = 2;
+	return s;
+}
+
+Test(exporter, spans_listed_and_held_stay_within_the_queues_bound,
+     .timeout = 120)
 {
 	collector_t c;
 	tbx__otel_conf_t conf;
 	tbx__exporter_t *e;
 	tbx__exporter_stats_t st;
+	tbx__span_t *mine[40];
 	char err[256];
-	uint64_t want = 120, batch = 40;
-	void *args[2] = {NULL, &want};
+	uint64_t sent = 0, queue = 40;
+	void *args[2] = {NULL, &sent};
 
 	collector_start(&c, 200, "");
-	conf = conf_for(c.port, 4096, batch, 10000);
+	conf = conf_for(c.port, queue, 20, 10000);
 	conf.delay_ms = 3600000; /* sent when kicked */
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
 		  err);
 	args[0] = e;
-	for (uint64_t i = 0; i < want; i++)
+	/* A full queue, sent: every span comes back. */
+	for (uint64_t i = 0; i < queue; i++)
 		cr_assert_eq(tbx__exporter_enqueue(e, a_full_span(e, (int)i)),
 			     0);
 	tbx__exporter_kick(e);
+	sent += queue;
 	cr_assert(wait_for(exported_all, args, 60), "not all exported");
-	args[1] = &batch;
-	cr_assert(wait_for(free_list_holds, args, 60));
 	tbx__exporter_stats(e, &st);
-	cr_expect_eq(st.free_spans, batch, "the rest were freed");
-	cr_expect_eq(collector_spans(&c), want);
+	cr_expect_eq(st.free_spans, queue);
+	/* The caller takes them all and keeps them; a full queue of others
+	 * is sent and comes back. */
+	for (uint64_t i = 0; i < queue; i++)
+		mine[i] = a_plain_span(e);
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, 0);
+	cr_expect_eq(st.reused, queue);
+	for (uint64_t i = 0; i < queue; i++)
+		cr_assert_eq(tbx__exporter_enqueue(e, a_plain_span(e)), 0);
+	tbx__exporter_kick(e);
+	sent += queue;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, queue);
+	/* The caller's come back to a list already at the bound: freed. */
+	for (uint64_t i = 0; i < queue; i++)
+		cr_assert_eq(tbx__exporter_enqueue(e, mine[i]), 0);
+	tbx__exporter_kick(e);
+	sent += queue;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, queue, "the list stays at the bound");
+	cr_expect_eq(st.exported, 3 * queue);
+	cr_expect_eq(collector_spans(&c), 3 * queue);
 	tbx__exporter_destroy(e, 5000);
 	collector_stop(&c);
 }

@@ -14,8 +14,9 @@
  * makes spans.  A span freed on another thread than the one that
  * allocated it never returns to that thread's malloc cache: each new
  * span cost a malloc of some 500 instructions, each free as many on
- * the exporter's thread.  The list holds at most free_max spans (the
- * batch size: a request's spans all come back), the rest are freed.
+ * the exporter's thread.  The spans on the list and those held are at
+ * most queue_max (what the queue alone bounded before): a request's spans
+ * that do not fit are freed.
  * Under AddressSanitizer a span on the list is poisoned but for its
  * link, so that a use after its hand-over is still caught.
  */
@@ -300,10 +301,10 @@ struct tbx__exporter {
 	size_t held;		  /* queued + taken, not yet sent */
 	int kick, stop;
 	int64_t deadline_ms; /* stop: the flush ends then (monotonic) */
-	/* Spans sent, cleared, for tbx__exporter_span_new(): a stack of at
-	 * most free_max, linked by their next. */
+	/* Spans sent, cleared, for tbx__exporter_span_new(): a stack
+	 * linked by their next; with the spans held, at most queue_max. */
 	tbx__span_t *free_head;
-	size_t free_n, free_max;
+	size_t free_n;
 	uint64_t reused; /* spans taken from it */
 
 	/* Counters: atomics, read without the lock. */
@@ -428,36 +429,28 @@ static uint64_t rejected_of(const tbx__jbuf_t *resp,
  * many as it has room for; frees the rest. */
 static void recycle(tbx__exporter_t *e, tbx__span_t **spans, size_t n)
 {
-	tbx__span_t *head = NULL, *tail = NULL;
-	size_t room, k = 0;
+	size_t keep = 0, alive;
 
+	/* Cleared outside the lock; under it, as many as fit pushed at
+	 * once.  The spans held (these @p n among them, until the caller
+	 * counts them sent) and those on the list stay within queue_max,
+	 * as the spans held alone did before there was a list. */
+	for (size_t i = 0; i < n; i++)
+		tbx__span_clear(spans[i]);
 	pthread_mutex_lock(&e->lock);
-	room = e->free_max - e->free_n;
-	pthread_mutex_unlock(&e->lock);
-	/* Cleared outside the lock, linked into a chain pushed at once; a
-	 * span the list has no room for is freed (the room only grows
-	 * meanwhile: other threads only take from the list). */
-	for (size_t i = 0; i < n; i++) {
-		tbx__span_t *s = spans[i];
-		if (k == room) {
-			tbx__span_free(s);
-			continue;
-		}
-		tbx__span_clear(s);
-		s->next = head;
-		if (!head)
-			tail = s;
-		head = s;
-		SPAN_POISON(s);
-		k++;
+	alive = e->held - n + e->free_n;
+	if (alive < e->conf.queue_max)
+		keep = e->conf.queue_max - alive < n ? e->conf.queue_max - alive
+						     : n;
+	for (size_t i = 0; i < keep; i++) {
+		spans[i]->next = e->free_head;
+		e->free_head = spans[i];
+		SPAN_POISON(spans[i]);
 	}
-	if (!head)
-		return;
-	pthread_mutex_lock(&e->lock);
-	tail->next = e->free_head;
-	e->free_head = head;
-	e->free_n += k;
+	e->free_n += keep;
 	pthread_mutex_unlock(&e->lock);
+	for (size_t i = keep; i < n; i++)
+		free(spans[i]); /* cleared above */
 }
 
 /* Sends @p n spans in one request; hands them back (recycle()). */
@@ -616,7 +609,6 @@ tbx__exporter_t *tbx__exporter_new(const tbx__otel_conf_t *conf,
 		return NULL;
 	}
 	e->conf = *conf;
-	e->free_max = conf->batch_max;
 	if (resource_attrs) {
 		for (size_t i = 0; i < resource_attrs->n; i++) {
 			const tbx__attr_t *a = &resource_attrs->v[i];

@@ -110,8 +110,9 @@ tbx__exporter_t *tbx__exporter_new(const tbx__otel_conf_t *conf,
  * A new span, as tbx__span_new(), in the memory of a span @p e sent
  * before when it holds one (its free list), else allocated: in the
  * steady state no span is allocated.  The spans sent are handed back
- * to that list, at most batch_max of them (the rest are freed): spans
- * in memory are then at most queue_max + batch_max.  NULL @p e:
+ * to that list, as many as keep the spans held and listed within
+ * queue_max (the rest are freed): the exporter keeps no more spans in
+ * memory than its queue's bound.  NULL @p e:
  * tbx__span_new().  The caller owns the span as one of tbx__span_new().
  * @returns the span, or NULL when out of memory.
  */
