@@ -1073,7 +1073,9 @@ Test(exporter, spans_sent_come_back_for_reuse_cleared, .timeout = 120)
 	void *args[2] = {NULL, &sent};
 
 	collector_start(&c, 200, "");
-	conf = conf_for(c.port, 4096, 50, 10000);
+	/* Sent when kicked only: the counts are read between the sends. */
+	conf = conf_for(c.port, 4096, 2 * want, 10000);
+	conf.delay_ms = 3600000;
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
 		  err);
 	args[0] = e;
@@ -1159,8 +1161,10 @@ Test(exporter, spans_listed_and_held_stay_within_the_queues_bound,
 	void *args[2] = {NULL, &sent};
 
 	collector_start(&c, 200, "");
-	conf = conf_for(c.port, queue, 20, 10000);
-	conf.delay_ms = 3600000; /* sent when kicked */
+	/* Sent when kicked or full, once all are queued: no span sent and
+	 * come back is taken again while a round is queued. */
+	conf = conf_for(c.port, queue, queue, 10000);
+	conf.delay_ms = 3600000;
 	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
 		  err);
 	args[0] = e;
