@@ -268,15 +268,58 @@ void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val)
 	attr_int(a, key, 1, 0, val);
 }
 
-void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
-			       const char *val, size_t len)
+/* The next slot of @p a for a key not set yet, when it has one in place
+ * (no growing, under the bound); NULL: not. */
+static inline tbx__attr_t *attr_next(tbx__attrs_t *a, const char *key,
+				     size_t key_len)
 {
+	tbx__attr_t *at;
+
+	if (a->n >= a->cap || a->n >= TBX_SPAN_ATTRS_MAX ||
+	    key_len > UINT32_MAX)
+		return NULL;
+	at = &a->v[a->n++];
+	at->key = (char *)key;
+	at->key_len = (uint32_t)key_len;
+	at->key_static = 1;
+	at->val_pooled = 0;
+	return at;
+}
+
+void tbx__attrs_add_str_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, const char *val, size_t len)
+{
+	tbx__span_pool_t *pool = a->pool;
+	tbx__attr_t *at;
+
+	/* The common case, a slot and the value's bytes in the span's own
+	 * room, filled in place; else as any attribute. */
+	if (pool && len < TBX_SPAN_POOL_SIZE - pool->used &&
+	    (at = attr_next(a, key, key_len))) {
+		at->type = TBX_ATTR_STRING;
+		at->val_pooled = 1;
+		at->len = (uint32_t)len; /* below TBX_SPAN_POOL_SIZE */
+		at->v.s = pool->bytes + pool->used;
+		pool->used += len + 1;
+		if (len)
+			memcpy(at->v.s, val, len);
+		at->v.s[len] = '\0';
+		return;
+	}
 	attr_str(a, key, 1, 1, val, len);
 }
 
-void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key, int64_t val)
+void tbx__attrs_add_int_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, int64_t val)
 {
-	attr_int(a, key, 1, 1, val);
+	tbx__attr_t *at = attr_next(a, key, key_len);
+
+	if (!at) {
+		attr_int(a, key, 1, 1, val);
+		return;
+	}
+	at->type = TBX_ATTR_INT;
+	at->v.i = val;
 }
 
 void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val)

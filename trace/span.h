@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "trace/context.h"
 
@@ -178,9 +179,22 @@ void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val);
 /** As the _static setters, for a key not set yet (each of a fresh list's
  *  distinct literal keys): appended without looking for it among the
  *  keys set before, which the other setters do for every key. */
-void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
-			       const char *val, size_t len);
-void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key, int64_t val);
+void tbx__attrs_add_str_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, const char *val, size_t len);
+void tbx__attrs_add_int_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, int64_t val);
+/* Inline, so that a literal key's length is known when compiled: the
+ * worker sets some twenty attributes a record this way. */
+static inline void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
+					     const char *val, size_t len)
+{
+	tbx__attrs_add_str_static_n(a, key, strlen(key), val, len);
+}
+static inline void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key,
+					     int64_t val)
+{
+	tbx__attrs_add_int_static_n(a, key, strlen(key), val);
+}
 void tbx__attrs_free(tbx__attrs_t *a);
 
 /** Adds an event; @returns it (owned by the span, valid until the span
