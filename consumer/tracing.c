@@ -464,27 +464,33 @@ static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
 	if (!(span = span_new(t, "process batch", TBX_SPAN_KIND_CONSUMER, &ctx,
 			      NULL, began_ns)))
 		return NULL;
-	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
-	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
-	tbx__attrs_str(&span->attrs, "messaging.operation.name", "process", 7);
-	tbx__attrs_int(&span->attrs, "messaging.batch.message_count",
-		       (int64_t)cnt);
+	/* Every key is a literal of ours, each set once: appended, not
+	 * looked up and copied. */
+	tbx__attrs_add_str_static(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.type",
+				  "process", 7);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.name",
+				  "process", 7);
+	tbx__attrs_add_int_static(&span->attrs, "messaging.batch.message_count",
+				  (int64_t)cnt);
 	if (t->group[0])
-		tbx__attrs_str(&span->attrs, "messaging.consumer.group.name",
-			       t->group, strlen(t->group));
+		tbx__attrs_add_str_static(&span->attrs,
+					  "messaging.consumer.group.name",
+					  t->group, strlen(t->group));
 	for (int p = 0; p < TBX_PHASE_CNT; p++) {
 		if (!phase_ns[p])
 			continue; /* it did not run: a failed phase before */
-		tbx__attrs_int(&span->attrs, names[p][1],
-			       (int64_t)(phase_ns[p] - prev));
+		tbx__attrs_add_int_static(&span->attrs, names[p][1],
+					  (int64_t)(phase_ns[p] - prev));
 		if ((ev = tbx__span_add_event(span, names[p][0], phase_ns[p])))
-			tbx__attrs_int(&ev->attrs, "tokenbox.phase.duration_ns",
-				       (int64_t)(phase_ns[p] - prev));
+			tbx__attrs_add_int_static(
+			    &ev->attrs, "tokenbox.phase.duration_ns",
+			    (int64_t)(phase_ns[p] - prev));
 		prev = end = phase_ns[p];
 	}
 	if (origin)
-		tbx__attrs_str(&span->attrs, "tokenbox.batch.origin", origin,
-			       strlen(origin));
+		tbx__attrs_add_str_static(&span->attrs, "tokenbox.batch.origin",
+					  origin, strlen(origin));
 	span->end_ns = end > began_ns ? end : tbx__now_ns();
 	return span;
 }
