@@ -101,7 +101,7 @@ static void attr_free(tbx__attr_t *at)
 
 void tbx__attrs_free(tbx__attrs_t *a)
 {
-	for (size_t i = 0; i < a->n; i++)
+	for (size_t i = 0; a->owned && i < a->n; i++)
 		attr_free(&a->v[i]);
 	if (!a->v_inline)
 		free(a->v);
@@ -204,6 +204,8 @@ static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static,
 		at->key = (char *)key;
 	else if (!(at->key = tbx__strdup(key)))
 		goto drop;
+	else
+		a->owned = 1;
 	at->key_len = (uint32_t)key_len;
 	at->key_static = key_static;
 	at->type = TBX_ATTR_INT;
@@ -233,6 +235,8 @@ static void attr_str(tbx__attrs_t *a, const char *key, int key_static,
 		if (!at->v.s) /* keeps the slot valid: an empty integer */
 			at->type = TBX_ATTR_INT;
 	}
+	if (at->type == TBX_ATTR_STRING && !at->val_pooled)
+		a->owned = 1;
 }
 
 void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,

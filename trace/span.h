@@ -73,8 +73,10 @@ typedef struct tbx__span_pool {
 typedef struct tbx__attrs {
 	tbx__attr_t *v;
 	size_t n, cap;
-	uint32_t dropped;	/* over TBX_SPAN_ATTRS_MAX, or out of memory */
-	int v_inline;		/* v is an array of the span's own: not freed */
+	uint32_t dropped; /* over TBX_SPAN_ATTRS_MAX, or out of memory */
+	int v_inline;	  /* v is an array of the span's own: not freed */
+	int owned;	  /* an attribute holds an allocation (a copied key or
+			     value): they are freed one by one, else none is */
 	tbx__span_pool_t *pool; /* the span's pool; NULL: none */
 } tbx__attrs_t;
 
