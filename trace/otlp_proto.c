@@ -215,12 +215,6 @@ static inline size_t ascii_prefix(const unsigned char *u, size_t len)
 		if (w & 0x8080808080808080ULL)
 			break;
 	}
-	if (i < len && len >= 8 && i + 8 > len) {
-		/* The tail, as the last eight bytes (some read twice). */
-		memcpy(&w, u + len - 8, 8);
-		if (!(w & 0x8080808080808080ULL))
-			return len;
-	}
 	while (i < len && u[i] < 0x80)
 		i++;
 	return i;
