@@ -181,6 +181,7 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 {
 	char seq[24], tp[TBX_TRACEPARENT_LEN + 1];
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
+	tbx__trace_hdrs_t th = {0};
 	tbx_header_t h;
 	size_t pos = 0;
 	int r;
@@ -209,40 +210,38 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	rd_kafka_header_add(hdrs, "tbx-type", -1, m->type, -1);
 	if (tbx__is_uuid(row->msg_id, strlen(row->msg_id)))
 		rd_kafka_header_add(hdrs, "tbx-cause", -1, row->msg_id, -1);
-	/* This dispatch's send span: the message leaves with its
-	 * traceparent, not the stored one (tracing.h). */
-	slot->span =
-	    tbx__trace_send_begin(tbx__tracer_dispatch(), m->topic, m->id,
-				  m->headers, m->headers_len, tp);
+	/* One pass over the stored headers: the others go to Kafka as
+	 * they are, the trace headers are noted, for this dispatch's send
+	 * span and for the traceparent the message leaves with (the send
+	 * span's, not the stored one: tracing.h), added after the pass. */
 	while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos, &h)) ==
 	       1) {
-		if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0) /* ours */
-			continue;
-		if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0) {
-			/* The stored context in binary: sent as the W3C
-			 * traceparent of the same ids and flags, or of this
-			 * dispatch's send span. */
-			tbx__stored_ctx_t sc;
-			if (!slot->span) {
-				if (tbx__stored_ctx_decode(h.value, h.len,
-							   &sc) != 0) {
-					tbx__log(TBX_LOG_WARNING,
-						 "outbox row %s: message %s: "
-						 "its stored trace context is "
-						 "malformed; sent without it",
-						 row->msg_id, m->id);
-					continue;
-				}
-				tbx__traceparent_format(&sc.ctx, tp);
-			}
-			rd_kafka_header_add(hdrs, "traceparent", 11, tp,
-					    TBX_TRACEPARENT_LEN);
-		} else if (slot->span && strcmp(h.name, "traceparent") == 0)
-			rd_kafka_header_add(hdrs, h.name, -1, tp, -1);
-		else
+		if (!tbx__trace_hdrs_note(&th, &h))
 			rd_kafka_header_add(hdrs, h.name, -1, h.value,
 					    h.value ? (ssize_t)h.len : 0);
 	}
+	slot->span = tbx__trace_send_begin_hdrs(tbx__tracer_dispatch(),
+						m->topic, m->id, &th, tp);
+	if (th.bad_sc && !th.has_sc)
+		tbx__log(TBX_LOG_WARNING,
+			 "outbox row %s: message %s: its stored trace context "
+			 "is malformed; sent without it",
+			 row->msg_id, m->id);
+	if (slot->span || th.has_sc) {
+		/* The stored context in binary: sent as the W3C traceparent
+		 * of the same ids and flags, or of the send span. */
+		if (!slot->span)
+			tbx__traceparent_format(&th.sc.ctx, tp);
+		rd_kafka_header_add(hdrs, "traceparent", 11, tp,
+				    TBX_TRACEPARENT_LEN);
+	} else if (th.traceparent.value) {
+		rd_kafka_header_add(hdrs, "traceparent", 11,
+				    th.traceparent.value,
+				    (ssize_t)th.traceparent.len);
+	}
+	if (th.tracestate.value)
+		rd_kafka_header_add(hdrs, "tracestate", 10, th.tracestate.value,
+				    (ssize_t)th.tracestate.len);
 	if (r < 0)
 		tbx__log(TBX_LOG_WARNING,
 			 "outbox row %s: stored headers are malformed; sent "

@@ -101,6 +101,15 @@ tbx__tracer_t *tbx__tracer_new_sink(const char *group, tbx__span_sink_fn *sink,
 	return t;
 }
 
+/* A new span: from the exporter's free list when it has one. */
+static tbx__span_t *span_new(tbx__tracer_t *t, const char *name,
+			     tbx__span_kind_t kind, const tbx__trace_ctx_t *ctx,
+			     const uint8_t *parent_id, uint64_t start_ns)
+{
+	return tbx__exporter_span_new(t ? t->exp : NULL, name, kind, ctx,
+				      parent_id, start_ns);
+}
+
 /* A finished span to the sink or the exporter, which frees it. */
 static void emit(tbx__tracer_t *t, tbx__span_t *span)
 {
@@ -379,11 +388,11 @@ void tbx__trace_end(tbx__tracer_t *t, struct tbx_msg *msg)
 	if (tr->ctx.flags & TBX_TRACE_FLAG_SAMPLED) {
 		now = tbx__now_ns();
 		span_name(name, sizeof(name), "process ", msg->topic);
-		span = tbx__span_new(
-		    name, TBX_SPAN_KIND_CONSUMER, &tr->ctx,
-		    tbx__id_is_zero(tr->parent, TBX_SPAN_ID_SIZE) ? NULL
-								  : tr->parent,
-		    tr->start_ns);
+		span = span_new(t, name, TBX_SPAN_KIND_CONSUMER, &tr->ctx,
+				tbx__id_is_zero(tr->parent, TBX_SPAN_ID_SIZE)
+				    ? NULL
+				    : tr->parent,
+				tr->start_ns);
 		if (span) {
 			tbx__span_set_tracestate(span, tr->tracestate);
 			msg_attrs(&span->attrs, t, msg);
@@ -452,30 +461,36 @@ static tbx__span_t *batch_span(tbx__tracer_t *t, size_t cnt, uint64_t began_ns,
 	tbx__trace_id_new(ctx.trace_id);
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
-	if (!(span = tbx__span_new("process batch", TBX_SPAN_KIND_CONSUMER,
-				   &ctx, NULL, began_ns)))
+	if (!(span = span_new(t, "process batch", TBX_SPAN_KIND_CONSUMER, &ctx,
+			      NULL, began_ns)))
 		return NULL;
-	tbx__attrs_str(&span->attrs, "messaging.system", "kafka", 5);
-	tbx__attrs_str(&span->attrs, "messaging.operation.type", "process", 7);
-	tbx__attrs_str(&span->attrs, "messaging.operation.name", "process", 7);
-	tbx__attrs_int(&span->attrs, "messaging.batch.message_count",
-		       (int64_t)cnt);
+	/* Every key is a literal of ours, each set once: appended, not
+	 * looked up and copied. */
+	tbx__attrs_add_str_static(&span->attrs, "messaging.system", "kafka", 5);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.type",
+				  "process", 7);
+	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.name",
+				  "process", 7);
+	tbx__attrs_add_int_static(&span->attrs, "messaging.batch.message_count",
+				  (int64_t)cnt);
 	if (t->group[0])
-		tbx__attrs_str(&span->attrs, "messaging.consumer.group.name",
-			       t->group, strlen(t->group));
+		tbx__attrs_add_str_static(&span->attrs,
+					  "messaging.consumer.group.name",
+					  t->group, strlen(t->group));
 	for (int p = 0; p < TBX_PHASE_CNT; p++) {
 		if (!phase_ns[p])
 			continue; /* it did not run: a failed phase before */
-		tbx__attrs_int(&span->attrs, names[p][1],
-			       (int64_t)(phase_ns[p] - prev));
+		tbx__attrs_add_int_static(&span->attrs, names[p][1],
+					  (int64_t)(phase_ns[p] - prev));
 		if ((ev = tbx__span_add_event(span, names[p][0], phase_ns[p])))
-			tbx__attrs_int(&ev->attrs, "tokenbox.phase.duration_ns",
-				       (int64_t)(phase_ns[p] - prev));
+			tbx__attrs_add_int_static(
+			    &ev->attrs, "tokenbox.phase.duration_ns",
+			    (int64_t)(phase_ns[p] - prev));
 		prev = end = phase_ns[p];
 	}
 	if (origin)
-		tbx__attrs_str(&span->attrs, "tokenbox.batch.origin", origin,
-			       strlen(origin));
+		tbx__attrs_add_str_static(&span->attrs, "tokenbox.batch.origin",
+					  origin, strlen(origin));
 	span->end_ns = end > began_ns ? end : tbx__now_ns();
 	return span;
 }
@@ -692,45 +707,72 @@ static int parent_based(const tbx__tracer_t *t)
 	       t->sampler.kind == TBX_SAMPLER_PARENT_RATIO;
 }
 
-int tbx__trace_stored(const void *blob, size_t len, tbx__stored_ctx_t *sc,
-		      const char **tracestate, size_t *tracestate_len)
+int tbx__trace_hdrs_note(tbx__trace_hdrs_t *f, const tbx_header_t *h)
 {
-	tbx_header_t h, tp = {0}, pid = {0};
-	size_t pos = 0;
-	int found = 0;
-
-	if (tracestate) {
-		*tracestate = NULL;
-		*tracestate_len = 0;
-	}
-	while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
-		if (!h.value)
-			continue;
-		if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0)
-			found = tbx__stored_ctx_decode(h.value, h.len, sc) == 0
-				    ? 2
-				    : found;
-		else if (strcmp(h.name, "traceparent") == 0)
-			tp = h;
-		else if (strcmp(h.name, TBX_TRACE_PARENT_HDR) == 0)
-			pid = h;
-		else if (tracestate && strcmp(h.name, "tracestate") == 0) {
-			*tracestate = h.value;
-			*tracestate_len = h.len;
-		}
-	}
-	if (found)
+	/* Every trace header's name begins with 't', as few others do. */
+	if (h->name[0] != 't')
 		return 0;
+	if (strcmp(h->name, TBX_STORED_CTX_HDR) == 0) {
+		if (h->value &&
+		    tbx__stored_ctx_decode(h->value, h->len, &f->sc) == 0)
+			f->has_sc = 1;
+		else
+			f->bad_sc = 1;
+		return 1;
+	}
+	if (strcmp(h->name, "traceparent") == 0) {
+		if (h->value)
+			f->traceparent = *h;
+		return 1;
+	}
+	if (strcmp(h->name, "tracestate") == 0) {
+		if (h->value)
+			f->tracestate = *h;
+		return 1;
+	}
+	if (strcmp(h->name, TBX_TRACE_PARENT_HDR) == 0) {
+		if (h->value)
+			f->parent = *h;
+		return 1;
+	}
+	return 0;
+}
+
+int tbx__trace_hdrs_stored(const tbx__trace_hdrs_t *f, tbx__stored_ctx_t *sc)
+{
+	if (f->has_sc) {
+		*sc = f->sc;
+		return 0;
+	}
 	/* A row written before the binary form: the text traceparent, and
 	 * beside a sampled one the writer's span in hex. */
-	if (!tp.value || tbx__traceparent_parse(tp.value, tp.len, &sc->ctx))
+	if (!f->traceparent.value ||
+	    tbx__traceparent_parse(f->traceparent.value, f->traceparent.len,
+				   &sc->ctx))
 		return -1;
 	sc->has_writer = 0;
 	memset(sc->writer, 0, sizeof(sc->writer));
-	if (pid.value && (pid.len == 0 || unhex(pid.value, pid.len, sc->writer,
-						TBX_SPAN_ID_SIZE) == 0))
+	if (f->parent.value &&
+	    (f->parent.len == 0 || unhex(f->parent.value, f->parent.len,
+					 sc->writer, TBX_SPAN_ID_SIZE) == 0))
 		sc->has_writer = 1;
 	return 0;
+}
+
+int tbx__trace_stored(const void *blob, size_t len, tbx__stored_ctx_t *sc,
+		      const char **tracestate, size_t *tracestate_len)
+{
+	tbx__trace_hdrs_t f = {0};
+	tbx_header_t h;
+	size_t pos = 0;
+
+	while (tbx__hdrs_next(blob, len, &pos, &h) == 1)
+		tbx__trace_hdrs_note(&f, &h);
+	if (tracestate) {
+		*tracestate = f.tracestate.value;
+		*tracestate_len = f.tracestate.value ? f.tracestate.len : 0;
+	}
+	return tbx__trace_hdrs_stored(&f, sc);
 }
 
 tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
@@ -738,35 +780,39 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				   size_t len,
 				   char traceparent[TBX_TRACEPARENT_LEN + 1])
 {
+	tbx__trace_hdrs_t f = {0};
 	tbx_header_t h;
-	size_t pos = 0, ts_len = 0;
+	size_t pos = 0;
+
+	if (!t || !blob)
+		return NULL;
+	while (tbx__hdrs_next(blob, len, &pos, &h) == 1)
+		tbx__trace_hdrs_note(&f, &h);
+	return tbx__trace_send_begin_hdrs(t, topic, msg_id, &f, traceparent);
+}
+
+tbx__span_t *
+tbx__trace_send_begin_hdrs(tbx__tracer_t *t, const char *topic,
+			   const char *msg_id, const tbx__trace_hdrs_t *f,
+			   char traceparent[TBX_TRACEPARENT_LEN + 1])
+{
 	tbx__stored_ctx_t sc;
 	tbx__trace_ctx_t ctx;
 	const uint8_t *parent = NULL;
-	const char *ts = NULL;
 	int sampled;
 	char name[TBX_TOPIC_MAX + 16], state[TBX_TRACESTATE_MAX + 1];
 	tbx__span_t *span;
 
-	if (!t || !blob)
+	if (!t)
 		return NULL;
 	/* The common case at a ratio, an unsampled context that the
 	 * parent-based samplers follow, is decided from its flags alone. */
-	if (parent_based(t))
-		while (tbx__hdrs_next(blob, len, &pos, &h) == 1) {
-			if (!h.value)
-				continue;
-			if (strcmp(h.name, TBX_STORED_CTX_HDR) == 0 &&
-			    h.len == TBX_STORED_CTX_LEN &&
-			    !(((const uint8_t *)
-				   h.value)[TBX_STORED_CTX_LEN - 1] &
-			      TBX_TRACE_FLAG_SAMPLED))
-				return NULL;
-			if (strcmp(h.name, "traceparent") == 0 &&
-			    flags_unsampled(&h))
-				return NULL;
-		}
-	if (tbx__trace_stored(blob, len, &sc, &ts, &ts_len) != 0)
+	if (parent_based(t) &&
+	    ((f->has_sc && !(f->sc.ctx.flags & TBX_TRACE_FLAG_SAMPLED)) ||
+	     (!f->has_sc && f->traceparent.value &&
+	      flags_unsampled(&f->traceparent))))
+		return NULL;
+	if (tbx__trace_hdrs_stored(f, &sc) != 0)
 		return NULL;
 	if (sc.has_writer) {
 		/* Written by a tracing worker or publisher, for a sampled
@@ -790,11 +836,12 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 	tbx__span_id_new(ctx.span_id);
 	ctx.flags = TBX_TRACE_FLAG_SAMPLED;
 	span_name(name, sizeof(name), "send ", topic);
-	if (!(span = tbx__span_new(name, TBX_SPAN_KIND_PRODUCER, &ctx, parent,
-				   tbx__now_ns())))
+	if (!(span = span_new(t, name, TBX_SPAN_KIND_PRODUCER, &ctx, parent,
+			      tbx__now_ns())))
 		return NULL;
-	if (ts &&
-	    tbx__tracestate_normalize(ts, ts_len, state, sizeof(state)) > 0)
+	if (f->tracestate.value &&
+	    tbx__tracestate_normalize(f->tracestate.value, f->tracestate.len,
+				      state, sizeof(state)) > 0)
 		tbx__span_set_tracestate(span, state);
 	tbx__attrs_add_str_static(&span->attrs, "messaging.system", "kafka", 5);
 	tbx__attrs_add_str_static(&span->attrs, "messaging.operation.type",

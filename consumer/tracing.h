@@ -165,6 +165,28 @@ void tbx__trace_rows_batch(tbx__tracer_t *t, const struct tbx__batch *batch,
 int tbx__trace_stored(const void *blob, size_t len, tbx__stored_ctx_t *sc,
 		      const char **tracestate, size_t *tracestate_len);
 
+/**
+ * The trace headers of a stored message, as one pass over its headers
+ * blob finds them (tbx__trace_hdrs_note() on each): dispatch reads a
+ * message's headers once, for Kafka and for its send span.  Zeroed
+ * before the pass.  The headers point into the blob.
+ */
+typedef struct tbx__trace_hdrs {
+	tbx__stored_ctx_t sc; /* the last valid TBX_STORED_CTX_HDR */
+	int has_sc;	      /* sc was found */
+	int bad_sc;	      /* a TBX_STORED_CTX_HDR did not decode */
+	/* The last of each with a value; value NULL: none. */
+	tbx_header_t traceparent, tracestate, parent;
+} tbx__trace_hdrs_t;
+
+/** Notes @p h in @p f when it is a trace header (TBX_STORED_CTX_HDR,
+ *  traceparent, tracestate, TBX_TRACE_PARENT_HDR).  @returns 1 when it
+ *  is one, else 0. */
+int tbx__trace_hdrs_note(tbx__trace_hdrs_t *f, const tbx_header_t *h);
+/** The stored context that @p f found, as tbx__trace_stored().
+ *  @returns 0 with *@p sc set, or -1 when there is no valid one. */
+int tbx__trace_hdrs_stored(const tbx__trace_hdrs_t *f, tbx__stored_ctx_t *sc);
+
 /** Names @p tr's process span in the log lines of this thread
  *  (tbx__log_trace()); NULL: none. */
 void tbx__trace_log(const tbx__msg_trace_t *tr);
@@ -203,6 +225,12 @@ tbx__span_t *tbx__trace_send_begin(tbx__tracer_t *t, const char *topic,
 				   const char *msg_id, const void *blob,
 				   size_t len,
 				   char traceparent[TBX_TRACEPARENT_LEN + 1]);
+/** As tbx__trace_send_begin(), from the trace headers @p f a pass over
+ *  the message's stored headers found. */
+tbx__span_t *
+tbx__trace_send_begin_hdrs(tbx__tracer_t *t, const char *topic,
+			   const char *msg_id, const tbx__trace_hdrs_t *f,
+			   char traceparent[TBX_TRACEPARENT_LEN + 1]);
 /** Ends @p span at its delivery report (@p err, @p partition,
  *  @p offset) and hands it to the exporter. */
 void tbx__trace_send_end(tbx__tracer_t *t, tbx__span_t *span,

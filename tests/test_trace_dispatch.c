@@ -659,3 +659,60 @@ Test(trace_dispatch, stored_contexts_leave_as_their_w3c_traceparent,
 	free(s);
 	free(tk);
 }
+
+Test(trace_dispatch, a_malformed_stored_context_leaves_without_traceparent,
+     .timeout = 120)
+{
+	tt_cluster_t *c = tt_cluster_new(1);
+	char *dir = tt_tmpdir(), err[512], buf[128];
+	char *s = tt_path(dir, "s.db"), *tk = tt_path(dir, "t.db");
+	const uint8_t bad[5] = {1, 2, 3, 4, 5};
+	tbx_conf_t *conf;
+	rd_kafka_t *producer;
+	sink_t sink = {0};
+	tbx__tracer_t *t, *prev;
+	tbx__row_t row, *rows[1] = {&row};
+	tt_record_t *recs;
+	size_t n;
+	int delivered[1] = {0};
+	tbx_header_t h[] = {{"x-before", "1", 1},
+			    {TBX_STORED_CTX_HDR, bad, sizeof(bad)},
+			    {"tracestate", "k=v", 3},
+			    {"x-after", "2", 1}};
+
+	tt_cluster_topic(c, "out", 1);
+	conf = tt_conf(c->bootstraps, "g", s, tk, NULL);
+	cr_assert((producer = tbx__producer_new(conf, err, sizeof(err))), "%s",
+		  err);
+	cr_assert((t = tbx__tracer_new_sink("g", on_span, &sink)));
+	row_with(&row, h, 4);
+	prev = tbx__tracer_dispatch_swap(t);
+	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, delivered, NULL,
+				   NULL, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx__tracer_dispatch_swap(prev);
+	cr_expect_eq(delivered[0], 1);
+	cr_expect_eq(sink.cnt, 0, "no context: no send span");
+	n = tt_read_topic(c->bootstraps, "out", &recs);
+	cr_assert_eq(n, 1);
+	cr_expect_null(
+	    hdr_of(recs[0].headers, "traceparent", buf, sizeof(buf)));
+	cr_expect_null(
+	    hdr_of(recs[0].headers, TBX_STORED_CTX_HDR, buf, sizeof(buf)));
+	cr_expect_str_eq(
+	    hdr_of(recs[0].headers, "tracestate", buf, sizeof(buf)), "k=v");
+	cr_expect_str_eq(hdr_of(recs[0].headers, "x-before", buf, sizeof(buf)),
+			 "1");
+	cr_expect_str_eq(hdr_of(recs[0].headers, "x-after", buf, sizeof(buf)),
+			 "2");
+	tt_records_free(recs, n);
+	tbx__row_clear(&row);
+	tbx__tracer_free(t, 0);
+	rd_kafka_destroy(producer);
+	tbx_conf_destroy(conf);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(s);
+	free(tk);
+}

@@ -1020,6 +1020,191 @@ Test(exporter, what_is_queued_is_sent_at_shutdown, .timeout = 120)
 	collector_stop(&c);
 }
 
+/* A span of the exporter's, filled past its own room: attributes,
+ * events and a link allocated beside it, a tracestate and a status
+ * message. */
+static tbx__span_t *a_full_span(tbx__exporter_t *e, int i)
+{
+	tbx__trace_ctx_t c;
+	tbx__span_t *s;
+	char key[32], val[600];
+
+	tbx__trace_id_new(c.trace_id);
+	tbx__span_id_new(c.span_id);
+	c.flags = 1;
+	s = tbx__exporter_span_new(e, "full", TBX_SPAN_KIND_CONSUMER, &c, NULL,
+				   tbx__now_ns());
+	cr_assert(s);
+	memset(val, 'v', sizeof(val));
+	for (int k = 0; k < TBX_SPAN_INLINE_ATTRS + 8; k++) {
+		snprintf(key, sizeof(key), "k%d", k);
+		tbx__attrs_str(&s->attrs, key, val, k == 0 ? sizeof(val) : 8);
+	}
+	for (int k = 0; k < 3; k++)
+		tbx__attrs_int(
+		    &tbx__span_add_event(s, "ev", tbx__now_ns())->attrs, "n",
+		    k);
+	tbx__span_add_link(s, &c);
+	tbx__span_set_tracestate(s, "a=b");
+	tbx__span_set_status(s, TBX_SPAN_STATUS_ERROR, "failed");
+	tbx__attrs_int(&s->attrs, "i", i);
+	s->end_ns = tbx__now_ns();
+	return s;
+}
+
+static int free_list_holds(void *opaque)
+{
+	void **p = opaque;
+	tbx__exporter_stats_t st;
+
+	tbx__exporter_stats(p[0], &st);
+	return st.free_spans == *(uint64_t *)p[1];
+}
+
+Test(exporter, spans_sent_come_back_for_reuse_cleared, .timeout = 120)
+{
+	collector_t c;
+	tbx__otel_conf_t conf;
+	tbx__exporter_t *e;
+	tbx__exporter_stats_t st;
+	tbx__trace_ctx_t ctx;
+	char err[256];
+	uint64_t want = 50, sent = 0;
+	void *args[2] = {NULL, &sent};
+
+	collector_start(&c, 200, "");
+	/* Sent when kicked only: the counts are read between the sends. */
+	conf = conf_for(c.port, 4096, 2 * want, 10000);
+	conf.delay_ms = 3600000;
+	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
+		  err);
+	args[0] = e;
+	/* First round: new spans, each with allocations of its own. */
+	for (uint64_t i = 0; i < want; i++)
+		cr_assert_eq(tbx__exporter_enqueue(e, a_full_span(e, (int)i)),
+			     0);
+	tbx__exporter_kick(e);
+	sent = want;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	cr_assert(wait_for(free_list_holds, args, 60),
+		  "the spans sent are not handed back");
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.reused, 0);
+	/* Second round: every span is one of the first round's, and holds
+	 * nothing of it. */
+	tbx__trace_id_new(ctx.trace_id);
+	tbx__span_id_new(ctx.span_id);
+	ctx.flags = 1;
+	for (uint64_t i = 0; i < want; i++) {
+		tbx__span_t *s = tbx__exporter_span_new(
+		    e, "again", TBX_SPAN_KIND_PRODUCER, &ctx, NULL, 1);
+		cr_assert(s);
+		tbx__attrs_int(&s->attrs, "i", (int64_t)i);
+		s->end_ns = 2;
+		cr_assert_eq(tbx__exporter_enqueue(e, s), 0);
+	}
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.reused, want, "every span of the second round reused");
+	cr_expect_eq(st.free_spans, 0);
+	tbx__exporter_kick(e);
+	sent = 2 * want;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	pthread_mutex_lock(&c.lock);
+	{
+		pbr_request_t r;
+		cr_assert_eq(
+		    pbr_request((const uint8_t *)c.last, c.last_len, &r), 0);
+		cr_assert_eq(r.n_spans, want);
+		for (size_t i = 0; i < r.n_spans; i++) {
+			const pbr_span_t *ps = &r.spans[i];
+			cr_expect(pbr_eq(ps->name, "again", 5));
+			cr_expect_eq(ps->kind, TBX_SPAN_KIND_PRODUCER);
+			cr_expect_eq(ps->attrs.n, 1);
+			cr_expect_eq(ps->attrs.v[0].u, i);
+			cr_expect_eq(ps->n_events, 0);
+			cr_expect_eq(ps->n_links, 0);
+			cr_expect_null(ps->trace_state.p);
+			cr_expect_eq(ps->has_status, 0);
+			cr_expect_eq(ps->start, 1);
+		}
+		pbr_request_free(&r);
+	}
+	pthread_mutex_unlock(&c.lock);
+	tbx__exporter_destroy(e, 5000);
+	collector_stop(&c);
+}
+
+static tbx__span_t *a_plain_span(tbx__exporter_t *e)
+{
+	tbx__trace_ctx_t c;
+	tbx__span_t *s;
+
+	tbx__trace_id_new(c.trace_id);
+	tbx__span_id_new(c.span_id);
+	c.flags = 1;
+	cr_assert(s = tbx__exporter_span_new(e, "s", TBX_SPAN_KIND_INTERNAL, &c,
+					     NULL, 1));
+	s->end_ns = 2;
+	return s;
+}
+
+Test(exporter, spans_listed_and_held_stay_within_the_queues_bound,
+     .timeout = 120)
+{
+	collector_t c;
+	tbx__otel_conf_t conf;
+	tbx__exporter_t *e;
+	tbx__exporter_stats_t st;
+	tbx__span_t *mine[40];
+	char err[256];
+	uint64_t sent = 0, queue = 40;
+	void *args[2] = {NULL, &sent};
+
+	collector_start(&c, 200, "");
+	/* Sent when kicked or full, once all are queued: no span sent and
+	 * come back is taken again while a round is queued. */
+	conf = conf_for(c.port, queue, queue, 10000);
+	conf.delay_ms = 3600000;
+	cr_assert(e = tbx__exporter_new(&conf, NULL, err, sizeof(err)), "%s",
+		  err);
+	args[0] = e;
+	/* A full queue, sent: every span comes back. */
+	for (uint64_t i = 0; i < queue; i++)
+		cr_assert_eq(tbx__exporter_enqueue(e, a_full_span(e, (int)i)),
+			     0);
+	tbx__exporter_kick(e);
+	sent += queue;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, queue);
+	/* The caller takes them all and keeps them; a full queue of others
+	 * is sent and comes back. */
+	for (uint64_t i = 0; i < queue; i++)
+		mine[i] = a_plain_span(e);
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, 0);
+	cr_expect_eq(st.reused, queue);
+	for (uint64_t i = 0; i < queue; i++)
+		cr_assert_eq(tbx__exporter_enqueue(e, a_plain_span(e)), 0);
+	tbx__exporter_kick(e);
+	sent += queue;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, queue);
+	/* The caller's come back to a list already at the bound: freed. */
+	for (uint64_t i = 0; i < queue; i++)
+		cr_assert_eq(tbx__exporter_enqueue(e, mine[i]), 0);
+	tbx__exporter_kick(e);
+	sent += queue;
+	cr_assert(wait_for(exported_all, args, 60), "not all exported");
+	tbx__exporter_stats(e, &st);
+	cr_expect_eq(st.free_spans, queue, "the list stays at the bound");
+	cr_expect_eq(st.exported, 3 * queue);
+	cr_expect_eq(collector_spans(&c), 3 * queue);
+	tbx__exporter_destroy(e, 5000);
+	collector_stop(&c);
+}
+
 Test(exporter, refusals_and_partial_success_are_counted, .timeout = 120)
 {
 	collector_t c;

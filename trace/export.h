@@ -11,9 +11,10 @@
  * Every loss is counted (tbx__exporter_stats()) and logged at WARN at
  * most once per TBX_EXPORT_WARN_MS per kind, with the count since the
  * last line.  tbx__exporter_destroy() sends what is queued within a
- * bound it is given and counts the rest as lost.
+ * bound it is given and counts the rest as lost.  Spans sent are reused
+ * (tbx__exporter_span_new()), not freed.
  *
- * @locality tbx__exporter_enqueue() and tbx__exporter_stats(): any
+ * @locality tbx__exporter_enqueue(), _span_new() and _stats(): any
  * thread; _new and _destroy: one owning thread.
  */
 #ifndef TBX_TRACE_EXPORT_H
@@ -90,6 +91,9 @@ typedef struct tbx__exporter_stats {
 	uint64_t requests;	 /* requests sent */
 	uint64_t request_errors; /* requests that failed */
 	uint64_t held;		 /* spans queued or in a request now */
+	uint64_t reused;	 /* spans tbx__exporter_span_new() took
+				    from the free list */
+	uint64_t free_spans;	 /* spans on the free list now */
 } tbx__exporter_stats_t;
 
 /**
@@ -101,6 +105,22 @@ typedef struct tbx__exporter_stats {
 tbx__exporter_t *tbx__exporter_new(const tbx__otel_conf_t *conf,
 				   const tbx__attrs_t *resource_attrs,
 				   char *errstr, size_t errstr_size);
+
+/**
+ * A new span, as tbx__span_new(), in the memory of a span @p e sent
+ * before when it holds one (its free list), else allocated: in the
+ * steady state no span is allocated.  The spans sent are handed back
+ * to that list, as many as keep the spans held and listed within
+ * queue_max (the rest are freed): the exporter keeps no more spans in
+ * memory than its queue's bound.  NULL @p e:
+ * tbx__span_new().  The caller owns the span as one of tbx__span_new().
+ * @returns the span, or NULL when out of memory.
+ */
+tbx__span_t *tbx__exporter_span_new(tbx__exporter_t *e, const char *name,
+				    tbx__span_kind_t kind,
+				    const tbx__trace_ctx_t *ctx,
+				    const uint8_t *parent_id,
+				    uint64_t start_ns);
 
 /**
  * Hands @p span (finished) to the exporter, which frees it: queued, or

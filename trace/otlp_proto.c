@@ -203,6 +203,23 @@ static inline void f_bytes(tbx__pbuf_t *b, uint32_t field, const void *s,
 	tag(b, field, WT_LEN);
 }
 
+/* How many of the first @p len bytes of @p u are ASCII: eight bytes a
+ * test, then one. */
+static inline size_t ascii_prefix(const unsigned char *u, size_t len)
+{
+	size_t i = 0;
+	uint64_t w;
+
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&w, u + i, 8);
+		if (w & 0x8080808080808080ULL)
+			break;
+	}
+	while (i < len && u[i] < 0x80)
+		i++;
+	return i;
+}
+
 /* A string field of @p len bytes of @p s, written as valid UTF-8: an
  * invalid byte becomes U+FFFD.  Written even when empty (for AnyValue);
  * callers leave out the empty ones proto3 leaves out. */
@@ -213,8 +230,7 @@ static void f_str(tbx__pbuf_t *b, uint32_t field, const char *s, size_t len)
 	uint8_t *o;
 
 	/* Most strings are ASCII, or valid UTF-8: copied as they are. */
-	while (i < len && u[i] < 0x80)
-		i++;
+	i = ascii_prefix(u, len);
 	while (i < len) {
 		size_t n = u[i] < 0x80 ? 1 : tbx__utf8_seq(u + i, len - i);
 		if (!n)
@@ -258,10 +274,79 @@ static void f_cstr(tbx__pbuf_t *b, uint32_t field, const char *s)
 		f_str(b, field, s, strlen(s));
 }
 
+/* The unchecked writes of keyvalue(): room was made for them. */
+static inline void u_byte(tbx__pbuf_t *b, uint8_t v)
+{
+	b->p[--b->pos] = v;
+}
+
+static inline void u_varint(tbx__pbuf_t *b, uint64_t v)
+{
+	size_t n = 1;
+	uint8_t *o;
+
+	if (v < 0x80) {
+		b->p[--b->pos] = (uint8_t)v;
+		return;
+	}
+	for (uint64_t w = v >> 7; w; w >>= 7)
+		n++;
+	b->pos -= n;
+	o = b->p + b->pos;
+	for (; v > 0x7f; v >>= 7)
+		*o++ = (uint8_t)(v | 0x80);
+	*o = (uint8_t)v;
+}
+
+static inline void u_bytes(tbx__pbuf_t *b, uint32_t field, const void *s,
+			   size_t n)
+{
+	b->pos -= n;
+	memcpy(b->p + b->pos, s, n);
+	u_varint(b, n);
+	u_byte(b, (uint8_t)(field << 3 | WT_LEN));
+}
+
+/* Room for a KeyValue's tags and lengths besides its key and value: four
+ * tags of a byte (every field number here is below 16), three lengths
+ * and an integer value of at most ten bytes each. */
+#define KV_OVERHEAD 48
+
 /* One KeyValue as field @p field of the enclosing message. */
 static void keyvalue(tbx__pbuf_t *b, uint32_t field, const tbx__attr_t *at)
 {
 	size_t m = mark(b), mv;
+	size_t vlen = at->type == TBX_ATTR_STRING ? at->len : 0;
+
+	/* The common case, an ASCII key and value (a span's keys are
+	 * literals of ours): room made once, the fields written without a
+	 * check each.  Else each field checked, as below. */
+	if ((at->key_static || ascii_prefix((const unsigned char *)at->key,
+					    at->key_len) == at->key_len) &&
+	    (at->type != TBX_ATTR_STRING ||
+	     ascii_prefix((const unsigned char *)at->v.s, vlen) == vlen) &&
+	    room(b, at->key_len + vlen + KV_OVERHEAD) == 0) {
+		mv = mark(b);
+		switch (at->type) {
+		case TBX_ATTR_STRING:
+			u_bytes(b, ANY_STRING, at->v.s, vlen);
+			break;
+		case TBX_ATTR_INT:
+			u_varint(b, (uint64_t)at->v.i);
+			u_byte(b, ANY_INT << 3 | WT_VARINT);
+			break;
+		case TBX_ATTR_BOOL:
+			u_byte(b, at->v.b ? 1 : 0);
+			u_byte(b, ANY_BOOL << 3 | WT_VARINT);
+			break;
+		}
+		u_varint(b, mark(b) - mv);
+		u_byte(b, KV_VALUE << 3 | WT_LEN);
+		u_bytes(b, KV_KEY, at->key, at->key_len);
+		u_varint(b, mark(b) - m);
+		u_byte(b, (uint8_t)(field << 3 | WT_LEN));
+		return;
+	}
 
 	/* value (2): an AnyValue, its oneof always written */
 	mv = mark(b);

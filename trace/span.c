@@ -50,28 +50,22 @@ static int in_pool(const tbx__span_pool_t *pool, const char *p)
 	return x >= a && x < a + TBX_SPAN_POOL_SIZE;
 }
 
-tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
-			   const tbx__trace_ctx_t *ctx,
-			   const uint8_t *parent_id, uint64_t start_ns)
+tbx__span_t *tbx__span_init(tbx__span_t *span, const char *name,
+			    tbx__span_kind_t kind, const tbx__trace_ctx_t *ctx,
+			    const uint8_t *parent_id, uint64_t start_ns)
 {
 	/* Only the fields before the slots are cleared: the slots and the
 	 * pool are set as they are used. */
-	tbx__span_t *span = malloc(sizeof(*span));
 	uint8_t pooled;
 
-	if (!span)
-		return NULL;
 	memset(span, 0, offsetof(tbx__span_t, event_ptrs));
 	span->pool.used = 0;
 	span->attrs.v = span->attr_slots;
 	span->attrs.cap = TBX_SPAN_INLINE_ATTRS;
 	span->attrs.v_inline = 1;
 	span->attrs.pool = &span->pool;
-	if (!(span->name =
-		  pool_copy(&span->pool, name, strlen(name), &pooled))) {
-		free(span);
+	if (!(span->name = pool_copy(&span->pool, name, strlen(name), &pooled)))
 		return NULL;
-	}
 	memcpy(span->trace_id, ctx->trace_id, TBX_TRACE_ID_SIZE);
 	memcpy(span->span_id, ctx->span_id, TBX_SPAN_ID_SIZE);
 	if (parent_id)
@@ -80,6 +74,20 @@ tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
 	span->kind = kind;
 	span->start_ns = start_ns;
 	span->end_ns = start_ns;
+	return span;
+}
+
+tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
+			   const tbx__trace_ctx_t *ctx,
+			   const uint8_t *parent_id, uint64_t start_ns)
+{
+	tbx__span_t *span = malloc(sizeof(*span));
+
+	if (span &&
+	    !tbx__span_init(span, name, kind, ctx, parent_id, start_ns)) {
+		free(span);
+		return NULL;
+	}
 	return span;
 }
 
@@ -93,17 +101,15 @@ static void attr_free(tbx__attr_t *at)
 
 void tbx__attrs_free(tbx__attrs_t *a)
 {
-	for (size_t i = 0; i < a->n; i++)
+	for (size_t i = 0; a->owned && i < a->n; i++)
 		attr_free(&a->v[i]);
 	if (!a->v_inline)
 		free(a->v);
 	memset(a, 0, sizeof(*a));
 }
 
-void tbx__span_free(tbx__span_t *span)
+void tbx__span_clear(tbx__span_t *span)
 {
-	if (!span)
-		return;
 	for (size_t i = 0; i < span->n_events; i++) {
 		tbx__span_event_t *ev = span->events[i];
 		if (!in_pool(&span->pool, ev->name))
@@ -125,6 +131,13 @@ void tbx__span_free(tbx__span_t *span)
 	free(span->status_msg);
 	if (!in_pool(&span->pool, span->name))
 		free(span->name);
+}
+
+void tbx__span_free(tbx__span_t *span)
+{
+	if (!span)
+		return;
+	tbx__span_clear(span);
 	free(span);
 }
 
@@ -191,6 +204,8 @@ static tbx__attr_t *attr_slot(tbx__attrs_t *a, const char *key, int key_static,
 		at->key = (char *)key;
 	else if (!(at->key = tbx__strdup(key)))
 		goto drop;
+	else
+		a->owned = 1;
 	at->key_len = (uint32_t)key_len;
 	at->key_static = key_static;
 	at->type = TBX_ATTR_INT;
@@ -220,6 +235,8 @@ static void attr_str(tbx__attrs_t *a, const char *key, int key_static,
 		if (!at->v.s) /* keeps the slot valid: an empty integer */
 			at->type = TBX_ATTR_INT;
 	}
+	if (at->type == TBX_ATTR_STRING && !at->val_pooled)
+		a->owned = 1;
 }
 
 void tbx__attrs_str(tbx__attrs_t *a, const char *key, const char *val,
@@ -255,15 +272,58 @@ void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val)
 	attr_int(a, key, 1, 0, val);
 }
 
-void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
-			       const char *val, size_t len)
+/* The next slot of @p a for a key not set yet, when it has one in place
+ * (no growing, under the bound); NULL: not. */
+static inline tbx__attr_t *attr_next(tbx__attrs_t *a, const char *key,
+				     size_t key_len)
 {
+	tbx__attr_t *at;
+
+	if (a->n >= a->cap || a->n >= TBX_SPAN_ATTRS_MAX ||
+	    key_len > UINT32_MAX)
+		return NULL;
+	at = &a->v[a->n++];
+	at->key = (char *)key;
+	at->key_len = (uint32_t)key_len;
+	at->key_static = 1;
+	at->val_pooled = 0;
+	return at;
+}
+
+void tbx__attrs_add_str_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, const char *val, size_t len)
+{
+	tbx__span_pool_t *pool = a->pool;
+	tbx__attr_t *at;
+
+	/* The common case, a slot and the value's bytes in the span's own
+	 * room, filled in place; else as any attribute. */
+	if (pool && len < TBX_SPAN_POOL_SIZE - pool->used &&
+	    (at = attr_next(a, key, key_len))) {
+		at->type = TBX_ATTR_STRING;
+		at->val_pooled = 1;
+		at->len = (uint32_t)len; /* below TBX_SPAN_POOL_SIZE */
+		at->v.s = pool->bytes + pool->used;
+		pool->used += len + 1;
+		if (len)
+			memcpy(at->v.s, val, len);
+		at->v.s[len] = '\0';
+		return;
+	}
 	attr_str(a, key, 1, 1, val, len);
 }
 
-void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key, int64_t val)
+void tbx__attrs_add_int_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, int64_t val)
 {
-	attr_int(a, key, 1, 1, val);
+	tbx__attr_t *at = attr_next(a, key, key_len);
+
+	if (!at) {
+		attr_int(a, key, 1, 1, val);
+		return;
+	}
+	at->type = TBX_ATTR_INT;
+	at->v.i = val;
 }
 
 void tbx__attrs_bool(tbx__attrs_t *a, const char *key, int val)

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "trace/context.h"
 
@@ -72,8 +73,10 @@ typedef struct tbx__span_pool {
 typedef struct tbx__attrs {
 	tbx__attr_t *v;
 	size_t n, cap;
-	uint32_t dropped;	/* over TBX_SPAN_ATTRS_MAX, or out of memory */
-	int v_inline;		/* v is an array of the span's own: not freed */
+	uint32_t dropped; /* over TBX_SPAN_ATTRS_MAX, or out of memory */
+	int v_inline;	  /* v is an array of the span's own: not freed */
+	int owned;	  /* an attribute holds an allocation (a copied key or
+			     value): they are freed one by one, else none is */
 	tbx__span_pool_t *pool; /* the span's pool; NULL: none */
 } tbx__attrs_t;
 
@@ -139,6 +142,18 @@ tbx__span_t *tbx__span_new(const char *name, tbx__span_kind_t kind,
 			   const uint8_t *parent_id, uint64_t start_ns);
 /** Frees @p span and all it holds.  NULL: no-op. */
 void tbx__span_free(tbx__span_t *span);
+/**
+ * As tbx__span_new(), in @p span, memory of sizeof(tbx__span_t) the
+ * caller gives (a span cleared by tbx__span_clear(), or fresh memory):
+ * the exporter's free list reuses spans this way (export.h).
+ * @returns @p span, or NULL when out of memory (nothing is held then).
+ */
+tbx__span_t *tbx__span_init(tbx__span_t *span, const char *name,
+			    tbx__span_kind_t kind, const tbx__trace_ctx_t *ctx,
+			    const uint8_t *parent_id, uint64_t start_ns);
+/** Frees all @p span holds but its own memory, which is then for
+ *  tbx__span_init() (or free()) only. */
+void tbx__span_clear(tbx__span_t *span);
 
 /** Keeps a copy of @p tracestate (a normalised value,
  *  tbx__tracestate_normalize(); "" or NULL: none). */
@@ -166,9 +181,22 @@ void tbx__attrs_int_static(tbx__attrs_t *a, const char *key, int64_t val);
 /** As the _static setters, for a key not set yet (each of a fresh list's
  *  distinct literal keys): appended without looking for it among the
  *  keys set before, which the other setters do for every key. */
-void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
-			       const char *val, size_t len);
-void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key, int64_t val);
+void tbx__attrs_add_str_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, const char *val, size_t len);
+void tbx__attrs_add_int_static_n(tbx__attrs_t *a, const char *key,
+				 size_t key_len, int64_t val);
+/* Inline, so that a literal key's length is known when compiled: the
+ * worker sets some twenty attributes a record this way. */
+static inline void tbx__attrs_add_str_static(tbx__attrs_t *a, const char *key,
+					     const char *val, size_t len)
+{
+	tbx__attrs_add_str_static_n(a, key, strlen(key), val, len);
+}
+static inline void tbx__attrs_add_int_static(tbx__attrs_t *a, const char *key,
+					     int64_t val)
+{
+	tbx__attrs_add_int_static_n(a, key, strlen(key), val);
+}
 void tbx__attrs_free(tbx__attrs_t *a);
 
 /** Adds an event; @returns it (owned by the span, valid until the span
