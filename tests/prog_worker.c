@@ -1,7 +1,7 @@
 /*
  * A worker process for crash tests: hop 1 of the test pipeline ("in" ->
  * table hop1 -> "out").  Runs until TBX_CRASH_AT kills it, or exits 0 once
- * idle for a while (exit 3 after 60 s).
+ * idle for a while (exit 3 after 60 s times TBX_TIME_FACTOR).
  *
  * usage: tbx_prog_worker BOOTSTRAPS STORE TOKENS GROUP [key=value]...
  * (STORE and TOKENS are store descriptors: paths or "pg:SCHEMA", hop.h)
@@ -21,7 +21,11 @@ int main(int argc, char **argv)
 	char err[512];
 	tbx_conf_t *conf;
 	tbx_worker_t *w;
-	time_t deadline = time(NULL) + 60;
+	/* Scaled as the callers' waits are (tt_wait()): under the
+	 * sanitizers a run takes times longer. */
+	const char *factor = getenv("TBX_TIME_FACTOR");
+	time_t deadline =
+	    time(NULL) + 60 * (factor && atoi(factor) > 0 ? atoi(factor) : 1);
 	int idle = 0;
 
 	/* TBX_TEST_DIE_ON=PAYLOAD: the handler kills the process there. */

@@ -410,7 +410,7 @@ size_t tt_read_topic(const char *bootstraps, const char *topic,
 	rd_kafka_topic_partition_list_t *parts;
 	size_t cnt = 0, cap = 64, eofs = 0, want = 0;
 	tt_record_t *recs = calloc(cap, sizeof(*recs));
-	time_t deadline = time(NULL) + 30;
+	time_t deadline = time(NULL) + 30 * tt_time_factor();
 
 	cr_assert_eq(rd_kafka_metadata(rk, 0, rkt, &md, 10000),
 		     RD_KAFKA_RESP_ERR_NO_ERROR);

@@ -203,25 +203,31 @@ static void assert_exactly_once(const setup_t *s, int cnt)
 
 Test(cli_worker, sigterm_drains_the_batch_and_exits_0, .timeout = 240)
 {
-	setup_t s =
-	    setup_new("reply=hello.replies", "shutdown.timeout.ms = 10000\n");
-	pid_t pid = start_subscribed(&s, NULL);
+	/* The drain is what is checked here, not its speed: a bound a loaded
+	 * machine cannot reach.  Exit status 0 already says the stop ended
+	 * within it (past it, the worker exits 1). */
+	char extra[64];
+	setup_t s;
+	pid_t pid;
 	long long elapsed;
 	tt_record_t *recs;
 	size_t cnt;
 	char *log;
 	int status;
 
+	snprintf(extra, sizeof(extra), "shutdown.timeout.ms = %d\n",
+		 60000 * cc_time_factor());
+	s = setup_new("reply=hello.replies", extra);
+	pid = start_subscribed(&s, NULL);
 	tt_publish(s.cluster.bootstraps, s.tokens, "hello", "Hello", 10, 3,
 		   "hi");
 	tt_assert_log(tt_wait_query(s.store, HELLO_ROWS, 10, WAIT_MS), s.log,
 		      "the hello rows did not appear");
 
-	status = term_and_wait(pid, 10000 + 5000 * cc_time_factor(), &elapsed);
+	status = term_and_wait(pid, 70000 * cc_time_factor(), &elapsed);
 	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 0), "status %d after %lld ms:\n%s", status,
 		  elapsed, log);
-	cr_expect(elapsed < 10000, "took %lld ms", elapsed);
 	cr_expect(strstr(log, "SIGTERM: finishing the batch in hand"), "%s",
 		  log);
 	cr_expect(strstr(log, "stopped: 10 consumed, 10 processed"), "%s", log);
@@ -242,11 +248,16 @@ Test(cli_worker, sigterm_drains_the_batch_and_exits_0, .timeout = 240)
 Test(cli_worker, second_sigterm_exits_at_once_and_a_restart_finishes_once,
      .timeout = 300)
 {
-	/* 20 records at 300 ms each: a batch that takes seconds. */
-	setup_t s = setup_new("delay.ms=300", NULL);
+	/* A minute per record: the batch in hand cannot end while this test
+	 * runs, however slow the machine, so the first SIGTERM's drain is
+	 * still waiting for it when the second signal comes, and an exit
+	 * with its rows uncommitted can only be the second signal's.  The
+	 * stop's own bound is longer still. */
+	setup_t s =
+	    setup_new("delay.ms=60000", "shutdown.timeout.ms=3600000\n");
 	const char *const no_delay[] = {"-X", "plugin.args=", NULL};
 	pid_t pid = start_subscribed(&s, NULL);
-	long long t0, elapsed;
+	long long elapsed;
 	char *log;
 	int status;
 
@@ -259,19 +270,18 @@ Test(cli_worker, second_sigterm_exits_at_once_and_a_restart_finishes_once,
 	tt_assert_log(
 	    tt_wait_log(s.log, "SIGTERM: finishing the batch in hand", WAIT_MS),
 	    s.log, "no sign of the first SIGTERM");
-	t0 = cc_now_ms();
 	kill(pid, SIGTERM);
 	status = cc_wait(pid, WAIT_MS);
-	elapsed = cc_now_ms() - t0;
 	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 128 + SIGTERM), "status %d:\n%s", status,
 		  log);
-	cr_expect(elapsed < 2000 * cc_time_factor(), "took %lld ms", elapsed);
 	cr_expect(strstr(log, "second signal (SIGTERM): exiting at once"), "%s",
 		  log);
 	free(log);
-	/* It died inside a batch: some work was left. */
-	cr_assert_lt(tt_query(s.store, HELLO_ROWS), 20);
+	/* It died inside its first batch, not after it: nothing handled
+	 * was committed (the hello table comes with the first commit: -1
+	 * when there is none). */
+	cr_assert_leq(tt_query(s.store, HELLO_ROWS), 0);
 
 	/* A restart without the delay finishes it, each message once. */
 	pid = start_subscribed(&s, no_delay);
@@ -286,8 +296,10 @@ Test(cli_worker, second_sigterm_exits_at_once_and_a_restart_finishes_once,
 
 Test(cli_worker, shutdown_timeout_bounds_a_slow_drain, .timeout = 240)
 {
-	/* 20 records at 500 ms each, and one second to stop. */
-	setup_t s = setup_new("delay.ms=500", "shutdown.timeout.ms=1000\n");
+	/* A minute per record, and one second to stop: the drain cannot
+	 * finish the batch in hand before the bound, however slow the
+	 * machine. */
+	setup_t s = setup_new("delay.ms=60000", "shutdown.timeout.ms=1000\n");
 	pid_t pid = start_subscribed(&s, NULL);
 	long long elapsed;
 	char *log;
@@ -299,7 +311,12 @@ Test(cli_worker, shutdown_timeout_bounds_a_slow_drain, .timeout = 240)
 	status = term_and_wait(pid, WAIT_MS, &elapsed);
 	log = tt_read_text(s.log);
 	cr_assert(cc_exited(status, 1), "status %d:\n%s", status, log);
-	cr_expect(elapsed >= 900 && elapsed < 1000 + 2000 * cc_time_factor(),
+	/* The bound is the behaviour checked: the stop ended at it, not when
+	 * the batch in hand would have (a minute on).  Measured from before
+	 * the SIGTERM, so not below it; the margin above is for a loaded
+	 * machine, where the worker and this test may wait seconds for a
+	 * CPU, and stays well under the minute. */
+	cr_expect(elapsed >= 900 && elapsed < 1000 + 15000 * cc_time_factor(),
 		  "exited after %lld ms", elapsed);
 	cr_expect(strstr(log, "did not stop within shutdown.timeout.ms "
 			      "(1000 ms)"),

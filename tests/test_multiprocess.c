@@ -213,7 +213,7 @@ Test(multiprocess, three_workers_killed_at_random_keep_every_order_once,
 		usleep(200000);
 	cr_assert(drained(&w), "the pipeline did not drain (seed %u)", seed);
 	/* A sweep interval or two for the orphans of killed attempts. */
-	time_t sweep_end = time(NULL) + 30;
+	time_t sweep_end = time(NULL) + 30 * tt_time_factor();
 	while (time(NULL) < sweep_end &&
 	       (tt_count(w.tokens, "SELECT COUNT(*) FROM tbx_tokens") ||
 		tt_count(w.tokens, "SELECT COUNT(*) FROM tbx_registrations")))

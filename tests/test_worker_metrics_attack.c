@@ -376,7 +376,9 @@ Test(metrics_attack, a_trickling_client_is_cut_whatever_it_sends,
 		  rounds / 2);
 	close(fd);
 	/* Counted, and said at WARN (the watchdog's next round, 250 ms on). */
-	for (int i = 0; i < 40 && tbx__metrics_connections_cut(m) == 0; i++)
+	for (int i = 0;
+	     i < 40 * tt_time_factor() && tbx__metrics_connections_cut(m) == 0;
+	     i++)
 		usleep(100000);
 	cr_expect_eq(tbx__metrics_connections_cut(m), 1);
 	tbx__metrics_destroy(m);
