@@ -1193,6 +1193,7 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .dead_letters_list = tbx__sq_dead_letters_list,
     .dead_letters_find = tbx__sq_dead_letters_find,
     .dead_letter_recorded = tbx__sq_dead_letter_recorded,
+    .dead_letter_replayed = tbx__sq_dead_letter_replayed,
     .dead_letter_groups = tbx__sq_dead_letter_groups,
     .undelivered_count = tbx__sq_undelivered_count,
     .undelivered_list = tbx__sq_undelivered_list,

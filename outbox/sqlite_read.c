@@ -30,7 +30,7 @@
 	"SELECT d.id, d.grp, d.msg_id, d.in_topic, d.in_partition, "           \
 	"d.in_offset, d.dlq_topic, d.error, d.attempts, d.created_ms, "        \
 	"EXISTS (SELECT 1 FROM tbx_outbox o WHERE o.grp = d.grp AND o.msg_id " \
-	"= d.msg_id AND o.kind = 1) FROM tbx_dead_letters d"
+	"= d.msg_id AND o.kind = 1), d.replayed_ms FROM tbx_dead_letters d"
 #define UD_COLUMNS                                                             \
 	"SELECT id, grp, msg_id, out_id, topic, type, key, payload, "          \
 	"headers, token, mint_seq, error, attempts, created_ms FROM "          \
@@ -57,6 +57,7 @@ enum {
 	R_DL_BY_ID,
 	R_DL_RECORDED,
 	R_DL_GROUPS,
+	R_DL_REPLAYED,
 	R_UD_COUNT,
 	R_UD_LIST,
 	R_UD_COUNT_F,
@@ -126,6 +127,10 @@ static const char *const rsql[R__COUNT] = {
 		      "AND dlq_topic = ?5",
     [R_DL_GROUPS] = "SELECT DISTINCT grp FROM tbx_dead_letters WHERE "
 		    "dlq_topic = ?1 ORDER BY grp",
+    [R_DL_REPLAYED] = "UPDATE tbx_dead_letters SET replayed_ms = "
+		      "coalesce(replayed_ms, ?6) WHERE grp = ?1 AND in_topic = "
+		      "?2 AND in_partition = ?3 AND in_offset = ?4 AND "
+		      "dlq_topic = ?5",
     [R_UD_COUNT] = "SELECT count(*) FROM tbx_undelivered",
     [R_UD_LIST] = UD_COLUMNS " WHERE " GRP_IN(
 	"grp") " AND created_ms <= ?2 ORDER BY created_ms DESC, id DESC "
@@ -468,6 +473,9 @@ static int dl_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 	d.attempts = sqlite3_column_int64(stmt, 8);
 	d.created_ms = sqlite3_column_int64(stmt, 9);
 	d.pending = sqlite3_column_int(stmt, 10);
+	d.replayed_ms = sqlite3_column_type(stmt, 11) == SQLITE_NULL
+			    ? -1
+			    : sqlite3_column_int64(stmt, 11);
 	return ((tbx__dl_fn)fn)(opaque, &d);
 }
 
@@ -527,6 +535,28 @@ int tbx__sq_dead_letter_recorded(tbx_outbox_t *base, const char *grp,
 	err = tbx__db_one_int(stmt, &one);
 	sqlite3_clear_bindings(stmt);
 	*found = one == 1;
+	return err;
+}
+
+int tbx__sq_dead_letter_replayed(tbx_outbox_t *base, const char *grp,
+				 const char *in_topic, int64_t partition,
+				 int64_t offset, const char *dlq_topic,
+				 int64_t ms)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	int64_t none;
+	int err;
+
+	PREPARE(stmt, store, R_DL_REPLAYED);
+	sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 2, in_topic, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, partition);
+	sqlite3_bind_int64(stmt, 4, offset);
+	sqlite3_bind_text(stmt, 5, dlq_topic, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 6, ms);
+	err = tbx__db_one_int(stmt, &none);
+	sqlite3_clear_bindings(stmt);
 	return err;
 }
 
