@@ -362,7 +362,10 @@ typedef struct tbx_outbox_ops {
 			   const char *const *ids, size_t n);
 
 	/** Next offset to process for untokened ingress; *next = -1 when
-	 *  none.  ingress_set: upsert, inside the caller's txn. */
+	 *  none.  ingress_set: upsert, inside the caller's txn.  A row
+	 *  below 0 (PostgreSQL's lock of a partition before its first
+	 *  offset) is none in every backend: read as -1, not listed, and
+	 *  serving no group (groups, ingress_list). */
 	int (*ingress_get)(tbx_outbox_t *store, const char *grp,
 			   const char *topic, int32_t partition, int64_t *next);
 	int (*ingress_set)(tbx_outbox_t *store, const char *grp,

@@ -556,7 +556,7 @@ static int sq_ingress_get(tbx_outbox_t *base, const char *grp,
 		return tbx__stmt_bind_fail(stmt);
 	if ((err = tbx__stmt_step(stmt, &hit)))
 		return err;
-	if (hit)
+	if (hit && sqlite3_column_int64(stmt, 0) >= 0)
 		*next = sqlite3_column_int64(stmt, 0);
 	sqlite3_reset(stmt);
 	return TBX_OK;

@@ -77,13 +77,18 @@ static const char *const rsql[R__COUNT] = {
     [R_BEGIN] = "BEGIN",
     [R_END] = "COMMIT",
     [R_SCHEMA] = "PRAGMA user_version",
+    /* An ingress row below 0 is no offset (ingress_get reads it as
+     * none; PostgreSQL's lock of a partition before its first offset
+     * leaves one, outbox/pg.c): it serves no group and is not listed,
+     * as on PostgreSQL (outbox/pg_read.c). */
     [R_GROUPS] = "SELECT grp FROM tbx_outbox UNION SELECT grp FROM "
-		 "tbx_ingress UNION SELECT grp FROM tbx_dead_letters ORDER BY "
-		 "1",
+		 "tbx_ingress WHERE next_offset >= 0 UNION SELECT grp FROM "
+		 "tbx_dead_letters ORDER BY 1",
     /* Schema 12 on: a group with batch rows alone is served too. */
     [R_GROUPS_BATCH] = "SELECT grp FROM tbx_outbox UNION SELECT grp FROM "
-		       "tbx_ingress UNION SELECT grp FROM tbx_dead_letters "
-		       "UNION SELECT grp FROM tbx_obatch ORDER BY 1",
+		       "tbx_ingress WHERE next_offset >= 0 UNION SELECT grp "
+		       "FROM tbx_dead_letters UNION SELECT grp FROM "
+		       "tbx_obatch ORDER BY 1",
     [R_ROWS_SUMMARY] = "SELECT grp, sum(attempt IS NULL), sum(attempt IS NOT "
 		       "NULL), sum(created_ms <= ?1), sum(stuck_ms IS NOT "
 		       "NULL), min(created_ms) FROM tbx_outbox GROUP BY grp "
@@ -144,7 +149,8 @@ static const char *const rsql[R__COUNT] = {
     [R_BINDINGS] = "SELECT grp, tokens_id, tokens_where, used_ms FROM "
 		   "tbx_bindings ORDER BY grp",
     [R_INGRESS] = "SELECT grp, topic, \"partition\", next_offset FROM "
-		  "tbx_ingress ORDER BY grp, topic, \"partition\"",
+		  "tbx_ingress WHERE next_offset >= 0 ORDER BY grp, topic, "
+		  "\"partition\"",
     [R_COUNT_OLDER] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1 AND "
 		      "created_ms <= ?2",
 };
