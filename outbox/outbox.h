@@ -184,6 +184,9 @@ typedef struct tbx__dl_rec {
 	const char *error; /**< NULL: none */
 	int64_t in_partition, in_offset, attempts, created_ms;
 	int pending; /**< its dead-letter outbox row is not finished */
+	/** When `inspect dead-letters replay` first sent it back to its
+	 *  origin topic; -1: never. */
+	int64_t replayed_ms;
 } tbx__dl_rec_t;
 
 /** An outgoing message given up on (tbx_undelivered). */
@@ -359,7 +362,10 @@ typedef struct tbx_outbox_ops {
 			   const char *const *ids, size_t n);
 
 	/** Next offset to process for untokened ingress; *next = -1 when
-	 *  none.  ingress_set: upsert, inside the caller's txn. */
+	 *  none.  ingress_set: upsert, inside the caller's txn.  A row
+	 *  below 0 (PostgreSQL's lock of a partition before its first
+	 *  offset) is none in every backend: read as -1, not listed, and
+	 *  serving no group (groups, ingress_list). */
 	int (*ingress_get)(tbx_outbox_t *store, const char *grp,
 			   const char *topic, int32_t partition, int64_t *next);
 	int (*ingress_set)(tbx_outbox_t *store, const char *grp,
@@ -484,6 +490,13 @@ typedef struct tbx_outbox_ops {
 				    const char *in_topic, int64_t partition,
 				    int64_t offset, const char *dlq_topic,
 				    int *found);
+	/** Records that @p grp's dead letter of this origin sent to
+	 *  @p dlq_topic was replayed at @p ms (a repair, one statement); a
+	 *  dead letter replayed before keeps its first time. */
+	int (*dead_letter_replayed)(tbx_outbox_t *store, const char *grp,
+				    const char *in_topic, int64_t partition,
+				    int64_t offset, const char *dlq_topic,
+				    int64_t ms);
 	/** Groups that sent dead letters to @p dlq_topic, by name. */
 	int (*dead_letter_groups)(tbx_outbox_t *store, const char *dlq_topic,
 				  tbx__str_fn fn, void *opaque);
@@ -962,6 +975,14 @@ static inline int tbx_outbox_dead_letter_recorded(
 {
 	return store->ops->dead_letter_recorded(store, grp, in_topic, partition,
 						offset, dlq_topic, found);
+}
+
+static inline int tbx_outbox_dead_letter_replayed(
+    tbx_outbox_t *store, const char *grp, const char *in_topic,
+    int64_t partition, int64_t offset, const char *dlq_topic, int64_t ms)
+{
+	return store->ops->dead_letter_replayed(store, grp, in_topic, partition,
+						offset, dlq_topic, ms);
 }
 
 static inline int tbx_outbox_dead_letter_groups(tbx_outbox_t *store,

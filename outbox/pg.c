@@ -165,6 +165,9 @@ static const char *const migrations[] = {
     "CREATE INDEX tbx_cover_msg_row ON @S.tbx_cover_msg (grp, row_id);"
     "ALTER TABLE @S.tbx_inflight ADD COLUMN gen bigint NOT NULL DEFAULT"
     " 0;",
+    /* 4 -> 5: SQLite's schema 15: when `inspect dead-letters replay`
+     * sent a dead letter back to its origin topic (NULL: never). */
+    "ALTER TABLE @S.tbx_dead_letters ADD COLUMN replayed_ms bigint;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -1705,6 +1708,7 @@ static const tbx_outbox_ops_t pg_ops = {
     .dead_letters_list = tbx__pgo_dead_letters_list,
     .dead_letters_find = tbx__pgo_dead_letters_find,
     .dead_letter_recorded = tbx__pgo_dead_letter_recorded,
+    .dead_letter_replayed = tbx__pgo_dead_letter_replayed,
     .dead_letter_groups = tbx__pgo_dead_letter_groups,
     .undelivered_count = tbx__pgo_undelivered_count,
     .undelivered_list = tbx__pgo_undelivered_list,

@@ -11,7 +11,7 @@
 #include "store/pg.h"
 
 /** The schema version of the service store's PostgreSQL tables. */
-#define TBX_PG_OUTBOX_VERSION 4
+#define TBX_PG_OUTBOX_VERSION 5
 
 typedef struct pg_store {
 	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */
@@ -78,6 +78,10 @@ int tbx__pgo_dead_letter_recorded(tbx_outbox_t *base, const char *grp,
 				  const char *in_topic, int64_t partition,
 				  int64_t offset, const char *dlq_topic,
 				  int *found);
+int tbx__pgo_dead_letter_replayed(tbx_outbox_t *base, const char *grp,
+				  const char *in_topic, int64_t partition,
+				  int64_t offset, const char *dlq_topic,
+				  int64_t ms);
 int tbx__pgo_dead_letter_groups(tbx_outbox_t *base, const char *dlq_topic,
 				tbx__str_fn fn, void *opaque);
 int tbx__pgo_undelivered_count(tbx_outbox_t *base, int64_t *n);

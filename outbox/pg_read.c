@@ -28,7 +28,8 @@
 	"SELECT d.id, d.grp, d.msg_id, d.in_topic, d.in_partition, "           \
 	"d.in_offset, d.dlq_topic, d.error, d.attempts, d.created_ms, "        \
 	"EXISTS (SELECT 1 FROM @S.tbx_outbox o WHERE o.grp = d.grp AND "       \
-	"o.msg_id = d.msg_id AND o.kind = 1) FROM @S.tbx_dead_letters d"
+	"o.msg_id = d.msg_id AND o.kind = 1), d.replayed_ms FROM "             \
+	"@S.tbx_dead_letters d"
 #define UD_COLUMNS                                                             \
 	"SELECT id, grp, msg_id, out_id, topic, type, key, payload, "          \
 	"headers, token, mint_seq, error, attempts, created_ms FROM "          \
@@ -52,6 +53,7 @@ enum {
 	R_DL_BY_ID,
 	R_DL_RECORDED,
 	R_DL_GROUPS,
+	R_DL_REPLAYED,
 	R_UD_COUNT,
 	R_UD_LIST,
 	R_UD_COUNT_F,
@@ -121,6 +123,10 @@ static const char *const rsql[R__COUNT] = {
 		      "AND dlq_topic = $5 LIMIT 1",
     [R_DL_GROUPS] = "SELECT DISTINCT grp FROM @S.tbx_dead_letters WHERE "
 		    "dlq_topic = $1 ORDER BY grp",
+    [R_DL_REPLAYED] = "UPDATE @S.tbx_dead_letters SET replayed_ms = "
+		      "coalesce(replayed_ms, $6) WHERE grp = $1 AND in_topic = "
+		      "$2 AND in_partition = $3 AND in_offset = $4 AND "
+		      "dlq_topic = $5",
     [R_UD_COUNT] = "SELECT count(*) FROM @S.tbx_undelivered",
     [R_UD_LIST] = UD_COLUMNS " WHERE " GRP_IN(
 	"grp") " AND created_ms <= $2 ORDER BY created_ms DESC, id DESC "
@@ -517,6 +523,7 @@ static int dl_row(const PGresult *res, int i, any_fn fn, void *opaque)
 	d.attempts = tbx__pg_i64(res, i, 8);
 	d.created_ms = tbx__pg_i64(res, i, 9);
 	d.pending = (int)tbx__pg_i64(res, i, 10);
+	d.replayed_ms = PQgetisnull(res, i, 11) ? -1 : tbx__pg_i64(res, i, 11);
 	return ((tbx__dl_fn)fn)(opaque, &d);
 }
 
@@ -584,6 +591,28 @@ int tbx__pgo_dead_letter_recorded(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_text(&p, dlq_topic);
 	err = one_int(ps(base), R_DL_RECORDED, &p, &one);
 	*found = one == 1;
+	return err;
+}
+
+int tbx__pgo_dead_letter_replayed(tbx_outbox_t *base, const char *grp,
+				  const char *in_topic, int64_t partition,
+				  int64_t offset, const char *dlq_topic,
+				  int64_t ms)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	int err;
+
+	/* One statement: a transaction of its own unless one is open. */
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, in_topic);
+	tbx__pgp_i64(&p, partition);
+	tbx__pgp_i64(&p, offset);
+	tbx__pgp_text(&p, dlq_topic);
+	tbx__pgp_i64(&p, ms);
+	err = tbx__pg_run(&store->reads, R_DL_REPLAYED, &p, NULL);
+	tbx__pgp_free(&p);
 	return err;
 }
 

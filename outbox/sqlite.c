@@ -556,7 +556,7 @@ static int sq_ingress_get(tbx_outbox_t *base, const char *grp,
 		return tbx__stmt_bind_fail(stmt);
 	if ((err = tbx__stmt_step(stmt, &hit)))
 		return err;
-	if (hit)
+	if (hit && sqlite3_column_int64(stmt, 0) >= 0)
 		*next = sqlite3_column_int64(stmt, 0);
 	sqlite3_reset(stmt);
 	return TBX_OK;
@@ -1193,6 +1193,7 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .dead_letters_list = tbx__sq_dead_letters_list,
     .dead_letters_find = tbx__sq_dead_letters_find,
     .dead_letter_recorded = tbx__sq_dead_letter_recorded,
+    .dead_letter_replayed = tbx__sq_dead_letter_replayed,
     .dead_letter_groups = tbx__sq_dead_letter_groups,
     .undelivered_count = tbx__sq_undelivered_count,
     .undelivered_list = tbx__sq_undelivered_list,

@@ -83,6 +83,10 @@ int tbx__sq_dead_letter_recorded(tbx_outbox_t *base, const char *grp,
 				 const char *in_topic, int64_t partition,
 				 int64_t offset, const char *dlq_topic,
 				 int *found);
+int tbx__sq_dead_letter_replayed(tbx_outbox_t *base, const char *grp,
+				 const char *in_topic, int64_t partition,
+				 int64_t offset, const char *dlq_topic,
+				 int64_t ms);
 int tbx__sq_dead_letter_groups(tbx_outbox_t *base, const char *dlq_topic,
 			       tbx__str_fn fn, void *opaque);
 int tbx__sq_undelivered_count(tbx_outbox_t *base, int64_t *n);

@@ -30,7 +30,7 @@
 	"SELECT d.id, d.grp, d.msg_id, d.in_topic, d.in_partition, "           \
 	"d.in_offset, d.dlq_topic, d.error, d.attempts, d.created_ms, "        \
 	"EXISTS (SELECT 1 FROM tbx_outbox o WHERE o.grp = d.grp AND o.msg_id " \
-	"= d.msg_id AND o.kind = 1) FROM tbx_dead_letters d"
+	"= d.msg_id AND o.kind = 1), d.replayed_ms FROM tbx_dead_letters d"
 #define UD_COLUMNS                                                             \
 	"SELECT id, grp, msg_id, out_id, topic, type, key, payload, "          \
 	"headers, token, mint_seq, error, attempts, created_ms FROM "          \
@@ -57,6 +57,7 @@ enum {
 	R_DL_BY_ID,
 	R_DL_RECORDED,
 	R_DL_GROUPS,
+	R_DL_REPLAYED,
 	R_UD_COUNT,
 	R_UD_LIST,
 	R_UD_COUNT_F,
@@ -76,13 +77,18 @@ static const char *const rsql[R__COUNT] = {
     [R_BEGIN] = "BEGIN",
     [R_END] = "COMMIT",
     [R_SCHEMA] = "PRAGMA user_version",
+    /* An ingress row below 0 is no offset (ingress_get reads it as
+     * none; PostgreSQL's lock of a partition before its first offset
+     * leaves one, outbox/pg.c): it serves no group and is not listed,
+     * as on PostgreSQL (outbox/pg_read.c). */
     [R_GROUPS] = "SELECT grp FROM tbx_outbox UNION SELECT grp FROM "
-		 "tbx_ingress UNION SELECT grp FROM tbx_dead_letters ORDER BY "
-		 "1",
+		 "tbx_ingress WHERE next_offset >= 0 UNION SELECT grp FROM "
+		 "tbx_dead_letters ORDER BY 1",
     /* Schema 12 on: a group with batch rows alone is served too. */
     [R_GROUPS_BATCH] = "SELECT grp FROM tbx_outbox UNION SELECT grp FROM "
-		       "tbx_ingress UNION SELECT grp FROM tbx_dead_letters "
-		       "UNION SELECT grp FROM tbx_obatch ORDER BY 1",
+		       "tbx_ingress WHERE next_offset >= 0 UNION SELECT grp "
+		       "FROM tbx_dead_letters UNION SELECT grp FROM "
+		       "tbx_obatch ORDER BY 1",
     [R_ROWS_SUMMARY] = "SELECT grp, sum(attempt IS NULL), sum(attempt IS NOT "
 		       "NULL), sum(created_ms <= ?1), sum(stuck_ms IS NOT "
 		       "NULL), min(created_ms) FROM tbx_outbox GROUP BY grp "
@@ -126,6 +132,10 @@ static const char *const rsql[R__COUNT] = {
 		      "AND dlq_topic = ?5",
     [R_DL_GROUPS] = "SELECT DISTINCT grp FROM tbx_dead_letters WHERE "
 		    "dlq_topic = ?1 ORDER BY grp",
+    [R_DL_REPLAYED] = "UPDATE tbx_dead_letters SET replayed_ms = "
+		      "coalesce(replayed_ms, ?6) WHERE grp = ?1 AND in_topic = "
+		      "?2 AND in_partition = ?3 AND in_offset = ?4 AND "
+		      "dlq_topic = ?5",
     [R_UD_COUNT] = "SELECT count(*) FROM tbx_undelivered",
     [R_UD_LIST] = UD_COLUMNS " WHERE " GRP_IN(
 	"grp") " AND created_ms <= ?2 ORDER BY created_ms DESC, id DESC "
@@ -139,7 +149,8 @@ static const char *const rsql[R__COUNT] = {
     [R_BINDINGS] = "SELECT grp, tokens_id, tokens_where, used_ms FROM "
 		   "tbx_bindings ORDER BY grp",
     [R_INGRESS] = "SELECT grp, topic, \"partition\", next_offset FROM "
-		  "tbx_ingress ORDER BY grp, topic, \"partition\"",
+		  "tbx_ingress WHERE next_offset >= 0 ORDER BY grp, topic, "
+		  "\"partition\"",
     [R_COUNT_OLDER] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1 AND "
 		      "created_ms <= ?2",
 };
@@ -468,6 +479,9 @@ static int dl_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 	d.attempts = sqlite3_column_int64(stmt, 8);
 	d.created_ms = sqlite3_column_int64(stmt, 9);
 	d.pending = sqlite3_column_int(stmt, 10);
+	d.replayed_ms = sqlite3_column_type(stmt, 11) == SQLITE_NULL
+			    ? -1
+			    : sqlite3_column_int64(stmt, 11);
 	return ((tbx__dl_fn)fn)(opaque, &d);
 }
 
@@ -527,6 +541,28 @@ int tbx__sq_dead_letter_recorded(tbx_outbox_t *base, const char *grp,
 	err = tbx__db_one_int(stmt, &one);
 	sqlite3_clear_bindings(stmt);
 	*found = one == 1;
+	return err;
+}
+
+int tbx__sq_dead_letter_replayed(tbx_outbox_t *base, const char *grp,
+				 const char *in_topic, int64_t partition,
+				 int64_t offset, const char *dlq_topic,
+				 int64_t ms)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	int64_t none;
+	int err;
+
+	PREPARE(stmt, store, R_DL_REPLAYED);
+	sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 2, in_topic, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, partition);
+	sqlite3_bind_int64(stmt, 4, offset);
+	sqlite3_bind_text(stmt, 5, dlq_topic, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 6, ms);
+	err = tbx__db_one_int(stmt, &none);
+	sqlite3_clear_bindings(stmt);
 	return err;
 }
 

@@ -349,6 +349,12 @@ static const char *const migrations[] = {
     " (tbit BETWEEN 0 AND 65535 AND tset IS NOT NULL));"
     "ALTER TABLE tbx_edge ADD COLUMN tpart INTEGER CHECK ((tpart IS NULL)"
     " = (tbit IS NULL) AND (tpart IS NULL OR tpart >= 0));",
+    /* 14 -> 15 */
+    /* When `inspect dead-letters replay` sent a dead letter back to its
+     * origin topic, so that `dead-letters list` tells a replayed dead
+     * letter from one only delivered to the dead-letter topic.  NULL:
+     * never replayed (or by a tokenbox older than this column). */
+    "ALTER TABLE tbx_dead_letters ADD COLUMN replayed_ms INTEGER;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

@@ -6,6 +6,8 @@
  * `dead-letters show --topic` reads the dead letter's key, payload and
  * headers back from Kafka.
  */
+#include <cjson/cJSON.h>
+
 #include "cli_child.h"
 #include "support.h"
 
@@ -56,6 +58,55 @@ static cc_result_t replay(const tt_cluster_t *c, const char *s1,
 	return cc_run(args);
 }
 
+/* `dead-letters list` of @p s1, as text or JSON. */
+static cc_result_t dl_list(const char *s1, const char *tokens, int json)
+{
+	const char *args[] = {"inspect", "-s",	   s1,
+			      "-S",	 tokens,   "dead-letters",
+			      "list",	 "--wide", json ? "--json" : NULL,
+			      NULL};
+
+	return cc_run(args);
+}
+
+/* The STATE column of the only dead letter (line 2 of the table), and the
+ * JSON's state and replayed_ms. */
+static void check_state(const char *s1, const char *tokens, const char *want)
+{
+	cc_result_t res = dl_list(s1, tokens, 0);
+	const char *line;
+
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert((line = strchr(res.out, '\n')), "%s", res.out);
+	cr_assert(strstr(line, "g1"), "%s", res.out);
+	cr_assert(strstr(line, want), "want %s: %s", want, res.out);
+	cc_result_free(&res);
+
+	res = dl_list(s1, tokens, 1);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cJSON *doc = cJSON_Parse(res.out);
+	cr_assert(doc, "%s", res.out);
+	cJSON *d =
+	    cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "dead_letters"), 0);
+	cr_assert(d, "%s", res.out);
+	cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(d, "state")),
+			 want);
+	cJSON *at = cJSON_GetObjectItem(d, "replayed_ms");
+	cr_assert(at, "%s", res.out);
+	if (strcmp(want, "replayed") == 0)
+		cr_assert(
+		    cJSON_IsNumber(at) &&
+			at->valuedouble >=
+			    cJSON_GetObjectItem(d, "created_ms")->valuedouble,
+		    "%s", res.out);
+	else
+		cr_assert(cJSON_IsNull(at), "%s", res.out);
+	cJSON_Delete(doc);
+	cc_result_free(&res);
+}
+
 Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
      .timeout = 300)
 {
@@ -90,6 +141,9 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 	tt_records_free(recs, cnt);
 	cr_assert(*orig);
 
+	/* Sent to in.dlq, not replayed yet: an operator's to look at. */
+	check_state(s1, tokens, "sent");
+
 	/* The handler is fixed; the dead letter goes back. */
 	hop1.reject = NULL;
 	res = replay(c, s1, tokens);
@@ -98,6 +152,7 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 	cr_assert_str_eq(res.out,
 			 "replayed 1 dead letters of g1 from in.dlq\n");
 	cc_result_free(&res);
+	check_state(s1, tokens, "replayed");
 	st.want1 = 2;
 	cr_assert(tt_drive(w, 2, effects_done, &st, 10, 90));
 
@@ -108,6 +163,7 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 	cr_assert_str_eq(res.out, "replayed 0 dead letters of g1 from in.dlq, "
 				  "1 replayed before (not sent again)\n");
 	cc_result_free(&res);
+	check_state(s1, tokens, "replayed");
 	cr_assert(tt_drive(w, 2, effects_done, &st, 10, 90));
 
 	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), 2);
@@ -147,6 +203,8 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 	cr_assert(strstr(res.out, "payload      \"m-1\""), "%s", res.out);
 	cr_assert(strstr(res.out, "key          \"key-0\""), "%s", res.out);
 	cr_assert(strstr(res.out, "tbx-dlq-error"), "%s", res.out);
+	cr_assert(strstr(res.out, "state        replayed: sent back to in at "),
+		  "%s", res.out);
 	cc_result_free(&res);
 
 	tbx_worker_destroy(w[0]);

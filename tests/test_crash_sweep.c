@@ -1,8 +1,17 @@
 /*
- * Crash points of register-cleanup, and the crash-point rules themselves.
- * The sweeper's steps are single T transactions; a worker killed after
- * one must leave the stores so that recovery and a later sweep still end
- * with every effect once and no token or registration left.
+ * Crash points of register-cleanup over per-message tokens, and the
+ * crash-point rules themselves.  The ingress here is published with a
+ * token per message (tt_crash_case), and a worker's own messages always
+ * are, so the sweeper judges per-message registrations
+ * (tbx_registrations) and drops their token rows (tbx_tokens).  Its steps are
+ * single T transactions; a worker killed after one must leave the stores so
+ * that recovery and a later sweep still end with every effect once and no token
+ * or registration left.
+ *
+ * The sweeper's pass over token sets (tbx_breg and tbx_tset, minted
+ * with tokens.format=set) has its crash points in
+ * test_crash_sweep_sets.c, and the protocol's with sets in
+ * test_crash_tsets.c.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>

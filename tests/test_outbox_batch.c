@@ -642,6 +642,60 @@ Test(obatch, a_corrupt_stored_row_is_refused)
 }
 
 /* A backend without batch rows answers TBX_ESCHEMA. */
+static int groups_cb(void *opaque, const char *grp)
+{
+	char *out = opaque;
+	size_t len = strlen(out);
+
+	snprintf(out + len, 256 - len, "%s;", grp);
+	return 0;
+}
+
+static int ingress_cb(void *opaque, const tbx__ingress_t *g)
+{
+	char *out = opaque;
+	size_t len = strlen(out);
+
+	snprintf(out + len, 256 - len, "%s/%s/%lld=%lld;", g->grp, g->topic,
+		 (long long)g->partition, (long long)g->next_offset);
+	return 0;
+}
+
+/* The groups the store serves (what `inspect` judges) and its ingress
+ * offsets are the same on both backends: a partition's ingress row that
+ * holds no offset (-1: what PostgreSQL's lock of a partition before its
+ * first offset leaves) reads as none, is not listed, and serves no
+ * group, whether the lock or an explicit "none" wrote it. */
+Test(obatch, an_ingress_row_without_an_offset_serves_no_group)
+{
+	fx_t fx;
+	char got[256] = "";
+	int64_t next = 0;
+
+	fx_open(&fx);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_ingress_set(fx.store, "g-off", "t", 1, 5),
+		     TBX_OK);
+	/* A partition read, and so locked on PostgreSQL, and left. */
+	cr_assert_eq(tbx_outbox_ingress_get(fx.store, "g-lock", "t", 0, &next),
+		     TBX_OK);
+	cr_assert_eq(next, -1);
+	cr_assert_eq(tbx_outbox_ingress_set(fx.store, "g-none", "t", 0, -1),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+
+	cr_assert_eq(tbx_outbox_ingress_get(fx.store, "g-none", "t", 0, &next),
+		     TBX_OK);
+	cr_assert_eq(next, -1, "none");
+	cr_assert_eq(tbx_outbox_groups(fx.store, groups_cb, got), TBX_OK);
+	cr_assert_str_eq(got, "g-off;");
+	got[0] = '\0';
+	cr_assert_eq(tbx_outbox_ingress_list(fx.store, ingress_cb, got),
+		     TBX_OK);
+	cr_assert_str_eq(got, "g-off/t/1=5;");
+	fx_close(&fx);
+}
+
 Test(obatch, a_backend_without_batch_rows_says_so)
 {
 	static const tbx_outbox_ops_t none = {.name = "none"};

@@ -30,13 +30,15 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 14 added (the edge entry's set, bit and partition),
- * version 13 (the outbox row's set bit), version 12, 11, 10, 9 and 8,
- * taken away again (each column before the one its CHECK names). */
+/* What version 15 added (when a dead letter was replayed), version 14
+ * (the edge entry's set, bit and partition), version 13 (the outbox row's
+ * set bit), version 12, 11, 10, 9 and 8, taken away again (each column
+ * before the one its CHECK names). */
+#define UNDO_V15 "ALTER TABLE tbx_dead_letters DROP COLUMN replayed_ms;"
 #define UNDO_V14                                                               \
-	"ALTER TABLE tbx_edge DROP COLUMN tpart;"                              \
-	"ALTER TABLE tbx_edge DROP COLUMN tbit;"                               \
-	"ALTER TABLE tbx_edge DROP COLUMN tset;"
+	UNDO_V15 "ALTER TABLE tbx_edge DROP COLUMN tpart;"                     \
+		 "ALTER TABLE tbx_edge DROP COLUMN tbit;"                      \
+		 "ALTER TABLE tbx_edge DROP COLUMN tset;"
 #define UNDO_TBIT UNDO_V14 "ALTER TABLE tbx_outbox DROP COLUMN in_tbit;"
 #define UNDO_V12                                                               \
 	UNDO_TBIT "DROP TABLE tbx_cover_msg; DROP TABLE tbx_obatch;"           \
@@ -387,6 +389,48 @@ Test(migration, an_edge_entry_keeps_its_token_and_may_name_a_set)
 				  NULL, NULL, NULL),
 		     SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+/* A version 14 store's dead letters read as never replayed: their state
+ * stays `sent` (or `pending`) in `inspect dead-letters list`. */
+Test(migration, a_version_14_dead_letter_was_never_replayed)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	char err[256];
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	exec(path, UNDO_V15 "PRAGMA user_version = 14;"
+			    "INSERT INTO tbx_dead_letters (grp, msg_id, "
+			    "in_topic, in_partition, in_offset, dlq_topic, "
+			    "error, attempts, created_ms) VALUES ('g', "
+			    "'00000000-0000-4000-8000-000000000001', 't', 0, "
+			    "7, 't.dlq', 'rejected', 1, 1)");
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_dead_letters "
+				    "WHERE replayed_ms IS NULL AND in_offset "
+				    "= 7"),
+		     1);
+	/* Marked once replayed; a second replay keeps the first time. */
+	cr_assert_eq(
+	    tbx_outbox_dead_letter_replayed(store, "g", "t", 0, 7, "t.dlq", 50),
+	    TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_dead_letter_replayed(store, "g", "t", 0, 7, "t.dlq", 60),
+	    TBX_OK);
+	tbx_outbox_close(store);
+	cr_assert_eq(tt_count(path, "SELECT replayed_ms FROM tbx_dead_letters"),
+		     50);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

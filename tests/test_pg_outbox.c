@@ -164,10 +164,22 @@ static void fx_drop(const char *schema)
 	fx_exec(fx_q(schema, "DROP SCHEMA IF EXISTS \"%s\" CASCADE"), NULL);
 }
 
+/* Takes a schema made at this version back to version 4: without what
+ * version 5 added (when a dead letter was replayed). */
+static void fx_back_to_v4(const char *schema)
+{
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_dead_letters DROP "
+			     "COLUMN replayed_ms"),
+		NULL);
+	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET version = 4"),
+		NULL);
+}
+
 /* Takes a schema made at this version back to version 3: without what
  * version 4 added (the batch rows). */
 static void fx_back_to_v3(const char *schema)
 {
+	fx_back_to_v4(schema);
 	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_cover_msg"), NULL);
 	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_obatch"), NULL);
 	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_inflight DROP COLUMN "
@@ -475,11 +487,11 @@ Test(pg_outbox, a_version_3_schema_gets_the_batch_rows_and_keeps_its_rows)
 
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 4);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info"),
 		NULL, grp_ver, sizeof(grp_ver));
-	cr_assert_str_eq(grp_ver, "service 4", "the migration is recorded");
+	cr_assert_str_eq(grp_ver, "service 5", "the migration is recorded");
 	/* What version 3 held, as it was. */
 	tbx__row_init(&got);
 	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-old", &got), TBX_OK);
@@ -515,7 +527,7 @@ Test(pg_outbox, a_version_3_schema_gets_the_batch_rows_and_keeps_its_rows)
 	/* Opened again: nothing to migrate, everything there. */
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 4);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
 	cr_assert_eq(tbx_outbox_obatch_load(store, GRP, fx_count_rows, &n),
 		     TBX_OK);
 	cr_assert_eq(n, 1);
@@ -585,7 +597,7 @@ Test(pg_outbox, a_failed_migration_to_version_4_leaves_version_3_whole)
 	fx_exec(fx_q(schema, "DROP TABLE \"%s\".tbx_cover_msg"), NULL);
 	store = fx_open(schema);
 	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
-	cr_assert_eq(version, 4);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
 	tbx_outbox_close(store);
 	tbx__row_clear(&old);
 	fx_drop(schema);
@@ -738,7 +750,7 @@ Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info WHERE id = 1"),
 		NULL, id1, sizeof(id1));
-	cr_assert_str_eq(id1, "service 4");
+	cr_assert_str_eq(id1, "service 5");
 	fx_text(fx_q(schema, "SELECT store_id FROM \"%s\".tbx_schema_info"),
 		NULL, id1, sizeof(id1));
 	cr_assert(tbx__is_uuid(id1, strlen(id1)), "%s", id1);
@@ -1614,6 +1626,53 @@ static void fx_dead_letter(tbx_outbox_t *store, const char *grp, const char *id,
 		     TBX_OK);
 	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
 	tbx__row_clear(&row);
+}
+
+/* Each dead letter's replayed_ms, "<grp>/<msg_id>=<ms>;" (-1: never). */
+static int replayed_cb(void *opaque, const tbx__dl_rec_t *d)
+{
+	char *out = opaque;
+	size_t len = strlen(out);
+
+	snprintf(out + len, 256 - len, "%s/%s=%lld;", d->grp, d->msg_id,
+		 (long long)d->replayed_ms);
+	return 0;
+}
+
+/* A version 4 schema's dead letters read as never replayed; marking one
+ * replayed keeps its first time, and marks that group's line only. */
+Test(pg_outbox, a_version_4_dead_letter_was_never_replayed)
+{
+	char schema[64], got[256] = "";
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig5");
+	tbx__filter_t all = TBX_FILTER_ALL;
+	int64_t total = 0;
+	int version = 0;
+
+	fx_dead_letter(store, GRP, "m1", 5, "dlq", "bad json");
+	fx_dead_letter(store, "g2", "m1", 5, "dlq", "x");
+	tbx_outbox_close(store);
+	fx_back_to_v4(schema);
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, TBX_PG_OUTBOX_VERSION);
+	cr_assert_eq(
+	    tbx_outbox_dead_letters_list(store, &all, &total, replayed_cb, got),
+	    TBX_OK);
+	cr_assert_str_eq(got, "g2/m1=-1;g1/m1=-1;");
+	cr_assert_eq(
+	    tbx_outbox_dead_letter_replayed(store, GRP, "in", 3, 5, "dlq", 50),
+	    TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_dead_letter_replayed(store, GRP, "in", 3, 5, "dlq", 60),
+	    TBX_OK);
+	got[0] = '\0';
+	cr_assert_eq(
+	    tbx_outbox_dead_letters_list(store, &all, &total, replayed_cb, got),
+	    TBX_OK);
+	cr_assert_str_eq(got, "g2/m1=-1;g1/m1=50;");
+	tbx_outbox_close(store);
+	fx_drop(schema);
 }
 
 Test(pg_outbox, dead_letters_are_recorded_listed_found_and_summed)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <sqlite3.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fixture.h"
 #include "support.h"
@@ -263,5 +264,60 @@ Test(edge, bad_caller_ids_are_refused, .timeout = 60)
 	big[TBX_CALLER_ID_MAX] = '\0';
 	cr_assert_eq(tbx_publish_id(pub, &out, big), TBX_OK);
 	tbx_publisher_destroy(pub);
+	tt_hop_env_stop(&f);
+}
+
+/* A topic whose Produce requests were refused for authorization (an ACL
+ * missing, then added).  librdkafka 2.0.2 marks the topic in error, with
+ * no partitions, after the refusal: a flush retried within that state
+ * fails again at once with the same error and sends nothing.  The
+ * producer asks the metadata of a topic without partitions at its next
+ * scan of its topics (every second), and the first answer with
+ * partitions ends the state: a flush retried after that delivers the
+ * message, with the id and token minted the first time, once.  The test
+ * retries as a caller would (docs/operations.md) and asserts the
+ * outcome, not when it comes. */
+Test(edge, a_flush_refused_for_authorization_succeeds_once_the_acl_is_fixed,
+     .timeout = 180)
+{
+	fixture_t f;
+	tbx_publisher_t *pub;
+	tt_record_t *recs;
+	size_t cnt, failed = 0;
+	int outcome, tries = 0, max = 300 * tt_time_factor();
+
+	tt_hop_env_start(&f, 1);
+	cr_assert_eq(tbx_worker_poll(f.w, 0, NULL), TBX_OK);
+	pub = publisher(&f);
+	rd_kafka_mock_push_request_errors(
+	    f.c->mock, TT_API_PRODUCE, 1,
+	    RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+	cr_assert_neq(send_one(pub, "order-9", "nine", &outcome), TBX_OK);
+	cr_assert_eq(outcome, TBX_OUTCOME_UNDELIVERED);
+	cr_assert(strstr(tbx_publisher_errstr(pub), "authorization"), "%s",
+		  tbx_publisher_errstr(pub));
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 1);
+
+	/* The ACL is fixed: the caller retries until the flush goes. */
+	rd_kafka_mock_clear_request_errors(f.c->mock, TT_API_PRODUCE);
+	while (tbx_publisher_flush(pub, &failed) != TBX_OK) {
+		cr_assert(strstr(tbx_publisher_errstr(pub), "authorization"),
+			  "only the refusal until it ends: %s",
+			  tbx_publisher_errstr(pub));
+		cr_assert_lt(++tries, max, "still refused: %s",
+			     tbx_publisher_errstr(pub));
+		usleep(100000);
+	}
+	cr_assert_eq(failed, 0);
+	cr_assert_eq(tbx_publisher_outcome(pub, 0, NULL), TBX_OUTCOME_SENT);
+	tbx_publisher_destroy(pub);
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 1,
+		     "the retry minted nothing");
+	cnt = tt_read_topic(f.c->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 1, "delivered once");
+	tt_records_free(recs, cnt);
+	tt_drain(&f.w, 1);
+	cr_assert_eq(tt_count(f.store, "SELECT COUNT(*) FROM hop1"), 1);
+	cr_assert_eq(tt_count(f.tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0);
 	tt_hop_env_stop(&f);
 }

@@ -92,6 +92,8 @@ static void usage(void)
 	    "  dead-letters replay     re-publish --topic's dead letters of a "
 	    "group to\n"
 	    "                          their original topic (writes the token "
+	    "store, and\n"
+	    "                          marks them replayed in the service "
 	    "store)\n"
 	    "  unsubscribe --group G --topic T [--yes]\n"
 	    "                          remove the subscription of a retired "

@@ -485,12 +485,26 @@ typedef struct replayed {
 	size_t sent, again, skipped, copies, failed, missing;
 } replayed_t;
 
-/* Flushes the queued replays and counts their outcomes.  @returns 0 or an
- * exit status. */
-static int replay_flush(tbx_publisher_t *pub, size_t queued, replayed_t *res)
+/* The replays queued since the last flush, at most REPLAY_BATCH. */
+#define REPLAY_BATCH 500
+
+typedef struct queued_origin {
+	char topic[TBX_TOPIC_MAX + 1];
+	int64_t partition, offset;
+} queued_origin_t;
+
+/* Flushes the @p queued replays (of the origins @p q) and counts their
+ * outcomes; each that went out, now or before, is recorded as replayed
+ * in @p wstore (the service store, opened for writing), so that
+ * `dead-letters list` tells it from a dead letter not replayed.
+ * @returns 0 or an exit status. */
+static int replay_flush(insp_t *in, tbx_outbox_t *wstore, const char *grp,
+			tbx_publisher_t *pub, const queued_origin_t *q,
+			size_t queued, replayed_t *res)
 {
 	size_t failed = 0;
-	int err = TBX_OK;
+	int64_t now = tbx__now_ms();
+	int err = TBX_OK, serr;
 
 	if (!queued)
 		return 0;
@@ -509,8 +523,13 @@ static int replay_flush(tbx_publisher_t *pub, size_t queued, replayed_t *res)
 			break;
 		default:
 			res->failed++;
-			break;
+			continue;
 		}
+		if ((serr = tbx_outbox_dead_letter_replayed(
+			 wstore, grp, q[i].topic, q[i].partition, q[i].offset,
+			 in->o->topic, now)))
+			return insp_store_fail(in->s.name, serr,
+					       tbx_outbox_errmsg(wstore));
 	}
 	if (err && err != TBX_EEXIST)
 		return tbx_cli_usage(INSPECT_CMD, "dead-letters replay: %s",
@@ -650,6 +669,8 @@ int insp_dl_replay(insp_t *in)
 	const insp_opts_t *o = in->o;
 	dlq_reader_t r;
 	tbx_publisher_t *pub = NULL;
+	tbx_outbox_t *wstore = NULL;
+	queued_origin_t *q = NULL;
 	tbx_conf_t *conf = NULL;
 	replayed_t res = {0};
 	rd_kafka_message_t *m;
@@ -664,6 +685,13 @@ int insp_dl_replay(insp_t *in)
 	memset(&r, 0, sizeof(r));
 	if ((rc = replay_group(in, &grp)))
 		return rc;
+	if (!(q = calloc(REPLAY_BATCH, sizeof(*q)))) {
+		rc = tbx_cli_usage(INSPECT_CMD, "out of memory");
+		goto out;
+	}
+	/* Where the replays are recorded (tbx_dead_letters.replayed_ms). */
+	if ((rc = insp_open_write(in, 1, &wstore, NULL)))
+		goto out;
 	if (!(conf = insp_kafka_conf(in))) {
 		rc = INSPECT_EXIT_ERROR;
 		goto out;
@@ -746,13 +774,17 @@ int insp_dl_replay(insp_t *in)
 					   tbx_strerror(err));
 			goto out;
 		}
-		if (++queued == 500) {
-			if ((rc = replay_flush(pub, queued, &res)))
+		tbx__strlcpy(q[queued].topic, topic, sizeof(q[queued].topic));
+		q[queued].partition = partition;
+		q[queued].offset = offset;
+		if (++queued == REPLAY_BATCH) {
+			if ((rc = replay_flush(in, wstore, grp, pub, q, queued,
+					       &res)))
 				goto out;
 			queued = 0;
 		}
 	}
-	if (rc || (rc = replay_flush(pub, queued, &res)) ||
+	if (rc || (rc = replay_flush(in, wstore, grp, pub, q, queued, &res)) ||
 	    (rc = report_missing(in, grp, &taken, &others, &res)))
 		goto out;
 	printf("replayed %zu dead letters of %s from %s", res.sent, grp,
@@ -782,6 +814,8 @@ int insp_dl_replay(insp_t *in)
 out:
 	reader_close(&r);
 	tbx_publisher_destroy(pub);
+	tbx_outbox_close(wstore);
+	free(q);
 	tbx_conf_destroy(conf);
 	origins_free(&taken);
 	origins_free(&others);

@@ -305,16 +305,33 @@ int insp_outbox_show(insp_t *in)
  * dead-letters list|show
  */
 
+/* pending: its outbox row is not finished; sent: delivered to the
+ * dead-letter topic; replayed: sent, and `dead-letters replay` sent it
+ * back to its origin topic since. */
+static const char *dl_state(const tbx__dl_rec_t *d)
+{
+	if (d->pending)
+		return "pending";
+	return d->replayed_ms >= 0 ? "replayed" : "sent";
+}
+
 static cJSON *dl_json(insp_t *in, const tbx__dl_rec_t *d)
 {
-	return insp_jobj(NULL,
-			 "id:i group:s msg_id:s in_topic:s in_partition:i "
-			 "in_offset:i dlq_topic:s error:s attempts:i "
-			 "created_ms:i age_ms:i state:s",
-			 d->id, d->grp, d->msg_id, d->in_topic, d->in_partition,
-			 d->in_offset, d->dlq_topic, d->error, d->attempts,
-			 d->created_ms, insp_age(in, d->created_ms),
-			 d->pending ? "pending" : "sent");
+	cJSON *o =
+	    insp_jobj(NULL,
+		      "id:i group:s msg_id:s in_topic:s in_partition:i "
+		      "in_offset:i dlq_topic:s error:s attempts:i "
+		      "created_ms:i age_ms:i state:s",
+		      d->id, d->grp, d->msg_id, d->in_topic, d->in_partition,
+		      d->in_offset, d->dlq_topic, d->error, d->attempts,
+		      d->created_ms, insp_age(in, d->created_ms), dl_state(d));
+
+	if (d->replayed_ms >= 0)
+		cJSON_AddNumberToObject(o, "replayed_ms",
+					(double)d->replayed_ms);
+	else
+		cJSON_AddNullToObject(o, "replayed_ms");
+	return o;
 }
 
 static int dl_row(void *opaque, const tbx__dl_rec_t *d)
@@ -334,7 +351,7 @@ static int dl_row(void *opaque, const tbx__dl_rec_t *d)
 	insp_tbl_cellf(l->tbl, "%s[%lld]@%lld", d->in_topic,
 		       (long long)d->in_partition, (long long)d->in_offset);
 	insp_tbl_cellf(l->tbl, "%lld", (long long)d->attempts);
-	insp_tbl_cell(l->tbl, d->pending ? "pending" : "sent");
+	insp_tbl_cell(l->tbl, dl_state(d));
 	insp_tbl_cell(l->tbl, d->error ? d->error : "-");
 	return 0;
 }
@@ -388,10 +405,20 @@ static void dl_print(insp_t *in, const tbx__dl_rec_t *d)
 	insp_kv("attempts", buf, 2);
 	snprintf(buf, sizeof(buf), "%s (%s ago)", when, age);
 	insp_kv("created", buf, 2);
-	insp_kv("state",
-		d->pending ? "pending: its outbox row (below) is not finished"
-			   : "sent: delivered, its outbox row is finished",
-		2);
+	if (d->pending) {
+		insp_kv("state",
+			"pending: its outbox row (below) is not finished", 2);
+	} else if (d->replayed_ms >= 0) {
+		insp_fmt_time(d->replayed_ms, when, sizeof(when));
+		insp_fmt_age(insp_age(in, d->replayed_ms), age, sizeof(age));
+		snprintf(buf, sizeof(buf),
+			 "replayed: sent back to %s at %s (%s ago)",
+			 d->in_topic, when, age);
+		insp_kv("state", buf, 2);
+	} else {
+		insp_kv("state", "sent: delivered, its outbox row is finished",
+			2);
+	}
 }
 
 typedef struct dl_shown {
