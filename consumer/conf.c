@@ -139,6 +139,20 @@ const tbx__prop_t tbx__props[] = {
 	 "poll that finds no record, at a revocation and at the close. "
 	 "'false': it commits at the end of its own batch, as it always "
 	 "does with two files or PostgreSQL."},
+	{"outbox.layout", ENUM(outbox_layout), "record", 0, 0,
+	 S2I({"record", TBX_LAYOUT_RECORD}, {"batch", TBX_LAYOUT_BATCH}),
+	 "worker", 0,
+	 "The worker's outbox rows: 'record', one row per handled or "
+	 "dead-lettered record (tbx_outbox); 'batch', one row per batch "
+	 "(tbx_obatch) covering every record the batch handled or "
+	 "dead-lettered, with every message they queued, and the resume "
+	 "check answered from the worker's memory of the group's pending "
+	 "rows, kept honest by a generation per partition "
+	 "(docs/batched-tokens.md). 'batch' is in progress: SQLite only "
+	 "(service store schema 12), its messages still carry per-message "
+	 "tokens, and neither the recovery pass nor `inspect redispatch` "
+	 "finishes its rows yet (the recovery pass logs them at WARN). "
+	 "Rows of the other layout left in the store are still resumed."},
 	{"retry.max", INT(retry_max), "5", 0, 1000,
 	 NULL, "worker", 0,
 	 "Retries after the first attempt for a message whose handler "
