@@ -85,6 +85,17 @@ void tbx__ob_committed(tbx__proto_t *proto, tbx__ob_written_t *w);
 int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
 void tbx__ob_mark_delivered(tbx__batch_t *batch);
 int tbx__ob_finishable(const tbx__batch_t *batch, const tbx__brow_t *brow);
+/** Whether a pass (the recovery pass, inspect redispatch) takes batch
+ *  row @p r (its cover decoded, @p c). */
+typedef int (*tbx__ob_pick_fn)(void *arg, const tbx__obatch_t *r,
+			       const tbx__cover_t *c);
+/** Loads at most @p limit of the group's batch rows @p pick takes into
+ *  @p batch's rows; *cnt the rows loaded. */
+int tbx__ob_load_picked(tbx__proto_t *proto, tbx__batch_t *batch,
+			tbx__ob_pick_fn pick, void *arg, size_t limit,
+			size_t *cnt);
+/** The batch rows of @p batch whose every record is done (F). */
+size_t tbx__ob_done(const tbx__batch_t *batch);
 
 /* proto_commit.c */
 int tbx__row_done(const tbx__brow_t *brow);

@@ -860,3 +860,66 @@ out:
 	free(won);
 	return err;
 }
+
+/* Loading the batch rows a pass picks. */
+typedef struct ob_pick {
+	tbx__batch_t *batch;
+	tbx__ob_pick_fn pick;
+	void *arg;
+	size_t limit, cnt;
+	int err;
+} ob_pick_t;
+
+static int ob_picked(void *opaque, const tbx__obatch_t *r,
+		     const tbx__cover_t *cover)
+{
+	ob_pick_t *p = opaque;
+	size_t ob, first = p->batch->row_cnt;
+
+	if (!p->pick(p->arg, r, cover))
+		return 0;
+	if ((p->err = tbx__ob_new(p->batch, &ob)))
+		return 1;
+	tbx__strlcpy(p->batch->obs[ob - 1].row_id, r->row_id,
+		     sizeof(p->batch->obs[0].row_id));
+	p->batch->obs[ob - 1].created_ms = r->created_ms;
+	if ((p->err = ob_rows(p->batch, ob, r, cover))) {
+		while (p->batch->row_cnt > first)
+			tbx__batch_row_pop(p->batch);
+		p->batch->ob_cnt--;
+		return 1;
+	}
+	return ++p->cnt >= p->limit;
+}
+
+int tbx__ob_load_picked(tbx__proto_t *proto, tbx__batch_t *batch,
+			tbx__ob_pick_fn pick, void *arg, size_t limit,
+			size_t *cnt)
+{
+	ob_pick_t p = {batch, pick, arg, limit, 0, TBX_OK};
+	int err;
+
+	*cnt = 0;
+	if (limit == 0)
+		return TBX_OK;
+	err = tbx_outbox_obatch_load(proto->store, proto->group, ob_picked, &p);
+	*cnt = p.cnt;
+	if (err == TBX_ESCHEMA)
+		return TBX_OK; /* a store without batch rows has none */
+	return err ? err : p.err;
+}
+
+size_t tbx__ob_done(const tbx__batch_t *batch)
+{
+	size_t done = 0;
+
+	for (size_t k = 1; k <= batch->ob_cnt; k++) {
+		int all = 1;
+
+		for (size_t i = 0; i < batch->row_cnt && all; i++)
+			if (batch->rows[i].ob == k)
+				all = tbx__row_done(&batch->rows[i]);
+		done += all;
+	}
+	return done;
+}
