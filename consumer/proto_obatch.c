@@ -923,3 +923,15 @@ size_t tbx__ob_done(const tbx__batch_t *batch)
 	}
 	return done;
 }
+
+void tbx__ob_stats(tbx__proto_t *proto)
+{
+	tbx__resume_stats_t s;
+
+	if (!proto->rmem)
+		return;
+	tbx__resume_mem_stats(proto->rmem, &s);
+	proto->stats->resume_reloads = s.resume_reloads;
+	proto->stats->resume_load_failures = s.load_failures;
+	proto->stats->resume_drops = s.drops;
+}

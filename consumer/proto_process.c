@@ -389,6 +389,7 @@ int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	a_memo_t memo;
 	unsigned deferred;
+	uint64_t failed = proto->stats->resume_load_failures;
 	int defer = tbx_outbox_defer_writes(proto->store, 1), err;
 
 	if (defer && memo_take(proto, batch, &memo)) {
@@ -412,6 +413,19 @@ int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	if (defer) {
 		tbx_outbox_defer_writes(proto->store, 0);
 		memo_free(&memo);
+	}
+	if (proto->batch_layout) {
+		tbx__ob_stats(proto);
+		/* A load of the group's batch rows failed (logged at WARN by
+		 * the memory): an alarm for `inspect status --check`, once A
+		 * was rolled back. */
+		if (proto->stats->resume_load_failures > failed &&
+		    tbx__alarm_commit(proto, "resume_load_failed",
+				      "the resume check could not load the "
+				      "group's batch rows (see the worker's "
+				      "log); the batch waits for redelivery"))
+			tbx__log(TBX_LOG_ERR, "the resume_load_failed alarm "
+					      "was not recorded");
 	}
 	if (!err) {
 		/* Counted once they took effect: a rolled-back A is done

@@ -166,6 +166,8 @@ void tbx__proto_take_ready(tbx__proto_t *proto,
  *  commit).  Their rows' D+E still commit with the next A or flush. */
 void tbx__proto_forget(tbx__proto_t *proto,
 		       const rd_kafka_topic_partition_list_t *parts);
+/** outbox.layout = batch: the resume check's counters into stats. */
+void tbx__ob_stats(tbx__proto_t *proto);
 /** Frees what the protocol allocated across batches. */
 void tbx__proto_free(tbx__proto_t *proto);
 

@@ -537,8 +537,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 	/* Nothing the resume check's memory holds is trusted after a
 	 * rebalance (docs/batched-tokens.md, "The resume check"). */
-	if (worker->proto.rmem)
+	if (worker->proto.rmem) {
 		tbx__resume_mem_drop(worker->proto.rmem);
+		tbx__ob_stats(&worker->proto);
+	}
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		worker->assigned_once = 1;
 		for (int i = 0; i < parts->cnt; i++)
@@ -985,6 +987,9 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"set_orphans_swept", st->set_orphans_swept},
 	    {"set_rows_swept", st->set_rows_swept},
 	    {"set_regs_unchecked", st->set_regs_unchecked},
+	    {"resume_reloads", st->resume_reloads},
+	    {"resume_load_failures", st->resume_load_failures},
+	    {"resume_drops", st->resume_drops},
 	};
 	cJSON *obj;
 	char *text;
