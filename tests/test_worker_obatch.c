@@ -132,6 +132,8 @@ static void once_and_copies(int one_file, const char *k, const char *v)
 	cr_assert_eq(st.dead_lettered, 2);
 	cr_assert_eq(st.duplicates_dropped, 0);
 	cr_assert_eq(st.tokens_consumed, 20);
+	cr_assert_geq(st.resume_reloads, 1, "the first A loads the rows");
+	cr_assert_eq(st.resume_load_failures, 0);
 	nothing_left(&e);
 	out_once(&e, 20);
 	cnt = tt_read_topic(e.c->bootstraps, "in.dlq", &recs);
@@ -199,6 +201,42 @@ Test(obatch, untokened_by_offset_handled_once)
 	cr_assert_eq(st.dead_lettered, 0);
 	nothing_left(&e);
 	out_once(&e, 8);
+	env_fini(&e);
+}
+
+/* A batch row that does not decode: the resume check cannot load the
+ * group's rows, so no record is judged (A fails, nothing handled),
+ * counted, and the resume_load_failed alarm is recorded for `inspect
+ * status --check`; once the row is gone the records are handled. */
+Test(obatch, a_corrupt_batch_row_stops_A_loudly)
+{
+	env_t e;
+	tbx_stats_t st;
+
+	env_init(&e, 0, NULL, NULL);
+	cr_assert_eq(
+	    tt_store_sql_try(e.store,
+			     "INSERT INTO tbx_obatch (grp, row_id, tokfmt, "
+			     "created_ms, cover, "
+			     "wire) VALUES ('g1', "
+			     "'00000000-0000-7000-8000-000000000000', 1, "
+			     "0, X'00', X'0100000000')",
+			     NULL),
+	    0);
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 2, 1, "m");
+	for (int i = 0; i < 300 && stats(&e).resume_load_failures == 0; i++)
+		tbx_worker_poll(e.w, 100, NULL);
+	st = stats(&e);
+	cr_assert_geq(st.resume_load_failures, 1);
+	cr_assert_eq(st.processed, 0);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 0);
+	cr_assert_geq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_alarms "
+					"WHERE name = 'resume_load_failed'"),
+		      1);
+	cr_assert_eq(tt_store_sql_try(e.store, "DELETE FROM tbx_obatch", NULL),
+		     0);
+	drive_to(&e, 2);
+	nothing_left(&e);
 	env_fini(&e);
 }
 
