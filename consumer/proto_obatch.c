@@ -31,6 +31,7 @@
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
 #include "consumer/resume_mem.h"
+#include "tokens/sweep.h"
 
 int tbx__ob_new(tbx__batch_t *batch, size_t *ob)
 {
@@ -750,6 +751,7 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	tbx__mint_item_t *items = NULL;
 	size_t *obs = NULL, cnt = 0, nitems = 0, k = 0;
 	char(*attempts)[TBX_UUID_LEN + 1] = NULL;
+	char(*regids)[TBX_UUID_LEN + 3] = NULL;
 	int *won = NULL;
 	int64_t seq = 0;
 	uint64_t created = 0;
@@ -767,7 +769,8 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	obs = calloc(cnt, sizeof(*obs));
 	attempts = calloc(cnt, sizeof(*attempts));
 	won = calloc(cnt, sizeof(*won));
-	if (!reqs || !items || !obs || !attempts || !won) {
+	regids = calloc(cnt, sizeof(*regids));
+	if (!reqs || !items || !obs || !attempts || !won || !regids) {
 		err = TBX_ENOMEM;
 		goto out;
 	}
@@ -778,7 +781,8 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 		if (!ob_needs_attempt(batch, ob))
 			continue;
 		/* A fresh attempt for the whole row, a fresh token per
-		 * message; the registration names the batch row. */
+		 * message; the registration names the batch row ("b:" and
+		 * its id, tokens/sweep.h). */
 		tbx__uuid(attempts[cnt]);
 		for (size_t i = 0; i < batch->row_cnt; i++) {
 			tbx__brow_t *brow = &batch->rows[i];
@@ -791,7 +795,9 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 			k += brow->row.msg_cnt;
 		}
 		reqs[cnt].attempt = attempts[cnt];
-		reqs[cnt].msg_id = batch->obs[ob - 1].row_id;
+		snprintf(regids[cnt], sizeof(regids[cnt]), "%s%s",
+			 TBX_SWEEP_ROW_PREFIX, batch->obs[ob - 1].row_id);
+		reqs[cnt].msg_id = regids[cnt];
 		reqs[cnt].items = &items[first];
 		reqs[cnt].item_cnt = k - first;
 		obs[cnt++] = ob;
@@ -857,6 +863,7 @@ out:
 	free(items);
 	free(obs);
 	free(attempts);
+	free(regids);
 	free(won);
 	return err;
 }

@@ -25,10 +25,12 @@
  * read after the listing means a row that was there and is gone, never
  * one not written yet.  Reading all of them at once only makes the hints
  * older when they are acted on, and every hint above holds at any age.
- * An attempt of a batch row (outbox.layout = batch) registers under the
- * row's id: a registration whose id names no tbx_outbox row is looked up
- * among the group's batch rows (one obatch_load, also read after the
- * listing) before "no row" is concluded (batch_row_hits()).
+ * An attempt of a batch row (outbox.layout = batch) registers under
+ * "b:" and the row's id (TBX_SWEEP_ROW_PREFIX; a tbx_outbox row's id is
+ * a UUID or "u:…", never that): such a registration is looked up among
+ * the group's batch rows (one obatch_load, also read after the listing)
+ * before "no row" is concluded (batch_row_hits()); a pass without one
+ * reads nothing more.
  */
 #include "tokens/sweep.h"
 
@@ -146,7 +148,8 @@ static int batch_row_hits(tbx_outbox_t *store, const char *grp,
 	int err;
 
 	for (size_t i = 0; i < n; i++)
-		k += !hits[i].found;
+		k += !hits[i].found &&
+		     strncmp(ids[i], TBX_SWEEP_ROW_PREFIX, 2) == 0;
 	if (k == 0)
 		return TBX_OK;
 	memset(&l, 0, sizeof(l));
@@ -156,8 +159,9 @@ static int batch_row_hits(tbx_outbox_t *store, const char *grp,
 		return TBX_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (!hits[i].found)
-			l.keys[l.n++] = (row_key_t){ids[i], i};
+		if (!hits[i].found &&
+		    strncmp(ids[i], TBX_SWEEP_ROW_PREFIX, 2) == 0)
+			l.keys[l.n++] = (row_key_t){ids[i] + 2, i};
 	qsort(l.keys, l.n, sizeof(*l.keys), by_row_id);
 	err = tbx_outbox_obatch_load(store, grp, row_seen, &l);
 	if (err == TBX_ESCHEMA)
