@@ -46,6 +46,7 @@ void tbx__batch_reset(tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		tbx__row_clear(&batch->rows[i].row);
 	batch->row_cnt = 0;
+	batch->ob_cnt = 0;
 }
 
 size_t tbx__batch_keep(tbx__batch_t *batch)
@@ -78,6 +79,7 @@ size_t tbx__batch_keep(tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		tbx__row_clear(&batch->rows[i].row);
 	batch->row_cnt = 0;
+	batch->ob_cnt = 0;
 	return kept;
 }
 
@@ -86,6 +88,7 @@ void tbx__batch_free(tbx__batch_t *batch)
 	free(batch->msgs);
 	free(batch->outcomes);
 	free(batch->rows);
+	free(batch->obs);
 	free(batch->ids);
 	memset(batch, 0, sizeof(*batch));
 }
@@ -123,6 +126,7 @@ void tbx__batch_undo_rows(tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		tbx__row_clear(&batch->rows[i].row);
 	batch->row_cnt = 0;
+	batch->ob_cnt = 0;
 }
 
 /* A looks up every record's id among the batch's rows (an upstream copy

@@ -75,7 +75,20 @@ typedef struct tbx__brow {
 	tbx__brow_state_t state;
 	int later; /**< its row (and joined, its tokens) is written at the
 		      end of A with the batch's others (proto_process.c) */
+	size_t ob; /**< outbox.layout = batch: 1 + the index of its batch
+		      row in tbx__batch_t.obs; 0: a tbx_outbox row */
+	int32_t set_part; /**< in_set: the partition its set was minted for */
 } tbx__brow_t;
+
+/** A batch row (tbx_obatch) in flight: its records are the batch's
+ *  rows (tbx__brow_t) whose ob names it, in cover order, and its
+ *  messages theirs, in that order (consumer/proto_obatch.c). */
+typedef struct tbx__ob {
+	char row_id[TBX_UUID_LEN + 1];
+	int fresh;     /**< made by this A, not yet inserted */
+	int delivered; /**< every record's row DELIVERED (after C) */
+	int64_t created_ms;
+} tbx__ob_t;
 
 /** The phases a batch span times (tbx__trace_batch()), in their order. */
 typedef enum tbx__phase {
@@ -98,6 +111,8 @@ typedef struct tbx__batch {
 	size_t outcome_cnt;
 	tbx__brow_t *rows;
 	size_t row_cnt, row_cap;
+	tbx__ob_t *obs; /**< outbox.layout = batch: the batch rows */
+	size_t ob_cnt, ob_cap;
 	/* A's index of the batch's rows by message id: open addressing,
 	 * row index + 1 per slot (0: empty), ids_cap a power of two. */
 	uint32_t *ids;

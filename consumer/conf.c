@@ -139,6 +139,26 @@ const tbx__prop_t tbx__props[] = {
 	 "poll that finds no record, at a revocation and at the close. "
 	 "'false': it commits at the end of its own batch, as it always "
 	 "does with two files or PostgreSQL."},
+	{"outbox.layout", ENUM(outbox_layout), "record", 0, 0,
+	 S2I({"record", TBX_LAYOUT_RECORD}, {"batch", TBX_LAYOUT_BATCH}),
+	 "worker", 0,
+	 "The worker's outbox rows: 'record', one row per handled or "
+	 "dead-lettered record (tbx_outbox); 'batch', one row per batch "
+	 "(tbx_obatch) covering every record the batch handled or "
+	 "dead-lettered, with every message they queued, finished as a "
+	 "whole, and the resume check answered from the worker's memory of "
+	 "the group's pending rows, kept honest by a generation per "
+	 "partition (docs/batched-tokens.md). 'batch' is in progress: "
+	 "SQLite only (a PostgreSQL service store is refused at start), "
+	 "its messages still carry per-message tokens and go through the "
+	 "partitioner, a message the broker refuses for good is retried "
+	 "but never given up, and `inspect outbox` does not show batch "
+	 "rows. The recovery pass and `inspect redispatch` finish them. "
+	 "A worker on 'batch' still resumes the 'record' rows left in the "
+	 "store; a worker on 'record' does not look at batch rows, so "
+	 "every worker of a group must use one layout, and a group goes "
+	 "back to 'record' only once it has no batch row left "
+	 "(tbx_obatch)."},
 	{"retry.max", INT(retry_max), "5", 0, 1000,
 	 NULL, "worker", 0,
 	 "Retries after the first attempt for a message whose handler "

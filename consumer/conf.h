@@ -34,6 +34,8 @@ enum { TBX_MISMATCH_DLQ, TBX_MISMATCH_STOP };
 enum { TBX_TOKFMT_MESSAGE, TBX_TOKFMT_SET };
 /** ingress.untokened */
 enum { TBX_UNTOKENED_REJECT, TBX_UNTOKENED_OFFSETS };
+/** outbox.layout */
+enum { TBX_LAYOUT_RECORD, TBX_LAYOUT_BATCH };
 /** store.synchronous */
 enum { TBX_SYNC_FULL, TBX_SYNC_NORMAL };
 /** log.format: 'auto'; the others are base/util.h's TBX_LOGF_* */
@@ -59,6 +61,7 @@ typedef struct tbx__cfg {
 	int64_t batch_max_messages;
 	int64_t batch_max_ms;
 	int finish_defer;
+	int outbox_layout;
 	int64_t retry_max;
 	int64_t retry_backoff_ms;
 	int64_t retry_backoff_max_ms;

@@ -116,6 +116,14 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(SET_REGS_UNCHECKED, "set_regs_unchecked_total", "counter", "",       \
 	  "Registrations of token sets register-cleanup could not judge: the " \
 	  "service store has no batch rows, or one that does not decode.")     \
+	X(RESUME_RELOADS, "resume_reloads_total", "counter", "",               \
+	  "outbox.layout=batch: loads of the group's batch rows by the "       \
+	  "resume check.")                                                     \
+	X(RESUME_LOAD_FAILURES, "resume_load_failures_total", "counter", "",   \
+	  "outbox.layout=batch: loads of the group's batch rows that failed.") \
+	X(RESUME_DROPS, "resume_drops_total", "counter", "",                   \
+	  "outbox.layout=batch: the resume check's memory dropped at a "       \
+	  "rebalance.")                                                        \
 	X(BATCHES, "batches_total", "counter", "", "Batches processed.")       \
 	X(COMMITS_RETRIED, "commits_retried_total", "counter", "",             \
 	  "Offset commits the group refused, sent again.")                     \

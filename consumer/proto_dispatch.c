@@ -211,6 +211,16 @@ static int dispatched(const tbx__brow_t *brow)
 	       brow->row.msg_cnt > 0;
 }
 
+/* Is @p attempt among the @p n of @p attempts (the last first: a batch
+ * row's records are mostly next to each other)? */
+static int attempt_listed(const char **attempts, size_t n, const char *attempt)
+{
+	for (size_t i = n; i-- > 0;)
+		if (strcmp(attempts[i], attempt) == 0)
+			return 1;
+	return 0;
+}
+
 /* C: confirm, produce, await every report. */
 int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
@@ -248,8 +258,11 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 		tbx__brow_t *brow = &batch->rows[i];
 		if (!dispatched(brow))
 			continue;
-		/* An attempt made in A (joined) was never registered. */
-		if (brow->state == TBX_BROW_RECORDED)
+		/* An attempt made in A (joined) was never registered; a
+		 * batch row's records share one. */
+		if (brow->state == TBX_BROW_RECORDED &&
+		    !(brow->ob && acnt &&
+		      attempt_listed(attempts, acnt, brow->row.attempt)))
 			attempts[acnt++] = brow->row.attempt;
 		rows[cnt++] = &brow->row;
 	}

@@ -12,6 +12,7 @@
 #include "base/str.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
+#include "consumer/resume_mem.h"
 
 /*
  * finish.defer.  On one SQLite file a batch's D+E (tbx__phase_finish()) need
@@ -69,7 +70,8 @@ static void d_toks_free(d_toks_t *d)
  * tokens deleted, *cleared: bits cleared (on PostgreSQL both may be filled
  * by the transaction's next statement). */
 static int finish_statements(tbx__proto_t *proto, const char **rows,
-			     size_t nrows, const d_toks_t *d, uint64_t *deleted,
+			     size_t nrows, const char **obs, size_t nobs,
+			     const d_toks_t *d, uint64_t *deleted,
 			     uint64_t *cleared)
 {
 	int err;
@@ -83,14 +85,31 @@ static int finish_statements(tbx__proto_t *proto, const char **rows,
 	    (err = tbx_tokens_sets_consume_joined(
 		 proto->tokens, proto->group, d->refs, d->nref, cleared, NULL)))
 		return err;
-	return tbx_outbox_rows_delete(proto->store, proto->group, rows, nrows);
+	/* outbox.layout = batch: a batch row goes whole, with its
+	 * tbx_cover_msg entries. */
+	if (nobs && (err = tbx_outbox_obatch_delete(proto->store, proto->group,
+						    obs, nobs, NULL)))
+		return err;
+	return nrows ? tbx_outbox_rows_delete(proto->store, proto->group, rows,
+					      nrows)
+		     : TBX_OK;
+}
+
+/* Adds batch row @p row_id to @p obs (*n of them) unless listed. */
+static void ob_list(const char **obs, size_t *n, const char *row_id)
+{
+	for (size_t i = *n; i-- > 0;)
+		if (strcmp(obs[i], row_id) == 0)
+			return;
+	obs[(*n)++] = row_id;
 }
 
 /* The waiting D+E's statements (finish_statements()), in the open
  * transaction.  *deleted: tokens deleted, *cleared: bits cleared. */
 int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted, uint64_t *cleared)
 {
-	const char **ids;
+	const char **ids, **obs;
+	size_t nids = 0, nobs = 0;
 	d_toks_t d;
 	int err;
 
@@ -98,18 +117,25 @@ int tbx__e_statements(tbx__proto_t *proto, uint64_t *deleted, uint64_t *cleared)
 	if (proto->e_cnt == 0)
 		return TBX_OK;
 	ids = malloc(proto->e_cnt * sizeof(*ids));
-	if (!ids || d_toks_make(&d, proto->e_cnt)) {
+	obs = malloc(proto->e_cnt * sizeof(*obs));
+	if (!ids || !obs || d_toks_make(&d, proto->e_cnt)) {
 		free(ids);
+		free(obs);
 		return TBX_ENOMEM;
 	}
 	for (size_t i = 0; i < proto->e_cnt; i++) {
 		const tbx__e_row_t *e = &proto->e_rows[i];
 
-		ids[i] = e->msg_id;
+		if (e->row_id[0])
+			ob_list(obs, &nobs, e->row_id);
+		else
+			ids[nids++] = e->msg_id;
 		d_toks_add(&d, e->in_token, e->in_set, e->in_tbit);
 	}
-	err = finish_statements(proto, ids, proto->e_cnt, &d, deleted, cleared);
+	err = finish_statements(proto, ids, nids, obs, nobs, &d, deleted,
+				cleared);
 	free(ids);
+	free(obs);
 	d_toks_free(&d);
 	return err;
 }
@@ -121,6 +147,13 @@ void tbx__e_committed(tbx__proto_t *proto, uint64_t consumed)
 	if (proto->e_cnt == 0)
 		return;
 	proto->stats->tokens_consumed += consumed;
+	/* Batch rows leave the resume check's memory once deleted. */
+	for (size_t i = 0; proto->rmem && i < proto->e_cnt; i++)
+		if (proto->e_rows[i].row_id[0]) {
+			const char *id = proto->e_rows[i].row_id;
+
+			tbx__resume_mem_forget(proto->rmem, &id, 1);
+		}
 	proto->e_cnt = 0;
 	for (size_t i = 0; i < proto->e_off_cnt; i++) {
 		tbx__e_offset_t *o = &proto->e_offs[i];
@@ -232,8 +265,13 @@ void tbx__proto_free(tbx__proto_t *proto)
 {
 	free(proto->e_rows);
 	free(proto->e_offs);
+	free(proto->ob_gens);
+	free(proto->ob_cover);
 	proto->e_rows = NULL;
 	proto->e_offs = NULL;
+	proto->ob_gens = NULL;
+	proto->ob_cover = NULL;
+	proto->ob_gen_cnt = 0;
 	proto->e_cnt = proto->e_cap = proto->e_off_cnt = proto->e_off_cap = 0;
 }
 
@@ -245,7 +283,7 @@ static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch,
 {
 	*nrows = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		*nrows += batch->rows[i].state == TBX_BROW_DELIVERED;
+		*nrows += tbx__ob_finishable(batch, &batch->rows[i]);
 	if (proto->e_cnt + *nrows > proto->e_cap) {
 		size_t cap = proto->e_cap ? proto->e_cap : 64;
 		while (cap < proto->e_cnt + *nrows)
@@ -261,9 +299,12 @@ static int e_defer(tbx__proto_t *proto, const tbx__batch_t *batch,
 		const tbx__brow_t *brow = &batch->rows[i];
 		tbx__e_row_t *e;
 
-		if (brow->state != TBX_BROW_DELIVERED)
+		if (!tbx__ob_finishable(batch, brow))
 			continue;
 		e = &proto->e_rows[proto->e_cnt++];
+		tbx__strlcpy(e->row_id,
+			     brow->ob ? batch->obs[brow->ob - 1].row_id : "",
+			     sizeof(e->row_id));
 		tbx__strlcpy(e->msg_id, brow->row.msg_id, sizeof(e->msg_id));
 		tbx__strlcpy(e->in_token, brow->row.in_token,
 			     sizeof(e->in_token));
@@ -285,7 +326,7 @@ static int delivered_tokens(const tbx__batch_t *batch, d_toks_t *d)
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		const tbx__row_t *row = &batch->rows[i].row;
 
-		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+		if (tbx__ob_finishable(batch, &batch->rows[i]))
 			d_toks_add(d, row->in_token, row->in_set, row->in_tbit);
 	}
 	return TBX_OK;
@@ -303,6 +344,7 @@ int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
 
 	if (proto->joined)
 		return TBX_OK;
+	tbx__ob_mark_delivered(batch);
 	if ((err = delivered_tokens(batch, &d)))
 		return err;
 	err = d.ntok ? tbx_tokens_consume(proto->tokens, proto->group, d.toks,
@@ -325,7 +367,7 @@ int tbx__phase_consume(tbx__proto_t *proto, tbx__batch_t *batch)
 static void rows_finished(tbx__batch_t *batch)
 {
 	for (size_t i = 0; i < batch->row_cnt; i++)
-		if (batch->rows[i].state == TBX_BROW_DELIVERED)
+		if (tbx__ob_finishable(batch, &batch->rows[i]))
 			tbx__brow_set_state(&batch->rows[i], TBX_BROW_FINISHED);
 }
 
@@ -336,12 +378,13 @@ static void rows_finished(tbx__batch_t *batch)
  * for them wait as well. */
 int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 {
-	const char **rows;
+	const char **rows, **obs;
 	d_toks_t d = {0};
-	size_t nrows = 0;
+	size_t nrows = 0, nobs = 0;
 	uint64_t deleted = 0, cleared = 0;
 	int err;
 
+	tbx__ob_mark_delivered(batch);
 	if (defer && e_defer(proto, batch, &nrows) == TBX_OK) {
 		if (nrows == 0)
 			return TBX_OK;
@@ -350,29 +393,44 @@ int tbx__phase_finish(tbx__proto_t *proto, tbx__batch_t *batch, int defer)
 		tbx__crashpoint("E.deferred");
 		return TBX_OK;
 	}
-	if (!(rows = malloc((batch->row_cnt ? batch->row_cnt : 1) *
-			    sizeof(*rows))))
-		return TBX_ENOMEM;
-	nrows = 0;
-	for (size_t i = 0; i < batch->row_cnt; i++)
-		if (batch->rows[i].state == TBX_BROW_DELIVERED)
-			rows[nrows++] = batch->rows[i].row.msg_id;
-	if (nrows == 0) {
+	rows = malloc((batch->row_cnt ? batch->row_cnt : 1) * sizeof(*rows));
+	obs = malloc((batch->row_cnt ? batch->row_cnt : 1) * sizeof(*obs));
+	if (!rows || !obs) {
 		free(rows);
+		free(obs);
+		return TBX_ENOMEM;
+	}
+	nrows = 0;
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		const tbx__brow_t *brow = &batch->rows[i];
+
+		if (!tbx__ob_finishable(batch, brow))
+			continue;
+		if (brow->ob)
+			ob_list(obs, &nobs, batch->obs[brow->ob - 1].row_id);
+		else
+			rows[nrows++] = brow->row.msg_id;
+	}
+	if (nrows == 0 && nobs == 0) {
+		free(rows);
+		free(obs);
 		return TBX_OK;
 	}
 	if (proto->joined && (err = delivered_tokens(batch, &d)))
 		goto out;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
-	if ((err = finish_statements(proto, rows, nrows, &d, &deleted,
-				     &cleared)) ||
+	if ((err = finish_statements(proto, rows, nrows, obs, nobs, &d,
+				     &deleted, &cleared)) ||
 	    (err = tbx_outbox_commit(proto->store)))
 		goto undo;
 	proto->stats->tokens_consumed += deleted + cleared;
+	if (nobs && proto->rmem)
+		tbx__resume_mem_forget(proto->rmem, obs, nobs);
 	rows_finished(batch);
 	d_toks_free(&d);
 	free(rows);
+	free(obs);
 	tbx__crashpoint("E.deleted");
 	return TBX_OK;
 undo:
@@ -380,5 +438,6 @@ undo:
 out:
 	d_toks_free(&d);
 	free(rows);
+	free(obs);
 	return err;
 }

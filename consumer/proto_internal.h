@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "consumer/protocol.h"
+#include "outbox/batchrow.h"
 
 /* The most of a dead letter's tbx-dlq-error header. */
 #define DLQ_REASON_MAX 1024
@@ -55,6 +56,46 @@ int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
 
 /* proto_dispatch.c */
 int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch);
+
+/* proto_obatch.c (outbox.layout = batch) */
+/** A's gen of one (topic, partition), as read under its lock or as its
+ *  bump made it. */
+typedef struct tbx__ob_gen {
+	char topic[TBX_TOPIC_MAX + 1];
+	int32_t part;
+	int64_t gen; /**< -1: not read */
+} tbx__ob_gen_t;
+/** The batch row A inserted, kept until its commit for the memory. */
+typedef struct tbx__ob_written {
+	tbx__obatch_t row; /**< row_id "": none */
+	tbx__buf_t cover, wire;
+	void *msgs;
+	size_t msgs_len;
+	tbx__ob_gen_t *gens; /**< the partitions bumped, and their new gen */
+	size_t gen_cnt;
+} tbx__ob_written_t;
+int tbx__ob_new(tbx__batch_t *batch, size_t *ob);
+int tbx__ob_prepare(tbx__proto_t *proto, tbx__batch_t *batch);
+int tbx__ob_resume(tbx__proto_t *proto, tbx__batch_t *batch,
+		   struct tbx_msg *msg, int *done);
+int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
+		  tbx__ob_written_t *out);
+void tbx__ob_written_free(tbx__ob_written_t *w);
+void tbx__ob_committed(tbx__proto_t *proto, tbx__ob_written_t *w);
+int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
+void tbx__ob_mark_delivered(tbx__batch_t *batch);
+int tbx__ob_finishable(const tbx__batch_t *batch, const tbx__brow_t *brow);
+/** Whether a pass (the recovery pass, inspect redispatch) takes batch
+ *  row @p r (its cover decoded, @p c). */
+typedef int (*tbx__ob_pick_fn)(void *arg, const tbx__obatch_t *r,
+			       const tbx__cover_t *c);
+/** Loads at most @p limit of the group's batch rows @p pick takes into
+ *  @p batch's rows; *cnt the rows loaded. */
+int tbx__ob_load_picked(tbx__proto_t *proto, tbx__batch_t *batch,
+			tbx__ob_pick_fn pick, void *arg, size_t limit,
+			size_t *cnt);
+/** The batch rows of @p batch whose every record is done (F). */
+size_t tbx__ob_done(const tbx__batch_t *batch);
 
 /* proto_commit.c */
 int tbx__row_done(const tbx__brow_t *brow);

@@ -282,7 +282,10 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 			unsigned *deferred)
 {
 	uint64_t e_deleted = 0, e_cleared = 0;
+	tbx__ob_written_t written;
 	int err;
+
+	memset(&written, 0, sizeof(written));
 
 	*deferred = 0;
 	if ((err = tbx__batch_ids_reset(batch, batch->cnt)))
@@ -309,6 +312,11 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 		goto fail;
 	if ((err = prefetch(proto, batch)))
 		goto fail;
+	/* outbox.layout = batch: the resume check's memory brought up to
+	 * the partitions' gens, read under their locks, and the batch rows
+	 * tbx_cover_msg names. */
+	if (proto->batch_layout && (err = tbx__ob_prepare(proto, batch)))
+		goto fail;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
 		if (batch->isolating && i != batch->isolated) {
@@ -330,21 +338,27 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 			tbx__trace_log(NULL);
 		if (err)
 			goto fail;
-		if (batch->row_cnt > rows_before)
-			tbx__batch_ids_add(batch, batch->row_cnt - 1);
+		/* A batch row resumed adds a row per record it covers. */
+		for (size_t r = rows_before; r < batch->row_cnt; r++)
+			tbx__batch_ids_add(batch, r);
 	}
-	if ((err = rows_write(proto, batch)) ||
+	if ((err = proto->batch_layout ? tbx__ob_write(proto, batch, &written)
+				       : rows_write(proto, batch)) ||
 	    (err = tbx__guard_clear(proto, batch)))
 		goto fail;
 	tbx__crashpoint("A.before_commit");
 	if ((err = tbx_outbox_commit(proto->store)))
 		goto fail;
 	tbx__e_committed(proto, e_deleted + e_cleared);
+	if (proto->batch_layout)
+		tbx__ob_committed(proto, &written);
+	tbx__ob_written_free(&written);
 	return TBX_OK;
 fail:
 	*deferred = tbx_outbox_deferred(proto->store);
 	tbx_outbox_rollback(proto->store);
 	tbx__batch_undo_rows(batch);
+	tbx__ob_written_free(&written);
 	return err;
 }
 
@@ -375,6 +389,7 @@ int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	a_memo_t memo;
 	unsigned deferred;
+	uint64_t failed = proto->stats->resume_load_failures;
 	int defer = tbx_outbox_defer_writes(proto->store, 1), err;
 
 	if (defer && memo_take(proto, batch, &memo)) {
@@ -398,6 +413,19 @@ int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	if (defer) {
 		tbx_outbox_defer_writes(proto->store, 0);
 		memo_free(&memo);
+	}
+	if (proto->batch_layout) {
+		tbx__ob_stats(proto);
+		/* A load of the group's batch rows failed (logged at WARN by
+		 * the memory): an alarm for `inspect status --check`, once A
+		 * was rolled back. */
+		if (proto->stats->resume_load_failures > failed &&
+		    tbx__alarm_commit(proto, "resume_load_failed",
+				      "the resume check could not load the "
+				      "group's batch rows (see the worker's "
+				      "log); the batch waits for redelivery"))
+			tbx__log(TBX_LOG_ERR, "the resume_load_failed alarm "
+					      "was not recorded");
 	}
 	if (!err) {
 		/* Counted once they took effect: a rolled-back A is done

@@ -85,8 +85,9 @@ static int mint_in_A(tbx__proto_t *proto, tbx__batch_t *batch,
 	tbx__mint_item_t few[8], *items = few;
 	int err;
 
-	if (!proto->joined || row->msg_cnt == 0)
-		return TBX_OK; /* a row that sends nothing needs no tokens */
+	if (!proto->joined || row->msg_cnt == 0 || proto->batch_layout)
+		return TBX_OK; /* a row that sends nothing needs no tokens;
+				  a batch row's are made with it */
 	if (row->msg_cnt > sizeof(few) / sizeof(few[0]) &&
 	    !(items = malloc(row->msg_cnt * sizeof(*items))))
 		return TBX_ENOMEM;
@@ -332,14 +333,19 @@ static int dead_letter_at(tbx__proto_t *proto, tbx__batch_t *batch,
 		return TBX_ENOMEM;
 	}
 	row_fill(&brow->row, msg, TBX_ROW_DEAD_LETTER);
+	brow->set_part =
+	    msg->tset_part >= 0 ? msg->tset_part : msg->rkm->partition;
+	/* outbox.layout = batch: one of the batch row's records. */
+	brow->later = proto->batch_layout;
 	brow->row.error = tbx__strdup(reason);
 	err = tbx__row_add(&brow->row, dlq_topic, type, key, key_len, payload,
 			   payload_len, blob, blob_len);
 	free(blob);
 	if (!err && !(err = tbx_outbox_savepoint(proto->store))) {
 		if (!(err = mint_in_A(proto, batch, brow)) &&
-		    !(err = conflict = tbx_outbox_row_insert(
-			  proto->store, proto->group, &brow->row)) &&
+		    (brow->later ||
+		     !(err = conflict = tbx_outbox_row_insert(
+			   proto->store, proto->group, &brow->row))) &&
 		    !(err = tbx_outbox_dead_letter_add(proto->store,
 						       proto->group, &brow->row,
 						       dlq_topic, attempts)) &&
@@ -552,6 +558,8 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 	if (!(brow = tbx__batch_row_new(batch, &idx)))
 		return TBX_ENOMEM;
 	row_fill(&brow->row, msg, TBX_ROW_HANDLED);
+	brow->set_part =
+	    msg->tset_part >= 0 ? msg->tset_part : msg->rkm->partition;
 	if ((err = tbx_outbox_savepoint(proto->store))) {
 		tbx__batch_row_pop(batch);
 		return err;
@@ -603,7 +611,8 @@ static int run_handler(tbx__proto_t *proto, tbx__batch_t *batch,
 
 		/* Where the store writes many rows in one statement, the
 		 * row (and its tokens) waits for the end of A. */
-		brow->later = tbx_outbox_batches_rows(proto->store);
+		brow->later = proto->batch_layout ||
+			      tbx_outbox_batches_rows(proto->store);
 		if (!(err = mint_in_A(proto, batch, brow)) &&
 		    (brow->later ||
 		     !(err = conflict = tbx_outbox_row_insert(
@@ -719,6 +728,14 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 		return err;
 	if (found)
 		return resume_row(proto, batch, msg);
+	/* outbox.layout = batch: a pending batch row covering the record
+	 * (memory, or tbx_cover_msg for the per-message format). */
+	if (proto->batch_layout) {
+		int done;
+
+		if ((err = tbx__ob_resume(proto, batch, msg, &done)) || done)
+			return err;
+	}
 
 	/* A token minted in another token store was never ours either,
 	 * whatever its number. */

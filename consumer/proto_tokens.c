@@ -31,9 +31,14 @@ int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	uint64_t created = 0;
 	int err;
 
+	/* outbox.layout = batch: an attempt per batch row, for all its
+	 * records' messages (proto_obatch.c); the rest, per record. */
+	if (batch->ob_cnt && (err = tbx__ob_tokens(proto, batch)))
+		return err;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
-		if (brow->state != TBX_BROW_UNTOKENED || brow->row.msg_cnt == 0)
+		if (brow->state != TBX_BROW_UNTOKENED ||
+		    brow->row.msg_cnt == 0 || brow->ob)
 			continue;
 		cnt++;
 		item_cnt += brow->row.msg_cnt;
@@ -52,7 +57,8 @@ int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
 		tbx__row_t *row = &brow->row;
-		if (brow->state != TBX_BROW_UNTOKENED || row->msg_cnt == 0)
+		if (brow->state != TBX_BROW_UNTOKENED || row->msg_cnt == 0 ||
+		    brow->ob)
 			continue;
 		/* A fresh attempt id and fresh tokens: per attempt. */
 		tbx__brow_mint(brow, 0, &items[k]);

@@ -217,6 +217,9 @@ void tbx__proto_finish(tbx__proto_t *proto, tbx__batch_t *batch, int err,
 	result->part_cnt = batch->outcome_cnt;
 }
 
+static int rows_b_to_e(tbx__proto_t *proto, tbx__batch_t *batch,
+		       size_t *finished, const char *origin);
+
 /* Takes the rows @p ids through B–E exactly as a redelivery would: safe
  * against concurrent workers (B's conditional record, C's same ids and
  * tokens, D and E idempotent).  *finished receives the rows done; rows
@@ -250,12 +253,29 @@ static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 		if (brow->row.attempt[0])
 			tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 	}
+	if (err) {
+		tbx__batch_reset(batch);
+		return err;
+	}
+	return rows_b_to_e(proto, batch, finished, origin);
+}
+
+/* B–E for the rows loaded into @p batch (tbx_outbox rows, and batch
+ * rows, each counted once), then the batch emptied.  *finished receives
+ * the rows done; rows left (an undelivered message) make it
+ * TBX_EDELIVERY. */
+static int rows_b_to_e(tbx__proto_t *proto, tbx__batch_t *batch,
+		       size_t *finished, const char *origin)
+{
+	size_t rows = batch->ob_cnt;
+	int err = TBX_OK;
+
 	if (batch->tracer) { /* the batch span's times: B–E */
 		batch->began_ns = tbx__now_ns();
 		memset(batch->phase_ns, 0, sizeof(batch->phase_ns));
 	}
-	if (!err &&
-	    !(err = tbx__batch_phase(batch, TBX_PHASE_B,
+	*finished = 0;
+	if (!(err = tbx__batch_phase(batch, TBX_PHASE_B,
 				     tbx__phase_tokens(proto, batch))) &&
 	    !(err = tbx__batch_phase(batch, TBX_PHASE_C,
 				     tbx__phase_dispatch(proto, batch))) &&
@@ -265,13 +285,46 @@ static int resume_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 				       tbx__phase_finish(proto, batch, 0));
 	if (batch->tracer)
 		tbx__trace_rows_batch(batch->tracer, batch, origin);
-	for (size_t i = 0; i < batch->row_cnt; i++)
-		*finished += tbx__row_done(&batch->rows[i]);
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		rows += !batch->rows[i].ob;
+		*finished +=
+		    !batch->rows[i].ob && tbx__row_done(&batch->rows[i]);
+	}
+	*finished += tbx__ob_done(batch);
 	/* Rows left stay for a later run: an error for the caller. */
-	if (!err && *finished < batch->row_cnt)
+	if (!err && *finished < rows)
 		err = TBX_EDELIVERY;
 	tbx__batch_reset(batch);
 	return err;
+}
+
+/* Picks a batch row created at or before *@p arg (ms). */
+static int older_than(void *arg, const tbx__obatch_t *r, const tbx__cover_t *c)
+{
+	(void)c;
+	return r->created_ms <= *(const int64_t *)arg;
+}
+
+/* A partition and its committed offset: picks a batch row covering a
+ * record of it below that offset. */
+typedef struct below {
+	const char *topic;
+	int32_t partition;
+	int64_t committed;
+} below_t;
+
+static int covers_below(void *arg, const tbx__obatch_t *r,
+			const tbx__cover_t *c)
+{
+	const below_t *b = arg;
+
+	(void)r;
+	for (uint32_t i = 0; i < c->n; i++)
+		if (c->ent[i].partition == b->partition &&
+		    c->ent[i].offset < b->committed &&
+		    strcmp(c->ent[i].topic, b->topic) == 0)
+			return 1;
+	return 0;
 }
 
 int tbx__proto_redispatch(tbx__proto_t *proto, tbx__batch_t *batch,
@@ -290,6 +343,72 @@ int tbx__proto_redispatch(tbx__proto_t *proto, tbx__batch_t *batch,
 		err =
 		    resume_rows(proto, batch, ids, cnt, finished, "redispatch");
 	free(ids);
+	/* Batch rows (outbox.layout = batch) created as long ago: B–E the
+	 * same way, after the record rows. */
+	if (!err && cnt < limit) {
+		size_t got = 0, done = 0;
+
+		if (!(err = tbx__ob_load_picked(proto, batch, older_than,
+						&created_before_ms, limit - cnt,
+						&got)) &&
+		    got) {
+			if (!*proto->producer &&
+			    !(*proto->producer =
+				  tbx__producer_new(proto->conf, proto->errstr,
+						    proto->errstr_size)))
+				err = TBX_EKAFKA;
+			else
+				err = rows_b_to_e(proto, batch, &done,
+						  "redispatch");
+			*finished += done;
+		}
+		tbx__batch_reset(batch);
+	}
+	return err;
+}
+
+/* The recovery pass over batch rows (outbox.layout = batch): those
+ * covering a record of the partition below its committed offset, B–E as
+ * a redelivery would (not marked stuck_ms: no operation does yet). */
+static int recover_batch_rows(tbx__proto_t *proto, tbx__batch_t *batch,
+			      const char *topic, int32_t partition,
+			      int64_t committed, size_t limit, size_t *found,
+			      size_t *finished)
+{
+	below_t b = {topic, partition, committed};
+	size_t got = 0;
+	int err;
+
+	*found = *finished = 0;
+	if ((err = tbx__ob_load_picked(proto, batch, covers_below, &b, limit,
+				       &got)) ||
+	    got == 0) {
+		tbx__batch_reset(batch);
+		return err;
+	}
+	*found = got;
+	proto->stats->stuck_rows += got;
+	tbx__log(TBX_LOG_WARNING,
+		 "%s [%" PRId32 "]: %zu batch row(s) covering records below "
+		 "the committed offset %" PRId64
+		 " (the first: %s): their records will not be delivered "
+		 "again (retention, an offset reset); finishing them",
+		 topic, partition, got, committed, batch->obs[0].row_id);
+	if (!*proto->producer &&
+	    !(*proto->producer = tbx__producer_new(proto->conf, proto->errstr,
+						   proto->errstr_size))) {
+		tbx__batch_reset(batch);
+		return TBX_EKAFKA;
+	}
+	err = rows_b_to_e(proto, batch, finished, "recovery");
+	proto->stats->rows_recovered += *finished;
+	if (err)
+		tbx__log(TBX_LOG_WARNING,
+			 "%s [%" PRId32 "]: %zu of %zu batch row(s) below the "
+			 "committed offset left for the next recovery pass: "
+			 "%s",
+			 topic, partition, got - *finished, got,
+			 tbx_strerror(err));
 	return err;
 }
 
@@ -307,7 +426,8 @@ int tbx__proto_recover(tbx__proto_t *proto, tbx__batch_t *batch,
 					 &cnt)))
 		return err;
 	if (cnt == 0)
-		return TBX_OK;
+		return recover_batch_rows(proto, batch, topic, partition,
+					  committed, limit, found, finished);
 	*found = cnt;
 	proto->stats->stuck_rows += cnt;
 	tbx__log(TBX_LOG_WARNING,
@@ -336,5 +456,14 @@ int tbx__proto_recover(tbx__proto_t *proto, tbx__batch_t *batch,
 			 topic, partition, cnt - *finished, cnt,
 			 tbx_strerror(err));
 	free(ids);
+	if (!err && cnt < limit) {
+		size_t bfound = 0, bfinished = 0;
+
+		err = recover_batch_rows(proto, batch, topic, partition,
+					 committed, limit - cnt, &bfound,
+					 &bfinished);
+		*found += bfound;
+		*finished += bfinished;
+	}
 	return err;
 }

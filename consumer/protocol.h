@@ -38,6 +38,8 @@ typedef struct tbx__e_row {
 	char in_token[TBX_UUID_LEN + 1]; /**< "" for untokened ingress */
 	int in_set;			 /**< in_token is a token set */
 	uint32_t in_tbit;		 /**< the record's bit in it */
+	char row_id[TBX_UUID_LEN + 1];	 /**< its batch row (outbox.layout =
+					      batch); "": a tbx_outbox row */
 } tbx__e_row_t;
 
 /** Per partition, the offsets F decided behind rows whose E waits. */
@@ -73,6 +75,10 @@ typedef struct tbx__proto {
 	int64_t dispatch_retry_max;	/**< dispatch.retry.max */
 	int defer_finish; /**< finish.defer, on one SQLite file: a batch's
 			     D+E commit with the next A (proto_finish.c) */
+	int batch_layout; /**< outbox.layout = batch: one tbx_obatch row per
+			     batch (proto_obatch.c) */
+	struct tbx__resume_mem *rmem; /**< batch_layout: the resume check's
+					 memory (consumer/resume_mem.h) */
 	/* The protocol's own state. */
 	tbx__guard_t guard;  /**< armed around each handler call */
 	unsigned rand_state; /**< the backoff's jitter */
@@ -98,6 +104,11 @@ typedef struct tbx__proto {
 	tbx__e_offset_t *e_offs;
 	size_t e_off_cnt, e_off_cap;
 	int e_deferred; /**< this batch's E waits */
+	/* batch_layout: A's gens per (topic, partition) of the batch, and
+	 * per record the batch row tbx_cover_msg names ("": none). */
+	struct tbx__ob_gen *ob_gens;
+	size_t ob_gen_cnt;
+	char (*ob_cover)[TBX_UUID_LEN + 1];
 } tbx__proto_t;
 
 /** F's result: per partition of the batch, what to commit and whether to
@@ -155,6 +166,8 @@ void tbx__proto_take_ready(tbx__proto_t *proto,
  *  commit).  Their rows' D+E still commit with the next A or flush. */
 void tbx__proto_forget(tbx__proto_t *proto,
 		       const rd_kafka_topic_partition_list_t *parts);
+/** outbox.layout = batch: the resume check's counters into stats. */
+void tbx__ob_stats(tbx__proto_t *proto);
 /** Frees what the protocol allocated across batches. */
 void tbx__proto_free(tbx__proto_t *proto);
 

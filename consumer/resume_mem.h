@@ -20,7 +20,7 @@
  *     that fails forget everything, rows and mgens: nothing is trusted
  *     after either until the next load.
  *
- * Who calls what (A and E; nothing of the protocol calls it yet):
+ * Who calls what (A and E, with outbox.layout = batch: proto_obatch.c):
  * tbx__resume_mem_sync() in A's transaction once A holds the batch's
  * partitions' locks; tbx__resume_mem_check() per record; after A's
  * commit tbx__resume_mem_add() for the row it inserted and

@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "consumer/producer.h"
+#include "consumer/resume_mem.h"
 #include "consumer/stores.h"
 #include "consumer/worker.h"
 #include "store/db.h"
@@ -76,6 +77,7 @@ static void worker_proto_init(tbx_worker_t *worker)
 	proto->dispatch_retry_max = worker->cfg->dispatch_retry_max;
 	proto->defer_finish = worker->joined && worker->cfg->finish_defer &&
 			      !worker->cfg->store_url[0];
+	proto->batch_layout = worker->cfg->outbox_layout == TBX_LAYOUT_BATCH;
 	tbx__proto_init(proto);
 }
 
@@ -192,6 +194,24 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	if ((err = record_binding(worker, cfg, errstr, errstr_size)))
 		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
+	/* outbox.layout = batch, stage 1: SQLite only (docs/batched-tokens.md).
+	 */
+	if (cfg->outbox_layout == TBX_LAYOUT_BATCH) {
+		if (cfg->store_url[0]) {
+			err = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+					  "outbox.layout=batch: not on "
+					  "PostgreSQL yet (store.url is set); "
+					  "use outbox.layout=record");
+			goto fail;
+		}
+		if ((err = tbx__resume_mem_new(worker->group,
+					       &worker->proto.rmem))) {
+			tbx__seterr(errstr, errstr_size, err,
+				    "outbox.layout=batch: %s",
+				    tbx_strerror(err));
+			goto fail;
+		}
+	}
 	if (!(worker->router = tbx_router_new())) {
 		err = tbx__seterr(errstr, errstr_size, TBX_ENOMEM,
 				  "out of memory");
@@ -219,6 +239,7 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	return worker;
 fail:
 	tbx__tracer_free(worker->batch.tracer, 0);
+	tbx__resume_mem_destroy(worker->proto.rmem);
 	*errp = err;
 	tbx_tokens_close(worker->tokens);
 	tbx_outbox_close(worker->store);
@@ -514,6 +535,12 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
 	rd_kafka_error_t *error = NULL;
 
+	/* Nothing the resume check's memory holds is trusted after a
+	 * rebalance (docs/batched-tokens.md, "The resume check"). */
+	if (worker->proto.rmem) {
+		tbx__resume_mem_drop(worker->proto.rmem);
+		tbx__ob_stats(&worker->proto);
+	}
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		worker->assigned_once = 1;
 		for (int i = 0; i < parts->cnt; i++)
@@ -960,6 +987,9 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"set_orphans_swept", st->set_orphans_swept},
 	    {"set_rows_swept", st->set_rows_swept},
 	    {"set_regs_unchecked", st->set_regs_unchecked},
+	    {"resume_reloads", st->resume_reloads},
+	    {"resume_load_failures", st->resume_load_failures},
+	    {"resume_drops", st->resume_drops},
 	};
 	cJSON *obj;
 	char *text;
@@ -1403,6 +1433,8 @@ void tbx_worker_destroy(tbx_worker_t *worker)
 	worker_close(worker);
 	tbx__worker_metrics_stop(worker);
 	tbx__proto_free(&worker->proto);
+	tbx__resume_mem_destroy(worker->proto.rmem);
+	worker->proto.rmem = NULL;
 	tbx__tracer_free(worker->batch.tracer, 2000);
 	tbx__batch_free(&worker->batch);
 	tbx__batch_free(&worker->recovery);

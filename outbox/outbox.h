@@ -571,7 +571,8 @@ typedef struct tbx_outbox_ops {
 
 	/*
 	 * Batch rows (tbx_obatch, tbx_cover_msg, tbx_inflight.gen;
-	 * docs/batched-tokens.md).  Nothing of the protocol calls them yet.
+	 * docs/batched-tokens.md).  Called by a worker with outbox.layout =
+	 * batch (consumer/proto_obatch.c).
 	 * NULL in a backend that does not have them: the wrappers answer
 	 * TBX_ESCHEMA.
 	 */

@@ -907,6 +907,7 @@ int tt_wait(pid_t pid, int timeout_s)
 typedef struct crash_expect {
 	const char *s1, *s2;
 	int n;
+	int batch_rows; /* outbox.layout=batch: no tbx_obatch row left */
 } crash_expect_t;
 
 static int crash_done(void *opaque)
@@ -922,7 +923,9 @@ static int crash_done(void *opaque)
 	       tt_count(e->s2, "SELECT COUNT(DISTINCT payload) FROM hop2") ==
 		   e->n &&
 	       tt_count(e->s1, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
-	       tt_count(e->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+	       tt_count(e->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
+	       (!e->batch_rows ||
+		tt_count(e->s1, "SELECT COUNT(*) FROM tbx_obatch") == 0);
 }
 
 void tt_hop_pair(tbx_worker_t *w[2], const char *bootstraps, const char *s1,
@@ -951,7 +954,7 @@ void tt_crash_case(const char *point, int single_file)
 }
 
 static void crash_case(const char *point, int single_file, const char *setting,
-		       int batched)
+		       int batched, int batch_rows)
 {
 	enum { N = 8 };
 	char *dir = tt_tmpdir();
@@ -1015,8 +1018,13 @@ static void crash_case(const char *point, int single_file, const char *setting,
 				    ? "cleanup.interval.ms=1"
 				    : "cleanup.interval.ms=0",
 				(char *)setting,
+				NULL,
 				NULL};
 		char *envv[] = {env_crash, "TBX_TEST_ASSIGN=1", NULL};
+
+		/* outbox.layout=batch for hop 1's every run. */
+		if (batch_rows)
+			argv[setting ? 7 : 6] = "outbox.layout=batch";
 		status = tt_wait(tt_spawn(argv, envv), 90);
 		cr_assert(status != -1, "%s: the worker never reached %s",
 			  point, step);
@@ -1052,6 +1060,15 @@ static void crash_case(const char *point, int single_file, const char *setting,
 			cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM "
 						      "tbx_registrations"),
 				     0, "%s: registrations in one file", point);
+			if (batch_rows)
+				cr_assert_eq(
+				    tt_count(s1, "SELECT COUNT(*) FROM "
+						 "tbx_obatch WHERE attempt IS "
+						 "NULL AND msgs IS NOT NULL"),
+				    0,
+				    "%s: a batch row with messages and no "
+				    "attempt",
+				    point);
 		}
 	}
 
@@ -1062,9 +1079,26 @@ static void crash_case(const char *point, int single_file, const char *setting,
 	tbx_worker_t *w[2];
 	tt_hop_pair(w, cluster->bootstraps, s1, tokens, s2, tokens, &hop1,
 		    &hop2);
+	if (batch_rows) {
+		char err[512];
+
+		tbx_worker_destroy(w[0]);
+		w[0] = tbx_worker_new(tt_conf(cluster->bootstraps, "g1", s1,
+					      tokens, "outbox.layout", "batch",
+					      NULL),
+				      err, sizeof(err));
+		cr_assert(w[0], "%s", err);
+		cr_assert_eq(tbx_worker_register(w[0], "in", "Ping",
+						 tt_hop_handle, &hop1),
+			     TBX_OK);
+		/* Register-cleanup before anything resumes: a registration
+		 * names its batch row, which must keep a recorded attempt's
+		 * tokens alive. */
+		cr_assert_eq(tbx_worker_cleanup(w[0], 0, NULL), TBX_OK);
+	}
 	tbx__worker_assign_directly(w[0]);
 	tbx__worker_assign_directly(w[1]);
-	crash_expect_t expect = {s1, s2, N};
+	crash_expect_t expect = {s1, s2, N, batch_rows};
 	cr_assert(tt_drive(w, 2, crash_done, &expect, 20, 90),
 		  "%s: recovery did not finish", point);
 	/* Attempts that lost or crashed leave orphans: the sweeper's job. */
@@ -1086,6 +1120,12 @@ static void crash_case(const char *point, int single_file, const char *setting,
 	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM tbx_outbox"), 0,
 		     "%s: outbox rows left (TBX_TEST_KEEP=1 keeps %s)", point,
 		     dir);
+	if (batch_rows) {
+		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM tbx_obatch"), 0,
+			     "%s: batch rows left", point);
+		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM tbx_cover_msg"),
+			     0, "%s: tbx_cover_msg entries left", point);
+	}
 	if (!single_file)
 		cr_assert_eq(tt_count(s2, "SELECT COUNT(*) FROM tbx_outbox"),
 			     0);
@@ -1124,13 +1164,19 @@ static void crash_case(const char *point, int single_file, const char *setting,
 
 void tt_crash_case_with(const char *point, int single_file, const char *setting)
 {
-	crash_case(point, single_file, setting, 0);
+	crash_case(point, single_file, setting, 0, 0);
 }
 
 void tt_crash_case_batched(const char *point, int single_file,
 			   const char *setting)
 {
-	crash_case(point, single_file, setting, 1);
+	crash_case(point, single_file, setting, 1, 0);
+}
+
+void tt_crash_case_rows(const char *point, int single_file, const char *setting,
+			int batched)
+{
+	crash_case(point, single_file, setting, batched, 1);
 }
 
 void tt_plugin_open(tt_plugin_t *p, const char *file)

@@ -207,5 +207,10 @@ void tt_crash_case_with(const char *point, int single_file,
  *  token set left. */
 void tt_crash_case_batched(const char *point, int single_file,
 			   const char *setting);
+/** tt_crash_case_with() (@p batched: tt_crash_case_batched()) with hop 1
+ *  on outbox.layout=batch, killed and restarted, and at the end no batch
+ *  row nor tbx_cover_msg entry left. */
+void tt_crash_case_rows(const char *point, int single_file, const char *setting,
+			int batched);
 
 #endif

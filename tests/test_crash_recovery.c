@@ -78,7 +78,8 @@ static void reset_offset(const char *bootstraps, const char *group,
 
 static int outbox_empty(void *opaque)
 {
-	return tt_count(opaque, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+	return tt_count(opaque, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
+	       tt_count(opaque, "SELECT COUNT(*) FROM tbx_obatch") == 0;
 }
 
 /* Polls @p w until the outbox of @p store is empty, publishing a record
@@ -112,7 +113,7 @@ static int drive_with_new_records(tbx_worker_t *w, tt_cluster_t *c,
  * The next owner finishes the rows on assignment: their messages are
  * dispatched once, the incoming tokens consumed, the rows deleted, and
  * no handler runs again. */
-static void row_below_reset_offset(int latest)
+static void row_below_reset_offset(int latest, int batch_rows)
 {
 	char *dir = tt_tmpdir();
 	char *store = tt_path(dir, "s1.db"), *tokens = tt_path(dir, "t.db");
@@ -124,7 +125,7 @@ static void row_below_reset_offset(int latest)
 	tt_record_t *recs;
 	tbx_stats_t st;
 	tbx_worker_t *w;
-	int64_t rows, status;
+	int64_t rows, covered, status;
 	size_t n;
 
 	tt_cluster_topic(c, "in", 1);
@@ -134,18 +135,34 @@ static void row_below_reset_offset(int latest)
 	tt_publish(c->bootstraps, tokens, "in", "Ping", 3, 1, "m");
 
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
-	char *argv[] = {prog, c->bootstraps, store, tokens, "g1", NULL};
+	char *argv[] = {prog,  c->bootstraps,
+			store, tokens,
+			"g1",  batch_rows ? "outbox.layout=batch" : NULL,
+			NULL};
 	char *envv[] = {"TBX_CRASH_AT=C.confirmed", NULL};
 	status = tt_wait(tt_spawn(argv, envv), 90);
 	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
 		  "the worker was not killed at C.confirmed (status %d)",
 		  (int)status);
-	/* However the batch was cut, its rows wait, tokened, unsent. */
-	rows = tt_count(store, "SELECT COUNT(*) FROM tbx_outbox");
-	cr_assert(rows >= 1 && rows <= 3, "%d rows", (int)rows);
-	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_outbox "
-				     "WHERE attempt IS NULL"),
-		     0);
+	/* However the batch was cut, its rows wait, tokened, unsent
+	 * (outbox.layout=batch: one batch row covering them). */
+	covered = tt_count(store, "SELECT COUNT(*) FROM hop1");
+	if (batch_rows) {
+		rows = tt_count(store, "SELECT COUNT(*) FROM tbx_obatch");
+		cr_assert_eq(rows, 1);
+		cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_outbox"),
+			     0);
+		cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_obatch "
+					     "WHERE attempt IS NULL"),
+			     0);
+	} else {
+		rows = tt_count(store, "SELECT COUNT(*) FROM tbx_outbox");
+		cr_assert_eq(rows, covered);
+		cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_outbox "
+					     "WHERE attempt IS NULL"),
+			     0);
+	}
+	cr_assert(covered >= 1 && covered <= 3, "%d records", (int)covered);
 	if (latest) {
 		/* No offset was committed: the next worker starts at the
 		 * log's end, past the records, and commits once it takes a
@@ -153,15 +170,19 @@ static void row_below_reset_offset(int latest)
 		w = tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens,
 					   "recovery.interval.ms", "200",
 					   "kafka.auto.offset.reset", "latest",
+					   "outbox.layout",
+					   batch_rows ? "batch" : "record",
 					   NULL),
 				   err, sizeof(err));
 	} else {
 		/* The group's offset is reset past the records: the pass on
 		 * assignment finds the rows (the periodic one is off). */
 		reset_offset(c->bootstraps, "g1", "in", 3);
-		w = tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens,
-					   "recovery.interval.ms", "0", NULL),
-				   err, sizeof(err));
+		w = tbx_worker_new(
+		    tt_conf(c->bootstraps, "g1", store, tokens,
+			    "recovery.interval.ms", "0", "outbox.layout",
+			    batch_rows ? "batch" : "record", NULL),
+		    err, sizeof(err));
 	}
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
@@ -193,19 +214,20 @@ static void row_below_reset_offset(int latest)
 			cr_assert_str_neq(recs[i].id, recs[j].id);
 	}
 	tt_records_free(recs, n);
-	cr_assert_eq(sent, (size_t)rows);
+	cr_assert_eq(sent, (size_t)covered);
 	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM hop1 WHERE "
 				     "payload LIKE 'm%'"),
-		     rows);
+		     covered);
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_obatch"), 0);
 	/* The rows' incoming tokens are consumed; the records skipped
 	 * without a row keep theirs. */
 	cr_assert_geq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens WHERE "
 				       "grp = 'g1'"),
-		      3 - rows);
+		      3 - covered);
 	if (!latest)
 		cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM "
 					      "tbx_tokens WHERE grp = 'g1'"),
-			     3 - rows);
+			     3 - covered);
 	tt_cluster_destroy(c);
 	tt_rmrf(dir);
 	free(dir);
@@ -215,10 +237,21 @@ static void row_below_reset_offset(int latest)
 
 Test(crash, rows_below_a_reset_offset_finish_on_assignment)
 {
-	row_below_reset_offset(0);
+	row_below_reset_offset(0, 0);
 }
 
 Test(crash, rows_skipped_by_auto_offset_reset_finish_with_the_periodic_pass)
 {
-	row_below_reset_offset(1);
+	row_below_reset_offset(1, 0);
+}
+
+/* outbox.layout=batch: the pass finishes the batch row covering them. */
+Test(crash, batch_rows_below_a_reset_offset_finish_on_assignment)
+{
+	row_below_reset_offset(0, 1);
+}
+
+Test(crash, batch_rows_skipped_by_auto_offset_reset_finish_periodically)
+{
+	row_below_reset_offset(1, 1);
 }

@@ -25,6 +25,12 @@
  * read after the listing means a row that was there and is gone, never
  * one not written yet.  Reading all of them at once only makes the hints
  * older when they are acted on, and every hint above holds at any age.
+ * An attempt of a batch row (outbox.layout = batch) registers under
+ * "b:" and the row's id (TBX_SWEEP_ROW_PREFIX; a tbx_outbox row's id is
+ * a UUID or "u:…", never that): such a registration is looked up among
+ * the group's batch rows (one obatch_load, also read after the listing)
+ * before "no row" is concluded (batch_row_hits()); a pass without one
+ * reads nothing more.
  */
 #include "tokens/sweep.h"
 
@@ -35,6 +41,10 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
+
+static int batch_row_hits(tbx_outbox_t *store, const char *grp,
+			  const char *const *ids, size_t n,
+			  tbx__row_hit_t *hits);
 
 int tbx__sweep_judge(const tbx__reg_t *reg, const tbx__row_hit_t *hit)
 {
@@ -61,6 +71,12 @@ int tbx__sweep_classify(tbx_outbox_t *store, const char *grp,
 	if ((err = tbx_outbox_row_find(store, grp, reg->msg_id, &hit.found,
 				       hit.attempt)))
 		return err;
+	if (!hit.found) {
+		const char *id = reg->msg_id;
+
+		if ((err = batch_row_hits(store, grp, &id, 1, &hit)))
+			return err;
+	}
 	*verdict = tbx__sweep_judge(reg, &hit);
 	if (row_attempt && hit.found)
 		tbx__strlcpy(row_attempt, hit.attempt, TBX_UUID_LEN + 1);
@@ -112,6 +128,51 @@ static int row_seen(void *opaque, const tbx__obatch_t *row,
 		tbx__strlcpy(h->attempt, row->attempt, sizeof(h->attempt));
 	}
 	return 0;
+}
+
+/*
+ * The registrations among @p n (@p ids, their rows' ids) whose row
+ * rows_find() did not find (@p hits) may name a batch row instead
+ * (outbox.layout = batch: an attempt of a tbx_obatch row registers
+ * under its row id): looked up in one listing of the group's batch
+ * rows, read after the registrations as rows_find() is.  A store
+ * without batch rows (TBX_ESCHEMA) has none to find.
+ * @returns TBX_OK or the store's error (no verdict may be drawn then).
+ */
+static int batch_row_hits(tbx_outbox_t *store, const char *grp,
+			  const char *const *ids, size_t n,
+			  tbx__row_hit_t *hits)
+{
+	row_look_t l;
+	size_t k = 0;
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		k += !hits[i].found &&
+		     strncmp(ids[i], TBX_SWEEP_ROW_PREFIX, 2) == 0;
+	if (k == 0)
+		return TBX_OK;
+	memset(&l, 0, sizeof(l));
+	if (!(l.keys = malloc(k * sizeof(*l.keys))) ||
+	    !(l.hits = calloc(n, sizeof(*l.hits)))) {
+		free(l.keys);
+		return TBX_ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!hits[i].found &&
+		    strncmp(ids[i], TBX_SWEEP_ROW_PREFIX, 2) == 0)
+			l.keys[l.n++] = (row_key_t){ids[i] + 2, i};
+	qsort(l.keys, l.n, sizeof(*l.keys), by_row_id);
+	err = tbx_outbox_obatch_load(store, grp, row_seen, &l);
+	if (err == TBX_ESCHEMA)
+		err = TBX_OK;
+	else if (!err)
+		for (size_t i = 0; i < n; i++)
+			if (l.hits[i].found)
+				hits[i] = l.hits[i];
+	free(l.keys);
+	free(l.hits);
+	return err;
 }
 
 const char *tbx__sweep_unchecked_text(int why)
@@ -379,7 +440,8 @@ static int sweep(tbx_tokens_t *tokens, tbx_outbox_t *store, const char *grp,
 
 		for (size_t i = 0; i < n; i++)
 			ids[i] = regs[at + i].msg_id;
-		if ((err = tbx_outbox_rows_find(store, grp, ids, n, hits)))
+		if ((err = tbx_outbox_rows_find(store, grp, ids, n, hits)) ||
+		    (err = batch_row_hits(store, grp, ids, n, hits)))
 			break;
 		for (size_t i = 0; i < n && !err; i++) {
 			const tbx__reg_t *reg = &regs[at + i];

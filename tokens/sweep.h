@@ -164,4 +164,8 @@ int tbx__tokens_sweep_ex(tbx_tokens_t *tokens, tbx_outbox_t *store,
 			 tbx__sweep_stats_t *stats, tbx__sweep_fn fn,
 			 void *opaque);
 
+/** The prefix of a registration's message id that names a batch row
+ *  (outbox.layout = batch): "b:" and the row's id. */
+#define TBX_SWEEP_ROW_PREFIX "b:"
+
 #endif

@@ -6,6 +6,7 @@
  * what the protocol would resume.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,6 +206,65 @@ static int outbox_row(void *opaque, const char *grp, const tbx__row_t *row,
 	return 0;
 }
 
+/* Counting the batch rows (outbox.layout=batch) the listing leaves out. */
+typedef struct ob_count {
+	tbx_outbox_t *store;
+	const tbx__filter_t *f;
+	int64_t n;
+	int err;
+} ob_count_t;
+
+static int ob_counted(void *opaque, const tbx__obatch_t *row,
+		      const tbx__cover_t *cover)
+{
+	ob_count_t *c = opaque;
+
+	(void)cover;
+	c->n += c->f->created_max <= 0 || row->created_ms <= c->f->created_max;
+	return 0;
+}
+
+static int ob_count_group(void *opaque, const char *grp)
+{
+	ob_count_t *c = opaque;
+	int err = tbx_outbox_obatch_load(c->store, grp, ob_counted, c);
+
+	if (err && err != TBX_ESCHEMA) {
+		c->err = err;
+		return 1;
+	}
+	return 0;
+}
+
+/* `outbox list` shows tbx_outbox rows only: the batch rows of the groups
+ * it lists are counted and named on stderr (JSON: batch_rows, when
+ * there are any), never left out silently. */
+static int batch_rows_note(insp_t *in, const tbx__filter_t *f, cJSON *doc)
+{
+	ob_count_t c = {in->store, f, 0, TBX_OK};
+
+	if (f->group_cnt) {
+		for (size_t i = 0; i < f->group_cnt && !c.err; i++)
+			ob_count_group(&c, f->groups[i]);
+	} else {
+		int err = tbx_outbox_groups(in->store, ob_count_group, &c);
+
+		if (err && !c.err)
+			c.err = err;
+	}
+	if (c.err)
+		return c.err;
+	if (doc && c.n)
+		cJSON_AddNumberToObject(doc, "batch_rows", (double)c.n);
+	else if (c.n)
+		fprintf(stderr,
+			"note: %" PRId64 " batch row(s) (outbox.layout=batch, "
+			"tbx_obatch) pending and not listed: inspect outbox "
+			"does not show batch rows yet\n",
+			c.n);
+	return TBX_OK;
+}
+
 int insp_outbox_list(insp_t *in)
 {
 	tbx__filter_t f = insp_filter(in, 1);
@@ -222,7 +282,9 @@ int insp_outbox_list(insp_t *in)
 		    (const char *const[]){"AGE", "GROUP", "MESSAGE ID", "STATE",
 					  "KIND", "OUT", "FROM"});
 	}
-	if ((err = tbx_outbox_rows_list(in->store, &f, &total, outbox_row, &l)))
+	if ((err =
+		 tbx_outbox_rows_list(in->store, &f, &total, outbox_row, &l)) ||
+	    (err = batch_rows_note(in, &f, doc)))
 		rc = insp_s_fail(in, err);
 	else
 		rc = insp_list_finish(in, &doc, l.tbl, total, l.shown,

@@ -494,6 +494,17 @@ typedef struct tbx_stats {
 					service store could not say what its
 					batch rows hold (none in its schema,
 					or one that does not decode) */
+	uint64_t resume_reloads;     /**< outbox.layout=batch: loads of
+					the group's batch rows by the
+					resume check (a partition's gen
+					moved, or its memory was empty) */
+	uint64_t resume_load_failures; /**< such loads that failed (a row
+					  that does not decode, a store
+					  error): the memory was dropped
+					  and the batch left for
+					  redelivery */
+	uint64_t resume_drops;	       /**< the resume check's memory dropped
+					  at a rebalance */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */

@@ -1,0 +1,257 @@
+/*
+ * outbox.layout=batch (docs/batched-tokens.md, "The outbox row by the
+ * batch"): a worker handles records in both formats, dead-letters and
+ * (ingress.untokened=offsets) handles untokened ones, each once, through
+ * one tbx_obatch row per batch; copies are dropped, every token and bit
+ * consumed, and no batch row, tbx_cover_msg entry or tbx_outbox row is
+ * left.  Separate stores and one file (finish.defer on and off).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+typedef struct env {
+	char *dir, *store, *tokens;
+	tt_cluster_t *c;
+	tt_hop_t hop;
+	tbx_worker_t *w;
+} env_t;
+
+static void env_init(env_t *e, int one_file, const char *k, const char *v)
+{
+	char err[512];
+
+	e->dir = tt_tmpdir();
+	e->store = tt_store_new(e->dir, "s1");
+	e->tokens = one_file ? strdup(e->store)
+			     : tt_tokens_new(e->dir, "tokens", one_file);
+	e->c = tt_cluster_new(1);
+	tt_cluster_topic(e->c, "in", 2);
+	tt_cluster_topic(e->c, "out", 2);
+	tt_cluster_topic(e->c, "in.dlq", 1);
+	tt_subscribe(e->tokens, "in", "g1");
+	tt_hop_table(e->store, "hop1");
+	e->hop = (tt_hop_t){
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	e->w =
+	    tbx_worker_new(tt_conf(e->c->bootstraps, "g1", e->store, e->tokens,
+				   "outbox.layout", "batch", k, v, NULL),
+			   err, sizeof(err));
+	cr_assert(e->w, "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(e->w, "in", "Ping", tt_hop_handle, &e->hop),
+	    TBX_OK);
+}
+
+static void env_fini(env_t *e)
+{
+	tbx_worker_destroy(e->w);
+	tt_cluster_destroy(e->c);
+	tt_rmrf(e->dir);
+	free(e->dir);
+	free(e->store);
+	free(e->tokens);
+}
+
+static tbx_stats_t stats(const env_t *e)
+{
+	tbx_stats_t st;
+
+	tbx_worker_stats(e->w, &st);
+	return st;
+}
+
+static void drive_to(env_t *e, int64_t n)
+{
+	tt_want_t want = {e->store, "SELECT COUNT(*) FROM hop1", n};
+
+	cr_assert(tt_drive(&e->w, 1, tt_reached, &want, 10, 60));
+	cr_assert(tt_drive(&e->w, 1, NULL, NULL, 20, 60));
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM hop1"), n);
+	cr_assert_eq(
+	    tt_count(e->store, "SELECT COUNT(DISTINCT payload) FROM hop1"), n,
+	    "each record handled once");
+}
+
+/* Nothing of the batch rows, or of the record layout, is left. */
+static void nothing_left(const env_t *e)
+{
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM tbx_obatch"), 0);
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM tbx_cover_msg"),
+		     0);
+	cr_assert_eq(tt_count(e->store, "SELECT COUNT(*) FROM tbx_outbox"), 0);
+	cr_assert_eq(tt_count(e->tokens, "SELECT COUNT(*) FROM tbx_tokens "
+					 "WHERE grp = 'g1'"),
+		     0, "every incoming token consumed");
+	cr_assert_eq(tt_count(e->tokens,
+			      "SELECT COUNT(*) FROM tbx_tset WHERE grp = 'g1'"),
+		     0, "every incoming bit cleared");
+	cr_assert_eq(
+	    tt_count(e->tokens, "SELECT COUNT(*) FROM tbx_registrations"), 0);
+}
+
+/* Every outgoing message once, each with its token. */
+static void out_once(const env_t *e, size_t n)
+{
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(e->c->bootstraps, "out", &recs);
+
+	cr_assert_eq(cnt, n);
+	for (size_t i = 0; i < cnt; i++) {
+		cr_assert(recs[i].id && recs[i].token);
+		for (size_t j = 0; j < i; j++)
+			cr_assert_str_neq(recs[i].id, recs[j].id);
+	}
+	tt_records_free(recs, cnt);
+}
+
+/*
+ * Ten records in the per-message format, ten in sets, two without a
+ * token (dead-lettered): each handled once, one row per batch; then a
+ * copy of each tokened record, dropped.
+ */
+static void once_and_copies(int one_file, const char *k, const char *v)
+{
+	env_t e;
+	tt_record_t *recs;
+	size_t cnt;
+	tbx_stats_t st;
+
+	env_init(&e, one_file, k, v);
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 10, 2, "m");
+	tt_publish_sets(e.c->bootstraps, e.tokens, "in", "Ping", 10, 2, 0, "s",
+			NULL);
+	tt_produce_plain(e.c->bootstraps, "in", 0, "key-0", "plain-0", "Ping");
+	tt_produce_plain(e.c->bootstraps, "in", 1, "key-1", "plain-1", "Ping");
+	drive_to(&e, 20);
+	st = stats(&e);
+	cr_assert_eq(st.processed, 20);
+	cr_assert_eq(st.dead_lettered, 2);
+	cr_assert_eq(st.duplicates_dropped, 0);
+	cr_assert_eq(st.tokens_consumed, 20);
+	cr_assert_geq(st.resume_reloads, 1, "the first A loads the rows");
+	cr_assert_eq(st.resume_load_failures, 0);
+	nothing_left(&e);
+	out_once(&e, 20);
+	cnt = tt_read_topic(e.c->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 2);
+	tt_records_free(recs, cnt);
+
+	/* A copy of every tokened record: no row covers it, its token is
+	 * gone: dropped. */
+	cnt = tt_read_topic(e.c->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 22);
+	for (size_t i = 0; i < cnt; i++)
+		if (recs[i].token || recs[i].seq)
+			tt_reproduce(e.c->bootstraps, "in", &recs[i], 1);
+	tt_records_free(recs, cnt);
+	drive_to(&e, 20);
+	st = stats(&e);
+	cr_assert_eq(st.processed, 20);
+	cr_assert_eq(st.duplicates_dropped, 20);
+	cr_assert_eq(st.dead_lettered, 2);
+	nothing_left(&e);
+	out_once(&e, 20);
+	env_fini(&e);
+}
+
+Test(obatch, each_once_copies_dropped_separate_stores)
+{
+	once_and_copies(0, NULL, NULL);
+}
+
+Test(obatch, each_once_copies_dropped_one_file)
+{
+	once_and_copies(1, NULL, NULL);
+}
+
+Test(obatch, each_once_copies_dropped_one_file_without_defer)
+{
+	once_and_copies(1, "finish.defer", "false");
+}
+
+/* Batches of one record: a row each. */
+Test(obatch, each_once_batches_of_one)
+{
+	once_and_copies(0, "batch.max.messages", "1");
+}
+
+/* ingress.untokened=offsets: untokened records are handled, covered by
+ * the row by their offset (kind 2), once. */
+Test(obatch, untokened_by_offset_handled_once)
+{
+	env_t e;
+	tbx_stats_t st;
+
+	env_init(&e, 0, "ingress.untokened", "offsets");
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 4, 2, "m");
+	for (int i = 0; i < 4; i++) {
+		char payload[16];
+
+		snprintf(payload, sizeof(payload), "plain-%d", i);
+		tt_produce_plain(e.c->bootstraps, "in", i % 2, "k", payload,
+				 "Ping");
+	}
+	drive_to(&e, 8);
+	st = stats(&e);
+	cr_assert_eq(st.processed, 8);
+	cr_assert_eq(st.dead_lettered, 0);
+	nothing_left(&e);
+	out_once(&e, 8);
+	env_fini(&e);
+}
+
+/* A batch row that does not decode: the resume check cannot load the
+ * group's rows, so no record is judged (A fails, nothing handled),
+ * counted, and the resume_load_failed alarm is recorded for `inspect
+ * status --check`; once the row is gone the records are handled. */
+Test(obatch, a_corrupt_batch_row_stops_A_loudly)
+{
+	env_t e;
+	tbx_stats_t st;
+
+	env_init(&e, 0, NULL, NULL);
+	cr_assert_eq(
+	    tt_store_sql_try(e.store,
+			     "INSERT INTO tbx_obatch (grp, row_id, tokfmt, "
+			     "created_ms, cover, "
+			     "wire) VALUES ('g1', "
+			     "'00000000-0000-7000-8000-000000000000', 1, "
+			     "0, X'00', X'0100000000')",
+			     NULL),
+	    0);
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 2, 1, "m");
+	for (int i = 0; i < 300 && stats(&e).resume_load_failures == 0; i++)
+		tbx_worker_poll(e.w, 100, NULL);
+	st = stats(&e);
+	cr_assert_geq(st.resume_load_failures, 1);
+	cr_assert_eq(st.processed, 0);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM hop1"), 0);
+	cr_assert_geq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_alarms "
+					"WHERE name = 'resume_load_failed'"),
+		      1);
+	cr_assert_eq(tt_store_sql_try(e.store, "DELETE FROM tbx_obatch", NULL),
+		     0);
+	drive_to(&e, 2);
+	nothing_left(&e);
+	env_fini(&e);
+}
+
+/* Only the two layouts are taken. */
+Test(obatch, an_unknown_layout_is_refused)
+{
+	char err[512];
+	tbx_conf_t *conf = tbx_conf_new();
+
+	cr_assert_eq(
+	    tbx_conf_set(conf, "outbox.layout", "batch", err, sizeof(err)),
+	    TBX_OK);
+	cr_assert_neq(
+	    tbx_conf_set(conf, "outbox.layout", "rows", err, sizeof(err)),
+	    TBX_OK);
+	cr_assert(strstr(err, "record|batch"), "%s", err);
+	tbx_conf_destroy(conf);
+}
