@@ -24,6 +24,9 @@ static void env_init(env_t *e, int one_file, const char *k, const char *v)
 {
 	char err[512];
 
+	if (tt_pg_tier())
+		cr_skip_test("outbox.layout=batch is SQLite's only: "
+			     "postgresql_refuses_the_batch_layout");
 	e->dir = tt_tmpdir();
 	e->store = tt_store_new(e->dir, "s1");
 	e->tokens = one_file ? strdup(e->store)
@@ -254,4 +257,32 @@ Test(obatch, an_unknown_layout_is_refused)
 	    TBX_OK);
 	cr_assert(strstr(err, "record|batch"), "%s", err);
 	tbx_conf_destroy(conf);
+}
+
+/* PostgreSQL has no batch layout yet (its partitions' locks are not
+ * taken): a worker refuses it at start, saying so, and runs nothing. */
+Test(obatch, postgresql_refuses_the_batch_layout)
+{
+	char err[512] = "";
+	char *dir, *store, *tokens;
+	tt_cluster_t *c;
+	tbx_worker_t *w;
+
+	if (!tt_pg_tier())
+		cr_skip_test("the pg tier's (pg_test_worker_obatch)");
+	dir = tt_tmpdir();
+	store = tt_store_new(dir, "s1");
+	tokens = tt_tokens_new(dir, "tokens", 0);
+	c = tt_cluster_new(1);
+	w = tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens,
+				   "outbox.layout", "batch", NULL),
+			   err, sizeof(err));
+	cr_assert_null(w);
+	cr_assert(strstr(err, "outbox.layout=batch: not on PostgreSQL yet"),
+		  "%s", err);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
 }
