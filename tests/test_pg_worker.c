@@ -224,6 +224,7 @@ static tbx_verdict_t effect_handle(tbx_ctx_t *ctx, const tbx_msg_t *msg,
 typedef struct done {
 	const env_t *e;
 	int64_t n;
+	int64_t dead; /* dead letters recorded, at least */
 } done_t;
 
 static int all_done(void *opaque)
@@ -231,7 +232,9 @@ static int all_done(void *opaque)
 	done_t *d = opaque;
 
 	return fx_count(d->e->sschema, "effects") >= d->n &&
-	       fx_count(d->e->sschema, "tbx_outbox") == 0;
+	       fx_count(d->e->sschema, "tbx_outbox") == 0 &&
+	       (d->dead == 0 ||
+		fx_count(d->e->sschema, "tbx_dead_letters") >= d->dead);
 }
 
 /* N records and a copy of each: N effects, each once; nothing left in
@@ -251,7 +254,7 @@ static void exactly_once(const char *tag, int apart)
 	effects_table(&e);
 	publish(&e, apart ? e.apart_url : e.url, N, NULL);
 	copy_all(&e);
-	done_t d = {&e, N};
+	done_t d = {&e, N, 0};
 	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120),
 		  "not every record was processed");
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
@@ -364,7 +367,7 @@ Test(pg_worker, tbx_ctx_exec_refuses_commit)
 	w = worker(&e, NULL, exec_commit_handle, &f);
 	effects_table(&e);
 	publish(&e, e.url, 2, NULL);
-	done_t d = {&e, 2};
+	done_t d = {&e, 2, 0};
 	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120));
 	cr_assert_eq(f.refused, 4);
 	cr_assert_eq(f.calls, 2, "handlers ran again");
@@ -410,7 +413,7 @@ Test(pg_worker, a_handler_that_releases_the_savepoint_is_dead_lettered)
 	w = worker(&e, NULL, release_handle, &f);
 	effects_table(&e);
 	publish(&e, e.url, 3, payloads);
-	done_t d = {&e, 2};
+	done_t d = {&e, 2, 0};
 	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120));
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	cr_assert_eq(fx_count(e.sschema, "effects"), 2);
@@ -473,7 +476,9 @@ Test(pg_worker, a_rejected_record_undoes_only_its_writes_on_tbx_ctx_pg)
 	w = worker(&e, NULL, raw_handle, &f);
 	effects_table(&e);
 	publish(&e, e.url, 5, payloads);
-	done_t d = {&e, 3};
+	/* Done when both rejected records' dead letters are recorded and
+	 * sent, not when the worker merely looks idle. */
+	done_t d = {&e, 3, 2};
 	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120));
 	cr_assert(tt_drive(&w, 1, NULL, NULL, 10, 60));
 	cnt = tt_read_topic(e.cluster->bootstraps, "in.dlq", &recs);
@@ -505,7 +510,7 @@ Test(pg_worker, unqualified_tables_are_the_service_schemas_by_default)
 	w = worker(&e, NULL, effect_handle, &f);
 	effects_table(&e);
 	publish(&e, e.url, 3, NULL);
-	done_t d = {&e, 3};
+	done_t d = {&e, 3, 0};
 	cr_assert(tt_drive(&w, 1, all_done, &d, 10, 120),
 		  "the handler's unqualified table was not found");
 	cr_assert_eq(fx_count(e.sschema, "effects"), 3);
