@@ -613,7 +613,8 @@ typedef struct tbx_outbox_ops {
 			   tbx__obatch_fn fn, void *opaque);
 	/** C: counts one more dispatch of batch row @p row_id that failed
 	 *  with a permanent error, as dispatch_failed does for a record
-	 *  row: *failures the count after it, 0 when the row is gone. */
+	 *  row: *failures the count after it, 0 when the row is gone.
+	 *  SQLite's only for now (outbox.layout = batch is). */
 	int (*obatch_dispatch_failed)(tbx_outbox_t *store, const char *grp,
 				      const char *row_id, int *failures);
 	/** Marks batch row @p row_id as found stuck by the recovery pass at

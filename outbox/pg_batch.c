@@ -29,8 +29,6 @@ enum {
 	Q_COVER_FIND,
 	Q_GENS_GET,
 	Q_GENS_BUMP,
-	Q_DISPATCH_FAILED,
-	Q_MARK_STUCK,
 	Q__COUNT
 };
 
@@ -80,11 +78,6 @@ static const char *const sql[Q__COUNT] = {
 		    "ORDER BY u.p ON CONFLICT (grp, topic, \"partition\") DO "
 		    "UPDATE SET gen = f.gen + excluded.gen RETURNING "
 		    "f.\"partition\", f.gen",
-    [Q_DISPATCH_FAILED] = "UPDATE @S.tbx_obatch SET dispatch_failures = "
-			  "dispatch_failures + 1 WHERE grp = $1 AND row_id = "
-			  "$2 RETURNING dispatch_failures",
-    [Q_MARK_STUCK] = "UPDATE @S.tbx_obatch SET stuck_ms = $3 WHERE grp = $1 "
-		     "AND row_id = $2 AND stuck_ms IS NULL",
 };
 
 static pg_store_t *ps(tbx_outbox_t *base)
@@ -252,45 +245,6 @@ int tbx__pgo_obatch_delete(tbx_outbox_t *base, const char *grp,
 		return err;
 	if (deleted)
 		*deleted = changes(res);
-	PQclear(res);
-	return TBX_OK;
-}
-
-int tbx__pgo_obatch_dispatch_failed(tbx_outbox_t *base, const char *grp,
-				    const char *row_id, int *failures)
-{
-	tbx__pg_params_t p;
-	int64_t n = 0;
-	int err;
-
-	*failures = 0;
-	if (!grp || !row_id)
-		return TBX_EINVAL;
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, grp);
-	tbx__pgp_text(&p, row_id);
-	err =
-	    tbx__pg_run_i64(&ps(base)->batch, Q_DISPATCH_FAILED, &p, &n, NULL);
-	tbx__pgp_free(&p);
-	*failures = (int)n;
-	return err;
-}
-
-int tbx__pgo_obatch_mark_stuck(tbx_outbox_t *base, const char *grp,
-			       const char *row_id, int64_t now_ms)
-{
-	tbx__pg_params_t p;
-	PGresult *res;
-	int err;
-
-	if (!grp || !row_id)
-		return TBX_EINVAL;
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, grp);
-	tbx__pgp_text(&p, row_id);
-	tbx__pgp_i64(&p, now_ms);
-	if ((err = run(ps(base), Q_MARK_STUCK, &p, &res)))
-		return err;
 	PQclear(res);
 	return TBX_OK;
 }

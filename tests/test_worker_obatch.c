@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_child.h"
 #include "fixture.h"
 
 typedef struct env {
@@ -327,6 +328,21 @@ static void refused_reply_given_up(int one_file)
 	cnt = tt_read_topic(e.c->bootstraps, "in.dlq", &recs);
 	cr_assert_eq(cnt, 0, "the dead-letter topic could not take it");
 	tt_records_free(recs, cnt);
+
+	/* An operator sees it as a record row's. */
+	const char *status[] = {"inspect", "-s",     e.store,	"--tokens",
+				e.tokens,  "status", "--check", NULL};
+	cc_result_t res = cc_run(status);
+	cr_assert(cc_exited(res.status, 1), "status --check: %s", res.err);
+	cr_assert(strstr(res.out, "Undelivered"), "%s", res.out);
+	cc_result_free(&res);
+	const char *list[] = {"inspect",     "-s",   e.store, "--json",
+			      "undelivered", "list", NULL};
+	res = cc_run(list);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "out") && strstr(res.out, "too large"), "%s",
+		  res.out);
+	cc_result_free(&res);
 	env_fini(&e);
 }
 
