@@ -158,20 +158,52 @@ out:
 	return err;
 }
 
+/* A batch row's count of failed dispatches, counted once a dispatch
+ * however many of its records failed. */
+typedef struct ob_failed {
+	const char *row_id;
+	int failures; /* 0: gone, or not counted */
+} ob_failed_t;
+
+/* Counts the failed dispatch of batch row @p row_id once in @p seen
+ * (@p n of them): *failures its count after it. */
+static void ob_dispatch_failed(tbx__proto_t *proto, ob_failed_t *seen,
+			       size_t *n, const char *row_id, int *failures)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp(seen[i].row_id, row_id) == 0) {
+			*failures = seen[i].failures;
+			return;
+		}
+	if (tbx_outbox_obatch_dispatch_failed(proto->store, proto->group,
+					      row_id, failures))
+		*failures = 0;
+	seen[*n].row_id = row_id;
+	seen[(*n)++].failures = *failures;
+}
+
 /*
  * After C: a row whose delivery failed with a permanent error counts the
  * failure in S; once dispatch.retry.max retries are used up, and no
  * message of the row failed transiently, its permanently failed
  * messages are given up (give_up) and the row counts as delivered, so it
- * finishes and its partition goes on.
+ * finishes and its partition goes on.  A record of a batch row
+ * (@p obs[i] its batch row's id, NULL for a record row) counts in its
+ * batch row, once a dispatch for all its records; each record is then
+ * given up or not as a record row would be, and the batch row finishes
+ * once each of its records was delivered or given up.
  */
 static void permanent_failures(tbx__proto_t *proto, tbx__row_t **rows,
-			       size_t cnt, int *delivered,
-			       const rd_kafka_resp_err_t *errs)
+			       const char *const *obs, size_t cnt,
+			       int *delivered, const rd_kafka_resp_err_t *errs)
 {
 	int64_t retry_max = proto->dispatch_retry_max;
-	size_t k = 0;
+	ob_failed_t *seen = NULL;
+	size_t k = 0, nseen = 0;
 
+	for (size_t i = 0; i < cnt && !seen; i++)
+		if (obs[i] && !(seen = calloc(cnt, sizeof(*seen))))
+			return; /* counted at the next redelivery */
 	for (size_t i = 0; i < cnt; k += rows[i]->msg_cnt, i++) {
 		int perm = 0, transient = 0, failures;
 
@@ -188,9 +220,13 @@ static void permanent_failures(tbx__proto_t *proto, tbx__row_t **rows,
 		if (!perm)
 			continue;
 		proto->stats->dispatch_failed_permanent += (uint64_t)perm;
-		if (tbx_outbox_dispatch_failed(proto->store, proto->group,
-					       rows[i]->msg_id, &failures) ||
-		    failures == 0)
+		if (obs[i])
+			ob_dispatch_failed(proto, seen, &nseen, obs[i],
+					   &failures);
+		else if (tbx_outbox_dispatch_failed(proto->store, proto->group,
+						    rows[i]->msg_id, &failures))
+			failures = 0;
+		if (failures == 0)
 			continue; /* gone, or not counted: next time */
 		tbx__log(TBX_LOG_WARNING,
 			 "outbox row %s: delivery failed with a permanent "
@@ -201,6 +237,7 @@ static void permanent_failures(tbx__proto_t *proto, tbx__row_t **rows,
 		if (give_up(proto, rows[i], errs + k, failures) == TBX_OK)
 			delivered[i] = 1;
 	}
+	free(seen);
 }
 
 /* Does C dispatch @p brow's messages? */
@@ -224,7 +261,7 @@ static int attempt_listed(const char **attempts, size_t n, const char *attempt)
 /* C: confirm, produce, await every report. */
 int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	const char **attempts = NULL;
+	const char **attempts = NULL, **obs = NULL;
 	tbx__row_t **rows = NULL;
 	int *delivered = NULL;
 	rd_kafka_resp_err_t *errs = NULL;
@@ -247,9 +284,10 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 		return TBX_OK;
 	attempts = calloc(cnt, sizeof(*attempts));
 	rows = calloc(cnt, sizeof(*rows));
+	obs = calloc(cnt, sizeof(*obs));
 	delivered = calloc(cnt, sizeof(*delivered));
 	errs = calloc(msgs, sizeof(*errs));
-	if (!attempts || !rows || !delivered || !errs) {
+	if (!attempts || !rows || !obs || !delivered || !errs) {
 		err = TBX_ENOMEM;
 		goto out;
 	}
@@ -264,6 +302,7 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 		    !(brow->ob && acnt &&
 		      attempt_listed(attempts, acnt, brow->row.attempt)))
 			attempts[acnt++] = brow->row.attempt;
+		obs[cnt] = brow->ob ? batch->obs[brow->ob - 1].row_id : NULL;
 		rows[cnt++] = &brow->row;
 	}
 	/* Confirm before dispatch: a finished row never leaves a
@@ -287,7 +326,7 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	tbx__producer_check(proto->producer, proto->conf, proto->stats,
 			    proto->errstr, proto->errstr_size);
 	if (err)
-		permanent_failures(proto, rows, cnt, delivered, errs);
+		permanent_failures(proto, rows, obs, cnt, delivered, errs);
 	tbx__tracer_dispatch_swap(prev);
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
@@ -300,6 +339,7 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	err = TBX_OK; /* undelivered rows wait for redelivery */
 out:
 	free(attempts);
+	free(obs);
 	free(rows);
 	free(delivered);
 	free(errs);

@@ -369,7 +369,7 @@ int tbx__proto_redispatch(tbx__proto_t *proto, tbx__batch_t *batch,
 
 /* The recovery pass over batch rows (outbox.layout = batch): those
  * covering a record of the partition below its committed offset, B–E as
- * a redelivery would (not marked stuck_ms: no operation does yet). */
+ * a redelivery would, each marked stuck_ms first (as record rows are). */
 static int recover_batch_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 			      const char *topic, int32_t partition,
 			      int64_t committed, size_t limit, size_t *found,
@@ -394,6 +394,18 @@ static int recover_batch_rows(tbx__proto_t *proto, tbx__batch_t *batch,
 		 " (the first: %s): their records will not be delivered "
 		 "again (retention, an offset reset); finishing them",
 		 topic, partition, got, committed, batch->obs[0].row_id);
+	/* Marked for inspect, as record rows are: a mark that stays says
+	 * the pass could not finish the row.  A failed mark only loses
+	 * that hint. */
+	if (!(err = tbx_outbox_begin(proto->store))) {
+		int64_t now = tbx__now_ms();
+		for (size_t k = 0; k < batch->ob_cnt && !err; k++)
+			err = tbx_outbox_obatch_mark_stuck(
+			    proto->store, proto->group, batch->obs[k].row_id,
+			    now);
+		if (err || (err = tbx_outbox_commit(proto->store)))
+			tbx_outbox_rollback(proto->store);
+	}
 	if (!*proto->producer &&
 	    !(*proto->producer = tbx__producer_new(proto->conf, proto->errstr,
 						   proto->errstr_size))) {

@@ -611,6 +611,16 @@ typedef struct tbx_outbox_ops {
 	 *  at ERROR, errmsg() naming the row and what is wrong. */
 	int (*obatch_load)(tbx_outbox_t *store, const char *grp,
 			   tbx__obatch_fn fn, void *opaque);
+	/** C: counts one more dispatch of batch row @p row_id that failed
+	 *  with a permanent error, as dispatch_failed does for a record
+	 *  row: *failures the count after it, 0 when the row is gone.
+	 *  SQLite's only for now (outbox.layout = batch is). */
+	int (*obatch_dispatch_failed)(tbx_outbox_t *store, const char *grp,
+				      const char *row_id, int *failures);
+	/** Marks batch row @p row_id as found stuck by the recovery pass at
+	 *  @p now_ms unless it is marked already, as row_mark_stuck. */
+	int (*obatch_mark_stuck)(tbx_outbox_t *store, const char *grp,
+				 const char *row_id, int64_t now_ms);
 	/** The rows covering per-message records @p ids (@p n):
 	 *  row_ids[i] is the row covering ids[i], or "". */
 	int (*cover_msg_find)(tbx_outbox_t *store, const char *grp,
@@ -1118,6 +1128,24 @@ static inline int tbx_outbox_obatch_load(tbx_outbox_t *store, const char *grp,
 					 tbx__obatch_fn fn, void *opaque)
 {
 	return TBX__OBATCH_OP(store, obatch_load, grp, fn, opaque);
+}
+
+static inline int tbx_outbox_obatch_dispatch_failed(tbx_outbox_t *store,
+						    const char *grp,
+						    const char *row_id,
+						    int *failures)
+{
+	*failures = 0;
+	return TBX__OBATCH_OP(store, obatch_dispatch_failed, grp, row_id,
+			      failures);
+}
+
+static inline int tbx_outbox_obatch_mark_stuck(tbx_outbox_t *store,
+					       const char *grp,
+					       const char *row_id,
+					       int64_t now_ms)
+{
+	return TBX__OBATCH_OP(store, obatch_mark_stuck, grp, row_id, now_ms);
 }
 
 static inline int tbx_outbox_cover_msg_find(tbx_outbox_t *store,

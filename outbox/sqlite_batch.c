@@ -23,6 +23,8 @@ enum {
 	Q_COVER_FIND,
 	Q_GEN_GET,
 	Q_GEN_BUMP,
+	Q_DISPATCH_FAILED,
+	Q_MARK_STUCK,
 	Q__COUNT
 };
 
@@ -51,6 +53,11 @@ static const char *const sql[Q__COUNT] = {
 		   "VALUES (?1, ?2, ?3, -1, -1, 0, -1, 1) ON CONFLICT (grp, "
 		   "topic, \"partition\") DO UPDATE SET gen = gen + 1 "
 		   "RETURNING gen",
+    [Q_DISPATCH_FAILED] = "UPDATE tbx_obatch SET dispatch_failures = "
+			  "dispatch_failures + 1 WHERE grp = ?1 AND row_id = "
+			  "?2 RETURNING dispatch_failures",
+    [Q_MARK_STUCK] = "UPDATE tbx_obatch SET stuck_ms = ?3 WHERE grp = ?1 "
+		     "AND row_id = ?2 AND stuck_ms IS NULL",
 };
 
 static sq_store_t *sq(tbx_outbox_t *base)
@@ -203,6 +210,48 @@ int tbx__sq_obatch_delete(tbx_outbox_t *base, const char *grp,
 	if (deleted)
 		*deleted = rows;
 	return TBX_OK;
+}
+
+int tbx__sq_obatch_dispatch_failed(tbx_outbox_t *base, const char *grp,
+				   const char *row_id, int *failures)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	int hit, err;
+
+	*failures = 0;
+	if (!grp || !row_id)
+		return TBX_EINVAL;
+	if ((err = tbx__stmt_get(&store->batch, Q_DISPATCH_FAILED, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row_id, -1, SQLITE_STATIC))
+		return tbx__stmt_bind_fail(stmt);
+	if (!(err = tbx__stmt_step(stmt, &hit)) && hit)
+		*failures = sqlite3_column_int(stmt, 0);
+	/* Step to the end: RETURNING applies its UPDATE as it goes. */
+	while (!err && hit)
+		err = tbx__stmt_step(stmt, &hit);
+	sqlite3_reset(stmt);
+	return err;
+}
+
+int tbx__sq_obatch_mark_stuck(tbx_outbox_t *base, const char *grp,
+			      const char *row_id, int64_t now_ms)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	int err;
+
+	if (!grp || !row_id)
+		return TBX_EINVAL;
+	if ((err = tbx__stmt_get(&store->batch, Q_MARK_STUCK, &stmt)))
+		return err;
+	if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_text(stmt, 2, row_id, -1, SQLITE_STATIC) ||
+	    sqlite3_bind_int64(stmt, 3, now_ms))
+		return tbx__stmt_bind_fail(stmt);
+	return tbx__stmt_done(stmt);
 }
 
 static void col_text(sqlite3_stmt *stmt, int i, char *dst, size_t size)

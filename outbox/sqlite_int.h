@@ -46,6 +46,10 @@ int tbx__sq_obatch_set_attempt(tbx_outbox_t *base, const char *grp,
 			       size_t wire_len, int *won);
 int tbx__sq_obatch_delete(tbx_outbox_t *base, const char *grp,
 			  const char *const *ids, size_t n, int64_t *deleted);
+int tbx__sq_obatch_dispatch_failed(tbx_outbox_t *base, const char *grp,
+				   const char *row_id, int *failures);
+int tbx__sq_obatch_mark_stuck(tbx_outbox_t *base, const char *grp,
+			      const char *row_id, int64_t now_ms);
 int tbx__sq_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
 			void *opaque);
 int tbx__sq_cover_msg_find(tbx_outbox_t *base, const char *grp,

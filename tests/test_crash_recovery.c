@@ -255,3 +255,82 @@ Test(crash, batch_rows_skipped_by_auto_offset_reset_finish_periodically)
 {
 	row_below_reset_offset(1, 1);
 }
+
+/* A tt_drive() condition: the batch row of @p opaque (a store) is
+ * marked stuck and its failed dispatches counted. */
+static int marked_stuck(void *opaque)
+{
+	return tt_count(opaque, "SELECT COUNT(*) FROM tbx_obatch WHERE "
+				"stuck_ms IS NOT NULL AND "
+				"dispatch_failures >= 1") == 1;
+}
+
+/* The pass marks the batch rows it finds (stuck_ms, as record rows): a
+ * batch row below the reset offset whose reply the producer refuses
+ * (larger than its message.max.bytes, retried many times) stays, and
+ * its mark says the pass could not finish it. */
+Test(crash, a_batch_row_the_pass_cannot_finish_stays_marked_stuck)
+{
+	char *dir = tt_tmpdir();
+	char *store = tt_path(dir, "s1.db"), *tokens = tt_path(dir, "t.db");
+	tt_cluster_t *c = tt_cluster_new(1);
+	const char *bin = getenv("TBX_TEST_BIN_DIR");
+	char prog[512], err[512], big[6001];
+	tt_hop_t hop = {
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	tbx_publisher_t *pub;
+	tbx_worker_t *w;
+	int64_t status;
+
+	tt_cluster_topic(c, "in", 1);
+	tt_cluster_topic(c, "out", 1);
+	tt_subscribe(tokens, "in", "g1");
+	tt_hop_table(store, "hop1");
+	memset(big, 'b', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	pub = tt_publisher(c->bootstraps, tokens, "error");
+	tbx_out_t out = {.topic = "in",
+			 .type = "Ping",
+			 .key = "k",
+			 .key_len = 1,
+			 .payload = big,
+			 .payload_len = strlen(big)};
+	cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+
+	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
+	char *argv[] = {prog, c->bootstraps,	     store, tokens,
+			"g1", "outbox.layout=batch", NULL};
+	char *envv[] = {"TBX_CRASH_AT=C.confirmed", NULL};
+	status = tt_wait(tt_spawn(argv, envv), 90);
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "the worker was not killed at C.confirmed (status %d)",
+		  (int)status);
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_obatch WHERE "
+				     "stuck_ms IS NULL"),
+		     1);
+	reset_offset(c->bootstraps, "g1", "in", 1);
+	w = tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens,
+				   "recovery.interval.ms", "0", "outbox.layout",
+				   "batch", "kafka.producer.message.max.bytes",
+				   "4096", "dispatch.retry.max", "1000", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
+		     TBX_OK);
+	cr_assert(tt_drive(&w, 1, marked_stuck, store, 5, 60),
+		  "the batch row was not marked stuck");
+	tbx_stats_t st;
+	tbx_worker_stats(w, &st);
+	cr_assert_geq(st.stuck_rows, 1);
+	cr_assert_eq(st.rows_recovered, 0);
+	cr_assert_eq(st.processed, 0, "no handler runs again");
+	tbx_worker_destroy(w);
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_obatch"), 1);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+}

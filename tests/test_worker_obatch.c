@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_child.h"
 #include "fixture.h"
 
 typedef struct env {
@@ -241,6 +242,118 @@ Test(obatch, a_corrupt_batch_row_stops_A_loudly)
 	drive_to(&e, 2);
 	nothing_left(&e);
 	env_fini(&e);
+}
+
+/* How many distinct tbx-ids the records of @p topic carry, each with a
+ * token. */
+static size_t distinct_ids(const char *bootstraps, const char *topic)
+{
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(bootstraps, topic, &recs), n = 0;
+
+	for (size_t i = 0; i < cnt; i++) {
+		int seen = 0;
+
+		cr_assert(recs[i].id && recs[i].token);
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = strcmp(recs[i].id, recs[j].id) == 0;
+		n += !seen;
+	}
+	tt_records_free(recs, cnt);
+	return n;
+}
+
+/*
+ * A reply the producer refuses for good (larger than its
+ * message.max.bytes): its batch row counts the failed dispatches, and
+ * once dispatch.retry.max is used up the reply is given up -- the
+ * dead-letter topic cannot take it either (as large), so it is kept in
+ * tbx_undelivered, once -- and the rest of the row finishes: the other
+ * replies out once, every token consumed, the row gone, the partition
+ * going on.
+ */
+static void refused_reply_given_up(int one_file)
+{
+	env_t e;
+	tbx_stats_t st;
+	char err[512], big[6001];
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e, one_file, NULL, NULL);
+	tbx_worker_destroy(e.w);
+	e.w = tbx_worker_new(tt_conf(e.c->bootstraps, "g1", e.store, e.tokens,
+				     "outbox.layout", "batch",
+				     "kafka.producer.message.max.bytes", "4096",
+				     "dispatch.retry.max", "1", NULL),
+			     err, sizeof(err));
+	cr_assert(e.w, "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(e.w, "in", "Ping", tt_hop_handle, &e.hop),
+	    TBX_OK);
+	memset(big, 'b', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 3, 1, "m");
+	tbx_publisher_t *pub = tt_publisher(e.c->bootstraps, e.tokens, "error");
+	tbx_out_t out = {.topic = "in",
+			 .type = "Ping",
+			 .key = "key-0",
+			 .key_len = 5,
+			 .payload = big,
+			 .payload_len = strlen(big)};
+	cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 3, 1, "z");
+	tt_want_t want = {e.store, "SELECT COUNT(*) FROM tbx_undelivered", 1};
+	cr_assert(tt_drive(&e.w, 1, tt_reached, &want, 10, 60),
+		  "the refused reply was never given up");
+	drive_to(&e, 7);
+	nothing_left(&e);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_undelivered "
+				       "WHERE grp = 'g1' AND topic = 'out' "
+				       "AND length(payload) = 6000 AND token "
+				       "IS NOT NULL AND attempts = 2 AND "
+				       "error LIKE '%too large%'"),
+		     1, "kept once, whole, with its token");
+	st = stats(&e);
+	cr_assert_eq(st.processed, 7);
+	cr_assert_eq(st.undeliverable, 1);
+	cr_assert_eq(st.undelivered_stored, 1);
+	cr_assert_eq(st.dispatch_failed_permanent, 2);
+	/* The other replies out, each with its token; those of the row
+	 * sent again while it waited carry the same tbx-id (a copy the
+	 * next group drops). */
+	cr_assert_eq(distinct_ids(e.c->bootstraps, "out"), 6);
+	cnt = tt_read_topic(e.c->bootstraps, "in.dlq", &recs);
+	cr_assert_eq(cnt, 0, "the dead-letter topic could not take it");
+	tt_records_free(recs, cnt);
+
+	/* An operator sees it as a record row's. */
+	const char *status[] = {"inspect", "-s",     e.store,	"--tokens",
+				e.tokens,  "status", "--check", NULL};
+	cc_result_t res = cc_run(status);
+	cr_assert(cc_exited(res.status, 1), "status --check: %s", res.err);
+	cr_assert(strstr(res.out, "Undelivered"), "%s", res.out);
+	cc_result_free(&res);
+	const char *list[] = {"inspect",     "-s",   e.store, "--json",
+			      "undelivered", "list", NULL};
+	res = cc_run(list);
+	cr_assert(cc_exited(res.status, 0), "%s", res.err);
+	cr_assert(strstr(res.out, "out") && strstr(res.out, "too large"), "%s",
+		  res.out);
+	cc_result_free(&res);
+	env_fini(&e);
+}
+
+Test(obatch, a_refused_reply_is_given_up_and_the_row_finishes)
+{
+	refused_reply_given_up(0);
+}
+
+Test(obatch, a_refused_reply_is_given_up_and_the_row_finishes_one_file)
+{
+	refused_reply_given_up(1);
 }
 
 /* Only the two layouts are taken. */
