@@ -472,8 +472,8 @@ typedef struct tbx_outbox_ops {
 	 *  by group, id, seq), or rows whose record carried it (1). */
 	int (*token_uses)(tbx_outbox_t *store, const char *token, int incoming,
 			  tbx__token_use_fn fn, void *opaque);
-	/** Per group with dead letters, by name: n = recorded, pending;
-	 *  ms = the latest. */
+	/** Per group with dead letters, by name: n = recorded, pending,
+	 *  replayed (tbx_dead_letters.replayed_ms set); ms = the latest. */
 	int (*dead_letters_summary)(tbx_outbox_t *store, tbx__grp_sum_fn fn,
 				    void *opaque);
 	/** The dead letters @p f takes, newest first. */

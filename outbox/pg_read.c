@@ -107,9 +107,9 @@ static const char *const rsql[R__COUNT] = {
 		   "msg_id",
     [R_DL_SUMMARY] = "SELECT d.grp, count(*), count(*) FILTER (WHERE EXISTS "
 		     "(SELECT 1 FROM @S.tbx_outbox o WHERE o.grp = d.grp AND "
-		     "o.msg_id = d.msg_id AND o.kind = 1)), max(d.created_ms) "
-		     "FROM @S.tbx_dead_letters d GROUP BY d.grp ORDER BY "
-		     "d.grp",
+		     "o.msg_id = d.msg_id AND o.kind = 1)), "
+		     "count(d.replayed_ms), max(d.created_ms) FROM "
+		     "@S.tbx_dead_letters d GROUP BY d.grp ORDER BY d.grp",
     [R_DL_LIST] = DL_COLUMNS " WHERE " GRP_IN(
 	"d.grp") " AND d.created_ms <= $2 ORDER BY d.created_ms DESC, d.id "
 		 "DESC LIMIT $3",

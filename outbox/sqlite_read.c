@@ -116,8 +116,9 @@ static const char *const rsql[R__COUNT] = {
 		   "FROM tbx_outbox WHERE in_token = ?1 ORDER BY grp, msg_id",
     [R_DL_SUMMARY] = "SELECT d.grp, count(*), sum(EXISTS (SELECT 1 FROM "
 		     "tbx_outbox o WHERE o.grp = d.grp AND o.msg_id = "
-		     "d.msg_id AND o.kind = 1)), max(d.created_ms) FROM "
-		     "tbx_dead_letters d GROUP BY d.grp ORDER BY d.grp",
+		     "d.msg_id AND o.kind = 1)), count(d.replayed_ms), "
+		     "max(d.created_ms) FROM tbx_dead_letters d GROUP BY "
+		     "d.grp ORDER BY d.grp",
     [R_DL_LIST] = DL_COLUMNS " WHERE " GRP_IN(
 	"d.grp") " AND d.created_ms <= ?2 ORDER BY d.created_ms DESC, d.id "
 		 "DESC LIMIT ?3",

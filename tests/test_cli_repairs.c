@@ -10,6 +10,8 @@
  */
 #include <signal.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli_child.h"
 #include "consumer/worker.h"
 #include "support.h"
@@ -219,6 +221,63 @@ static void assert_prefix(const cc_result_t *res, int status, const char *out)
 		  "expected '%s...', got '%s'", out, res->out);
 }
 
+/* `status` of @p s counts @p replayed of @p grp's dead letters as
+ * replayed: its JSON's group and total (the groups' sum), and its text's
+ * header and the group's line of the dead-letter table. */
+static void assert_replayed(const env_t *e, const char *s, const char *grp,
+			    int64_t replayed)
+{
+	cc_result_t res = INSPECT(e, s, "status", "--json");
+	cJSON *doc, *dl, *g;
+	int64_t sum = 0, mine = -1, total, pending;
+	long long rec, pend, rep;
+	const char *at;
+	char head[160], row[80];
+
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_assert((doc = cJSON_Parse(res.out)), "%s", res.out);
+	dl = cJSON_GetObjectItem(doc, "dead_letters");
+	cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(dl, "replayed")), "%s",
+		  res.out);
+	cJSON_ArrayForEach(g, cJSON_GetObjectItem(dl, "groups"))
+	{
+		cJSON *n = cJSON_GetObjectItem(g, "replayed");
+
+		cr_assert(cJSON_IsNumber(n), "%s", res.out);
+		sum += (int64_t)n->valuedouble;
+		if (strcmp(
+			cJSON_GetStringValue(cJSON_GetObjectItem(g, "group")),
+			grp) == 0)
+			mine = (int64_t)n->valuedouble;
+	}
+	cr_assert_eq(mine, replayed, "%s: %s", grp, res.out);
+	cr_assert_eq((int64_t)cJSON_GetObjectItem(dl, "replayed")->valuedouble,
+		     sum, "%s", res.out);
+	total = (int64_t)cJSON_GetObjectItem(dl, "recorded")->valuedouble;
+	pending = (int64_t)cJSON_GetObjectItem(dl, "pending")->valuedouble;
+	cJSON_Delete(doc);
+	cc_result_free(&res);
+
+	res = INSPECT(e, s, "status");
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	snprintf(head, sizeof(head),
+		 "\nDead letters: %lld recorded (%lld not yet dispatched, "
+		 "%lld replayed)\n",
+		 (long long)total, (long long)pending, (long long)sum);
+	cr_assert((at = strstr(res.out, head)), "want '%s': %s", head + 1,
+		  res.out);
+	snprintf(row, sizeof(row), "\n  %s ", grp);
+	cr_assert((at = strstr(at + 1, row)), "no line of %s: %s", grp,
+		  res.out);
+	cr_assert_eq(
+	    sscanf(at + strlen(row), "%lld %lld %lld", &rec, &pend, &rep), 3,
+	    "%s", res.out);
+	cr_assert_eq(rep, (long long)replayed, "%s: %s", grp, res.out);
+	cc_result_free(&res);
+}
+
 /* g1 and g2 both dead-letter m-1 to in.dlq, each with its own reason;
  * each shows and replays its own. */
 static void replay_case(int shared)
@@ -280,6 +339,10 @@ static void replay_case(int shared)
 	cr_assert(!strstr(res.out, "\"g1 says no\""), "%s", res.out);
 	cc_result_free(&res);
 
+	/* Sent, and none replayed yet. */
+	assert_replayed(&e, e.s1, "g1", 0);
+	assert_replayed(&e, e.s2, "g2", 0);
+
 	/* g1's handler is fixed: g1's own dead letter goes back, once;
 	 * g2's is another group's. */
 	p1.hop.reject = NULL;
@@ -289,6 +352,9 @@ static void replay_case(int shared)
 		      "of other groups skipped\n");
 	cr_assert_eq(cc_lines(res.out), 1, "%s", res.out);
 	cc_result_free(&res);
+	/* status counts it, and g2's stays not replayed. */
+	assert_replayed(&e, e.s1, "g1", 1);
+	assert_replayed(&e, e.s2, "g2", 0);
 	want_t g1_done[] = {{e.s1, "SELECT COUNT(*) FROM hop1", 2},
 			    {e.s1, "SELECT COUNT(*) FROM tbx_outbox", 0},
 			    {e.s2, "SELECT COUNT(*) FROM tbx_outbox", 0},
@@ -327,6 +393,8 @@ static void replay_case(int shared)
 		      "replayed 0 dead letters of g2 from in.dlq, 1 "
 		      "replayed before (not sent again)");
 	cc_result_free(&res);
+	assert_replayed(&e, e.s1, "g1", 1);
+	assert_replayed(&e, e.s2, "g2", 1);
 	cr_assert(tt_drive(w, 2, all_reached, g2_done, 10, 90));
 	cr_assert_eq(count_in(&e, "in", "tbx-replay-of"), 2,
 		     "one replay per group");

@@ -107,6 +107,52 @@ static void check_state(const char *s1, const char *tokens, const char *want)
 	cc_result_free(&res);
 }
 
+/* `status` counts @p replayed dead letters replayed, of one recorded:
+ * the text's header and g1's line, the JSON's total and g1's. */
+static void check_status(const char *s1, const char *tokens, int64_t replayed)
+{
+	const char *args[] = {"inspect", "-s",	   s1,	 "-S",
+			      tokens,	 "status", NULL, NULL};
+	cc_result_t res = cc_run(args);
+	long long rec, pend, rep;
+	const char *at;
+	char head[128];
+
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	snprintf(head, sizeof(head),
+		 "\nDead letters: 1 recorded (0 not yet dispatched, %lld "
+		 "replayed)\n",
+		 (long long)replayed);
+	cr_assert((at = strstr(res.out, head)), "want '%s': %s", head + 1,
+		  res.out);
+	cr_assert((at = strstr(at + 1, "\n  g1 ")), "%s", res.out);
+	cr_assert_eq(sscanf(at + 5, "%lld %lld %lld", &rec, &pend, &rep), 3,
+		     "%s", res.out);
+	cr_assert(rec == 1 && pend == 0 && rep == (long long)replayed, "%s",
+		  res.out);
+	cc_result_free(&res);
+
+	args[6] = "--json";
+	res = cc_run(args);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cJSON *doc = cJSON_Parse(res.out);
+	cr_assert(doc, "%s", res.out);
+	cJSON *dl = cJSON_GetObjectItem(doc, "dead_letters");
+	cJSON *n = cJSON_GetObjectItem(dl, "replayed");
+	cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(dl, "groups"), 0);
+	cr_assert(cJSON_IsNumber(n) && (int64_t)n->valuedouble == replayed,
+		  "%s", res.out);
+	cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(g, "group")),
+			 "g1");
+	n = cJSON_GetObjectItem(g, "replayed");
+	cr_assert(cJSON_IsNumber(n) && (int64_t)n->valuedouble == replayed,
+		  "%s", res.out);
+	cJSON_Delete(doc);
+	cc_result_free(&res);
+}
+
 Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
      .timeout = 300)
 {
@@ -143,6 +189,7 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 
 	/* Sent to in.dlq, not replayed yet: an operator's to look at. */
 	check_state(s1, tokens, "sent");
+	check_status(s1, tokens, 0);
 
 	/* The handler is fixed; the dead letter goes back. */
 	hop1.reject = NULL;
@@ -153,6 +200,7 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 			 "replayed 1 dead letters of g1 from in.dlq\n");
 	cc_result_free(&res);
 	check_state(s1, tokens, "replayed");
+	check_status(s1, tokens, 1);
 	st.want1 = 2;
 	cr_assert(tt_drive(w, 2, effects_done, &st, 10, 90));
 
@@ -164,6 +212,7 @@ Test(cli_replay, a_replayed_dead_letter_takes_effect_exactly_once,
 				  "1 replayed before (not sent again)\n");
 	cc_result_free(&res);
 	check_state(s1, tokens, "replayed");
+	check_status(s1, tokens, 1);
 	cr_assert(tt_drive(w, 2, effects_done, &st, 10, 90));
 
 	cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), 2);

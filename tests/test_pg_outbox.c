@@ -1756,8 +1756,17 @@ Test(pg_outbox, dead_letters_are_recorded_listed_found_and_summed)
 	got[0] = '\0';
 	cr_assert_eq(tbx_outbox_dead_letters_summary(store, sum_cb, got),
 		     TBX_OK);
-	/* recorded, pending; the latest */
+	/* recorded, pending, replayed; the latest */
 	cr_assert(strstr(got, "g1:2,1,0,0@") == got, "%s", got);
+	cr_assert(strstr(got, ";g2:1,0,0,0@"), "%s", got);
+	/* g1's m2 replayed: counted in g1's summary only. */
+	cr_assert_eq(
+	    tbx_outbox_dead_letter_replayed(store, GRP, "in", 3, 6, "dlq", 50),
+	    TBX_OK);
+	got[0] = '\0';
+	cr_assert_eq(tbx_outbox_dead_letters_summary(store, sum_cb, got),
+		     TBX_OK);
+	cr_assert(strstr(got, "g1:2,1,1,0@") == got, "%s", got);
 	cr_assert(strstr(got, ";g2:1,0,0,0@"), "%s", got);
 	tbx_outbox_close(store);
 	fx_drop(schema);

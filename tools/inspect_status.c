@@ -346,7 +346,7 @@ typedef struct totals {
 	int64_t processed, tokened, stuck, below, oldest;
 	int64_t tokens, tokens_oldest;
 	int64_t attempts, reg_tokens, orphans, unchecked;
-	int64_t dl, dl_pending;
+	int64_t dl, dl_pending, dl_replayed;
 	int64_t set_rows, set_pending, set_regs, sets_oldest;
 	int64_t set_orphans, set_unchecked, set_unjudged;
 } totals_t;
@@ -382,6 +382,7 @@ static void status_totals(const status_t *st, totals_t *t)
 	for (size_t i = 0; i < st->dls_n; i++) {
 		t->dl += st->dls[i].n[0];
 		t->dl_pending += st->dls[i].n[1];
+		t->dl_replayed += st->dls[i].n[2];
 	}
 	t->set_regs = st->set_regs;
 	for (size_t i = 0; i < st->sets_n; i++) {
@@ -532,6 +533,7 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	o = cJSON_AddObjectToObject(doc, "dead_letters");
 	insp_json_add_int(o, "recorded", t->dl);
 	insp_json_add_int(o, "pending", t->dl_pending);
+	insp_json_add_int(o, "replayed", t->dl_replayed);
 	if (st->dl_since_ms >= 0) {
 		char when[40];
 
@@ -543,7 +545,8 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 	arr = cJSON_AddArrayToObject(o, "groups");
 	for (size_t i = 0; i < st->dls_n; i++)
 		add_group(in, arr, &st->dls[i],
-			  (const char *const[]){"recorded", "pending", NULL},
+			  (const char *const[]){"recorded", "pending",
+						"replayed", NULL},
 			  "latest_created_ms", "latest_age_ms");
 	return doc;
 }
@@ -786,12 +789,12 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 	}
 
 	printf("\nDead letters: %" PRId64 " recorded (%" PRId64
-	       " not yet dispatched)\n",
-	       t->dl, t->dl_pending);
+	       " not yet dispatched, %" PRId64 " replayed)\n",
+	       t->dl, t->dl_pending, t->dl_replayed);
 	if (st->dls_n) {
-		tbl = insp_tbl_new("Lrrr",
-				   (const char *const[]){"GROUP", "RECORDED",
-							 "PENDING", "LATEST"});
+		tbl = insp_tbl_new("Lrrrr", (const char *const[]){
+						"GROUP", "RECORDED", "PENDING",
+						"REPLAYED", "LATEST"});
 		for (size_t i = 0; i < st->dls_n; i++) {
 			const grp_counts_t *g = &st->dls[i];
 			insp_fmt_age(insp_age(in, g->oldest_ms), age,
@@ -799,6 +802,7 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 			insp_tbl_cell(tbl, g->grp);
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[0]);
 			insp_tbl_cellf(tbl, "%" PRId64, g->n[1]);
+			insp_tbl_cellf(tbl, "%" PRId64, g->n[2]);
 			insp_tbl_cell(tbl, age);
 		}
 		insp_tbl_print(tbl, 2);
