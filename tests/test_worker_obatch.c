@@ -379,6 +379,7 @@ Test(obatch, postgresql_refuses_the_batch_layout)
 	char err[512] = "";
 	char *dir, *store, *tokens;
 	tt_cluster_t *c;
+	tbx_conf_t *conf;
 	tbx_worker_t *w;
 
 	if (!tt_pg_tier())
@@ -387,10 +388,11 @@ Test(obatch, postgresql_refuses_the_batch_layout)
 	store = tt_store_new(dir, "s1");
 	tokens = tt_tokens_new(dir, "tokens", 0);
 	c = tt_cluster_new(1);
-	w = tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens,
-				   "outbox.layout", "batch", NULL),
-			   err, sizeof(err));
+	conf = tt_conf(c->bootstraps, "g1", store, tokens, "outbox.layout",
+		       "batch", NULL);
+	w = tbx_worker_new(conf, err, sizeof(err));
 	cr_assert_null(w);
+	tbx_conf_destroy(conf); /* a failed tbx_worker_new() leaves it */
 	cr_assert(strstr(err, "outbox.layout=batch: not on PostgreSQL yet"),
 		  "%s", err);
 	tt_cluster_destroy(c);
