@@ -1207,7 +1207,7 @@ static int run_tokenbox_pg(const opts_t *o, result_t *r)
 	tbx_state_t state = {.out = o->out};
 	tbx_worker_t *w = NULL;
 	tbx__pg_t *pg = NULL;
-	char err[512], batch[24], sql[256];
+	char err[512], batch[24], sql[640];
 	tbx_stats_t stats;
 	int rc = 1;
 
@@ -1275,6 +1275,7 @@ static int run_tokenbox_pg(const opts_t *o, result_t *r)
 		 "WHERE grp = $1) + (SELECT count(*) FROM \"%s\".tbx_breg "
 		 "WHERE send_grp = $1)",
 		 o->tschema, o->tschema, o->tschema, o->tschema);
+	/* (schema names are at most 63 bytes: schema_ok) */
 	r->dedup_rows = pg_count(pg, sql, o->group);
 	snprintf(sql, sizeof(sql),
 		 "SELECT (SELECT count(*) FROM \"%s\".tbx_tokens WHERE grp <> "
