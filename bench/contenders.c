@@ -68,6 +68,8 @@ typedef struct opts {
 	const char *url;	      /* PostgreSQL: TBX_BENCH_STORE_URL */
 	long messages, batch, samples;
 	int until_rows, separate_tokens;
+	const char *layout;	   /* tokenbox's outbox.layout */
+	const char *tokens_format; /* tokenbox's outputs (layout batch) */
 } opts_t;
 
 typedef struct sample {
@@ -211,6 +213,11 @@ static long long dedup_rows(const opts_t *o, sqlite3 *db, sqlite3 *tdb)
 	       query_int(tdb,
 			 "SELECT COUNT(*) FROM tbx_registrations WHERE "
 			 "send_grp = ?",
+			 o->group) +
+	       query_int(tdb, "SELECT COUNT(*) FROM tbx_tset WHERE grp = ?",
+			 o->group) +
+	       query_int(tdb,
+			 "SELECT COUNT(*) FROM tbx_breg WHERE send_grp = ?",
 			 o->group);
 }
 
@@ -1177,6 +1184,21 @@ static long long pg_count(tbx__pg_t *pg, const char *sql, const char *arg)
 	return n;
 }
 
+/* tokens.format for the worker's outputs: only with the batch layout
+ * and the set format (the worker's default is per-message tokens). */
+static int worker_format(const opts_t *o, tbx_conf_t *conf)
+{
+	char err[512];
+
+	if (strcmp(o->tokens_format, "set") || strcmp(o->layout, "batch"))
+		return 0;
+	if (tbx_conf_set(conf, "tokens.format", "set", err, sizeof(err))) {
+		tbx_conf_destroy(conf);
+		return die("%s%s", err, "");
+	}
+	return 0;
+}
+
 /* tokenbox on PostgreSQL: store.url, store.schema and tokens.schema (the
  * token store joined: tokens.url empty). */
 static int run_tokenbox_pg(const opts_t *o, result_t *r)
@@ -1185,7 +1207,7 @@ static int run_tokenbox_pg(const opts_t *o, result_t *r)
 	tbx_state_t state = {.out = o->out};
 	tbx_worker_t *w = NULL;
 	tbx__pg_t *pg = NULL;
-	char err[512], batch[24], sql[256];
+	char err[512], batch[24], sql[640];
 	tbx_stats_t stats;
 	int rc = 1;
 
@@ -1201,6 +1223,7 @@ static int run_tokenbox_pg(const opts_t *o, result_t *r)
 	    {"store.schema", o->schema},
 	    {"tokens.schema", o->tschema},
 	    {"tokens.create", "true"},
+	    {"outbox.layout", o->layout},
 	    {"kafka.producer.compression.type", "lz4"},
 	    {"kafka.consumer.fetch.wait.max.ms", BENCH_FETCH_WAIT_MS},
 	    {"kafka.consumer.session.timeout.ms", BENCH_SESSION_TIMEOUT_MS},
@@ -1213,6 +1236,8 @@ static int run_tokenbox_pg(const opts_t *o, result_t *r)
 			tbx_conf_destroy(conf);
 			return die("%s%s", err, "");
 		}
+	if (worker_format(o, conf))
+		return 1;
 	/* The business table, before the worker starts. */
 	if (pg_store_open(o, &pg)) {
 		tbx_conf_destroy(conf);
@@ -1246,12 +1271,16 @@ static int run_tokenbox_pg(const opts_t *o, result_t *r)
 	snprintf(sql, sizeof(sql),
 		 "SELECT (SELECT count(*) FROM \"%s\".tbx_tokens WHERE grp = "
 		 "$1) + (SELECT count(*) FROM \"%s\".tbx_registrations WHERE "
-		 "send_grp = $1)",
-		 o->tschema, o->tschema);
+		 "send_grp = $1) + (SELECT count(*) FROM \"%s\".tbx_tset "
+		 "WHERE grp = $1) + (SELECT count(*) FROM \"%s\".tbx_breg "
+		 "WHERE send_grp = $1)",
+		 o->tschema, o->tschema, o->tschema, o->tschema);
+	/* (schema names are at most 63 bytes: schema_ok) */
 	r->dedup_rows = pg_count(pg, sql, o->group);
 	snprintf(sql, sizeof(sql),
-		 "SELECT count(*) FROM \"%s\".tbx_tokens WHERE grp <> $1",
-		 o->tschema);
+		 "SELECT (SELECT count(*) FROM \"%s\".tbx_tokens WHERE grp <> "
+		 "$1) + (SELECT count(*) FROM \"%s\".tbx_tset WHERE grp <> $1)",
+		 o->tschema, o->tschema);
 	r->downstream_tokens = pg_count(pg, sql, o->group);
 	r->store_bytes =
 	    pg_schema_bytes(pg, o->schema) + pg_schema_bytes(pg, o->tschema);
@@ -1302,6 +1331,7 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	    {"store.path", store_path},
 	    {"tokens.path", o->separate_tokens ? tokens_path : ""},
 	    {"tokens.create", "true"},
+	    {"outbox.layout", o->layout},
 	    {"kafka.producer.compression.type", "lz4"},
 	    {"kafka.consumer.fetch.wait.max.ms", BENCH_FETCH_WAIT_MS},
 	    {"kafka.consumer.session.timeout.ms", BENCH_SESSION_TIMEOUT_MS},
@@ -1314,6 +1344,8 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 			tbx_conf_destroy(conf);
 			return die("%s%s", err, "");
 		}
+	if (worker_format(o, conf))
+		return 1;
 	/* The business table, before the worker adopts the file. */
 	if (!(db = store_open(store_path))) {
 		tbx_conf_destroy(conf);
@@ -1352,8 +1384,11 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	tbx_worker_close(w);
 	spans_settle(w, r);
 	r->dedup_rows = dedup_rows(o, db, tdb);
-	r->downstream_tokens = query_int(
-	    tdb, "SELECT COUNT(*) FROM tbx_tokens WHERE grp <> ?", o->group);
+	r->downstream_tokens =
+	    query_int(tdb, "SELECT COUNT(*) FROM tbx_tokens WHERE grp <> ?",
+		      o->group) +
+	    query_int(tdb, "SELECT COUNT(*) FROM tbx_tset WHERE grp <> ?",
+		      o->group);
 	rc = 0;
 out:
 	/* The statement lives on the worker's connection: finalize it
@@ -1444,7 +1479,10 @@ static int parse_long(const char *name, const char *v, long min, long max,
 
 int bench_contender_main(int argc, char **argv)
 {
-	opts_t o = {.kind = K_PLAIN, .batch = BENCH_BATCH_MAX};
+	opts_t o = {.kind = K_PLAIN,
+		    .batch = BENCH_BATCH_MAX,
+		    .layout = "record",
+		    .tokens_format = "message"};
 	result_t r;
 	int kind_set = 0, rc;
 
@@ -1480,6 +1518,14 @@ int bench_contender_main(int argc, char **argv)
 			if (strcmp(v, "single") && strcmp(v, "separate"))
 				return die("--token-store: '%s'", v);
 			o.separate_tokens = strcmp(v, "separate") == 0;
+		} else if (strcmp(a, "--layout") == 0) {
+			if (strcmp(v, "record") && strcmp(v, "batch"))
+				return die("--layout: '%s'", v);
+			o.layout = v;
+		} else if (strcmp(a, "--tokens-format") == 0) {
+			if (strcmp(v, "message") && strcmp(v, "set"))
+				return die("--tokens-format: '%s'", v);
+			o.tokens_format = v;
 		} else if (strcmp(a, "--dir") == 0) {
 			o.dir = v;
 		} else if (strcmp(a, "--schema") == 0 ||

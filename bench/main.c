@@ -40,7 +40,8 @@ static const char usage_text[] =
     "                 [--contenders LIST] [--downstream 0|1]\n"
     "                 [--token-store single|separate] [--out DIR]\n"
     "                 [--tokenbox PATH] [--keep] [--bootstrap-servers B]\n"
-    "                 [--store-url URL]\n"
+    "                 [--store-url URL] [--layout record|batch]\n"
+    "                 [--tokens-format message|set]\n"
     "\n"
     "Runs one workload (consume a record, write one row to a business table\n"
     "in an SQLite store, produce one record; 200-byte payloads, 8\n"
@@ -106,6 +107,13 @@ static const char usage_text[] =
     "                        inbox-batched, tokenbox; tokenbox's token\n"
     "                        store is a schema of the same database (the\n"
     "                        joined path); no sweeps and no storage phase\n"
+    "  --layout L            tokenbox's outbox.layout: record (default, one\n"
+    "                        outbox row per record) or batch (one per\n"
+    "                        batch: docs/batched-tokens.md)\n"
+    "  --tokens-format F     the token format minted: message (default, a\n"
+    "                        token per message) or set (token sets: the\n"
+    "                        publisher's records and, with --layout batch,\n"
+    "                        tokenbox's outputs)\n"
     "  -h, --help            show this help\n"
     "\n"
     "The last line of standard output is one summary:\n"
@@ -121,7 +129,9 @@ static const char usage_text[] =
 typedef struct cfg {
 	long messages, reps, lat_messages, lat_rate, storage_messages, sweeps;
 	long downstream;
-	int separate_tokens; /* tokenbox: token store in its own file */
+	int separate_tokens;	   /* tokenbox: token store in its own file */
+	const char *layout;	   /* tokenbox's outbox.layout */
+	const char *tokens_format; /* the publisher's and tokenbox's */
 	int quick, json, keep;
 	unsigned mask; /* contenders to run, bit per kind */
 	char out[PATH_MAX], tokenbox[PATH_MAX], self[PATH_MAX], work[256];
@@ -538,6 +548,8 @@ static tbx_publisher_t *publisher(const run_t *r)
 	     tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err))) ||
 	    tbx_conf_set(conf, "kafka.compression.type", "lz4", err,
 			 sizeof(err)) ||
+	    tbx_conf_set(conf, "tokens.format", cfg.tokens_format, err,
+			 sizeof(err)) ||
 	    tbx_conf_set(conf, "log.level", "warning", err, sizeof(err)) ||
 	    /* The driver never traces: with OTEL_* set (bench/run
 	     * --tracing), only the contender's worker does, starting each
@@ -657,6 +669,10 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 			s,
 			"--token-store",
 			cfg.separate_tokens ? "separate" : "single",
+			"--layout",
+			(char *)cfg.layout,
+			"--tokens-format",
+			(char *)cfg.tokens_format,
 			NULL,
 			NULL,
 			NULL,
@@ -1056,6 +1072,8 @@ static int parse_args(int argc, char **argv)
 	cfg.storage_messages = 1000000;
 	cfg.sweeps = 1;
 	cfg.downstream = 1;
+	cfg.layout = "record";
+	cfg.tokens_format = "message";
 	cfg.mask = SQLITE_KINDS;
 	if (!realpath("/proc/self/exe", cfg.self))
 		return usage_error("cannot find this program: %s%s",
@@ -1149,6 +1167,18 @@ static int parse_args(int argc, char **argv)
 						   "'%s'",
 						   val ? val : "");
 			cfg.separate_tokens = strcmp(val, "separate") == 0;
+			i++;
+		} else if (strcmp(a, "--layout") == 0 ||
+			   strcmp(a, "--tokens-format") == 0) {
+			int lay = a[2] == 'l';
+			const char *x = lay ? "record" : "message",
+				   *y = lay ? "batch" : "set";
+			if (!val || (strcmp(val, x) && strcmp(val, y)))
+				return usage_error("%s: expected %s or %s, "
+						   "not '%s'",
+						   a, x, y, val ? val : "");
+			*(lay ? &cfg.layout : &cfg.tokens_format) =
+			    strcmp(val, x) ? y : x;
 			i++;
 		} else if (strcmp(a, "--sweeps") == 0) {
 			if ((rc = parse_num(a, val, 0, 1, &cfg.sweeps)))
