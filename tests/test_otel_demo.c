@@ -78,11 +78,37 @@ static const char *service_of(cJSON *trace, cJSON *span)
 	return str_of(p, "serviceName");
 }
 
+/* The span id of @p span's parent as Jaeger shows it: its CHILD_OF
+ * reference ("" when none).  Jaeger turns the parent reference into a
+ * FOLLOWS_FROM one when the span also carries a link to its parent, so
+ * a parent is read from CHILD_OF only: such a span has none here. */
 static const char *parent_of(cJSON *span)
 {
-	cJSON *r =
-	    cJSON_GetArrayItem(cJSON_GetObjectItem(span, "references"), 0);
-	return r ? str_of(r, "spanID") : "";
+	cJSON *r;
+
+	cJSON_ArrayForEach(r, cJSON_GetObjectItem(span, "references"))
+	{
+		if (strcmp(str_of(r, "refType"), "CHILD_OF") == 0)
+			return str_of(r, "spanID");
+	}
+	return "";
+}
+
+/* Whether @p span has a FOLLOWS_FROM reference (an OTLP link) into its
+ * own trace.  tokenbox links only a batch span, the root of a trace of
+ * its own, to spans of other traces: such a reference is a link that
+ * duplicates the span's parent (or another span of its trace). */
+static int links_own_trace(cJSON *span)
+{
+	cJSON *r;
+
+	cJSON_ArrayForEach(r, cJSON_GetObjectItem(span, "references"))
+	{
+		if (strcmp(str_of(r, "refType"), "CHILD_OF") != 0 &&
+		    strcmp(str_of(r, "traceID"), str_of(span, "traceID")) == 0)
+			return 1;
+	}
+	return 0;
 }
 
 /* A span's event @p name (Jaeger: a log with field event=name), or
@@ -134,9 +160,10 @@ static cJSON *find(cJSON *trace, const char *service, const char *op,
 }
 
 typedef struct tally {
-	int traces;   /* with the publisher's span */
-	int complete; /* the four spans, parent to child */
-	int dropped;  /* process spans of dropped copies that say why */
+	int traces;	/* with the publisher's span */
+	int complete;	/* the four spans, parent to child */
+	int dropped;	/* process spans of dropped copies that say why */
+	int self_links; /* spans with a link into their own trace */
 } tally_t;
 
 static tally_t count(cJSON *doc)
@@ -154,6 +181,7 @@ static tally_t count(cJSON *doc)
 			cJSON *ev = event_of(s, "duplicate dropped");
 			if (ev && *field_of(ev, "tokenbox.reason"))
 				t.dropped++;
+			t.self_links += links_own_trace(s);
 		}
 		if (!pub)
 			continue;
@@ -213,6 +241,10 @@ Test(otel_demo, sampled_orders_are_one_trace_through_both_hops, .timeout = 900)
 		     "%d of %d sampled orders are whole traces", t.complete,
 		     t.traces);
 	cr_expect_gt(t.dropped, 0, "no dropped copy's span says why");
+	cr_expect_eq(t.self_links, 0,
+		     "%d spans carry a link into their own trace (Jaeger: "
+		     "FOLLOWS_FROM), e.g. to their parent",
+		     t.self_links);
 }
 
 /* A listening socket that never accepts: requests to it hang. */

@@ -333,11 +333,19 @@ static const char *service_of(cJSON *trace, cJSON *span)
 	return str_of(p, "serviceName");
 }
 
+/* The span id of @p span's CHILD_OF reference ("" when none): a link
+ * (FOLLOWS_FROM) is not a parent, and Jaeger shows a parent that a link
+ * duplicates as FOLLOWS_FROM (test_otel_demo checks there is none). */
 static const char *parent_of(cJSON *span)
 {
-	cJSON *r =
-	    cJSON_GetArrayItem(cJSON_GetObjectItem(span, "references"), 0);
-	return r ? str_of(r, "spanID") : "";
+	cJSON *r;
+
+	cJSON_ArrayForEach(r, cJSON_GetObjectItem(span, "references"))
+	{
+		if (strcmp(str_of(r, "refType"), "CHILD_OF") == 0)
+			return str_of(r, "spanID");
+	}
+	return "";
 }
 
 static cJSON *child_of(cJSON *trace, const char *service, const char *op,
