@@ -212,5 +212,11 @@ void tt_crash_case_batched(const char *point, int single_file,
  *  row nor tbx_cover_msg entry left. */
 void tt_crash_case_rows(const char *point, int single_file, const char *setting,
 			int batched);
+/** As tt_crash_case_rows(), hop 1 with tokens.format=set: its own
+ *  messages in token sets (tokfmt 2), each checked to carry tbx-tset and
+ *  a tbx-tbit naming the partition it was delivered to, copies with the
+ *  same set and bit, and no tbx_tset or tbx_breg row left. */
+void tt_crash_case_rows_sets(const char *point, int single_file,
+			     const char *setting, int batched);
 
 #endif

@@ -102,3 +102,85 @@ Test(crash_obatch, killed_after_deleting_one_file)
 {
 	tt_crash_case_rows("E.deleted", 1, "finish.defer=false", 0);
 }
+
+/*
+ * tokens.format=set: hop 1's own messages in token sets (tokfmt 2), one
+ * per batch row and destination partition, registered once per row in
+ * tbx_breg (apart) or minted in A (one file).  Register-cleanup runs
+ * before the restart resumes anything: a recorded attempt's sets must
+ * survive it, an unrecorded one's are an orphan.  Each record and each
+ * downstream message exactly once, every tbx-tbit naming the partition
+ * its message was delivered to, nothing left in tbx_obatch, tbx_tset,
+ * tbx_breg or tbx_tokens.
+ */
+Test(crash_obatch, own_sets_killed_after_A)
+{
+	tt_crash_case_rows_sets("A.committed", 0, NULL, 1);
+}
+
+/* The sets and their registration minted, the row without attempt: a
+ * new attempt wins, the first is an orphan swept as one registration. */
+Test(crash_obatch, own_sets_killed_after_minting)
+{
+	tt_crash_case_rows_sets("B.minted", 0, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_after_minting_per_message_records)
+{
+	tt_crash_case_rows_sets("B.minted", 0, NULL, 0);
+}
+
+/* The sets recorded on the row: re-dispatched with the same sets, bits
+ * and partitions; register-cleanup keeps them. */
+Test(crash_obatch, own_sets_killed_after_recording)
+{
+	tt_crash_case_rows_sets("B.recorded", 0, NULL, 1);
+}
+
+/* The registration confirmed (deleted), nothing produced yet. */
+Test(crash_obatch, own_sets_killed_after_confirming)
+{
+	tt_crash_case_rows_sets("C.confirmed", 0, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_after_delivering)
+{
+	tt_crash_case_rows_sets("C.delivered", 0, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_after_consuming)
+{
+	tt_crash_case_rows_sets("D.consumed", 0, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_after_deleting)
+{
+	tt_crash_case_rows_sets("E.deleted", 0, NULL, 1);
+}
+
+/* One file: the sets minted in A with the row, no registration. */
+Test(crash_obatch, own_sets_killed_after_A_one_file)
+{
+	tt_crash_case_rows_sets("A.committed", 1, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_after_delivering_one_file)
+{
+	tt_crash_case_rows_sets("C.delivered", 1, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_while_the_finish_waits_one_file)
+{
+	tt_crash_case_rows_sets("E.deferred", 1, NULL, 1);
+}
+
+Test(crash_obatch, own_sets_killed_after_deleting_one_file_without_defer)
+{
+	tt_crash_case_rows_sets("E.deleted", 1, "finish.defer=false", 1);
+}
+
+Test(crash_obatch,
+     own_sets_killed_after_delivering_one_file_per_message_records)
+{
+	tt_crash_case_rows_sets("C.delivered", 1, "finish.defer=false", 0);
+}
