@@ -971,9 +971,14 @@ static void rec_header(const tt_record_t *rec, const char *name, char *buf,
 	}
 }
 
+void (*tt_crash_step_hook)(int step, const char *s1, const char *tokens);
+tbx_stats_t tt_crash_hop1_stats;
+
 static void crash_case(const char *point, int single_file, const char *setting,
 		       int batched, int batch_rows, int own_sets)
 {
+	int step_no = 0;
+
 	enum { N = 8 };
 	char *dir = tt_tmpdir();
 	/* One file, or a file each.  In the pg tier a schema each, the
@@ -1065,6 +1070,9 @@ static void crash_case(const char *point, int single_file, const char *setting,
 			  point);
 		cr_assert(tt_integrity_ok(tokens), "%s: token store damaged",
 			  point);
+		if (tt_crash_step_hook)
+			tt_crash_step_hook(step_no, s1, tokens);
+		step_no++;
 		/* The handler ran to commit at most once per message so
 		 * far. */
 		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
@@ -1137,6 +1145,7 @@ static void crash_case(const char *point, int single_file, const char *setting,
 	 * left below a committed offset for the recovery pass. */
 	tbx_stats_t st;
 	tbx_worker_stats(w[0], &st);
+	tt_crash_hop1_stats = st;
 	cr_assert_eq(st.stuck_rows, 0,
 		     "%s: %llu rows left below the committed offset", point,
 		     (unsigned long long)st.stuck_rows);
