@@ -197,6 +197,11 @@ typedef struct tbx__ud_rec {
 	const void *key, *payload, *headers; /**< NULL: none */
 	size_t key_len, payload_len, headers_len;
 	int64_t mint_seq, attempts, created_ms;
+	/** A bit of a token set instead of a token (SQLite schema 16): the
+	 *  set's id, NULL for none; its bit, and the partition the set was
+	 *  minted for (-1 with no set). */
+	const char *tset;
+	int64_t tbit, tpart;
 } tbx__ud_rec_t;
 
 /** An alarm a worker raised (tbx_outbox_alarm_add). */
@@ -381,8 +386,10 @@ typedef struct tbx_outbox_ops {
 	int (*dispatch_failed)(tbx_outbox_t *store, const char *grp,
 			       const char *msg_id, int *failures);
 	/** Keeps outgoing message @p m of @p row, given up on, whole with
-	 *  its tbx-id, token and headers (caller's txn).  A second call for
-	 *  the same message changes nothing. */
+	 *  its tbx-id, token and headers (caller's txn); a message with a
+	 *  set bit (tset, tbit, part) keeps them instead of a token, or is
+	 *  refused with TBX_ESCHEMA by a store that cannot keep them.  A
+	 *  second call for the same message changes nothing. */
 	int (*undelivered_add)(tbx_outbox_t *store, const char *grp,
 			       const tbx__row_t *row, const tbx__outmsg_t *m,
 			       const char *error, int attempts);

@@ -367,8 +367,8 @@ typedef struct sets_env {
 	tbx_worker_t *w[2];
 } sets_env_t;
 
-static void sets_env_init(sets_env_t *se, int one_file, const char *k,
-			  const char *v)
+static void sets_env_init2(sets_env_t *se, int one_file, const char *k,
+			   const char *v, const char *k2, const char *v2)
 {
 	env_t *e = &se->e;
 	char err[512];
@@ -392,10 +392,11 @@ static void sets_env_init(sets_env_t *se, int one_file, const char *k,
 	e->hop = (tt_hop_t){
 	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
 	se->hop2 = (tt_hop_t){.table = "hop2"};
-	e->w = tbx_worker_new(tt_conf(e->c->bootstraps, "g1", e->store,
-				      e->tokens, "outbox.layout", "batch",
-				      "tokens.format", "set", k, v, NULL),
-			      err, sizeof(err));
+	e->w =
+	    tbx_worker_new(tt_conf(e->c->bootstraps, "g1", e->store, e->tokens,
+				   "outbox.layout", "batch", "tokens.format",
+				   "set", k, v, k2, v2, NULL),
+			   err, sizeof(err));
 	cr_assert(e->w, "%s", err);
 	cr_assert_eq(
 	    tbx_worker_register(e->w, "in", "Ping", tt_hop_handle, &e->hop),
@@ -408,6 +409,12 @@ static void sets_env_init(sets_env_t *se, int one_file, const char *k,
 					 &se->hop2),
 		     TBX_OK);
 	se->w[0] = e->w;
+}
+
+static void sets_env_init(sets_env_t *se, int one_file, const char *k,
+			  const char *v)
+{
+	sets_env_init2(se, one_file, k, v, NULL, NULL);
 }
 
 static void sets_env_fini(sets_env_t *se)
@@ -590,6 +597,106 @@ Test(obatch, own_sets_each_once_one_file_without_defer)
 Test(obatch, own_sets_each_once_batches_of_one)
 {
 	own_sets_once(0, "batch.max.messages", "1");
+}
+
+/*
+ * A reply the producer refuses for good, in a set: given up into
+ * tbx_undelivered with its set id, bit and partition and no token (its
+ * bit stays set for g2: no group consumed it), the rest of the row
+ * finishing; `inspect undelivered resend` produces it with tbx-tset and
+ * tbx-tbit to that partition, and g2 handles it once, its set then gone.
+ */
+static void own_sets_refused_reply(int one_file)
+{
+	sets_env_t se;
+	char big[6001], tset[64] = "";
+	tt_record_t *recs;
+	size_t cnt, found = 0;
+
+	sets_env_init2(&se, one_file, "kafka.producer.message.max.bytes",
+		       "4096", "dispatch.retry.max", "1");
+	memset(big, 'b', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	tt_publish(se.e.c->bootstraps, se.e.tokens, "in", "Ping", 3, 1, "m");
+	tbx_publisher_t *pub =
+	    tt_publisher(se.e.c->bootstraps, se.e.tokens, "error");
+	tbx_out_t out = {.topic = "in",
+			 .type = "Ping",
+			 .key = "key-0",
+			 .key_len = 5,
+			 .payload = big,
+			 .payload_len = strlen(big)};
+	cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+	tt_publish(se.e.c->bootstraps, se.e.tokens, "in", "Ping", 3, 1, "z");
+	tt_want_t want = {se.e.store, "SELECT COUNT(*) FROM tbx_undelivered",
+			  1};
+	cr_assert(tt_drive(se.w, 2, tt_reached, &want, 10, 60),
+		  "the refused reply was never given up");
+	tt_want_t six = {se.store2, "SELECT COUNT(*) FROM hop2", 6};
+	cr_assert(tt_drive(se.w, 2, tt_reached, &six, 10, 60));
+	cr_assert(tt_drive(se.w, 2, NULL, NULL, 20, 60));
+	nothing_left(&se.e);
+	cr_assert_eq(tt_count(se.e.store, "SELECT COUNT(*) FROM hop1"), 7);
+	cr_assert_eq(tt_count(se.store2, "SELECT COUNT(*) FROM hop2"), 6);
+	cr_assert_eq(tt_count(se.e.store,
+			      "SELECT COUNT(*) FROM tbx_undelivered WHERE "
+			      "topic = 'out' AND length(payload) = 6000 AND "
+			      "token IS NULL AND tset IS NOT NULL AND tbit IS "
+			      "NOT NULL AND tpart IS NOT NULL"),
+		     1, "kept once with its set bit and partition");
+	/* Every other bit was cleared: the one set row g2 still has
+	 * holds the given-up message's bit. */
+	cr_assert_eq(tt_count(se.e.tokens,
+			      "SELECT COUNT(*) FROM tbx_tset WHERE grp = 'g2'"),
+		     1, "its bit waits in g2's set");
+
+	const char *resend[] = {
+	    "inspect",	   "-s",     se.e.store, "-S", se.e.tokens,
+	    "undelivered", "resend", "1",	 "-b", se.e.c->bootstraps,
+	    NULL};
+	cc_result_t res = cc_run(resend);
+	cr_assert(cc_exited(res.status, 0), "resend: %s", res.err);
+	cc_result_free(&res);
+	tt_want_t seven = {se.store2, "SELECT COUNT(*) FROM hop2", 7};
+	cr_assert(tt_drive(se.w, 2, tt_reached, &seven, 10, 60));
+	cr_assert(tt_drive(se.w, 2, NULL, NULL, 20, 60));
+	cr_assert_eq(
+	    tt_count(se.store2, "SELECT COUNT(DISTINCT payload) FROM hop2"), 7,
+	    "g2 handled every reply once");
+	sets_nothing_left(&se);
+	cr_assert_eq(
+	    tt_count(se.e.store, "SELECT COUNT(*) FROM tbx_undelivered"), 0);
+	/* Resent to the partition its set was minted for. */
+	cnt = tt_read_topic(se.e.c->bootstraps, "out", &recs);
+	for (size_t i = 0; i < cnt; i++) {
+		char tbit[32];
+		int part = -1;
+		unsigned bit = 0;
+
+		if (!recs[i].payload || strlen(recs[i].payload) != 6000)
+			continue;
+		found++;
+		rec_hdr(&recs[i], "tbx-tset", tset, sizeof(tset));
+		rec_hdr(&recs[i], "tbx-tbit", tbit, sizeof(tbit));
+		cr_assert(tset[0] && !recs[i].token && recs[i].seq);
+		cr_assert_eq(sscanf(tbit, "%d:%u", &part, &bit), 2, "%s", tbit);
+		cr_assert_eq(part, recs[i].partition);
+	}
+	cr_assert_eq(found, 1);
+	tt_records_free(recs, cnt);
+	sets_env_fini(&se);
+}
+
+Test(obatch, own_sets_a_refused_reply_keeps_its_bit_and_is_resent)
+{
+	own_sets_refused_reply(0);
+}
+
+Test(obatch, own_sets_a_refused_reply_keeps_its_bit_and_is_resent_one_file)
+{
+	own_sets_refused_reply(1);
 }
 
 /* A record row cannot record a message's set, bit and partition: a
