@@ -71,14 +71,17 @@ typedef struct tbx__outmsg {
 			*/
 	size_t headers_len;
 	/** The partition to produce to (RD_KAFKA_V_PARTITION), chosen before
-	 *  its token set was minted (the publisher's tokens.format = set);
-	 *  -1, as tbx__row_grow() leaves it: librdkafka's partitioner
-	 *  chooses.  Not stored in the outbox row. */
+	 *  its token set was minted (tokens.format = set: the publisher's, or
+	 *  A's for a batch row, which stores it in wire); -1, as
+	 *  tbx__row_grow() leaves it: librdkafka's partitioner chooses.  Not
+	 *  stored in a record row. */
 	int32_t part;
 	/** The token set of the message's token (tbx-tset) when it has one
 	 *  instead of token: its bit is tbit, of the set minted for
 	 *  partition part (tbx-tbit "part:tbit").  "" for a per-message
-	 *  token.  Only the publisher mints sets; not stored in the outbox
+	 *  token.  Minted by the publisher, and by B (joined: A) for a batch
+	 *  row of tokfmt 2, where msgs' token field holds the set id (token
+	 *  then equals tset) and wire the bit; not stored in a record
 	 *  row. */
 	char tset[TBX_UUID_LEN + 1];
 	uint32_t tbit;
