@@ -274,7 +274,10 @@ void tbx__brow_unmint(tbx__brow_t *brow)
 
 	row->attempt[0] = '\0';
 	row->mint_seq = 0;
-	for (size_t j = 0; j < row->msg_cnt; j++)
+	for (size_t j = 0; j < row->msg_cnt; j++) {
 		row->msgs[j].token[0] = '\0';
+		row->msgs[j].tset[0] = '\0';
+		row->msgs[j].tbit = 0;
+	}
 	tbx__brow_set_state(brow, TBX_BROW_UNTOKENED);
 }

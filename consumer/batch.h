@@ -87,6 +87,8 @@ typedef struct tbx__ob {
 	char row_id[TBX_UUID_LEN + 1];
 	int fresh;     /**< made by this A, not yet inserted */
 	int delivered; /**< every record's row DELIVERED (after C) */
+	int tokfmt;    /**< its messages' tokens: 2 token sets (tset, tbit,
+			  part), 1 per-message tokens */
 	int64_t created_ms;
 } tbx__ob_t;
 

@@ -95,9 +95,10 @@ const tbx__prop_t tbx__props[] = {
 	 "naming rules as store.schema."},
 	{"tokens.format", ENUM(tokens_format), "message", 0, 0,
 	 S2I({"message", TBX_TOKFMT_MESSAGE}, {"set", TBX_TOKFMT_SET}),
-	 "publisher", 0,
+	 "both", 0,
 	 "The token format a publisher (tbx_publisher_new(), `tokenbox "
-	 "send`) mints: 'message', a token row per message and "
+	 "send`), or a worker for its own messages, mints: 'message', a "
+	 "token row per message and "
 	 "receiving group (tbx-token); 'set', one token set per topic, "
 	 "destination partition and receiving group of a flush (tbx-tset "
 	 "and tbx-tbit: docs/batched-tokens.md), each message produced to "
@@ -108,8 +109,14 @@ const tbx__prop_t tbx__props[] = {
 	 "them (docs/operations.md). 'set' needs a token store at SQLite "
 	 "schema 14 or PostgreSQL token version 4, where the ingress edge "
 	 "records a message's set (migrated as every schema step, "
-	 "docs/operations.md). Workers' own messages keep the "
-	 "per-message format."},
+	 "docs/operations.md). A worker mints sets for the messages its "
+	 "handlers queue and its dead letters only with outbox.layout="
+	 "batch (one set per batch row, destination topic and partition, "
+	 "registered once per batch row; the partition chosen in A, where "
+	 "a count not learnt within dispatch.timeout.ms fails the batch, "
+	 "retried, counted in partition_unknown); with outbox.layout="
+	 "record it refuses to start. A batch row is finished in the "
+	 "format it was written with."},
 	{"token.store.mismatch", ENUM(token_store_mismatch), "dlq", 0, 0,
 	 S2I({"dlq", TBX_MISMATCH_DLQ}, {"stop", TBX_MISMATCH_STOP}),
 	 "worker", 0,

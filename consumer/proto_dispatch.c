@@ -12,6 +12,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/partition.h"
 #include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
@@ -261,11 +262,11 @@ static int attempt_listed(const char **attempts, size_t n, const char *attempt)
 /* C: confirm, produce, await every report. */
 int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
-	const char **attempts = NULL, **obs = NULL;
+	const char **attempts = NULL, **sattempts = NULL, **obs = NULL;
 	tbx__row_t **rows = NULL;
 	int *delivered = NULL;
 	rd_kafka_resp_err_t *errs = NULL;
-	size_t cnt = 0, acnt = 0, msgs = 0;
+	size_t cnt = 0, acnt = 0, scnt = 0, msgs = 0;
 	int err = TBX_OK;
 	char errstr[256];
 
@@ -283,25 +284,32 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	if (cnt == 0)
 		return TBX_OK;
 	attempts = calloc(cnt, sizeof(*attempts));
+	sattempts = calloc(cnt, sizeof(*sattempts));
 	rows = calloc(cnt, sizeof(*rows));
 	obs = calloc(cnt, sizeof(*obs));
 	delivered = calloc(cnt, sizeof(*delivered));
 	errs = calloc(msgs, sizeof(*errs));
-	if (!attempts || !rows || !obs || !delivered || !errs) {
+	if (!attempts || !sattempts || !rows || !obs || !delivered || !errs) {
 		err = TBX_ENOMEM;
 		goto out;
 	}
 	cnt = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		tbx__brow_t *brow = &batch->rows[i];
+		/* A batch row's attempt of token sets (tokfmt 2) is
+		 * registered in tbx_breg. */
+		int sets = brow->ob && batch->obs[brow->ob - 1].tokfmt == 2;
+		const char **list = sets ? sattempts : attempts;
+		size_t *n = sets ? &scnt : &acnt;
+
 		if (!dispatched(brow))
 			continue;
 		/* An attempt made in A (joined) was never registered; a
 		 * batch row's records share one. */
 		if (brow->state == TBX_BROW_RECORDED &&
-		    !(brow->ob && acnt &&
-		      attempt_listed(attempts, acnt, brow->row.attempt)))
-			attempts[acnt++] = brow->row.attempt;
+		    !(brow->ob && *n &&
+		      attempt_listed(list, *n, brow->row.attempt)))
+			list[(*n)++] = brow->row.attempt;
 		obs[cnt] = brow->ob ? batch->obs[brow->ob - 1].row_id : NULL;
 		rows[cnt++] = &brow->row;
 	}
@@ -309,6 +317,9 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	 * registration behind, so the sweeper may treat "no row" as an
 	 * orphan. */
 	if (acnt && (err = tbx_tokens_confirm(proto->tokens, attempts, acnt)))
+		goto out;
+	if (scnt &&
+	    (err = tbx_tokens_sets_confirm(proto->tokens, sattempts, scnt)))
 		goto out;
 	tbx__crashpoint("C.confirmed");
 	tbx__producer_check(proto->producer, proto->conf, proto->stats,
@@ -320,6 +331,18 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 			    delivered, NULL, errs, errstr, sizeof(errstr));
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
+	if (err && proto->parts) {
+		/* A partition the broker does not know: the topic's count
+		 * is asked again for the next choice (the message itself
+		 * keeps the partition its set was minted for). */
+		for (size_t i = 0, k = 0; i < cnt; k += rows[i++]->msg_cnt)
+			for (size_t j = 0; j < rows[i]->msg_cnt; j++)
+				if (errs[k + j] ==
+				    RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION)
+					tbx__partition_forget(
+					    proto->parts,
+					    rows[i]->msgs[j].topic);
+	}
 	tbx__crashpoint("C.delivered");
 	/* A fatal error during this dispatch: a new producer for the
 	 * retry. */
@@ -339,6 +362,7 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	err = TBX_OK; /* undelivered rows wait for redelivery */
 out:
 	free(attempts);
+	free(sattempts);
 	free(obs);
 	free(rows);
 	free(delivered);

@@ -10,6 +10,7 @@
 
 #include "base/crash.h"
 #include "base/str.h"
+#include "consumer/partition.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
 #include "consumer/resume_mem.h"
@@ -267,6 +268,8 @@ void tbx__proto_free(tbx__proto_t *proto)
 	free(proto->e_offs);
 	free(proto->ob_gens);
 	free(proto->ob_cover);
+	tbx__partitioner_destroy(proto->parts);
+	proto->parts = NULL;
 	proto->e_rows = NULL;
 	proto->e_offs = NULL;
 	proto->ob_gens = NULL;

@@ -13,10 +13,19 @@
  * and tbx_cover_msg for records in the per-message format
  * (tbx__ob_prepare(), tbx__ob_resume()).
  *
- * Not yet: token sets for the row's own messages (B mints per-message
- * tokens, as the record layout does: tokfmt 1), the partition chosen
- * before minting (wire's partition is -1: produced through the
- * partitioner), PostgreSQL's partition locks.
+ * The row's own messages: with tokens.format = set (proto->own_sets) A
+ * chooses each message's partition (tbx__partition_choose()) and writes
+ * the row with tokfmt 2; B mints one token set per destination (topic,
+ * partition) and receiving group, registered as one tbx_breg row named
+ * by the batch row's id, and records the sets in msgs' token fields and
+ * the indexes in wire (joined: the sets are minted in A, unregistered);
+ * C confirms with sets_confirm and produces each message to its
+ * partition with tbx-tset and tbx-tbit.  Otherwise tokfmt 1: B mints
+ * per-message tokens, as the record layout does, and wire's partition is
+ * -1 (produced through the partitioner).  A row is taken through B–E in
+ * the format it was written with, whatever the worker's setting.
+ *
+ * Not yet: PostgreSQL's partition locks.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +37,8 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "consumer/partition.h"
+#include "consumer/producer.h"
 #include "consumer/proto_internal.h"
 #include "consumer/protocol.h"
 #include "consumer/resume_mem.h"
@@ -208,7 +219,7 @@ typedef struct ob_load {
 /* Moves the messages of @p tmp whose wire entry names cover entry
  * @p e into @p row, in order. */
 static int take_msgs(tbx__row_t *row, tbx__row_t *tmp, const tbx__wire_ent_t *w,
-		     uint32_t e)
+		     uint32_t e, int tokfmt)
 {
 	for (size_t j = 0; j < tmp->msg_cnt; j++) {
 		tbx__outmsg_t *m;
@@ -219,6 +230,15 @@ static int take_msgs(tbx__row_t *row, tbx__row_t *tmp, const tbx__wire_ent_t *w,
 			return TBX_ENOMEM;
 		*m = tmp->msgs[j];
 		m->part = -1;
+		if (tokfmt == 2) {
+			/* Its partition, and once B recorded it, its set
+			 * (the token field) and bit. */
+			m->part = w[j].partition;
+			if (m->token[0]) {
+				memcpy(m->tset, m->token, sizeof(m->tset));
+				m->tbit = w[j].index;
+			}
+		}
 		memset(&tmp->msgs[j], 0, sizeof(tmp->msgs[j]));
 	}
 	return TBX_OK;
@@ -275,7 +295,7 @@ static int ob_rows(tbx__batch_t *batch, size_t ob, const tbx__obatch_t *r,
 		row->in_set = c->ref == TBX__REF_BIT;
 		row->in_tbit = row->in_set ? c->index : 0;
 		brow->set_part = row->in_set ? c->set_part : c->partition;
-		if ((err = take_msgs(row, &tmp, w, e)))
+		if ((err = take_msgs(row, &tmp, w, e, r->tokfmt)))
 			break;
 		if (r->attempt[0]) {
 			tbx__strlcpy(row->attempt, r->attempt,
@@ -304,6 +324,7 @@ static int ob_seen(void *opaque, const tbx__obatch_t *r,
 	o = &l->batch->obs[l->ob - 1];
 	tbx__strlcpy(o->row_id, r->row_id, sizeof(o->row_id));
 	o->created_ms = r->created_ms;
+	o->tokfmt = r->tokfmt;
 	if ((l->err = ob_rows(l->batch, l->ob, r, cover))) {
 		/* Nothing of it stays. */
 		while (l->batch->row_cnt > l->first)
@@ -471,8 +492,18 @@ static int ob_encode(const tbx__batch_t *batch, size_t ob, void **blob,
 		if (batch->rows[i].ob != ob)
 			continue;
 		for (size_t j = 0; j < row->msg_cnt; j++, k++) {
-			all.msgs[k] = row->msgs[j]; /* borrowed */
-			w[k] = (tbx__wire_ent_t){-1, 0, e};
+			const tbx__outmsg_t *m = &row->msgs[j];
+
+			all.msgs[k] = *m; /* borrowed */
+			/* tokfmt 2: the partition chosen in A, the bit B
+			 * gave it (0 before). */
+			w[k] = batch->obs[ob - 1].tokfmt == 2
+				   ? (tbx__wire_ent_t){m->part,
+						       (uint16_t)(m->tset[0]
+								      ? m->tbit
+								      : 0),
+						       e}
+				   : (tbx__wire_ent_t){-1, 0, e};
 		}
 		e++;
 	}
@@ -485,6 +516,151 @@ static int ob_encode(const tbx__batch_t *batch, size_t ob, void **blob,
 	free(all.msgs);
 	free(w);
 	return err;
+}
+
+/* The token sets of one or more batch rows' attempts (tokfmt 2). */
+typedef struct ob_sets {
+	tbx__set_item_t *items;
+	char (*ids)[TBX_UUID_LEN + 1];
+	size_t cnt, cap;
+} ob_sets_t;
+
+/* Room for @p cap sets (at most one per message): never grown, so that
+ * the items' set ids stay where they are. */
+static int ob_sets_init(ob_sets_t *s, size_t cap)
+{
+	memset(s, 0, sizeof(*s));
+	s->items = calloc(cap ? cap : 1, sizeof(*s->items));
+	s->ids = calloc(cap ? cap : 1, sizeof(*s->ids));
+	s->cap = cap;
+	return s->items && s->ids ? TBX_OK : TBX_ENOMEM;
+}
+
+static void ob_sets_free(ob_sets_t *s)
+{
+	free(s->items);
+	free(s->ids);
+	memset(s, 0, sizeof(*s));
+}
+
+/* The number of messages of batch row @p ob. */
+static size_t ob_msg_cnt(const tbx__batch_t *batch, size_t ob)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < batch->row_cnt; i++)
+		if (batch->rows[i].ob == ob)
+			n += batch->rows[i].row.msg_cnt;
+	return n;
+}
+
+/*
+ * Gives every message of batch row @p ob a bit of a fresh token set, one
+ * set per destination (topic, partition) of the row (a second one past
+ * TBX_SET_BITS_MAX), bits in queue order: tset and token the set's id,
+ * tbit its index.  The sets are appended to @p s, which has room for a
+ * set per message.
+ */
+static void ob_sets_make(tbx__batch_t *batch, size_t ob, ob_sets_t *s)
+{
+	size_t first = s->cnt;
+
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__row_t *row = &batch->rows[i].row;
+
+		if (batch->rows[i].ob != ob)
+			continue;
+		for (size_t j = 0; j < row->msg_cnt; j++) {
+			tbx__outmsg_t *m = &row->msgs[j];
+			size_t k = s->cnt;
+
+			for (size_t q = s->cnt; q-- > first;)
+				if (s->items[q].part == m->part &&
+				    strcmp(s->items[q].topic, m->topic) == 0) {
+					k = q;
+					break;
+				}
+			if (k == s->cnt ||
+			    s->items[k].nbits == TBX_SET_BITS_MAX) {
+				k = s->cnt++;
+				tbx__uuid(s->ids[k]);
+				s->items[k] = (tbx__set_item_t){
+				    s->ids[k], m->topic, m->part, 0};
+			}
+			m->tbit = s->items[k].nbits++;
+			memcpy(m->tset, s->ids[k], sizeof(m->tset));
+			memcpy(m->token, s->ids[k], sizeof(m->token));
+		}
+	}
+}
+
+/* The rows of batch row @p ob take attempt @p attempt and their sets
+ * (ob_sets_make()): MINTED. */
+static void ob_sets_minted(tbx__batch_t *batch, size_t ob, const char *attempt,
+			   int64_t mint_seq)
+{
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__brow_t *brow = &batch->rows[i];
+
+		if (brow->ob != ob)
+			continue;
+		tbx__strlcpy(brow->row.attempt, attempt,
+			     sizeof(brow->row.attempt));
+		brow->row.mint_seq = mint_seq;
+		tbx__brow_set_state(brow, TBX_BROW_MINTED);
+	}
+}
+
+/*
+ * tokens.format = set: every message of batch row @p ob gets the
+ * partition the producer's partitioner would give it, before anything
+ * is minted for it (docs/batched-tokens.md).  A partition count not
+ * learnt within dispatch.timeout.ms is TBX_ETIMEOUT (counted in
+ * partition_unknown and logged at WARN by the partitioner): A fails and
+ * the batch is retried, as after a store error.
+ */
+static int ob_choose_parts(tbx__proto_t *proto, tbx__batch_t *batch, size_t ob)
+{
+	char why[256];
+	int err;
+
+	if (!*proto->producer &&
+	    !(*proto->producer = tbx__producer_new(proto->conf, proto->errstr,
+						   proto->errstr_size)))
+		return TBX_EKAFKA;
+	if (!proto->parts &&
+	    (err = tbx__partitioner_new(*proto->producer,
+					&proto->stats->partition_unknown,
+					&proto->parts, why, sizeof(why)))) {
+		tbx__log(TBX_LOG_ERR, "tokens.format=set: %s", why);
+		return err;
+	}
+	for (size_t i = 0; i < batch->row_cnt; i++) {
+		tbx__row_t *row = &batch->rows[i].row;
+
+		if (batch->rows[i].ob != ob)
+			continue;
+		for (size_t j = 0; j < row->msg_cnt; j++) {
+			tbx__outmsg_t *m = &row->msgs[j];
+
+			err = tbx__partition_choose(
+			    proto->parts, *proto->producer, m->topic, m->key,
+			    m->key ? m->key_len : 0, proto->dispatch_timeout_ms,
+			    &m->part);
+			if (err == TBX_ETIMEOUT)
+				return err; /* the partitioner said so */
+			if (err) {
+				tbx__log(TBX_LOG_WARNING,
+					 "batch row %s: no partition chosen "
+					 "for a message to %s: %s; the batch "
+					 "is retried",
+					 batch->obs[ob - 1].row_id, m->topic,
+					 tbx_strerror(err));
+				return err;
+			}
+		}
+	}
+	return TBX_OK;
 }
 
 int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
@@ -509,13 +685,41 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 	tbx__ob_t *o = &batch->obs[ob - 1];
 	tbx__uuid(o->row_id);
 	o->fresh = 1;
+	o->tokfmt = proto->own_sets ? 2 : 1;
 	o->created_ms = tbx__now_ms();
 	for (size_t i = 0; i < batch->row_cnt; i++)
 		if (batch->rows[i].later && !batch->rows[i].ob)
 			batch->rows[i].ob = ob;
-	/* Joined: the batch row's attempt, and a token per message, made
-	 * with it in A (no registration: as the record layout's). */
-	if (proto->joined && nmsg) {
+	if (o->tokfmt == 2 && nmsg && (err = ob_choose_parts(proto, batch, ob)))
+		return err;
+	if (o->tokfmt == 2 && proto->joined && nmsg) {
+		/* Joined: the row's attempt and its sets, a row per set and
+		 * subscribed group, made with it in A (no registration). */
+		ob_sets_t sets;
+		uint64_t rows = 0;
+
+		if ((err = ob_sets_init(&sets, nmsg))) {
+			ob_sets_free(&sets);
+			return err;
+		}
+		tbx__uuid(attempt);
+		ob_sets_make(batch, ob, &sets);
+		ob_sets_minted(batch, ob, attempt, batch->mint_seq);
+		err = tbx_tokens_sets_mint_joined(proto->tokens, sets.items,
+						  sets.cnt, batch->mint_seq,
+						  &rows);
+		ob_sets_free(&sets);
+		if (err)
+			return err;
+		batch->minted += rows;
+		for (size_t i = 0; i < batch->row_cnt; i++)
+			if (batch->rows[i].ob == ob)
+				tbx__brow_set_state(&batch->rows[i],
+						    TBX_BROW_JOINED);
+	} else if (proto->joined && nmsg) {
+		/* Joined: the batch row's attempt, and a token per message,
+		 * made with it in A (no registration: as the record
+		 * layout's). */
 		if (!(items = malloc(nmsg * sizeof(*items))))
 			return TBX_ENOMEM;
 		tbx__uuid(attempt);
@@ -559,7 +763,7 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 			     sizeof(out->row.attempt));
 		out->row.mint_seq = batch->mint_seq;
 	}
-	out->row.tokfmt = 1;
+	out->row.tokfmt = o->tokfmt;
 	out->row.created_ms = o->created_ms;
 	out->row.stuck_ms = -1;
 	out->row.cover = out->cover.p;
@@ -706,10 +910,16 @@ static int ob_winner(tbx__proto_t *proto, tbx__batch_t *batch, size_t ob)
 		tbx__strlcpy(brow->row.attempt, won->attempt,
 			     sizeof(brow->row.attempt));
 		brow->row.mint_seq = won->mint_seq;
-		for (size_t j = 0; j < won->msg_cnt; j++)
-			tbx__strlcpy(brow->row.msgs[j].token,
-				     won->msgs[j].token,
-				     sizeof(brow->row.msgs[j].token));
+		for (size_t j = 0; j < won->msg_cnt; j++) {
+			tbx__outmsg_t *m = &brow->row.msgs[j];
+
+			tbx__strlcpy(m->token, won->msgs[j].token,
+				     sizeof(m->token));
+			/* tokfmt 2: the winner's set, bit and partition. */
+			memcpy(m->tset, won->msgs[j].tset, sizeof(m->tset));
+			m->tbit = won->msgs[j].tbit;
+			m->part = won->msgs[j].part;
+		}
 		tbx__brow_set_state(brow, TBX_BROW_RECORDED);
 	}
 	if (err) {
@@ -728,10 +938,14 @@ static int ob_winner(tbx__proto_t *proto, tbx__batch_t *batch, size_t ob)
 }
 
 /* Does batch row @p ob need an attempt from B: its records' rows are
- * UNTOKENED and it has a message. */
-static int ob_needs_attempt(const tbx__batch_t *batch, size_t ob)
+ * UNTOKENED and it has a message.  Only rows whose messages take sets
+ * (@p sets) or per-message tokens (!@p sets). */
+static int ob_needs_attempt(const tbx__batch_t *batch, size_t ob, int sets)
 {
 	int msgs = 0;
+
+	if ((batch->obs[ob - 1].tokfmt == 2) != sets)
+		return 0;
 
 	for (size_t i = 0; i < batch->row_cnt; i++) {
 		const tbx__brow_t *brow = &batch->rows[i];
@@ -745,6 +959,129 @@ static int ob_needs_attempt(const tbx__batch_t *batch, size_t ob)
 	return msgs;
 }
 
+/*
+ * B for the batch rows whose messages take token sets (tokfmt 2): per
+ * row a fresh attempt, registered as one tbx_breg row named by the row's
+ * id, and per destination (topic, partition) a fresh set with a row per
+ * subscribed group, all in one T transaction (sets_mint); then one S
+ * transaction records each row's attempt WHERE attempt IS NULL, with the
+ * set ids in msgs' token fields and the bits in wire.  A loser drops its
+ * own attempt and goes on with the winner's, or finds the row gone.
+ */
+static int ob_set_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
+{
+	tbx__set_req_t *reqs = NULL;
+	size_t *obs = NULL, *firsts = NULL, cnt = 0, nmsg = 0;
+	char(*attempts)[TBX_UUID_LEN + 1] = NULL;
+	int *won = NULL;
+	int64_t seq = 0;
+	uint64_t created = 0;
+	ob_sets_t sets;
+	int err = TBX_OK;
+
+	memset(&sets, 0, sizeof(sets));
+	for (size_t ob = 1; ob <= batch->ob_cnt; ob++)
+		if (ob_needs_attempt(batch, ob, 1)) {
+			cnt++;
+			nmsg += ob_msg_cnt(batch, ob);
+		}
+	if (cnt == 0)
+		return TBX_OK;
+	reqs = calloc(cnt, sizeof(*reqs));
+	obs = calloc(cnt, sizeof(*obs));
+	firsts = calloc(cnt, sizeof(*firsts));
+	attempts = calloc(cnt, sizeof(*attempts));
+	won = calloc(cnt, sizeof(*won));
+	if (!reqs || !obs || !firsts || !attempts || !won ||
+	    ob_sets_init(&sets, nmsg)) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	cnt = 0;
+	for (size_t ob = 1; ob <= batch->ob_cnt; ob++) {
+		if (!ob_needs_attempt(batch, ob, 1))
+			continue;
+		tbx__uuid(attempts[cnt]);
+		firsts[cnt] = sets.cnt;
+		ob_sets_make(batch, ob, &sets);
+		ob_sets_minted(batch, ob, attempts[cnt], 0);
+		reqs[cnt].attempt = attempts[cnt];
+		/* The registration names the batch row by its id, as
+		 * register-cleanup looks it up (tokens/sweep.c). */
+		reqs[cnt].row_id = batch->obs[ob - 1].row_id;
+		reqs[cnt].set_cnt = sets.cnt - firsts[cnt];
+		obs[cnt++] = ob;
+	}
+	for (size_t c = 0; c < cnt; c++)
+		reqs[c].sets = &sets.items[firsts[c]];
+	if ((err = tbx_tokens_sets_mint(proto->tokens, proto->group, reqs, cnt,
+					&seq, &created)))
+		goto unmint;
+	proto->stats->tokens_created += created;
+	tbx__crashpoint("B.minted");
+	if ((err = tbx_outbox_begin(proto->store)))
+		goto unmint;
+	for (size_t c = 0; c < cnt && !err; c++) {
+		void *msgs = NULL;
+		size_t msgs_len = 0;
+		tbx__buf_t wire = {0};
+
+		for (size_t i = 0; i < batch->row_cnt; i++)
+			if (batch->rows[i].ob == obs[c])
+				batch->rows[i].row.mint_seq = seq;
+		if (!(err = ob_encode(batch, obs[c], &msgs, &msgs_len, &wire)))
+			err = tbx_outbox_obatch_set_attempt(
+			    proto->store, proto->group,
+			    batch->obs[obs[c] - 1].row_id, attempts[c], seq,
+			    msgs, msgs_len, wire.p, wire.len, &won[c]);
+		free(msgs);
+		tbx__buf_free(&wire);
+	}
+	if (err || (err = tbx_outbox_commit(proto->store))) {
+		tbx_outbox_rollback(proto->store);
+		goto unmint;
+	}
+	tbx__crashpoint("B.recorded");
+	for (size_t c = 0; c < cnt; c++) {
+		int dropped = 0;
+
+		if (won[c]) {
+			for (size_t i = 0; i < batch->row_cnt; i++)
+				if (batch->rows[i].ob == obs[c])
+					tbx__brow_set_state(&batch->rows[i],
+							    TBX_BROW_RECORDED);
+			continue;
+		}
+		/* Another attempt was recorded first: ours goes at once
+		 * (its sets, every group's, and its registration), and the
+		 * row goes on with the winner's sets. */
+		if (tbx_tokens_sets_drop_attempt(proto->tokens, attempts[c],
+						 &dropped, NULL) == TBX_OK &&
+		    dropped)
+			proto->stats->attempts_lost++;
+		if ((err = ob_winner(proto, batch, obs[c])))
+			goto out;
+	}
+	goto out;
+unmint:
+	tbx__log(TBX_LOG_WARNING,
+		 "recording the token sets of batch rows failed: %s",
+		 tbx_strerror(err));
+	for (size_t c = 0; c < cnt; c++)
+		for (size_t i = 0; i < batch->row_cnt; i++)
+			if (batch->rows[i].ob == obs[c] &&
+			    batch->rows[i].state == TBX_BROW_MINTED)
+				tbx__brow_unmint(&batch->rows[i]);
+out:
+	ob_sets_free(&sets);
+	free(reqs);
+	free(obs);
+	free(firsts);
+	free(attempts);
+	free(won);
+	return err;
+}
+
 int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	tbx__mint_req_t *reqs = NULL;
@@ -755,10 +1092,12 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	int *won = NULL;
 	int64_t seq = 0;
 	uint64_t created = 0;
-	int err = TBX_OK;
+	int err;
 
+	if ((err = ob_set_tokens(proto, batch)))
+		return err;
 	for (size_t ob = 1; ob <= batch->ob_cnt; ob++)
-		if (ob_needs_attempt(batch, ob))
+		if (ob_needs_attempt(batch, ob, 0))
 			cnt++;
 	if (cnt == 0)
 		return TBX_OK;
@@ -778,7 +1117,7 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	for (size_t ob = 1; ob <= batch->ob_cnt; ob++) {
 		size_t first = k;
 
-		if (!ob_needs_attempt(batch, ob))
+		if (!ob_needs_attempt(batch, ob, 0))
 			continue;
 		/* A fresh attempt for the whole row, a fresh token per
 		 * message; the registration names the batch row ("b:" and
@@ -890,6 +1229,7 @@ static int ob_picked(void *opaque, const tbx__obatch_t *r,
 	tbx__strlcpy(p->batch->obs[ob - 1].row_id, r->row_id,
 		     sizeof(p->batch->obs[0].row_id));
 	p->batch->obs[ob - 1].created_ms = r->created_ms;
+	p->batch->obs[ob - 1].tokfmt = r->tokfmt;
 	if ((p->err = ob_rows(p->batch, ob, r, cover))) {
 		while (p->batch->row_cnt > first)
 			tbx__batch_row_pop(p->batch);

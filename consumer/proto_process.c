@@ -390,6 +390,7 @@ int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 	a_memo_t memo;
 	unsigned deferred;
 	uint64_t failed = proto->stats->resume_load_failures;
+	uint64_t unknown = proto->stats->partition_unknown;
 	int defer = tbx_outbox_defer_writes(proto->store, 1), err;
 
 	if (defer && memo_take(proto, batch, &memo)) {
@@ -425,6 +426,17 @@ int tbx__phase_process(tbx__proto_t *proto, tbx__batch_t *batch)
 				      "group's batch rows (see the worker's "
 				      "log); the batch waits for redelivery"))
 			tbx__log(TBX_LOG_ERR, "the resume_load_failed alarm "
+					      "was not recorded");
+		/* tokens.format = set: a topic's partition count not learnt
+		 * in time (counted and logged at WARN by the partitioner):
+		 * an alarm as well, once A was rolled back. */
+		if (proto->stats->partition_unknown > unknown &&
+		    tbx__alarm_commit(proto, "partition_unknown",
+				      "a destination topic's partition count "
+				      "was not learnt from the metadata "
+				      "within dispatch.timeout.ms; the batch "
+				      "waits for redelivery"))
+			tbx__log(TBX_LOG_ERR, "the partition_unknown alarm "
 					      "was not recorded");
 	}
 	if (!err) {

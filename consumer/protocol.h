@@ -79,6 +79,13 @@ typedef struct tbx__proto {
 			     batch (proto_obatch.c) */
 	struct tbx__resume_mem *rmem; /**< batch_layout: the resume check's
 					 memory (consumer/resume_mem.h) */
+	int own_sets; /**< batch_layout and tokens.format = set: the batch
+			 rows' own messages in token sets (tokfmt 2) */
+	int dispatch_timeout_ms; /**< dispatch.timeout.ms: how long A waits
+				    for a topic's partition count */
+	struct tbx__partitioner *parts; /**< own_sets: the partition of
+					   each message, chosen in A (made
+					   with the first producer) */
 	/* The protocol's own state. */
 	tbx__guard_t guard;  /**< armed around each handler call */
 	unsigned rand_state; /**< the backoff's jitter */

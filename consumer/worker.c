@@ -78,6 +78,9 @@ static void worker_proto_init(tbx_worker_t *worker)
 	proto->defer_finish = worker->joined && worker->cfg->finish_defer &&
 			      !worker->cfg->store_url[0];
 	proto->batch_layout = worker->cfg->outbox_layout == TBX_LAYOUT_BATCH;
+	proto->own_sets =
+	    proto->batch_layout && worker->cfg->tokens_format == TBX_TOKFMT_SET;
+	proto->dispatch_timeout_ms = (int)worker->cfg->dispatch_timeout_ms;
 	tbx__proto_init(proto);
 }
 
@@ -196,6 +199,19 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	worker->joined = tbx_tokens_joinable(worker->tokens);
 	/* outbox.layout = batch, stage 1: SQLite only (docs/batched-tokens.md).
 	 */
+	/* tokens.format = set for the worker's own messages: only on batch
+	 * rows, which record each message's set, bit and partition. */
+	if (cfg->tokens_format == TBX_TOKFMT_SET &&
+	    cfg->outbox_layout != TBX_LAYOUT_BATCH) {
+		err = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
+				  "tokens.format=set: a worker mints token "
+				  "sets for its own messages only with "
+				  "outbox.layout=batch (a record row cannot "
+				  "record a message's set, bit and "
+				  "partition); set outbox.layout=batch or "
+				  "tokens.format=message");
+		goto fail;
+	}
 	if (cfg->outbox_layout == TBX_LAYOUT_BATCH) {
 		if (cfg->store_url[0]) {
 			err = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
@@ -203,6 +219,26 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 					  "PostgreSQL yet (store.url is set); "
 					  "use outbox.layout=record");
 			goto fail;
+		}
+		if (cfg->tokens_format == TBX_TOKFMT_SET) {
+			int yes = 0;
+
+			if ((err = tbx_tokens_has(worker->tokens,
+						  TBX_TOKENS_HAS_SETS, &yes)) ||
+			    !yes) {
+				char where[600];
+
+				err = tbx__seterr(
+				    errstr, errstr_size,
+				    err ? err : TBX_ESCHEMA,
+				    "tokens.format=set: the token store %s "
+				    "cannot hold token sets (tbx_tset, "
+				    "tbx_breg); migrate it or use "
+				    "tokens.format=message",
+				    tbx__stores_tokens_where(cfg, where,
+							     sizeof(where)));
+				goto fail;
+			}
 		}
 		if ((err = tbx__resume_mem_new(worker->group,
 					       &worker->proto.rmem))) {

@@ -71,14 +71,17 @@ typedef struct tbx__outmsg {
 			*/
 	size_t headers_len;
 	/** The partition to produce to (RD_KAFKA_V_PARTITION), chosen before
-	 *  its token set was minted (the publisher's tokens.format = set);
-	 *  -1, as tbx__row_grow() leaves it: librdkafka's partitioner
-	 *  chooses.  Not stored in the outbox row. */
+	 *  its token set was minted (tokens.format = set: the publisher's, or
+	 *  A's for a batch row, which stores it in wire); -1, as
+	 *  tbx__row_grow() leaves it: librdkafka's partitioner chooses.  Not
+	 *  stored in a record row. */
 	int32_t part;
 	/** The token set of the message's token (tbx-tset) when it has one
 	 *  instead of token: its bit is tbit, of the set minted for
 	 *  partition part (tbx-tbit "part:tbit").  "" for a per-message
-	 *  token.  Only the publisher mints sets; not stored in the outbox
+	 *  token.  Minted by the publisher, and by B (joined: A) for a batch
+	 *  row of tokfmt 2, where msgs' token field holds the set id (token
+	 *  then equals tset) and wire the bit; not stored in a record
 	 *  row. */
 	char tset[TBX_UUID_LEN + 1];
 	uint32_t tbit;
@@ -197,6 +200,11 @@ typedef struct tbx__ud_rec {
 	const void *key, *payload, *headers; /**< NULL: none */
 	size_t key_len, payload_len, headers_len;
 	int64_t mint_seq, attempts, created_ms;
+	/** A bit of a token set instead of a token (SQLite schema 16): the
+	 *  set's id, NULL for none; its bit, and the partition the set was
+	 *  minted for (-1 with no set). */
+	const char *tset;
+	int64_t tbit, tpart;
 } tbx__ud_rec_t;
 
 /** An alarm a worker raised (tbx_outbox_alarm_add). */
@@ -381,8 +389,10 @@ typedef struct tbx_outbox_ops {
 	int (*dispatch_failed)(tbx_outbox_t *store, const char *grp,
 			       const char *msg_id, int *failures);
 	/** Keeps outgoing message @p m of @p row, given up on, whole with
-	 *  its tbx-id, token and headers (caller's txn).  A second call for
-	 *  the same message changes nothing. */
+	 *  its tbx-id, token and headers (caller's txn); a message with a
+	 *  set bit (tset, tbit, part) keeps them instead of a token, or is
+	 *  refused with TBX_ESCHEMA by a store that cannot keep them.  A
+	 *  second call for the same message changes nothing. */
 	int (*undelivered_add)(tbx_outbox_t *store, const char *grp,
 			       const tbx__row_t *row, const tbx__outmsg_t *m,
 			       const char *error, int attempts);

@@ -1261,6 +1261,10 @@ static int pg_undelivered_add(tbx_outbox_t *base, const char *grp,
 {
 	tbx__pg_params_t p;
 
+	/* A set bit has no column here (tbx__ud_rec_t): never kept as a
+	 * token it is not. */
+	if (m->tset[0] && m->part >= 0)
+		return TBX_ESCHEMA;
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
 	tbx__pgp_text(&p, row->msg_id);

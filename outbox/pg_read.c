@@ -639,6 +639,11 @@ static int ud_row(const PGresult *res, int i, any_fn fn, void *opaque)
 {
 	tbx__ud_rec_t u;
 
+	/* No set bits on PostgreSQL (a worker refuses outbox.layout=batch
+	 * there): none. */
+	u.tset = NULL;
+	u.tbit = 0;
+	u.tpart = -1;
 	u.id = tbx__pg_i64(res, i, 0);
 	u.grp = text(res, i, 1);
 	u.msg_id = text(res, i, 2);

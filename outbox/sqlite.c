@@ -148,8 +148,9 @@ static const char *const sql[Q__COUNT] = {
      * crash before E gives it up again on redelivery). */
     [Q_UNDELIVERED_ADD] = "INSERT INTO tbx_undelivered (grp, msg_id, "
 			  "out_id, topic, type, key, payload, headers, token, "
-			  "mint_seq, error, attempts, created_ms) VALUES (?1, "
-			  "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+			  "mint_seq, error, attempts, created_ms, tset, tbit, "
+			  "tpart) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+			  "?10, ?11, ?12, ?13, ?14, ?15, ?16) "
 			  "ON CONFLICT (grp, out_id) DO NOTHING",
 };
 
@@ -636,6 +637,8 @@ static int sq_undelivered_add(tbx_outbox_t *base, const char *grp,
 	sq_store_t *store = sq(base);
 
 	sqlite3_stmt *stmt;
+	/* A bit of a token set: its set, bit and partition, no token. */
+	int set = m->tset[0] && m->part >= 0;
 	int err;
 
 	if ((err = tbx__stmt_get(&store->stmts, Q_UNDELIVERED_ADD, &stmt)))
@@ -648,12 +651,17 @@ static int sq_undelivered_add(tbx_outbox_t *base, const char *grp,
 	    tbx__bind_blob(stmt, 6, m->key, m->key_len) ||
 	    tbx__bind_blob(stmt, 7, m->payload, m->payload_len) ||
 	    tbx__bind_blob(stmt, 8, m->headers, m->headers_len) ||
-	    tbx__bind_opt_text(stmt, 9, m->token) ||
+	    tbx__bind_opt_text(stmt, 9, set ? "" : m->token) ||
 	    (row->mint_seq ? sqlite3_bind_int64(stmt, 10, row->mint_seq)
 			   : sqlite3_bind_null(stmt, 10)) ||
 	    sqlite3_bind_text(stmt, 11, error, -1, SQLITE_STATIC) ||
 	    sqlite3_bind_int(stmt, 12, attempts) ||
-	    sqlite3_bind_int64(stmt, 13, tbx__now_ms()))
+	    sqlite3_bind_int64(stmt, 13, tbx__now_ms()) ||
+	    (set ? sqlite3_bind_text(stmt, 14, m->tset, -1, SQLITE_STATIC) ||
+		       sqlite3_bind_int64(stmt, 15, m->tbit) ||
+		       sqlite3_bind_int64(stmt, 16, m->part)
+		 : sqlite3_bind_null(stmt, 14) || sqlite3_bind_null(stmt, 15) ||
+		       sqlite3_bind_null(stmt, 16)))
 		return tbx__stmt_bind_fail(stmt);
 	return tbx__stmt_done(stmt);
 }

@@ -33,8 +33,8 @@
 	"= d.msg_id AND o.kind = 1), d.replayed_ms FROM tbx_dead_letters d"
 #define UD_COLUMNS                                                             \
 	"SELECT id, grp, msg_id, out_id, topic, type, key, payload, "          \
-	"headers, token, mint_seq, error, attempts, created_ms FROM "          \
-	"tbx_undelivered"
+	"headers, token, mint_seq, error, attempts, created_ms, tset, tbit, "  \
+	"tpart FROM tbx_undelivered"
 
 enum {
 	R_BEGIN,
@@ -620,6 +620,9 @@ static int ud_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
 	u.error = tbx__db_text(stmt, 11);
 	u.attempts = sqlite3_column_int64(stmt, 12);
 	u.created_ms = sqlite3_column_int64(stmt, 13);
+	u.tset = tbx__db_text_or_null(stmt, 14);
+	u.tbit = u.tset ? sqlite3_column_int64(stmt, 15) : 0;
+	u.tpart = u.tset ? sqlite3_column_int64(stmt, 16) : -1;
 	return ((tbx__ud_fn)fn)(opaque, &u);
 }
 

@@ -355,6 +355,18 @@ static const char *const migrations[] = {
      * letter from one only delivered to the dead-letter topic.  NULL:
      * never replayed (or by a tokenbox older than this column). */
     "ALTER TABLE tbx_dead_letters ADD COLUMN replayed_ms INTEGER;",
+    /* 15 -> 16 */
+    /* A message given up on whose token is a bit of a token set (a batch
+     * row of tokfmt 2) keeps its bit (docs/batched-tokens.md, "Permanent
+     * failures"): the set's id, the bit and the partition the set was
+     * minted for, so that `inspect undelivered resend` produces it with
+     * tbx-tset and tbx-tbit to that partition.  NULL for a per-message
+     * token (token holds it). */
+    "ALTER TABLE tbx_undelivered ADD COLUMN tset TEXT;"
+    "ALTER TABLE tbx_undelivered ADD COLUMN tbit INTEGER CHECK (tbit IS"
+    " NULL OR (tbit BETWEEN 0 AND 65535 AND tset IS NOT NULL));"
+    "ALTER TABLE tbx_undelivered ADD COLUMN tpart INTEGER CHECK ((tpart IS"
+    " NULL) = (tbit IS NULL) AND (tpart IS NULL OR tpart >= 0));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == TBX_SCHEMA_VERSION,

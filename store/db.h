@@ -15,7 +15,7 @@
 /** 'TBOX' */
 #define TBX_APPLICATION_ID 0x54424f58
 /** Current schema version (PRAGMA user_version). */
-#define TBX_SCHEMA_VERSION 15
+#define TBX_SCHEMA_VERSION 16
 
 typedef struct tbx__db_opts {
 	int synchronous_full; /**< 1: synchronous=FULL, 0: NORMAL */

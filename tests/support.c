@@ -953,9 +953,32 @@ void tt_crash_case(const char *point, int single_file)
 	tt_crash_case_with(point, single_file, NULL);
 }
 
-static void crash_case(const char *point, int single_file, const char *setting,
-		       int batched, int batch_rows)
+/* The value of header @p name of @p rec, NUL-terminated into @p buf
+ * ("" when absent). */
+static void rec_header(const tt_record_t *rec, const char *name, char *buf,
+		       size_t size)
 {
+	const void *v = NULL;
+	size_t len = 0;
+
+	buf[0] = '\0';
+	if (rec->headers &&
+	    rd_kafka_header_get_last(rec->headers, name, &v, &len) ==
+		RD_KAFKA_RESP_ERR_NO_ERROR &&
+	    v && len < size) {
+		memcpy(buf, v, len);
+		buf[len] = '\0';
+	}
+}
+
+void (*tt_crash_step_hook)(int step, const char *s1, const char *tokens);
+tbx_stats_t tt_crash_hop1_stats;
+
+static void crash_case(const char *point, int single_file, const char *setting,
+		       int batched, int batch_rows, int own_sets)
+{
+	int step_no = 0;
+
 	enum { N = 8 };
 	char *dir = tt_tmpdir();
 	/* One file, or a file each.  In the pg tier a schema each, the
@@ -1019,12 +1042,16 @@ static void crash_case(const char *point, int single_file, const char *setting,
 				    : "cleanup.interval.ms=0",
 				(char *)setting,
 				NULL,
+				NULL,
 				NULL};
 		char *envv[] = {env_crash, "TBX_TEST_ASSIGN=1", NULL};
 
-		/* outbox.layout=batch for hop 1's every run. */
+		/* outbox.layout=batch for hop 1's every run, and with it
+		 * token sets for its own messages. */
 		if (batch_rows)
 			argv[setting ? 7 : 6] = "outbox.layout=batch";
+		if (batch_rows && own_sets)
+			argv[setting ? 8 : 7] = "tokens.format=set";
 		status = tt_wait(tt_spawn(argv, envv), 90);
 		cr_assert(status != -1, "%s: the worker never reached %s",
 			  point, step);
@@ -1043,6 +1070,9 @@ static void crash_case(const char *point, int single_file, const char *setting,
 			  point);
 		cr_assert(tt_integrity_ok(tokens), "%s: token store damaged",
 			  point);
+		if (tt_crash_step_hook)
+			tt_crash_step_hook(step_no, s1, tokens);
+		step_no++;
 		/* The handler ran to commit at most once per message so
 		 * far. */
 		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
@@ -1060,6 +1090,13 @@ static void crash_case(const char *point, int single_file, const char *setting,
 			cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM "
 						      "tbx_registrations"),
 				     0, "%s: registrations in one file", point);
+			if (own_sets)
+				cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) "
+							      "FROM tbx_breg"),
+					     0,
+					     "%s: set registrations in one "
+					     "file",
+					     point);
 			if (batch_rows)
 				cr_assert_eq(
 				    tt_count(s1, "SELECT COUNT(*) FROM "
@@ -1083,10 +1120,11 @@ static void crash_case(const char *point, int single_file, const char *setting,
 		char err[512];
 
 		tbx_worker_destroy(w[0]);
-		w[0] = tbx_worker_new(tt_conf(cluster->bootstraps, "g1", s1,
-					      tokens, "outbox.layout", "batch",
-					      NULL),
-				      err, sizeof(err));
+		w[0] = tbx_worker_new(
+		    tt_conf(cluster->bootstraps, "g1", s1, tokens,
+			    "outbox.layout", "batch", "tokens.format",
+			    own_sets ? "set" : "message", NULL),
+		    err, sizeof(err));
 		cr_assert(w[0], "%s", err);
 		cr_assert_eq(tbx_worker_register(w[0], "in", "Ping",
 						 tt_hop_handle, &hop1),
@@ -1107,6 +1145,7 @@ static void crash_case(const char *point, int single_file, const char *setting,
 	 * left below a committed offset for the recovery pass. */
 	tbx_stats_t st;
 	tbx_worker_stats(w[0], &st);
+	tt_crash_hop1_stats = st;
 	cr_assert_eq(st.stuck_rows, 0,
 		     "%s: %llu rows left below the committed offset", point,
 		     (unsigned long long)st.stuck_rows);
@@ -1133,22 +1172,60 @@ static void crash_case(const char *point, int single_file, const char *setting,
 		     "%s: tokens left", point);
 	cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_registrations"),
 		     0, "%s: registrations left", point);
-	/* Every bit of hop 1's sets cleared, and the sets gone with it. */
-	if (batched)
+	/* Every bit of hop 1's sets cleared, and the sets gone with it
+	 * (own_sets: hop 2's bits of hop 1's messages too). */
+	if (batched || own_sets)
 		cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_tset"),
 			     0, "%s: token sets left", point);
+	if (own_sets)
+		cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM tbx_breg"),
+			     0, "%s: set registrations left", point);
 	/* Every outgoing message reached Kafka with a token; copies share
-	 * their id and token. */
+	 * their id and token.  own_sets: a set bit instead, in the
+	 * partition its set was minted for, and copies share set and
+	 * bit. */
 	cnt = tt_read_topic(cluster->bootstraps, "out", &recs);
 	cr_assert_geq(cnt, N);
 	for (size_t i = 0; i < cnt; i++) {
-		cr_assert(recs[i].id && recs[i].token && recs[i].seq);
-		for (size_t j = 0; j < i; j++)
-			if (strcmp(recs[i].id, recs[j].id) == 0)
+		char tset[64], tbit[32], tset2[64], tbit2[32];
+		int part = -1;
+		unsigned bit = 0;
+
+		rec_header(&recs[i], "tbx-tset", tset, sizeof(tset));
+		rec_header(&recs[i], "tbx-tbit", tbit, sizeof(tbit));
+		if (own_sets) {
+			cr_assert(recs[i].id && !recs[i].token && recs[i].seq &&
+				      tset[0],
+				  "%s: a message without its set", point);
+			cr_assert_eq(sscanf(tbit, "%d:%u", &part, &bit), 2,
+				     "%s: tbx-tbit '%s'", point, tbit);
+			cr_assert_eq(part, recs[i].partition,
+				     "%s: tbx-tbit names partition %d, "
+				     "delivered to %d",
+				     point, part, (int)recs[i].partition);
+		} else {
+			cr_assert(recs[i].id && recs[i].token && recs[i].seq);
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(recs[i].id, recs[j].id) != 0)
+				continue;
+			if (!own_sets) {
 				cr_assert_str_eq(recs[i].token, recs[j].token,
 						 "%s: a re-dispatch changed "
 						 "the token",
 						 point);
+				continue;
+			}
+			rec_header(&recs[j], "tbx-tset", tset2, sizeof(tset2));
+			rec_header(&recs[j], "tbx-tbit", tbit2, sizeof(tbit2));
+			cr_assert_str_eq(tset, tset2,
+					 "%s: a re-dispatch changed the set",
+					 point);
+			cr_assert_str_eq(tbit, tbit2,
+					 "%s: a re-dispatch changed the bit",
+					 point);
+			cr_assert_str_eq(recs[i].seq, recs[j].seq);
+		}
 	}
 	tt_records_free(recs, cnt);
 	tbx_worker_destroy(w[0]);
@@ -1164,19 +1241,25 @@ static void crash_case(const char *point, int single_file, const char *setting,
 
 void tt_crash_case_with(const char *point, int single_file, const char *setting)
 {
-	crash_case(point, single_file, setting, 0, 0);
+	crash_case(point, single_file, setting, 0, 0, 0);
 }
 
 void tt_crash_case_batched(const char *point, int single_file,
 			   const char *setting)
 {
-	crash_case(point, single_file, setting, 1, 0);
+	crash_case(point, single_file, setting, 1, 0, 0);
 }
 
 void tt_crash_case_rows(const char *point, int single_file, const char *setting,
 			int batched)
 {
-	crash_case(point, single_file, setting, batched, 1);
+	crash_case(point, single_file, setting, batched, 1, 0);
+}
+
+void tt_crash_case_rows_sets(const char *point, int single_file,
+			     const char *setting, int batched)
+{
+	crash_case(point, single_file, setting, batched, 1, 1);
 }
 
 void tt_plugin_open(tt_plugin_t *p, const char *file)

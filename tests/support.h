@@ -212,5 +212,16 @@ void tt_crash_case_batched(const char *point, int single_file,
  *  row nor tbx_cover_msg entry left. */
 void tt_crash_case_rows(const char *point, int single_file, const char *setting,
 			int batched);
+/** As tt_crash_case_rows(), hop 1 with tokens.format=set: its own
+ *  messages in token sets (tokfmt 2), each checked to carry tbx-tset and
+ *  a tbx-tbit naming the partition it was delivered to, copies with the
+ *  same set and bit, and no tbx_tset or tbx_breg row left. */
+void tt_crash_case_rows_sets(const char *point, int single_file,
+			     const char *setting, int batched);
+/** Called, when set, after each step (child run) of a crash case with
+ *  its step number from 0 and the stores of hop 1. */
+extern void (*tt_crash_step_hook)(int step, const char *s1, const char *tokens);
+/** Hop 1's recovering worker's stats at the end of the last crash case. */
+extern tbx_stats_t tt_crash_hop1_stats;
 
 #endif

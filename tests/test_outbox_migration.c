@@ -30,11 +30,17 @@ static void exec(const char *path, const char *sql)
 	"NULL, type TEXT NOT NULL, key BLOB, payload BLOB, headers BLOB, "     \
 	"token TEXT, PRIMARY KEY (grp, msg_id, seq), FOREIGN KEY (grp, "       \
 	"msg_id) REFERENCES tbx_outbox (grp, msg_id) ON DELETE CASCADE);"
-/* What version 15 added (when a dead letter was replayed), version 14
+/* What version 16 added (a given-up message's set bit), version 15 (when
+ * a dead letter was replayed), version 14
  * (the edge entry's set, bit and partition), version 13 (the outbox row's
  * set bit), version 12, 11, 10, 9 and 8, taken away again (each column
  * before the one its CHECK names). */
-#define UNDO_V15 "ALTER TABLE tbx_dead_letters DROP COLUMN replayed_ms;"
+#define UNDO_V16                                                               \
+	"ALTER TABLE tbx_undelivered DROP COLUMN tpart;"                       \
+	"ALTER TABLE tbx_undelivered DROP COLUMN tbit;"                        \
+	"ALTER TABLE tbx_undelivered DROP COLUMN tset;"
+#define UNDO_V15                                                               \
+	UNDO_V16 "ALTER TABLE tbx_dead_letters DROP COLUMN replayed_ms;"
 #define UNDO_V14                                                               \
 	UNDO_V15 "ALTER TABLE tbx_edge DROP COLUMN tpart;"                     \
 		 "ALTER TABLE tbx_edge DROP COLUMN tbit;"                      \
@@ -270,7 +276,7 @@ Test(migration, an_outbox_row_gets_the_set_bit_of_its_record)
 	tbx__db_opts_t opts;
 	tbx_outbox_t *store;
 	tbx__row_t row;
-	char err[256], sql[320];
+	char err[256], sql[512];
 	sqlite3 *db;
 
 	tbx__db_opts_init(&opts);
@@ -431,6 +437,95 @@ Test(migration, a_version_14_dead_letter_was_never_replayed)
 	tbx_outbox_close(store);
 	cr_assert_eq(tt_count(path, "SELECT replayed_ms FROM tbx_dead_letters"),
 		     50);
+	tt_rmrf(dir);
+	free(dir);
+	free(path);
+}
+
+/* What undelivered_list gives of one line. */
+typedef struct ud_seen {
+	int n;
+	int has_set;
+	char tset[TBX_UUID_LEN + 1], token[TBX_UUID_LEN + 1];
+	int64_t tbit, tpart;
+} ud_seen_t;
+
+static int ud_seen(void *opaque, const tbx__ud_rec_t *u)
+{
+	ud_seen_t *s = opaque;
+
+	s->n++;
+	s->has_set = u->tset != NULL;
+	tbx__strlcpy(s->tset, u->tset ? u->tset : "", sizeof(s->tset));
+	tbx__strlcpy(s->token, u->token ? u->token : "", sizeof(s->token));
+	s->tbit = u->tbit;
+	s->tpart = u->tpart;
+	return 0;
+}
+
+/* A version 15 store's given-up messages keep their per-message token and
+ * read as without a set bit; a message with a set bit, given up after the
+ * migration, keeps its set, bit and partition and no token. */
+Test(migration, a_version_15_undelivered_message_keeps_its_token)
+{
+	char *dir = tt_tmpdir();
+	char *path = tt_path(dir, "s.db");
+	tbx__db_opts_t opts;
+	tbx_outbox_t *store;
+	tbx__filter_t f = TBX_FILTER_ALL;
+	ud_seen_t seen;
+	int64_t total = 0;
+	char err[256];
+	tbx__row_t row;
+	tbx__outmsg_t *m;
+
+	tbx__db_opts_init(&opts);
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	tbx_outbox_close(store);
+	exec(path, UNDO_V16 "PRAGMA user_version = 15;"
+			    "INSERT INTO tbx_undelivered (grp, msg_id, out_id, "
+			    "topic, type, token, mint_seq, error, attempts, "
+			    "created_ms) VALUES ('g', 'm1', "
+			    "'00000000-0000-4000-8000-000000000001', 'out', "
+			    "'T', '00000000-0000-4000-8000-000000000002', 3, "
+			    "'too large', 2, 1)");
+	cr_assert_eq(tbx_outbox_open(path, &opts, &store, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(tt_count(path, "PRAGMA user_version"), TBX_SCHEMA_VERSION);
+	memset(&seen, 0, sizeof(seen));
+	cr_assert_eq(
+	    tbx_outbox_undelivered_list(store, &f, &total, ud_seen, &seen),
+	    TBX_OK);
+	cr_assert_eq(seen.n, 1);
+	cr_assert_not(seen.has_set);
+	cr_assert_eq(seen.tpart, -1);
+	cr_assert_str_eq(seen.token, "00000000-0000-4000-8000-000000000002");
+
+	/* A set bit given up: kept with it, no token. */
+	tbx__row_init(&row);
+	tbx__strlcpy(row.msg_id, "m2", sizeof(row.msg_id));
+	row.mint_seq = 4;
+	cr_assert_eq(tbx__row_add(&row, "out", "T", "k", 1, "v", 1, NULL, 0),
+		     TBX_OK);
+	m = &row.msgs[0];
+	tbx__strlcpy(m->tset, "00000000-0000-7000-8000-000000000003",
+		     sizeof(m->tset));
+	tbx__strlcpy(m->token, m->tset, sizeof(m->token));
+	m->tbit = 7;
+	m->part = 2;
+	cr_assert_eq(tbx_outbox_begin(store), TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_undelivered_add(store, "g", &row, m, "too large", 2),
+	    TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(store), TBX_OK);
+	cr_assert_eq(tt_count(path, "SELECT count(*) FROM tbx_undelivered "
+				    "WHERE msg_id = 'm2' AND token IS NULL AND "
+				    "tset = '00000000-0000-7000-8000-"
+				    "000000000003' AND tbit = 7 AND tpart = 2"),
+		     1);
+	tbx__row_clear(&row);
+	tbx_outbox_close(store);
 	tt_rmrf(dir);
 	free(dir);
 	free(path);

@@ -356,6 +356,374 @@ Test(obatch, a_refused_reply_is_given_up_and_the_row_finishes_one_file)
 	refused_reply_given_up(1);
 }
 
+/*
+ * tokens.format=set: the worker's own messages in token sets (tokfmt 2),
+ * and a second group, g2 on its own store, reading them.
+ */
+typedef struct sets_env {
+	env_t e;
+	char *store2;
+	tt_hop_t hop2;
+	tbx_worker_t *w[2];
+} sets_env_t;
+
+static void sets_env_init2(sets_env_t *se, int one_file, const char *k,
+			   const char *v, const char *k2, const char *v2)
+{
+	env_t *e = &se->e;
+	char err[512];
+
+	if (tt_pg_tier())
+		cr_skip_test("outbox.layout=batch is SQLite's only: "
+			     "postgresql_refuses_the_batch_layout");
+	e->dir = tt_tmpdir();
+	e->store = tt_store_new(e->dir, "s1");
+	e->tokens = one_file ? strdup(e->store)
+			     : tt_tokens_new(e->dir, "tokens", one_file);
+	se->store2 = tt_store_new(e->dir, "s2");
+	e->c = tt_cluster_new(1);
+	tt_cluster_topic(e->c, "in", 2);
+	tt_cluster_topic(e->c, "out", 3);
+	tt_cluster_topic(e->c, "in.dlq", 1);
+	tt_subscribe(e->tokens, "in", "g1");
+	tt_subscribe(e->tokens, "out", "g2");
+	tt_hop_table(e->store, "hop1");
+	tt_hop_table(se->store2, "hop2");
+	e->hop = (tt_hop_t){
+	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
+	se->hop2 = (tt_hop_t){.table = "hop2"};
+	e->w =
+	    tbx_worker_new(tt_conf(e->c->bootstraps, "g1", e->store, e->tokens,
+				   "outbox.layout", "batch", "tokens.format",
+				   "set", k, v, k2, v2, NULL),
+			   err, sizeof(err));
+	cr_assert(e->w, "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(e->w, "in", "Ping", tt_hop_handle, &e->hop),
+	    TBX_OK);
+	se->w[1] = tbx_worker_new(
+	    tt_conf(e->c->bootstraps, "g2", se->store2, e->tokens, NULL), err,
+	    sizeof(err));
+	cr_assert(se->w[1], "%s", err);
+	cr_assert_eq(tbx_worker_register(se->w[1], "out", "Pong", tt_hop_handle,
+					 &se->hop2),
+		     TBX_OK);
+	se->w[0] = e->w;
+}
+
+static void sets_env_init(sets_env_t *se, int one_file, const char *k,
+			  const char *v)
+{
+	sets_env_init2(se, one_file, k, v, NULL, NULL);
+}
+
+static void sets_env_fini(sets_env_t *se)
+{
+	tbx_worker_destroy(se->w[1]);
+	free(se->store2);
+	env_fini(&se->e);
+}
+
+/* Both hops until hop 2 handled @p n, then idle: each once. */
+static void sets_drive_to(sets_env_t *se, int64_t n)
+{
+	tt_want_t want = {se->store2, "SELECT COUNT(*) FROM hop2", n};
+
+	cr_assert(tt_drive(se->w, 2, tt_reached, &want, 10, 60));
+	cr_assert(tt_drive(se->w, 2, NULL, NULL, 20, 60));
+	cr_assert_eq(tt_count(se->e.store, "SELECT COUNT(*) FROM hop1"), n);
+	cr_assert_eq(
+	    tt_count(se->e.store, "SELECT COUNT(DISTINCT payload) FROM hop1"),
+	    n, "each record handled once");
+	cr_assert_eq(tt_count(se->store2, "SELECT COUNT(*) FROM hop2"), n);
+	cr_assert_eq(
+	    tt_count(se->store2, "SELECT COUNT(DISTINCT payload) FROM hop2"), n,
+	    "each of hop 1's messages handled once downstream");
+}
+
+/* Nothing of either group left: no batch row, set, set registration or
+ * token. */
+static void sets_nothing_left(const sets_env_t *se)
+{
+	nothing_left(&se->e);
+	cr_assert_eq(tt_count(se->e.tokens, "SELECT COUNT(*) FROM tbx_tset"), 0,
+		     "every bit of every group cleared");
+	cr_assert_eq(tt_count(se->e.tokens, "SELECT COUNT(*) FROM tbx_breg"), 0,
+		     "every set registration confirmed");
+	cr_assert_eq(tt_count(se->e.tokens, "SELECT COUNT(*) FROM tbx_tokens"),
+		     0);
+	cr_assert_eq(tt_count(se->store2, "SELECT COUNT(*) FROM tbx_outbox"),
+		     0);
+}
+
+static void rec_hdr(const tt_record_t *r, const char *name, char *buf,
+		    size_t size)
+{
+	const void *v = NULL;
+	size_t len = 0;
+
+	buf[0] = '\0';
+	if (r->headers &&
+	    rd_kafka_header_get_last(r->headers, name, &v, &len) ==
+		RD_KAFKA_RESP_ERR_NO_ERROR &&
+	    v && len < size) {
+		memcpy(buf, v, len);
+		buf[len] = '\0';
+	}
+}
+
+/* Every message of @p topic once (@p n of them), in a set: tbx-tset, no
+ * tbx-token, tbx-seq, and a tbx-tbit naming the partition it was
+ * delivered to; no two messages share a bit of a set.  Returns the
+ * distinct sets seen. */
+static size_t sets_out_once(const char *bootstraps, const char *topic, size_t n)
+{
+	tt_record_t *recs;
+	size_t cnt = tt_read_topic(bootstraps, topic, &recs), sets = 0;
+	char(*tset)[64] = calloc(cnt ? cnt : 1, sizeof(*tset));
+	char(*tbit)[32] = calloc(cnt ? cnt : 1, sizeof(*tbit));
+
+	cr_assert(tset && tbit);
+	cr_assert_eq(cnt, n);
+	for (size_t i = 0; i < cnt; i++) {
+		int part = -1, seen = 0;
+		unsigned bit = 0;
+
+		rec_hdr(&recs[i], "tbx-tset", tset[i], sizeof(tset[i]));
+		rec_hdr(&recs[i], "tbx-tbit", tbit[i], sizeof(tbit[i]));
+		cr_assert(recs[i].id && recs[i].seq && !recs[i].token &&
+			      tset[i][0],
+			  "message %zu of %s: not in a set", i, topic);
+		cr_assert_eq(sscanf(tbit[i], "%d:%u", &part, &bit), 2,
+			     "tbx-tbit '%s'", tbit[i]);
+		cr_assert_eq(part, recs[i].partition,
+			     "tbx-tbit names partition %d, delivered to %d",
+			     part, (int)recs[i].partition);
+		for (size_t j = 0; j < i; j++) {
+			cr_assert_str_neq(recs[i].id, recs[j].id);
+			cr_assert(strcmp(tset[i], tset[j]) != 0 ||
+				      strcmp(tbit[i], tbit[j]) != 0,
+				  "two messages share a bit");
+			seen |= strcmp(tset[i], tset[j]) == 0;
+		}
+		sets += !seen;
+	}
+	tt_records_free(recs, cnt);
+	free(tset);
+	free(tbit);
+	return sets;
+}
+
+/*
+ * Ten records in the per-message format, ten in sets, two without a
+ * token (dead-lettered): each handled once, and each of hop 1's messages
+ * handled once by g2, every one in a set of its batch row and
+ * destination partition; then a copy of each tokened record (dropped by
+ * hop 1) and of each of hop 1's messages (dropped by g2).
+ */
+static void own_sets_once(int one_file, const char *k, const char *v)
+{
+	sets_env_t se;
+	tt_record_t *recs;
+	size_t cnt;
+	tbx_stats_t st, st2;
+
+	sets_env_init(&se, one_file, k, v);
+	tt_publish(se.e.c->bootstraps, se.e.tokens, "in", "Ping", 10, 2, "m");
+	tt_publish_sets(se.e.c->bootstraps, se.e.tokens, "in", "Ping", 10, 2, 0,
+			"s", NULL);
+	tt_produce_plain(se.e.c->bootstraps, "in", 0, "key-0", "plain-0",
+			 "Ping");
+	tt_produce_plain(se.e.c->bootstraps, "in", 1, "key-1", "plain-1",
+			 "Ping");
+	sets_drive_to(&se, 20);
+	st = stats(&se.e);
+	cr_assert_eq(st.processed, 20);
+	cr_assert_eq(st.dead_lettered, 2);
+	cr_assert_eq(st.duplicates_dropped, 0);
+	cr_assert_eq(st.attempts_lost, 0);
+	cr_assert_eq(st.partition_unknown, 0);
+	cr_assert_geq(st.tokens_created, 1, "set rows minted for g2");
+	tbx_worker_stats(se.w[1], &st2);
+	cr_assert_eq(st2.processed, 20);
+	cr_assert_eq(st2.tokens_consumed, 20, "g2 cleared a bit per message");
+	sets_nothing_left(&se);
+	cr_assert_geq(sets_out_once(se.e.c->bootstraps, "out", 20), 1);
+	/* The dead letters are the row's messages too: in sets. */
+	sets_out_once(se.e.c->bootstraps, "in.dlq", 2);
+
+	/* Copies: of every tokened record, dropped by hop 1; of every
+	 * message hop 1 sent, dropped by g2 (its bit is clear). */
+	cnt = tt_read_topic(se.e.c->bootstraps, "in", &recs);
+	cr_assert_eq(cnt, 22);
+	for (size_t i = 0; i < cnt; i++)
+		if (recs[i].token || recs[i].seq)
+			tt_reproduce(se.e.c->bootstraps, "in", &recs[i], 1);
+	tt_records_free(recs, cnt);
+	cnt = tt_read_topic(se.e.c->bootstraps, "out", &recs);
+	tt_reproduce(se.e.c->bootstraps, "out", recs, cnt);
+	tt_records_free(recs, cnt);
+	for (int i = 0; i < 300 && (stats(&se.e).duplicates_dropped < 20 ||
+				    (tbx_worker_stats(se.w[1], &st2),
+				     st2.duplicates_dropped < 20));
+	     i++)
+		tt_drive(se.w, 2, NULL, NULL, 1, 60);
+	sets_drive_to(&se, 20);
+	st = stats(&se.e);
+	cr_assert_eq(st.processed, 20);
+	cr_assert_eq(st.duplicates_dropped, 20);
+	tbx_worker_stats(se.w[1], &st2);
+	cr_assert_eq(st2.processed, 20);
+	cr_assert_eq(st2.duplicates_dropped, 20, "g2 dropped every copy");
+	sets_nothing_left(&se);
+	sets_env_fini(&se);
+}
+
+Test(obatch, own_sets_each_once_separate_stores)
+{
+	own_sets_once(0, NULL, NULL);
+}
+
+Test(obatch, own_sets_each_once_one_file)
+{
+	own_sets_once(1, NULL, NULL);
+}
+
+Test(obatch, own_sets_each_once_one_file_without_defer)
+{
+	own_sets_once(1, "finish.defer", "false");
+}
+
+Test(obatch, own_sets_each_once_batches_of_one)
+{
+	own_sets_once(0, "batch.max.messages", "1");
+}
+
+/*
+ * A reply the producer refuses for good, in a set: given up into
+ * tbx_undelivered with its set id, bit and partition and no token (its
+ * bit stays set for g2: no group consumed it), the rest of the row
+ * finishing; `inspect undelivered resend` produces it with tbx-tset and
+ * tbx-tbit to that partition, and g2 handles it once, its set then gone.
+ */
+static void own_sets_refused_reply(int one_file)
+{
+	sets_env_t se;
+	char big[6001], tset[64] = "";
+	tt_record_t *recs;
+	size_t cnt, found = 0;
+
+	sets_env_init2(&se, one_file, "kafka.producer.message.max.bytes",
+		       "4096", "dispatch.retry.max", "1");
+	memset(big, 'b', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	tt_publish(se.e.c->bootstraps, se.e.tokens, "in", "Ping", 3, 1, "m");
+	tbx_publisher_t *pub =
+	    tt_publisher(se.e.c->bootstraps, se.e.tokens, "error");
+	tbx_out_t out = {.topic = "in",
+			 .type = "Ping",
+			 .key = "key-0",
+			 .key_len = 5,
+			 .payload = big,
+			 .payload_len = strlen(big)};
+	cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+	cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+	tbx_publisher_destroy(pub);
+	tt_publish(se.e.c->bootstraps, se.e.tokens, "in", "Ping", 3, 1, "z");
+	tt_want_t want = {se.e.store, "SELECT COUNT(*) FROM tbx_undelivered",
+			  1};
+	cr_assert(tt_drive(se.w, 2, tt_reached, &want, 10, 60),
+		  "the refused reply was never given up");
+	tt_want_t six = {se.store2, "SELECT COUNT(*) FROM hop2", 6};
+	cr_assert(tt_drive(se.w, 2, tt_reached, &six, 10, 60));
+	cr_assert(tt_drive(se.w, 2, NULL, NULL, 20, 60));
+	nothing_left(&se.e);
+	cr_assert_eq(tt_count(se.e.store, "SELECT COUNT(*) FROM hop1"), 7);
+	cr_assert_eq(tt_count(se.store2, "SELECT COUNT(*) FROM hop2"), 6);
+	cr_assert_eq(tt_count(se.e.store,
+			      "SELECT COUNT(*) FROM tbx_undelivered WHERE "
+			      "topic = 'out' AND length(payload) = 6000 AND "
+			      "token IS NULL AND tset IS NOT NULL AND tbit IS "
+			      "NOT NULL AND tpart IS NOT NULL"),
+		     1, "kept once with its set bit and partition");
+	/* Every other bit was cleared: the one set row g2 still has
+	 * holds the given-up message's bit. */
+	cr_assert_eq(tt_count(se.e.tokens,
+			      "SELECT COUNT(*) FROM tbx_tset WHERE grp = 'g2'"),
+		     1, "its bit waits in g2's set");
+
+	const char *resend[] = {
+	    "inspect",	   "-s",     se.e.store, "-S", se.e.tokens,
+	    "undelivered", "resend", "1",	 "-b", se.e.c->bootstraps,
+	    NULL};
+	cc_result_t res = cc_run(resend);
+	cr_assert(cc_exited(res.status, 0), "resend: %s", res.err);
+	cc_result_free(&res);
+	tt_want_t seven = {se.store2, "SELECT COUNT(*) FROM hop2", 7};
+	cr_assert(tt_drive(se.w, 2, tt_reached, &seven, 10, 60));
+	cr_assert(tt_drive(se.w, 2, NULL, NULL, 20, 60));
+	cr_assert_eq(
+	    tt_count(se.store2, "SELECT COUNT(DISTINCT payload) FROM hop2"), 7,
+	    "g2 handled every reply once");
+	sets_nothing_left(&se);
+	cr_assert_eq(
+	    tt_count(se.e.store, "SELECT COUNT(*) FROM tbx_undelivered"), 0);
+	/* Resent to the partition its set was minted for. */
+	cnt = tt_read_topic(se.e.c->bootstraps, "out", &recs);
+	for (size_t i = 0; i < cnt; i++) {
+		char tbit[32];
+		int part = -1;
+		unsigned bit = 0;
+
+		if (!recs[i].payload || strlen(recs[i].payload) != 6000)
+			continue;
+		found++;
+		rec_hdr(&recs[i], "tbx-tset", tset, sizeof(tset));
+		rec_hdr(&recs[i], "tbx-tbit", tbit, sizeof(tbit));
+		cr_assert(tset[0] && !recs[i].token && recs[i].seq);
+		cr_assert_eq(sscanf(tbit, "%d:%u", &part, &bit), 2, "%s", tbit);
+		cr_assert_eq(part, recs[i].partition);
+	}
+	cr_assert_eq(found, 1);
+	tt_records_free(recs, cnt);
+	sets_env_fini(&se);
+}
+
+Test(obatch, own_sets_a_refused_reply_keeps_its_bit_and_is_resent)
+{
+	own_sets_refused_reply(0);
+}
+
+Test(obatch, own_sets_a_refused_reply_keeps_its_bit_and_is_resent_one_file)
+{
+	own_sets_refused_reply(1);
+}
+
+/* A record row cannot record a message's set, bit and partition: a
+ * worker on outbox.layout=record refuses tokens.format=set at start,
+ * saying so. */
+Test(obatch, own_sets_refused_with_the_record_layout)
+{
+	char err[512] = "";
+	char *dir = tt_tmpdir(), *store = tt_store_new(dir, "s1");
+	char *tokens = tt_tokens_new(dir, "tokens", 0);
+	tt_cluster_t *c = tt_cluster_new(1);
+	tbx_conf_t *conf = tt_conf(c->bootstraps, "g1", store, tokens,
+				   "tokens.format", "set", NULL);
+	tbx_worker_t *w = tbx_worker_new(conf, err, sizeof(err));
+
+	cr_assert_null(w);
+	tbx_conf_destroy(conf); /* a failed tbx_worker_new() leaves it */
+	cr_assert(strstr(err, "tokens.format=set") &&
+		      strstr(err, "outbox.layout=batch"),
+		  "%s", err);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+}
+
 /* Only the two layouts are taken. */
 Test(obatch, an_unknown_layout_is_refused)
 {

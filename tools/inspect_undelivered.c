@@ -3,7 +3,8 @@
  * worker gave up on after dispatch.retry.max permanent delivery failures
  * and that the dead-letter topic did not take either (tbx_undelivered,
  * docs/architecture.md).  Each is kept whole — topic, key, payload, its
- * tbx-id and token, its headers — so that `resend` can send it as it
+ * tbx-id and token (or set bit and partition), its headers — so that
+ * `resend` can send it as it
  * was once the cause is fixed (a topic created, a broker limit raised):
  * the receiving group still holds its token and handles it once.  Read
  * and removed through the service store's interface.
@@ -42,6 +43,10 @@ static cJSON *ud_json(insp_t *in, const tbx__ud_rec_t *u, int full)
 	    o, "token:s mint_seq:i key:j payload:j", u->token, u->mint_seq,
 	    insp_bytes_json(shown(u->key, u->key_len), u->key_len),
 	    insp_bytes_json(shown(u->payload, u->payload_len), u->payload_len));
+	/* A bit of a token set: its set, bit and the set's partition. */
+	if (u->tset)
+		insp_jadd(o, "tset:s tbit:i partition:i", u->tset, u->tbit,
+			  u->tpart);
 	hdrs = cJSON_AddArrayToObject(o, "headers");
 	while (tbx__hdrs_next(u->headers, u->headers_len, &pos, &h) == 1) {
 		tbx_header_t sh[2];
@@ -176,7 +181,16 @@ static int ud_print(ud_found_t *f, const tbx__ud_rec_t *u)
 	insp_kv("tbx-id", u->out_id, 2);
 	insp_kv("topic", u->topic, 2);
 	insp_kv("type", u->type, 2);
-	insp_kv("tbx-token", u->token ? u->token : "(none)", 2);
+	if (u->tset) {
+		char tbit[48];
+
+		snprintf(tbit, sizeof(tbit), "%lld:%lld", (long long)u->tpart,
+			 (long long)u->tbit);
+		insp_kv("tbx-tset", u->tset, 2);
+		insp_kv("tbx-tbit", tbit, 2);
+	} else {
+		insp_kv("tbx-token", u->token ? u->token : "(none)", 2);
+	}
 	insp_kv("error", u->error, 2);
 	printf("  %-12s %lld\n", "attempts", (long long)u->attempts);
 	printf("  %-12s %s (%s ago)\n", "given up", when, age);
@@ -228,6 +242,13 @@ static int ud_copy(ud_found_t *f, const tbx__ud_rec_t *u)
 	row->mint_seq = u->mint_seq;
 	tbx__strlcpy(m->id, u->out_id, sizeof(m->id));
 	tbx__strlcpy(m->token, u->token ? u->token : "", sizeof(m->token));
+	if (u->tset) {
+		/* Its set bit, produced to the partition the set was minted
+		 * for (tbx-tset, tbx-tbit). */
+		tbx__strlcpy(m->tset, u->tset, sizeof(m->tset));
+		m->tbit = (uint32_t)u->tbit;
+		m->part = (int32_t)u->tpart;
+	}
 	if (!(m->topic = tbx__strdup(u->topic)) ||
 	    !(m->type = tbx__strdup(u->type)) ||
 	    blob_dup(u->key, u->key_len, &m->key, &m->key_len) ||
@@ -257,7 +278,8 @@ static const char *token_store_id(insp_t *in, char out[TBX_UUID_LEN + 1])
 
 /*
  * Sends the line as it was first sent — its topic, key, payload, tbx-id,
- * tbx-token, tbx-seq and headers — through an idempotent producer, and
+ * tbx-token (or tbx-tset and tbx-tbit, to the partition its set was
+ * minted for), tbx-seq and headers — through an idempotent producer, and
  * deletes the line once the broker acknowledged it.  Sending it twice is
  * harmless: the receiving group handles one tbx-id with one token once.
  */

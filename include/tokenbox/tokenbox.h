@@ -482,8 +482,10 @@ typedef struct tbx_stats {
 					could not be learnt from the
 					metadata in time (the batched
 					protocol's choice of a partition
-					before minting; nothing asks for one
-					yet) */
+					before minting: A of a worker with
+					outbox.layout = batch and
+					tokens.format = set; the batch is
+					retried) */
 	uint64_t set_orphans_swept;  /**< registrations of token sets
 					(one per attempt) removed as orphans
 					by register-cleanup */
