@@ -21,7 +21,11 @@
  * not interleave with another worker's A of the same message (on SQLite
  * the file's write lock does it, and this is nothing).  Untokened and
  * malformed records are judged by the ingress offset, which the backend
- * locks with the offset's row.
+ * locks with the offset's row.  With outbox.layout = batch a record with
+ * a set bit needs none: the lock of its set's partition, which A takes
+ * for the resume check (tbx__ob_prepare()), orders every A of its
+ * copies (docs/batched-tokens.md, "PostgreSQL without serialising
+ * workers").
  */
 static int lock_ids(tbx__proto_t *proto, tbx__batch_t *batch)
 {
@@ -35,7 +39,8 @@ static int lock_ids(tbx__proto_t *proto, tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->cnt; i++) {
 		const struct tbx_msg *msg = &batch->msgs[i];
 		if ((batch->isolating && i != batch->isolated) ||
-		    msg->malformed || msg->untokened)
+		    msg->malformed || msg->untokened ||
+		    (proto->batch_layout && tbx__ob_set_locked(msg)))
 			continue;
 		ids[n++] = msg->id;
 	}

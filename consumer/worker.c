@@ -194,16 +194,12 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	if ((err = record_binding(worker, cfg, errstr, errstr_size)))
 		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
-	/* outbox.layout = batch, stage 1: SQLite only (docs/batched-tokens.md).
-	 */
+	/* outbox.layout = batch, stage 1 (docs/batched-tokens.md): a
+	 * service store with batch rows. */
 	if (cfg->outbox_layout == TBX_LAYOUT_BATCH) {
-		if (cfg->store_url[0]) {
-			err = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
-					  "outbox.layout=batch: not on "
-					  "PostgreSQL yet (store.url is set); "
-					  "use outbox.layout=record");
+		if ((err = tbx__stores_batch_ready(cfg, worker->store, errstr,
+						   errstr_size)))
 			goto fail;
-		}
 		if ((err = tbx__resume_mem_new(worker->group,
 					       &worker->proto.rmem))) {
 			tbx__seterr(errstr, errstr_size, err,
