@@ -13,6 +13,7 @@
  * test opens it, after checking what the other worker did meanwhile.
  */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -367,5 +368,124 @@ Test(pg_obatch, two_As_of_one_partition_are_ordered)
 	tbx_worker_destroy(w[0]);
 	tbx_worker_destroy(w[1]);
 	nothing_left(&e);
+	env_fini(&e);
+}
+
+/* A connection of the test's own to the service store, its search_path
+ * the store's schema. */
+static PGconn *raw_connect(const char *store)
+{
+	char url[2200], sql[256];
+	PGconn *pg = PQconnectdb(tt_store_url(store, url, sizeof(url)));
+	PGresult *res;
+
+	cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+	snprintf(sql, sizeof(sql), "SET search_path TO \"%s\"",
+		 tt_store_schema(store));
+	res = PQexec(pg, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_COMMAND_OK, "%s",
+		     PQerrorMessage(pg));
+	PQclear(res);
+	return pg;
+}
+
+static void raw_exec(PGconn *pg, const char *sql)
+{
+	PGresult *res = PQexec(pg, sql);
+	ExecStatusType st = PQresultStatus(res);
+
+	cr_assert(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s",
+		  sql, PQerrorMessage(pg));
+	PQclear(res);
+}
+
+static int plain_after_handled(void *opaque)
+{
+	return tt_count(opaque, "SELECT COUNT(*) FROM hop1 WHERE payload = "
+				"'plain-after'") == 1;
+}
+
+/*
+ * A reads a record's token only once it holds the lock of the partition
+ * that orders it.  A stray copy of a set record (its set minted for
+ * partition 1 of "src", copied to partition 0 of "in") makes A lock
+ * partition 1 of "in" as well; the test holds that lock first.  While
+ * the worker waits for it, what another worker's A, D and E of the
+ * record would leave is made: gen bumped under the lock, the set's row
+ * gone (its only bit cleared).  Once the lock is released the worker
+ * must read the set gone and drop the copy; a token read before the
+ * lock would still say "set" and run the handler.
+ */
+Test(pg_obatch, a_token_is_read_only_under_its_partitions_lock)
+{
+	env_t e;
+	tt_set_t sets[2];
+	tt_record_t *recs;
+	tbx_worker_t *w;
+	runner_t r;
+	tbx_stats_t st;
+	PGconn *pg;
+	char sql[512];
+	size_t n;
+
+	env_init(&e, 2);
+	gate_init(&e.gate, -1, 0);
+	tt_cluster_topic(e.c, "src", 2);
+	tt_subscribe(e.tokens, "src", "g1");
+	tt_publish_sets(e.c->bootstraps, e.tokens, "src", "Ping", 2, 2, 0, "s",
+			sets);
+	/* ingress.untokened=offsets: a plain record after the copy says
+	 * when the copy was judged. */
+	char err[512];
+	w = tbx_worker_new(tt_conf(e.c->bootstraps, "g1", e.store, e.tokens,
+				   "outbox.layout", "batch",
+				   "ingress.untokened", "offsets",
+				   "store.busy.timeout.ms", "600000", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", gate_handle, &e.gate),
+		     TBX_OK);
+	tbx__worker_assign_directly(w);
+	pg = raw_connect(e.store);
+	raw_exec(pg, "INSERT INTO tbx_inflight (grp, topic, \"partition\", "
+		     "first_offset, last_offset, crashes, suspect_until, gen) "
+		     "VALUES ('g1', 'in', 1, -1, -1, 0, -1, 0)");
+	raw_exec(pg, "BEGIN");
+	raw_exec(pg, "SELECT gen FROM tbx_inflight WHERE grp = 'g1' AND topic "
+		     "= 'in' AND \"partition\" = 1 FOR UPDATE");
+	/* The copy: record 1 of "src" (partition 1, its set's), on
+	 * partition 0 of "in". */
+	n = tt_read_topic(e.c->bootstraps, "src", &recs);
+	cr_assert_eq(n, 2);
+	for (size_t i = 0; i < n; i++)
+		if (recs[i].partition == 1) {
+			recs[i].partition = 0;
+			tt_reproduce(e.c->bootstraps, "in", &recs[i], 1);
+		}
+	tt_records_free(recs, n);
+	runner_start(&r, w);
+	cr_assert(wait_for(waits_for_inflight, &e),
+		  "the worker never waited for partition 1's lock");
+	/* Another worker's A, D and E of the record, as they end. */
+	snprintf(sql, sizeof(sql),
+		 "DELETE FROM tbx_tset WHERE grp = 'g1' AND set_id = '%s'",
+		 sets[1].id);
+	cr_assert_eq(tt_store_sql_try(e.tokens, sql, NULL), 0);
+	raw_exec(pg, "UPDATE tbx_inflight SET gen = gen + 1 WHERE grp = 'g1' "
+		     "AND topic = 'in' AND \"partition\" = 1");
+	raw_exec(pg, "COMMIT");
+	PQfinish(pg);
+	tt_produce_plain(e.c->bootstraps, "in", 0, "k", "plain-after", "Ping");
+	cr_assert(wait_for(plain_after_handled, e.store),
+		  "the record after the copy was not handled");
+	runner_stop(&r);
+	cr_assert_eq(
+	    tt_count(e.store, "SELECT COUNT(*) FROM hop1 WHERE "
+			      "payload = 's-1'"),
+	    0, "the copy was handled: its token was read before the lock");
+	cr_assert_eq(gate_calls(&e.gate), 1);
+	tbx_worker_stats(w, &st);
+	cr_assert_eq(st.duplicates_dropped, 1);
+	tbx_worker_destroy(w);
 	env_fini(&e);
 }
