@@ -4,8 +4,9 @@
  * docs/batched-tokens.md, "The outbox row by the batch", "The resume
  * check" and "PostgreSQL without serialising workers").  The same
  * operations, with the same contracts, as outbox/sqlite_batch.c; each is
- * one statement for all its rows.  Every statement runs inside the
- * caller's transaction; none begins or commits.
+ * one statement for all its rows (gens_lock: two, sent together, the
+ * missing rows made, then every row locked).  Every statement runs
+ * inside the caller's transaction; none begins or commits.
  *
  * @locality one thread at a time per store (the worker's).
  */

@@ -418,9 +418,10 @@ Test(crash, a_batch_row_is_finished_by_inspect_redispatch)
 		res = inspect(store, tokens, redispatch);
 		cr_assert(cc_exited(res.status, 0), "status %d: %s%s",
 			  res.status, res.out, res.err);
-		cc_result_free(&res);
 		cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_obatch"),
-			     0);
+			     0, "round %d: the row is left: %s%s", round,
+			     res.out, res.err);
+		cc_result_free(&res);
 		cr_assert_eq(
 		    tt_count(store, "SELECT COUNT(*) FROM tbx_cover_msg"), 0);
 		n = tt_read_topic(c->bootstraps, "out", &recs);

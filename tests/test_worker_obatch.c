@@ -12,7 +12,10 @@
 #include <string.h>
 
 #include "cli_child.h"
+#include "consumer/conf.h"
+#include "consumer/stores.h"
 #include "fixture.h"
+#include "outbox/outbox.h"
 
 typedef struct env {
 	char *dir, *store, *tokens;
@@ -399,4 +402,35 @@ Test(obatch, an_unknown_layout_is_refused)
 	    TBX_OK);
 	cr_assert(strstr(err, "record|batch"), "%s", err);
 	tbx_conf_destroy(conf);
+}
+
+/* A service store's version, as an opened store gives it. */
+static int schema_11(tbx_outbox_t *store, int *version)
+{
+	(void)store;
+	*version = 11;
+	return TBX_OK;
+}
+
+/* A worker with outbox.layout=batch refuses a service store without
+ * batch rows (SQLite schema 11: tbx_obatch came with 12), saying which
+ * version it found and which it needs.  The stores a worker opens are
+ * migrated first, so such a store only comes from a backend that lacks
+ * them: a table of operations with the version and nothing else. */
+Test(obatch, a_store_without_batch_rows_is_refused)
+{
+	static const tbx_outbox_ops_t old = {.name = "old",
+					     .schema = schema_11};
+	tbx_outbox_t store = {&old};
+	tbx__cfg_t cfg;
+	char err[512] = "";
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.store_path = "/srv/svc.db";
+	cr_assert_eq(tbx__stores_batch_ready(&cfg, &store, err, sizeof(err)),
+		     TBX_ESCHEMA);
+	cr_assert(strstr(err, "outbox.layout=batch: store.path /srv/svc.db: "
+			      "the service store is at schema 11, and batch "
+			      "rows need 12 or later"),
+		  "%s", err);
 }
