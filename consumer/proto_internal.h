@@ -76,6 +76,9 @@ typedef struct tbx__ob_written {
 } tbx__ob_written_t;
 int tbx__ob_new(tbx__batch_t *batch, size_t *ob);
 int tbx__ob_prepare(tbx__proto_t *proto, tbx__batch_t *batch);
+/* Is @p msg ordered by its set's partition lock (a set bit), so that A
+ * needs no lock of its id? */
+int tbx__ob_set_locked(const struct tbx_msg *msg);
 int tbx__ob_resume(tbx__proto_t *proto, tbx__batch_t *batch,
 		   struct tbx_msg *msg, int *done);
 int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,

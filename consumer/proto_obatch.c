@@ -24,8 +24,6 @@
  * per-message tokens, as the record layout does, and wire's partition is
  * -1 (produced through the partitioner).  A row is taken through B–E in
  * the format it was written with, whatever the worker's setting.
- *
- * Not yet: PostgreSQL's partition locks.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -74,6 +72,14 @@ static void msg_key(const struct tbx_msg *msg, tbx__resume_key_t *key)
 		key->index = (uint16_t)msg->tset_index;
 		key->set_part = msg->tset_part;
 	}
+}
+
+int tbx__ob_set_locked(const struct tbx_msg *msg)
+{
+	tbx__resume_key_t key;
+
+	msg_key(msg, &key);
+	return key.set_id != NULL;
 }
 
 /* A record in the per-message format, checked through tbx_cover_msg. */
@@ -125,6 +131,48 @@ static int64_t gen_of(const tbx__proto_t *proto, const char *topic,
 	return -1;
 }
 
+/* The locks of A's partitions (proto->ob_gens, sorted), and their gens
+ * read under them, in one gens_lock. */
+static int lock_gens(tbx__proto_t *proto)
+{
+	size_t n = proto->ob_gen_cnt;
+	const char **topics;
+	int32_t *parts;
+	int64_t *gens;
+	int err;
+
+	if (n == 0)
+		return TBX_OK;
+	topics = malloc(n * sizeof(*topics));
+	parts = malloc(n * sizeof(*parts));
+	gens = malloc(n * sizeof(*gens));
+	if (!topics || !parts || !gens) {
+		err = TBX_ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		topics[i] = proto->ob_gens[i].topic;
+		parts[i] = proto->ob_gens[i].part;
+	}
+	if ((err = tbx_outbox_gens_lock(proto->store, proto->group, topics,
+					parts, n, gens))) {
+		const char *m = tbx_outbox_errmsg(proto->store);
+
+		tbx__log(TBX_LOG_WARNING,
+			 "the locks of the batch's %zu partitions were not "
+			 "taken: %s: %s",
+			 n, tbx_strerror(err), m && *m ? m : "");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		proto->ob_gens[i].gen = gens[i];
+out:
+	free(topics);
+	free(parts);
+	free(gens);
+	return err;
+}
+
 int tbx__ob_prepare(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	size_t cap = 0, n = 0;
@@ -152,10 +200,14 @@ int tbx__ob_prepare(tbx__proto_t *proto, tbx__batch_t *batch)
 	}
 	if (err)
 		return err;
-	/* Per topic, its partitions in ascending order: one gens_get and,
-	 * when stale, one load of the group's rows. */
+	/* The partitions' locks and gens, sorted by (topic, partition):
+	 * one statement on PostgreSQL, plain reads under the file's write
+	 * lock on SQLite.  Then per topic, when a gen moved, one load of
+	 * the group's rows. */
 	qsort(proto->ob_gens, proto->ob_gen_cnt, sizeof(*proto->ob_gens),
 	      by_topic_part);
+	if ((err = lock_gens(proto)))
+		return err;
 	for (size_t i = 0; i < proto->ob_gen_cnt;) {
 		size_t j = i;
 		int32_t parts[256];
@@ -165,14 +217,13 @@ int tbx__ob_prepare(tbx__proto_t *proto, tbx__batch_t *batch)
 		       strcmp(proto->ob_gens[j].topic,
 			      proto->ob_gens[i].topic) == 0) {
 			parts[j - i] = proto->ob_gens[j].part;
+			gens[j - i] = proto->ob_gens[j].gen;
 			j++;
 		}
-		if ((err = tbx__resume_mem_sync(proto->rmem, proto->store,
-						proto->ob_gens[i].topic, parts,
-						j - i, gens, NULL)))
+		if ((err = tbx__resume_mem_sync_gens(proto->rmem, proto->store,
+						     proto->ob_gens[i].topic,
+						     parts, j - i, gens, NULL)))
 			return err;
-		for (size_t k = i; k < j; k++)
-			proto->ob_gens[k].gen = gens[k - i];
 		i = j;
 	}
 	/* The records in the per-message format: one look-up for the

@@ -21,7 +21,11 @@
  * not interleave with another worker's A of the same message (on SQLite
  * the file's write lock does it, and this is nothing).  Untokened and
  * malformed records are judged by the ingress offset, which the backend
- * locks with the offset's row.
+ * locks with the offset's row.  With outbox.layout = batch a record with
+ * a set bit needs none: the lock of its set's partition, which A takes
+ * for the resume check (tbx__ob_prepare()), orders every A of its
+ * copies (docs/batched-tokens.md, "PostgreSQL without serialising
+ * workers").
  */
 static int lock_ids(tbx__proto_t *proto, tbx__batch_t *batch)
 {
@@ -35,7 +39,8 @@ static int lock_ids(tbx__proto_t *proto, tbx__batch_t *batch)
 	for (size_t i = 0; i < batch->cnt; i++) {
 		const struct tbx_msg *msg = &batch->msgs[i];
 		if ((batch->isolating && i != batch->isolated) ||
-		    msg->malformed || msg->untokened)
+		    msg->malformed || msg->untokened ||
+		    (proto->batch_layout && tbx__ob_set_locked(msg)))
 			continue;
 		ids[n++] = msg->id;
 	}
@@ -301,6 +306,14 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 	 * savepoint (a rolled-back savepoint would release them). */
 	if ((err = lock_ids(proto, batch)))
 		goto fail;
+	/* outbox.layout = batch: the partitions' locks, the resume check's
+	 * memory brought up to the gens read under them, and the batch rows
+	 * tbx_cover_msg names -- before any token is read (prefetch()): a
+	 * bit read before its partition's lock could be cleared, and its
+	 * row deleted, by another worker's D and E in between, and the
+	 * record handled again. */
+	if (proto->batch_layout && (err = tbx__ob_prepare(proto, batch)))
+		goto fail;
 	/* Joined: one number for every token this A mints, taken after the
 	 * locks and before any savepoint (a rolled-back savepoint must not
 	 * take it back). */
@@ -311,11 +324,6 @@ static int process_once(tbx__proto_t *proto, tbx__batch_t *batch,
 	    (err = tbx_tokens_seq_joined(proto->tokens, &batch->mint_seq)))
 		goto fail;
 	if ((err = prefetch(proto, batch)))
-		goto fail;
-	/* outbox.layout = batch: the resume check's memory brought up to
-	 * the partitions' gens, read under their locks, and the batch rows
-	 * tbx_cover_msg names. */
-	if (proto->batch_layout && (err = tbx__ob_prepare(proto, batch)))
 		goto fail;
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];

@@ -276,12 +276,36 @@ static int reload(tbx__resume_mem_t *m, tbx_outbox_t *store, const char *topic,
 	return err;
 }
 
+int tbx__resume_mem_sync_gens(tbx__resume_mem_t *m, tbx_outbox_t *store,
+			      const char *topic, const int32_t *parts, size_t n,
+			      const int64_t *gens, int *reloaded)
+{
+	int stale = 0, err = TBX_OK;
+
+	if (reloaded)
+		*reloaded = 0;
+	if (!m || !store || !topic || (n && (!parts || !gens)))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n && !stale; i++) {
+		int found;
+		size_t at = mgen_find(m, topic, parts[i], &found);
+
+		stale = !found || m->gens[at].gen != gens[i];
+	}
+	if (stale) {
+		err = reload(m, store, topic, parts, n, gens);
+		if (!err && reloaded)
+			*reloaded = 1;
+	}
+	return err;
+}
+
 int tbx__resume_mem_sync(tbx__resume_mem_t *m, tbx_outbox_t *store,
 			 const char *topic, const int32_t *parts, size_t n,
 			 int64_t *gens, int *reloaded)
 {
 	int64_t *read = gens;
-	int stale = 0, err;
+	int err;
 
 	if (reloaded)
 		*reloaded = 0;
@@ -291,22 +315,11 @@ int tbx__resume_mem_sync(tbx__resume_mem_t *m, tbx_outbox_t *store,
 		return TBX_OK;
 	if (!read && !(read = malloc(n * sizeof(*read))))
 		return TBX_ENOMEM;
-	if ((err = tbx_outbox_gens_get(store, m->grp, topic, parts, n, read))) {
+	if ((err = tbx_outbox_gens_get(store, m->grp, topic, parts, n, read)))
 		load_failed(m, err);
-		goto out;
-	}
-	for (size_t i = 0; i < n && !stale; i++) {
-		int found;
-		size_t at = mgen_find(m, topic, parts[i], &found);
-
-		stale = !found || m->gens[at].gen != read[i];
-	}
-	if (stale) {
-		err = reload(m, store, topic, parts, n, read);
-		if (!err && reloaded)
-			*reloaded = 1;
-	}
-out:
+	else
+		err = tbx__resume_mem_sync_gens(m, store, topic, parts, n, read,
+						reloaded);
 	if (read != gens)
 		free(read);
 	return err;

@@ -21,12 +21,12 @@
  *     after either until the next load.
  *
  * Who calls what (A and E, with outbox.layout = batch: proto_obatch.c):
- * tbx__resume_mem_sync() in A's transaction once A holds the batch's
- * partitions' locks; tbx__resume_mem_check() per record; after A's
- * commit tbx__resume_mem_add() for the row it inserted and
- * tbx__resume_mem_bumped() with the gens its bump returned; after E's
- * commit tbx__resume_mem_forget().  Not thread-safe: the protocol's
- * thread owns it.
+ * tbx__resume_mem_sync_gens() in A's transaction with the gens A read
+ * while taking the batch's partitions' locks (the store's gens_lock);
+ * tbx__resume_mem_check() per record; after A's commit tbx__resume_mem_add()
+ * for the row it inserted and tbx__resume_mem_bumped() with the gens its bump
+ * returned; after E's commit tbx__resume_mem_forget().  Not thread-safe: the
+ * protocol's thread owns it.
  */
 #ifndef TBX_CONSUMER_RESUME_MEM_H
 #define TBX_CONSUMER_RESUME_MEM_H
@@ -101,6 +101,15 @@ void tbx__resume_mem_destroy(tbx__resume_mem_t *m);
 int tbx__resume_mem_sync(tbx__resume_mem_t *m, tbx_outbox_t *store,
 			 const char *topic, const int32_t *parts, size_t n,
 			 int64_t *gens, int *reloaded);
+
+/**
+ * tbx__resume_mem_sync() with the gens of @p parts already read under
+ * their locks (@p gens, e.g. by the store's gens_lock): no read of its
+ * own, the same comparison and load.
+ */
+int tbx__resume_mem_sync_gens(tbx__resume_mem_t *m, tbx_outbox_t *store,
+			      const char *topic, const int32_t *parts, size_t n,
+			      const int64_t *gens, int *reloaded);
 
 /**
  * Which pending row covers @p key: by its set bit when it has one,

@@ -513,3 +513,37 @@ int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size)
 	return check_store("tokens.path", cfg->tokens_path, &opts, errstr,
 			   errstr_size);
 }
+
+int tbx__stores_batch_ready(const tbx__cfg_t *cfg, tbx_outbox_t *store,
+			    char *errstr, size_t errstr_size)
+{
+	const tbx_outbox_ops_t *o = store->ops;
+	int pg = tbx_outbox_pg(store) != NULL, version = 0, err;
+	int need = pg ? TBX_OUTBOX_OBATCH_PG : TBX_OUTBOX_OBATCH_SQLITE;
+	char where[4400];
+
+	if (pg)
+		snprintf(where, sizeof(where), "store.url, schema %s",
+			 store_schema(cfg));
+	else
+		snprintf(where, sizeof(where), "store.path %s",
+			 cfg->store_path);
+	if ((err = tbx_outbox_schema(store, &version)))
+		return tbx__seterr(errstr, errstr_size, err,
+				   "outbox.layout=batch: %s: cannot read the "
+				   "service store's version",
+				   where);
+	if (version >= need && o->obatch_insert && o->obatch_set_attempt &&
+	    o->obatch_delete && o->obatch_load && o->obatch_dispatch_failed &&
+	    o->obatch_mark_stuck && o->cover_msg_find && o->gens_lock &&
+	    o->gens_bump)
+		return TBX_OK;
+	return tbx__seterr(errstr, errstr_size, TBX_ESCHEMA,
+			   "outbox.layout=batch: %s: the service store is at "
+			   "%s %d, and batch rows need %d or later; open it "
+			   "read-write once with this tokenbox to migrate it "
+			   "(any worker start does), or use "
+			   "outbox.layout=record",
+			   where, pg ? "service version" : "schema", version,
+			   need);
+}

@@ -64,6 +64,17 @@ int tbx__stores_open_publisher(const tbx__cfg_t *cfg, tbx_tokens_t **tokens,
 			       char *errstr, size_t errstr_size);
 
 /**
+ * outbox.layout = batch at a worker's start: the opened service store
+ * @p store has batch rows (SQLite schema TBX_OUTBOX_OBATCH_SQLITE,
+ * PostgreSQL service version TBX_OUTBOX_OBATCH_PG, or later) and every
+ * operation the layout calls.
+ * @returns TBX_OK, or TBX_ESCHEMA with @p errstr naming the store, its
+ * version and the one needed.
+ */
+int tbx__stores_batch_ready(const tbx__cfg_t *cfg, tbx_outbox_t *store,
+			    char *errstr, size_t errstr_size);
+
+/**
  * The stores' part of `tokenbox worker --check-config`: each store file a
  * worker would open is opened read-only when it exists (a tokenbox file
  * of a schema this tokenbox knows); a missing service store needs a

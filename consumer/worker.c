@@ -197,8 +197,6 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	if ((err = record_binding(worker, cfg, errstr, errstr_size)))
 		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
-	/* outbox.layout = batch, stage 1: SQLite only (docs/batched-tokens.md).
-	 */
 	/* tokens.format = set for the worker's own messages: only on batch
 	 * rows, which record each message's set, bit and partition. */
 	if (cfg->tokens_format == TBX_TOKFMT_SET &&
@@ -212,12 +210,22 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 				  "tokens.format=message");
 		goto fail;
 	}
+	/* outbox.layout = batch, stage 1 (docs/batched-tokens.md): a
+	 * service store with batch rows. */
 	if (cfg->outbox_layout == TBX_LAYOUT_BATCH) {
-		if (cfg->store_url[0]) {
-			err = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
-					  "outbox.layout=batch: not on "
-					  "PostgreSQL yet (store.url is set); "
-					  "use outbox.layout=record");
+		if ((err = tbx__stores_batch_ready(cfg, worker->store, errstr,
+						   errstr_size)))
+			goto fail;
+		/* A given-up message of a set keeps its set, bit and
+		 * partition in tbx_undelivered: not on PostgreSQL yet. */
+		if (cfg->tokens_format == TBX_TOKFMT_SET && *cfg->store_url) {
+			err = tbx__seterr(
+			    errstr, errstr_size, TBX_EINVAL,
+			    "tokens.format=set with outbox.layout=batch: not "
+			    "on a PostgreSQL service store yet (its "
+			    "tbx_undelivered cannot keep a given-up "
+			    "message's set, bit and partition); use "
+			    "tokens.format=message");
 			goto fail;
 		}
 		if (cfg->tokens_format == TBX_TOKFMT_SET) {

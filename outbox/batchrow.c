@@ -633,3 +633,21 @@ int tbx__obatch_attempt_check(const char *attempt, int64_t mint_seq,
 				   nm, nw);
 	return TBX_OK;
 }
+
+int tbx__parts_sorted(const char *const *topics, const int32_t *parts, size_t n)
+{
+	if (n && (!topics || !parts))
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		int c;
+
+		if (!topics[i] || parts[i] < 0)
+			return 0;
+		if (i == 0)
+			continue;
+		c = strcmp(topics[i - 1], topics[i]);
+		if (c > 0 || (c == 0 && parts[i - 1] >= parts[i]))
+			return 0;
+	}
+	return 1;
+}

@@ -131,4 +131,10 @@ int64_t tbx__cover_find_bit(const tbx__cover_t *c, const char *set_id,
 int64_t tbx__cover_find_offset(const tbx__cover_t *c, const char *topic,
 			       int32_t partition, int64_t offset);
 
+/** 1 when the partitions (@p topics[i], @p parts[i]) (@p n) are in the
+ *  order of gens_lock (outbox/outbox.h): by topic in byte order, then
+ *  partition, none twice, none NULL or below 0; else 0. */
+int tbx__parts_sorted(const char *const *topics, const int32_t *parts,
+		      size_t n);
+
 #endif

@@ -623,8 +623,7 @@ typedef struct tbx_outbox_ops {
 			   tbx__obatch_fn fn, void *opaque);
 	/** C: counts one more dispatch of batch row @p row_id that failed
 	 *  with a permanent error, as dispatch_failed does for a record
-	 *  row: *failures the count after it, 0 when the row is gone.
-	 *  SQLite's only for now (outbox.layout = batch is). */
+	 *  row: *failures the count after it, 0 when the row is gone. */
 	int (*obatch_dispatch_failed)(tbx_outbox_t *store, const char *grp,
 				      const char *row_id, int *failures);
 	/** Marks batch row @p row_id as found stuck by the recovery pass at
@@ -636,6 +635,25 @@ typedef struct tbx_outbox_ops {
 	int (*cover_msg_find)(tbx_outbox_t *store, const char *grp,
 			      const char *const *ids, size_t n,
 			      char (*row_ids)[TBX_UUID_LEN + 1]);
+	/** A, first, inside the transaction begin() opened and before any
+	 *  savepoint: the lock of each partition (@p topics[i],
+	 *  @p parts[i]) of @p grp (@p n, sorted by topic in byte order,
+	 *  then partition, none twice), held until the transaction ends,
+	 *  and gens[i] its gen read under that lock (0 for a partition
+	 *  without a row).  SQLite: plain reads (begin() took the file's
+	 *  write lock, which orders every A).  PostgreSQL: a tbx_inflight
+	 *  row made for each partition without one (a cleared marker, gen
+	 *  0; INSERT … ON CONFLICT DO NOTHING, sent with the next
+	 *  statement), then every row locked FOR UPDATE and its gen read by
+	 *  one statement, in (topic, partition) order, so that two A's of
+	 *  one partition are ordered and A's of different partitions never
+	 *  wait for each other (docs/batched-tokens.md, "PostgreSQL without
+	 *  serialising workers").  @returns TBX_OK, TBX_EINVAL (not sorted),
+	 *  or the store's error (TBX_BUSY: the rows kept being deleted under
+	 *  it, or lock_timeout). */
+	int (*gens_lock)(tbx_outbox_t *store, const char *grp,
+			 const char *const *topics, const int32_t *parts,
+			 size_t n, int64_t *gens);
 	/** gens[i]: tbx_inflight.gen of (@p grp, @p topic, @p parts[i]); 0
 	 *  for a partition without a row. */
 	int (*gens_get)(tbx_outbox_t *store, const char *grp, const char *topic,
@@ -651,6 +669,13 @@ typedef struct tbx_outbox_ops {
 			 const char *topic, const int32_t *parts, size_t n,
 			 int64_t *gens);
 } tbx_outbox_ops_t;
+
+/** The first versions of the service store with batch rows (tbx_obatch,
+ *  tbx_cover_msg, tbx_inflight.gen): SQLite schema 12, PostgreSQL
+ *  service version 4.  A worker with outbox.layout = batch refuses a
+ *  store below them. */
+#define TBX_OUTBOX_OBATCH_SQLITE 12
+#define TBX_OUTBOX_OBATCH_PG	 4
 
 /** The backends, for native(). */
 enum { TBX_BACKEND_SQLITE = 1, TBX_BACKEND_PG = 2, TBX_BACKEND_PG_PEEK = 3 };
@@ -1164,6 +1189,14 @@ static inline int tbx_outbox_cover_msg_find(tbx_outbox_t *store,
 					    char (*row_ids)[TBX_UUID_LEN + 1])
 {
 	return TBX__OBATCH_OP(store, cover_msg_find, grp, ids, n, row_ids);
+}
+
+static inline int tbx_outbox_gens_lock(tbx_outbox_t *store, const char *grp,
+				       const char *const *topics,
+				       const int32_t *parts, size_t n,
+				       int64_t *gens)
+{
+	return TBX__OBATCH_OP(store, gens_lock, grp, topics, parts, n, gens);
 }
 
 static inline int tbx_outbox_gens_get(tbx_outbox_t *store, const char *grp,

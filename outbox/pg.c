@@ -1733,7 +1733,10 @@ static const tbx_outbox_ops_t pg_ops = {
     .obatch_set_attempt = tbx__pgo_obatch_set_attempt,
     .obatch_delete = tbx__pgo_obatch_delete,
     .obatch_load = tbx__pgo_obatch_load,
+    .obatch_dispatch_failed = tbx__pgo_obatch_dispatch_failed,
+    .obatch_mark_stuck = tbx__pgo_obatch_mark_stuck,
     .cover_msg_find = tbx__pgo_cover_msg_find,
+    .gens_lock = tbx__pgo_gens_lock,
     .gens_get = tbx__pgo_gens_get,
     .gens_bump = tbx__pgo_gens_bump,
 };

@@ -4,8 +4,9 @@
  * docs/batched-tokens.md, "The outbox row by the batch", "The resume
  * check" and "PostgreSQL without serialising workers").  The same
  * operations, with the same contracts, as outbox/sqlite_batch.c; each is
- * one statement for all its rows.  Every statement runs inside the
- * caller's transaction; none begins or commits.
+ * one statement for all its rows (gens_lock: two, sent together, the
+ * missing rows made, then every row locked).  Every statement runs
+ * inside the caller's transaction; none begins or commits.
  *
  * @locality one thread at a time per store (the worker's).
  */
@@ -29,6 +30,10 @@ enum {
 	Q_COVER_FIND,
 	Q_GENS_GET,
 	Q_GENS_BUMP,
+	Q_GENS_ENSURE,
+	Q_GENS_LOCK,
+	Q_DISPATCH_FAILED,
+	Q_MARK_STUCK,
 	Q__COUNT
 };
 
@@ -78,6 +83,29 @@ static const char *const sql[Q__COUNT] = {
 		    "ORDER BY u.p ON CONFLICT (grp, topic, \"partition\") DO "
 		    "UPDATE SET gen = f.gen + excluded.gen RETURNING "
 		    "f.\"partition\", f.gen",
+    /* A's partitions without a row get one, as a bump makes it but with
+     * gen 0, so that Q_GENS_LOCK has a row to lock.  It waits only for a
+     * concurrent insert of the same key, never for a row lock. */
+    [Q_GENS_ENSURE] = "INSERT INTO @S.tbx_inflight (grp, topic, "
+		      "\"partition\", first_offset, last_offset, crashes, "
+		      "suspect_until, gen) SELECT $1, u.t, u.p, -1, -1, 0, -1, "
+		      "0 FROM unnest($2::text[], $3::int8[]) AS u(t, p) ORDER "
+		      "BY u.t COLLATE \"C\", u.p ON CONFLICT (grp, topic, "
+		      "\"partition\") DO NOTHING",
+    /* A's partition locks, one statement: the rows sorted (LockRows
+     * above the Sort locks them in that order, the same in every A),
+     * their gen read under the lock (READ COMMITTED re-reads a row a
+     * concurrent A updated once its lock is ours). */
+    [Q_GENS_LOCK] = "SELECT f.topic, f.\"partition\", f.gen FROM "
+		    "@S.tbx_inflight f JOIN unnest($2::text[], $3::int8[]) "
+		    "AS u(t, p) ON f.grp = $1 AND f.topic = u.t AND "
+		    "f.\"partition\" = u.p ORDER BY f.topic, f.\"partition\" "
+		    "FOR UPDATE OF f",
+    [Q_DISPATCH_FAILED] = "UPDATE @S.tbx_obatch SET dispatch_failures = "
+			  "dispatch_failures + 1 WHERE grp = $1 AND row_id = "
+			  "$2 RETURNING dispatch_failures",
+    [Q_MARK_STUCK] = "UPDATE @S.tbx_obatch SET stuck_ms = $3 WHERE grp = "
+		     "$1 AND row_id = $2 AND stuck_ms IS NULL",
 };
 
 static pg_store_t *ps(tbx_outbox_t *base)
@@ -341,6 +369,40 @@ int tbx__pgo_cover_msg_find(tbx_outbox_t *base, const char *grp,
 	return TBX_OK;
 }
 
+int tbx__pgo_obatch_dispatch_failed(tbx_outbox_t *base, const char *grp,
+				    const char *row_id, int *failures)
+{
+	tbx__pg_params_t p;
+	int64_t n = 0;
+	int err;
+
+	*failures = 0;
+	if (!grp || !row_id)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row_id);
+	err =
+	    tbx__pg_run_i64(&ps(base)->batch, Q_DISPATCH_FAILED, &p, &n, NULL);
+	tbx__pgp_free(&p);
+	*failures = (int)n;
+	return err;
+}
+
+int tbx__pgo_obatch_mark_stuck(tbx_outbox_t *base, const char *grp,
+			       const char *row_id, int64_t now_ms)
+{
+	tbx__pg_params_t p;
+
+	if (!grp || !row_id)
+		return TBX_EINVAL;
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text(&p, row_id);
+	tbx__pgp_i64(&p, now_ms);
+	return run(ps(base), Q_MARK_STUCK, &p, NULL);
+}
+
 /* The partitions as the int8[] of the statements. */
 static int parts_param(tbx__pg_params_t *p, const int32_t *parts, size_t n)
 {
@@ -372,6 +434,79 @@ static int gens_run(pg_store_t *store, int q, const char *grp,
 		return err;
 	}
 	return run(store, q, &p, res);
+}
+
+/* Q_GENS_ENSURE (deferred) and Q_GENS_LOCK for @p topics and @p parts:
+ * the parameters both take. */
+static int lock_params(tbx__pg_params_t *p, const char *grp,
+		       const char *const *topics, const int32_t *parts,
+		       size_t n)
+{
+	int err;
+
+	tbx__pgp_init(p);
+	tbx__pgp_text(p, grp);
+	tbx__pgp_text_array(p, topics, n);
+	if ((err = parts_param(p, parts, n)))
+		tbx__pgp_free(p);
+	return err;
+}
+
+/* Rounds of insert-then-lock before A gives up on rows deleted under it
+ * (a partition's marker deleted by another worker's G or A while gen is
+ * 0, between the insert and the lock). */
+#define LOCK_ROUNDS 3
+
+int tbx__pgo_gens_lock(tbx_outbox_t *base, const char *grp,
+		       const char *const *topics, const int32_t *parts,
+		       size_t n, int64_t *gens)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	PGresult *res;
+	size_t got = 0;
+	int err;
+
+	if (!grp || !tbx__parts_sorted(topics, parts, n))
+		return TBX_EINVAL;
+	if (n == 0)
+		return TBX_OK;
+	for (int round = 0; round < LOCK_ROUNDS && got < n; round++) {
+		int rows;
+
+		if ((err = lock_params(&p, grp, topics, parts, n)))
+			return err;
+		err = tbx__pg_defer(&store->batch, Q_GENS_ENSURE, &p, NULL, 0,
+				    "the partitions' tbx_inflight rows");
+		if (err) {
+			tbx__pgp_free(&p);
+			return err;
+		}
+		if ((err = run(store, Q_GENS_LOCK, &p, &res)))
+			return err;
+		/* Both sorted alike and without repeats: every row there,
+		 * row r is partition r. */
+		rows = PQntuples(res);
+		got = (size_t)rows == n ? n : 0;
+		for (int r = 0; got && r < rows; r++) {
+			const char *t = tbx__pg_text(res, r, 0);
+
+			if (!t || strcmp(t, topics[r]) != 0 ||
+			    tbx__pg_i64(res, r, 1) != parts[r]) {
+				got = 0;
+				break;
+			}
+			if (gens)
+				gens[r] = tbx__pg_i64(res, r, 2);
+		}
+		PQclear(res);
+	}
+	if (got < n) {
+		refuse(store, "the partitions' tbx_inflight rows were deleted "
+			      "while A locked them, round after round");
+		return TBX_EBUSY;
+	}
+	return TBX_OK;
 }
 
 int tbx__pgo_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,

@@ -43,9 +43,16 @@ int tbx__pgo_obatch_delete(tbx_outbox_t *base, const char *grp,
 			   const char *const *ids, size_t n, int64_t *deleted);
 int tbx__pgo_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
 			 void *opaque);
+int tbx__pgo_obatch_dispatch_failed(tbx_outbox_t *base, const char *grp,
+				    const char *row_id, int *failures);
+int tbx__pgo_obatch_mark_stuck(tbx_outbox_t *base, const char *grp,
+			       const char *row_id, int64_t now_ms);
 int tbx__pgo_cover_msg_find(tbx_outbox_t *base, const char *grp,
 			    const char *const *ids, size_t n,
 			    char (*row_ids)[TBX_UUID_LEN + 1]);
+int tbx__pgo_gens_lock(tbx_outbox_t *base, const char *grp,
+		       const char *const *topics, const int32_t *parts,
+		       size_t n, int64_t *gens);
 int tbx__pgo_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
 		      const int32_t *parts, size_t n, int64_t *gens);
 int tbx__pgo_gens_bump(tbx_outbox_t *base, const char *grp, const char *topic,

@@ -1223,6 +1223,7 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .obatch_dispatch_failed = tbx__sq_obatch_dispatch_failed,
     .obatch_mark_stuck = tbx__sq_obatch_mark_stuck,
     .cover_msg_find = tbx__sq_cover_msg_find,
+    .gens_lock = tbx__sq_gens_lock,
     .gens_get = tbx__sq_gens_get,
     .gens_bump = tbx__sq_gens_bump,
 };

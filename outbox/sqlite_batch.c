@@ -384,6 +384,23 @@ static int gens(tbx_outbox_t *base, int q, const char *grp, const char *topic,
 	return TBX_OK;
 }
 
+/* The file's write lock, taken by begin(), is every partition's: the
+ * gens are plain reads under it. */
+int tbx__sq_gens_lock(tbx_outbox_t *base, const char *grp,
+		      const char *const *topics, const int32_t *parts, size_t n,
+		      int64_t *out)
+{
+	int err;
+
+	if (!grp || !tbx__parts_sorted(topics, parts, n))
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if ((err = gens(base, Q_GEN_GET, grp, topics[i], &parts[i], 1,
+				out ? &out[i] : NULL)))
+			return err;
+	return TBX_OK;
+}
+
 int tbx__sq_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
 		     const int32_t *parts, size_t n, int64_t *out)
 {

@@ -55,6 +55,9 @@ int tbx__sq_obatch_load(tbx_outbox_t *base, const char *grp, tbx__obatch_fn fn,
 int tbx__sq_cover_msg_find(tbx_outbox_t *base, const char *grp,
 			   const char *const *ids, size_t n,
 			   char (*row_ids)[TBX_UUID_LEN + 1]);
+int tbx__sq_gens_lock(tbx_outbox_t *base, const char *grp,
+		      const char *const *topics, const int32_t *parts, size_t n,
+		      int64_t *gens);
 int tbx__sq_gens_get(tbx_outbox_t *base, const char *grp, const char *topic,
 		     const int32_t *parts, size_t n, int64_t *gens);
 int tbx__sq_gens_bump(tbx_outbox_t *base, const char *grp, const char *topic,

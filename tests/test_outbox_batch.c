@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/ids.h"
 #include "base/str.h"
@@ -452,6 +454,103 @@ Test(obatch, generations_are_read_and_bumped_per_partition)
 	fx_close(&fx);
 }
 
+/* A's partition locks: the gens read under them are gens_get's, for
+ * every partition of every topic at once (none with a row, some with a
+ * bumped gen); input that is not in (topic, partition) order, or
+ * repeats one, is refused. */
+Test(obatch, gens_are_read_under_the_partitions_locks)
+{
+	fx_t fx;
+	const char *topics[4] = {"a", "a", "b", "b"};
+	int32_t parts[4] = {0, 3, 1, 2}, bump[2] = {3, 3};
+	int64_t gens[4], one;
+	tbx__inflight_t f;
+	int found;
+
+	fx_open(&fx);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_gens_lock(fx.store, GRP, topics, parts, 4, gens),
+	    TBX_OK);
+	cr_assert(gens[0] == 0 && gens[1] == 0 && gens[2] == 0 && gens[3] == 0);
+	cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "a", bump, 2, NULL),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_gens_lock(fx.store, GRP, topics, parts, 4, gens),
+	    TBX_OK);
+	cr_assert(gens[0] == 0 && gens[1] == 2 && gens[2] == 0 && gens[3] == 0,
+		  "%lld %lld %lld %lld", (long long)gens[0], (long long)gens[1],
+		  (long long)gens[2], (long long)gens[3]);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_gens_get(fx.store, GRP, "a", &parts[1], 1, &one),
+	    TBX_OK);
+	cr_assert_eq(one, 2);
+	/* A row a lock made reads as a partition without a marker. */
+	cr_assert_eq(tbx_outbox_inflight_get(fx.store, GRP, "b", 2, &f, &found),
+		     TBX_OK);
+	cr_assert(!found || (f.first == -1 && f.last == -1 && f.crashes == 0));
+	/* Not in order, or twice: refused. */
+	const char *back[2] = {"b", "a"};
+	int32_t same[2] = {1, 1}, down[2] = {3, 0};
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	cr_assert_eq(tbx_outbox_gens_lock(fx.store, GRP, back, same, 2, gens),
+		     TBX_EINVAL);
+	cr_assert_eq(tbx_outbox_gens_lock(fx.store, GRP, topics, same, 2, gens),
+		     TBX_EINVAL);
+	cr_assert_eq(tbx_outbox_gens_lock(fx.store, GRP, topics, down, 2, gens),
+		     TBX_EINVAL);
+	cr_assert_eq(tbx_outbox_rollback(fx.store), TBX_OK);
+	fx_close(&fx);
+}
+
+/* C's give-up count and the recovery pass's mark on a batch row: the
+ * count grows by one a call and is 0 for a row that is gone; the first
+ * mark stays. */
+Test(obatch, dispatch_failures_are_counted_and_the_first_stuck_mark_stays)
+{
+	fx_t fx;
+	brow_t b;
+	int failures = -1;
+
+	fx_open(&fx);
+	brow_make(&b, 3, NULL);
+	cr_assert_eq(insert(&fx, &b), TBX_OK);
+	for (int i = 1; i <= 3; i++) {
+		cr_assert_eq(tbx_outbox_obatch_dispatch_failed(
+				 fx.store, GRP, b.row.row_id, &failures),
+			     TBX_OK);
+		cr_assert_eq(failures, i);
+	}
+	cr_assert_eq(tbx_outbox_obatch_dispatch_failed(
+			 fx.store, GRP, "0190f3c2-1111-7000-8000-00000000dead",
+			 &failures),
+		     TBX_OK);
+	cr_assert_eq(failures, 0);
+	cr_assert_eq(tbx_outbox_obatch_dispatch_failed(fx.store, "other",
+						       b.row.row_id, &failures),
+		     TBX_OK);
+	cr_assert_eq(failures, 0, "another group's row is not this one");
+	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_obatch WHERE "
+				       "stuck_ms IS NOT NULL"),
+		     0);
+	cr_assert_eq(
+	    tbx_outbox_obatch_mark_stuck(fx.store, GRP, b.row.row_id, 1000),
+	    TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_obatch_mark_stuck(fx.store, GRP, b.row.row_id, 2000),
+	    TBX_OK);
+	cr_assert_eq(tt_count(fx.path, "SELECT stuck_ms FROM tbx_obatch"),
+		     1000);
+	cr_assert_eq(tt_count(fx.path, "SELECT dispatch_failures FROM "
+				       "tbx_obatch"),
+		     3);
+	brow_free(&b);
+	fx_close(&fx);
+}
+
 /* As G reads a partition without a row: no A in progress, no suspect
  * range, no counts. */
 static void assert_no_marker(const tbx__inflight_t *f)
@@ -718,6 +817,9 @@ Test(obatch, a_backend_without_batch_rows_says_so)
 		     TBX_ESCHEMA);
 	cr_assert_eq(tbx_outbox_gens_bump(&store, GRP, "t", &part, 1, &gen),
 		     TBX_ESCHEMA);
+	const char *topic = "t";
+	cr_assert_eq(tbx_outbox_gens_lock(&store, GRP, &topic, &part, 1, &gen),
+		     TBX_ESCHEMA);
 }
 
 /* Two connections bumping gen of one partition at the same time: every
@@ -794,5 +896,92 @@ Test(obatch, concurrent_bumps_of_one_partition_all_count)
 		     TBX_OK);
 	cr_assert_eq(gen, BUMPERS * ROUNDS);
 	cr_assert_eq(tt_count(fx.path, "SELECT COUNT(*) FROM tbx_inflight"), 1);
+	fx_close(&fx);
+}
+
+/* PostgreSQL: A's lock of a partition is a row lock.  A second
+ * connection's gens_lock of another partition does not wait for the
+ * first's transaction; of the same partition it waits (seen in
+ * pg_stat_activity), for the row the first one's lock made and has not
+ * committed yet, or for the lock of a row that was there, and once the
+ * first bumps and commits it reads the gen the first wrote. */
+typedef struct locker {
+	tbx_outbox_t *store;
+	const char *topic;
+	int32_t part;
+	int64_t gen;
+	int err;
+} locker_t;
+
+static void *lock_one(void *arg)
+{
+	locker_t *l = arg;
+
+	l->err = tbx_outbox_begin(l->store);
+	/* Waiting is the test's to end, not the store's lock_timeout. */
+	if (!l->err)
+		l->err = tbx_outbox_exec(
+		    l->store, "SET LOCAL lock_timeout = 600000", NULL, 0, NULL);
+	if (!l->err)
+		l->err = tbx_outbox_gens_lock(l->store, GRP, &l->topic,
+					      &l->part, 1, &l->gen);
+	tbx_outbox_rollback(l->store);
+	return NULL;
+}
+
+Test(obatch, a_partition_lock_orders_two_As_of_it_and_no_other)
+{
+	fx_t fx;
+	const char *topics[2] = {"t", "t"};
+	int32_t parts[2] = {0, 2};
+	int64_t gens[2];
+	locker_t other, same;
+	pthread_t th;
+	char sql[512];
+	time_t deadline;
+
+	if (!tt_pg_tier())
+		cr_skip_test("PostgreSQL's row locks (pg_test_outbox_batch)");
+	fx_open(&fx);
+	other = (locker_t){tt_outbox_open(fx.path), "t", 1, -1, -1};
+	same = (locker_t){tt_outbox_open(fx.path), "t", 2, -1, -1};
+	snprintf(sql, sizeof(sql),
+		 "SELECT COUNT(*) FROM pg_catalog.pg_stat_activity WHERE "
+		 "wait_event_type = 'Lock' AND query LIKE "
+		 "'%%%s%%tbx_inflight%%'",
+		 tt_store_schema(fx.path));
+	/* Round 0: the rows are made by the first lock, not committed yet;
+	 * round 1: they are there. */
+	for (int round = 0; round < 2; round++) {
+		cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+		cr_assert_eq(
+		    tbx_outbox_gens_lock(fx.store, GRP, topics, parts, 2, gens),
+		    TBX_OK);
+		cr_assert_eq(gens[1], round);
+		/* Another partition, while the first transaction is open. */
+		lock_one(&other);
+		cr_assert_eq(other.err, TBX_OK, "%s", tbx_err_name(other.err));
+		cr_assert_eq(other.gen, 0);
+		/* The same partition: waits. */
+		same.gen = -1;
+		cr_assert_eq(pthread_create(&th, NULL, lock_one, &same), 0);
+		deadline = time(NULL) + 60 * tt_time_factor();
+		while (tt_pg_value(fx.path, sql) < 1 && time(NULL) < deadline)
+			usleep(10000);
+		cr_assert_lt(time(NULL), deadline,
+			     "round %d: the second lock never waited", round);
+		cr_assert_eq(tbx_outbox_gens_bump(fx.store, GRP, "t", &parts[1],
+						  1, NULL),
+			     TBX_OK);
+		cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+		pthread_join(th, NULL);
+		cr_assert_eq(same.err, TBX_OK, "%s", tbx_err_name(same.err));
+		cr_assert_eq(same.gen, round + 1,
+			     "round %d: the waiting lock read the committed "
+			     "gen",
+			     round);
+	}
+	tbx_outbox_close(other.store);
+	tbx_outbox_close(same.store);
 	fx_close(&fx);
 }

@@ -12,7 +12,10 @@
 #include <string.h>
 
 #include "cli_child.h"
+#include "consumer/conf.h"
+#include "consumer/stores.h"
 #include "fixture.h"
+#include "outbox/outbox.h"
 
 typedef struct env {
 	char *dir, *store, *tokens;
@@ -25,13 +28,12 @@ static void env_init(env_t *e, int one_file, const char *k, const char *v)
 {
 	char err[512];
 
-	if (tt_pg_tier())
-		cr_skip_test("outbox.layout=batch is SQLite's only: "
-			     "postgresql_refuses_the_batch_layout");
 	e->dir = tt_tmpdir();
 	e->store = tt_store_new(e->dir, "s1");
-	e->tokens = one_file ? strdup(e->store)
-			     : tt_tokens_new(e->dir, "tokens", one_file);
+	/* The pg tier: one file is one connection (the joined path). */
+	e->tokens = one_file && !tt_pg_tier()
+			? strdup(e->store)
+			: tt_tokens_new(e->dir, "tokens", one_file);
 	e->c = tt_cluster_new(1);
 	tt_cluster_topic(e->c, "in", 2);
 	tt_cluster_topic(e->c, "out", 2);
@@ -225,7 +227,10 @@ Test(obatch, a_corrupt_batch_row_stops_A_loudly)
 			     "wire) VALUES ('g1', "
 			     "'00000000-0000-7000-8000-000000000000', 1, "
 			     "0, X'00', X'0100000000')",
-			     NULL),
+			     "INSERT INTO tbx_obatch (grp, row_id, tokfmt, "
+			     "created_ms, cover, wire) VALUES ('g1', "
+			     "'00000000-0000-7000-8000-000000000000', 1, 0, "
+			     "'\\x00'::bytea, '\\x0100000000'::bytea)"),
 	    0);
 	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 2, 1, "m");
 	for (int i = 0; i < 300 && stats(&e).resume_load_failures == 0; i++)
@@ -242,6 +247,35 @@ Test(obatch, a_corrupt_batch_row_stops_A_loudly)
 	drive_to(&e, 2);
 	nothing_left(&e);
 	env_fini(&e);
+}
+
+/* `tokenbox inspect` on the env's stores with @p cmd (NULL-terminated):
+ * paths, or in the pg tier the server's URL and the schemas. */
+static cc_result_t inspect(const env_t *e, const char *const *cmd)
+{
+	static char url[2][2200];
+	const char *argv[64] = {"inspect"};
+	size_t n = 1;
+
+	if (tt_store_is_pg(e->store)) {
+		argv[n++] = "-s";
+		argv[n++] = tt_store_url(e->store, url[0], sizeof(url[0]));
+		argv[n++] = "--schema";
+		argv[n++] = tt_store_schema(e->store);
+		argv[n++] = "-S";
+		argv[n++] = tt_store_url(e->tokens, url[1], sizeof(url[1]));
+		argv[n++] = "--tokens-schema";
+		argv[n++] = tt_store_schema(e->tokens);
+	} else {
+		argv[n++] = "-s";
+		argv[n++] = e->store;
+		argv[n++] = "-S";
+		argv[n++] = e->tokens;
+	}
+	for (size_t i = 0; cmd[i] && n < 63; i++)
+		argv[n++] = cmd[i];
+	argv[n] = NULL;
+	return cc_run(argv);
 }
 
 /* How many distinct tbx-ids the records of @p topic carry, each with a
@@ -330,15 +364,13 @@ static void refused_reply_given_up(int one_file)
 	tt_records_free(recs, cnt);
 
 	/* An operator sees it as a record row's. */
-	const char *status[] = {"inspect", "-s",     e.store,	"--tokens",
-				e.tokens,  "status", "--check", NULL};
-	cc_result_t res = cc_run(status);
+	const char *status[] = {"status", "--check", NULL};
+	cc_result_t res = inspect(&e, status);
 	cr_assert(cc_exited(res.status, 1), "status --check: %s", res.err);
 	cr_assert(strstr(res.out, "Undelivered"), "%s", res.out);
 	cc_result_free(&res);
-	const char *list[] = {"inspect",     "-s",   e.store, "--json",
-			      "undelivered", "list", NULL};
-	res = cc_run(list);
+	const char *list[] = {"--json", "undelivered", "list", NULL};
+	res = inspect(&e, list);
 	cr_assert(cc_exited(res.status, 0), "%s", res.err);
 	cr_assert(strstr(res.out, "out") && strstr(res.out, "too large"), "%s",
 		  res.out);
@@ -374,8 +406,9 @@ static void sets_env_init2(sets_env_t *se, int one_file, const char *k,
 	char err[512];
 
 	if (tt_pg_tier())
-		cr_skip_test("outbox.layout=batch is SQLite's only: "
-			     "postgresql_refuses_the_batch_layout");
+		cr_skip_test("tokens.format=set with outbox.layout=batch is "
+			     "refused on PostgreSQL: "
+			     "postgresql_refuses_own_sets");
 	e->dir = tt_tmpdir();
 	e->store = tt_store_new(e->dir, "s1");
 	e->tokens = one_file ? strdup(e->store)
@@ -740,9 +773,41 @@ Test(obatch, an_unknown_layout_is_refused)
 	tbx_conf_destroy(conf);
 }
 
-/* PostgreSQL has no batch layout yet (its partitions' locks are not
- * taken): a worker refuses it at start, saying so, and runs nothing. */
-Test(obatch, postgresql_refuses_the_batch_layout)
+/* A service store's version, as an opened store gives it. */
+static int schema_11(tbx_outbox_t *store, int *version)
+{
+	(void)store;
+	*version = 11;
+	return TBX_OK;
+}
+
+/* A worker with outbox.layout=batch refuses a service store without
+ * batch rows (SQLite schema 11: tbx_obatch came with 12), saying which
+ * version it found and which it needs.  The stores a worker opens are
+ * migrated first, so such a store only comes from a backend that lacks
+ * them: a table of operations with the version and nothing else. */
+Test(obatch, a_store_without_batch_rows_is_refused)
+{
+	static const tbx_outbox_ops_t old = {.name = "old",
+					     .schema = schema_11};
+	tbx_outbox_t store = {&old};
+	tbx__cfg_t cfg;
+	char err[512] = "";
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.store_path = "/srv/svc.db";
+	cr_assert_eq(tbx__stores_batch_ready(&cfg, &store, err, sizeof(err)),
+		     TBX_ESCHEMA);
+	cr_assert(strstr(err, "outbox.layout=batch: store.path /srv/svc.db: "
+			      "the service store is at schema 11, and batch "
+			      "rows need 12 or later"),
+		  "%s", err);
+}
+
+/* A given-up message of a set keeps its set, bit and partition in
+ * tbx_undelivered, which PostgreSQL's service store cannot yet: the
+ * worker refuses the setting at start rather than fail at a give-up. */
+Test(obatch, postgresql_refuses_own_sets)
 {
 	char err[512] = "";
 	char *dir, *store, *tokens;
@@ -757,12 +822,12 @@ Test(obatch, postgresql_refuses_the_batch_layout)
 	tokens = tt_tokens_new(dir, "tokens", 0);
 	c = tt_cluster_new(1);
 	conf = tt_conf(c->bootstraps, "g1", store, tokens, "outbox.layout",
-		       "batch", NULL);
+		       "batch", "tokens.format", "set", NULL);
 	w = tbx_worker_new(conf, err, sizeof(err));
 	cr_assert_null(w);
 	tbx_conf_destroy(conf); /* a failed tbx_worker_new() leaves it */
-	cr_assert(strstr(err, "outbox.layout=batch: not on PostgreSQL yet"),
-		  "%s", err);
+	cr_assert(strstr(err, "not on a PostgreSQL service store yet"), "%s",
+		  err);
 	tt_cluster_destroy(c);
 	tt_rmrf(dir);
 	free(dir);

@@ -1097,13 +1097,36 @@ typedef struct redone {
 	char errstr[512];
 } redone_t;
 
+/* Counting a group's batch rows (outbox.layout=batch) created at or
+ * before a time. */
+typedef struct ob_older {
+	int64_t before, n;
+} ob_older_t;
+
+static int ob_older(void *opaque, const tbx__obatch_t *row,
+		    const tbx__cover_t *cover)
+{
+	ob_older_t *c = opaque;
+
+	(void)cover;
+	c->n += row->created_ms <= c->before;
+	return 0;
+}
+
+/* The group's rows redispatch takes: record rows and batch rows (a
+ * store without batch rows has none). */
 static int64_t rows_older(tbx_outbox_t *store, const char *grp, int64_t before)
 {
+	ob_older_t c = {before, 0};
 	int64_t n = -1;
+	int err;
 
 	if (tbx_outbox_count_older(store, grp, before, &n))
 		return -1;
-	return n;
+	err = tbx_outbox_obatch_load(store, grp, ob_older, &c);
+	if (err && err != TBX_ESCHEMA)
+		return -1;
+	return n + c.n;
 }
 
 static int redispatch_group(insp_t *in, const char *grp, int64_t before,
