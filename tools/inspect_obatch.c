@@ -143,16 +143,18 @@ static cJSON *ob_json(insp_t *in, const char *grp, const tbx__obatch_t *row,
 	while (tbx__msgs_iter_next(&it, f) == 1 && i < ob->nwire) {
 		const tbx__wire_ent_t *w = &ob->wire[i];
 		char id[TBX_MSGID_MAX + 1] = "", topic[256] = "", tok[64] = "";
+		char type[256] = "";
 		cJSON *m;
 
 		field_str(id, sizeof(id), &f[TBX__MF_ID]);
 		field_str(topic, sizeof(topic), &f[TBX__MF_TOPIC]);
 		field_str(tok, sizeof(tok), &f[TBX__MF_TOKEN]);
+		field_str(type, sizeof(type), &f[TBX__MF_TYPE]);
 		m = insp_jobj(
 		    msgs,
-		    "seq:i id:s topic:s key:j token:o record:i "
+		    "seq:i id:s topic:s type:s key:j token:o record:i "
 		    "payload_bytes:i",
-		    (int64_t)i, id, topic,
+		    (int64_t)i, id, topic, type,
 		    insp_bytes_json(f[TBX__MF_KEY].p, f[TBX__MF_KEY].len), tok,
 		    (int64_t)w->cover,
 		    (int64_t)(f[TBX__MF_PAYLOAD].p ? f[TBX__MF_PAYLOAD].len
