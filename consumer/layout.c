@@ -5,8 +5,10 @@
  * would be handled again when they are redelivered, and its messages
  * would never be sent.  So such a worker refuses to start while its
  * group has batch rows, and stops when an assignment finds some (written
- * meanwhile by a worker of the group on 'batch'): an ERROR naming the
- * group and the count, and the layout_mixed alarm in the service store
+ * meanwhile by a worker of the group on 'batch'): an error naming the
+ * group and the count (logged at ERROR by the worker at an assignment,
+ * returned by tbx_worker_new() at start, as its other refusals are), and
+ * the layout_mixed alarm in the service store
  * (its count is the number of refusals; `inspect status --check` flags
  * it).  A worker on 'batch' resumes record rows, so it needs no check.
  */
@@ -85,6 +87,5 @@ int tbx__layout_check(tbx_worker_t *worker, const char *when, char *errstr,
 		    "outbox list --group %s` lists no batch row, or finish "
 		    "them with `tokenbox inspect redispatch --group %s`",
 		    detail, when, grp, grp);
-	tbx__log(TBX_LOG_ERR, "%s", errstr);
 	return TBX_ESTATE;
 }

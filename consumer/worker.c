@@ -1221,6 +1221,12 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 		err = tbx__layout_check(worker, "at an assignment",
 					worker->errstr, sizeof(worker->errstr));
 		worker->layout_due = err && tbx_err_is_retriable(err);
+		if (err == TBX_ESTATE) { /* logged at ERROR, as fail() */
+			const char *scope = tbx__log_scope(worker->log_tag);
+
+			tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+			tbx__log_scope(scope);
+		}
 		if (err) {
 			batch_abandon(worker);
 			return tbx_err_is_retriable(err) ? TBX_OK : err;

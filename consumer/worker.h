@@ -101,8 +101,8 @@ struct tbx_worker {
 /* layout.c */
 /**
  * One layout per group: with outbox.layout = record, refuses (TBX_ESTATE,
- * @p errstr naming the group and the count, logged at ERROR, the
- * layout_mixed alarm recorded) while the group has batch rows; @p when
+ * @p errstr naming the group and the count, the layout_mixed alarm
+ * recorded; not logged) while the group has batch rows; @p when
  * says at which step ("at start", "at an assignment").  TBX_OK with
  * outbox.layout = batch, or the store's error.
  */
