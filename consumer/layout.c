@@ -80,7 +80,9 @@ int tbx__layout_check(tbx_worker_t *worker, const char *when, char *errstr,
 		 "resume them: their records would be handled again and their "
 		 "messages never sent",
 		 grp, rows, worker->log_tag);
-	alarm_record(worker, detail);
+	/* Once per refusal, not per poll that repeats it. */
+	if (!worker->layout_refused)
+		alarm_record(worker, detail);
 	tbx__seterr(errstr, errstr_size, TBX_ESTATE,
 		    "%s; refused %s (alarm layout_mixed). Run the group's "
 		    "workers with outbox.layout=batch until `tokenbox inspect "

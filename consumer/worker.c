@@ -1216,17 +1216,20 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 		return err;
 	}
 	if (worker->layout_due) {
-		/* A store error: checked again at the next poll, the batch
-		 * held back meanwhile. */
+		/* Refused, or a store error: checked again at every poll,
+		 * the batch held back meanwhile, so that a caller that goes
+		 * on polling handles nothing beside the batch rows. */
 		err = tbx__layout_check(worker, "at an assignment",
 					worker->errstr, sizeof(worker->errstr));
-		worker->layout_due = err && tbx_err_is_retriable(err);
-		if (err == TBX_ESTATE) { /* logged at ERROR, as fail() */
+		worker->layout_due = err != TBX_OK;
+		if (err == TBX_ESTATE && !worker->layout_refused) {
+			/* logged at ERROR once, as fail() */
 			const char *scope = tbx__log_scope(worker->log_tag);
 
 			tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
 			tbx__log_scope(scope);
 		}
+		worker->layout_refused = err == TBX_ESTATE;
 		if (err) {
 			batch_abandon(worker);
 			return tbx_err_is_retriable(err) ? TBX_OK : err;

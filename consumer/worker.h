@@ -64,8 +64,9 @@ struct tbx_worker {
 	int recommit;
 	int64_t next_recommit_ms;
 	int assigned_once; /* the rebalance callback assigned at least once */
-	/* an assignment since the last layout check (layout.c) */
-	int layout_due;
+	/* an assignment since the last layout check that passed
+	 * (layout.c), and whether the last one refused */
+	int layout_due, layout_refused;
 	/* tbx__worker_assign_directly(): every partition assigned at the
 	 * start, no consumer group membership */
 	int assign_direct;

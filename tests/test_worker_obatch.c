@@ -514,6 +514,9 @@ Test(obatch, a_record_worker_stops_at_an_assignment_beside_batch_rows)
 		rc = tbx_worker_poll(w, 100, NULL);
 	cr_assert_eq(rc, TBX_ESTATE, "the worker went on: %s",
 		     tbx_strerror(rc));
+	/* A caller that polls on is refused again, and nothing runs. */
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(tbx_worker_poll(w, 100, NULL), TBX_ESTATE);
 	cr_assert_eq(handled, 0, "a record was handled beside a batch row");
 	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_alarms WHERE "
 				     "grp = 'g1' AND name = 'layout_mixed'"),
