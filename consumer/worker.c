@@ -196,6 +196,10 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	}
 	if ((err = record_binding(worker, cfg, errstr, errstr_size)))
 		goto fail;
+	/* One layout per group: before the worker joins it. */
+	worker->cfg = cfg;
+	if ((err = tbx__layout_check(worker, "at start", errstr, errstr_size)))
+		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
 	/* tokens.format = set for the worker's own messages: only on batch
 	 * rows, which record each message's set, bit and partition. */
@@ -587,6 +591,9 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	}
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		worker->assigned_once = 1;
+		/* At the next step, outside the callback, before a record
+		 * of these partitions is processed. */
+		worker->layout_due = 1;
 		for (int i = 0; i < parts->cnt; i++)
 			tbx__part_get(worker, parts->elems[i].topic,
 				      parts->elems[i].partition, 1);
@@ -1251,6 +1258,26 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	if ((err = collect(worker, timeout_ms))) {
 		batch_abandon(worker);
 		return err;
+	}
+	if (worker->layout_due) {
+		/* Refused, or a store error: checked again at every poll,
+		 * the batch held back meanwhile, so that a caller that goes
+		 * on polling handles nothing beside the batch rows. */
+		err = tbx__layout_check(worker, "at an assignment",
+					worker->errstr, sizeof(worker->errstr));
+		worker->layout_due = err != TBX_OK;
+		if (err == TBX_ESTATE && !worker->layout_refused) {
+			/* logged at ERROR once, as fail() */
+			const char *scope = tbx__log_scope(worker->log_tag);
+
+			tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
+			tbx__log_scope(scope);
+		}
+		worker->layout_refused = err == TBX_ESTATE;
+		if (err) {
+			batch_abandon(worker);
+			return tbx_err_is_retriable(err) ? TBX_OK : err;
+		}
 	}
 	cnt = worker->batch.cnt;
 	int64_t began = tbx__mono_ms();

@@ -64,6 +64,9 @@ struct tbx_worker {
 	int recommit;
 	int64_t next_recommit_ms;
 	int assigned_once; /* the rebalance callback assigned at least once */
+	/* an assignment since the last layout check that passed
+	 * (layout.c), and whether the last one refused */
+	int layout_due, layout_refused;
 	/* tbx__worker_assign_directly(): every partition assigned at the
 	 * start, no consumer group membership */
 	int assign_direct;
@@ -95,6 +98,17 @@ struct tbx_worker {
 	 * above (worker_proto_init): G, A–E and F's decisions. */
 	tbx__proto_t proto;
 };
+
+/* layout.c */
+/**
+ * One layout per group: with outbox.layout = record, refuses (TBX_ESTATE,
+ * @p errstr naming the group and the count, the layout_mixed alarm
+ * recorded; not logged) while the group has batch rows; @p when
+ * says at which step ("at start", "at an assignment").  TBX_OK with
+ * outbox.layout = batch, or the store's error.
+ */
+int tbx__layout_check(tbx_worker_t *worker, const char *when, char *errstr,
+		      size_t errstr_size);
 
 /* worker.c */
 tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,

@@ -293,6 +293,9 @@ int tbx__obatch_attempt_check(const char *attempt, int64_t mint_seq,
 
 typedef int (*tbx__row_fn)(void *opaque, const char *grp, const tbx__row_t *row,
 			   int64_t msg_cnt);
+/** A batch row of @p grp as stored, not checked (obatch_list). */
+typedef int (*tbx__obatch_row_fn)(void *opaque, const char *grp,
+				  const tbx__obatch_t *row);
 typedef int (*tbx__dl_fn)(void *opaque, const tbx__dl_rec_t *rec);
 typedef int (*tbx__ud_fn)(void *opaque, const tbx__ud_rec_t *rec);
 typedef int (*tbx__alarm_fn)(void *opaque, const tbx__alarm_t *alarm);
@@ -531,6 +534,15 @@ typedef struct tbx_outbox_ops {
 	/** Counts @p grp's rows created at or before @p created_max. */
 	int (*count_older)(tbx_outbox_t *store, const char *grp,
 			   int64_t created_max, int64_t *rows);
+	/** The batch rows (tbx_obatch) @p f takes, oldest first (then
+	 *  group, row id), with their columns as stored: not checked, so
+	 *  that a row whose columns do not decode is listed too (the caller
+	 *  decodes it, tbx__obatch_check()).  A row id too long for
+	 *  row_id is cut and ends in "...", which no check takes for UUID
+	 *  text.  TBX_ESCHEMA for a store whose schema has no batch rows
+	 *  (SQLite before 12, PostgreSQL service before version 4). */
+	int (*obatch_list)(tbx_outbox_t *store, const tbx__filter_t *f,
+			   int64_t *total, tbx__obatch_row_fn fn, void *opaque);
 
 	/*
 	 * What differs between an embedded and a server store.
@@ -1136,6 +1148,13 @@ static inline int tbx_outbox_query(tbx_outbox_t *store, const char *sql,
 /* Batch rows: TBX_ESCHEMA where the backend has none yet. */
 #define TBX__OBATCH_OP(s, op, ...)                                             \
 	((s)->ops->op ? (s)->ops->op((s), __VA_ARGS__) : TBX_ESCHEMA)
+
+static inline int tbx_outbox_obatch_list(tbx_outbox_t *store,
+					 const tbx__filter_t *f, int64_t *total,
+					 tbx__obatch_row_fn fn, void *opaque)
+{
+	return TBX__OBATCH_OP(store, obatch_list, f, total, fn, opaque);
+}
 
 static inline int tbx_outbox_obatch_insert(tbx_outbox_t *store, const char *grp,
 					   const tbx__obatch_t *row)

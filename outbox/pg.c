@@ -1722,6 +1722,7 @@ static const tbx_outbox_ops_t pg_ops = {
     .bindings = tbx__pgo_bindings,
     .ingress_list = tbx__pgo_ingress_list,
     .count_older = tbx__pgo_count_older,
+    .obatch_list = tbx__pgo_obatch_list,
     .lock_ids = pg_lock_ids,
     .relaxed = pg_relaxed,
     .native = pg_native,

@@ -103,5 +103,7 @@ int tbx__pgo_bindings(tbx_outbox_t *base, tbx__binding_fn fn, void *opaque);
 int tbx__pgo_ingress_list(tbx_outbox_t *base, tbx__ingress_fn fn, void *opaque);
 int tbx__pgo_count_older(tbx_outbox_t *base, const char *grp,
 			 int64_t created_max, int64_t *rows);
+int tbx__pgo_obatch_list(tbx_outbox_t *base, const tbx__filter_t *f,
+			 int64_t *total, tbx__obatch_row_fn fn, void *opaque);
 
 #endif

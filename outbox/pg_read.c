@@ -63,6 +63,8 @@ enum {
 	R_BINDINGS,
 	R_INGRESS,
 	R_COUNT_OLDER,
+	R_OB_LIST,
+	R_OB_COUNT,
 	R__COUNT
 };
 
@@ -144,6 +146,14 @@ static const char *const rsql[R__COUNT] = {
 		  "\"partition\"",
     [R_COUNT_OLDER] = "SELECT count(*) FROM @S.tbx_outbox WHERE grp = $1 "
 		      "AND created_ms <= $2",
+    /* Version 4 on. */
+    [R_OB_LIST] = "SELECT grp, row_id, attempt, mint_seq, tokfmt, "
+		  "created_ms, stuck_ms, dispatch_failures, cover, msgs, wire "
+		  "FROM @S.tbx_obatch WHERE " GRP_IN(
+		      "grp") " AND created_ms <= $2 ORDER BY created_ms, grp, "
+			     "row_id LIMIT $3",
+    [R_OB_COUNT] = "SELECT count(*) FROM @S.tbx_obatch WHERE " GRP_IN(
+	"grp") " AND created_ms <= $2",
 };
 
 static pg_store_t *ps(tbx_outbox_t *base)
@@ -768,4 +778,53 @@ int tbx__pgo_count_older(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_text(&p, grp);
 	tbx__pgp_i64(&p, created_max);
 	return one_int(ps(base), R_COUNT_OLDER, &p, rows);
+}
+
+/* A text column into a fixed buffer, as stored: one too long is cut and
+ * ends in "..." (outbox.h, obatch_list). */
+static void ob_text(const PGresult *res, int i, int col, char *dst, size_t size)
+{
+	const char *t = text(res, i, col);
+
+	if (strlen(t) < size) {
+		tbx__strlcpy(dst, t, size);
+		return;
+	}
+	memcpy(dst, t, size - 4);
+	memcpy(dst + size - 4, "...", 4);
+}
+
+static int ob_row(const PGresult *res, int i, any_fn fn, void *opaque)
+{
+	tbx__obatch_t row;
+
+	memset(&row, 0, sizeof(row));
+	ob_text(res, i, 1, row.row_id, sizeof(row.row_id));
+	ob_text(res, i, 2, row.attempt, sizeof(row.attempt));
+	row.mint_seq = tbx__pg_i64(res, i, 3);
+	row.tokfmt = (int)tbx__pg_i64(res, i, 4);
+	row.created_ms = tbx__pg_i64(res, i, 5);
+	row.stuck_ms = tbx__pg_null(res, i, 6) ? -1 : tbx__pg_i64(res, i, 6);
+	row.dispatch_failures = tbx__pg_i64(res, i, 7);
+	row.cover = tbx__pg_bytea(res, i, 8, &row.cover_len);
+	row.msgs = tbx__pg_bytea(res, i, 9, &row.msgs_len);
+	row.wire = tbx__pg_bytea(res, i, 10, &row.wire_len);
+	return ((tbx__obatch_row_fn)fn)(opaque, text(res, i, 0), &row);
+}
+
+int tbx__pgo_obatch_list(tbx_outbox_t *base, const tbx__filter_t *f,
+			 int64_t *total, tbx__obatch_row_fn fn, void *opaque)
+{
+	pg_store_t *store = ps(base);
+	tbx__pg_params_t p;
+	int err;
+
+	/* Opened read-only, a schema keeps its version: before 4, no batch
+	 * rows. */
+	if (store->version < 4)
+		return TBX_ESCHEMA;
+	if ((err = filter_count(store, R_OB_COUNT, f, total)))
+		return err;
+	bind_filter(&p, f, 1, 1);
+	return each(store, R_OB_LIST, &p, ob_row, (any_fn)fn, opaque);
 }

@@ -1211,6 +1211,7 @@ static const tbx_outbox_ops_t sqlite_ops = {
     .bindings = tbx__sq_bindings,
     .ingress_list = tbx__sq_ingress_list,
     .count_older = tbx__sq_count_older,
+    .obatch_list = tbx__sq_obatch_list,
     .lock_ids = sq_lock_ids,
     .relaxed = sq_relaxed,
     .native = sq_native,

@@ -67,6 +67,8 @@ enum {
 	R_BINDINGS,
 	R_INGRESS,
 	R_COUNT_OLDER,
+	R_OB_LIST,
+	R_OB_COUNT,
 	R__COUNT
 };
 
@@ -154,6 +156,14 @@ static const char *const rsql[R__COUNT] = {
 		  "\"partition\"",
     [R_COUNT_OLDER] = "SELECT count(*) FROM tbx_outbox WHERE grp = ?1 AND "
 		      "created_ms <= ?2",
+    /* Schema 12 on. */
+    [R_OB_LIST] = "SELECT grp, row_id, attempt, mint_seq, tokfmt, "
+		  "created_ms, stuck_ms, dispatch_failures, cover, msgs, wire "
+		  "FROM tbx_obatch WHERE " GRP_IN(
+		      "grp") " AND created_ms <= ?2 ORDER BY created_ms, grp, "
+			     "row_id LIMIT ?3",
+    [R_OB_COUNT] = "SELECT count(*) FROM tbx_obatch WHERE " GRP_IN(
+	"grp") " AND created_ms <= ?2",
 };
 
 static sq_store_t *sq(tbx_outbox_t *base)
@@ -755,5 +765,66 @@ int tbx__sq_count_older(tbx_outbox_t *base, const char *grp,
 	sqlite3_bind_int64(stmt, 2, created_max);
 	err = tbx__db_one_int(stmt, rows);
 	sqlite3_clear_bindings(stmt);
+	return err;
+}
+
+/* A text column into a fixed buffer, as stored: one too long is cut and
+ * ends in "..." (outbox.h, obatch_list). */
+static void ob_text(sqlite3_stmt *stmt, int i, char *dst, size_t size)
+{
+	const char *t = tbx__db_text(stmt, i);
+
+	if (strlen(t) < size) {
+		tbx__strlcpy(dst, t, size);
+		return;
+	}
+	memcpy(dst, t, size - 4);
+	memcpy(dst + size - 4, "...", 4);
+}
+
+static int ob_row(sqlite3_stmt *stmt, tbx__any_fn fn, void *opaque)
+{
+	tbx__obatch_t row;
+
+	memset(&row, 0, sizeof(row));
+	ob_text(stmt, 1, row.row_id, sizeof(row.row_id));
+	ob_text(stmt, 2, row.attempt, sizeof(row.attempt));
+	row.mint_seq = sqlite3_column_int64(stmt, 3);
+	row.tokfmt = sqlite3_column_int(stmt, 4);
+	row.created_ms = sqlite3_column_int64(stmt, 5);
+	row.stuck_ms = sqlite3_column_type(stmt, 6) == SQLITE_NULL
+			   ? -1
+			   : sqlite3_column_int64(stmt, 6);
+	row.dispatch_failures = sqlite3_column_int64(stmt, 7);
+	row.cover = sqlite3_column_blob(stmt, 8);
+	row.cover_len = (size_t)sqlite3_column_bytes(stmt, 8);
+	row.msgs = sqlite3_column_blob(stmt, 9);
+	row.msgs_len = (size_t)sqlite3_column_bytes(stmt, 9);
+	row.wire = sqlite3_column_blob(stmt, 10);
+	row.wire_len = (size_t)sqlite3_column_bytes(stmt, 10);
+	return ((tbx__obatch_row_fn)fn)(opaque, tbx__db_text(stmt, 0), &row);
+}
+
+int tbx__sq_obatch_list(tbx_outbox_t *base, const tbx__filter_t *f,
+			int64_t *total, tbx__obatch_row_fn fn, void *opaque)
+{
+	sq_store_t *store = sq(base);
+	sqlite3_stmt *stmt;
+	char *json = NULL;
+	int version, err;
+
+	/* Opened read-only, a file keeps its schema: before 12, no batch
+	 * rows. */
+	if ((err = tbx__sq_schema(base, &version)))
+		return err;
+	if (version < 12)
+		return TBX_ESCHEMA;
+	if ((err = filter_count(store, R_OB_COUNT, f, total)))
+		return err;
+	PREPARE(stmt, store, R_OB_LIST);
+	if (!(err = tbx__db_bind_filter(stmt, f, 1, 2, 3, &json)))
+		err = tbx__db_each(stmt, ob_row, (tbx__any_fn)fn, opaque);
+	sqlite3_clear_bindings(stmt);
+	free(json);
 	return err;
 }

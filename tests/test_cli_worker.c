@@ -15,6 +15,7 @@
 
 #include "cli_child.h"
 #include "fixture.h"
+#include "outbox/outbox.h"
 
 #define WAIT_MS (30000 * cc_time_factor())
 
@@ -1092,6 +1093,44 @@ Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
 			  confs[i], res.out);
 		cc_result_free(&res);
 	}
+	tt_rmrf(dir);
+	free(dir);
+}
+
+/* One layout per group: `tokenbox worker` on outbox.layout=record for a
+ * group with a batch row left refuses to start with exit status 2 (a
+ * restart would fail the same way), naming the group and the count. */
+Test(cli_worker, a_record_worker_beside_batch_rows_exits_2, .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *store = tt_path(dir, "service.db");
+	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
+			    tt_plugin_path("tbx_hello"));
+	const char *start[] = {"worker", "--config", conf, NULL};
+	cc_result_t res;
+
+	tbx_outbox_close(tt_outbox_open(store));
+	cr_assert_eq(tt_store_sql_try(store,
+				      "INSERT INTO tbx_obatch (grp, row_id, "
+				      "tokfmt, created_ms, cover, wire) VALUES "
+				      "('g', "
+				      "'00000000-0000-7000-8000-000000000001', "
+				      "1, 0, X'00', X'0100000000')",
+				      NULL),
+		     0);
+	write_file(conf, text);
+	res = cc_run(start);
+	cr_expect(cc_exited(res.status, 2), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.err, "group g has 1 batch row(s)") &&
+		      strstr(res.err, "outbox.layout=record") &&
+		      strstr(res.err, "layout_mixed"),
+		  "%s", res.err);
+	cc_result_free(&res);
+	free(text);
+	free(store);
+	free(conf);
 	tt_rmrf(dir);
 	free(dir);
 }

@@ -371,13 +371,16 @@ Test(sweep_sets, the_workers_cleanup_counts_what_it_swept, .timeout = 120)
 		fx_env_open(&env, one);
 		tbx__uuid(none);
 		fx_mint(&env, none, 5, &gone);
-		fx_row(&env, row);
-		fx_mint(&env, row, 5, &flying);
+		/* The worker first: one on outbox.layout=record refuses to
+		 * start beside a batch row of its group (consumer/layout.c);
+		 * its cleanup is what is tested here. */
 		w = tbx_worker_new(tt_conf(c->bootstraps, GRP, env.s_desc,
 					   env.t_desc, "cleanup.interval.ms",
 					   "0", NULL),
 				   err, sizeof(err));
 		cr_assert(w, "%s", err);
+		fx_row(&env, row);
+		fx_mint(&env, row, 5, &flying);
 		cr_assert_eq(tbx_worker_cleanup(w, 0, &swept), TBX_OK);
 		cr_assert_eq(swept, 1, "layout %d", one);
 		tbx_worker_stats(w, &st);

@@ -14,6 +14,7 @@
 #include "cli_child.h"
 #include "consumer/conf.h"
 #include "consumer/stores.h"
+#include "consumer/worker.h"
 #include "fixture.h"
 #include "outbox/outbox.h"
 
@@ -828,6 +829,131 @@ Test(obatch, postgresql_refuses_own_sets)
 	tbx_conf_destroy(conf); /* a failed tbx_worker_new() leaves it */
 	cr_assert(strstr(err, "not on a PostgreSQL service store yet"), "%s",
 		  err);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+}
+
+/*
+ * One layout per group: a worker with outbox.layout=record does not
+ * resume batch rows, so it must not run while its group has any.
+ */
+
+/* A batch row of @p grp written behind the workers' backs (its columns
+ * need not decode: it is counted, not loaded). */
+static void batch_row_of(const char *store, const char *grp, const char *id)
+{
+	char sql[512], pg_sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO tbx_obatch (grp, row_id, tokfmt, created_ms, "
+		 "cover, wire) VALUES ('%s', '%s', 1, 0, X'00', "
+		 "X'0100000000')",
+		 grp, id);
+	snprintf(pg_sql, sizeof(pg_sql),
+		 "INSERT INTO tbx_obatch (grp, row_id, tokfmt, created_ms, "
+		 "cover, wire) VALUES ('%s', '%s', 1, 0, '\\x00'::bytea, "
+		 "'\\x0100000000'::bytea)",
+		 grp, id);
+	cr_assert_eq(tt_store_sql_try(store, sql, pg_sql), 0, "%s", sql);
+}
+
+/* A record-layout worker of g1 refuses to start while g1 has a batch
+ * row, naming the group and the count, and records the layout_mixed
+ * alarm; another group's rows do not count; once the group's rows are
+ * gone it starts. */
+Test(obatch, a_record_worker_refuses_to_start_beside_batch_rows)
+{
+	char err[1024] = "";
+	char *dir = tt_tmpdir(), *store = tt_store_new(dir, "s1"),
+	     *tokens = tt_tokens_new(dir, "tokens", 0);
+	tt_cluster_t *c = tt_cluster_new(1);
+	tbx_conf_t *conf;
+	tbx_worker_t *w;
+	int code = 0;
+
+	tbx_outbox_close(tt_outbox_open(store));
+	batch_row_of(store, "g1", "00000000-0000-7000-8000-000000000001");
+	batch_row_of(store, "g2", "00000000-0000-7000-8000-000000000002");
+	batch_row_of(store, "g2", "00000000-0000-7000-8000-000000000003");
+	conf = tt_conf(c->bootstraps, "g1", store, tokens, "outbox.layout",
+		       "record", NULL);
+	w = tbx__worker_new_err(conf, &code, err, sizeof(err));
+	cr_assert_null(w, "a record worker started beside a batch row");
+	tbx_conf_destroy(conf);
+	cr_assert_eq(code, TBX_ESTATE, "%d: %s", code, err);
+	cr_assert(strstr(err, "group g1 has 1 batch row(s)"), "%s", err);
+	cr_assert(strstr(err, "outbox.layout=record"), "%s", err);
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_alarms WHERE "
+				     "grp = 'g1' AND name = 'layout_mixed'"),
+		     1);
+
+	cr_assert_eq(tt_store_sql_try(store,
+				      "DELETE FROM tbx_obatch WHERE grp = "
+				      "'g1'",
+				      NULL),
+		     0);
+	conf = tt_conf(c->bootstraps, "g1", store, tokens, "outbox.layout",
+		       "record", NULL);
+	w = tbx_worker_new(conf, err, sizeof(err));
+	cr_assert(w, "%s", err);
+	tbx_worker_destroy(w);
+	tt_cluster_destroy(c);
+	tt_rmrf(dir);
+	free(dir);
+	free(store);
+	free(tokens);
+}
+
+static int handled;
+
+static tbx_verdict_t count_handled(tbx_ctx_t *ctx, const tbx_msg_t *msg,
+				   void *opaque)
+{
+	(void)ctx;
+	(void)msg;
+	(void)opaque;
+	handled++;
+	return TBX_VERDICT_OK;
+}
+
+/* A batch row that appears after the start (a worker of the group on
+ * 'batch'): the record worker stops at its assignment, before it handles
+ * a record. */
+Test(obatch, a_record_worker_stops_at_an_assignment_beside_batch_rows)
+{
+	char err[1024] = "";
+	char *dir = tt_tmpdir(), *store = tt_store_new(dir, "s1"),
+	     *tokens = tt_tokens_new(dir, "tokens", 0);
+	tt_cluster_t *c = tt_cluster_new(1);
+	tbx_worker_t *w;
+	int rc = TBX_OK;
+
+	tt_cluster_topic(c, "in", 2);
+	tt_subscribe(tokens, "in", "g1");
+	w = tbx_worker_new(tt_conf(c->bootstraps, "g1", store, tokens,
+				   "outbox.layout", "record", NULL),
+			   err, sizeof(err));
+	cr_assert(w, "%s", err);
+	cr_assert_eq(tbx_worker_register(w, "in", "Ping", count_handled, NULL),
+		     TBX_OK);
+	tt_publish(c->bootstraps, tokens, "in", "Ping", 4, 1, "m");
+	batch_row_of(store, "g1", "00000000-0000-7000-8000-000000000001");
+	handled = 0;
+	for (int i = 0; i < 600 * cc_time_factor() && rc == TBX_OK; i++)
+		rc = tbx_worker_poll(w, 100, NULL);
+	cr_assert_eq(rc, TBX_ESTATE, "the worker went on: %s",
+		     tbx_strerror(rc));
+	/* A caller that polls on is refused again, and nothing runs. */
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(tbx_worker_poll(w, 100, NULL), TBX_ESTATE);
+	cr_assert_eq(handled, 0, "a record was handled beside a batch row");
+	cr_assert_eq(tt_count(store, "SELECT COUNT(*) FROM tbx_alarms WHERE "
+				     "grp = 'g1' AND name = 'layout_mixed'"),
+		     1);
+	tbx_worker_destroy(w);
 	tt_cluster_destroy(c);
 	tt_rmrf(dir);
 	free(dir);

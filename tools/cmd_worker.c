@@ -203,7 +203,9 @@ static void usage(void)
 	    "(tokens.path,\n"
 	    "or the schema of tokens.url, without tokens.create=true: no store "
 	    "is\n"
-	    "created then), a plugin that registers no handler, or a problem\n"
+	    "created then), a plugin that registers no handler, a worker on\n"
+	    "outbox.layout=record whose group has batch rows left, or a "
+	    "problem\n"
 	    "--check-config found (nothing was consumed); 3 when a "
 	    "record\n"
 	    "minted in another token store (its tbx-store header) stopped the "
@@ -1026,10 +1028,12 @@ int tbx_cmd_worker(int argc, char **argv)
 	/* On success the worker owns the configuration.  A token store
 	 * that does not exist is the configuration's fault, as
 	 * --check-config says: nothing was created, and a restart would
-	 * fail the same way. */
+	 * fail the same way.  So is outbox.layout=record for a group with
+	 * batch rows left (TBX_ESTATE, consumer/layout.c). */
 	if (!(worker =
 		  tbx__worker_new_err(w.conf, &err, errstr, sizeof(errstr)))) {
-		rc = lacks_required_key(w.conf) || err == TBX_ENOENT
+		rc = lacks_required_key(w.conf) || err == TBX_ENOENT ||
+			     err == TBX_ESTATE
 			 ? wusage("%s", errstr)
 			 : wfail("%s", errstr);
 		goto out;

@@ -9,6 +9,8 @@
  *   inspect_status.c       `status`
  *   inspect_pair.c         whether the two stores given are a pair
  *   inspect_rows.c         `outbox list|show`, `dead-letters list|show`
+ *   inspect_obatch.c       the batch rows of `outbox list|show` and
+ *                          `status` (outbox.layout = batch)
  *   inspect_tokens.c       `tokens list|show`, `orphans`, `cleanup`,
  *                          `redispatch`, `unsubscribe`
  *   inspect_undelivered.c  `undelivered list|show|resend`
@@ -40,6 +42,7 @@
 #include <stdio.h>
 
 #include "base/ids.h"
+#include "outbox/batchrow.h"
 #include "outbox/outbox.h"
 #include "tokens/sweep.h"
 #include "tokens/tokens.h"
@@ -264,6 +267,67 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row);
  *  @p with_messages). */
 cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 		     int64_t msg_count, int with_messages);
+
+/*
+ * inspect_obatch.c: batch rows (tbx_obatch, outbox.layout = batch)
+ */
+/** A batch row decoded for display: its cover and wire, or why it does
+ *  not decode (@p corrupt). */
+typedef struct insp_ob {
+	tbx__cover_t cover;
+	tbx__wire_ent_t *wire;
+	uint32_t nwire;
+	int corrupt;
+	char why[200];
+} insp_ob_t;
+
+/** Decodes @p row as a worker would load it (tbx__obatch_check()); a row
+ *  that does not decode is TBX_OK with ob->corrupt set.  Free @p ob with
+ *  insp_ob_free() (also after a failure).  @returns TBX_OK or
+ *  TBX_ENOMEM. */
+int insp_ob_decode(const tbx__obatch_t *row, insp_ob_t *ob);
+void insp_ob_free(insp_ob_t *ob);
+/** "processed", "tokened" or "corrupt". */
+const char *insp_ob_state(const tbx__obatch_t *row, const insp_ob_t *ob);
+/** `outbox list`'s batch rows, those @p f takes: into @p doc
+ *  ("batches", "batches_total", "batches_shown"; "batches" null for a
+ *  store without batch rows), or printed as a table after a title when
+ *  any (after a blank line when @p sep), the corrupt ones named with
+ *  why below it.  *shown: the rows listed.  @returns TBX_OK or the
+ *  store's error. */
+int insp_ob_list(insp_t *in, const tbx__filter_t *f, cJSON *doc, int sep,
+		 int64_t *shown);
+/** Resolves @p id among the batch rows of @p f's groups: *exact when a
+ *  row is @p id, *matches 0, 1 (@p out set) or 2 for several. */
+int insp_ob_match(insp_t *in, const tbx__filter_t *f, const char *id,
+		  char out[TBX_UUID_LEN + 1], int *exact, int *matches);
+/** Shows the batch rows of @p f's groups whose id is @p id: into
+ *  @p arr, or printed (after a blank line when @p already rows were).
+ *  *shown: how many. */
+int insp_ob_show(insp_t *in, const tbx__filter_t *f, const char *id, cJSON *arr,
+		 int already, int *shown);
+
+/** `status`'s batch rows of one group. */
+typedef struct insp_ob_grp {
+	char *grp;
+	int64_t rows, tokened, older, marked, corrupt, oldest_ms;
+} insp_ob_grp_t;
+
+/** Every batch row summed per group (by name): @p older those created at
+ *  or before @p stuck_before, @p marked those a recovery pass marked
+ *  stuck; @p corrupt_json one object per corrupt row (group, row_id,
+ *  reason); @p none for a store without batch rows. */
+typedef struct insp_ob_sum {
+	insp_ob_grp_t *g;
+	size_t n;
+	int none;
+	int64_t stuck_before;
+	cJSON *corrupt_json;
+	int err;
+} insp_ob_sum_t;
+
+int insp_ob_summary(insp_t *in, int64_t stuck_before, insp_ob_sum_t *sum);
+void insp_ob_summary_free(insp_ob_sum_t *sum);
 
 /*
  * inspect_undelivered.c

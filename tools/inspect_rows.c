@@ -206,72 +206,15 @@ static int outbox_row(void *opaque, const char *grp, const tbx__row_t *row,
 	return 0;
 }
 
-/* Counting the batch rows (outbox.layout=batch) the listing leaves out. */
-typedef struct ob_count {
-	tbx_outbox_t *store;
-	const tbx__filter_t *f;
-	int64_t n;
-	int err;
-} ob_count_t;
-
-static int ob_counted(void *opaque, const tbx__obatch_t *row,
-		      const tbx__cover_t *cover)
-{
-	ob_count_t *c = opaque;
-
-	(void)cover;
-	c->n += c->f->created_max <= 0 || row->created_ms <= c->f->created_max;
-	return 0;
-}
-
-static int ob_count_group(void *opaque, const char *grp)
-{
-	ob_count_t *c = opaque;
-	int err = tbx_outbox_obatch_load(c->store, grp, ob_counted, c);
-
-	if (err && err != TBX_ESCHEMA) {
-		c->err = err;
-		return 1;
-	}
-	return 0;
-}
-
-/* `outbox list` shows tbx_outbox rows only: the batch rows of the groups
- * it lists are counted and named on stderr (JSON: batch_rows, when
- * there are any), never left out silently. */
-static int batch_rows_note(insp_t *in, const tbx__filter_t *f, cJSON *doc)
-{
-	ob_count_t c = {in->store, f, 0, TBX_OK};
-
-	if (f->group_cnt) {
-		for (size_t i = 0; i < f->group_cnt && !c.err; i++)
-			ob_count_group(&c, f->groups[i]);
-	} else {
-		int err = tbx_outbox_groups(in->store, ob_count_group, &c);
-
-		if (err && !c.err)
-			c.err = err;
-	}
-	if (c.err)
-		return c.err;
-	if (doc && c.n)
-		cJSON_AddNumberToObject(doc, "batch_rows", (double)c.n);
-	else if (c.n)
-		fprintf(stderr,
-			"note: %" PRId64 " batch row(s) (outbox.layout=batch, "
-			"tbx_obatch) pending and not listed: inspect outbox "
-			"does not show batch rows yet\n",
-			c.n);
-	return TBX_OK;
-}
-
+/* Batch rows (outbox.layout = batch, tbx_obatch) are listed after the
+ * record rows, with the same filter (tools/inspect_obatch.c). */
 int insp_outbox_list(insp_t *in)
 {
 	tbx__filter_t f = insp_filter(in, 1);
 	listing_t l = {in, NULL, NULL, 0};
 	cJSON *doc = NULL;
-	int64_t total = 0;
-	int rc, err;
+	int64_t total = 0, ob_shown = 0;
+	int rc = INSPECT_EXIT_OK, err;
 
 	if (in->o->json) {
 		doc = cJSON_CreateObject();
@@ -283,12 +226,30 @@ int insp_outbox_list(insp_t *in)
 					  "KIND", "OUT", "FROM"});
 	}
 	if ((err =
-		 tbx_outbox_rows_list(in->store, &f, &total, outbox_row, &l)) ||
-	    (err = batch_rows_note(in, &f, doc)))
+		 tbx_outbox_rows_list(in->store, &f, &total, outbox_row, &l))) {
 		rc = insp_s_fail(in, err);
-	else
-		rc = insp_list_finish(in, &doc, l.tbl, total, l.shown,
-				      "outbox rows", " pending");
+	} else if (doc) {
+		if ((err = insp_ob_list(in, &f, doc, 0, &ob_shown)))
+			rc = insp_s_fail(in, err);
+		else
+			rc = insp_list_finish(in, &doc, NULL, total, l.shown,
+					      "outbox rows", " pending");
+		if (!err && in->o->check && ob_shown)
+			rc = INSPECT_EXIT_FINDING;
+	} else {
+		/* The record rows' table, or "no outbox rows" when neither
+		 * kind has any to show. */
+		if (l.shown)
+			rc = insp_list_finish(in, &doc, l.tbl, total, l.shown,
+					      "outbox rows", " pending");
+		if ((err = insp_ob_list(in, &f, NULL, l.shown > 0, &ob_shown)))
+			rc = insp_s_fail(in, err);
+		else if (!l.shown && !ob_shown)
+			rc = insp_list_finish(in, &doc, l.tbl, total, 0,
+					      "outbox rows", " pending");
+		else if (in->o->check)
+			rc = INSPECT_EXIT_FINDING;
+	}
 	cJSON_Delete(doc);
 	insp_tbl_free(l.tbl);
 	return rc;
@@ -328,33 +289,46 @@ static int show_row(void *opaque, const char *grp)
 	return 0;
 }
 
+/* ID names an outbox row's message id or a batch row's id (outbox.layout
+ * = batch): an exact id of either kind first, else the one id of either
+ * kind that starts with it. */
 int insp_outbox_show(insp_t *in)
 {
 	tbx__filter_t f = insp_filter(in, 0);
-	char id[TBX_MSGID_MAX + 1];
+	char id[TBX_MSGID_MAX + 1], ob_id[TBX_UUID_LEN + 1];
 	shown_rows_t s = {in, id, NULL, 0, TBX_OK};
-	cJSON *doc = NULL;
-	int rc, err, n;
+	cJSON *doc = NULL, *obs = NULL;
+	int rc, err, n, ob_n, ob_exact, ob_shown = 0, rec_exact;
 
-	if ((err = tbx_outbox_row_match(in->store, in->o->id, id, &n)))
+	if ((err = tbx_outbox_row_match(in->store, in->o->id, id, &n)) ||
+	    (err = insp_ob_match(in, &f, in->o->id, ob_id, &ob_exact, &ob_n)))
 		return insp_s_fail(in, err);
-	if (n > 1)
+	rec_exact = n == 1 && strcmp(id, in->o->id) == 0;
+	if (rec_exact || ob_exact) {
+		n = rec_exact;
+		ob_n = ob_exact;
+	} else if (n + ob_n > 1) {
 		return tbx_cli_usage(INSPECT_CMD,
 				     "'%s' is the start of several ids; give "
 				     "more of it",
 				     in->o->id);
-	if (!n)
+	}
+	if (!n && !ob_n)
 		return tbx_cli_fail(INSPECT_CMD, "no outbox row %s", in->o->id);
 	if (in->o->json) {
 		doc = cJSON_CreateObject();
 		s.arr = cJSON_AddArrayToObject(doc, "rows");
+		obs = cJSON_AddArrayToObject(doc, "batches");
 	}
-	err = tbx_outbox_row_groups(in->store, id, &f, show_row, &s);
+	err =
+	    n ? tbx_outbox_row_groups(in->store, id, &f, show_row, &s) : TBX_OK;
+	if (!err && !s.err && ob_n)
+		err = insp_ob_show(in, &f, ob_id, obs, s.shown, &ob_shown);
 	if (err || s.err)
 		rc = insp_s_fail(in, s.err ? s.err : err);
-	else if (!s.shown)
+	else if (!s.shown && !ob_shown)
 		rc = tbx_cli_fail(INSPECT_CMD, "no outbox row %s of that group",
-				  id);
+				  n ? id : ob_id);
 	else if (doc)
 		rc = insp_json_print(doc, INSPECT_EXIT_OK), doc = NULL;
 	else

@@ -47,6 +47,8 @@ typedef struct status {
 	/* --since: its time (-1: not given), the dead letters recorded at
 	 * or after it */
 	int64_t dl_since_ms, dl_new;
+	/* Batch rows (outbox.layout = batch), per group. */
+	insp_ob_sum_t ob;
 } status_t;
 
 static void counts_free(grp_counts_t *g, size_t n)
@@ -232,6 +234,8 @@ static int status_gather(insp_t *in, status_t *st, int64_t stuck_before)
 	err = tbx_tokens_registrations_summary(in->tokens, gather_one, &g[2]);
 	if (gathered(in, &g[2], err, insp_t_fail, &st->regs, &st->regs_n))
 		return -1;
+	if ((err = insp_ob_summary(in, stuck_before, &st->ob)))
+		return insp_s_fail(in, err), -1;
 	err = tbx_outbox_dead_letters_summary(in->store, gather_one, &g[3]);
 	if (gathered(in, &g[3], err, insp_s_fail, &st->dls, &st->dls_n))
 		return -1;
@@ -310,6 +314,7 @@ static void status_free(status_t *st)
 	cJSON_Delete(st->subs);
 	cJSON_Delete(st->ingress);
 	cJSON_Delete(st->alarms);
+	insp_ob_summary_free(&st->ob);
 }
 
 /* Adds "<prefix>created_ms" and "<prefix>age_ms" (null when none). */
@@ -349,6 +354,7 @@ typedef struct totals {
 	int64_t dl, dl_pending, dl_replayed;
 	int64_t set_rows, set_pending, set_regs, sets_oldest;
 	int64_t set_orphans, set_unchecked, set_unjudged;
+	int64_t ob_rows, ob_tokened, ob_older, ob_marked, ob_corrupt, ob_oldest;
 } totals_t;
 
 static void status_totals(const status_t *st, totals_t *t)
@@ -383,6 +389,16 @@ static void status_totals(const status_t *st, totals_t *t)
 		t->dl += st->dls[i].n[0];
 		t->dl_pending += st->dls[i].n[1];
 		t->dl_replayed += st->dls[i].n[2];
+	}
+	for (size_t i = 0; i < st->ob.n; i++) {
+		const insp_ob_grp_t *g = &st->ob.g[i];
+		t->ob_rows += g->rows;
+		t->ob_tokened += g->tokened;
+		t->ob_older += g->older;
+		t->ob_marked += g->marked;
+		t->ob_corrupt += g->corrupt;
+		if (!t->ob_oldest || g->oldest_ms < t->ob_oldest)
+			t->ob_oldest = g->oldest_ms;
 	}
 	t->set_regs = st->set_regs;
 	for (size_t i = 0; i < st->sets_n; i++) {
@@ -444,6 +460,32 @@ static cJSON *status_json(insp_t *in, const status_t *st, const totals_t *t,
 			  (const char *const[]){"processed", "tokened", "stuck",
 						"below_committed", NULL},
 			  "oldest_created_ms", "oldest_age_ms");
+
+	/* Batch rows (outbox.layout = batch); null for a store without. */
+	if (st->ob.none) {
+		cJSON_AddNullToObject(doc, "batch_rows");
+	} else {
+		o = cJSON_AddObjectToObject(doc, "batch_rows");
+		insp_jadd(o,
+			  "rows:i tokened:i stuck:i marked_stuck:i corrupt:i",
+			  t->ob_rows, t->ob_tokened, t->ob_older, t->ob_marked,
+			  t->ob_corrupt);
+		add_time(in, o, "oldest_created_ms", "oldest_age_ms",
+			 t->ob_oldest, st->ob.n > 0);
+		arr = cJSON_AddArrayToObject(o, "groups");
+		for (size_t i = 0; i < st->ob.n; i++) {
+			const insp_ob_grp_t *b = &st->ob.g[i];
+			g = insp_jobj(arr,
+				      "group:s rows:i tokened:i stuck:i "
+				      "marked_stuck:i corrupt:i",
+				      b->grp, b->rows, b->tokened, b->older,
+				      b->marked, b->corrupt);
+			add_time(in, g, "oldest_created_ms", "oldest_age_ms",
+				 b->oldest_ms, 1);
+		}
+		cJSON_AddItemToObject(o, "corrupt_rows",
+				      cJSON_Duplicate(st->ob.corrupt_json, 1));
+	}
 
 	o = cJSON_AddObjectToObject(doc, "tokens");
 	insp_json_add_int(o, "rows", t->tokens);
@@ -615,6 +657,51 @@ static void status_print(insp_t *in, const status_t *st, const totals_t *t,
 		}
 		insp_tbl_print(tbl, 2);
 		insp_tbl_free(tbl);
+	}
+
+	if (t->ob_rows) {
+		const cJSON *c;
+
+		insp_fmt_age(insp_age(in, t->ob_oldest), age, sizeof(age));
+		printf("\nBatch rows (outbox.layout = batch): %s pending "
+		       "(%" PRId64 " tokened), oldest %s, %" PRId64
+		       " older than %s",
+		       insp_count_of(n1, sizeof(n1), t->ob_rows, "row", "rows"),
+		       t->ob_tokened, age, t->ob_older, dur);
+		if (t->ob_marked)
+			printf(", %" PRId64 " marked stuck", t->ob_marked);
+		if (t->ob_corrupt)
+			printf(", %" PRId64 " corrupt", t->ob_corrupt);
+		printf("\n");
+		snprintf(head, sizeof(head), "OLDER THAN %s", dur);
+		tbl = insp_tbl_new(
+		    "Lrrrrrr",
+		    (const char *const[]){"GROUP", "ROWS", "TOKENED", "OLDEST",
+					  head, "STUCK", "CORRUPT"});
+		for (size_t i = 0; i < st->ob.n; i++) {
+			const insp_ob_grp_t *b = &st->ob.g[i];
+			insp_fmt_age(insp_age(in, b->oldest_ms), age,
+				     sizeof(age));
+			insp_tbl_cell(tbl, b->grp);
+			insp_tbl_cellf(tbl, "%" PRId64, b->rows);
+			insp_tbl_cellf(tbl, "%" PRId64, b->tokened);
+			insp_tbl_cell(tbl, age);
+			insp_tbl_cellf(tbl, "%" PRId64, b->older);
+			insp_tbl_cellf(tbl, "%" PRId64, b->marked);
+			insp_tbl_cellf(tbl, "%" PRId64, b->corrupt);
+		}
+		insp_tbl_print(tbl, 2);
+		insp_tbl_free(tbl);
+		cJSON_ArrayForEach(c, st->ob.corrupt_json)
+		{
+			snprintf(note, sizeof(note),
+				 "batch row %s of %s does not decode: %s; no "
+				 "worker can finish it",
+				 cJSON_GetObjectItem(c, "row_id")->valuestring,
+				 cJSON_GetObjectItem(c, "group")->valuestring,
+				 cJSON_GetObjectItem(c, "reason")->valuestring);
+			insp_wrap("  corrupt: ", note);
+		}
 	}
 
 	insp_fmt_age(insp_age(in, t->tokens_oldest), age, sizeof(age));
@@ -959,6 +1046,7 @@ int insp_status(insp_t *in)
 	rc = in->o->check &&
 		     (t.orphans > 0 || t.set_orphans > 0 ||
 		      t.set_unjudged > 0 || t.stuck > 0 || t.below > 0 ||
+		      t.ob_older > 0 || t.ob_marked > 0 || t.ob_corrupt > 0 ||
 		      st.alarm_cnt > 0 || st.idle_subs > 0 || st.undelivered ||
 		      st.dl_new > 0 || in->pair_cnt > 0)
 		 ? INSPECT_EXIT_FINDING
