@@ -908,7 +908,7 @@ int tt_caught_up(tbx_worker_t **workers, int cnt)
 {
 	for (int i = 0; i < cnt; i++) {
 		tbx_worker_t *w = workers[i];
-		rd_kafka_topic_partition_list_t *as = NULL;
+		rd_kafka_topic_partition_list_t *as = NULL, *cm = NULL;
 		int behind = 0;
 
 		/* A held partition is fetched again from its seek offset,
@@ -922,16 +922,25 @@ int tt_caught_up(tbx_worker_t **workers, int cnt)
 				rd_kafka_topic_partition_list_destroy(as);
 			return 0;
 		}
+		/* The position, or where the worker starts when it has polled
+		 * nothing yet: the group's committed offset (none: behind,
+		 * unless the partition is empty). */
 		rd_kafka_position(w->consumer, as);
+		cm = rd_kafka_topic_partition_list_copy(as);
+		if (rd_kafka_committed(w->consumer, cm, 5000))
+			behind = 1;
 		for (int k = 0; !behind && k < as->cnt; k++) {
-			int64_t lo, hi;
+			int64_t lo, hi, at = as->elems[k].offset;
 
+			if (at < 0)
+				at = cm->elems[k].offset;
 			if (rd_kafka_query_watermark_offsets(
 				w->consumer, as->elems[k].topic,
 				as->elems[k].partition, &lo, &hi, 5000) ||
-			    (hi > lo && as->elems[k].offset < hi))
+			    (hi > lo && at < hi))
 				behind = 1;
 		}
+		rd_kafka_topic_partition_list_destroy(cm);
 		rd_kafka_topic_partition_list_destroy(as);
 		if (behind)
 			return 0;
