@@ -155,6 +155,11 @@ int tt_integrity_ok(const char *db);
 int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 	     int idle_polls, int timeout_s);
 
+/** 1 once every worker holds its partitions, none held back for a retry,
+ *  and has polled every record of them (its position at the high
+ *  watermark): an outcome to wait for instead of a quiet time. */
+int tt_caught_up(tbx_worker_t **workers, int cnt);
+
 /** fork+exec @p argv with extra environment "K=V" strings (NULL-ended). */
 pid_t tt_spawn(char *const argv[], char *const env[]);
 /** Waits up to @p timeout_s; @returns the wait status, or -1 on timeout
