@@ -46,3 +46,44 @@ int tbx__strlcpy(char *dst, const char *src, size_t size)
 	memcpy(dst, src, n + 1);
 	return 0;
 }
+
+int tbx__fmt_u64(char *buf, size_t size, uint64_t v)
+{
+	char tmp[TBX_FMT_INT_MAX];
+	size_t n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	if (!buf || size < n + 1) {
+		if (buf && size)
+			buf[0] = '\0';
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf[i] = tmp[n - 1 - i];
+	buf[n] = '\0';
+	return (int)n;
+}
+
+int tbx__fmt_i64(char *buf, size_t size, int64_t v)
+{
+	int n;
+
+	if (v >= 0)
+		return tbx__fmt_u64(buf, size, (uint64_t)v);
+	if (!buf || size < 2) {
+		if (buf && size)
+			buf[0] = '\0';
+		return -1;
+	}
+	/* -(v + 1) + 1: INT64_MIN's magnitude without overflow. */
+	n = tbx__fmt_u64(buf + 1, size - 1, (uint64_t)(-(v + 1)) + 1);
+	if (n < 0) {
+		buf[0] = '\0';
+		return -1;
+	}
+	buf[0] = '-';
+	return n + 1;
+}

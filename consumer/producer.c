@@ -187,15 +187,17 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	int r;
 	rd_kafka_resp_err_t err;
 
-	snprintf(seq, sizeof(seq), "%" PRId64, row->mint_seq);
+	/* Per message: base/str.h's formatter, not snprintf. */
+	tbx__fmt_i64(seq, sizeof(seq), row->mint_seq);
 	rd_kafka_header_add(hdrs, "tbx-id", -1, m->id, -1);
 	if (m->tset[0] && m->part >= 0) {
 		/* A bit of a token set (docs/batched-tokens.md, wire
 		 * format): the set, and "<partition>:<index>". */
 		char tbit[24];
+		int n = tbx__fmt_i64(tbit, sizeof(tbit), m->part);
 
-		snprintf(tbit, sizeof(tbit), "%" PRId32 ":%" PRIu32, m->part,
-			 m->tbit);
+		tbit[n++] = ':';
+		tbx__fmt_u64(tbit + n, sizeof(tbit) - (size_t)n, m->tbit);
 		rd_kafka_header_add(hdrs, "tbx-tset", -1, m->tset, -1);
 		rd_kafka_header_add(hdrs, "tbx-tbit", -1, tbit, -1);
 	} else if (m->token[0]) {

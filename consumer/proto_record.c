@@ -707,6 +707,7 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 {
 	char attempt[TBX_UUID_LEN + 1];
 	char alive[TBX_UUID_LEN + 16]; /* the token, or "<set>:<index>" */
+	size_t len;
 	size_t idx;
 	int found, err, exists;
 
@@ -785,8 +786,13 @@ int tbx__process_one(tbx__proto_t *proto, tbx__batch_t *batch,
 			proto->stats->duplicates_dropped++;
 			return TBX_OK;
 		}
-		snprintf(alive, sizeof(alive), "%s:%" PRIu32, msg->tset,
-			 msg->tset_index);
+		/* "<set>:<index>", per record: no snprintf (base/str.h). */
+		len = strnlen(msg->tset, sizeof(alive) - 2);
+		memcpy(alive, msg->tset, len);
+		alive[len++] = ':';
+		if (tbx__fmt_u64(alive + len, sizeof(alive) - len,
+				 msg->tset_index) < 0)
+			alive[len] = '\0';
 		exists = st == TBX_BIT_SET;
 	} else {
 		if (msg->pre_token >= 0)
