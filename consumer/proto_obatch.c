@@ -747,7 +747,6 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 		/* Joined: the row's attempt and its sets, a row per set and
 		 * subscribed group, made with it in A (no registration). */
 		ob_sets_t sets;
-		uint64_t rows = 0;
 
 		if ((err = ob_sets_init(&sets, nmsg))) {
 			ob_sets_free(&sets);
@@ -756,13 +755,16 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 		tbx__uuid(attempt);
 		ob_sets_make(batch, ob, &sets);
 		ob_sets_minted(batch, ob, attempt, batch->mint_seq);
+		/* The rows created are added to batch->minted when the
+		 * statement has run: on PostgreSQL, deferred to the
+		 * transaction's next statement, after this returns (a local
+		 * counter would be gone by then). */
 		err = tbx_tokens_sets_mint_joined(proto->tokens, sets.items,
 						  sets.cnt, batch->mint_seq,
-						  &rows);
+						  &batch->minted);
 		ob_sets_free(&sets);
 		if (err)
 			return err;
-		batch->minted += rows;
 		for (size_t i = 0; i < batch->row_cnt; i++)
 			if (batch->rows[i].ob == ob)
 				tbx__brow_set_state(&batch->rows[i],
