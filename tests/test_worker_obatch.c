@@ -408,8 +408,10 @@ static void sets_env_init2(sets_env_t *se, int one_file, const char *k,
 
 	e->dir = tt_tmpdir();
 	e->store = tt_store_new(e->dir, "s1");
-	e->tokens = one_file ? strdup(e->store)
-			     : tt_tokens_new(e->dir, "tokens", one_file);
+	/* The pg tier: one file is one connection (the joined path). */
+	e->tokens = one_file && !tt_pg_tier()
+			? strdup(e->store)
+			: tt_tokens_new(e->dir, "tokens", one_file);
 	se->store2 = tt_store_new(e->dir, "s2");
 	e->c = tt_cluster_new(1);
 	tt_cluster_topic(e->c, "in", 2);
@@ -682,11 +684,9 @@ static void own_sets_refused_reply(int one_file)
 			      "SELECT COUNT(*) FROM tbx_tset WHERE grp = 'g2'"),
 		     1, "its bit waits in g2's set");
 
-	const char *resend[] = {
-	    "inspect",	   "-s",     se.e.store, "-S", se.e.tokens,
-	    "undelivered", "resend", "1",	 "-b", se.e.c->bootstraps,
-	    NULL};
-	cc_result_t res = cc_run(resend);
+	const char *resend[] = {"undelivered", "resend",	   "1",
+				"-b",	       se.e.c->bootstraps, NULL};
+	cc_result_t res = inspect(&se.e, resend);
 	cr_assert(cc_exited(res.status, 0), "resend: %s", res.err);
 	cc_result_free(&res);
 	tt_want_t seven = {se.store2, "SELECT COUNT(*) FROM hop2", 7};
