@@ -162,7 +162,7 @@ const tbx__prop_t tbx__props[] = {
 	 "a service store at SQLite schema 12 or PostgreSQL service version "
 	 "4 (a worker migrates its store at start). 'batch' is in progress: "
 	 "its messages carry per-message tokens unless tokens.format is "
-	 "'set' (SQLite only). A message the broker refuses for good is "
+	 "'set'. A message the broker refuses for good is "
 	 "given up as in 'record' (dispatch.retry.max, tbx_undelivered) and "
 	 "the rest of its row finishes. The recovery pass and `inspect "
 	 "redispatch` finish them; `inspect outbox list|show` shows them. "
