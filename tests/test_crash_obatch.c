@@ -177,6 +177,8 @@ Test(crash_obatch, own_sets_killed_after_delivering_one_file)
 
 Test(crash_obatch, own_sets_killed_while_the_finish_waits_one_file)
 {
+	if (tt_pg_tier())
+		cr_skip_test("finish.defer is one SQLite file's");
 	tt_crash_case_rows_sets("E.deferred", 1, NULL, 1);
 }
 
