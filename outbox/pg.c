@@ -168,6 +168,16 @@ static const char *const migrations[] = {
     /* 4 -> 5: SQLite's schema 15: when `inspect dead-letters replay`
      * sent a dead letter back to its origin topic (NULL: never). */
     "ALTER TABLE @S.tbx_dead_letters ADD COLUMN replayed_ms bigint;",
+    /* 5 -> 6: SQLite's schema 16: a message given up on whose token is a
+     * bit of a token set (a batch row of tokfmt 2) keeps the set's id,
+     * the bit and the partition the set was minted for, so that
+     * `inspect undelivered resend` produces it with tbx-tset and
+     * tbx-tbit to that partition.  NULL for a per-message token. */
+    "ALTER TABLE @S.tbx_undelivered ADD COLUMN tset text COLLATE \"C\";"
+    "ALTER TABLE @S.tbx_undelivered ADD COLUMN tbit integer CHECK (tbit IS"
+    " NULL OR (tbit BETWEEN 0 AND 65535 AND tset IS NOT NULL));"
+    "ALTER TABLE @S.tbx_undelivered ADD COLUMN tpart integer CHECK ((tpart"
+    " IS NULL) = (tbit IS NULL) AND (tpart IS NULL OR tpart >= 0));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) ==
@@ -325,8 +335,9 @@ static const char *const sql[Q__COUNT] = {
     /* One line per outgoing message however often it is given up on. */
     [Q_UNDELIVERED_ADD] = "INSERT INTO @S.tbx_undelivered (grp, msg_id, "
 			  "out_id, topic, type, key, payload, headers, token, "
-			  "mint_seq, error, attempts, created_ms) VALUES ($1, "
-			  "$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+			  "mint_seq, error, attempts, created_ms, tset, tbit, "
+			  "tpart) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+			  "$10, $11, $12, $13, $14, $15, $16) "
 			  "ON CONFLICT (grp, out_id) DO NOTHING",
     /* A's locks: the keys hashed by the server, deduplicated and sorted
      * in the subquery, whose Sort the outer projection reads row by row,
@@ -1259,12 +1270,10 @@ static int pg_undelivered_add(tbx_outbox_t *base, const char *grp,
 			      const tbx__row_t *row, const tbx__outmsg_t *m,
 			      const char *error, int attempts)
 {
+	/* A bit of a token set: its set, bit and partition, no token. */
+	int set = m->tset[0] && m->part >= 0;
 	tbx__pg_params_t p;
 
-	/* A set bit has no column here (tbx__ud_rec_t): never kept as a
-	 * token it is not. */
-	if (m->tset[0] && m->part >= 0)
-		return TBX_ESCHEMA;
 	tbx__pgp_init(&p);
 	tbx__pgp_text(&p, grp);
 	tbx__pgp_text(&p, row->msg_id);
@@ -1274,7 +1283,7 @@ static int pg_undelivered_add(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_bytea(&p, m->key, m->key_len);
 	tbx__pgp_bytea(&p, m->payload, m->payload_len);
 	tbx__pgp_bytea(&p, m->headers, m->headers_len);
-	tbx__pgp_opt_text(&p, m->token);
+	tbx__pgp_opt_text(&p, set ? "" : m->token);
 	if (row->mint_seq)
 		tbx__pgp_i64(&p, row->mint_seq);
 	else
@@ -1282,6 +1291,15 @@ static int pg_undelivered_add(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_text(&p, error);
 	tbx__pgp_i64(&p, attempts);
 	tbx__pgp_i64(&p, tbx__now_ms());
+	if (set) {
+		tbx__pgp_text(&p, m->tset);
+		tbx__pgp_i64(&p, m->tbit);
+		tbx__pgp_i64(&p, m->part);
+	} else {
+		tbx__pgp_text(&p, NULL);
+		tbx__pgp_text(&p, NULL);
+		tbx__pgp_text(&p, NULL);
+	}
 	return run(ps(base), Q_UNDELIVERED_ADD, &p, NULL);
 }
 

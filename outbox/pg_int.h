@@ -11,7 +11,7 @@
 #include "store/pg.h"
 
 /** The schema version of the service store's PostgreSQL tables. */
-#define TBX_PG_OUTBOX_VERSION 5
+#define TBX_PG_OUTBOX_VERSION 6
 
 typedef struct pg_store {
 	tbx_outbox_t base; /* first: the ops see a tbx_outbox_t */

@@ -30,10 +30,14 @@
 	"EXISTS (SELECT 1 FROM @S.tbx_outbox o WHERE o.grp = d.grp AND "       \
 	"o.msg_id = d.msg_id AND o.kind = 1), d.replayed_ms FROM "             \
 	"@S.tbx_dead_letters d"
-#define UD_COLUMNS                                                             \
+/* The set columns are version 6 on: a schema opened read-only at an
+ * older one reads NULL there. */
+#define UD_COLUMNS(set)                                                        \
 	"SELECT id, grp, msg_id, out_id, topic, type, key, payload, "          \
-	"headers, token, mint_seq, error, attempts, created_ms FROM "          \
-	"@S.tbx_undelivered"
+	"headers, token, mint_seq, error, attempts, created_ms, " set          \
+	" FROM @S.tbx_undelivered"
+#define UD_SET	  "tset, tbit, tpart"
+#define UD_NO_SET "NULL::text, NULL::integer, NULL::integer"
 
 enum {
 	R_GROUPS,
@@ -58,6 +62,8 @@ enum {
 	R_UD_LIST,
 	R_UD_COUNT_F,
 	R_UD_GET,
+	R_UD_LIST_V5,
+	R_UD_GET_V5,
 	R_UD_DELETE,
 	R_ALARMS,
 	R_BINDINGS,
@@ -130,12 +136,16 @@ static const char *const rsql[R__COUNT] = {
 		      "$2 AND in_partition = $3 AND in_offset = $4 AND "
 		      "dlq_topic = $5",
     [R_UD_COUNT] = "SELECT count(*) FROM @S.tbx_undelivered",
-    [R_UD_LIST] = UD_COLUMNS " WHERE " GRP_IN(
+    [R_UD_LIST] = UD_COLUMNS(UD_SET) " WHERE " GRP_IN(
 	"grp") " AND created_ms <= $2 ORDER BY created_ms DESC, id DESC "
 	       "LIMIT $3",
     [R_UD_COUNT_F] = "SELECT count(*) FROM @S.tbx_undelivered WHERE " GRP_IN(
 	"grp") " AND created_ms <= $2",
-    [R_UD_GET] = UD_COLUMNS " WHERE id = $2 AND " GRP_IN("grp"),
+    [R_UD_GET] = UD_COLUMNS(UD_SET) " WHERE id = $2 AND " GRP_IN("grp"),
+    [R_UD_LIST_V5] = UD_COLUMNS(UD_NO_SET) " WHERE " GRP_IN(
+	"grp") " AND created_ms <= $2 ORDER BY created_ms DESC, id DESC "
+	       "LIMIT $3",
+    [R_UD_GET_V5] = UD_COLUMNS(UD_NO_SET) " WHERE id = $2 AND " GRP_IN("grp"),
     [R_UD_DELETE] = "DELETE FROM @S.tbx_undelivered WHERE id = $1",
     [R_ALARMS] = "SELECT grp, name, count, first_ms, last_ms, detail FROM "
 		 "@S.tbx_alarms ORDER BY grp, name",
@@ -649,11 +659,11 @@ static int ud_row(const PGresult *res, int i, any_fn fn, void *opaque)
 {
 	tbx__ud_rec_t u;
 
-	/* No set bits on PostgreSQL (a worker refuses outbox.layout=batch
-	 * there): none. */
-	u.tset = NULL;
-	u.tbit = 0;
-	u.tpart = -1;
+	/* A bit of a token set keeps its set, bit and partition; NULL for
+	 * a per-message token. */
+	u.tset = tbx__pg_text(res, i, 14);
+	u.tbit = u.tset ? tbx__pg_i64(res, i, 15) : 0;
+	u.tpart = u.tset ? tbx__pg_i64(res, i, 16) : -1;
 	u.id = tbx__pg_i64(res, i, 0);
 	u.grp = text(res, i, 1);
 	u.msg_id = text(res, i, 2);
@@ -683,7 +693,8 @@ int tbx__pgo_undelivered_list(tbx_outbox_t *base, const tbx__filter_t *f,
 	if ((err = filter_count(store, R_UD_COUNT_F, f, total)))
 		return err;
 	bind_filter(&p, f, 1, 1);
-	return each(store, R_UD_LIST, &p, ud_row, (any_fn)fn, opaque);
+	return each(store, store->version < 6 ? R_UD_LIST_V5 : R_UD_LIST, &p,
+		    ud_row, (any_fn)fn, opaque);
 }
 
 int tbx__pgo_undelivered_get(tbx_outbox_t *base, int64_t id,
@@ -694,7 +705,8 @@ int tbx__pgo_undelivered_get(tbx_outbox_t *base, int64_t id,
 
 	bind_filter(&p, f, 0, 0);
 	tbx__pgp_i64(&p, id);
-	return each(ps(base), R_UD_GET, &p, ud_row, (any_fn)fn, opaque);
+	return each(ps(base), ps(base)->version < 6 ? R_UD_GET_V5 : R_UD_GET,
+		    &p, ud_row, (any_fn)fn, opaque);
 }
 
 int tbx__pgo_undelivered_delete(tbx_outbox_t *base, int64_t id)

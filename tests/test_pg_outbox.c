@@ -164,10 +164,23 @@ static void fx_drop(const char *schema)
 	fx_exec(fx_q(schema, "DROP SCHEMA IF EXISTS \"%s\" CASCADE"), NULL);
 }
 
+/* Takes a schema made at this version back to version 5: without what
+ * version 6 added (a given-up message's set, bit and partition). */
+static void fx_back_to_v5(const char *schema)
+{
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_undelivered DROP "
+			     "COLUMN tpart, DROP COLUMN tbit, DROP COLUMN "
+			     "tset"),
+		NULL);
+	fx_exec(fx_q(schema, "UPDATE \"%s\".tbx_schema_info SET version = 5"),
+		NULL);
+}
+
 /* Takes a schema made at this version back to version 4: without what
  * version 5 added (when a dead letter was replayed). */
 static void fx_back_to_v4(const char *schema)
 {
+	fx_back_to_v5(schema);
 	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_dead_letters DROP "
 			     "COLUMN replayed_ms"),
 		NULL);
@@ -491,7 +504,7 @@ Test(pg_outbox, a_version_3_schema_gets_the_batch_rows_and_keeps_its_rows)
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info"),
 		NULL, grp_ver, sizeof(grp_ver));
-	cr_assert_str_eq(grp_ver, "service 5", "the migration is recorded");
+	cr_assert_str_eq(grp_ver, "service 6", "the migration is recorded");
 	/* What version 3 held, as it was. */
 	tbx__row_init(&got);
 	cr_assert_eq(tbx_outbox_row_load(store, GRP, "m-old", &got), TBX_OK);
@@ -750,7 +763,7 @@ Test(pg_outbox, open_creates_the_schema_and_a_second_open_finds_it)
 	fx_text(fx_q(schema, "SELECT kind || ' ' || version FROM "
 			     "\"%s\".tbx_schema_info WHERE id = 1"),
 		NULL, id1, sizeof(id1));
-	cr_assert_str_eq(id1, "service 5");
+	cr_assert_str_eq(id1, "service 6");
 	fx_text(fx_q(schema, "SELECT store_id FROM \"%s\".tbx_schema_info"),
 		NULL, id1, sizeof(id1));
 	cr_assert(tbx__is_uuid(id1, strlen(id1)), "%s", id1);
@@ -1796,6 +1809,117 @@ static int ud_cb(void *opaque, const tbx__ud_rec_t *u)
 		 (long long)u->mint_seq, u->error, (long long)u->attempts,
 		 u->payload_len);
 	return 0;
+}
+
+/* Each undelivered line's token or set bit, "<out_id>=tok|<set>:<bit>:
+ * <part>;" (newest first). */
+static int ud_set_cb(void *opaque, const tbx__ud_rec_t *u)
+{
+	char *text = opaque;
+	size_t len = strlen(text);
+
+	if (u->tset)
+		snprintf(text + len, 512 - len, "%s=%s:%lld:%lld;", u->out_id,
+			 u->tset, (long long)u->tbit, (long long)u->tpart);
+	else
+		snprintf(text + len, 512 - len, "%s=%s;", u->out_id,
+			 u->token ? "tok" : "-");
+	return 0;
+}
+
+/* A version 5 schema's undelivered lines keep their token after the
+ * step to 6; a set bit given up after it keeps its set, bit and
+ * partition (no token), read back by list and get. */
+Test(pg_outbox, a_version_5_schema_keeps_a_given_up_set_bit)
+{
+	char schema[64], got[512] = "", want[512];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig6");
+	tbx__filter_t all = TBX_FILTER_ALL;
+	tbx__row_t row;
+	int64_t total = 0, id;
+	int version = 0;
+
+	fx_row(&row, "m1", 2);
+	fx_tokened(&row, 11);
+	cr_assert_eq(tbx_outbox_undelivered_add(store, GRP, &row, &row.msgs[0],
+						"too big", 2),
+		     TBX_OK);
+	tbx_outbox_close(store);
+	fx_back_to_v5(schema);
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 6);
+	tbx__strlcpy(row.msgs[1].tset, "01a2225f-e265-7c91-a352-25af14a9c149",
+		     sizeof(row.msgs[1].tset));
+	row.msgs[1].tbit = 70;
+	row.msgs[1].part = 2;
+	cr_assert_eq(tbx_outbox_undelivered_add(store, GRP, &row, &row.msgs[1],
+						"too big", 2),
+		     TBX_OK);
+	cr_assert_eq(
+	    tbx_outbox_undelivered_list(store, &all, &total, ud_set_cb, got),
+	    TBX_OK);
+	snprintf(want, sizeof(want),
+		 "%s=01a2225f-e265-7c91-a352-25af14a9c149:70:2;%s=tok;",
+		 row.msgs[1].id, row.msgs[0].id);
+	cr_assert_str_eq(got, want);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT count(*) FROM "
+					 "\"%s\".tbx_undelivered WHERE token "
+					 "IS NULL AND tset IS NOT NULL"),
+			    NULL),
+		     1, "a set bit is kept as no token");
+	id = fx_int(fx_q(schema, "SELECT id FROM \"%s\".tbx_undelivered "
+				 "WHERE tset IS NOT NULL"),
+		    NULL);
+	got[0] = '\0';
+	cr_assert_eq(
+	    tbx_outbox_undelivered_get(store, id, &all, ud_set_cb, got),
+	    TBX_OK);
+	snprintf(want, sizeof(want),
+		 "%s=01a2225f-e265-7c91-a352-25af14a9c149:70:2;",
+		 row.msgs[1].id);
+	cr_assert_str_eq(got, want);
+	tbx_outbox_close(store);
+	tbx__row_clear(&row);
+	fx_drop(schema);
+}
+
+/* A failed step to version 6 leaves version 5 whole: none of its
+ * columns, the version unchanged; then the next open migrates. */
+Test(pg_outbox, a_failed_migration_to_version_6_leaves_version_5_whole)
+{
+	char schema[64], err[512];
+	tbx_outbox_t *store = fx_new(schema, sizeof(schema), "mig6f");
+	int version = 0;
+
+	tbx_outbox_close(store);
+	fx_back_to_v5(schema);
+	/* A column of the step's last name, added by someone else. */
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_undelivered ADD "
+			     "COLUMN tpart text"),
+		NULL);
+	cr_assert_eq(fx_open_err(schema, NULL, &store, err, sizeof(err)),
+		     TBX_ESTORE, "%s", err);
+	cr_assert_null(store);
+	cr_assert(strstr(err, "migration to version 6 failed"), "%s", err);
+	cr_assert_eq(fx_int(fx_q(schema, "SELECT version FROM "
+					 "\"%s\".tbx_schema_info"),
+			    NULL),
+		     5);
+	cr_assert_eq(fx_int("SELECT count(*) FROM information_schema.columns "
+			    "WHERE table_schema = $1 AND table_name = "
+			    "'tbx_undelivered' AND column_name IN ('tset', "
+			    "'tbit')",
+			    schema),
+		     0, "the step's first columns are rolled back with it");
+	fx_exec(fx_q(schema, "ALTER TABLE \"%s\".tbx_undelivered DROP "
+			     "COLUMN tpart"),
+		NULL);
+	store = fx_open(schema);
+	cr_assert_eq(tbx_outbox_schema(store, &version), TBX_OK);
+	cr_assert_eq(version, 6);
+	tbx_outbox_close(store);
+	fx_drop(schema);
 }
 
 Test(pg_outbox, undelivered_messages_are_kept_once_listed_and_removed)
