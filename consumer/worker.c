@@ -220,20 +220,6 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 		if ((err = tbx__stores_batch_ready(cfg, worker->store, errstr,
 						   errstr_size)))
 			goto fail;
-		/* Joined on PostgreSQL, A's set rows are counted through
-		 * a deferred statement the batch protocol does not wait
-		 * for yet: refused until it does. */
-		if (cfg->tokens_format == TBX_TOKFMT_SET && *cfg->store_url &&
-		    worker->joined) {
-			err = tbx__seterr(
-			    errstr, errstr_size, TBX_EINVAL,
-			    "tokens.format=set with outbox.layout=batch: not "
-			    "with the token store joined to a PostgreSQL "
-			    "service store yet; give the token store a "
-			    "connection of its own (tokens.url) or use "
-			    "tokens.format=message");
-			goto fail;
-		}
 		if (cfg->tokens_format == TBX_TOKFMT_SET) {
 			int yes = 0;
 

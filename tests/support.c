@@ -1318,11 +1318,6 @@ void tt_crash_case_rows(const char *point, int single_file, const char *setting,
 void tt_crash_case_rows_sets(const char *point, int single_file,
 			     const char *setting, int batched)
 {
-	if (tt_pg_tier() && single_file)
-		cr_skip_test("joined to a PostgreSQL service store, "
-			     "tokens.format=set with outbox.layout=batch is "
-			     "refused (obatch::postgresql_joined_refuses_own_"
-			     "sets)");
 	crash_case(point, single_file, setting, batched, 1, 1);
 }
 

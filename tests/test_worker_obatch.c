@@ -406,10 +406,6 @@ static void sets_env_init2(sets_env_t *se, int one_file, const char *k,
 	env_t *e = &se->e;
 	char err[512];
 
-	if (tt_pg_tier() && one_file)
-		cr_skip_test("joined to a PostgreSQL service store, "
-			     "tokens.format=set with outbox.layout=batch is "
-			     "refused: postgresql_joined_refuses_own_sets");
 	e->dir = tt_tmpdir();
 	e->store = tt_store_new(e->dir, "s1");
 	/* The pg tier: one file is one connection (the joined path). */
@@ -803,38 +799,6 @@ Test(obatch, a_store_without_batch_rows_is_refused)
 			      "the service store is at schema 11, and batch "
 			      "rows need 12 or later"),
 		  "%s", err);
-}
-
-/* Joined to a PostgreSQL service store, A's set rows are counted
- * through a deferred statement the batch protocol does not wait for
- * yet: the worker refuses the setting at start. */
-Test(obatch, postgresql_joined_refuses_own_sets)
-{
-	char err[512] = "";
-	char *dir, *store, *tokens;
-	tt_cluster_t *c;
-	tbx_conf_t *conf;
-	tbx_worker_t *w;
-
-	if (!tt_pg_tier())
-		cr_skip_test("the pg tier's (pg_test_worker_obatch)");
-	dir = tt_tmpdir();
-	store = tt_store_new(dir, "s1");
-	tokens = tt_tokens_new(dir, "tokens", 1);
-	c = tt_cluster_new(1);
-	conf = tt_conf(c->bootstraps, "g1", store, tokens, "outbox.layout",
-		       "batch", "tokens.format", "set", NULL);
-	w = tbx_worker_new(conf, err, sizeof(err));
-	cr_assert_null(w);
-	tbx_conf_destroy(conf); /* a failed tbx_worker_new() leaves it */
-	cr_assert(strstr(err, "not with the token store joined to a "
-			      "PostgreSQL service store yet"),
-		  "%s", err);
-	tt_cluster_destroy(c);
-	tt_rmrf(dir);
-	free(dir);
-	free(store);
-	free(tokens);
 }
 
 /*
