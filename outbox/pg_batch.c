@@ -101,11 +101,13 @@ static const char *const sql[Q__COUNT] = {
 		    "AS u(t, p) ON f.grp = $1 AND f.topic = u.t AND "
 		    "f.\"partition\" = u.p ORDER BY f.topic, f.\"partition\" "
 		    "FOR UPDATE OF f",
-    [Q_DISPATCH_FAILED] = "UPDATE @S.tbx_obatch SET dispatch_failures = "
-			  "dispatch_failures + 1 WHERE grp = $1 AND row_id = "
-			  "$2 RETURNING dispatch_failures",
-    [Q_MARK_STUCK] = "UPDATE @S.tbx_obatch SET stuck_ms = $3 WHERE grp = "
-		     "$1 AND row_id = $2 AND stuck_ms IS NULL",
+    /* (parenthesised: clang's -Wstring-concatenation takes the last
+     * entries of this array for a missing comma otherwise) */
+    [Q_DISPATCH_FAILED] = ("UPDATE @S.tbx_obatch SET dispatch_failures = "
+			   "dispatch_failures + 1 WHERE grp = $1 AND row_id = "
+			   "$2 RETURNING dispatch_failures"),
+    [Q_MARK_STUCK] = ("UPDATE @S.tbx_obatch SET stuck_ms = $3 WHERE grp = "
+		      "$1 AND row_id = $2 AND stuck_ms IS NULL"),
 };
 
 static pg_store_t *ps(tbx_outbox_t *base)
