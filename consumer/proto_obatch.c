@@ -1013,6 +1013,79 @@ static int ob_needs_attempt(const tbx__batch_t *batch, size_t ob, int sets)
 }
 
 /*
+ * B's S transaction, for either token format: records each of the @p cnt
+ * batch rows @p obs with its attempt @p attempts[c] (mint_seq @p seq, the
+ * tokens or sets in msgs, the bits in wire) WHERE attempt IS NULL, and
+ * says in @p won whether it did.  Rolled back on any error.
+ */
+static int ob_record(tbx__proto_t *proto, tbx__batch_t *batch,
+		     const size_t *obs, char (*attempts)[TBX_UUID_LEN + 1],
+		     size_t cnt, int64_t seq, int *won)
+{
+	int err;
+
+	if ((err = tbx_outbox_begin(proto->store)))
+		return err;
+	for (size_t c = 0; c < cnt && !err; c++) {
+		void *msgs = NULL;
+		size_t msgs_len = 0;
+		tbx__buf_t wire = {0};
+
+		for (size_t i = 0; i < batch->row_cnt; i++)
+			if (batch->rows[i].ob == obs[c])
+				batch->rows[i].row.mint_seq = seq;
+		if (!(err = ob_encode(batch, obs[c], &msgs, &msgs_len, &wire)))
+			err = tbx_outbox_obatch_set_attempt(
+			    proto->store, proto->group,
+			    batch->obs[obs[c] - 1].row_id, attempts[c], seq,
+			    msgs, msgs_len, wire.p, wire.len, &won[c]);
+		free(msgs);
+		tbx__buf_free(&wire);
+	}
+	if (err || (err = tbx_outbox_commit(proto->store))) {
+		tbx_outbox_rollback(proto->store);
+		return err;
+	}
+	tbx__crashpoint("B.recorded");
+	return TBX_OK;
+}
+
+/*
+ * After ob_record(): a row whose attempt was recorded is RECORDED; one
+ * where another attempt was recorded first drops ours at once (@p sets:
+ * its sets, every group's, and its registration; else its per-message
+ * tokens) and goes on with the winner's (ob_winner()).
+ */
+static int ob_settle(tbx__proto_t *proto, tbx__batch_t *batch,
+		     const size_t *obs, char (*attempts)[TBX_UUID_LEN + 1],
+		     size_t cnt, const int *won, int sets)
+{
+	int err;
+
+	for (size_t c = 0; c < cnt; c++) {
+		int dropped = 0;
+
+		if (won[c]) {
+			for (size_t i = 0; i < batch->row_cnt; i++)
+				if (batch->rows[i].ob == obs[c])
+					tbx__brow_set_state(&batch->rows[i],
+							    TBX_BROW_RECORDED);
+			continue;
+		}
+		if ((sets
+			 ? tbx_tokens_sets_drop_attempt(
+			       proto->tokens, attempts[c], &dropped, NULL)
+			 : tbx_tokens_drop_attempt(proto->tokens, attempts[c],
+						   &dropped, NULL)) == TBX_OK &&
+		    dropped)
+			proto->stats->attempts_lost++;
+		if ((err = ob_winner(proto, batch, obs[c])))
+			return err;
+	}
+	return TBX_OK;
+}
+
+/*
  * B for the batch rows whose messages take token sets (tokfmt 2): per
  * row a fresh attempt, registered as one tbx_breg row named by the row's
  * id, and per destination (topic, partition) a fresh set with a row per
@@ -1072,49 +1145,9 @@ static int ob_set_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 		goto unmint;
 	proto->stats->tokens_created += created;
 	tbx__crashpoint("B.minted");
-	if ((err = tbx_outbox_begin(proto->store)))
+	if ((err = ob_record(proto, batch, obs, attempts, cnt, seq, won)))
 		goto unmint;
-	for (size_t c = 0; c < cnt && !err; c++) {
-		void *msgs = NULL;
-		size_t msgs_len = 0;
-		tbx__buf_t wire = {0};
-
-		for (size_t i = 0; i < batch->row_cnt; i++)
-			if (batch->rows[i].ob == obs[c])
-				batch->rows[i].row.mint_seq = seq;
-		if (!(err = ob_encode(batch, obs[c], &msgs, &msgs_len, &wire)))
-			err = tbx_outbox_obatch_set_attempt(
-			    proto->store, proto->group,
-			    batch->obs[obs[c] - 1].row_id, attempts[c], seq,
-			    msgs, msgs_len, wire.p, wire.len, &won[c]);
-		free(msgs);
-		tbx__buf_free(&wire);
-	}
-	if (err || (err = tbx_outbox_commit(proto->store))) {
-		tbx_outbox_rollback(proto->store);
-		goto unmint;
-	}
-	tbx__crashpoint("B.recorded");
-	for (size_t c = 0; c < cnt; c++) {
-		int dropped = 0;
-
-		if (won[c]) {
-			for (size_t i = 0; i < batch->row_cnt; i++)
-				if (batch->rows[i].ob == obs[c])
-					tbx__brow_set_state(&batch->rows[i],
-							    TBX_BROW_RECORDED);
-			continue;
-		}
-		/* Another attempt was recorded first: ours goes at once
-		 * (its sets, every group's, and its registration), and the
-		 * row goes on with the winner's sets. */
-		if (tbx_tokens_sets_drop_attempt(proto->tokens, attempts[c],
-						 &dropped, NULL) == TBX_OK &&
-		    dropped)
-			proto->stats->attempts_lost++;
-		if ((err = ob_winner(proto, batch, obs[c])))
-			goto out;
-	}
+	err = ob_settle(proto, batch, obs, attempts, cnt, won, 1);
 	goto out;
 unmint:
 	tbx__log(TBX_LOG_WARNING,
@@ -1199,48 +1232,9 @@ int tbx__ob_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 		goto unmint;
 	proto->stats->tokens_created += created;
 	tbx__crashpoint("B.minted");
-	if ((err = tbx_outbox_begin(proto->store)))
+	if ((err = ob_record(proto, batch, obs, attempts, cnt, seq, won)))
 		goto unmint;
-	for (size_t c = 0; c < cnt && !err; c++) {
-		void *msgs = NULL;
-		size_t msgs_len = 0;
-		tbx__buf_t wire = {0};
-
-		for (size_t i = 0; i < batch->row_cnt; i++)
-			if (batch->rows[i].ob == obs[c])
-				batch->rows[i].row.mint_seq = seq;
-		if (!(err = ob_encode(batch, obs[c], &msgs, &msgs_len, &wire)))
-			err = tbx_outbox_obatch_set_attempt(
-			    proto->store, proto->group,
-			    batch->obs[obs[c] - 1].row_id, attempts[c], seq,
-			    msgs, msgs_len, wire.p, wire.len, &won[c]);
-		free(msgs);
-		tbx__buf_free(&wire);
-	}
-	if (err || (err = tbx_outbox_commit(proto->store))) {
-		tbx_outbox_rollback(proto->store);
-		goto unmint;
-	}
-	tbx__crashpoint("B.recorded");
-	for (size_t c = 0; c < cnt; c++) {
-		int dropped;
-
-		if (won[c]) {
-			for (size_t i = 0; i < batch->row_cnt; i++)
-				if (batch->rows[i].ob == obs[c])
-					tbx__brow_set_state(&batch->rows[i],
-							    TBX_BROW_RECORDED);
-			continue;
-		}
-		/* Another attempt was recorded first: ours goes at once,
-		 * and the row goes on with the winner's. */
-		if (tbx_tokens_drop_attempt(proto->tokens, attempts[c],
-					    &dropped, NULL) == TBX_OK &&
-		    dropped)
-			proto->stats->attempts_lost++;
-		if ((err = ob_winner(proto, batch, obs[c])))
-			goto out;
-	}
+	err = ob_settle(proto, batch, obs, attempts, cnt, won, 0);
 	goto out;
 unmint:
 	tbx__log(TBX_LOG_WARNING, "recording attempts of batch rows failed: %s",
