@@ -76,6 +76,7 @@ typedef struct sample {
 	long processed;
 	long long rows;
 	long long bytes;
+	long long outbox; /* tokenbox's outbox rows, -1: not tokenbox */
 } sample_t;
 
 /* What a run measured; printed as JSON at the end. */
@@ -86,6 +87,7 @@ typedef struct result {
 	int64_t t_first_end;	 /* after the first batch, ns */
 	int64_t t_end;		 /* after the last, ns */
 	long long dedup_rows;	 /* -1: no deduplication storage */
+	long long outbox_rows;	 /* tokenbox's left, -1: not tokenbox */
 	long long downstream_tokens;
 	long long store_bytes;
 	bench_io_counts_t io_start, io_end;
@@ -221,6 +223,18 @@ static long long dedup_rows(const opts_t *o, sqlite3 *db, sqlite3 *tdb)
 			 o->group);
 }
 
+/* tokenbox's own group's outbox rows in either layout (record rows in
+ * tbx_outbox, batch rows in tbx_obatch); -1 for other contenders. */
+static long long outbox_rows(const opts_t *o, sqlite3 *db)
+{
+	if (o->kind != K_TOKENBOX)
+		return -1;
+	return query_int(db, "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?",
+			 o->group) +
+	       query_int(db, "SELECT COUNT(*) FROM tbx_obatch WHERE grp = ?",
+			 o->group);
+}
+
 static void take_sample(const opts_t *o, result_t *r, sqlite3 *db, sqlite3 *tdb)
 {
 	sample_t *s;
@@ -230,6 +244,7 @@ static void take_sample(const opts_t *o, result_t *r, sqlite3 *db, sqlite3 *tdb)
 	s = &r->samples[r->sample_cnt++];
 	s->processed = r->processed;
 	s->rows = dedup_rows(o, db, tdb);
+	s->outbox = outbox_rows(o, db);
 	s->bytes = file_bytes(store_path) +
 		   (o->kind == K_TOKENBOX && o->separate_tokens
 			? file_bytes(tokens_path)
@@ -1384,6 +1399,7 @@ static int run_tokenbox(const opts_t *o, result_t *r)
 	tbx_worker_close(w);
 	spans_settle(w, r);
 	r->dedup_rows = dedup_rows(o, db, tdb);
+	r->outbox_rows = outbox_rows(o, db);
 	r->downstream_tokens =
 	    query_int(tdb, "SELECT COUNT(*) FROM tbx_tokens WHERE grp <> ?",
 		      o->group) +
@@ -1429,6 +1445,7 @@ static void print_result(const opts_t *o, const result_t *r)
 	cJSON_AddNumberToObject(
 	    j, "pg_commits", (double)(r->pq_end.commits - r->pq_start.commits));
 	cJSON_AddNumberToObject(j, "dedup_rows", (double)r->dedup_rows);
+	cJSON_AddNumberToObject(j, "outbox_rows", (double)r->outbox_rows);
 	cJSON_AddNumberToObject(j, "downstream_tokens",
 				(double)r->downstream_tokens);
 	cJSON_AddNumberToObject(j, "store_bytes", (double)r->store_bytes);
@@ -1451,6 +1468,8 @@ static void print_result(const opts_t *o, const result_t *r)
 		    s, cJSON_CreateNumber((double)r->samples[i].rows));
 		cJSON_AddItemToArray(
 		    s, cJSON_CreateNumber((double)r->samples[i].bytes));
+		cJSON_AddItemToArray(
+		    s, cJSON_CreateNumber((double)r->samples[i].outbox));
 		cJSON_AddItemToArray(samples, s);
 	}
 	cJSON_AddItemToObject(j, "samples", samples);
@@ -1577,6 +1596,7 @@ int bench_contender_main(int argc, char **argv)
 		return die("cannot register the counting VFS%s%s", "", "");
 	memset(&r, 0, sizeof(r));
 	r.dedup_rows = -1;
+	r.outbox_rows = -1;
 	rc = o.kind == K_TOKENBOX ? run_tokenbox(&o, &r) : run_hand(&o, &r);
 	if (rc == 0)
 		print_result(&o, &r);

@@ -978,6 +978,23 @@ static cJSON *storage_run(const run_t *r)
 	return j;
 }
 
+/* The largest value of column @p col of a storage run's samples
+ * ([processed, rows, bytes, outbox rows]); -1 when none has it. */
+static double sample_peak(const cJSON *res, int col)
+{
+	const cJSON *s,
+	    *samples = cJSON_GetObjectItemCaseSensitive(res, "samples");
+	double peak = -1;
+
+	cJSON_ArrayForEach(s, samples)
+	{
+		const cJSON *v = cJSON_GetArrayItem(s, col);
+		if (cJSON_IsNumber(v) && v->valuedouble > peak)
+			peak = v->valuedouble;
+	}
+	return peak;
+}
+
 /* ---- output ---- */
 
 static double median(double *v, int n)
@@ -1516,10 +1533,20 @@ int bench_driver_main(int argc, char **argv)
 						(double)cfg.storage_messages);
 			cJSON_AddNumberToObject(o, "dedup_rows",
 						jnum(s_res[i], "dedup_rows"));
+			cJSON_AddNumberToObject(o, "dedup_rows_peak",
+						sample_peak(s_res[i], 1));
+			if (s_runs[i].kind == TOKENBOX) {
+				cJSON_AddNumberToObject(
+				    o, "outbox_rows",
+				    jnum(s_res[i], "outbox_rows"));
+				cJSON_AddNumberToObject(
+				    o, "outbox_rows_peak",
+				    sample_peak(s_res[i], 3));
+			}
 			cJSON_AddNumberToObject(o, "store_bytes",
 						jnum(s_res[i], "store_bytes"));
 			cJSON_AddItemToObject(
-			    o, "samples_processed_rows_bytes",
+			    o, "samples_processed_rows_bytes_outbox",
 			    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(
 						s_res[i], "samples"),
 					    1));
@@ -1656,6 +1683,15 @@ int bench_driver_main(int argc, char **argv)
 			    kinds[s_runs[i].kind], jnum(s_res[i], "dedup_rows"),
 			    jnum(s_res[i], "store_bytes") / 1e6,
 			    i ? "\n" : ",");
+		for (int i = 0; i < 2; i++) {
+			if (s_runs[i].kind != TOKENBOX)
+				continue;
+			OUT("tokenbox while running: at most %.0f token rows "
+			    "and %.0f outbox rows at a sample; outbox rows "
+			    "left %.0f\n",
+			    sample_peak(s_res[i], 1), sample_peak(s_res[i], 3),
+			    jnum(s_res[i], "outbox_rows"));
+		}
 	}
 #undef OUT
 	/* Plot data (bench/plot.gp). */
