@@ -39,8 +39,8 @@
  *           (rows_find).  Per record, in batch order: a copy of a record
  *           earlier in the batch joins it; a tbx_outbox row covering it
  *           -> resume that row; FTOK named in tbx_cover_msg -> resume
- *           that batch row; otherwise the memory: FSET by its bit, every
- *           other record by its (partition, offset) -> resume the row;
+ *           that batch row; otherwise the memory: FSET by its bit, then
+ *           every record by its (partition, offset) -> resume the row;
  *           otherwise FUNT by the ingress offset (below: dropped, else
  *           handled), FSET and FTOK by their token, read in (2)
  *       (2) the tokens: the bits and the per-message tokens (T)
@@ -379,17 +379,18 @@ restart:
 				:: else -> skip
 				fi;
 #endif
-				/* the memory: a FSET record by its bit, the
-				 * others by their (partition, offset) */
+				/* the memory (tbx__resume_mem_check()): a FSET
+				 * record by its bit, then every record by its
+				 * (partition, offset) */
 				r = 1;
 				do
 				:: r > MAXROW -> break
 				:: r <= MAXROW && ((mem >> r) & 1) &&
 				   ((mfmt[m] == FSET && ((row_cm[r] >> m) & 1))
 #ifndef BUG_UNTOKENED_BY_INGRESS
-				    || (mfmt[m] != FSET && ((row_cs[r] >> s) & 1))
+				    || ((row_cs[r] >> s) & 1)
 #else
-				    || (mfmt[m] == FTOK && ((row_cs[r] >> s) & 1))
+				    || (mfmt[m] != FUNT && ((row_cs[r] >> s) & 1))
 #endif
 				   ) ->
 					todo = todo | (1 << r); goto decided

@@ -95,7 +95,6 @@ pg_seq_ingress_no_for_update -DINGRESS,-DBUG_NO_FOR_UPDATE fail pg_seq.pml
 batch -DMAXCRASH=1 pass batch.pml
 batch_nocrash -DNOCRASH pass batch.pml
 batch_keep_memory -DKEEP_MEMORY,-DMAXCRASH=1 pass batch.pml
-batch_pending_bit -DPENDING_BIT,-DNOCRASH pass batch.pml
 batch_permsg -DPERMSG,-DMAXCRASH=1 pass batch.pml
 batch_untok -DUNTOK,-DMAXCRASH=1 pass batch.pml
 batch_joined -DJOINED pass batch.pml
@@ -109,19 +108,19 @@ batch_trust_memory -DBUG_TRUST_MEMORY fail batch.pml
 batch_token_before_lock -DBUG_TOKEN_BEFORE_LOCK fail batch.pml
 batch_gen_unlocked -DBUG_GEN_UNLOCKED fail batch.pml
 batch_no_ensure -DBUG_NO_ENSURE,-DNOCRASH,-DMAXREB=0 fail batch.pml
-batch_permsg_no_cover_msg -DPERMSG,-DBUG_NO_COVER_MSG fail batch.pml
-batch_permsg_no_msg_lock -DPERMSG,-DBUG_NO_MSG_LOCK,-DNOCRASH fail batch.pml
+batch_no_cover_msg -DPERMSG,-DBUG_NO_COVER_MSG fail batch.pml
+batch_no_msg_lock -DPERMSG,-DBUG_NO_MSG_LOCK,-DNOCRASH fail batch.pml
 batch_untok_by_ingress -DUNTOK,-DBUG_UNTOKENED_BY_INGRESS fail batch.pml
-batch_untok_no_record_rows -DUNTOK,-DBUG_NO_RECORD_ROWS fail batch.pml
+batch_no_record_rows -DUNTOK,-DBUG_NO_RECORD_ROWS fail batch.pml
 restore - pass restore.pml
 restore_no_ranges -DBUG_NO_RANGES fail restore.pml
 restore_fixed_jump -DBUG_FIXED_JUMP fail restore.pml
 restore_unlocked_jump -DBUG_UNLOCKED_JUMP fail restore.pml
 restore_clock_back -DBUG_CLOCK_BACK fail restore.pml'
 
-# The cases whose search stores a million states or more (docs/model.md's
+# The cases whose search stores about a million states or more (docs/model.md's
 # tables): their pan is compiled with -O2, the others' with -O0.
-big='^(correct|consume_before_dispatch|joined_mixed|recovery|giveup|pg|pg_recovery|pg_write_fails|batch|batch_keep_memory|batch_permsg|batch_untok)$'
+big='^(correct|consume_before_dispatch|joined_mixed|recovery|giveup|pg|pg_recovery|pg_write_fails|batch|batch_keep_memory|batch_permsg|batch_untok|batch_joined_untok)$'
 
 # TBX_MODEL_ONLY: an extended regular expression; only the cases whose
 # name matches it run (e.g. TBX_MODEL_ONLY='^pg' for pg.pml's).
