@@ -34,9 +34,11 @@ trap 'rm -rf "$tmp"' EXIT
 # the PostgreSQL locking: two workers with copies of one message; pg_seq.pml
 # the orderings of subscribing against minting and of two workers on one
 # untokened partition; batch.pml the tokens and the outbox row by the batch
-# (docs/batched-tokens.md), with one crash (two crashes without a rebalance
-# store 20 M states: run by hand, docs/model.md); restore.pml the numbers
-# of a token store restored from an older backup.
+# as built (docs/batched-tokens.md): set bits, per-message records beside
+# them, untokened records and tbx_outbox rows, apart and joined, with one
+# crash (two crashes store tens of millions of states: run by hand,
+# docs/model.md); restore.pml the numbers of a token store restored from
+# an older backup.
 cases='correct - pass
 nocrash -DNOCRASH pass
 check_before_lock -DBUG_CHECK_BEFORE_LOCK fail
@@ -93,19 +95,32 @@ pg_seq_ingress_no_for_update -DINGRESS,-DBUG_NO_FOR_UPDATE fail pg_seq.pml
 batch -DMAXCRASH=1 pass batch.pml
 batch_nocrash -DNOCRASH pass batch.pml
 batch_keep_memory -DKEEP_MEMORY,-DMAXCRASH=1 pass batch.pml
+batch_permsg -DPERMSG,-DMAXCRASH=1 pass batch.pml
+batch_untok -DUNTOK,-DMAXCRASH=1 pass batch.pml
+batch_joined -DJOINED pass batch.pml
+batch_joined_crash4 -DJOINED,-DMAXCRASH=4 pass batch.pml
+batch_joined_permsg -DJOINED,-DPERMSG pass batch.pml
+batch_joined_untok -DJOINED,-DUNTOK pass batch.pml
 batch_clear_outside_d -DBUG_CLEAR_OUTSIDE_D fail batch.pml
-batch_stale_bitmap -DBUG_STALE_BITMAP fail batch.pml
+batch_stale_bitmap -DBUG_STALE_BITMAP,-DPENDING_BIT fail batch.pml
 batch_shared_row -DBUG_SHARED_ROW fail batch.pml
 batch_trust_memory -DBUG_TRUST_MEMORY fail batch.pml
+batch_token_before_lock -DBUG_TOKEN_BEFORE_LOCK fail batch.pml
+batch_gen_unlocked -DBUG_GEN_UNLOCKED fail batch.pml
+batch_no_ensure -DBUG_NO_ENSURE,-DNOCRASH,-DMAXREB=0 fail batch.pml
+batch_no_cover_msg -DPERMSG,-DBUG_NO_COVER_MSG fail batch.pml
+batch_no_msg_lock -DPERMSG,-DBUG_NO_MSG_LOCK,-DNOCRASH fail batch.pml
+batch_untok_by_ingress -DUNTOK,-DBUG_UNTOKENED_BY_INGRESS fail batch.pml
+batch_no_record_rows -DUNTOK,-DBUG_NO_RECORD_ROWS fail batch.pml
 restore - pass restore.pml
 restore_no_ranges -DBUG_NO_RANGES fail restore.pml
 restore_fixed_jump -DBUG_FIXED_JUMP fail restore.pml
 restore_unlocked_jump -DBUG_UNLOCKED_JUMP fail restore.pml
 restore_clock_back -DBUG_CLOCK_BACK fail restore.pml'
 
-# The cases whose search stores a million states or more (docs/model.md's
+# The cases whose search stores about a million states or more (docs/model.md's
 # tables): their pan is compiled with -O2, the others' with -O0.
-big='^(correct|consume_before_dispatch|joined_mixed|recovery|giveup|pg|pg_recovery|pg_write_fails|batch|batch_keep_memory)$'
+big='^(correct|consume_before_dispatch|joined_mixed|recovery|giveup|pg|pg_recovery|pg_write_fails|batch|batch_keep_memory|batch_permsg|batch_untok|batch_joined_untok)$'
 
 # TBX_MODEL_ONLY: an extended regular expression; only the cases whose
 # name matches it run (e.g. TBX_MODEL_ONLY='^pg' for pg.pml's).
