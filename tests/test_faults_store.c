@@ -7,6 +7,16 @@
  * and with one file for all of them (the joined path); in the pg tier
  * with a schema per store, joined or not, and again with every fault a
  * cut connection.
+ *
+ * Every case runs two pipelines beside each other on the same stores:
+ * tokenbox's defaults (outbox.layout=record, tokens.format=message), and
+ * the batched one (outbox.layout=batch, tokens.format=set for both hops'
+ * workers and the publisher: batch rows, token sets).  The rounds
+ * alternate between them, the parity flipped from one case to the next,
+ * so that each layout meets the odd store calls of its rounds on one
+ * path and the even ones on the other; once a layout has had a
+ * fault-free round, the rounds that remain are the other's.  The suite
+ * pays about the rounds of the longer layout, not of both.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -24,14 +34,58 @@ typedef struct round {
 	int64_t n;
 } round_t;
 
+/* Outbox rows of either layout in @p store: per record, per batch and
+ * the batch rows' covered ids. */
+static int64_t rows_left(const char *store)
+{
+	return tt_count(store, "SELECT COUNT(*) FROM tbx_outbox") +
+	       tt_count(store, "SELECT COUNT(*) FROM tbx_obatch") +
+	       tt_count(store, "SELECT COUNT(*) FROM tbx_cover_msg");
+}
+
 static int round_done(void *opaque)
 {
 	round_t *r = opaque;
 
 	return tt_count(r->s1, "SELECT COUNT(*) FROM hop1") >= r->n &&
 	       tt_count(r->s2, "SELECT COUNT(*) FROM hop2") >= r->n &&
-	       tt_count(r->s1, "SELECT COUNT(*) FROM tbx_outbox") == 0 &&
-	       tt_count(r->s2, "SELECT COUNT(*) FROM tbx_outbox") == 0;
+	       rows_left(r->s1) == 0 && rows_left(r->s2) == 0;
+}
+
+enum { RECORD, BATCH };
+static const char *const layout_names[] = {"record", "batch"};
+
+/* The workers of one pipeline: groups @p g1 on "in@p sfx" and @p g2 on
+ * "out@p sfx", both layouts' hop tables shared. */
+static void pipeline(tbx_worker_t *w[2], tt_hop_t hop[2], int layout,
+		     const char *bootstraps, const char *s1, const char *s2,
+		     const char *tokens)
+{
+	const char *sfx = layout == BATCH ? "b" : "";
+	const char *lay = layout == BATCH ? "batch" : "record";
+	const char *fmt = layout == BATCH ? "set" : "message";
+	char g[2][8], in[8], out[8], err[512];
+
+	snprintf(g[0], sizeof(g[0]), "g1%s", sfx);
+	snprintf(g[1], sizeof(g[1]), "g2%s", sfx);
+	snprintf(in, sizeof(in), "in%s", sfx);
+	snprintf(out, sizeof(out), "out%s", sfx);
+	hop[0] = (tt_hop_t){.table = "hop1",
+			    .next_topic = layout == BATCH ? "outb" : "out",
+			    .next_type = "Pong"};
+	hop[1] = (tt_hop_t){.table = "hop2"};
+	for (int i = 0; i < 2; i++) {
+		w[i] = tbx_worker_new(tt_conf(bootstraps, g[i], i ? s2 : s1,
+					      tokens, "cleanup.interval.ms",
+					      "0", "outbox.layout", lay,
+					      "tokens.format", fmt, NULL),
+				      err, sizeof(err));
+		cr_assert(w[i], "%s", err);
+		cr_assert_eq(tbx_worker_register(w[i], i ? out : in,
+						 i ? "Pong" : "Ping",
+						 tt_hop_handle, &hop[i]),
+			     TBX_OK);
+	}
 }
 
 /* Sessions of the pg tier's database that the server saw end without
@@ -44,8 +98,8 @@ static int64_t abandoned(const char *store)
 }
 
 /* @p conn_loss (PostgreSQL): the fault is a cut connection, not a failed
- * call. */
-static void every_failing_store_call(int single_file, int conn_loss)
+ * call.  @p first: the layout of the odd rounds. */
+static void every_failing_store_call(int single_file, int conn_loss, int first)
 {
 	char *dir = tt_tmpdir();
 	/* One file, or a file each; in the pg tier a schema each, the token
@@ -58,87 +112,111 @@ static void every_failing_store_call(int single_file, int conn_loss)
 	tt_cluster_t *c = tt_cluster_new(1);
 	long cuts = 0;
 	int64_t abandoned_before = 0;
-	tt_hop_t hop1 = {
-	    .table = "hop1", .next_topic = "out", .next_type = "Pong"};
-	tt_hop_t hop2 = {.table = "hop2"};
-	tbx_worker_t *w[2];
+	tt_hop_t hops[2][2];
+	tbx_worker_t *w[2][2];
+	tbx_publisher_t *pub[2];
+	/* per layout: the last call a fault reached, and whether a round
+	 * went without one (its loop is over) */
+	long reached[2] = {0, 0};
+	int over[2] = {0, 0};
 	char err[512];
 	long n;
 
 	tt_cluster_topic(c, "in", 1);
 	tt_cluster_topic(c, "out", 1);
+	tt_cluster_topic(c, "inb", 1);
+	tt_cluster_topic(c, "outb", 1);
 	tt_hop_table(s1, "hop1");
 	tt_hop_table(s2, "hop2");
-	w[0] = tbx_worker_new(tt_conf(c->bootstraps, "g1", s1, tokens,
-				      "cleanup.interval.ms", "0", NULL),
-			      err, sizeof(err));
-	cr_assert(w[0], "%s", err);
-	w[1] = tbx_worker_new(tt_conf(c->bootstraps, "g2", s2, tokens,
-				      "cleanup.interval.ms", "0", NULL),
-			      err, sizeof(err));
-	cr_assert(w[1], "%s", err);
-	tbx_worker_register(w[0], "in", "Ping", tt_hop_handle, &hop1);
-	tbx_worker_register(w[1], "out", "Pong", tt_hop_handle, &hop2);
-	tbx_conf_t *pconf = tbx_conf_new();
-	tbx_conf_set(pconf, "kafka.bootstrap.servers", c->bootstraps, NULL, 0);
-	cr_assert_eq(tt_stores_conf(pconf, NULL, tokens, err, sizeof(err)),
-		     TBX_OK, "%s", err);
-	tbx_publisher_t *pub = tbx_publisher_new(pconf, err, sizeof(err));
-	cr_assert(pub, "%s", err);
-	/* Join both groups before the faults start. */
+	for (int l = RECORD; l <= BATCH; l++) {
+		pipeline(w[l], hops[l], l, c->bootstraps, s1, s2, tokens);
+		tbx_conf_t *pconf = tbx_conf_new();
+		tbx_conf_set(pconf, "kafka.bootstrap.servers", c->bootstraps,
+			     NULL, 0);
+		tbx_conf_set(pconf, "tokens.format",
+			     l == BATCH ? "set" : "message", NULL, 0);
+		cr_assert_eq(
+		    tt_stores_conf(pconf, NULL, tokens, err, sizeof(err)),
+		    TBX_OK, "%s", err);
+		pub[l] = tbx_publisher_new(pconf, err, sizeof(err));
+		cr_assert(pub[l], "%s", err);
+	}
+	/* Join the four groups before the faults start. */
 	round_t r = {s1, s2, 0};
-	cr_assert(tt_drive(w, 2, NULL, NULL, 60, 30));
+	tbx_worker_t *all[4] = {w[0][0], w[0][1], w[1][0], w[1][1]};
+	cr_assert(tt_drive(all, 4, NULL, NULL, 60, 30));
 	if (conn_loss) {
 		abandoned_before = abandoned(s1);
 		tbx__fault_pg_conn_loss(1);
 	}
 
-	for (n = 1; n < 400; n++) {
+	for (n = 1; n < 400 && !(over[RECORD] && over[BATCH]); n++) {
+		/* The layouts take turns; one whose loop is over leaves the
+		 * rounds to the other.  Only its workers are polled: the
+		 * countdown counts the store calls of its round alone. */
+		int l = n % 2 ? first : !first;
+		if (over[l])
+			l = !l;
 		/* Two messages on one key per round. */
 		for (int i = 0; i < 2; i++) {
 			char payload[32];
 			snprintf(payload, sizeof(payload), "r%ld-%d", n, i);
-			tbx_out_t out = {.topic = "in",
+			tbx_out_t out = {.topic = l == BATCH ? "inb" : "in",
 					 .type = "Ping",
 					 .key = "k",
 					 .key_len = 1,
 					 .payload = payload,
 					 .payload_len = strlen(payload)};
-			cr_assert_eq(tbx_publish(pub, &out), TBX_OK);
+			cr_assert_eq(tbx_publish(pub[l], &out), TBX_OK);
 		}
-		cr_assert_eq(tbx_publisher_flush(pub, NULL), TBX_OK);
+		cr_assert_eq(tbx_publisher_flush(pub[l], NULL), TBX_OK);
 		r.n += 2;
 		tbx__fault_arm(n);
-		cr_assert(tt_drive(w, 2, round_done, &r, 2, 60),
-			  "fault at store call %ld: the pipeline did not "
+		cr_assert(tt_drive(w[l], 2, round_done, &r, 2, 60),
+			  "%s: fault at store call %ld: the pipeline did not "
 			  "recover",
-			  n);
+			  layout_names[l], n);
 		int fired = tbx__fault_fired();
 		tbx__fault_arm(0);
 		cuts += fired;
 		/* Orphans of attempts cut short are the sweeper's. */
-		cr_assert_eq(tbx_worker_cleanup(w[0], 0, NULL), TBX_OK);
+		cr_assert_eq(tbx_worker_cleanup(w[l][0], 0, NULL), TBX_OK);
 		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) - COUNT(DISTINCT "
 					  "payload) FROM hop1"),
-			     0, "fault at call %ld: a handler ran twice", n);
+			     0, "%s: fault at call %ld: a handler ran twice",
+			     layout_names[l], n);
 		cr_assert_eq(tt_count(s2, "SELECT COUNT(*) - COUNT(DISTINCT "
 					  "payload) FROM hop2"),
-			     0, "fault at call %ld: downstream ran twice", n);
+			     0, "%s: fault at call %ld: downstream ran twice",
+			     layout_names[l], n);
 		cr_assert_eq(tt_count(s1, "SELECT COUNT(*) FROM hop1"), r.n);
 		cr_assert_eq(tt_count(s2, "SELECT COUNT(*) FROM hop2"), r.n);
 		cr_assert_eq(
-		    tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens"), 0,
-		    "fault at call %ld: tokens left", n);
-		cr_assert_eq(tt_count(tokens, "SELECT COUNT(*) FROM "
-					      "tbx_registrations"),
-			     0, "fault at call %ld: registrations left", n);
-		if (!fired)
-			break; /* a whole round without reaching call n */
+		    tt_count(tokens, "SELECT COUNT(*) FROM tbx_tokens") +
+			tt_count(tokens, "SELECT COUNT(*) FROM tbx_tset"),
+		    0, "%s: fault at call %ld: tokens left", layout_names[l],
+		    n);
+		cr_assert_eq(
+		    tt_count(tokens, "SELECT COUNT(*) FROM "
+				     "tbx_registrations") +
+			tt_count(tokens, "SELECT COUNT(*) FROM tbx_breg"),
+		    0, "%s: fault at call %ld: registrations left",
+		    layout_names[l], n);
+		if (fired)
+			reached[l] = n;
+		else
+			over[l] = 1; /* a whole round without reaching n */
 	}
 	tbx__fault_pg_conn_loss(0);
-	cr_log_info("faults injected at store calls 1..%ld", n - 1);
-	cr_assert_lt(n, 400, "the loop must end with a fault-free round");
-	cr_assert_gt(n, 10, "the fault loop covered too few calls");
+	cr_log_info("faults injected at store calls 1..%ld of record "
+		    "rounds, 1..%ld of batch rounds",
+		    reached[RECORD], reached[BATCH]);
+	cr_assert(over[RECORD] && over[BATCH],
+		  "the loop must end with a fault-free round of each layout");
+	for (int l = RECORD; l <= BATCH; l++)
+		cr_assert_gt(reached[l], 10,
+			     "%s: the fault loop covered too few calls",
+			     layout_names[l]);
 	if (conn_loss) {
 		/* Every fault cut a connection for real: the server saw each
 		 * session end without goodbye (its statistics count them;
@@ -152,9 +230,11 @@ static void every_failing_store_call(int single_file, int conn_loss)
 			      cuts,
 			      (long long)(abandoned(s1) - abandoned_before));
 	}
-	tbx_publisher_destroy(pub);
-	tbx_worker_destroy(w[0]);
-	tbx_worker_destroy(w[1]);
+	for (int l = RECORD; l <= BATCH; l++) {
+		tbx_publisher_destroy(pub[l]);
+		tbx_worker_destroy(w[l][0]);
+		tbx_worker_destroy(w[l][1]);
+	}
 	tt_cluster_destroy(c);
 	tt_rmrf(dir);
 	free(dir);
@@ -165,7 +245,7 @@ static void every_failing_store_call(int single_file, int conn_loss)
 
 Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
 {
-	every_failing_store_call(0, 0);
+	every_failing_store_call(0, 0, RECORD);
 }
 
 /* One file (on PostgreSQL: one database, the joined path): A mints the
@@ -174,7 +254,7 @@ Test(faults, every_failing_store_call_is_recovered_exactly_once, .timeout = 500)
 Test(faults, every_failing_store_call_in_one_file_is_recovered_exactly_once,
      .timeout = 500)
 {
-	every_failing_store_call(1, 0);
+	every_failing_store_call(1, 0, BATCH);
 }
 
 /* PostgreSQL: each store call in turn finds its connection cut (the
@@ -186,7 +266,7 @@ Test(faults, every_lost_connection_is_recovered_exactly_once, .timeout = 500)
 {
 	if (!tt_pg_tier())
 		cr_skip_test("connections are PostgreSQL's (the pg tier)");
-	every_failing_store_call(1, 1);
+	every_failing_store_call(1, 1, RECORD);
 }
 
 Test(faults, every_lost_connection_of_two_databases_is_recovered_exactly_once,
@@ -194,7 +274,7 @@ Test(faults, every_lost_connection_of_two_databases_is_recovered_exactly_once,
 {
 	if (!tt_pg_tier())
 		cr_skip_test("connections are PostgreSQL's (the pg tier)");
-	every_failing_store_call(0, 1);
+	every_failing_store_call(0, 1, BATCH);
 }
 
 /* The disk fills up during a handler: A's COMMIT fails, and so does the

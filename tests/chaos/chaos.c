@@ -60,6 +60,16 @@ static const char usage_text[] =
     "                          store in one file, tokenbox's default\n"
     "                          (default); files: a file per service and\n"
     "                          one for the tokens\n"
+    "      --outbox-layout record|batch\n"
+    "                          the workers' outbox.layout: record, a row\n"
+    "                          per record (default, tokenbox's); batch, a\n"
+    "                          row per batch\n"
+    "      --tokens-format message|set\n"
+    "                          tokens.format of the publisher and of the\n"
+    "                          workers' own messages: message, a token per\n"
+    "                          message (default, tokenbox's); set, token\n"
+    "                          sets (needs --outbox-layout batch: a worker\n"
+    "                          on record refuses set)\n"
     "      --dir DIR           run directory (created; default: a new one\n"
     "                          under $TMPDIR or /tmp)\n"
     "      --keep              keep the run directory (it is always kept\n"
@@ -90,8 +100,10 @@ static const char usage_text[] =
     "CAP_SYS_ADMIN); without it they are skipped and the summary says\n"
     "disk_faults=off.\n"
     "\n"
-    "Exit status: 0 if every job took effect exactly once in each group and\n"
-    "no token, registration or outbox row was left; 1 otherwise; 2 for a\n"
+    "Exit status: 0 if every job took effect exactly once in each group,\n"
+    "no token, registration or outbox row was left (token sets and batch\n"
+    "rows included) and every JobDone carries a token of the run's format;\n"
+    "1 otherwise; 2 for a\n"
     "bad command line, or when the run could not be carried out (the\n"
     "mock cluster did not start or ended).\n";
 
@@ -318,9 +330,9 @@ static void last_line(const char *path, char *out, size_t size)
 
 static void worker_spawn(run_t *r, proc_t *p)
 {
-	char kv[13][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
+	char kv[15][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
 	const char *group = ch_group_names[p->group];
-	char *argv[2 + 2 * 13 + 1];
+	char *argv[2 + 2 * 15 + 1];
 	int k = 0, n = 0;
 
 	p->serial = ++r->serial;
@@ -343,6 +355,10 @@ static void worker_spawn(run_t *r, proc_t *p)
 	snprintf(kv[n++], sizeof(kv[0]), "kafka.consumer.fetch.wait.max.ms=10");
 	snprintf(kv[n++], sizeof(kv[0]), "cleanup.interval.ms=500");
 	snprintf(kv[n++], sizeof(kv[0]), "stats.interval.ms=0");
+	snprintf(kv[n++], sizeof(kv[0]), "outbox.layout=%s",
+		 r->o.batch_rows ? "batch" : "record");
+	snprintf(kv[n++], sizeof(kv[0]), "tokens.format=%s",
+		 r->o.token_sets ? "set" : "message");
 	snprintf(kv[n++], sizeof(kv[0]), "log.level=%s",
 		 r->o.verbose > 1 ? "info" : "warning");
 	argv[k++] = r->o.tokenbox;
@@ -829,6 +845,8 @@ static void *publisher_main(void *arg)
 
 	tbx_conf_set(conf, "kafka.bootstrap.servers", r->bootstraps, NULL, 0);
 	tbx_conf_set(conf, "tokens.path", r->tokens, NULL, 0);
+	tbx_conf_set(conf, "tokens.format", r->o.token_sets ? "set" : "message",
+		     NULL, 0);
 	tbx_conf_set(conf, "log.level", "error", NULL, 0);
 	if (!(pub = tbx_publisher_new(conf, err, sizeof(err)))) {
 		say("publisher: %s", err);
@@ -905,14 +923,11 @@ static int settled(run_t *r)
 		snprintf(sql, sizeof(sql), "SELECT COUNT(DISTINCT job) FROM %s",
 			 ch_effects_tables[g]);
 		if (ch_count(db, sql) < r->o.messages ||
-		    ch_count_of(
-			db, "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?1",
-			ch_group_names[g]) != 0)
+		    ch_outbox_left(db, ch_group_names[g]) != 0)
 			return 0;
 	}
-	return ch_count(r->tokens, "SELECT COUNT(*) FROM tbx_tokens") == 0 &&
-	       ch_count(r->tokens, "SELECT COUNT(*) FROM tbx_registrations") ==
-		   0;
+	return ch_tokens_left(r->tokens) == 0 &&
+	       ch_registrations_left(r->tokens) == 0;
 }
 
 static void progress(run_t *r, const char *phase)
@@ -1095,12 +1110,14 @@ static int run(run_t *r)
 	if (subscribe_groups(r) != 0)
 		return 2;
 	say("seed %llu, %d jobs, %d workers, %ds of attacks, crash "
-	    "probability %g, broker faults %s, disk faults %s, stores in %s; "
-	    "run directory %s",
+	    "probability %g, broker faults %s, disk faults %s, stores in %s, "
+	    "outbox.layout=%s, tokens.format=%s; run directory %s",
 	    (unsigned long long)r->o.seed, r->o.messages, r->o.workers,
 	    r->o.duration_s, r->o.crash_prob, r->o.broker_faults ? "on" : "off",
 	    r->o.disk_faults > 0 ? "on" : "off",
-	    r->o.one_file ? "one file" : "a file per service", r->dir);
+	    r->o.one_file ? "one file" : "a file per service",
+	    r->o.batch_rows ? "batch" : "record",
+	    r->o.token_sets ? "set" : "message", r->dir);
 	for (int i = 0; i < r->o.workers; i++)
 		worker_spawn(r, proc_new(r, i % CH_GROUPS));
 
@@ -1196,7 +1213,7 @@ static int run(run_t *r)
 	}
 	r->fig.disk_reports = disk_reports(r);
 	rc = ch_validate(r->store_dir, r->o.one_file, r->bootstraps,
-			 r->o.messages, &r->fig);
+			 r->o.messages, r->o.token_sets, &r->fig);
 	if (rc < 0)
 		rc = 2;
 	if (!ok || r->fig.unclean_stops || interrupted)
@@ -1251,6 +1268,8 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	    {"no-broker-faults", no_argument, NULL, 'B'},
 	    {"no-disk-faults", no_argument, NULL, 'K'},
 	    {"layout", required_argument, NULL, 'L'},
+	    {"outbox-layout", required_argument, NULL, 'O'},
+	    {"tokens-format", required_argument, NULL, 'F'},
 	    {"dir", required_argument, NULL, 'R'},
 	    {"keep", no_argument, NULL, 'k'},
 	    {"tokenbox", required_argument, NULL, 'T'},
@@ -1352,6 +1371,28 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 				"nor 'files'\n",
 				optarg);
 			return 2;
+		case 'O':
+			if (strcmp(optarg, "record") == 0 ||
+			    strcmp(optarg, "batch") == 0) {
+				o->batch_rows = optarg[0] == 'b';
+				break;
+			}
+			fprintf(stderr,
+				"tbx_chaos: --outbox-layout: '%s' is neither "
+				"'record' nor 'batch'\n",
+				optarg);
+			return 2;
+		case 'F':
+			if (strcmp(optarg, "message") == 0 ||
+			    strcmp(optarg, "set") == 0) {
+				o->token_sets = optarg[0] == 's';
+				break;
+			}
+			fprintf(stderr,
+				"tbx_chaos: --tokens-format: '%s' is neither "
+				"'message' nor 'set'\n",
+				optarg);
+			return 2;
 		case 'R':
 			o->dir = optarg;
 			break;
@@ -1399,6 +1440,13 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	if (access(o->tokenbox, X_OK) != 0) {
 		fprintf(stderr, "tbx_chaos: --tokenbox: %s: %s\n", o->tokenbox,
 			strerror(errno));
+		return 2;
+	}
+	if (o->token_sets && !o->batch_rows) {
+		fprintf(stderr, "tbx_chaos: --tokens-format set needs "
+				"--outbox-layout batch (a worker on "
+				"outbox.layout=record refuses "
+				"tokens.format=set)\n");
 		return 2;
 	}
 	if (o->kafka_dir && !o->bootstrap) {
@@ -1473,14 +1521,16 @@ int main(int argc, char **argv)
 		       (unsigned long long)r.o.seed, r.o.duration_s);
 	else
 		printf(
-		    "chaos: seed=%llu duration=%ds layout=%s messages=%ld "
-		    "resent=%ld "
+		    "chaos: seed=%llu duration=%ds layout=%s outbox_layout=%s "
+		    "tokens_format=%s messages=%ld resent=%ld "
 		    "kills=%ld crashes=%ld stops=%ld rebalances=%ld "
 		    "broker_faults=%ld disk_faults=%s handled_once=%ld "
 		    "duplicated=%ld lost=%ld dead_lettered=%ld tokens_left=%ld "
 		    "registrations_left=%ld outbox_left=%ld drain=%s\n",
 		    (unsigned long long)r.o.seed, r.o.duration_s,
-		    r.o.one_file ? "one" : "files", f->published, f->resent,
+		    r.o.one_file ? "one" : "files",
+		    r.o.batch_rows ? "batch" : "record",
+		    r.o.token_sets ? "set" : "message", f->published, f->resent,
 		    f->kills, f->crashes, f->terms, f->rebalances,
 		    f->broker_faults, disk, f->handled_once, f->duplicated,
 		    f->lost, f->dead_lettered, f->tokens_left,

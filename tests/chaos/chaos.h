@@ -38,6 +38,10 @@ typedef struct ch_opts {
 	int one_file;	   /* 1: every store in one file (tokenbox's
 			      default); 0: a file per service and one
 			      for the tokens */
+	int batch_rows;	   /* 1: the workers on outbox.layout=batch */
+	int token_sets;	   /* 1: tokens.format=set for the publisher and
+			      the workers' own messages (needs
+			      batch_rows) */
 	int keep;	   /* keep the run directory */
 	int verbose;
 	const char *dir; /* run directory (created), or NULL: a temporary */
@@ -58,6 +62,9 @@ typedef struct ch_figures {
 	long handled_once, duplicated, lost, dead_lettered;
 	long tokens_left, registrations_left, outbox_left, event_copies;
 	long events_distinct, unclean_stops;
+	/* event records whose token is not of the run's format, or whose
+	 * tbx-tbit names another partition than the one it is on */
+	long events_misformed;
 	/* ms from the end of the attacks until the pipeline settled; -1:
 	 * it did not */
 	long drain_ms;
@@ -85,6 +92,16 @@ long ch_read_topic(const char *bootstraps, const char *topic, int parts,
 long ch_resend(const char *bootstraps, const char *topic, int parts,
 	       uint64_t *rng, long max);
 
+/* What a run may not leave behind, in either outbox layout and token
+ * format: group @p group's outbox rows in the service store @p db
+ * (tbx_outbox; tbx_obatch and its tbx_cover_msg entries), the token
+ * store's tokens (tbx_tokens; token set rows, tbx_tset) and
+ * registrations (tbx_registrations; a batch row's, tbx_breg).  -1 if a
+ * store could not be read. */
+long ch_outbox_left(const char *db, const char *group);
+long ch_tokens_left(const char *tokens);
+long ch_registrations_left(const char *tokens);
+
 /* Where group @p g keeps its service store, and where the token store is,
  * under @p store_dir in either layout. */
 void ch_store_path(char *buf, size_t size, const char *store_dir, int one_file,
@@ -104,8 +121,10 @@ pid_t ch_spawn(char *const argv[], const char *log, char *const env_put[],
 	       const char *env_unset, int gate_fd);
 
 /* The validator: reads the stores under @p store_dir and the topics, fills
- * the "found" half of @p fig.  @returns 0 if the run was exactly once. */
+ * the "found" half of @p fig.  @p token_sets: the events must carry
+ * tbx-tset and tbx-tbit (tokens.format=set) instead of tbx-token.
+ * @returns 0 if the run was exactly once. */
 int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
-		int messages, ch_figures_t *fig);
+		int messages, int token_sets, ch_figures_t *fig);
 
 #endif

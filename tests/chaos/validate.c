@@ -3,9 +3,12 @@
  *
  * Every job is published once (plus re-sent copies); each of the three
  * groups must have recorded it exactly once in its chaos_effects_* table,
- * nothing may be dead-lettered (no job is poison), and the token store
- * must end empty: no token, no registration.
+ * nothing may be dead-lettered (no job is poison), and the stores must end
+ * empty in both layouts of the outbox and both token formats: no outbox
+ * row (tbx_outbox; tbx_obatch and tbx_cover_msg), no token (tbx_tokens;
+ * tbx_tset), no registration (tbx_registrations; tbx_breg).
  */
+#include <errno.h>
 #include <librdkafka/rdkafka.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -84,28 +87,115 @@ long ch_count_of(const char *db, const char *sql, const char *arg)
 	return n;
 }
 
-/* Distinct tbx-id values of a topic, and records without one. */
+/* Sums @p n counts of @p sqls on @p db (?1 bound to @p arg, or NULL);
+ * -1 if one could not be read. */
+static long count_sum(const char *db, const char *const *sqls, int n,
+		      const char *arg)
+{
+	long sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		long v = ch_count_of(db, sqls[i], arg);
+		if (v < 0)
+			return -1;
+		sum += v;
+	}
+	return sum;
+}
+
+long ch_outbox_left(const char *db, const char *group)
+{
+	static const char *const sqls[] = {
+	    "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?1",
+	    "SELECT COUNT(*) FROM tbx_obatch WHERE grp = ?1",
+	    "SELECT COUNT(*) FROM tbx_cover_msg WHERE grp = ?1",
+	};
+
+	return count_sum(db, sqls, 3, group);
+}
+
+long ch_tokens_left(const char *tokens)
+{
+	static const char *const sqls[] = {"SELECT COUNT(*) FROM tbx_tokens",
+					   "SELECT COUNT(*) FROM tbx_tset"};
+
+	return count_sum(tokens, sqls, 2, NULL);
+}
+
+long ch_registrations_left(const char *tokens)
+{
+	static const char *const sqls[] = {
+	    "SELECT COUNT(*) FROM tbx_registrations",
+	    "SELECT COUNT(*) FROM tbx_breg"};
+
+	return count_sum(tokens, sqls, 2, NULL);
+}
+
+/* Distinct tbx-id values of a topic, and records without one or without
+ * a token of the run's format. */
 typedef struct ids {
 	char **v;
 	size_t cnt, cap;
-	long untokened;
+	int token_sets; /* tbx-tset and tbx-tbit, not tbx-token */
+	long untokened, misplaced;
 } ids_t;
+
+/* Header @p name of @p hdrs NUL-terminated in @p buf; 0 if present and
+ * short enough. */
+static int header_str(rd_kafka_headers_t *hdrs, const char *name, char *buf,
+		      size_t size)
+{
+	const void *v = NULL;
+	size_t len = 0;
+
+	if (rd_kafka_header_get_last(hdrs, name, &v, &len) || !v || len >= size)
+		return -1;
+	memcpy(buf, v, len);
+	buf[len] = '\0';
+	return 0;
+}
+
+/* Whether @p m carries a token of the run's format: tbx-token alone, or
+ * tbx-tset with a tbx-tbit "<partition>:<index>" naming the partition the
+ * record is on (the worker chose it before minting and produced there). */
+static int token_ok(const ids_t *ids, rd_kafka_headers_t *hdrs,
+		    const rd_kafka_message_t *m, int *misplaced)
+{
+	char token[64], tset[64], tbit[32], *end;
+	int has_token = !header_str(hdrs, "tbx-token", token, sizeof(token));
+	int has_tset = !header_str(hdrs, "tbx-tset", tset, sizeof(tset));
+	int has_tbit = !header_str(hdrs, "tbx-tbit", tbit, sizeof(tbit));
+	long part;
+
+	*misplaced = 0;
+	if (!ids->token_sets)
+		return has_token && !has_tset && !has_tbit;
+	if (has_token || !has_tset || !has_tbit)
+		return 0;
+	errno = 0;
+	part = strtol(tbit, &end, 10);
+	if (errno || end == tbit || *end != ':')
+		return 0;
+	*misplaced = part != (long)m->partition;
+	return 1;
+}
 
 static void collect_id(void *opaque, const void *rkmessage)
 {
 	const rd_kafka_message_t *m = rkmessage;
 	ids_t *ids = opaque;
 	rd_kafka_headers_t *hdrs;
-	const void *id = NULL, *token = NULL;
-	size_t id_len = 0, token_len = 0;
+	const void *id = NULL;
+	size_t id_len = 0;
+	int misplaced = 0;
 
 	if (rd_kafka_message_headers(m, &hdrs) ||
-	    rd_kafka_header_get_last(hdrs, "tbx-id", &id, &id_len) ||
-	    rd_kafka_header_get_last(hdrs, "tbx-token", &token, &token_len) ||
-	    !id || !token) {
+	    rd_kafka_header_get_last(hdrs, "tbx-id", &id, &id_len) || !id ||
+	    !token_ok(ids, hdrs, m, &misplaced)) {
 		ids->untokened++;
 		return;
 	}
+	ids->misplaced += misplaced;
 	if (ids->cnt == ids->cap) {
 		size_t cap = ids->cap ? ids->cap * 2 : 1024;
 		char **v = realloc(ids->v, cap * sizeof(*v));
@@ -126,10 +216,10 @@ static int cmp_str(const void *a, const void *b)
 }
 
 int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
-		int messages, ch_figures_t *fig)
+		int messages, int token_sets, ch_figures_t *fig)
 {
 	char db[1024], tokens[1024], dlq[64], sql[3][160];
-	ids_t ids = {0};
+	ids_t ids = {.token_sets = token_sets};
 	long events;
 
 	fig->handled_once = fig->duplicated = fig->lost = 0;
@@ -153,9 +243,7 @@ int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 		once = ch_count(db, sql[0]);
 		dup = ch_count(db, sql[1]);
 		distinct = ch_count(db, sql[2]);
-		out = ch_count_of(
-		    db, "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?1",
-		    ch_group_names[g]);
+		out = ch_outbox_left(db, ch_group_names[g]);
 		if (once < 0 || dup < 0 || distinct < 0 || out < 0) {
 			fprintf(stderr, "chaos: cannot read %s\n", db);
 			return -1;
@@ -166,9 +254,8 @@ int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 		fig->outbox_left += out;
 	}
 	ch_tokens_path(tokens, sizeof(tokens), store_dir, one_file);
-	fig->tokens_left = ch_count(tokens, "SELECT COUNT(*) FROM tbx_tokens");
-	fig->registrations_left =
-	    ch_count(tokens, "SELECT COUNT(*) FROM tbx_registrations");
+	fig->tokens_left = ch_tokens_left(tokens);
+	fig->registrations_left = ch_registrations_left(tokens);
 
 	/* Dead letters: nothing in this workload is poison. */
 	fig->dead_lettered = 0;
@@ -197,13 +284,21 @@ int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 	for (size_t i = 0; i < ids.cnt; i++)
 		free(ids.v[i]);
 	free(ids.v);
-	if (ids.untokened) {
+	fig->events_misformed = ids.untokened + ids.misplaced;
+	if (ids.untokened)
 		fprintf(stderr,
-			"chaos: %ld event record(s) without tbx-id or "
-			"tbx-token\n",
-			ids.untokened);
+			"chaos: %ld event record(s) without tbx-id or without "
+			"%s\n",
+			ids.untokened,
+			token_sets ? "tbx-tset and tbx-tbit (or with tbx-token)"
+				   : "tbx-token (or with tbx-tset, tbx-tbit)");
+	if (ids.misplaced)
+		fprintf(stderr,
+			"chaos: %ld event record(s) on another partition "
+			"than their tbx-tbit names\n",
+			ids.misplaced);
+	if (fig->events_misformed)
 		return 1;
-	}
 	if (fig->tokens_left < 0 || fig->registrations_left < 0)
 		return -1;
 	return fig->duplicated || fig->lost || fig->dead_lettered ||
