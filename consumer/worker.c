@@ -1029,6 +1029,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"resume_reloads", st->resume_reloads},
 	    {"resume_load_failures", st->resume_load_failures},
 	    {"resume_drops", st->resume_drops},
+	    {"stray_records", st->stray_records},
 	};
 	cJSON *obj;
 	char *text;
@@ -1273,6 +1274,7 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	/* The rest of a suspect range stays for the next batch. */
 	tbx__batch_keep(&worker->batch);
 	tbx__proto_reconnect_check(&worker->proto);
+	tbx__proto_stray_check(&worker->proto);
 	if (cnt) {
 		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
 		worker->lat_next = (worker->lat_next + 1) % 1024;
