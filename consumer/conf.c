@@ -115,8 +115,9 @@ const tbx__prop_t tbx__props[] = {
 	 "registered once per batch row; the partition chosen in A, where "
 	 "a count not learnt within dispatch.timeout.ms fails the batch, "
 	 "retried, counted in partition_unknown); with outbox.layout="
-	 "record it refuses to start. A batch row is finished in the "
-	 "format it was written with."},
+	 "record it refuses to start, as `tokenbox worker --check-config` "
+	 "does. A batch row is finished in the format it was written "
+	 "with."},
 	{"token.store.mismatch", ENUM(token_store_mismatch), "dlq", 0, 0,
 	 S2I({"dlq", TBX_MISMATCH_DLQ}, {"stop", TBX_MISMATCH_STOP}),
 	 "worker", 0,
@@ -966,6 +967,19 @@ int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
 				   "kafka.bootstrap.servers: required "
 				   "configuration key is not set (the Kafka "
 				   "brokers to connect to)");
+	/* tokens.format = set for a worker's own messages: only on batch
+	 * rows, which record each message's set, bit and partition.  Here,
+	 * so that a start and --check-config refuse it alike. */
+	if (strcmp(used_by, "worker") == 0 &&
+	    conf->cfg.tokens_format == TBX_TOKFMT_SET &&
+	    conf->cfg.outbox_layout != TBX_LAYOUT_BATCH)
+		return tbx__seterr(errstr, errstr_size, TBX_ECONF,
+				   "tokens.format=set: a worker mints token "
+				   "sets for its own messages only with "
+				   "outbox.layout=batch (a record row cannot "
+				   "record a message's set, bit and "
+				   "partition); set outbox.layout=batch or "
+				   "tokens.format=message");
 	return TBX_OK;
 }
 

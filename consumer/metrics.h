@@ -124,6 +124,9 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(RESUME_DROPS, "resume_drops_total", "counter", "",                   \
 	  "outbox.layout=batch: the resume check's memory dropped at a "       \
 	  "rebalance.")                                                        \
+	X(STRAY_RECORDS, "stray_records_total", "counter", "",                 \
+	  "outbox.layout=batch: records whose tbx-tbit names another "         \
+	  "partition than the one they arrived on (copied by hand).")          \
 	X(BATCHES, "batches_total", "counter", "", "Batches processed.")       \
 	X(COMMITS_RETRIED, "commits_retried_total", "counter", "",             \
 	  "Offset commits the group refused, sent again.")                     \

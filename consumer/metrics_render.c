@@ -154,6 +154,7 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {TBX_M_RESUME_RELOADS, st->resume_reloads},
 	    {TBX_M_RESUME_LOAD_FAILURES, st->resume_load_failures},
 	    {TBX_M_RESUME_DROPS, st->resume_drops},
+	    {TBX_M_STRAY_RECORDS, st->stray_records},
 	    {TBX_M_BATCHES, st->batches},
 	    {TBX_M_COMMITS_RETRIED, st->commits_retried},
 	    {TBX_M_STORE_MISMATCHES, st->store_mismatches},

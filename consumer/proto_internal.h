@@ -20,6 +20,8 @@
 /* protocol.c */
 int tbx__alarm_commit(tbx__proto_t *proto, const char *name,
 		      const char *detail);
+void tbx__stray_note(tbx__proto_t *proto, const struct tbx_msg *msg,
+		     int32_t set_part);
 
 /* proto_record.c */
 int64_t tbx__backoff_ms(tbx__proto_t *proto, int attempt);

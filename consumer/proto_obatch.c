@@ -193,6 +193,7 @@ int tbx__ob_prepare(tbx__proto_t *proto, tbx__batch_t *batch)
 		if (batch->isolating && i != batch->isolated)
 			continue;
 		msg_key(msg, &key);
+		tbx__stray_note(proto, msg, key.set_part);
 		if (!(err = gen_add(proto, &cap, msg->topic,
 				    msg->rkm->partition)) &&
 		    key.set_part != key.partition)

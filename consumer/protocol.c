@@ -113,6 +113,53 @@ void tbx__proto_reconnect_check(tbx__proto_t *proto)
 	}
 }
 
+/*
+ * Stray records (docs/batched-tokens.md, "Records outside their set's
+ * partition"): a record whose tbx-tbit names another partition than the
+ * one it arrived on.  Only a copy makes one -- tokenbox produces every
+ * record of a set to the partition its set was minted for -- and A
+ * handles it exactly (its set's partition locked and synced too), so it
+ * is no failure of tokenbox's; but whoever copies records into a
+ * pipeline should know, so it is counted, warned of and flagged.
+ */
+void tbx__stray_note(tbx__proto_t *proto, const struct tbx_msg *msg,
+		     int32_t set_part)
+{
+	if (set_part == msg->rkm->partition)
+		return;
+	proto->stats->stray_records++;
+	snprintf(proto->stray_detail, sizeof(proto->stray_detail),
+		 "%s [%" PRId32 "] @%" PRId64 ": tbx-tbit names partition "
+		 "%" PRId32 " (token set %s)",
+		 msg->topic, msg->rkm->partition, msg->rkm->offset, set_part,
+		 msg->tset);
+}
+
+void tbx__proto_stray_check(tbx__proto_t *proto)
+{
+	uint64_t n = proto->stats->stray_records;
+	int64_t now = tbx__mono_ms();
+	char detail[sizeof(proto->stray_detail) + 400];
+
+	if (n <= proto->stray_warned ||
+	    (proto->stray_warned_ms &&
+	     now - proto->stray_warned_ms < TBX_STRAY_WARN_MS))
+		return;
+	snprintf(detail, sizeof(detail),
+		 "%" PRIu64 " record(s) arrived on another partition than the "
+		 "one their token set was minted for (stray_records, %" PRIu64
+		 " in all; the last: %s): copied by hand, or re-produced by a "
+		 "tool that does not keep partitions; each was checked against "
+		 "its set's partition, exactly once",
+		 n - proto->stray_warned, n, proto->stray_detail);
+	tbx__log(TBX_LOG_WARNING, "%s", detail);
+	proto->stray_warned = n;
+	proto->stray_warned_ms = now;
+	if (tbx__alarm_commit(proto, "stray_records", detail))
+		tbx__log(TBX_LOG_ERR, "the stray_records alarm was not "
+				      "recorded");
+}
+
 /* Tokened records looked up per judgement, the share of them dropped
  * for having no token that makes a warning, and the least time between
  * two warnings (DUP_PREFIX_BATCHES, the longest redelivery after an

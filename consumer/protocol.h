@@ -116,6 +116,11 @@ typedef struct tbx__proto {
 	struct tbx__ob_gen *ob_gens;
 	size_t ob_gen_cnt;
 	char (*ob_cover)[TBX_UUID_LEN + 1];
+	/* batch_layout: stray records (tbx__stray_note()) already warned
+	 * of, when (monotonic ms; 0: never), and the last one met. */
+	uint64_t stray_warned;
+	int64_t stray_warned_ms;
+	char stray_detail[TBX_TOPIC_MAX + 160];
 } tbx__proto_t;
 
 /** F's result: per partition of the batch, what to commit and whether to
@@ -183,6 +188,15 @@ void tbx__proto_free(tbx__proto_t *proto);
  *  SQLite: never), and records a store_reconnect alarm for each store
  *  whose connection was, for `inspect status --check`. */
 void tbx__proto_reconnect_check(tbx__proto_t *proto);
+
+/** Logs at WARN the stray records A met since the last warning (a record
+ *  whose tbx-tbit names another partition than the one it arrived on,
+ *  counted in stats.stray_records), at most once per TBX_STRAY_WARN_MS,
+ *  and records the stray_records alarm with it for `inspect status
+ *  --check`.  Called after each batch, outside any transaction. */
+void tbx__proto_stray_check(tbx__proto_t *proto);
+/** The least time between two warnings of tbx__proto_stray_check(). */
+#define TBX_STRAY_WARN_MS 60000
 
 /**
  * Finishes this group's outbox rows created at or before

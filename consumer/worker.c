@@ -201,19 +201,8 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	if ((err = tbx__layout_check(worker, "at start", errstr, errstr_size)))
 		goto fail;
 	worker->joined = tbx_tokens_joinable(worker->tokens);
-	/* tokens.format = set for the worker's own messages: only on batch
-	 * rows, which record each message's set, bit and partition. */
-	if (cfg->tokens_format == TBX_TOKFMT_SET &&
-	    cfg->outbox_layout != TBX_LAYOUT_BATCH) {
-		err = tbx__seterr(errstr, errstr_size, TBX_EINVAL,
-				  "tokens.format=set: a worker mints token "
-				  "sets for its own messages only with "
-				  "outbox.layout=batch (a record row cannot "
-				  "record a message's set, bit and "
-				  "partition); set outbox.layout=batch or "
-				  "tokens.format=message");
-		goto fail;
-	}
+	/* tokens.format = set needs outbox.layout = batch: refused with the
+	 * required keys (tbx__conf_check_required()). */
 	/* outbox.layout = batch, stage 1 (docs/batched-tokens.md): a
 	 * service store with batch rows. */
 	if (cfg->outbox_layout == TBX_LAYOUT_BATCH) {
@@ -1029,6 +1018,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"resume_reloads", st->resume_reloads},
 	    {"resume_load_failures", st->resume_load_failures},
 	    {"resume_drops", st->resume_drops},
+	    {"stray_records", st->stray_records},
 	};
 	cJSON *obj;
 	char *text;
@@ -1273,6 +1263,7 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	/* The rest of a suspect range stays for the next batch. */
 	tbx__batch_keep(&worker->batch);
 	tbx__proto_reconnect_check(&worker->proto);
+	tbx__proto_stray_check(&worker->proto);
 	if (cnt) {
 		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
 		worker->lat_next = (worker->lat_next + 1) % 1024;

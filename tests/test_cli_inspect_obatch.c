@@ -5,9 +5,12 @@
  * covering a handled, a dead-lettered and an untokened record, one
  * tokened in the set format, marked stuck, with a dispatch failure, and
  * one of another group whose cover does not decode -- read by the
- * command as a child process.  The text and --json outputs are golden
- * files (tests/data/inspect-obatch/<case>.{args,out,exit[,err]};
- * TBX_UPDATE_GOLDEN=1 rewrites them from the SQLite run).
+ * command as a child process.  Messages carry headers as the worker
+ * stores them (an application's, one without a value, the trace
+ * context in binary): `show` prints them as a record row's show does.  The text
+ * and --json outputs are golden files
+ * (tests/data/inspect-obatch/<case>.{args,out,exit[,err]}; TBX_UPDATE_GOLDEN=1
+ * rewrites them from the SQLite run).
  *
  * The same executable runs in the pg tier (TBX_PG_TIER=1,
  * pg_test_cli_inspect_obatch), the store a schema: the outputs must be
@@ -23,6 +26,7 @@
 #include "outbox/outbox.h"
 #include "store/msgs.h"
 #include "support.h"
+#include "trace/context.h"
 
 /* "now" of the cases: 2023-11-14T22:13:20Z. */
 #define NOW  1700000000000LL
@@ -83,8 +87,19 @@ static void env_init(env_t *e)
 	s = tt_outbox_open(e->store);
 
 	/* Row 1: processed, a token per message; three records, two
-	 * messages (the second through the partitioner). */
+	 * messages (the second through the partitioner), the first with
+	 * headers: an application's and the trace context as stored
+	 * (shown as the traceparent it is sent as, and its writer). */
 	{
+		static const uint8_t tc[TBX_STORED_CTX_WRITER_LEN] = {
+		    0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84,
+		    0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c, 0xb7, 0xad,
+		    0x6b, 0x71, 0x69, 0x20, 0x33, 0x31, 0x01, 0x00, 0xf0,
+		    0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7};
+		const tbx_header_t h[] = {{"x-app", "1", 1},
+					  {TBX_STORED_CTX_HDR, tc, sizeof(tc)}};
+		void *hdrs = NULL;
+		size_t hdrs_len = 0;
 		tbx__cover_ent_t c[3] = {
 		    {TBX__COVER_HANDLED, "orders", 0, 10,
 		     "11111111-1111-4111-8111-111111111111", TBX__REF_TOKEN,
@@ -103,6 +118,8 @@ static void env_init(env_t *e)
 		f[TBX__MF_TYPE] = FIELD("PaymentRequested");
 		f[TBX__MF_KEY] = FIELD("cust-1");
 		f[TBX__MF_PAYLOAD] = FIELD("{\"order\":10}");
+		cr_assert_eq(tbx__hdrs_encode(h, 2, &hdrs, &hdrs_len), TBX_OK);
+		f[TBX__MF_HEADERS] = (tbx__mfield_t){hdrs, hdrs_len};
 		f[TBX__MF_COUNT + TBX__MF_ID] =
 		    FIELD("e2e2e2e2-e2e2-4e2e-8e2e-e2e2e2e2e2e2");
 		f[TBX__MF_COUNT + TBX__MF_TOPIC] = FIELD("orders.dlq");
@@ -113,9 +130,14 @@ static void env_init(env_t *e)
 		row.created_ms = NOW - 2 * HOUR;
 		row.stuck_ms = -1;
 		insert_row(s, "orders-svc", &row, c, 3, w, f, 2);
+		free(hdrs);
 	}
-	/* Row 2: tokened, token sets, marked stuck, one failed dispatch. */
+	/* Row 2: tokened, token sets, marked stuck, one failed dispatch;
+	 * its message with a header without a value. */
 	{
+		const tbx_header_t h[] = {{"x-none", NULL, 0}};
+		void *hdrs = NULL;
+		size_t hdrs_len = 0;
 		tbx__cover_ent_t c[1] = {
 		    {TBX__COVER_HANDLED, "orders", 1, 42,
 		     "33333333-3333-4333-8333-333333333333", TBX__REF_BIT,
@@ -129,6 +151,8 @@ static void env_init(env_t *e)
 		f[TBX__MF_TYPE] = FIELD("PaymentRequested");
 		f[TBX__MF_KEY] = FIELD("cust-3");
 		f[TBX__MF_PAYLOAD] = FIELD("{\"order\":42}");
+		cr_assert_eq(tbx__hdrs_encode(h, 1, &hdrs, &hdrs_len), TBX_OK);
+		f[TBX__MF_HEADERS] = (tbx__mfield_t){hdrs, hdrs_len};
 		f[TBX__MF_TOKEN] =
 		    FIELD("f3f3f3f3-f3f3-4f3f-8f3f-f3f3f3f3f3f3");
 		tbx__strlcpy(row.row_id, ROW_2, sizeof(row.row_id));
@@ -139,6 +163,7 @@ static void env_init(env_t *e)
 		row.stuck_ms = NOW - 1 * MIN;
 		row.dispatch_failures = 1;
 		insert_row(s, "orders-svc", &row, c, 1, w, f, 1);
+		free(hdrs);
 	}
 	/* Row 3, of audit: its cover is cut short below. */
 	{

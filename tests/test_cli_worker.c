@@ -1055,6 +1055,63 @@ Test(cli_worker, a_missing_token_store_is_refused_by_check_and_start_alike,
 	free(dir);
 }
 
+/* tokens.format=set for the worker's own messages needs
+ * outbox.layout=batch: --check-config refuses the combination as a start
+ * does, exit 2 with the same reason, and neither makes a store; with
+ * outbox.layout=batch the check passes. */
+Test(cli_worker,
+     tokens_format_set_without_batch_rows_refused_by_check_and_start,
+     .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *store = tt_path(dir, "service.db");
+	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
+			    tt_plugin_path("tbx_hello"));
+	const char *check[] = {"worker", "--config",	      conf,
+			       "-X",	 "tokens.format=set", "--check-config",
+			       NULL};
+	const char *start[] = {"worker", "--config",	      conf,
+			       "-X",	 "tokens.format=set", NULL};
+	const char *const *runs[] = {check, start};
+	const char *batch[] = {"worker",
+			       "--config",
+			       conf,
+			       "-X",
+			       "tokens.format=set",
+			       "-X",
+			       "outbox.layout=batch",
+			       "--check-config",
+			       NULL};
+	struct stat st;
+	cc_result_t res;
+
+	write_file(conf, text);
+	for (size_t i = 0; i < 2; i++) {
+		res = cc_run(runs[i]);
+		cr_expect(cc_exited(res.status, 2), "%s: status %d: %s",
+			  i ? "start" : "check", res.status, res.err);
+		cr_expect_str_empty(res.out, "%s", res.out);
+		cr_expect(strstr(res.err, "tokens.format=set: a worker mints "
+					  "token sets for its own messages "
+					  "only with outbox.layout=batch"),
+			  "%s: %s", i ? "start" : "check", res.err);
+		cr_expect(stat(store, &st) != 0, "%s made %s",
+			  i ? "start" : "check", store);
+		cc_result_free(&res);
+	}
+	res = cc_run(batch);
+	cr_expect(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	cr_expect(strstr(res.out, "configuration OK"), "%s", res.out);
+	cc_result_free(&res);
+	free(text);
+	free(store);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
 Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
      .timeout = 60)
 {

@@ -1029,11 +1029,13 @@ int tbx_cmd_worker(int argc, char **argv)
 	 * that does not exist is the configuration's fault, as
 	 * --check-config says: nothing was created, and a restart would
 	 * fail the same way.  So is outbox.layout=record for a group with
-	 * batch rows left (TBX_ESTATE, consumer/layout.c). */
+	 * batch rows left (TBX_ESTATE, consumer/layout.c), and any setting
+	 * the worker refuses (TBX_ECONF: tokens.format=set without
+	 * outbox.layout=batch, a store given twice). */
 	if (!(worker =
 		  tbx__worker_new_err(w.conf, &err, errstr, sizeof(errstr)))) {
 		rc = lacks_required_key(w.conf) || err == TBX_ENOENT ||
-			     err == TBX_ESTATE
+			     err == TBX_ESTATE || err == TBX_ECONF
 			 ? wusage("%s", errstr)
 			 : wfail("%s", errstr);
 		goto out;

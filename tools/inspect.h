@@ -407,6 +407,16 @@ typedef struct insp_hdr_text {
  */
 size_t insp_hdr_shown(const tbx_header_t *h, tbx_header_t out[2],
 		      insp_hdr_text_t *text);
+/** A stored message's headers (@p len bytes at @p hdrs, the encoding of
+ *  store/msgs.h) as a `show` prints them, after its other fields: a
+ *  line "headers N" at indent 4, then each header (insp_hdr_shown())
+ *  at indent 6, the values lined up after the longest name; headers
+ *  that do not decode follow as their bytes, "(malformed)". */
+void insp_hdrs_print(const void *hdrs, size_t len);
+/** The same as members of the message object @p jm: "headers", an
+ *  array of {"name", "value"} (value as insp_bytes_json()), and, for
+ *  headers that do not decode, "headers_malformed" with their bytes. */
+void insp_hdrs_json(cJSON *jm, const void *hdrs, size_t len);
 /** Prints bytes after a label padded to @p width (0: the usual): quoted
  *  text, text lines, or a hex dump, each line indented by @p indent;
  *  @p none for NULL. */

@@ -768,3 +768,57 @@ size_t insp_hdr_shown(const tbx_header_t *h, tbx_header_t out[2],
 				strlen(text->writer)};
 	return 2;
 }
+
+void insp_hdrs_print(const void *hdrs, size_t len)
+{
+	tbx_header_t h;
+	/* Header values line up with the other values, or after the
+	 * longest name. */
+	size_t pos = 0, cnt = 0, width = 11;
+	char buf[32];
+	int r;
+
+	while (tbx__hdrs_next(hdrs, len, &pos, &h) == 1) {
+		tbx_header_t sh[2];
+		insp_hdr_text_t text;
+		size_t k = insp_hdr_shown(&h, sh, &text);
+		for (size_t x = 0; x < k; x++) {
+			cnt++;
+			if (strlen(sh[x].name) + 2 > width)
+				width = strlen(sh[x].name) + 2;
+		}
+	}
+	snprintf(buf, sizeof(buf), "%zu", cnt);
+	insp_kv("headers", buf, 4);
+	pos = 0;
+	while ((r = tbx__hdrs_next(hdrs, len, &pos, &h)) == 1) {
+		tbx_header_t sh[2];
+		insp_hdr_text_t text;
+		size_t k = insp_hdr_shown(&h, sh, &text);
+		for (size_t x = 0; x < k; x++)
+			insp_bytes_print(sh[x].name, sh[x].value, sh[x].len, 6,
+					 width, "(null)");
+	}
+	if (r < 0)
+		insp_bytes_print("(malformed)", hdrs, len, 6, width, "");
+}
+
+void insp_hdrs_json(cJSON *jm, const void *hdrs, size_t len)
+{
+	cJSON *hs = cJSON_AddArrayToObject(jm, "headers");
+	tbx_header_t h;
+	size_t pos = 0;
+	int r;
+
+	while ((r = tbx__hdrs_next(hdrs, len, &pos, &h)) == 1) {
+		tbx_header_t sh[2];
+		insp_hdr_text_t text;
+		size_t k = insp_hdr_shown(&h, sh, &text);
+		for (size_t x = 0; x < k; x++)
+			insp_jobj(hs, "name:s value:j", sh[x].name,
+				  insp_bytes_json(sh[x].value, sh[x].len));
+	}
+	if (r < 0)
+		cJSON_AddItemToObject(jm, "headers_malformed",
+				      insp_bytes_json(hdrs, len));
+}

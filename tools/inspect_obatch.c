@@ -91,8 +91,10 @@ static void rec_place(const tbx__cover_ent_t *e, char *buf, size_t size)
 		 e->offset);
 }
 
+/* A batch row as JSON; @p full (show) adds each message's payload and
+ * headers, as a record row's show has them (insp_row_json()). */
 static cJSON *ob_json(insp_t *in, const char *grp, const tbx__obatch_t *row,
-		      const insp_ob_t *ob)
+		      const insp_ob_t *ob, int full)
 {
 	cJSON *o, *recs, *msgs;
 	tbx__msgs_iter_t it;
@@ -163,6 +165,14 @@ static cJSON *ob_json(insp_t *in, const char *grp, const tbx__obatch_t *row,
 			insp_json_add_int(m, "partition", w->partition);
 		else
 			cJSON_AddNullToObject(m, "partition");
+		if (full) {
+			cJSON_AddItemToObject(
+			    m, "payload",
+			    insp_bytes_json(f[TBX__MF_PAYLOAD].p,
+					    f[TBX__MF_PAYLOAD].len));
+			insp_hdrs_json(m, f[TBX__MF_HEADERS].p,
+				       f[TBX__MF_HEADERS].len);
+		}
 		i++;
 	}
 	return o;
@@ -194,7 +204,7 @@ static int ob_listed(void *opaque, const char *grp, const tbx__obatch_t *row)
 	}
 	l->shown++;
 	if (l->arr) {
-		cJSON_AddItemToArray(l->arr, ob_json(l->in, grp, row, &ob));
+		cJSON_AddItemToArray(l->arr, ob_json(l->in, grp, row, &ob, 0));
 		insp_ob_free(&ob);
 		return 0;
 	}
@@ -447,6 +457,7 @@ static void ob_print(insp_t *in, const char *grp, const tbx__obatch_t *row,
 				 0, "(none)");
 		insp_bytes_print("payload", f[TBX__MF_PAYLOAD].p,
 				 f[TBX__MF_PAYLOAD].len, 4, 0, "(null)");
+		insp_hdrs_print(f[TBX__MF_HEADERS].p, f[TBX__MF_HEADERS].len);
 		i++;
 	}
 }
@@ -463,7 +474,7 @@ static int ob_show_one(void *opaque, const char *grp, const tbx__obatch_t *row)
 		return 1;
 	}
 	if (s->arr) {
-		cJSON *o = ob_json(s->in, grp, row, &ob);
+		cJSON *o = ob_json(s->in, grp, row, &ob, 1);
 		cJSON_AddItemToArray(s->arr, o);
 	} else {
 		if (s->shown)

@@ -58,10 +58,7 @@ cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 	arr = cJSON_AddArrayToObject(o, "messages");
 	for (size_t i = 0; i < row->msg_cnt; i++) {
 		const tbx__outmsg_t *m = &row->msgs[i];
-		cJSON *jm, *hs;
-		tbx_header_t h;
-		size_t pos = 0;
-		int r;
+		cJSON *jm;
 
 		jm = insp_jobj(arr,
 			       "seq:i id:s token:o topic:s type:s key:j "
@@ -69,21 +66,7 @@ cJSON *insp_row_json(insp_t *in, const char *grp, const tbx__row_t *row,
 			       (int64_t)i, m->id, m->token, m->topic, m->type,
 			       insp_bytes_json(m->key, m->key_len),
 			       insp_bytes_json(m->payload, m->payload_len));
-		hs = cJSON_AddArrayToObject(jm, "headers");
-		while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos,
-					   &h)) == 1) {
-			tbx_header_t sh[2];
-			insp_hdr_text_t text;
-			size_t k = insp_hdr_shown(&h, sh, &text);
-			for (size_t x = 0; x < k; x++)
-				insp_jobj(
-				    hs, "name:s value:j", sh[x].name,
-				    insp_bytes_json(sh[x].value, sh[x].len));
-		}
-		if (r < 0)
-			cJSON_AddItemToObject(
-			    jm, "headers_malformed",
-			    insp_bytes_json(m->headers, m->headers_len));
+		insp_hdrs_json(jm, m->headers, m->headers_len);
 	}
 	return o;
 }
@@ -127,23 +110,7 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row)
 	insp_kv("messages", buf, 2);
 	for (size_t i = 0; i < row->msg_cnt; i++) {
 		const tbx__outmsg_t *m = &row->msgs[i];
-		tbx_header_t h;
-		/* Header values line up with the other values, or after the
-		 * longest name. */
-		size_t pos = 0, cnt = 0, width = 11;
-		int r;
 
-		while (tbx__hdrs_next(m->headers, m->headers_len, &pos, &h) ==
-		       1) {
-			tbx_header_t sh[2];
-			insp_hdr_text_t text;
-			size_t k = insp_hdr_shown(&h, sh, &text);
-			for (size_t x = 0; x < k; x++) {
-				cnt++;
-				if (strlen(sh[x].name) + 2 > width)
-					width = strlen(sh[x].name) + 2;
-			}
-		}
 		printf("\n  message %zu of %zu\n", i + 1, row->msg_cnt);
 		insp_kv("id", m->id, 4);
 		insp_kv("token", m->token[0] ? m->token : "-", 4);
@@ -152,21 +119,7 @@ void insp_row_print(insp_t *in, const char *grp, const tbx__row_t *row)
 		insp_bytes_print("key", m->key, m->key_len, 4, 0, "(none)");
 		insp_bytes_print("payload", m->payload, m->payload_len, 4, 0,
 				 "(null)");
-		snprintf(buf, sizeof(buf), "%zu", cnt);
-		insp_kv("headers", buf, 4);
-		pos = 0;
-		while ((r = tbx__hdrs_next(m->headers, m->headers_len, &pos,
-					   &h)) == 1) {
-			tbx_header_t sh[2];
-			insp_hdr_text_t text;
-			size_t k = insp_hdr_shown(&h, sh, &text);
-			for (size_t x = 0; x < k; x++)
-				insp_bytes_print(sh[x].name, sh[x].value,
-						 sh[x].len, 6, width, "(null)");
-		}
-		if (r < 0)
-			insp_bytes_print("(malformed)", m->headers,
-					 m->headers_len, 6, width, "");
+		insp_hdrs_print(m->headers, m->headers_len);
 	}
 }
 

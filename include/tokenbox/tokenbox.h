@@ -507,6 +507,14 @@ typedef struct tbx_stats {
 					  redelivery */
 	uint64_t resume_drops;	       /**< the resume check's memory dropped
 					  at a rebalance */
+	uint64_t stray_records;	       /**< outbox.layout=batch: records
+					  whose tbx-tbit names another
+					  partition than the one they
+					  arrived on (copied by hand, or by
+					  a tool that does not keep
+					  partitions), checked against their
+					  set's partition; counted by each A
+					  that meets one */
 } tbx_stats_t;
 
 /** Copies the counters into @p stats. */
