@@ -88,6 +88,9 @@ static rd_kafka_t *plain_client(rd_kafka_type_t type, const char *bootstraps)
 				  0);
 		rd_kafka_conf_set(conf, "group.id", "tt-reader", NULL, 0);
 		rd_kafka_conf_set(conf, "enable.auto.commit", "false", NULL, 0);
+		/* An empty fetch comes back at once, not after the default
+		 * 500 ms: tt_read_topic() waits for every partition's end. */
+		rd_kafka_conf_set(conf, "fetch.wait.max.ms", "10", NULL, 0);
 	}
 	rk = rd_kafka_new(type, conf, err, sizeof(err));
 	cr_assert(rk, "rd_kafka_new: %s", err);
