@@ -879,14 +879,22 @@ static int schema_ok(const char *opt, const char *name)
 	return 0;
 }
 
-/* PostgreSQL: connects and makes the run's schema and tables. */
+/* The advisory lock that the contenders' schema creation takes: IF NOT
+ * EXISTS does not stop two sessions that create one schema at once
+ * (worker processes of one run) from colliding on the catalog's unique
+ * index. */
+#define BENCH_DDL_LOCK "1413634303"
+
+/* PostgreSQL: connects and makes the run's schema and tables (one
+ * implicit transaction: the lock is held until they are committed). */
 static int pg_store_open(const opts_t *o, tbx__pg_t **pg)
 {
-	char err[512], sql[512];
+	char err[512], sql[640];
 
 	if (tbx__pg_connect(o->url, pg, err, sizeof(err)))
 		return die("TBX_BENCH_STORE_URL: %s%s", err, "");
 	snprintf(sql, sizeof(sql),
+		 "SELECT pg_advisory_xact_lock(" BENCH_DDL_LOCK "); "
 		 "CREATE SCHEMA IF NOT EXISTS \"%s\"; SET synchronous_commit "
 		 "= on; CREATE TABLE IF NOT EXISTS \"%s\".bench_rows (id "
 		 "bigserial PRIMARY KEY, msg_id text NOT NULL, part int, off "
