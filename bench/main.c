@@ -970,6 +970,17 @@ static double workers_run(const run_t *r, int workers)
 	return rate;
 }
 
+/* Adds @p v to the number @p name of @p obj (made when missing). */
+static void json_add_to(cJSON *obj, const char *name, double v)
+{
+	cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, name);
+
+	if (n)
+		cJSON_SetNumberValue(n, n->valuedouble + v);
+	else
+		cJSON_AddNumberToObject(obj, name, v);
+}
+
 /* ---- tokenbox workers on PostgreSQL: the lock waits between them ---- */
 
 /*
@@ -1133,8 +1144,12 @@ static void *sampler_main(void *arg)
 			    k = -1;
 
 			if (strcmp(type, "Lock") == 0) {
+				char rel[160];
+
 				statement_of(s->run, PQgetvalue(res, i, 5),
 					     stmt, sizeof(stmt));
+				statement_of(s->run, PQgetvalue(res, i, 4), rel,
+					     sizeof(rel));
 				if (!*PQgetvalue(res, i, 2))
 					snprintf(key, sizeof(key),
 						 "%s (granted before pg_locks "
@@ -1145,9 +1160,7 @@ static void *sampler_main(void *arg)
 						 "%s %s%s%s | held by %s | %s",
 						 PQgetvalue(res, i, 2),
 						 PQgetvalue(res, i, 3),
-						 *PQgetvalue(res, i, 4) ? " on "
-									: "",
-						 PQgetvalue(res, i, 4),
+						 *rel ? " on " : "", rel,
 						 PQgetvalue(res, i, 6), stmt);
 				k = intern(&s->keys[0][0], sizeof(s->keys[0]),
 					   &s->key_cnt, WAIT_KEYS, key);
@@ -1261,7 +1274,8 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 	     key_all[WAIT_KEYS] = {0};
 	size_t ticks_win = 0;
 	cJSON *j = cJSON_CreateObject(), *types = cJSON_CreateObject(),
-	      *waits = cJSON_CreateArray();
+	      *waits = cJSON_CreateArray(), *by_win = cJSON_CreateObject(),
+	      *by_all = cJSON_CreateObject();
 
 	run_prepare(r);
 	pub = publisher(r);
@@ -1303,6 +1317,15 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 	for (int k = 0; k < smp.cat_cnt; k++)
 		cJSON_AddNumberToObject(types, smp.cats[k], cat_win[k]);
 	for (int k = 0; k < smp.key_cnt; k++) {
+		/* The lock type: the key's first word. */
+		char type[32];
+		size_t tl = strcspn(smp.keys[k], " ");
+		snprintf(type, sizeof(type), "%.*s", (int)tl, smp.keys[k]);
+		json_add_to(by_all, type, key_all[k]);
+		if (key_win[k])
+			json_add_to(by_win, type, key_win[k]);
+	}
+	for (int k = 0; k < smp.key_cnt; k++) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "wait", smp.keys[k]);
 		cJSON_AddNumberToObject(o, "in_window", key_win[k]);
@@ -1325,6 +1348,8 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 	cJSON_AddItemToObject(j, "backends_in_window_by_wait_type", types);
 	cJSON_AddNumberToObject(j, "lock_waits_in_window", (double)lock_win);
 	cJSON_AddNumberToObject(j, "lock_waits_whole_run", (double)lock_all);
+	cJSON_AddItemToObject(j, "lock_waits_in_window_by_type", by_win);
+	cJSON_AddItemToObject(j, "lock_waits_whole_run_by_type", by_all);
 	cJSON_AddItemToObject(j, "lock_waits", waits);
 	progress("tokenbox  %s/%s, %d worker(s): %.0f msg/s; %zu samples "
 		 "(%zu in the window), lock waits seen %lld (%lld in the "
@@ -1406,17 +1431,6 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Adds @p v to the number @p name of @p obj (made when missing). */
-static void json_add_to(cJSON *obj, const char *name, double v)
-{
-	cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, name);
-
-	if (n)
-		cJSON_SetNumberValue(n, n->valuedouble + v);
-	else
-		cJSON_AddNumberToObject(obj, name, v);
-}
-
 /*
  * The PostgreSQL worker runs by configuration (layout and worker count):
  * the median rate over the repetitions and its ratio to the first count
@@ -1435,6 +1449,8 @@ static cJSON *pg_workers_summary(cJSON *const *res, long reps)
 			cJSON *o = cJSON_CreateObject(),
 			      *runs = cJSON_CreateArray(),
 			      *types = cJSON_CreateObject(),
+			      *by_win = cJSON_CreateObject(),
+			      *by_all = cJSON_CreateObject(),
 			      *waits = cJSON_CreateArray(), *x;
 			double rates[20], med, sw = 0, lw = 0, la = 0;
 			int n = 0;
@@ -1453,6 +1469,16 @@ static cJSON *pg_workers_summary(cJSON *const *res, long reps)
 				    cJSON_GetObjectItemCaseSensitive(
 					j, "backends_in_window_by_wait_type"))
 				    json_add_to(types, e->string,
+						e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "lock_waits_in_window_by_type"))
+				    json_add_to(by_win, e->string,
+						e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "lock_waits_whole_run_by_type"))
+				    json_add_to(by_all, e->string,
 						e->valuedouble);
 				cJSON_ArrayForEach(
 				    e, cJSON_GetObjectItemCaseSensitive(
@@ -1498,11 +1524,38 @@ static cJSON *pg_workers_summary(cJSON *const *res, long reps)
 			    o, "backends_in_window_by_wait_type", types);
 			cJSON_AddNumberToObject(o, "lock_waits_in_window", lw);
 			cJSON_AddNumberToObject(o, "lock_waits_whole_run", la);
+			cJSON_AddItemToObject(o, "lock_waits_in_window_by_type",
+					      by_win);
+			cJSON_AddItemToObject(o, "lock_waits_whole_run_by_type",
+					      by_all);
 			cJSON_AddItemToObject(o, "lock_waits", waits);
 			cJSON_AddItemToArray(arr, o);
 		}
 	}
 	return arr;
+}
+
+/* "N (type n, type n)": the lock waits @p name of @p c, by lock type. */
+static void by_type(char *text, size_t size, size_t *len, const cJSON *c,
+		    const char *name)
+{
+	char key[64];
+	const cJSON *e;
+	int first = 1;
+
+	*len += (size_t)snprintf(text + *len, *len < size ? size - *len : 0,
+				 "%.0f", jnum(c, name));
+	snprintf(key, sizeof(key), "%s_by_type", name);
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(c, key))
+	{
+		*len += (size_t)snprintf(
+		    text + *len, *len < size ? size - *len : 0, "%s%s %.0f",
+		    first ? " (" : ", ", e->string, e->valuedouble);
+		first = 0;
+	}
+	if (!first)
+		*len += (size_t)snprintf(text + *len,
+					 *len < size ? size - *len : 0, ")");
 }
 
 /* The table of the PostgreSQL worker runs, appended to @p text at
@@ -1547,9 +1600,11 @@ static size_t pg_workers_text(char *text, size_t size, size_t len,
 			if (i == 4)
 				other += e->valuedouble;
 		}
-		PUT("%.0f | %.0f | %.0f |\n", other,
-		    jnum(c, "lock_waits_in_window"),
-		    jnum(c, "lock_waits_whole_run"));
+		PUT("%.0f | ", other);
+		by_type(text, size, &len, c, "lock_waits_in_window");
+		PUT(" | ");
+		by_type(text, size, &len, c, "lock_waits_whole_run");
+		PUT(" |\n");
 	}
 	cJSON_ArrayForEach(c, conf)
 	{
