@@ -1013,12 +1013,14 @@ static const char sample_sql[] =
 
 #define WAIT_CATS 16 /* wait_event_types, "CPU" among them */
 #define WAIT_KEYS 64 /* kinds of lock waits */
+#define WAIT_EVS  64 /* other waits: type and wait_event */
 
-/* A backend of the run seen in a sample: its wait_event_type, and for a
- * lock wait the kind of wait (key, else -1). */
+/* A backend of the run seen in a sample: its wait_event_type, for a
+ * lock wait the kind of wait (key, else -1), for another wait its
+ * wait_event (ev, else -1). */
 typedef struct wait_obs {
 	int64_t t;
-	short cat, key;
+	short cat, key, ev;
 } wait_obs_t;
 
 typedef struct sampler {
@@ -1034,6 +1036,8 @@ typedef struct sampler {
 	int cat_cnt;
 	char keys[WAIT_KEYS][512];
 	int key_cnt;
+	char evs[WAIT_EVS][64];
+	int ev_cnt;
 	char err[512]; /* why sampling stopped early, or empty */
 } sampler_t;
 
@@ -1091,7 +1095,7 @@ static void statement_of(const run_t *r, const char *q, char *out, size_t size)
 	out[o] = '\0';
 }
 
-static int sampler_push(sampler_t *s, int64_t t, int cat, int key)
+static int sampler_push(sampler_t *s, int64_t t, int cat, int key, int ev)
 {
 	if (s->obs_cnt == s->obs_cap) {
 		size_t cap = s->obs_cap ? s->obs_cap * 2 : 4096;
@@ -1101,7 +1105,8 @@ static int sampler_push(sampler_t *s, int64_t t, int cat, int key)
 		s->obs = n;
 		s->obs_cap = cap;
 	}
-	s->obs[s->obs_cnt++] = (wait_obs_t){t, (short)cat, (short)key};
+	s->obs[s->obs_cnt++] =
+	    (wait_obs_t){t, (short)cat, (short)key, (short)ev};
 	return 0;
 }
 
@@ -1141,8 +1146,21 @@ static void *sampler_main(void *arg)
 			char key[512], stmt[300];
 			int cat = intern(&s->cats[0][0], sizeof(s->cats[0]),
 					 &s->cat_cnt, WAIT_CATS, type),
-			    k = -1;
+			    k = -1, ev = -1;
 
+			if (strcmp(type, "Lock") && strcmp(type, "CPU")) {
+				char evk[sizeof(s->evs[0])];
+
+				snprintf(evk, sizeof(evk), "%s:%s", type,
+					 PQgetvalue(res, i, 1));
+				ev = intern(&s->evs[0][0], sizeof(s->evs[0]),
+					    &s->ev_cnt, WAIT_EVS, evk);
+				if (ev < 0) { /* the last one: the rest */
+					ev = WAIT_EVS - 1;
+					snprintf(s->evs[ev], sizeof(s->evs[ev]),
+						 "(other)");
+				}
+			}
 			if (strcmp(type, "Lock") == 0) {
 				char rel[160];
 
@@ -1164,12 +1182,16 @@ static void *sampler_main(void *arg)
 						 PQgetvalue(res, i, 6), stmt);
 				k = intern(&s->keys[0][0], sizeof(s->keys[0]),
 					   &s->key_cnt, WAIT_KEYS, key);
-				if (k < 0) /* the last one collects the rest */
+				if (k < 0) { /* the last one: the rest */
 					k = WAIT_KEYS - 1;
+					snprintf(s->keys[k], sizeof(s->keys[k]),
+						 "(other kinds: more than %d)",
+						 WAIT_KEYS - 1);
+				}
 			}
 			if (cat < 0)
 				cat = WAIT_CATS - 1;
-			if (sampler_push(s, t, cat, k)) {
+			if (sampler_push(s, t, cat, k, ev)) {
 				snprintf(s->err, sizeof(s->err),
 					 "out of memory");
 				break;
@@ -1271,11 +1293,11 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 	double t0 = 0, t1 = 0, rows0 = 0, rate;
 	long long rows, distinct, lock_win = 0, lock_all = 0;
 	long cat_win[WAIT_CATS] = {0}, key_win[WAIT_KEYS] = {0},
-	     key_all[WAIT_KEYS] = {0};
+	     key_all[WAIT_KEYS] = {0}, ev_win[WAIT_EVS] = {0};
 	size_t ticks_win = 0;
 	cJSON *j = cJSON_CreateObject(), *types = cJSON_CreateObject(),
 	      *waits = cJSON_CreateArray(), *by_win = cJSON_CreateObject(),
-	      *by_all = cJSON_CreateObject();
+	      *by_all = cJSON_CreateObject(), *evs = cJSON_CreateObject();
 
 	run_prepare(r);
 	pub = publisher(r);
@@ -1307,6 +1329,8 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 		int in = o->t >= t0 && o->t <= t1;
 
 		cat_win[o->cat] += in;
+		if (o->ev >= 0)
+			ev_win[o->ev] += in;
 		if (o->key >= 0) {
 			key_all[o->key]++;
 			key_win[o->key] += in;
@@ -1316,6 +1340,9 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 	}
 	for (int k = 0; k < smp.cat_cnt; k++)
 		cJSON_AddNumberToObject(types, smp.cats[k], cat_win[k]);
+	for (int k = 0; k < smp.ev_cnt; k++)
+		if (ev_win[k])
+			json_add_to(evs, smp.evs[k], ev_win[k]);
 	for (int k = 0; k < smp.key_cnt; k++) {
 		/* The lock type: the key's first word. */
 		char type[32];
@@ -1346,6 +1373,7 @@ static cJSON *pg_workers_run(run_t *r, int workers, long rep)
 	cJSON_AddNumberToObject(j, "samples", (double)smp.tick_cnt);
 	cJSON_AddNumberToObject(j, "samples_in_window", (double)ticks_win);
 	cJSON_AddItemToObject(j, "backends_in_window_by_wait_type", types);
+	cJSON_AddItemToObject(j, "other_waits_in_window_by_event", evs);
 	cJSON_AddNumberToObject(j, "lock_waits_in_window", (double)lock_win);
 	cJSON_AddNumberToObject(j, "lock_waits_whole_run", (double)lock_all);
 	cJSON_AddItemToObject(j, "lock_waits_in_window_by_type", by_win);
@@ -1451,6 +1479,7 @@ static cJSON *pg_workers_summary(cJSON *const *res, long reps)
 			      *types = cJSON_CreateObject(),
 			      *by_win = cJSON_CreateObject(),
 			      *by_all = cJSON_CreateObject(),
+			      *evs = cJSON_CreateObject(),
 			      *waits = cJSON_CreateArray(), *x;
 			double rates[20], med, sw = 0, lw = 0, la = 0;
 			int n = 0;
@@ -1470,6 +1499,10 @@ static cJSON *pg_workers_summary(cJSON *const *res, long reps)
 					j, "backends_in_window_by_wait_type"))
 				    json_add_to(types, e->string,
 						e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "other_waits_in_window_by_event"))
+				    json_add_to(evs, e->string, e->valuedouble);
 				cJSON_ArrayForEach(
 				    e, cJSON_GetObjectItemCaseSensitive(
 					   j, "lock_waits_in_window_by_type"))
@@ -1522,6 +1555,8 @@ static cJSON *pg_workers_summary(cJSON *const *res, long reps)
 			cJSON_AddNumberToObject(o, "samples_in_window", sw);
 			cJSON_AddItemToObject(
 			    o, "backends_in_window_by_wait_type", types);
+			cJSON_AddItemToObject(
+			    o, "other_waits_in_window_by_event", evs);
 			cJSON_AddNumberToObject(o, "lock_waits_in_window", lw);
 			cJSON_AddNumberToObject(o, "lock_waits_whole_run", la);
 			cJSON_AddItemToObject(o, "lock_waits_in_window_by_type",
@@ -1605,6 +1640,24 @@ static size_t pg_workers_text(char *text, size_t size, size_t len,
 		PUT(" | ");
 		by_type(text, size, &len, c, "lock_waits_whole_run");
 		PUT(" |\n");
+	}
+	PUT("\nother waits in the window (backends seen, type:wait_event):\n");
+	cJSON_ArrayForEach(c, conf)
+	{
+		int any = 0;
+
+		PUT("  %s / %s, %.0f worker(s):",
+		    cJSON_GetObjectItem(c, "layout")->valuestring,
+		    cJSON_GetObjectItem(c, "tokens_format")->valuestring,
+		    jnum(c, "workers"));
+		cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(
+					  c, "other_waits_in_window_by_event"))
+		{
+			PUT("%s %s %.0f", any ? "," : "", e->string,
+			    e->valuedouble);
+			any = 1;
+		}
+		PUT("%s\n", any ? "" : " none");
 	}
 	cJSON_ArrayForEach(c, conf)
 	{
