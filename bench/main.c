@@ -8,8 +8,10 @@
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,7 @@ static const char usage_text[] =
     "                 [--tokenbox PATH] [--keep] [--bootstrap-servers B]\n"
     "                 [--store-url URL] [--layout record|batch]\n"
     "                 [--tokens-format message|set]\n"
+    "                 [--pg-workers LIST [--lock-sample-ms N]]\n"
     "\n"
     "Runs one workload (consume a record, write one row to a business table\n"
     "in an SQLite store, produce one record; 200-byte payloads, 8\n"
@@ -114,6 +117,27 @@ static const char usage_text[] =
     "                        token per message) or set (token sets: the\n"
     "                        publisher's records and, with --layout batch,\n"
     "                        tokenbox's outputs)\n"
+    "  --pg-workers LIST     with --store-url: the worker phase on\n"
+    "                        PostgreSQL, tokenbox with each count of LIST\n"
+    "                        (comma-separated worker processes, 1..8, at\n"
+    "                        most 4 counts, e.g. 1,3) on one group, one\n"
+    "                        service schema and one token schema, in both\n"
+    "                        configurations: outbox.layout=record with\n"
+    "                        tokens.format=message (tokenbox's default)\n"
+    "                        and outbox.layout=batch with tokens.format=set\n"
+    "                        (the publisher's too); interleaved, --reps\n"
+    "                        times, medians.  While the workers run, this\n"
+    "                        process samples pg_stat_activity and pg_locks\n"
+    "                        for their backends (application_name\n"
+    "                        tbx_bench-<pid>-<n>): the lock waits seen,\n"
+    "                        by lock type, mode, relation and statement,\n"
+    "                        and whether a worker of the run held the\n"
+    "                        lock.  After each run every record must have\n"
+    "                        exactly one business row and no outbox row or\n"
+    "                        token of the group may be left, or the run\n"
+    "                        fails.  --layout and --tokens-format do not\n"
+    "                        apply to this phase\n"
+    "  --lock-sample-ms N    the sampler's interval, 1..1000 ms (default 5)\n"
     "  -h, --help            show this help\n"
     "\n"
     "The last line of standard output is one summary:\n"
@@ -138,6 +162,9 @@ typedef struct cfg {
 	const char *bootstrap; /* a real cluster, or NULL: the mock */
 	char prefix[32];       /* of topics and groups on a real cluster */
 	const char *store_url; /* PostgreSQL, or NULL: SQLite */
+	int pg_workers[4];     /* --pg-workers: the counts, in order */
+	int pg_worker_cnt;     /* 0: no PostgreSQL worker phase */
+	long lock_sample_ms;
 	char store_where[256]; /* store_url without its password */
 	char pg_server[128];   /* the server's version and durability */
 } cfg_t;
@@ -332,7 +359,10 @@ typedef struct run {
 	char in[64], out[64], group[64], dir[PATH_MAX];
 	char schema[64], tschema[64]; /* PostgreSQL: service, tokens */
 	long messages, batch;
-	int downstream; /* a downstream group subscribed to the output */
+	int downstream;	    /* a downstream group subscribed to the output */
+	const char *layout; /* tokenbox's outbox.layout */
+	const char *tokens_format; /* the publisher's and tokenbox's */
+	char app_name[64];	   /* PostgreSQL workers: application_name */
 } run_t;
 
 static char **cluster_argv;
@@ -363,6 +393,8 @@ static void run_plan(run_t *r, int kind, long messages, long batch,
 	r->messages = messages;
 	r->batch = batch;
 	r->downstream = (int)cfg.downstream;
+	r->layout = cfg.layout;
+	r->tokens_format = cfg.tokens_format;
 	snprintf(r->in, sizeof(r->in), "%sin-%s-%d", cfg.prefix, tag, n);
 	snprintf(r->out, sizeof(r->out), "%sout-%s-%d", cfg.prefix, tag, n);
 	snprintf(r->group, sizeof(r->group), "%s%s-%s-%d", cfg.prefix,
@@ -548,7 +580,7 @@ static tbx_publisher_t *publisher(const run_t *r)
 	     tbx_conf_set(conf, "tokens.path", tokens, err, sizeof(err))) ||
 	    tbx_conf_set(conf, "kafka.compression.type", "lz4", err,
 			 sizeof(err)) ||
-	    tbx_conf_set(conf, "tokens.format", cfg.tokens_format, err,
+	    tbx_conf_set(conf, "tokens.format", r->tokens_format, err,
 			 sizeof(err)) ||
 	    tbx_conf_set(conf, "log.level", "warning", err, sizeof(err)) ||
 	    /* The driver never traces: with OTEL_* set (bench/run
@@ -670,16 +702,18 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 			"--token-store",
 			cfg.separate_tokens ? "separate" : "single",
 			"--layout",
-			(char *)cfg.layout,
+			(char *)r->layout,
 			"--tokens-format",
-			(char *)cfg.tokens_format,
+			(char *)r->tokens_format,
+			NULL,
+			NULL,
 			NULL,
 			NULL,
 			NULL,
 			NULL,
 			NULL,
 			NULL};
-	size_t a = sizeof(argv) / sizeof(argv[0]) - 6; /* the NULLs */
+	size_t a = sizeof(argv) / sizeof(argv[0]) - 8; /* the NULLs */
 
 	if (cfg.store_url) {
 		argv[a++] = "--schema";
@@ -687,6 +721,10 @@ static child_t contender_start(const run_t *r, long messages, int until_rows,
 		if (r->kind == TOKENBOX) {
 			argv[a++] = "--tokens-schema";
 			argv[a++] = (char *)r->tschema;
+		}
+		if (r->app_name[0]) {
+			argv[a++] = "--app-name";
+			argv[a++] = (char *)r->app_name;
 		}
 	}
 	if (until_rows)
@@ -932,6 +970,424 @@ static double workers_run(const run_t *r, int workers)
 	return rate;
 }
 
+/* Adds @p v to the number @p name of @p obj (made when missing). */
+static void json_add_to(cJSON *obj, const char *name, double v)
+{
+	cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, name);
+
+	if (n)
+		cJSON_SetNumberValue(n, n->valuedouble + v);
+	else
+		cJSON_AddNumberToObject(obj, name, v);
+}
+
+/* ---- tokenbox workers on PostgreSQL: the lock waits between them ---- */
+
+/*
+ * What the sampler asks every tick: the run's backends that are running
+ * a statement (application_name, set by the workers from PGAPPNAME), what
+ * each waits for (wait_event_type; "CPU" when nothing), and for a wait on
+ * a heavyweight lock the lock it has not been granted (type, mode, the
+ * relation or the advisory namespace), the statement, and who holds it:
+ * a worker of the same run, or someone else.  pg_locks is read only for
+ * the backends that wait on a lock (the lateral subquery's condition on
+ * a.wait_event_type gates it).
+ */
+static const char sample_sql[] =
+    "SELECT coalesce(a.wait_event_type, 'CPU'), coalesce(a.wait_event, ''),"
+    " coalesce(l.locktype, ''), coalesce(l.mode, ''), coalesce(l.rel, ''),"
+    " CASE WHEN a.wait_event_type = 'Lock' THEN a.query ELSE '' END,"
+    " coalesce(l.held, '') "
+    "FROM pg_stat_activity a LEFT JOIN LATERAL (SELECT k.locktype, k.mode,"
+    " CASE WHEN k.locktype = 'advisory' THEN 'advisory namespace ' ||"
+    " k.classid::text ELSE coalesce(n.nspname || '.' || c.relname, '') END"
+    " AS rel, (SELECT CASE WHEN count(*) = 0 THEN 'none seen'"
+    " WHEN bool_and(b.application_name = $1) THEN 'a worker of the run'"
+    " ELSE 'other: ' || string_agg(DISTINCT b.backend_type || ' ' ||"
+    " coalesce(b.application_name, ''), ', ') END FROM pg_stat_activity b"
+    " WHERE b.pid = ANY (pg_blocking_pids(a.pid))) AS held FROM pg_locks k"
+    " LEFT JOIN pg_class c ON c.oid = k.relation LEFT JOIN pg_namespace n"
+    " ON n.oid = c.relnamespace WHERE a.wait_event_type = 'Lock' AND"
+    " k.pid = a.pid AND NOT k.granted LIMIT 1) l ON true "
+    "WHERE a.application_name = $1 AND a.state = 'active'";
+
+#define WAIT_CATS 16 /* wait_event_types, "CPU" among them */
+#define WAIT_KEYS 64 /* kinds of lock waits */
+#define WAIT_EVS  64 /* other waits: type and wait_event */
+
+/* A backend of the run seen in a sample: its wait_event_type, for a
+ * lock wait the kind of wait (key, else -1), for another wait its
+ * wait_event (ev, else -1). */
+typedef struct wait_obs {
+	int64_t t;
+	short cat, key, ev;
+} wait_obs_t;
+
+typedef struct sampler {
+	pthread_t thread;
+	atomic_int stop;
+	const run_t *run;
+	tbx__pg_t *pg;
+	int64_t *ticks; /* when each sample was taken */
+	size_t tick_cnt, tick_cap;
+	wait_obs_t *obs;
+	size_t obs_cnt, obs_cap;
+	char cats[WAIT_CATS][32];
+	int cat_cnt;
+	char keys[WAIT_KEYS][512];
+	int key_cnt;
+	char evs[WAIT_EVS][64];
+	int ev_cnt;
+	char err[512]; /* why sampling stopped early, or empty */
+} sampler_t;
+
+/* The index of @p text in @p tab (added when new), -1 when full. */
+static int intern(char *tab, size_t width, int *cnt, int cap, const char *text)
+{
+	for (int i = 0; i < *cnt; i++)
+		if (strcmp(tab + (size_t)i * width, text) == 0)
+			return i;
+	if (*cnt == cap)
+		return -1;
+	snprintf(tab + (size_t)*cnt * width, width, "%s", text);
+	return (*cnt)++;
+}
+
+/* @p q as one line, the run's schema names replaced by @S and @T (they
+ * differ from run to run), at most @p size - 1 bytes. */
+static void statement_of(const run_t *r, const char *q, char *out, size_t size)
+{
+	size_t o = 0, ls = strlen(r->schema), lt = strlen(r->tschema);
+	int space = 0;
+
+	while (*q && o + 4 < size) {
+		int quoted = *q == '"';
+		const char *p = q + quoted;
+
+		if (strncmp(p, r->tschema, lt) == 0 &&
+		    (!quoted || p[lt] == '"')) {
+			memcpy(out + o, "@T", 2);
+			o += 2;
+			q = p + lt + quoted;
+			space = 0;
+			continue;
+		}
+		if (strncmp(p, r->schema, ls) == 0 &&
+		    (quoted ? p[ls] == '"' : p[ls] != '_')) {
+			memcpy(out + o, "@S", 2);
+			o += 2;
+			q = p + ls + quoted;
+			space = 0;
+			continue;
+		}
+		if (*q == ' ' || *q == '\n' || *q == '\t' || *q == '\r') {
+			if (!space && o)
+				out[o++] = ' ';
+			space = 1;
+		} else {
+			out[o++] = *q;
+			space = 0;
+		}
+		q++;
+	}
+	if (*q && o >= 3)
+		memcpy(out + o - 3, "...", 3);
+	out[o] = '\0';
+}
+
+static int sampler_push(sampler_t *s, int64_t t, int cat, int key, int ev)
+{
+	if (s->obs_cnt == s->obs_cap) {
+		size_t cap = s->obs_cap ? s->obs_cap * 2 : 4096;
+		wait_obs_t *n = realloc(s->obs, cap * sizeof(*n));
+		if (!n)
+			return -1;
+		s->obs = n;
+		s->obs_cap = cap;
+	}
+	s->obs[s->obs_cnt++] =
+	    (wait_obs_t){t, (short)cat, (short)key, (short)ev};
+	return 0;
+}
+
+static void *sampler_main(void *arg)
+{
+	sampler_t *s = arg;
+	const char *v[1] = {s->run->app_name};
+	struct timespec pause = {cfg.lock_sample_ms / 1000,
+				 cfg.lock_sample_ms % 1000 * 1000000};
+
+	while (!atomic_load(&s->stop)) {
+		int64_t t = bench_now_ns();
+		PGresult *res = PQexecParams(s->pg->conn, sample_sql, 1, NULL,
+					     v, NULL, NULL, 0);
+
+		if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+			snprintf(s->err, sizeof(s->err), "%s",
+				 PQresultErrorMessage(res));
+			PQclear(res);
+			break;
+		}
+		if (s->tick_cnt == s->tick_cap) {
+			size_t cap = s->tick_cap ? s->tick_cap * 2 : 4096;
+			int64_t *n = realloc(s->ticks, cap * sizeof(*n));
+			if (!n) {
+				snprintf(s->err, sizeof(s->err),
+					 "out of memory");
+				PQclear(res);
+				break;
+			}
+			s->ticks = n;
+			s->tick_cap = cap;
+		}
+		s->ticks[s->tick_cnt++] = t;
+		for (int i = 0; i < PQntuples(res); i++) {
+			const char *type = PQgetvalue(res, i, 0);
+			char key[512], stmt[300];
+			int cat = intern(&s->cats[0][0], sizeof(s->cats[0]),
+					 &s->cat_cnt, WAIT_CATS, type),
+			    k = -1, ev = -1;
+
+			if (strcmp(type, "Lock") && strcmp(type, "CPU")) {
+				char evk[sizeof(s->evs[0])];
+
+				snprintf(evk, sizeof(evk), "%s:%s", type,
+					 PQgetvalue(res, i, 1));
+				ev = intern(&s->evs[0][0], sizeof(s->evs[0]),
+					    &s->ev_cnt, WAIT_EVS, evk);
+				if (ev < 0) { /* the last one: the rest */
+					ev = WAIT_EVS - 1;
+					snprintf(s->evs[ev], sizeof(s->evs[ev]),
+						 "(other)");
+				}
+			}
+			if (strcmp(type, "Lock") == 0) {
+				char rel[160];
+
+				statement_of(s->run, PQgetvalue(res, i, 5),
+					     stmt, sizeof(stmt));
+				statement_of(s->run, PQgetvalue(res, i, 4), rel,
+					     sizeof(rel));
+				if (!*PQgetvalue(res, i, 2))
+					snprintf(key, sizeof(key),
+						 "%s (granted before pg_locks "
+						 "was read) | %s",
+						 PQgetvalue(res, i, 1), stmt);
+				else
+					snprintf(key, sizeof(key),
+						 "%s %s%s%s | held by %s | %s",
+						 PQgetvalue(res, i, 2),
+						 PQgetvalue(res, i, 3),
+						 *rel ? " on " : "", rel,
+						 PQgetvalue(res, i, 6), stmt);
+				k = intern(&s->keys[0][0], sizeof(s->keys[0]),
+					   &s->key_cnt, WAIT_KEYS, key);
+				if (k < 0) { /* the last one: the rest */
+					k = WAIT_KEYS - 1;
+					snprintf(s->keys[k], sizeof(s->keys[k]),
+						 "(other kinds: more than %d)",
+						 WAIT_KEYS - 1);
+				}
+			}
+			if (cat < 0)
+				cat = WAIT_CATS - 1;
+			if (sampler_push(s, t, cat, k, ev)) {
+				snprintf(s->err, sizeof(s->err),
+					 "out of memory");
+				break;
+			}
+		}
+		PQclear(res);
+		if (s->err[0])
+			break;
+		nanosleep(&pause, NULL);
+	}
+	return NULL;
+}
+
+static void sampler_start(sampler_t *s, const run_t *r)
+{
+	char err[512];
+
+	memset(s, 0, sizeof(*s));
+	s->run = r;
+	atomic_init(&s->stop, 0);
+	if (tbx__pg_connect(cfg.store_url, &s->pg, err, sizeof(err)))
+		fail("the lock-wait sampler: %s", err);
+	if (pthread_create(&s->thread, NULL, sampler_main, s))
+		fail("the lock-wait sampler: pthread_create failed");
+}
+
+static void sampler_stop(sampler_t *s)
+{
+	atomic_store(&s->stop, 1);
+	pthread_join(s->thread, NULL);
+	tbx__pg_unref(s->pg);
+	s->pg = NULL;
+	if (s->err[0])
+		fail("the lock-wait sampler stopped: %s", s->err);
+}
+
+static void sampler_free(sampler_t *s)
+{
+	free(s->ticks);
+	free(s->obs);
+}
+
+/*
+ * After a run of workers: every record has exactly one business row,
+ * and the group has no outbox row (either layout), token (either
+ * format) or registration left.  Anything else fails the bench.
+ */
+static void pg_workers_check(const run_t *r, long long *rows,
+			     long long *distinct)
+{
+	tbx__pg_t *pg;
+	char err[512], sql[1024];
+	const char *v[1] = {r->group};
+	long long outbox, tokens;
+	PGresult *res;
+
+	if (tbx__pg_connect(cfg.store_url, &pg, err, sizeof(err)))
+		fail("the outcome check: %s", err);
+	snprintf(sql, sizeof(sql),
+		 "SELECT (SELECT count(*) FROM \"%s\".bench_rows), (SELECT "
+		 "count(DISTINCT msg_id) FROM \"%s\".bench_rows), (SELECT "
+		 "count(*) FROM \"%s\".tbx_outbox WHERE grp = $1) + (SELECT "
+		 "count(*) FROM \"%s\".tbx_obatch WHERE grp = $1), (SELECT "
+		 "count(*) FROM \"%s\".tbx_tokens WHERE grp = $1) + (SELECT "
+		 "count(*) FROM \"%s\".tbx_tset WHERE grp = $1) + (SELECT "
+		 "count(*) FROM \"%s\".tbx_registrations WHERE send_grp = $1) "
+		 "+ (SELECT count(*) FROM \"%s\".tbx_breg WHERE send_grp = $1)",
+		 r->schema, r->schema, r->schema, r->schema, r->tschema,
+		 r->tschema, r->tschema, r->tschema);
+	res = PQexecParams(pg->conn, sql, 1, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		fail("the outcome check: %s", PQresultErrorMessage(res));
+	*rows = atoll(PQgetvalue(res, 0, 0));
+	*distinct = atoll(PQgetvalue(res, 0, 1));
+	outbox = atoll(PQgetvalue(res, 0, 2));
+	tokens = atoll(PQgetvalue(res, 0, 3));
+	PQclear(res);
+	tbx__pg_unref(pg);
+	if (*rows != r->messages || *distinct != r->messages || outbox ||
+	    tokens)
+		fail("%s: not exactly once: %lld business rows for %ld "
+		     "records (%lld distinct ids), %lld outbox rows and %lld "
+		     "tokens and registrations of the group left",
+		     r->group, *rows, r->messages, *distinct, outbox, tokens);
+}
+
+/*
+ * tokenbox with @p workers processes of one group on the run's two
+ * schemas, the lock waits of their backends sampled meanwhile.  The
+ * window is workers_run()'s; the samples are counted in it and over the
+ * whole run (the group's joins and rebalances included).  @returns the
+ * run's figures as a JSON object.
+ */
+static cJSON *pg_workers_run(run_t *r, int workers, long rep)
+{
+	tbx_publisher_t *pub;
+	child_t c[8];
+	sampler_t smp;
+	double t0 = 0, t1 = 0, rows0 = 0, rate;
+	long long rows, distinct, lock_win = 0, lock_all = 0;
+	long cat_win[WAIT_CATS] = {0}, key_win[WAIT_KEYS] = {0},
+	     key_all[WAIT_KEYS] = {0}, ev_win[WAIT_EVS] = {0};
+	size_t ticks_win = 0;
+	cJSON *j = cJSON_CreateObject(), *types = cJSON_CreateObject(),
+	      *waits = cJSON_CreateArray(), *by_win = cJSON_CreateObject(),
+	      *by_all = cJSON_CreateObject(), *evs = cJSON_CreateObject();
+
+	run_prepare(r);
+	pub = publisher(r);
+	publish(pub, r, 0, r->messages, 0);
+	tbx_publisher_destroy(pub);
+	sampler_start(&smp, r);
+	for (int i = 0; i < workers; i++)
+		c[i] = contender_start(r, r->messages, 1, 0);
+	for (int i = 0; i < workers; i++) {
+		cJSON *w = child_finish(&c[i], NULL);
+		double a = jnum(w, "t_first_end_ns"), b = jnum(w, "t_end_ns");
+		if (a > t0) {
+			t0 = a;
+			rows0 = jnum(w, "rows_at_first");
+		}
+		if (b > t1)
+			t1 = b;
+		cJSON_Delete(w);
+	}
+	sampler_stop(&smp);
+	pg_workers_check(r, &rows, &distinct);
+	rate = t1 > t0 && t0 > 0 && rows0 < (double)r->messages
+		   ? ((double)r->messages - rows0) / ((t1 - t0) / 1e9)
+		   : 0;
+	for (size_t i = 0; i < smp.tick_cnt; i++)
+		ticks_win += smp.ticks[i] >= t0 && smp.ticks[i] <= t1;
+	for (size_t i = 0; i < smp.obs_cnt; i++) {
+		const wait_obs_t *o = &smp.obs[i];
+		int in = o->t >= t0 && o->t <= t1;
+
+		cat_win[o->cat] += in;
+		if (o->ev >= 0)
+			ev_win[o->ev] += in;
+		if (o->key >= 0) {
+			key_all[o->key]++;
+			key_win[o->key] += in;
+			lock_all++;
+			lock_win += in;
+		}
+	}
+	for (int k = 0; k < smp.cat_cnt; k++)
+		cJSON_AddNumberToObject(types, smp.cats[k], cat_win[k]);
+	for (int k = 0; k < smp.ev_cnt; k++)
+		if (ev_win[k])
+			json_add_to(evs, smp.evs[k], ev_win[k]);
+	for (int k = 0; k < smp.key_cnt; k++) {
+		/* The lock type: the key's first word. */
+		char type[32];
+		size_t tl = strcspn(smp.keys[k], " ");
+		snprintf(type, sizeof(type), "%.*s", (int)tl, smp.keys[k]);
+		json_add_to(by_all, type, key_all[k]);
+		if (key_win[k])
+			json_add_to(by_win, type, key_win[k]);
+	}
+	for (int k = 0; k < smp.key_cnt; k++) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "wait", smp.keys[k]);
+		cJSON_AddNumberToObject(o, "in_window", key_win[k]);
+		cJSON_AddNumberToObject(o, "whole_run", key_all[k]);
+		cJSON_AddItemToArray(waits, o);
+	}
+	cJSON_AddStringToObject(j, "layout", r->layout);
+	cJSON_AddStringToObject(j, "tokens_format", r->tokens_format);
+	cJSON_AddNumberToObject(j, "workers", workers);
+	cJSON_AddNumberToObject(j, "rep", (double)rep + 1);
+	cJSON_AddStringToObject(j, "group", r->group);
+	cJSON_AddStringToObject(j, "application_name", r->app_name);
+	cJSON_AddNumberToObject(j, "messages", (double)r->messages);
+	cJSON_AddNumberToObject(j, "business_rows", (double)rows);
+	cJSON_AddNumberToObject(j, "distinct_ids", (double)distinct);
+	cJSON_AddNumberToObject(j, "msgs_per_s", rate);
+	cJSON_AddNumberToObject(j, "window_s", t1 > t0 ? (t1 - t0) / 1e9 : 0);
+	cJSON_AddNumberToObject(j, "samples", (double)smp.tick_cnt);
+	cJSON_AddNumberToObject(j, "samples_in_window", (double)ticks_win);
+	cJSON_AddItemToObject(j, "backends_in_window_by_wait_type", types);
+	cJSON_AddItemToObject(j, "other_waits_in_window_by_event", evs);
+	cJSON_AddNumberToObject(j, "lock_waits_in_window", (double)lock_win);
+	cJSON_AddNumberToObject(j, "lock_waits_whole_run", (double)lock_all);
+	cJSON_AddItemToObject(j, "lock_waits_in_window_by_type", by_win);
+	cJSON_AddItemToObject(j, "lock_waits_whole_run_by_type", by_all);
+	cJSON_AddItemToObject(j, "lock_waits", waits);
+	progress("tokenbox  %s/%s, %d worker(s): %.0f msg/s; %zu samples "
+		 "(%zu in the window), lock waits seen %lld (%lld in the "
+		 "window)\n",
+		 r->layout, r->tokens_format, workers, rate, smp.tick_cnt,
+		 ticks_win, lock_all, lock_win);
+	sampler_free(&smp);
+	return j;
+}
+
 /* Storage: the input is fed in chunks, so that the mock cluster's
  * per-partition log limit (5 MiB) never trims unread records. */
 static cJSON *storage_run(const run_t *r)
@@ -1001,6 +1457,227 @@ static double median(double *v, int n)
 {
 	qsort(v, (size_t)n, sizeof(*v), cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * The PostgreSQL worker runs by configuration (layout and worker count):
+ * the median rate over the repetitions and its ratio to the first count
+ * of the list, the samples and lock waits summed over them, each kind
+ * of lock wait with its counts.
+ */
+static cJSON *pg_workers_summary(cJSON *const *res, long reps)
+{
+	cJSON *arr = cJSON_CreateArray();
+	int cnt = cfg.pg_worker_cnt;
+
+	for (int cf = 0; cf < 2; cf++) {
+		double first = 0;
+
+		for (int wi = 0; wi < cnt; wi++) {
+			cJSON *o = cJSON_CreateObject(),
+			      *runs = cJSON_CreateArray(),
+			      *types = cJSON_CreateObject(),
+			      *by_win = cJSON_CreateObject(),
+			      *by_all = cJSON_CreateObject(),
+			      *evs = cJSON_CreateObject(),
+			      *waits = cJSON_CreateArray(), *x;
+			double rates[20], med, sw = 0, lw = 0, la = 0;
+			int n = 0;
+
+			for (long rep = 0; rep < reps && n < 20; rep++) {
+				const cJSON *j = res[(rep * 2 + cf) * cnt + wi],
+					    *e;
+				rates[n++] = jnum(j, "msgs_per_s");
+				cJSON_AddItemToArray(
+				    runs, cJSON_CreateNumber(rates[n - 1]));
+				sw += jnum(j, "samples_in_window");
+				lw += jnum(j, "lock_waits_in_window");
+				la += jnum(j, "lock_waits_whole_run");
+				cJSON_ArrayForEach(
+				    e,
+				    cJSON_GetObjectItemCaseSensitive(
+					j, "backends_in_window_by_wait_type"))
+				    json_add_to(types, e->string,
+						e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "other_waits_in_window_by_event"))
+				    json_add_to(evs, e->string, e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "lock_waits_in_window_by_type"))
+				    json_add_to(by_win, e->string,
+						e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "lock_waits_whole_run_by_type"))
+				    json_add_to(by_all, e->string,
+						e->valuedouble);
+				cJSON_ArrayForEach(
+				    e, cJSON_GetObjectItemCaseSensitive(
+					   j, "lock_waits"))
+				{
+					const char *what =
+					    cJSON_GetObjectItemCaseSensitive(
+						e, "wait")
+						->valuestring;
+					cJSON *w = NULL;
+					cJSON_ArrayForEach(x, waits) if (
+					    strcmp(
+						cJSON_GetObjectItem(x, "wait")
+						    ->valuestring,
+						what) == 0) w = x;
+					if (!w) {
+						w = cJSON_CreateObject();
+						cJSON_AddStringToObject(
+						    w, "wait", what);
+						cJSON_AddItemToArray(waits, w);
+					}
+					json_add_to(w, "in_window",
+						    jnum(e, "in_window"));
+					json_add_to(w, "whole_run",
+						    jnum(e, "whole_run"));
+				}
+			}
+			med = median(rates, n);
+			if (wi == 0)
+				first = med;
+			cJSON_AddStringToObject(o, "layout",
+						cf ? "batch" : "record");
+			cJSON_AddStringToObject(o, "tokens_format",
+						cf ? "set" : "message");
+			cJSON_AddNumberToObject(o, "workers",
+						cfg.pg_workers[wi]);
+			cJSON_AddNumberToObject(o, "msgs_per_s", med);
+			cJSON_AddItemToObject(o, "runs_msgs_per_s", runs);
+			cJSON_AddNumberToObject(o, "x_first_count",
+						first > 0 ? med / first : 0);
+			cJSON_AddNumberToObject(o, "samples_in_window", sw);
+			cJSON_AddItemToObject(
+			    o, "backends_in_window_by_wait_type", types);
+			cJSON_AddItemToObject(
+			    o, "other_waits_in_window_by_event", evs);
+			cJSON_AddNumberToObject(o, "lock_waits_in_window", lw);
+			cJSON_AddNumberToObject(o, "lock_waits_whole_run", la);
+			cJSON_AddItemToObject(o, "lock_waits_in_window_by_type",
+					      by_win);
+			cJSON_AddItemToObject(o, "lock_waits_whole_run_by_type",
+					      by_all);
+			cJSON_AddItemToObject(o, "lock_waits", waits);
+			cJSON_AddItemToArray(arr, o);
+		}
+	}
+	return arr;
+}
+
+/* "N (type n, type n)": the lock waits @p name of @p c, by lock type. */
+static void by_type(char *text, size_t size, size_t *len, const cJSON *c,
+		    const char *name)
+{
+	char key[64];
+	const cJSON *e;
+	int first = 1;
+
+	*len += (size_t)snprintf(text + *len, *len < size ? size - *len : 0,
+				 "%.0f", jnum(c, name));
+	snprintf(key, sizeof(key), "%s_by_type", name);
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(c, key))
+	{
+		*len += (size_t)snprintf(
+		    text + *len, *len < size ? size - *len : 0, "%s%s %.0f",
+		    first ? " (" : ", ", e->string, e->valuedouble);
+		first = 0;
+	}
+	if (!first)
+		*len += (size_t)snprintf(text + *len,
+					 *len < size ? size - *len : 0, ")");
+}
+
+/* The table of the PostgreSQL worker runs, appended to @p text at
+ * @p len; @returns the new length (as OUT() counts it). */
+static size_t pg_workers_text(char *text, size_t size, size_t len,
+			      const cJSON *conf)
+{
+	const cJSON *c, *e;
+	static const char *const types[] = {"CPU", "IO", "LWLock", "Lock"};
+
+#define PUT(...)                                                               \
+	len += (size_t)snprintf(text + len, len < size ? size - len : 0,       \
+				__VA_ARGS__)
+	PUT("\ntokenbox worker processes of one group on PostgreSQL (%ld "
+	    "records a run, %ld run(s) each, interleaved; medians): the "
+	    "run's backends sampled every %ld ms, counted in the rate's "
+	    "window\n\n",
+	    cfg.messages, cfg.reps, cfg.lock_sample_ms);
+	PUT("| layout / tokens | workers | msg/s | x %d | samples | "
+	    "backends seen: CPU / IO / LWLock / Lock / other | lock waits | "
+	    "lock waits, whole run |\n",
+	    cfg.pg_workers[0]);
+	PUT("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	cJSON_ArrayForEach(c, conf)
+	{
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(
+		    c, "backends_in_window_by_wait_type");
+		double other = 0;
+
+		PUT("| %s / %s | %.0f | %.0f | %.2f | %.0f | ",
+		    cJSON_GetObjectItem(c, "layout")->valuestring,
+		    cJSON_GetObjectItem(c, "tokens_format")->valuestring,
+		    jnum(c, "workers"), jnum(c, "msgs_per_s"),
+		    jnum(c, "x_first_count"), jnum(c, "samples_in_window"));
+		for (size_t i = 0; i < 4; i++)
+			PUT("%.0f / ", jnum(t, types[i]));
+		cJSON_ArrayForEach(e, t)
+		{
+			size_t i = 0;
+			while (i < 4 && strcmp(e->string, types[i]))
+				i++;
+			if (i == 4)
+				other += e->valuedouble;
+		}
+		PUT("%.0f | ", other);
+		by_type(text, size, &len, c, "lock_waits_in_window");
+		PUT(" | ");
+		by_type(text, size, &len, c, "lock_waits_whole_run");
+		PUT(" |\n");
+	}
+	PUT("\nother waits in the window (backends seen, type:wait_event):\n");
+	cJSON_ArrayForEach(c, conf)
+	{
+		int any = 0;
+
+		PUT("  %s / %s, %.0f worker(s):",
+		    cJSON_GetObjectItem(c, "layout")->valuestring,
+		    cJSON_GetObjectItem(c, "tokens_format")->valuestring,
+		    jnum(c, "workers"));
+		cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(
+					  c, "other_waits_in_window_by_event"))
+		{
+			PUT("%s %s %.0f", any ? "," : "", e->string,
+			    e->valuedouble);
+			any = 1;
+		}
+		PUT("%s\n", any ? "" : " none");
+	}
+	cJSON_ArrayForEach(c, conf)
+	{
+		const cJSON *w =
+		    cJSON_GetObjectItemCaseSensitive(c, "lock_waits");
+
+		if (!cJSON_GetArraySize(w))
+			continue;
+		PUT("\nlock waits, %s / %s, %.0f worker(s) (in the window, "
+		    "whole run: kind | holder | statement):\n",
+		    cJSON_GetObjectItem(c, "layout")->valuestring,
+		    cJSON_GetObjectItem(c, "tokens_format")->valuestring,
+		    jnum(c, "workers"));
+		cJSON_ArrayForEach(e, w)
+		    PUT("  %.0f, %.0f: %s\n", jnum(e, "in_window"),
+			jnum(e, "whole_run"),
+			cJSON_GetObjectItem(e, "wait")->valuestring);
+	}
+#undef PUT
+	return len;
 }
 
 static void write_file(const char *name, const char *text)
@@ -1079,7 +1756,7 @@ static int parse_args(int argc, char **argv)
 {
 	long v;
 	int rc, set_msgs = 0, set_reps = 0, set_lat = 0, set_sto = 0;
-	int set_mask = 0, set_sweeps = 0;
+	int set_mask = 0, set_sweeps = 0, set_sample = 0;
 	char *slash;
 
 	cfg.reps = 3;
@@ -1092,6 +1769,7 @@ static int parse_args(int argc, char **argv)
 	cfg.layout = "record";
 	cfg.tokens_format = "message";
 	cfg.mask = SQLITE_KINDS;
+	cfg.lock_sample_ms = 5;
 	if (!realpath("/proc/self/exe", cfg.self))
 		return usage_error("cannot find this program: %s%s",
 				   strerror(errno), "");
@@ -1197,6 +1875,44 @@ static int parse_args(int argc, char **argv)
 			*(lay ? &cfg.layout : &cfg.tokens_format) =
 			    strcmp(val, x) ? y : x;
 			i++;
+		} else if (strcmp(a, "--pg-workers") == 0) {
+			char list[64], *tok, *save = NULL;
+			if (!val || !*val || strlen(val) >= sizeof(list))
+				return usage_error("%s needs a list of worker "
+						   "counts, e.g. 1,3",
+						   a);
+			snprintf(list, sizeof(list), "%s", val);
+			cfg.pg_worker_cnt = 0;
+			for (tok = strtok_r(list, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				long long n;
+				if (tbx_cli_to_int(tok, 1, 8, &n))
+					return usage_error(
+					    "--pg-workers: '%s' is not a "
+					    "worker count in 1..8",
+					    tok);
+				for (int k = 0; k < cfg.pg_worker_cnt; k++)
+					if (cfg.pg_workers[k] == (int)n)
+						return usage_error(
+						    "--pg-workers: %lld twice",
+						    n);
+				if (cfg.pg_worker_cnt == 4)
+					return usage_error("--pg-workers: at "
+							   "most 4 counts%s",
+							   "");
+				cfg.pg_workers[cfg.pg_worker_cnt++] = (int)n;
+			}
+			if (!cfg.pg_worker_cnt)
+				return usage_error("%s needs a list of worker "
+						   "counts, e.g. 1,3",
+						   a);
+			i++;
+		} else if (strcmp(a, "--lock-sample-ms") == 0) {
+			if ((rc = parse_num(a, val, 1, 1000,
+					    &cfg.lock_sample_ms)))
+				return rc;
+			set_sample = 1;
+			i++;
 		} else if (strcmp(a, "--sweeps") == 0) {
 			if ((rc = parse_num(a, val, 0, 1, &cfg.sweeps)))
 				return rc;
@@ -1216,6 +1932,15 @@ static int parse_args(int argc, char **argv)
 			return usage_error("unknown argument '%s'%s", a, "");
 		}
 	}
+	if (cfg.pg_worker_cnt && !cfg.store_url)
+		return usage_error("--pg-workers: only with --store-url (on "
+				   "SQLite, --sweeps runs 1, 2 and 4 "
+				   "workers)%s",
+				   "");
+	if (set_sample && !cfg.pg_worker_cnt)
+		return usage_error("--lock-sample-ms: only with "
+				   "--pg-workers%s",
+				   "");
 	if (!cfg.store_url && (cfg.mask & ~SQLITE_KINDS))
 		return usage_error("--contenders: inbox-batched runs on "
 				   "PostgreSQL only (--store-url)%s",
@@ -1296,7 +2021,7 @@ static int parse_args(int argc, char **argv)
 int bench_driver_main(int argc, char **argv)
 {
 	int rc = parse_args(argc, argv);
-	char tmpl[] = "/tmp/tbx_bench.XXXXXX", date[64], text[8192];
+	char tmpl[] = "/tmp/tbx_bench.XXXXXX", date[64], text[32768];
 	long reps, nb, sweep_msgs[4];
 	static const int worker_cnts[3] = {1, 2, 4};
 	static const long batch_sizes[4] = {1, 10, 100, 1000};
@@ -1337,6 +2062,23 @@ int bench_driver_main(int argc, char **argv)
 			if (HAS(k))
 				run_plan(&lat_runs[k], k, cfg.lat_messages,
 					 BENCH_BATCH_MAX, "lat");
+	/* PostgreSQL workers: per repetition, record then batch, each
+	 * worker count in the order given. */
+	long pgw_n = cfg.pg_worker_cnt ? reps * 2 * cfg.pg_worker_cnt : 0;
+	run_t *pgw_runs = calloc((size_t)pgw_n + 1, sizeof(*pgw_runs));
+	cJSON **pgw_res = calloc((size_t)pgw_n + 1, sizeof(*pgw_res));
+	if (!pgw_runs || !pgw_res)
+		fail("out of memory");
+	for (long i = 0; i < pgw_n; i++) {
+		run_t *r = &pgw_runs[i];
+		int batch = (int)(i / cfg.pg_worker_cnt % 2);
+
+		run_plan(r, TOKENBOX, cfg.messages, BENCH_BATCH_MAX, "pgw");
+		r->layout = batch ? "batch" : "record";
+		r->tokens_format = batch ? "set" : "message";
+		snprintf(r->app_name, sizeof(r->app_name), "tbx_bench-%ld-%d",
+			 (long)getpid(), topic_seq);
+	}
 	if (!HAS(TOKENBOX))
 		cfg.sweeps = 0;
 	if (!HAS(TOKENBOX) || !HAS(INBOX))
@@ -1377,6 +2119,10 @@ int bench_driver_main(int argc, char **argv)
 		for (int k = 0; k < NKINDS; k++)
 			if (HAS(k))
 				latency_run(&lat_runs[k], &lat50[k], &lat99[k]);
+	for (long i = 0; i < pgw_n; i++)
+		pgw_res[i] = pg_workers_run(
+		    &pgw_runs[i], cfg.pg_workers[i % cfg.pg_worker_cnt],
+		    i / (2 * cfg.pg_worker_cnt));
 	for (int i = 0; i < 3 && cfg.sweeps; i++)
 		w_rate[i] = workers_run(&w_runs[i], worker_cnts[i]);
 	for (int i = 0; i < nb; i++)
@@ -1554,6 +2300,27 @@ int bench_driver_main(int argc, char **argv)
 		}
 		cJSON_AddItemToObject(root, "storage", s);
 	}
+	cJSON *pgw_conf = pgw_n ? pg_workers_summary(pgw_res, reps) : NULL;
+	if (pgw_conf) {
+		cJSON *o = cJSON_CreateObject(), *runs = cJSON_CreateArray();
+		cJSON_AddNumberToObject(o, "messages", (double)cfg.messages);
+		cJSON_AddNumberToObject(o, "sample_ms",
+					(double)cfg.lock_sample_ms);
+		cJSON_AddStringToObject(
+		    o, "method",
+		    "the driver samples pg_stat_activity every sample_ms for "
+		    "the run's backends (application_name) running a "
+		    "statement, and pg_locks for those waiting on a "
+		    "heavyweight lock; a lock wait is one backend seen "
+		    "waiting in one sample; the window is the rate's");
+		cJSON_AddItemToObject(o, "configurations", pgw_conf);
+		for (long i = 0; i < pgw_n; i++) {
+			cJSON_AddItemToArray(runs, pgw_res[i]);
+			pgw_res[i] = NULL;
+		}
+		cJSON_AddItemToObject(o, "runs", runs);
+		cJSON_AddItemToObject(root, "tokenbox_pg_workers", o);
+	}
 	char summary[512], ratio[3][16];
 	for (int k = 0; k < 3; k++) {
 		if (med[k] > 0 && HAS(TOKENBOX))
@@ -1675,6 +2442,8 @@ int bench_driver_main(int argc, char **argv)
 			OUT(" %ld: %.0f msg/s (%ld records)%s", batch_sizes[i],
 			    b_rate[i], sweep_msgs[i], i < 3 ? "," : "\n");
 	}
+	if (pgw_conf)
+		len = pg_workers_text(text, sizeof(text), len, pgw_conf);
 	if (cfg.storage_messages) {
 		OUT("\ndeduplication storage after %ld records:",
 		    cfg.storage_messages);
@@ -1747,6 +2516,8 @@ int bench_driver_main(int argc, char **argv)
 		pg_drop_schemas();
 	free(tp_runs);
 	free(tps);
+	free(pgw_runs);
+	free(pgw_res);
 	for (int i = 0; i < cluster_argc; i++)
 		free(cluster_argv[i]);
 	free(cluster_argv);

@@ -1,9 +1,11 @@
 /*
  * The benchmark on PostgreSQL (the pg tier): tbx_floor --store-url runs
  * every variant and prints its round trips, tbx_bench --store-url runs
- * plain, inbox, inbox-batched and tokenbox and reports each, and neither
- * prints the password of the connection string nor leaves a schema
- * behind.  Speeds are not checked.
+ * plain, inbox, inbox-batched and tokenbox and reports each, tbx_bench
+ * --pg-workers runs one and three tokenbox workers of a group in both
+ * layouts and each record once, and neither prints the password of the
+ * connection string nor leaves a schema behind.  Speeds and lock waits
+ * are not checked.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -257,6 +259,159 @@ Test(pg_bench, bench_reports_plain_inbox_inbox_batched_and_tokenbox,
 	free(bench);
 	free(tokenbox);
 	free(res);
+	free(out);
+	free(err);
+	free(dir);
+}
+
+/* The configuration of --pg-workers's output with @p layout and
+ * @p workers among @p arr, or NULL. */
+static const cJSON *pgw_entry(const cJSON *arr, const char *layout, int workers)
+{
+	const cJSON *c;
+
+	cJSON_ArrayForEach(c, arr)
+	{
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(c, "layout");
+		if (cJSON_IsString(l) && strcmp(l->valuestring, layout) == 0 &&
+		    num(c, "workers") == workers)
+			return c;
+	}
+	return NULL;
+}
+
+/* --pg-workers: tokenbox with one and with three worker processes of one
+ * group on one service schema and one token schema, in both layouts.
+ * The outcome only: every record has exactly one business row (the
+ * bench also fails the run when an outbox row, a token or a
+ * registration of the group is left); how many lock waits the sampler
+ * saw is a measurement, not asserted. */
+Test(pg_bench, pg_workers_process_every_record_once_in_both_layouts,
+     .timeout = 900)
+{
+	char *dir = tt_tmpdir(), *out = tt_path(dir, "stdout"),
+	     *err = tt_path(dir, "stderr"), *res = tt_path(dir, "results"),
+	     *bench = bin("bench/tbx_bench"), *tokenbox = bin("tokenbox");
+	char url[2048], prefix[64];
+	pid_t pid;
+
+	url_with_password(url, sizeof(url));
+	char *argv[] = {bench,
+			"--store-url",
+			url,
+			"--contenders",
+			"tokenbox",
+			"--pg-workers",
+			"1,3",
+			"--quick",
+			"--messages",
+			"1000",
+			"--latency-messages",
+			"0",
+			"--json",
+			"--out",
+			res,
+			"--tokenbox",
+			tokenbox,
+			NULL};
+	int status = run(argv, out, err, &pid);
+	char *text = slurp(out), *errs = slurp(err);
+	cr_assert_eq(status, 0, "tbx_bench failed:\n%s\n%s", text, errs);
+
+	char *summary = strrchr(text, '\n');
+	while (summary && summary > text && summary[1] == '\0') {
+		*summary = '\0';
+		summary = strrchr(text, '\n');
+	}
+	cr_assert(summary, "%s", text);
+	*summary = '\0';
+	cJSON *root = cJSON_Parse(text);
+	cr_assert(root, "not JSON:\n%s", text);
+	const cJSON *pgw =
+	    cJSON_GetObjectItemCaseSensitive(root, "tokenbox_pg_workers");
+	cr_assert(pgw, "no tokenbox_pg_workers:\n%s", text);
+	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(pgw, "runs"),
+		    *conf =
+			cJSON_GetObjectItemCaseSensitive(pgw, "configurations");
+	cr_assert_eq(cJSON_GetArraySize(runs), 4, "%s", text);
+	cr_assert_eq(cJSON_GetArraySize(conf), 4, "%s", text);
+	const char *layouts[] = {"record", "batch"};
+	const int counts[] = {1, 3};
+	for (size_t l = 0; l < 2; l++)
+		for (size_t w = 0; w < 2; w++) {
+			const cJSON *r = pgw_entry(runs, layouts[l], counts[w]);
+			cr_assert(r, "no run %s/%d:\n%s", layouts[l], counts[w],
+				  text);
+			cr_assert_eq(num(r, "business_rows"), 1000, "%s/%d",
+				     layouts[l], counts[w]);
+			cr_assert_eq(num(r, "distinct_ids"), 1000, "%s/%d",
+				     layouts[l], counts[w]);
+			cr_assert(pgw_entry(conf, layouts[l], counts[w]),
+				  "no configuration %s/%d", layouts[l],
+				  counts[w]);
+			const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+			    r, "tokens_format");
+			cr_assert(cJSON_IsString(f) &&
+				      strcmp(f->valuestring,
+					     l ? "set" : "message") == 0,
+				  "%s/%d", layouts[l], counts[w]);
+		}
+	cJSON_Delete(root);
+
+	no_secret(out);
+	no_secret(err);
+	snprintf(prefix, sizeof(prefix), "bench_%ld_", (long)pid);
+	cr_assert_eq(schemas_like(prefix), 0, "schemas %s* left behind",
+		     prefix);
+	free(text);
+	free(errs);
+	tt_rmrf(dir);
+	free(bench);
+	free(tokenbox);
+	free(res);
+	free(out);
+	free(err);
+	free(dir);
+}
+
+/* --pg-workers and --lock-sample-ms are checked before anything runs. */
+Test(pg_bench, pg_workers_options_are_validated)
+{
+	char *dir = tt_tmpdir(), *out = tt_path(dir, "stdout"),
+	     *err = tt_path(dir, "stderr"), *bench = bin("bench/tbx_bench");
+	char url[2048];
+	pid_t pid;
+
+	url_with_password(url, sizeof(url));
+	struct {
+		const char *args[4];
+		const char *says;
+	} bad[] = {
+	    {{"--pg-workers", "1,3", NULL}, "only with --store-url"},
+	    {{"--store-url", url, "--pg-workers", "0"}, "1..8"},
+	    {{"--store-url", url, "--pg-workers", "1,9"}, "1..8"},
+	    {{"--store-url", url, "--pg-workers", "3,3"}, "twice"},
+	    {{"--store-url", url, "--pg-workers", "1,2,3,4,5"}, "at most 4"},
+	    {{"--store-url", url, "--pg-workers", "1,x"}, "'x'"},
+	    {{"--lock-sample-ms", "5", NULL}, "only with --pg-workers"},
+	    {{"--store-url", url, "--lock-sample-ms", "0"}, "1..1000"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[6] = {bench};
+		size_t n = 1;
+		for (size_t k = 0; k < 4 && bad[i].args[k]; k++)
+			argv[n++] = (char *)bad[i].args[k];
+		argv[n] = NULL;
+		int status = run(argv, out, err, &pid);
+		char *errs = slurp(err);
+		cr_assert_eq(status, 2, "case %zu: status %d:\n%s", i, status,
+			     errs);
+		cr_assert(strstr(errs, bad[i].says), "case %zu: %s", i, errs);
+		cr_assert_null(strstr(errs, SECRET), "case %zu: %s", i, errs);
+		free(errs);
+	}
+	tt_rmrf(dir);
+	free(bench);
 	free(out);
 	free(err);
 	free(dir);
