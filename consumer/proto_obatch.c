@@ -485,6 +485,7 @@ int tbx__ob_resume(tbx__proto_t *proto, tbx__batch_t *batch,
 void tbx__ob_written_free(tbx__ob_written_t *w)
 {
 	tbx__buf_free(&w->cover);
+	tbx__cover_free(&w->dec);
 	tbx__buf_free(&w->wire);
 	free(w->msgs);
 	free(w->gens);
@@ -807,6 +808,10 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 		tbx__log(TBX_LOG_ERR, "batch row %s: %s", o->row_id, why);
 		goto out;
 	}
+	/* Decoded once, from the entries the encoder has just checked: the
+	 * store inserts the row by it and the resume memory keeps it. */
+	if ((err = tbx__cover_from(&out->dec, cover, n)))
+		goto out;
 	if ((err =
 		 ob_encode(batch, ob, &out->msgs, &out->msgs_len, &out->wire)))
 		goto out;
@@ -821,6 +826,7 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 	out->row.stuck_ms = -1;
 	out->row.cover = out->cover.p;
 	out->row.cover_len = out->cover.len;
+	out->row.cover_dec = &out->dec;
 	out->row.msgs = out->msgs;
 	out->row.msgs_len = out->msgs_len;
 	out->row.wire = out->wire.p;
@@ -880,7 +886,8 @@ void tbx__ob_committed(tbx__proto_t *proto, tbx__ob_written_t *w)
 		return;
 	/* A row memory cannot take is not trusted: the bumped partitions
 	 * then lose their mgen and the next A loads them again. */
-	if (tbx__resume_mem_add(proto->rmem, &w->row) == TBX_OK) {
+	if (tbx__resume_mem_add_cover(proto->rmem, &w->row, &w->dec) ==
+	    TBX_OK) {
 		for (size_t i = 0; i < w->gen_cnt;) {
 			size_t j = i;
 			int32_t parts[256];
