@@ -797,7 +797,7 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 				tbx__brow_set_state(&batch->rows[i],
 						    TBX_BROW_JOINED);
 	}
-	if (!(cover = calloc(n, sizeof(*cover))))
+	if (!(cover = malloc(n * sizeof(*cover)))) /* cover_of() fills it */
 		return TBX_ENOMEM;
 	k = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++)
@@ -840,22 +840,35 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 		goto out;
 	}
 	/* gen += 1 on every partition the row covers (a set bit's: the
-	 * partition its set was minted for), per topic, ascending. */
-	if (!(out->gens = calloc(n, sizeof(*out->gens)))) {
-		err = TBX_ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		tbx__ob_gen_t *g = &out->gens[out->gen_cnt];
+	 * partition its set was minted for), per topic, ascending.  A
+	 * batch covers a few partitions: the list grows as they are met. */
+	for (size_t i = 0, cap = 0; i < n; i++) {
+		int32_t part = cover[i].ref == TBX__REF_BIT
+				   ? cover[i].set_part
+				   : cover[i].partition;
 		int dup = 0;
 
-		tbx__strlcpy(g->topic, cover[i].topic, sizeof(g->topic));
-		g->part = cover[i].ref == TBX__REF_BIT ? cover[i].set_part
-						       : cover[i].partition;
-		for (size_t j = 0; j < out->gen_cnt && !dup; j++)
-			dup = out->gens[j].part == g->part &&
-			      strcmp(out->gens[j].topic, g->topic) == 0;
-		out->gen_cnt += !dup;
+		for (size_t j = out->gen_cnt; j-- > 0 && !dup;)
+			dup = out->gens[j].part == part &&
+			      strcmp(out->gens[j].topic, cover[i].topic) == 0;
+		if (dup)
+			continue;
+		if (out->gen_cnt == cap) {
+			size_t more = cap ? 2 * cap : 8;
+			tbx__ob_gen_t *g =
+			    realloc(out->gens, more * sizeof(*g));
+
+			if (!g) {
+				err = TBX_ENOMEM;
+				goto out;
+			}
+			out->gens = g;
+			cap = more;
+		}
+		tbx__strlcpy(out->gens[out->gen_cnt].topic, cover[i].topic,
+			     sizeof(out->gens[0].topic));
+		out->gens[out->gen_cnt].part = part;
+		out->gens[out->gen_cnt++].gen = 0;
 	}
 	qsort(out->gens, out->gen_cnt, sizeof(*out->gens), by_topic_part);
 	for (size_t i = 0; i < out->gen_cnt && !err;) {

@@ -105,15 +105,23 @@ static int get_str(cur_t *c, const unsigned char **p, size_t *len)
 	return 0;
 }
 
-/* 1 when @p s is a UUID in the lower-case text tokenbox writes. */
+/* 1 when @p s is a UUID in the lower-case text tokenbox writes
+ * (tbx__is_uuid() without its upper-case digits), in one pass. */
 static int uuid_text(const char *s, size_t len)
 {
-	if (!tbx__is_uuid(s, len))
+	unsigned bad = 0;
+
+	if (len != TBX_UUID_LEN || s[8] != '-' || s[13] != '-' ||
+	    s[18] != '-' || s[23] != '-')
 		return 0;
-	for (size_t i = 0; i < len; i++)
-		if (s[i] >= 'A' && s[i] <= 'F')
-			return 0;
-	return 1;
+	for (size_t i = 0; i < TBX_UUID_LEN; i++) {
+		unsigned c = (unsigned char)s[i];
+
+		if (i == 8 || i == 13 || i == 18 || i == 23)
+			continue;
+		bad |= !(c - '0' < 10u || c - 'a' < 6u);
+	}
+	return !bad;
 }
 
 /* A message id as the headers accept it: 1 to TBX_MSGID_MAX bytes, no
@@ -133,16 +141,17 @@ static int msg_id_ok(const char *s, size_t len)
 
 /*
  * The rules of one entry, for the encoder (TBX_EINVAL) and the decoder
- * (TBX_ECORRUPT).  The strings are NUL-terminated here.
+ * (TBX_ECORRUPT).  The strings are NUL-terminated here.  @p topic_ok: the
+ * topic is the previous entry's, checked already.
  */
-static int ent_check(const tbx__cover_ent_t *e, uint32_t i, int code, char *err,
-		     size_t err_size)
+static int ent_check(const tbx__cover_ent_t *e, uint32_t i, int code,
+		     int topic_ok, char *err, size_t err_size)
 {
 	if (e->kind < TBX__COVER_HANDLED || e->kind > TBX__COVER_UNTOKENED)
 		return tbx__seterr(err, err_size, code,
 				   "cover entry %u: unknown kind %d", i,
 				   e->kind);
-	if (!e->topic || !tbx__topic_valid(e->topic))
+	if (!topic_ok && (!e->topic || !tbx__topic_valid(e->topic)))
 		return tbx__seterr(err, err_size, code,
 				   "cover entry %u: not a topic name", i);
 	if (e->partition < 0)
@@ -294,8 +303,13 @@ int tbx__cover_encode(tbx__buf_t *b, const tbx__cover_ent_t *e, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		int stray;
 
-		if ((rc = ent_check(e + i, (uint32_t)i, TBX_EINVAL, err,
-				    err_size)))
+		/* A topic repeated from the entry before passed already. */
+		int topic_ok = i && e[i].topic && e[i - 1].topic &&
+			       (e[i].topic == e[i - 1].topic ||
+				strcmp(e[i].topic, e[i - 1].topic) == 0);
+
+		if ((rc = ent_check(e + i, (uint32_t)i, TBX_EINVAL, topic_ok,
+				    err, err_size)))
 			return rc;
 		stray =
 		    e[i].ref == TBX__REF_BIT && e[i].set_part != e[i].partition;
@@ -516,7 +530,8 @@ static int cover_entry(cur_t *cur, uint32_t i, tbx__cover_ent_t *e,
 					   "to the record's own partition",
 					   i);
 	}
-	return ent_check(e, i, TBX_ECORRUPT, err, err_size);
+	return ent_check(e, i, TBX_ECORRUPT, prev && e->topic == prev->topic,
+			 err, err_size);
 short_:
 	return tbx__seterr(err, err_size, TBX_ECORRUPT,
 			   "cover entry %u: runs past the end of the column",
