@@ -71,6 +71,8 @@ typedef struct tbx__ob_gen {
 typedef struct tbx__ob_written {
 	tbx__obatch_t row; /**< row_id "": none */
 	tbx__buf_t cover, wire;
+	tbx__cover_t dec; /**< cover, decoded from A's entries: the row's
+			     cover_dec, then the resume memory's */
 	void *msgs;
 	size_t msgs_len;
 	tbx__ob_gen_t *gens; /**< the partitions bumped, and their new gen */

@@ -486,6 +486,7 @@ int tbx__ob_resume(tbx__proto_t *proto, tbx__batch_t *batch,
 void tbx__ob_written_free(tbx__ob_written_t *w)
 {
 	tbx__buf_free(&w->cover);
+	tbx__cover_free(&w->dec);
 	tbx__buf_free(&w->wire);
 	free(w->msgs);
 	free(w->gens);
@@ -797,7 +798,7 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 				tbx__brow_set_state(&batch->rows[i],
 						    TBX_BROW_JOINED);
 	}
-	if (!(cover = calloc(n, sizeof(*cover))))
+	if (!(cover = malloc(n * sizeof(*cover)))) /* cover_of() fills it */
 		return TBX_ENOMEM;
 	k = 0;
 	for (size_t i = 0; i < batch->row_cnt; i++)
@@ -808,6 +809,10 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 		tbx__log(TBX_LOG_ERR, "batch row %s: %s", o->row_id, why);
 		goto out;
 	}
+	/* Decoded once, from the entries the encoder has just checked: the
+	 * store inserts the row by it and the resume memory keeps it. */
+	if ((err = tbx__cover_from(&out->dec, cover, n)))
+		goto out;
 	if ((err =
 		 ob_encode(batch, ob, &out->msgs, &out->msgs_len, &out->wire)))
 		goto out;
@@ -822,6 +827,7 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 	out->row.stuck_ms = -1;
 	out->row.cover = out->cover.p;
 	out->row.cover_len = out->cover.len;
+	out->row.cover_dec = &out->dec;
 	out->row.msgs = out->msgs;
 	out->row.msgs_len = out->msgs_len;
 	out->row.wire = out->wire.p;
@@ -835,22 +841,35 @@ int tbx__ob_write(tbx__proto_t *proto, tbx__batch_t *batch,
 		goto out;
 	}
 	/* gen += 1 on every partition the row covers (a set bit's: the
-	 * partition its set was minted for), per topic, ascending. */
-	if (!(out->gens = calloc(n, sizeof(*out->gens)))) {
-		err = TBX_ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		tbx__ob_gen_t *g = &out->gens[out->gen_cnt];
+	 * partition its set was minted for), per topic, ascending.  A
+	 * batch covers a few partitions: the list grows as they are met. */
+	for (size_t i = 0, cap = 0; i < n; i++) {
+		int32_t part = cover[i].ref == TBX__REF_BIT
+				   ? cover[i].set_part
+				   : cover[i].partition;
 		int dup = 0;
 
-		tbx__strlcpy(g->topic, cover[i].topic, sizeof(g->topic));
-		g->part = cover[i].ref == TBX__REF_BIT ? cover[i].set_part
-						       : cover[i].partition;
-		for (size_t j = 0; j < out->gen_cnt && !dup; j++)
-			dup = out->gens[j].part == g->part &&
-			      strcmp(out->gens[j].topic, g->topic) == 0;
-		out->gen_cnt += !dup;
+		for (size_t j = out->gen_cnt; j-- > 0 && !dup;)
+			dup = out->gens[j].part == part &&
+			      strcmp(out->gens[j].topic, cover[i].topic) == 0;
+		if (dup)
+			continue;
+		if (out->gen_cnt == cap) {
+			size_t more = cap ? 2 * cap : 8;
+			tbx__ob_gen_t *g =
+			    realloc(out->gens, more * sizeof(*g));
+
+			if (!g) {
+				err = TBX_ENOMEM;
+				goto out;
+			}
+			out->gens = g;
+			cap = more;
+		}
+		tbx__strlcpy(out->gens[out->gen_cnt].topic, cover[i].topic,
+			     sizeof(out->gens[0].topic));
+		out->gens[out->gen_cnt].part = part;
+		out->gens[out->gen_cnt++].gen = 0;
 	}
 	qsort(out->gens, out->gen_cnt, sizeof(*out->gens), by_topic_part);
 	for (size_t i = 0; i < out->gen_cnt && !err;) {
@@ -881,7 +900,8 @@ void tbx__ob_committed(tbx__proto_t *proto, tbx__ob_written_t *w)
 		return;
 	/* A row memory cannot take is not trusted: the bumped partitions
 	 * then lose their mgen and the next A loads them again. */
-	if (tbx__resume_mem_add(proto->rmem, &w->row) == TBX_OK) {
+	if (tbx__resume_mem_add_cover(proto->rmem, &w->row, &w->dec) ==
+	    TBX_OK) {
 		for (size_t i = 0; i < w->gen_cnt;) {
 			size_t j = i;
 			int32_t parts[256];

@@ -75,10 +75,37 @@ static int token_checked(const tbx__proto_t *proto, const struct tbx_msg *msg)
  * the batch (tbx__batch_row_find()) before it looks at its answer, so a
  * prefetched "no row" never runs a handler twice.  A record without an
  * answer (-1) is looked up when its turn comes.
+ *
+ * outbox.layout = batch on SQLite: A writes no tbx_outbox row (its rows
+ * are the batch's, tbx_obatch), and A's transaction holds the file's
+ * write lock from its BEGIN IMMEDIATE to its commit, so no other worker
+ * writes one meanwhile either.  When the group has none when A counts
+ * them, then, no record of the batch has one for all of A, and the row
+ * check is answered for the whole batch by that one count instead of a
+ * lookup per record.  A group with rows of the record layout left (a
+ * rolling change of layout) is looked up per record, as before.  On
+ * PostgreSQL, where the lookup is one statement for the batch already
+ * and a row of another worker could be written between the count and the
+ * records' locks, the lookup stays as it is.
  */
+static int no_record_rows(tbx__proto_t *proto, int *none)
+{
+	int64_t rows = 0;
+	int err;
+
+	*none = 0;
+	if (!proto->batch_layout || !tbx_outbox_db(proto->store))
+		return TBX_OK;
+	if ((err = tbx_outbox_count(proto->store, proto->group, &rows)))
+		return err;
+	*none = rows == 0;
+	return TBX_OK;
+}
+
 static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	const char **ids = malloc(batch->cnt * sizeof(*ids));
+	int none = 0;
 	size_t *at = malloc(batch->cnt * sizeof(*at)), n = 0, k = 0;
 	size_t *bat = malloc(batch->cnt * sizeof(*bat)), b = 0;
 	tbx__row_hit_t *hits = malloc(batch->cnt * sizeof(*hits));
@@ -100,15 +127,17 @@ static int prefetch(tbx__proto_t *proto, tbx__batch_t *batch)
 		at[n] = i;
 		ids[n++] = batch->msgs[i].id;
 	}
-	if (n == 0 || (err = tbx_outbox_rows_find(proto->store, proto->group,
-						  ids, n, hits)))
+	if (n == 0 || (err = no_record_rows(proto, &none)))
+		goto out;
+	if (!none && (err = tbx_outbox_rows_find(proto->store, proto->group,
+						 ids, n, hits)))
 		goto out;
 	/* The records without a row whose token is checked, in place: a
 	 * per-message token in ids[], a set's bit in refs[]. */
 	for (size_t j = 0; j < n; j++) {
 		struct tbx_msg *msg = &batch->msgs[at[j]];
 
-		msg->pre_row = hits[j].found;
+		msg->pre_row = none ? 0 : hits[j].found;
 		if (msg->pre_row || !token_checked(proto, msg))
 			continue;
 		if (msg->fmt == TBX_WF_SET) {

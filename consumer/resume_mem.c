@@ -362,6 +362,8 @@ tbx__resume_ans_t tbx__resume_mem_check(const tbx__resume_mem_t *m,
 	return TBX__RESUME_NOT_COVERED;
 }
 
+static int add_row(tbx__resume_mem_t *m, tbx__resume_row_t *r);
+
 int tbx__resume_mem_add(tbx__resume_mem_t *m, const tbx__obatch_t *row)
 {
 	tbx__resume_row_t *r;
@@ -371,6 +373,36 @@ int tbx__resume_mem_add(tbx__resume_mem_t *m, const tbx__obatch_t *row)
 		return TBX_EINVAL;
 	if ((err = row_make(m->grp, row, &r)))
 		return err;
+	return add_row(m, r);
+}
+
+int tbx__resume_mem_add_cover(tbx__resume_mem_t *m, const tbx__obatch_t *row,
+			      tbx__cover_t *cover)
+{
+	tbx__resume_row_t *r;
+
+	if (!m || !row || !cover || !cover->n) {
+		if (cover)
+			tbx__cover_free(cover);
+		return TBX_EINVAL;
+	}
+	if (!(r = calloc(1, sizeof(*r)))) {
+		tbx__cover_free(cover);
+		return TBX_ENOMEM;
+	}
+	memcpy(r->row_id, row->row_id, sizeof(r->row_id));
+	memcpy(r->attempt, row->attempt, sizeof(r->attempt));
+	r->mint_seq = row->mint_seq;
+	r->cover = *cover; /* moved */
+	memset(cover, 0, sizeof(*cover));
+	return add_row(m, r);
+}
+
+/* Row @p r (owned) enters memory, replacing one of its id. */
+static int add_row(tbx__resume_mem_t *m, tbx__resume_row_t *r)
+{
+	int err;
+
 	for (size_t i = 0; i < m->nrows; i++)
 		if (!strcmp(m->rows[i]->row_id, r->row_id)) {
 			row_free(m->rows[i]);

@@ -139,6 +139,17 @@ int32_t tbx__resume_key_part(const tbx__resume_key_t *key);
 int tbx__resume_mem_add(tbx__resume_mem_t *m, const tbx__obatch_t *row);
 
 /**
+ * tbx__resume_mem_add() of a row whose cover A has decoded already,
+ * @p cover (tbx__cover_from() of the entries it encoded the row's cover
+ * from): memory takes it over (*cover is left empty, also after a
+ * failure) instead of decoding the column again.
+ * @returns TBX_OK, TBX_EINVAL (an empty cover) or TBX_ENOMEM (memory
+ * dropped whole).
+ */
+int tbx__resume_mem_add_cover(tbx__resume_mem_t *m, const tbx__obatch_t *row,
+			      tbx__cover_t *cover);
+
+/**
  * After A's commit: its bump made the gens of @p parts (@p n) of
  * @p topic @p gens.  A partition whose mgen was gens[i] - 1 (A read it
  * under the lock it bumped under) gets mgen gens[i]; any other

@@ -105,15 +105,23 @@ static int get_str(cur_t *c, const unsigned char **p, size_t *len)
 	return 0;
 }
 
-/* 1 when @p s is a UUID in the lower-case text tokenbox writes. */
+/* 1 when @p s is a UUID in the lower-case text tokenbox writes
+ * (tbx__is_uuid() without its upper-case digits), in one pass. */
 static int uuid_text(const char *s, size_t len)
 {
-	if (!tbx__is_uuid(s, len))
+	unsigned bad = 0;
+
+	if (len != TBX_UUID_LEN || s[8] != '-' || s[13] != '-' ||
+	    s[18] != '-' || s[23] != '-')
 		return 0;
-	for (size_t i = 0; i < len; i++)
-		if (s[i] >= 'A' && s[i] <= 'F')
-			return 0;
-	return 1;
+	for (size_t i = 0; i < TBX_UUID_LEN; i++) {
+		unsigned c = (unsigned char)s[i];
+
+		if (i == 8 || i == 13 || i == 18 || i == 23)
+			continue;
+		bad |= !(c - '0' < 10u || c - 'a' < 6u);
+	}
+	return !bad;
 }
 
 /* A message id as the headers accept it: 1 to TBX_MSGID_MAX bytes, no
@@ -133,16 +141,17 @@ static int msg_id_ok(const char *s, size_t len)
 
 /*
  * The rules of one entry, for the encoder (TBX_EINVAL) and the decoder
- * (TBX_ECORRUPT).  The strings are NUL-terminated here.
+ * (TBX_ECORRUPT).  The strings are NUL-terminated here.  @p topic_ok: the
+ * topic is the previous entry's, checked already.
  */
-static int ent_check(const tbx__cover_ent_t *e, uint32_t i, int code, char *err,
-		     size_t err_size)
+static int ent_check(const tbx__cover_ent_t *e, uint32_t i, int code,
+		     int topic_ok, char *err, size_t err_size)
 {
 	if (e->kind < TBX__COVER_HANDLED || e->kind > TBX__COVER_UNTOKENED)
 		return tbx__seterr(err, err_size, code,
 				   "cover entry %u: unknown kind %d", i,
 				   e->kind);
-	if (!e->topic || !tbx__topic_valid(e->topic))
+	if (!topic_ok && (!e->topic || !tbx__topic_valid(e->topic)))
 		return tbx__seterr(err, err_size, code,
 				   "cover entry %u: not a topic name", i);
 	if (e->partition < 0)
@@ -294,8 +303,13 @@ int tbx__cover_encode(tbx__buf_t *b, const tbx__cover_ent_t *e, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		int stray;
 
-		if ((rc = ent_check(e + i, (uint32_t)i, TBX_EINVAL, err,
-				    err_size)))
+		/* A topic repeated from the entry before passed already. */
+		int topic_ok = i && e[i].topic && e[i - 1].topic &&
+			       (e[i].topic == e[i - 1].topic ||
+				strcmp(e[i].topic, e[i - 1].topic) == 0);
+
+		if ((rc = ent_check(e + i, (uint32_t)i, TBX_EINVAL, topic_ok,
+				    err, err_size)))
 			return rc;
 		stray =
 		    e[i].ref == TBX__REF_BIT && e[i].set_part != e[i].partition;
@@ -337,9 +351,9 @@ static const char *arena_str(char **arena, const unsigned char *p, size_t len)
 	return s;
 }
 
-static int bkey_cmp(const void *a, const void *b)
+static int bkey_cmp(const struct tbx__cover_bkey *x,
+		    const struct tbx__cover_bkey *y)
 {
-	const struct tbx__cover_bkey *x = a, *y = b;
 	int c = strcmp(x->id, y->id);
 
 	if (c)
@@ -349,10 +363,13 @@ static int bkey_cmp(const void *a, const void *b)
 	return (x->ent > y->ent) - (x->ent < y->ent);
 }
 
-static int okey_cmp(const void *a, const void *b)
+/* A cover's entries share one copy of a topic they repeat (the
+ * decoder's and tbx__cover_from()'s arena): the same pointer is the same
+ * topic. */
+static int okey_cmp(const struct tbx__cover_okey *x,
+		    const struct tbx__cover_okey *y)
 {
-	const struct tbx__cover_okey *x = a, *y = b;
-	int c = strcmp(x->topic, y->topic);
+	int c = x->topic == y->topic ? 0 : strcmp(x->topic, y->topic);
 
 	if (c)
 		return c;
@@ -363,11 +380,69 @@ static int okey_cmp(const void *a, const void *b)
 	return (x->ent > y->ent) - (x->ent < y->ent);
 }
 
+/*
+ * A natural merge sort of @p n keys: each pass merges neighbouring
+ * ascending runs of @p a into @p tmp (room for @p n) and the two swap,
+ * so keys already in order cost one pass of n - 1 comparisons and no
+ * copy.  A cover's entries come in the order their records were polled:
+ * a run per partition, and per incoming set, so a batch takes a few
+ * passes where qsort() takes log2(n).  Every key differs (the entry's
+ * index is the last field): the order is the one qsort() gave.
+ */
+#define RUN_SORT(name, T, cmp)                                                 \
+	static void name(T *a, T *tmp, size_t n)                               \
+	{                                                                      \
+		T *src = a, *dst = tmp;                                        \
+		for (int sorted = n < 2; !sorted;) {                           \
+			for (size_t i = 0; i < n;) {                           \
+				size_t j = i + 1, k;                           \
+				while (j < n && cmp(&src[j - 1], &src[j]) < 0) \
+					j++;                                   \
+				if (j == n) {                                  \
+					/* one run: sorted, in src */          \
+					if (i == 0) {                          \
+						sorted = 1;                    \
+						break;                         \
+					}                                      \
+					memcpy(dst + i, src + i,               \
+					       (n - i) * sizeof(T));           \
+					break;                                 \
+				}                                              \
+				k = j + 1;                                     \
+				while (k < n && cmp(&src[k - 1], &src[k]) < 0) \
+					k++;                                   \
+				for (size_t x = i, y = j, o = i; o < k; o++)   \
+					dst[o] = y == k || (x < j &&           \
+							    cmp(&src[x],       \
+								&src[y]) < 0)  \
+						     ? src[x++]                \
+						     : src[y++];               \
+				i = k;                                         \
+			}                                                      \
+			if (!sorted) {                                         \
+				T *t = src;                                    \
+				src = dst;                                     \
+				dst = t;                                       \
+			}                                                      \
+		}                                                              \
+		if (src != a)                                                  \
+			memcpy(a, src, n * sizeof(T));                         \
+	}
+
+_Static_assert(sizeof(struct tbx__cover_bkey) <= sizeof(struct tbx__cover_okey),
+	       "cover_index() sorts either key in one buffer");
+
+RUN_SORT(sort_okeys, struct tbx__cover_okey, okey_cmp)
+RUN_SORT(sort_bkeys, struct tbx__cover_bkey, bkey_cmp)
+
 static int cover_index(tbx__cover_t *c)
 {
+	struct tbx__cover_okey *tmp;
+
 	c->nbit = 0;
 	if (!(c->by_off = malloc(c->n * sizeof(*c->by_off))) ||
-	    !(c->by_bit = malloc(c->n * sizeof(*c->by_bit))))
+	    !(c->by_bit = malloc(c->n * sizeof(*c->by_bit))) ||
+	    !(tmp = malloc(c->n * sizeof(*tmp))))
 		return TBX_ENOMEM;
 	for (uint32_t i = 0; i < c->n; i++) {
 		const tbx__cover_ent_t *e = &c->ent[i];
@@ -378,13 +453,16 @@ static int cover_index(tbx__cover_t *c)
 			c->by_bit[c->nbit++] =
 			    (struct tbx__cover_bkey){e->ref_id, e->index, i};
 	}
-	qsort(c->by_off, c->n, sizeof(*c->by_off), okey_cmp);
-	qsort(c->by_bit, c->nbit, sizeof(*c->by_bit), bkey_cmp);
+	/* tmp has room for either key (an okey is the larger). */
+	sort_okeys(c->by_off, tmp, c->n);
+	sort_bkeys(c->by_bit, (struct tbx__cover_bkey *)(void *)tmp, c->nbit);
+	free(tmp);
 	return TBX_OK;
 }
 
 static int cover_entry(cur_t *cur, uint32_t i, tbx__cover_ent_t *e,
-		       char **arena, char *err, size_t err_size)
+		       const tbx__cover_ent_t *prev, char **arena, char *err,
+		       size_t err_size)
 {
 	const unsigned char *p;
 	size_t len;
@@ -398,7 +476,12 @@ static int cover_entry(cur_t *cur, uint32_t i, tbx__cover_ent_t *e,
 	if (len == 0 || len > TBX_TOPIC_MAX || memchr(p, '\0', len))
 		return tbx__seterr(err, err_size, TBX_ECORRUPT,
 				   "cover entry %u: not a topic name", i);
-	e->topic = arena_str(arena, p, len);
+	/* The previous entry's topic again: its copy (okey_cmp()). */
+	if (prev && strncmp(prev->topic, (const char *)p, len) == 0 &&
+	    prev->topic[len] == '\0')
+		e->topic = prev->topic;
+	else
+		e->topic = arena_str(arena, p, len);
 	if (get_be(cur, 4, &v))
 		goto short_;
 	e->partition = (int32_t)(uint32_t)v;
@@ -447,7 +530,8 @@ static int cover_entry(cur_t *cur, uint32_t i, tbx__cover_ent_t *e,
 					   "to the record's own partition",
 					   i);
 	}
-	return ent_check(e, i, TBX_ECORRUPT, err, err_size);
+	return ent_check(e, i, TBX_ECORRUPT, prev && e->topic == prev->topic,
+			 err, err_size);
 short_:
 	return tbx__seterr(err, err_size, TBX_ECORRUPT,
 			   "cover entry %u: runs past the end of the column",
@@ -486,13 +570,52 @@ int tbx__cover_decode(const void *blob, size_t len, tbx__cover_t *c, char *err,
 	c->n = (uint32_t)count;
 	arena = c->strs;
 	for (uint32_t i = 0; i < c->n; i++)
-		if ((rc = cover_entry(&cur, i, &c->ent[i], &arena, err,
+		if ((rc = cover_entry(&cur, i, &c->ent[i],
+				      i ? &c->ent[i - 1] : NULL, &arena, err,
 				      err_size)))
 			return rc;
 	if (cur.pos != len)
 		return tbx__seterr(err, err_size, TBX_ECORRUPT,
 				   "cover: %zu bytes trail its %u records",
 				   len - cur.pos, c->n);
+	return cover_index(c);
+}
+
+int tbx__cover_from(tbx__cover_t *c, const tbx__cover_ent_t *e, size_t n)
+{
+	size_t room = 0;
+	char *arena;
+
+	memset(c, 0, sizeof(*c));
+	if (n == 0 || n > UINT32_MAX)
+		return TBX_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		room += strlen(e[i].topic) + strlen(e[i].msg_id) + 2;
+	if (!(c->ent = malloc(n * sizeof(*c->ent))) ||
+	    !(c->strs = malloc(room)))
+		return TBX_ENOMEM;
+	c->n = (uint32_t)n;
+	arena = c->strs;
+	for (size_t i = 0; i < n; i++) {
+		tbx__cover_ent_t *d = &c->ent[i];
+
+		*d = e[i];
+		if (i && strcmp(e[i].topic, e[i - 1].topic) == 0)
+			d->topic = c->ent[i - 1].topic;
+		else
+			d->topic =
+			    arena_str(&arena, (const unsigned char *)e[i].topic,
+				      strlen(e[i].topic));
+		d->msg_id =
+		    arena_str(&arena, (const unsigned char *)e[i].msg_id,
+			      strlen(e[i].msg_id));
+		/* As the decoder has them: set_part is partition unless the
+		 * entry is a set's bit. */
+		if (d->ref != TBX__REF_BIT)
+			d->set_part = d->partition;
+		if (d->ref == TBX__REF_NONE || d->ref == TBX__REF_TOKEN)
+			d->index = 0;
+	}
 	return cover_index(c);
 }
 
@@ -555,15 +678,23 @@ int64_t tbx__cover_find_offset(const tbx__cover_t *c, const char *topic,
 int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
 		      size_t err_size)
 {
+	int rc;
+
+	if ((rc = tbx__cover_decode(row->cover, row->cover_len, c, err,
+				    err_size)))
+		return rc;
+	return tbx__obatch_check_decoded(row, c, err, err_size);
+}
+
+int tbx__obatch_check_decoded(const tbx__obatch_t *row, const tbx__cover_t *c,
+			      char *err, size_t err_size)
+{
 	tbx__msgs_iter_t it;
 	tbx__mfield_t f[TBX__MF_COUNT];
 	tbx__wire_ent_t *w = NULL;
 	uint32_t nw = 0, nm = 0;
 	int rc, has_attempt = row->attempt[0] != '\0';
 
-	if ((rc = tbx__cover_decode(row->cover, row->cover_len, c, err,
-				    err_size)))
-		return rc;
 	if ((rc = tbx__wire_decode(row->wire, row->wire_len, c->n, &w, &nw, err,
 				   err_size)))
 		return rc;

@@ -119,6 +119,18 @@ int tbx__cover_encode(tbx__buf_t *b, const tbx__cover_ent_t *e, size_t n,
 int tbx__cover_decode(const void *blob, size_t len, tbx__cover_t *c, char *err,
 		      size_t err_size);
 
+/**
+ * The cover that tbx__cover_decode() makes of what tbx__cover_encode()
+ * wrote of @p e (@p n), made from the entries themselves: their strings
+ * copied, the index built, no column decoded.  For entries the encoder
+ * has just accepted (it checks each as the decoder does; the tests and
+ * the fuzz target fuzz_cover hold the two covers equal).  Free @p c with
+ * tbx__cover_free() (also after a failure).
+ * @returns TBX_OK, TBX_EINVAL (no entry, or more than 2^32 - 1) or
+ * TBX_ENOMEM.
+ */
+int tbx__cover_from(tbx__cover_t *c, const tbx__cover_ent_t *e, size_t n);
+
 void tbx__cover_free(tbx__cover_t *c);
 
 /** The first covered record whose token is bit @p index of set @p set_id,

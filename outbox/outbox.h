@@ -263,6 +263,11 @@ typedef struct tbx__obatch {
 	size_t msgs_len;
 	const void *wire;
 	size_t wire_len;
+	/** Inserting: NULL, or @p cover as tbx__cover_from() made it of the
+	 *  entries tbx__cover_encode() wrote @p cover from (A's own row);
+	 *  the store takes it for the decoded column instead of decoding
+	 *  and checking @p cover again.  Loading: NULL. */
+	const tbx__cover_t *cover_dec;
 } tbx__obatch_t;
 
 /** A batch row loaded, with its cover decoded and indexed (both valid
@@ -280,6 +285,11 @@ typedef int (*tbx__obatch_fn)(void *opaque, const tbx__obatch_t *row,
  */
 int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
 		      size_t err_size);
+/** tbx__obatch_check() of a row whose cover is decoded already, @p c
+ *  (the row's cover_dec on insert): the same checks but the cover's own.
+ */
+int tbx__obatch_check_decoded(const tbx__obatch_t *row, const tbx__cover_t *c,
+			      char *err, size_t err_size);
 /**
  * B's record checked before it is written: @p attempt UUID text,
  * @p mint_seq not 0, @p wire decodes and has an entry per message of

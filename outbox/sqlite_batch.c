@@ -76,22 +76,27 @@ int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
 {
 	sq_store_t *store = sq(base);
 	sqlite3_stmt *stmt;
-	tbx__cover_t c;
+	tbx__cover_t own = {0};
+	const tbx__cover_t *c = row && row->cover_dec ? row->cover_dec : &own;
 	int err, has_attempt;
 
 	store->exec_err[0] = '\0';
 	if (!grp || !row)
 		return TBX_EINVAL;
 	has_attempt = row->attempt[0] != '\0';
-	err = tbx__obatch_check(row, &c, store->exec_err,
-				sizeof(store->exec_err));
+	/* A's own row comes with its cover decoded (tbx__cover_from()). */
+	err = row->cover_dec
+		  ? tbx__obatch_check_decoded(row, c, store->exec_err,
+					      sizeof(store->exec_err))
+		  : tbx__obatch_check(row, &own, store->exec_err,
+				      sizeof(store->exec_err));
 	if (!err && has_attempt != (row->mint_seq != 0))
 		err = tbx__seterr(store->exec_err, sizeof(store->exec_err),
 				  TBX_ECORRUPT,
 				  "an attempt without a sequence, or the other "
 				  "way round");
 	if (err) {
-		tbx__cover_free(&c);
+		tbx__cover_free(&own);
 		if (err != TBX_ECORRUPT)
 			return err;
 		tbx__log(TBX_LOG_ERR,
@@ -120,13 +125,13 @@ int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
 	}
 	if ((err = tbx__stmt_done(stmt)))
 		goto out;
-	for (uint32_t i = 0; i < c.n; i++) {
-		if (c.ent[i].ref != TBX__REF_TOKEN)
+	for (uint32_t i = 0; i < c->n; i++) {
+		if (c->ent[i].ref != TBX__REF_TOKEN)
 			continue;
 		if ((err = tbx__stmt_get(&store->batch, Q_COVER_INSERT, &stmt)))
 			goto out;
 		if (sqlite3_bind_text(stmt, 1, grp, -1, SQLITE_STATIC) ||
-		    sqlite3_bind_text(stmt, 2, c.ent[i].msg_id, -1,
+		    sqlite3_bind_text(stmt, 2, c->ent[i].msg_id, -1,
 				      SQLITE_STATIC) ||
 		    sqlite3_bind_text(stmt, 3, row->row_id, -1,
 				      SQLITE_STATIC)) {
@@ -137,7 +142,7 @@ int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
 			goto out;
 	}
 out:
-	tbx__cover_free(&c);
+	tbx__cover_free(&own);
 	return err;
 }
 
