@@ -675,19 +675,10 @@ int64_t tbx__cover_find_offset(const tbx__cover_t *c, const char *topic,
  * (outbox/outbox.h).
  */
 
-int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
-		      size_t err_size)
-{
-	int rc;
-
-	if ((rc = tbx__cover_decode(row->cover, row->cover_len, c, err,
-				    err_size)))
-		return rc;
-	return tbx__obatch_check_decoded(row, c, err, err_size);
-}
-
-int tbx__obatch_check_decoded(const tbx__obatch_t *row, const tbx__cover_t *c,
-			      char *err, size_t err_size)
+/* tbx__obatch_check() of the row's columns but its cover, against the
+ * decoded @p c. */
+static int check_decoded(const tbx__obatch_t *row, const tbx__cover_t *c,
+			 char *err, size_t err_size)
 {
 	tbx__msgs_iter_t it;
 	tbx__mfield_t f[TBX__MF_COUNT];
@@ -725,6 +716,27 @@ int tbx__obatch_check_decoded(const tbx__obatch_t *row, const tbx__cover_t *c,
 		return tbx__seterr(err, err_size, TBX_ECORRUPT,
 				   "row id or attempt is not UUID text");
 	return TBX_OK;
+}
+
+int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
+		      size_t err_size)
+{
+	int rc;
+
+	if ((rc = tbx__cover_decode(row->cover, row->cover_len, c, err,
+				    err_size)))
+		return rc;
+	return check_decoded(row, c, err, err_size);
+}
+
+int tbx__obatch_check_insert(const tbx__obatch_t *row, tbx__cover_t *own,
+			     const tbx__cover_t **cover, char *err,
+			     size_t err_size)
+{
+	*cover = row->cover_dec ? row->cover_dec : own;
+	if (row->cover_dec)
+		return check_decoded(row, row->cover_dec, err, err_size);
+	return tbx__obatch_check(row, own, err, err_size);
 }
 
 int tbx__obatch_attempt_check(const char *attempt, int64_t mint_seq,

@@ -285,11 +285,17 @@ typedef int (*tbx__obatch_fn)(void *opaque, const tbx__obatch_t *row,
  */
 int tbx__obatch_check(const tbx__obatch_t *row, tbx__cover_t *c, char *err,
 		      size_t err_size);
-/** tbx__obatch_check() of a row whose cover is decoded already, @p c
- *  (the row's cover_dec on insert): the same checks but the cover's own.
+/**
+ * tbx__obatch_check() of a row the store inserts: its cover_dec when A
+ * made it (tbx__cover_from(); the column is not decoded again), else its
+ * cover decoded into @p own.  *@p cover is set to the one checked, for
+ * the insert to read; free @p own (left empty in the first case) with
+ * tbx__cover_free(), also after a failure.
+ * @returns as tbx__obatch_check().
  */
-int tbx__obatch_check_decoded(const tbx__obatch_t *row, const tbx__cover_t *c,
-			      char *err, size_t err_size);
+int tbx__obatch_check_insert(const tbx__obatch_t *row, tbx__cover_t *own,
+			     const tbx__cover_t **cover, char *err,
+			     size_t err_size);
 /**
  * B's record checked before it is written: @p attempt UUID text,
  * @p mint_seq not 0, @p wire decodes and has an entry per message of

@@ -151,7 +151,7 @@ int tbx__pgo_obatch_insert(tbx_outbox_t *base, const char *grp,
 	pg_store_t *store = ps(base);
 	tbx__pg_params_t p;
 	tbx__cover_t own = {0};
-	const tbx__cover_t *c = row && row->cover_dec ? row->cover_dec : &own;
+	const tbx__cover_t *c = NULL;
 	const char **ids = NULL;
 	char what[TBX_UUID_LEN + 64], why[256];
 	size_t nids = 0;
@@ -160,10 +160,7 @@ int tbx__pgo_obatch_insert(tbx_outbox_t *base, const char *grp,
 	if (!grp || !row)
 		return TBX_EINVAL;
 	has_attempt = row->attempt[0] != '\0';
-	/* A's own row comes with its cover decoded (tbx__cover_from()). */
-	err = row->cover_dec
-		  ? tbx__obatch_check_decoded(row, c, why, sizeof(why))
-		  : tbx__obatch_check(row, &own, why, sizeof(why));
+	err = tbx__obatch_check_insert(row, &own, &c, why, sizeof(why));
 	if (!err && has_attempt != (row->mint_seq != 0))
 		err = tbx__seterr(why, sizeof(why), TBX_ECORRUPT,
 				  "an attempt without a sequence, or the other "

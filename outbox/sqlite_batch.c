@@ -77,19 +77,15 @@ int tbx__sq_obatch_insert(tbx_outbox_t *base, const char *grp,
 	sq_store_t *store = sq(base);
 	sqlite3_stmt *stmt;
 	tbx__cover_t own = {0};
-	const tbx__cover_t *c = row && row->cover_dec ? row->cover_dec : &own;
+	const tbx__cover_t *c = NULL;
 	int err, has_attempt;
 
 	store->exec_err[0] = '\0';
 	if (!grp || !row)
 		return TBX_EINVAL;
 	has_attempt = row->attempt[0] != '\0';
-	/* A's own row comes with its cover decoded (tbx__cover_from()). */
-	err = row->cover_dec
-		  ? tbx__obatch_check_decoded(row, c, store->exec_err,
-					      sizeof(store->exec_err))
-		  : tbx__obatch_check(row, &own, store->exec_err,
-				      sizeof(store->exec_err));
+	err = tbx__obatch_check_insert(row, &own, &c, store->exec_err,
+				       sizeof(store->exec_err));
 	if (!err && has_attempt != (row->mint_seq != 0))
 		err = tbx__seterr(store->exec_err, sizeof(store->exec_err),
 				  TBX_ECORRUPT,
