@@ -156,21 +156,32 @@ void tbx__resume_mem_destroy(tbx__resume_mem_t *m)
 	free(m);
 }
 
+/* A row of memory with @p src's id, attempt and mint_seq, no cover yet;
+ * NULL when out of memory. */
+static tbx__resume_row_t *row_new(const tbx__obatch_t *src)
+{
+	tbx__resume_row_t *r = calloc(1, sizeof(*r));
+
+	if (r) {
+		memcpy(r->row_id, src->row_id, sizeof(r->row_id));
+		memcpy(r->attempt, src->attempt, sizeof(r->attempt));
+		r->mint_seq = src->mint_seq;
+	}
+	return r;
+}
+
 /* A row copied out of the store's (or A's) columns, its cover decoded
  * again from the copy by outbox/batchrow.c: the one decoder. */
 static int row_make(const char *grp, const tbx__obatch_t *src,
 		    tbx__resume_row_t **out)
 {
-	tbx__resume_row_t *r = calloc(1, sizeof(*r));
+	tbx__resume_row_t *r = row_new(src);
 	char err[200];
 	int rc;
 
 	*out = NULL;
 	if (!r)
 		return TBX_ENOMEM;
-	memcpy(r->row_id, src->row_id, sizeof(r->row_id));
-	memcpy(r->attempt, src->attempt, sizeof(r->attempt));
-	r->mint_seq = src->mint_seq;
 	if ((rc = tbx__cover_decode(src->cover, src->cover_len, &r->cover, err,
 				    sizeof(err)))) {
 		if (rc == TBX_ECORRUPT)
@@ -386,13 +397,10 @@ int tbx__resume_mem_add_cover(tbx__resume_mem_t *m, const tbx__obatch_t *row,
 			tbx__cover_free(cover);
 		return TBX_EINVAL;
 	}
-	if (!(r = calloc(1, sizeof(*r)))) {
+	if (!(r = row_new(row))) {
 		tbx__cover_free(cover);
 		return TBX_ENOMEM;
 	}
-	memcpy(r->row_id, row->row_id, sizeof(r->row_id));
-	memcpy(r->attempt, row->attempt, sizeof(r->attempt));
-	r->mint_seq = row->mint_seq;
 	r->cover = *cover; /* moved */
 	memset(cover, 0, sizeof(*cover));
 	return add_row(m, r);
