@@ -59,7 +59,9 @@ int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch);
 /* proto_dispatch.c */
 int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch);
 
-/* proto_obatch.c (outbox.layout = batch) */
+/* proto_obatch.c, proto_obatch_write.c (tbx__ob_write(),
+ * tbx__ob_committed(), tbx__ob_written_free()) and proto_obatch_tokens.c
+ * (tbx__ob_tokens()): outbox.layout = batch */
 /** A's gen of one (topic, partition), as read under its lock or as its
  *  bump made it. */
 typedef struct tbx__ob_gen {

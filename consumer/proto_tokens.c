@@ -32,7 +32,7 @@ int tbx__phase_tokens(tbx__proto_t *proto, tbx__batch_t *batch)
 	int err;
 
 	/* outbox.layout = batch: an attempt per batch row, for all its
-	 * records' messages (proto_obatch.c); the rest, per record. */
+	 * records' messages (proto_obatch_tokens.c); the rest, per record. */
 	if (batch->ob_cnt && (err = tbx__ob_tokens(proto, batch)))
 		return err;
 	for (size_t i = 0; i < batch->row_cnt; i++) {

@@ -20,7 +20,8 @@
  *     that fails forget everything, rows and mgens: nothing is trusted
  *     after either until the next load.
  *
- * Who calls what (A and E, with outbox.layout = batch: proto_obatch.c):
+ * Who calls what (A and E, with outbox.layout = batch: proto_obatch.c and
+ * proto_obatch_write.c):
  * tbx__resume_mem_sync_gens() in A's transaction with the gens A read
  * while taking the batch's partitions' locks (the store's gens_lock);
  * tbx__resume_mem_check() per record; after A's commit tbx__resume_mem_add()
