@@ -207,7 +207,6 @@ enum {
 	Q_INFLIGHT_GET,
 	Q_INFLIGHT_PUT,
 	Q_INFLIGHT_DEL,
-	Q_INFLIGHT_CLEAR,
 	Q_INFLIGHT_RELEASE,
 	Q_ROWS_BELOW,
 	Q_MARK_STUCK,
@@ -299,16 +298,20 @@ static const char *const sql[Q__COUNT] = {
 		       "excluded.lone, count_offset = excluded.count_offset, "
 		       "retries = excluded.retries",
     /* A row whose gen was bumped stays (gen never goes back), with
-     * everything else as a partition without a row reads: CLEAR, run
-     * when DEL deleted nothing.  A bump committed while DEL waited for
-     * the row lock makes READ COMMITTED re-read the row, DEL skip it
-     * and CLEAR (a new snapshot) find it. */
-    [Q_INFLIGHT_DEL] = "DELETE FROM @S.tbx_inflight WHERE grp = $1 AND "
-		       "topic = $2 AND \"partition\" = $3 AND gen = 0",
-    [Q_INFLIGHT_CLEAR] = "UPDATE @S.tbx_inflight SET first_offset = -1, "
-			 "last_offset = -1, crashes = 0, suspect_until = -1, "
-			 "lone = 0, count_offset = -1, retries = 0 WHERE "
-			 "grp = $1 AND topic = $2 AND \"partition\" = $3",
+     * everything else as a partition without a row reads; any other row
+     * goes.  One statement, one round trip: the UPDATE runs only when
+     * the DELETE took nothing.  A bump committed while the DELETE waited
+     * for the row lock makes READ COMMITTED re-read the row: the DELETE
+     * skips it (gen is no longer 0), and the UPDATE, whose snapshot
+     * still shows the old version, re-reads the newest one and clears
+     * it. */
+    [Q_INFLIGHT_DEL] =
+	"WITH d AS (DELETE FROM @S.tbx_inflight WHERE grp = $1 AND topic = "
+	"$2 AND \"partition\" = $3 AND gen = 0 RETURNING 1) UPDATE "
+	"@S.tbx_inflight SET first_offset = -1, last_offset = -1, crashes = "
+	"0, suspect_until = -1, lone = 0, count_offset = -1, retries = 0 "
+	"WHERE grp = $1 AND topic = $2 AND \"partition\" = $3 AND NOT "
+	"EXISTS (SELECT 1 FROM d)",
     [Q_INFLIGHT_RELEASE] = "UPDATE @S.tbx_inflight SET first_offset = -1, "
 			   "last_offset = -1, lone = 0 WHERE grp = $1 AND "
 			   "topic = $2 AND \"partition\" = $3",
@@ -1444,20 +1447,8 @@ static int pg_inflight_delete(tbx_outbox_t *base, const char *grp,
 {
 	tbx__pg_params_t p;
 
-	PGresult *res;
-	int64_t deleted;
-	int err;
-
 	part_params(&p, grp, topic, partition);
-	if ((err = run(ps(base), Q_INFLIGHT_DEL, &p, &res)))
-		return err;
-	deleted = changes(res);
-	PQclear(res);
-	if (deleted > 0)
-		return TBX_OK;
-	/* No row, or one whose gen must stay: its marker and counts go. */
-	part_params(&p, grp, topic, partition);
-	return run(ps(base), Q_INFLIGHT_CLEAR, &p, NULL);
+	return run(ps(base), Q_INFLIGHT_DEL, &p, NULL);
 }
 
 static int pg_inflight_release(tbx_outbox_t *base, const char *grp,
