@@ -374,6 +374,19 @@ static int run(pg_store_t *store, int q, tbx__pg_params_t *p, PGresult **res)
 	return err;
 }
 
+/* Like run() for a write whose answer nobody reads: in a transaction it
+ * is sent with the next statement that waits (tbx__pg_defer()), so a
+ * failure fails that statement or the commit; outside one it runs at
+ * once. */
+static int run_deferred(pg_store_t *store, int q, tbx__pg_params_t *p,
+			const char *what)
+{
+	int err = tbx__pg_defer(&store->stmts, q, p, NULL, 0, what);
+
+	tbx__pgp_free(p);
+	return err;
+}
+
 /* The rows a command changed (PQcmdTuples). */
 static int64_t changes(const PGresult *res)
 {
@@ -1439,7 +1452,9 @@ static int pg_inflight_put(tbx_outbox_t *base, const char *grp,
 	tbx__pgp_i64(&p, f->lone);
 	tbx__pgp_i64(&p, f->count_offset);
 	tbx__pgp_i64(&p, f->retries);
-	return run(ps(base), Q_INFLIGHT_PUT, &p, NULL);
+	/* G's marker and A's counts: one round trip fewer per partition and
+	 * batch, flushed by G's commit or A's next wait. */
+	return run_deferred(ps(base), Q_INFLIGHT_PUT, &p, "crash marker");
 }
 
 static int pg_inflight_delete(tbx_outbox_t *base, const char *grp,
@@ -1448,7 +1463,7 @@ static int pg_inflight_delete(tbx_outbox_t *base, const char *grp,
 	tbx__pg_params_t p;
 
 	part_params(&p, grp, topic, partition);
-	return run(ps(base), Q_INFLIGHT_DEL, &p, NULL);
+	return run_deferred(ps(base), Q_INFLIGHT_DEL, &p, "crash marker");
 }
 
 static int pg_inflight_release(tbx_outbox_t *base, const char *grp,
