@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli_child.h"
+#include "consumer/worker.h"
 #include "fixture.h"
 #include "outbox/outbox.h"
 
@@ -90,6 +91,7 @@ void tt_hop_env_start(tt_hop_env_t *f, int parts)
 	cr_assert_eq(
 	    tbx_worker_register(f->w, "in", "Ping", tt_hop_handle, &f->hop),
 	    TBX_OK);
+	tbx__worker_assign_directly(f->w);
 }
 
 void tt_hop_env_stop(tt_hop_env_t *f)

@@ -60,7 +60,9 @@ void tt_env_publish(const tt_env_t *e, const char *topic, const char *type,
  *  tt_hop_handle() into table hop1 of its store, in a new directory: the
  *  stores of tt_store_new() and tt_tokens_new() (files, or in the pg tier
  *  schemas apart), g1 subscribed to "in", and a cluster where "in" has
- *  @p parts partitions.  The worker has not polled yet. */
+ *  @p parts partitions.  The worker, the only one of its group, is
+ *  assigned every partition directly (tbx__worker_assign_directly(): no
+ *  group to join); it has not polled yet. */
 typedef struct tt_hop_env {
 	char *dir, *tokens, *store;
 	tt_cluster_t *c;

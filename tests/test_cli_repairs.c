@@ -602,7 +602,9 @@ static void crash(const env_t *e, const char *s, const char *grp)
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
 	char *argv[] = {prog, e->c->bootstraps, (char *)s,
 			e->t, (char *)grp,	NULL};
-	char *envv[] = {"TBX_CRASH_AT=B.minted", NULL};
+	/* One worker of the group at a time: its partitions assigned at
+	 * once, no group to join. */
+	char *envv[] = {"TBX_CRASH_AT=B.minted", "TBX_TEST_ASSIGN=1", NULL};
 	status = tt_wait(tt_spawn(argv, envv), 90);
 	cr_assert(status != -1 && WIFSIGNALED(status) &&
 		      WTERMSIG(status) == SIGKILL,

@@ -14,14 +14,16 @@
 #include <time.h>
 
 #include "cli_child.h"
+#include "consumer/worker.h"
 #include "hop.h"
 #include "outbox/outbox.h"
 #include "support.h"
 
 /* An offset reset as an operator makes one: a member of @p group
  * commits @p offset for partition 0 of @p topic.  (The broker takes
- * commits from members only; it hands the partition over once the member
- * killed before has timed out.) */
+ * commits from members only.  The worker killed before was no member:
+ * it was assigned its partitions directly, TBX_TEST_ASSIGN, and the
+ * group has no session of it to time out.) */
 static void reset_offset(const char *bootstraps, const char *group,
 			 const char *topic, int64_t offset)
 {
@@ -148,7 +150,7 @@ static void row_below_reset_offset(int latest, int batch_rows)
 			store, tokens,
 			"g1",  batch_rows ? "outbox.layout=batch" : NULL,
 			NULL};
-	char *envv[] = {"TBX_CRASH_AT=C.confirmed", NULL};
+	char *envv[] = {"TBX_CRASH_AT=C.confirmed", "TBX_TEST_ASSIGN=1", NULL};
 	status = tt_wait(tt_spawn(argv, envv), 90);
 	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
 		  "the worker was not killed at C.confirmed (status %d)",
@@ -196,6 +198,9 @@ static void row_below_reset_offset(int latest, int batch_rows)
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
 		     TBX_OK);
+	/* Its partition through the rebalance callback's own path, from
+	 * the group's committed offset, without the seconds of a join. */
+	tbx__worker_assign_directly(w);
 	if (latest)
 		cr_assert(drive_with_new_records(w, c, store, tokens),
 			  "the rows below the committed offset were not "
@@ -312,7 +317,7 @@ Test(crash, a_batch_row_the_pass_cannot_finish_stays_marked_stuck)
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
 	char *argv[] = {prog, c->bootstraps,	     store, tokens,
 			"g1", "outbox.layout=batch", NULL};
-	char *envv[] = {"TBX_CRASH_AT=C.confirmed", NULL};
+	char *envv[] = {"TBX_CRASH_AT=C.confirmed", "TBX_TEST_ASSIGN=1", NULL};
 	status = tt_wait(tt_spawn(argv, envv), 90);
 	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
 		  "the worker was not killed at C.confirmed (status %d)",
@@ -329,6 +334,9 @@ Test(crash, a_batch_row_the_pass_cannot_finish_stays_marked_stuck)
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
 		     TBX_OK);
+	/* Its partition through the rebalance callback's own path, from
+	 * the group's committed offset, without the seconds of a join. */
+	tbx__worker_assign_directly(w);
 	cr_assert(tt_drive(&w, 1, marked_stuck, store, 5, 60),
 		  "the batch row was not marked stuck");
 	tbx_stats_t st;
@@ -404,7 +412,7 @@ Test(crash, a_batch_row_is_finished_by_inspect_redispatch)
 	snprintf(prog, sizeof(prog), "%s/tbx_prog_worker", bin ? bin : ".");
 	char *argv[] = {prog, c->bootstraps,	     store, tokens,
 			"g1", "outbox.layout=batch", NULL};
-	char *envv[] = {"TBX_CRASH_AT=C.confirmed", NULL};
+	char *envv[] = {"TBX_CRASH_AT=C.confirmed", "TBX_TEST_ASSIGN=1", NULL};
 	status = tt_wait(tt_spawn(argv, envv), 90);
 	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
 		  "the worker was not killed at C.confirmed (status %d)",

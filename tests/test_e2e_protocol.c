@@ -2,6 +2,12 @@
  * End to end over an in-process mock cluster (or, in the `kafka` tier, a
  * real broker): the protocol's promises seen from the business tables, the
  * topics and the stores.
+ *
+ * No case here is about a group's membership: on the mock cluster every
+ * worker is assigned all partitions of its topics directly
+ * (tbx__worker_assign_directly(), through the rebalance callback's own
+ * path), without the mock's seconds-long first join.  The kafka tier's
+ * workers join their groups on the real broker.
  */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -11,7 +17,16 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "consumer/worker.h"
 #include "fixture.h"
+
+/* Before @p w's first poll: its partitions at once on the mock cluster
+ * (no group to join); on the kafka tier's real broker, the group. */
+static void assign(tbx_worker_t *w)
+{
+	if (!tt_real_kafka())
+		tbx__worker_assign_directly(w);
+}
 
 static void env_init(tt_env_t *e)
 {
@@ -36,6 +51,7 @@ static tbx_worker_t *worker(tt_env_t *e, const char *group, const char *store,
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, topic, type, tt_hop_handle, hop),
 		     TBX_OK);
+	assign(w);
 	/* First poll subscribes the group in the token store. */
 	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	return w;
@@ -474,6 +490,7 @@ static void check_synchronous(const char *setting, int want)
 	cr_assert_eq(
 	    tbx_worker_register(w, "in", NULL, note_synchronous, &seen),
 	    TBX_OK);
+	assign(w);
 	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	tt_publish(e.cluster->bootstraps, e.tokens, "in", "Ping", 30, 3, "s");
 	cr_assert(tt_drive(&w, 1, calls_reached, &seen, 3, 60));
@@ -529,6 +546,8 @@ Test(e2e, one_file_under_two_names_is_joined)
 	setenv("TBX_CRASH_AT", "B.minted,B.recorded,D.consumed", 1);
 	tt_hop_pair(w, c->bootstraps, all, alias, s2, t2, &hop1, &hop2);
 	unsetenv("TBX_CRASH_AT");
+	assign(w[0]);
+	assign(w[1]);
 	cr_assert_eq(tbx_worker_poll(w[0], 0, NULL), TBX_OK);
 	cr_assert_eq(tbx_worker_poll(w[1], 0, NULL), TBX_OK);
 	tt_publish(c->bootstraps, tok, "in", "Ping", 24, 3, "j");
@@ -579,6 +598,7 @@ static tbx_worker_t *retrying_worker(tt_env_t *e, tt_hop_t *hop)
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", count_calls, hop),
 		     TBX_OK);
+	assign(w);
 	return w;
 }
 
@@ -673,6 +693,7 @@ Test(e2e, a_copy_in_the_batch_of_its_original_joins_the_originals_row)
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", counted_handle, &c),
 		     TBX_OK);
+	assign(w);
 	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	/* Minted for g1 through a topic the worker does not read, then
 	 * produced to "in" in pairs, original and copy, in one go. */
@@ -737,6 +758,7 @@ static void finish_case(int defer)
 	cr_assert(w, "%s", err);
 	cr_assert_eq(tbx_worker_register(w, "in", "Ping", tt_hop_handle, &hop),
 		     TBX_OK);
+	assign(w);
 	cr_assert_eq(tbx_worker_poll(w, 0, NULL), TBX_OK);
 	tt_publish(c->bootstraps, all, "in", "Ping", 30, 3, "f");
 	while (total < 30 && tbx__mono_ms() < limit) {

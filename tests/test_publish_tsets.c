@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "cli_child.h"
-#include "consumer/worker.h"
 #include "hop.h"
 #include "store/db.h"
 #include "fixture.h"
@@ -35,7 +34,6 @@ typedef tt_hop_env_t fixture_t;
 static void fx_start(fixture_t *f)
 {
 	tt_hop_env_start(f, PARTS);
-	tbx__worker_assign_directly(f->w);
 	cr_assert_eq(tbx_worker_poll(f->w, 0, NULL), TBX_OK); /* assigned */
 }
 
