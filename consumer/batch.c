@@ -62,7 +62,7 @@ size_t tbx__batch_keep(tbx__batch_t *batch)
 			rd_kafka_message_destroy(msg->rkm);
 			continue;
 		}
-		/* As the poll handed it over (worker.c): what the headers
+		/* As the poll handed it over (worker_poll.c): what the headers
 		 * say stays, the protocol's notes of the batch go. */
 		assert(msg->state == TBX_MS_SKIPPED);
 		msg->keep = 0;

@@ -1,9 +1,9 @@
 /*
  * Offset commits the group keeps refusing.
  *
- * A refused commit is sent again (worker.c on_commit), and a rebalance
- * normally ends within a few seconds.  When the coordinator goes on
- * refusing the commits of a partition this worker keeps (a rebalance
+ * A refused commit is sent again (worker_rebalance.c, tbx__worker_on_commit()),
+ * and a rebalance normally ends within a few seconds.  When the coordinator
+ * goes on refusing the commits of a partition this worker keeps (a rebalance
  * that does not settle, a commit error that does not pass), the group's
  * committed offset stays behind the records the worker processed: its
  * lag does not fall, and a worker that dies then leaves the next owner

@@ -3,7 +3,7 @@
  * batches (pause, backoff, where to restart), what G loads from and A
  * saves to the service store (the counts of tbx_inflight), and what one
  * batch's phases note on the way; and F's decision for one partition,
- * which the loop applies (worker.c).
+ * which the loop applies (worker_poll.c).
  *
  * @locality the worker's thread.
  */

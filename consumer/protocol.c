@@ -10,7 +10,7 @@
  *   F  commit    decide, per partition, the offset after what is done
  *                and whether (and how long) to hold the partition back
  *
- * The worker's loop (worker.c, tbx_worker_poll) drives a batch through
+ * The worker's loop (worker_poll.c, tbx_worker_poll) drives a batch through
  * tbx__proto_start, tbx__proto_guard (G), tbx__proto_process (A–E) and
  * tbx__proto_finish (F), and then applies F's result: it stores and
  * commits the offsets and pauses the partitions to hold (protocol.h).

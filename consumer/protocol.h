@@ -4,7 +4,7 @@
  * docs/architecture.md): G, then A–E, then F's decision, which the caller
  * applies.  The protocol does not know the worker: the worker builds a
  * tbx__proto_t from its stores, producer, handlers, settings and stats
- * once, and drives each batch through it (worker.c, tbx_worker_poll()):
+ * once, and drives each batch through it (worker_poll.c, tbx_worker_poll()):
  *
  *   tbx__proto_start()    numbers the batch, clears its partitions' notes
  *   tbx__proto_guard()    G: the crash marker, suspicion and counts

@@ -1,6 +1,9 @@
 /*
- * The consumer-group loop: lifecycle, subscription, rebalances, batches
- * and partitions that wait for a retry.
+ * The consumer-group worker: lifecycle (tbx_worker_new(), start, close,
+ * destroy), subscription, the consumer's callbacks and the public
+ * accessors.  The poll loop that builds and processes batches is
+ * worker_poll.c; partitions, rebalances and offset commits are
+ * worker_rebalance.c.
  *
  * Batches are built from rd_kafka_consumer_poll(): librdkafka 2.0's batch
  * consume calls can skip or repeat offsets around pause, seek and
@@ -31,11 +34,8 @@
 #include "store/db.h"
 #include "tokens/sweep.h"
 
-/* How long after a refused offset commit it is sent again, ms. */
-#define RECOMMIT_DELAY_MS 500
-
-__attribute__((format(printf, 3, 4))) static int
-fail(tbx_worker_t *worker, int err, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) int
+tbx__worker_fail(tbx_worker_t *worker, int err, const char *fmt, ...)
 {
 	const char *scope = tbx__log_scope(worker->log_tag);
 	va_list ap;
@@ -328,336 +328,21 @@ int tbx_worker_register(tbx_worker_t *worker, const char *topic,
 	/* Tokens are minted per topic name: a pattern would subscribe the
 	 * group to topics whose senders mint nothing for it. */
 	if (topic && *topic == '^')
-		return fail(worker, TBX_EINVAL,
-			    "topic '%s': pattern subscriptions are not "
-			    "supported (senders mint tokens per topic name "
-			    "and cannot know which groups a pattern "
-			    "covers); register each topic by its name",
-			    topic);
+		return tbx__worker_fail(
+		    worker, TBX_EINVAL,
+		    "topic '%s': pattern subscriptions are not "
+		    "supported (senders mint tokens per topic name "
+		    "and cannot know which groups a pattern "
+		    "covers); register each topic by its name",
+		    topic);
 	if (topic && !tbx__topic_valid(topic))
-		return fail(worker, TBX_EINVAL,
-			    "topic '%s' is not a Kafka topic name (1 to 249 "
-			    "characters of a-z, A-Z, 0-9, '.', '_', '-'; "
-			    "not '.' or '..')",
-			    topic);
+		return tbx__worker_fail(
+		    worker, TBX_EINVAL,
+		    "topic '%s' is not a Kafka topic name (1 to 249 "
+		    "characters of a-z, A-Z, 0-9, '.', '_', '-'; "
+		    "not '.' or '..')",
+		    topic);
 	return tbx_router_add(worker->router, topic, type, fn, opaque);
-}
-
-tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
-			   int32_t partition, int create)
-{
-	tbx__part_t *part;
-
-	for (size_t i = 0; i < worker->part_cnt; i++) {
-		part = &worker->parts[i];
-		if (part->partition == partition &&
-		    strcmp(part->topic, topic) == 0)
-			return part;
-	}
-	if (!create)
-		return NULL;
-	if (worker->part_cnt == worker->part_cap) {
-		size_t cap = worker->part_cap ? worker->part_cap * 2 : 16;
-		tbx__part_t *grown =
-		    realloc(worker->parts, cap * sizeof(*grown));
-		if (!grown)
-			return NULL;
-		/* Batch records point at parts: collection never spans a
-		 * realloc because assignment happens before records of the
-		 * new partitions arrive, and revocation only shrinks. */
-		for (size_t i = 0; i < worker->batch.cnt; i++)
-			worker->batch.msgs[i].part =
-			    grown +
-			    (worker->batch.msgs[i].part - worker->parts);
-		worker->parts = grown;
-		worker->part_cap = cap;
-	}
-	part = &worker->parts[worker->part_cnt++];
-	memset(part, 0, sizeof(*part));
-	tbx__strlcpy(part->topic, topic, sizeof(part->topic));
-	part->partition = partition;
-	part->count_offset = -1;
-	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++)
-		if (strcmp(tbx_router_topic(worker->router, i), topic) == 0)
-			part->since = worker->since[i];
-	return part;
-}
-
-static void part_remove(tbx_worker_t *worker, const char *topic,
-			int32_t partition)
-{
-	tbx__part_t *part = tbx__part_get(worker, topic, partition, 0);
-	size_t idx;
-
-	if (!part)
-		return;
-	idx = (size_t)(part - worker->parts);
-	/* The batch must not keep records of a partition being removed:
-	 * the caller dropped them first.  Records of the moved last part
-	 * are re-pointed. */
-	tbx__part_t *last = &worker->parts[worker->part_cnt - 1];
-	for (size_t i = 0; i < worker->batch.cnt; i++)
-		if (worker->batch.msgs[i].part == last)
-			worker->batch.msgs[i].part = part;
-	worker->parts[idx] = *last;
-	worker->part_cnt--;
-}
-
-static rd_kafka_topic_partition_list_t *one_part(const tbx__part_t *part,
-						 int64_t offset)
-{
-	rd_kafka_topic_partition_list_t *list =
-	    rd_kafka_topic_partition_list_new(1);
-
-	rd_kafka_topic_partition_list_add(list, part->topic, part->partition)
-	    ->offset = offset;
-	return list;
-}
-
-/* Pauses @p part and arranges to restart it at @p offset after a backoff
- * of @p delay_ms (a hold F decided). */
-static void part_hold(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
-		      int64_t delay_ms)
-{
-	rd_kafka_topic_partition_list_t *list;
-
-	part->seek_offset = offset;
-	part->resume_at_ms = tbx__mono_ms() + delay_ms;
-	if (part->paused)
-		return;
-	part->paused = 1;
-	list = one_part(part, offset);
-	rd_kafka_pause_partitions(worker->consumer, list);
-	rd_kafka_topic_partition_list_destroy(list);
-	tbx__log(TBX_LOG_INFO,
-		 "%s [%" PRId32 "] waits %" PRId64
-		 " ms, then resumes at offset %" PRId64,
-		 part->topic, part->partition, delay_ms, offset);
-}
-
-/* Resumes partitions whose wait is over: seek back to the first record
- * not done, then resume fetching.  Records fetched before the seek are
- * discarded by librdkafka (the seek bumps the fetch version). */
-static void resume_due(tbx_worker_t *worker)
-{
-	int64_t now = tbx__mono_ms();
-
-	for (size_t i = 0; i < worker->part_cnt; i++) {
-		tbx__part_t *part = &worker->parts[i];
-		rd_kafka_topic_partition_list_t *list;
-		rd_kafka_error_t *error;
-
-		if (!part->paused || now < part->resume_at_ms)
-			continue;
-		list = one_part(part, part->seek_offset);
-		error = rd_kafka_seek_partitions(worker->consumer, list, 5000);
-		if (error) {
-			tbx__log(TBX_LOG_WARNING,
-				 "%s [%" PRId32 "]: seek failed: %s; retrying",
-				 part->topic, part->partition,
-				 rd_kafka_error_string(error));
-			rd_kafka_error_destroy(error);
-			rd_kafka_topic_partition_list_destroy(list);
-			part->resume_at_ms =
-			    now + worker->cfg->retry_backoff_ms;
-			continue;
-		}
-		rd_kafka_resume_partitions(worker->consumer, list);
-		rd_kafka_topic_partition_list_destroy(list);
-		part->paused = 0;
-	}
-}
-
-/* Drops the batch unprocessed while its partitions stay assigned: each is
- * held at its first record in the batch, to be fetched again from there
- * (the consumer's position is past the records polled, and past those
- * kept from the last batch). */
-static void batch_abandon(tbx_worker_t *worker)
-{
-	tbx__batch_t *batch = &worker->batch;
-
-	/* No record of a paused partition is in a batch (batch_push()):
-	 * the first of each partition pauses it. */
-	for (size_t i = 0; i < batch->cnt; i++)
-		if (!batch->msgs[i].part->paused)
-			part_hold(worker, batch->msgs[i].part,
-				  batch->msgs[i].rkm->offset, 0);
-	tbx__batch_reset(batch);
-}
-
-/* Drops batch records of partitions in @p parts (revoked). */
-static void batch_drop(tbx_worker_t *worker,
-		       const rd_kafka_topic_partition_list_t *parts)
-{
-	tbx__batch_t *batch = &worker->batch;
-	size_t kept = 0;
-
-	for (size_t i = 0; i < batch->cnt; i++) {
-		struct tbx_msg *msg = &batch->msgs[i];
-		int revoked = 0;
-		for (int j = 0; j < parts->cnt && !revoked; j++)
-			revoked =
-			    parts->elems[j].partition == msg->rkm->partition &&
-			    strcmp(parts->elems[j].topic, msg->topic) == 0;
-		if (revoked)
-			rd_kafka_message_destroy(msg->rkm);
-		else
-			batch->msgs[kept++] = *msg;
-	}
-	batch->cnt = kept;
-}
-
-/* Stores @p offsets and, when @p async, commits them asynchronously
- * (else the caller's synchronous commit of the stored offsets follows). */
-static void offsets_commit(tbx_worker_t *worker,
-			   rd_kafka_topic_partition_list_t *offsets, int async)
-{
-	rd_kafka_resp_err_t rerr;
-
-	if (!offsets->cnt)
-		return;
-	if ((rerr = rd_kafka_offsets_store(worker->consumer, offsets)))
-		tbx__log(TBX_LOG_INFO, "offsets store: %s",
-			 rd_kafka_err2str(rerr));
-	if (async && (rerr = rd_kafka_commit(worker->consumer, offsets, 1)))
-		tbx__log(TBX_LOG_INFO, "commit: %s", rd_kafka_err2str(rerr));
-}
-
-/*
- * finish.defer: commits the D+E that wait for a next batch (proto_finish.c)
- * in a transaction of their own, then stores and commits the offsets
- * that were behind them, waiting for the commit when @p sync.  A failure
- * leaves rows and offsets waiting for the next batch or flush, and is
- * counted as a failed phase.  @returns TBX_OK or the store's error.
- */
-static int finish_waiting(tbx_worker_t *worker, const char *when, int sync)
-{
-	rd_kafka_topic_partition_list_t *offsets;
-	size_t rows = tbx__proto_waiting(&worker->proto);
-	int err;
-
-	if (rows && (err = tbx__proto_flush(&worker->proto))) {
-		worker->stats.retries++;
-		tbx__log(TBX_LOG_WARNING,
-			 "%s: finishing %zu delivered rows failed: %s (their "
-			 "offsets wait; tried again with the next batch)",
-			 when, rows, tbx_strerror(err));
-		return err;
-	}
-	if (!worker->consumer)
-		return TBX_OK;
-	offsets = rd_kafka_topic_partition_list_new(4);
-	tbx__proto_take_ready(&worker->proto, offsets);
-	offsets_commit(worker, offsets, !sync);
-	rd_kafka_topic_partition_list_destroy(offsets);
-	return TBX_OK;
-}
-
-static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-			 rd_kafka_topic_partition_list_t *parts, void *opaque)
-{
-	tbx_worker_t *worker = opaque;
-	int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
-	rd_kafka_error_t *error = NULL;
-
-	/* Nothing the resume check's memory holds is trusted after a
-	 * rebalance (docs/batched-tokens.md, "The resume check"). */
-	if (worker->proto.rmem) {
-		tbx__resume_mem_drop(worker->proto.rmem);
-		tbx__ob_stats(&worker->proto);
-	}
-	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-		worker->assigned_once = 1;
-		/* At the next step, outside the callback, before a record
-		 * of these partitions is processed. */
-		worker->layout_due = 1;
-		for (int i = 0; i < parts->cnt; i++)
-			tbx__part_get(worker, parts->elems[i].topic,
-				      parts->elems[i].partition, 1);
-		tbx__membership_changed(worker, 1, parts, 0);
-		/* At the next poll, outside the callback: rows of these
-		 * partitions left below their committed offset. */
-		worker->recovery_due = 1;
-		if (coop)
-			error = rd_kafka_incremental_assign(rk, parts);
-		else
-			rd_kafka_assign(rk, parts);
-		/* librdkafka may keep a pause flag of an earlier assignment;
-		 * tokenbox's own wait state was dropped with the revoke. */
-		rd_kafka_resume_partitions(rk, parts);
-	} else {
-		/* Revoked (or an error): what is done was stored after the
-		 * last batch (the rows whose D+E wait are finished first);
-		 * commit it now while we still own it.  Records of these
-		 * partitions in the batch being collected are dropped
-		 * unprocessed: the next owner starts from the committed
-		 * offset. */
-		int lost = rd_kafka_assignment_lost(rk);
-
-		finish_waiting(worker, "revocation", 1);
-		if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && !lost)
-			rd_kafka_commit(rk, NULL, 0);
-		tbx__proto_forget(&worker->proto, parts);
-		batch_drop(worker, parts);
-		for (int i = 0; i < parts->cnt; i++)
-			part_remove(worker, parts->elems[i].topic,
-				    parts->elems[i].partition);
-		tbx__membership_changed(worker, 0, parts, lost);
-		if (coop)
-			error = rd_kafka_incremental_unassign(rk, parts);
-		else
-			rd_kafka_assign(rk, NULL);
-	}
-	if (error) {
-		tbx__log(TBX_LOG_ERR, "rebalance: %s",
-			 rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	}
-}
-
-/*
- * The result of an offset commit.  The group refuses commits while it
- * rebalances (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID);
- * a member that keeps its partitions through the rebalance (cooperative
- * assignment) and has nothing more to process would not commit again, and
- * the group's committed offsets would stay behind the records it
- * processed.  So a refused commit is sent again from the poll loop: the
- * stored offsets of the partitions still assigned.
- */
-static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-		      rd_kafka_topic_partition_list_t *offsets, void *opaque)
-{
-	tbx_worker_t *worker = opaque;
-	rd_kafka_resp_err_t first = err;
-
-	tbx__commit_watch_result(worker, err, offsets);
-	for (int i = 0; offsets && !first && i < offsets->cnt; i++)
-		first = offsets->elems[i].err;
-	if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET)
-		return;
-	worker->stats.commits_retried++;
-	if (!worker->recommit) {
-		worker->recommit = 1;
-		worker->next_recommit_ms = tbx__mono_ms() + RECOMMIT_DELAY_MS;
-	}
-	/* Refusals of a rebalance are expected; anything else is news. */
-	tbx__log(first == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS ||
-			 first == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION ||
-			 first == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID
-		     ? TBX_LOG_INFO
-		     : TBX_LOG_WARNING,
-		 "offset commit refused (%s): committing again in %d ms",
-		 rd_kafka_err2str(first), RECOMMIT_DELAY_MS);
-}
-
-/* Sends the commit on_commit() asked for, once it is due. */
-static void recommit_due(tbx_worker_t *worker)
-{
-	if (!worker->recommit || !worker->consumer ||
-	    tbx__mono_ms() < worker->next_recommit_ms)
-		return;
-	worker->recommit = 0;
-	rd_kafka_commit(worker->consumer, NULL, 1);
 }
 
 static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac,
@@ -687,14 +372,15 @@ static void on_consumer_error(rd_kafka_t *rk, int err, const char *reason,
  * from now on), then to Kafka. */
 static int start_clients(tbx_worker_t *worker, size_t n);
 
-static int start(tbx_worker_t *worker)
+int tbx__worker_start(tbx_worker_t *worker)
 {
 	size_t n = tbx_router_topic_count(worker->router);
 	int err;
 
 	if (n == 0)
-		return fail(worker, TBX_ESTATE, "%s",
-			    "no handler registered: nothing to consume");
+		return tbx__worker_fail(
+		    worker, TBX_ESTATE, "%s",
+		    "no handler registered: nothing to consume");
 	/* A failed start is retried by the next poll from scratch. */
 	free(worker->since);
 	if (!(worker->since = calloc(n, sizeof(*worker->since))))
@@ -704,10 +390,11 @@ static int start(tbx_worker_t *worker)
 		if ((err = tbx_tokens_subscribe(worker->tokens, topic,
 						worker->group,
 						&worker->since[i])))
-			return fail(worker, err,
-				    "cannot record the subscription to %s in "
-				    "the token store",
-				    topic);
+			return tbx__worker_fail(
+			    worker, err,
+			    "cannot record the subscription to %s in "
+			    "the token store",
+			    topic);
 	}
 	if ((err = start_clients(worker, n))) {
 		if (worker->consumer) {
@@ -785,9 +472,9 @@ assign_directly(tbx_worker_t *worker,
 		rd_kafka_topic_destroy(rkt);
 	}
 	if (!err)
-		on_rebalance(worker->consumer,
-			     RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, parts,
-			     worker);
+		tbx__worker_on_rebalance(worker->consumer,
+					 RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS,
+					 parts, worker);
 	rd_kafka_topic_partition_list_destroy(parts);
 	return err;
 }
@@ -809,13 +496,14 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 	    rd_kafka_conf_set(kc, "enable.auto.offset.store", "false", rderr,
 			      sizeof(rderr)) != RD_KAFKA_CONF_OK) {
 		rd_kafka_conf_destroy(kc);
-		return fail(worker, TBX_ECONF, "consumer: %s", rderr);
+		return tbx__worker_fail(worker, TBX_ECONF, "consumer: %s",
+					rderr);
 	}
 	if (!tbx_conf_get(worker->conf, "kafka.auto.offset.reset") &&
 	    !tbx_conf_get(worker->conf, "kafka.consumer.auto.offset.reset"))
 		rd_kafka_conf_set(kc, "auto.offset.reset", "earliest", NULL, 0);
-	rd_kafka_conf_set_rebalance_cb(kc, on_rebalance);
-	rd_kafka_conf_set_offset_commit_cb(kc, on_commit);
+	rd_kafka_conf_set_rebalance_cb(kc, tbx__worker_on_rebalance);
+	rd_kafka_conf_set_offset_commit_cb(kc, tbx__worker_on_commit);
 	rd_kafka_conf_set_log_cb(kc, on_consumer_log);
 	rd_kafka_conf_set_error_cb(kc, on_consumer_error);
 	/* kafka.statistics.interval.ms: the JSON goes to the metrics. */
@@ -825,8 +513,9 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 	    rd_kafka_new(RD_KAFKA_CONSUMER, kc, rderr, sizeof(rderr));
 	if (!worker->consumer) {
 		rd_kafka_conf_destroy(kc);
-		return fail(worker, TBX_EKAFKA,
-			    "cannot create the consumer: %s", rderr);
+		return tbx__worker_fail(worker, TBX_EKAFKA,
+					"cannot create the consumer: %s",
+					rderr);
 	}
 	rd_kafka_poll_set_consumer(worker->consumer);
 	topics = rd_kafka_topic_partition_list_new((int)n);
@@ -840,457 +529,15 @@ static int start_clients(tbx_worker_t *worker, size_t n)
 		rerr = rd_kafka_subscribe(worker->consumer, topics);
 	rd_kafka_topic_partition_list_destroy(topics);
 	if (rerr)
-		return fail(worker, TBX_EKAFKA, "%s failed: %s",
-			    worker->assign_direct ? "assignment" : "subscribe",
-			    rd_kafka_err2str(rerr));
+		return tbx__worker_fail(worker, TBX_EKAFKA, "%s failed: %s",
+					worker->assign_direct ? "assignment"
+							      : "subscribe",
+					rd_kafka_err2str(rerr));
 	worker->producer = tbx__producer_new(worker->conf, worker->errstr,
 					     sizeof(worker->errstr));
 	if (!worker->producer)
 		return TBX_EKAFKA;
 	return TBX_OK;
-}
-
-static int batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm)
-{
-	tbx__batch_t *batch = &worker->batch;
-	tbx__part_t *part;
-	struct tbx_msg *msg;
-	const char *topic = rd_kafka_topic_name(rkm->rkt);
-
-	part = tbx__part_get(worker, topic, rkm->partition, 0);
-	if (!part || part->paused) {
-		/* Fetched before the pause (or after a revoke): it will be
-		 * fetched again from the seek offset. */
-		rd_kafka_message_destroy(rkm);
-		return 0;
-	}
-	if (!(msg = tbx__batch_push(batch))) {
-		rd_kafka_message_destroy(rkm);
-		return -1;
-	}
-	msg->rkm = rkm;
-	msg->part = part;
-	tbx__msg_parse(msg);
-	if (worker->batch.tracer) {
-		rd_kafka_headers_t *hdrs = NULL;
-
-		if (rd_kafka_message_headers(rkm, &hdrs))
-			hdrs = NULL;
-		tbx__trace_begin(worker->batch.tracer, &msg->trace, hdrs);
-	}
-	msg->attempt = 1; /* G counts earlier RETRYs from the store */
-	worker->stats.consumed++;
-	return 1;
-}
-
-/* Collects up to batch.max.messages records: waits up to @p timeout_ms for
- * the first, then up to batch.max.ms for the batch to fill.  A batch that
- * starts with records kept from the last one (the rest of a suspect
- * range, tbx__batch_keep()) only adds what the consumer already holds,
- * without waiting: it still polls, so that rebalances are served (one
- * drops the kept records of the partitions it revokes, batch_drop()). */
-static int collect(tbx_worker_t *worker, int timeout_ms)
-{
-	int64_t first_deadline = tbx__mono_ms() + timeout_ms;
-	int64_t batch_deadline = 0;
-	int polled = 0, got = 0, kept = worker->batch.cnt > 0;
-
-	while (worker->batch.cnt < (size_t)worker->cfg->batch_max_messages &&
-	       !atomic_load(&worker->stop)) {
-		int64_t now = tbx__mono_ms(), wait;
-		rd_kafka_message_t *rkm;
-
-		if (worker->batch.cnt == 0) {
-			if (polled && now >= first_deadline)
-				break;
-			wait = first_deadline - now;
-		} else if (kept) {
-			if (polled && !got)
-				break;
-			wait = 0;
-		} else {
-			if (now >= batch_deadline)
-				break;
-			wait = batch_deadline - now;
-		}
-		if (wait < 0)
-			wait = 0;
-		if (wait > 100)
-			wait = 100; /* notice tbx_worker_stop() promptly */
-		rkm = rd_kafka_consumer_poll(worker->consumer, (int)wait);
-		polled = 1;
-		got = 0;
-		if (rkm && rkm->err) {
-			if (rkm->err == RD_KAFKA_RESP_ERR__MAX_POLL_EXCEEDED)
-				/* The group moved our partitions elsewhere
-				 * while a batch ran; its work stays exactly
-				 * once (tokens, outbox rows), and we rejoin. */
-				tbx__log(
-				    TBX_LOG_ERR,
-				    "a batch took longer than "
-				    "max.poll.interval.ms: the worker left "
-				    "the group and rejoins; shorten the "
-				    "handlers, lower batch.max.messages or "
-				    "raise kafka.consumer.max.poll."
-				    "interval.ms");
-			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				tbx__log(TBX_LOG_WARNING, "consume: %s",
-					 rd_kafka_message_errstr(rkm));
-			rd_kafka_message_destroy(rkm);
-			rkm = NULL;
-		}
-		/* A fatal error (fenced by a newer member with the same
-		 * group.instance.id, ...) ends the consumer for good: stop,
-		 * so that a supervisor starts a fresh process.  It reaches
-		 * the error callback, not always a message. */
-		char fatal[256];
-		rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(
-		    worker->consumer, fatal, sizeof(fatal));
-		if (ferr) {
-			if (rkm)
-				rd_kafka_message_destroy(rkm);
-			return fail(worker, TBX_EFATAL,
-				    "fatal consumer error %s: %s; the worker "
-				    "stops (restart it)",
-				    rd_kafka_err2name(ferr), fatal);
-		}
-		if (!rkm)
-			continue;
-		got = 1;
-		if (batch_push(worker, rkm) < 0)
-			return TBX_ENOMEM;
-		if (worker->batch.cnt == 1)
-			batch_deadline =
-			    tbx__mono_ms() + worker->cfg->batch_max_ms;
-	}
-	return TBX_OK;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* One line of counters, a JSON object, through the logger. */
-static void maybe_stats(tbx_worker_t *worker)
-{
-	int64_t now = tbx__mono_ms(), pending = -1;
-	float sorted[1024], p50 = 0, p99 = 0;
-	const tbx_stats_t *st = &worker->stats;
-	const struct {
-		const char *name;
-		uint64_t value;
-	} counters[] = {
-	    {"consumed", st->consumed},
-	    {"processed", st->processed},
-	    {"duplicates_dropped", st->duplicates_dropped},
-	    {"resumed", st->resumed},
-	    {"retries", st->retries},
-	    {"dead_lettered", st->dead_lettered},
-	    {"untokened", st->untokened},
-	    {"dispatched", st->dispatched},
-	    {"tokens_created", st->tokens_created},
-	    {"tokens_consumed", st->tokens_consumed},
-	    {"attempts_lost", st->attempts_lost},
-	    {"orphans_swept", st->orphans_swept},
-	    {"batches", st->batches},
-	    {"stuck_rows", st->stuck_rows},
-	    {"rows_recovered", st->rows_recovered},
-	    {"commits_retried", st->commits_retried},
-	    {"store_mismatches", st->store_mismatches},
-	    {"duplicate_alarms", st->duplicate_alarms},
-	    {"handler_refused", st->handler_refused},
-	    {"dispatch_failed_permanent", st->dispatch_failed_permanent},
-	    {"undeliverable", st->undeliverable},
-	    {"undelivered_stored", st->undelivered_stored},
-	    {"producer_restarts", st->producer_restarts},
-	    {"commit_alarms", st->commit_alarms},
-	    {"unassigned_alarms", worker->unassigned_alarms},
-	    {"rows_conflicted", st->rows_conflicted},
-	    {"handler_ended_txn", st->handler_ended_txn},
-	    {"store_reconnects", st->store_reconnects},
-	    {"partition_unknown", st->partition_unknown},
-	    {"set_orphans_swept", st->set_orphans_swept},
-	    {"set_rows_swept", st->set_rows_swept},
-	    {"set_regs_unchecked", st->set_regs_unchecked},
-	    {"resume_reloads", st->resume_reloads},
-	    {"resume_load_failures", st->resume_load_failures},
-	    {"resume_drops", st->resume_drops},
-	    {"stray_records", st->stray_records},
-	};
-	cJSON *obj;
-	char *text;
-
-	if (worker->cfg->stats_interval_ms <= 0 || now < worker->next_stats_ms)
-		return;
-	worker->next_stats_ms = now + worker->cfg->stats_interval_ms;
-	if (worker->lat_cnt) {
-		memcpy(sorted, worker->lat, worker->lat_cnt * sizeof(float));
-		qsort(sorted, worker->lat_cnt, sizeof(float), cmp_float);
-		p50 = sorted[(worker->lat_cnt - 1) / 2];
-		p99 = sorted[(worker->lat_cnt - 1) * 99 / 100];
-	}
-	tbx_outbox_count(worker->store, worker->group, &pending);
-	if (!(obj = cJSON_CreateObject()))
-		return;
-	cJSON_AddNumberToObject(obj, "ts_ms", (double)tbx__now_ms());
-	cJSON_AddStringToObject(obj, "group", worker->group);
-	cJSON_AddNumberToObject(obj, "pid", (double)getpid());
-	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
-		cJSON_AddNumberToObject(obj, counters[i].name,
-					(double)counters[i].value);
-	cJSON_AddNumberToObject(obj, "outbox_pending", (double)pending);
-	cJSON_AddNumberToObject(obj, "batch_ms_p50", (double)p50);
-	cJSON_AddNumberToObject(obj, "batch_ms_p99", (double)p99);
-	text = cJSON_PrintUnformatted(obj);
-	cJSON_Delete(obj);
-	if (text)
-		tbx__log_object(TBX_LOG_INFO, "stats", text);
-	free(text);
-}
-
-/*
- * The recovery pass: rows whose record lies below its partition's
- * committed offset are never delivered again (retention deleted the
- * record, an offset reset or auto.offset.reset jumped past it), so no
- * redelivery resumes them.  After an assignment and every
- * recovery.interval.ms, the owner finishes those of its partitions.
- * Safe against another worker on the same rows for the reasons
- * tbx__proto_redispatch is (docs/architecture.md).
- */
-static void maybe_recover(tbx_worker_t *worker)
-{
-	rd_kafka_topic_partition_list_t *list;
-	rd_kafka_resp_err_t rerr;
-	int64_t now = tbx__mono_ms();
-
-	if (!worker->recovery_due && (worker->cfg->recovery_interval_ms <= 0 ||
-				      now < worker->next_recovery_ms))
-		return;
-	worker->recovery_due = 0;
-	worker->next_recovery_ms = now + worker->cfg->recovery_interval_ms;
-	if (worker->part_cnt == 0)
-		return;
-	list = rd_kafka_topic_partition_list_new((int)worker->part_cnt);
-	for (size_t i = 0; i < worker->part_cnt; i++)
-		rd_kafka_topic_partition_list_add(list, worker->parts[i].topic,
-						  worker->parts[i].partition);
-	rerr = rd_kafka_committed(worker->consumer, list, 10000);
-	if (rerr) {
-		/* Tried again at the next interval. */
-		tbx__log(TBX_LOG_WARNING,
-			 "recovery pass: committed offsets not known: %s",
-			 rd_kafka_err2str(rerr));
-		rd_kafka_topic_partition_list_destroy(list);
-		return;
-	}
-	for (int i = 0; i < list->cnt; i++) {
-		rd_kafka_topic_partition_t *tp = &list->elems[i];
-		size_t found, finished;
-
-		/* No offset committed yet: nothing lies below it. */
-		if (tp->err || tp->offset < 0)
-			continue;
-		tbx__proto_recover(&worker->proto, &worker->recovery, tp->topic,
-				   tp->partition, tp->offset,
-				   (size_t)worker->cfg->cleanup_batch_size,
-				   &found, &finished);
-	}
-	rd_kafka_topic_partition_list_destroy(list);
-}
-
-/*
- * Records that the group still uses its subscriptions (for `inspect
- * status`, which flags those no worker used for long).  One that was
- * removed meanwhile (`inspect unsubscribe`) is taken again: senders
- * stopped minting for the group, and with the old number its records
- * would look finished; with a new one, those minted in between are
- * untokened and go by ingress.untokened.
- */
-static void touch_subscriptions(tbx_worker_t *worker)
-{
-	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++) {
-		const char *topic = tbx_router_topic(worker->router, i);
-		int found = 1;
-
-		if (tbx_tokens_touch(worker->tokens, topic, worker->group,
-				     &found) ||
-		    found)
-			continue;
-		tbx__log(TBX_LOG_ERR,
-			 "the subscription of group %s to %s was removed from "
-			 "the token store while the group runs; subscribing "
-			 "again (records sent meanwhile have no token for "
-			 "this group: ingress.untokened decides)",
-			 worker->group, topic);
-		if (tbx_tokens_subscribe(worker->tokens, topic, worker->group,
-					 &worker->since[i]))
-			continue;
-		for (size_t j = 0; j < worker->part_cnt; j++)
-			if (strcmp(worker->parts[j].topic, topic) == 0)
-				worker->parts[j].since = worker->since[i];
-	}
-}
-
-static void maybe_cleanup(tbx_worker_t *worker)
-{
-	int64_t now = tbx__mono_ms();
-
-	if (worker->cfg->cleanup_interval_ms <= 0 ||
-	    now < worker->next_cleanup_ms)
-		return;
-	worker->next_cleanup_ms = now + worker->cfg->cleanup_interval_ms;
-	tbx_worker_cleanup(worker, 0, NULL);
-	touch_subscriptions(worker);
-}
-
-/* Applies F's result: holds back the partitions with a record not done
- * (pause, then seek back to it after the wait), and stores and commits
- * (asynchronously) the offsets after what is done. */
-static void apply_outcome(tbx_worker_t *worker,
-			  const tbx__proto_result_t *result)
-{
-	rd_kafka_topic_partition_list_t *offsets =
-	    rd_kafka_topic_partition_list_new(8);
-
-	for (size_t i = 0; i < result->part_cnt; i++) {
-		const tbx__part_outcome_t *out = &result->parts[i];
-
-		if (out->hold)
-			part_hold(worker, out->part, out->seek, out->wait_ms);
-		if (out->commit >= 0)
-			rd_kafka_topic_partition_list_add(
-			    offsets, out->part->topic, out->part->partition)
-			    ->offset = out->commit;
-	}
-	/* finish.defer: the offsets behind rows whose D+E committed with
-	 * this batch's A. */
-	tbx__proto_take_ready(&worker->proto, offsets);
-	offsets_commit(worker, offsets, 1);
-	rd_kafka_topic_partition_list_destroy(offsets);
-	tbx__crashpoint("F.committed");
-}
-
-/*
- * One batch: G, then A–E through the protocol, then F's decision, which
- * is applied here (protocol.h).  A failed G or A–E still gets its F: the
- * records not done are held back for redelivery.
- * @returns TBX_OK or the error that stopped a phase.
- */
-static int process_batch(tbx_worker_t *worker)
-{
-	tbx__proto_t *proto = &worker->proto;
-	tbx__batch_t *batch = &worker->batch;
-	tbx__proto_result_t result;
-	int err;
-
-	if (batch->cnt == 0)
-		/* No next batch to finish the waiting rows with. */
-		return tbx__proto_waiting(proto)
-			   ? finish_waiting(worker, "idle poll", 0)
-			   : TBX_OK;
-	if (batch->tracer) { /* the batch span's times */
-		batch->began_ns = tbx__now_ns();
-		memset(batch->phase_ns, 0, sizeof(batch->phase_ns));
-	}
-	tbx__proto_start(proto, batch);
-	err = tbx__batch_phase(batch, TBX_PHASE_G,
-			       tbx__proto_guard(proto, batch)); /* G */
-	if (!err)
-		err = tbx__proto_process(proto, batch); /* A–E */
-	tbx__proto_finish(proto, batch, err, &result);	/* F */
-	apply_outcome(worker, &result);
-	if (batch->tracer) {
-		tbx__batch_phase(batch, TBX_PHASE_F, 0);
-		tbx__trace_batch(batch->tracer, batch->msgs, batch->cnt,
-				 batch->began_ns, batch->phase_ns);
-	}
-	return err;
-}
-
-static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
-{
-	int err;
-	size_t cnt;
-
-	if (consumed)
-		*consumed = 0;
-	if (!worker || timeout_ms < 0)
-		return TBX_EINVAL;
-	if (worker->closed)
-		return TBX_ESTATE;
-	if (!worker->started && (err = start(worker)))
-		return err;
-	resume_due(worker);
-	maybe_recover(worker);
-	recommit_due(worker);
-	tbx__commit_watch_check(worker);
-	tbx__membership_check(worker);
-	if (worker->batch.tracer)
-		tbx__trace_loss_check(worker->batch.tracer, tbx__mono_ms(),
-				      worker->cfg->trace_loss_window_ms,
-				      worker->store, worker->group);
-	maybe_cleanup(worker);
-	if ((err = collect(worker, timeout_ms))) {
-		batch_abandon(worker);
-		return err;
-	}
-	if (worker->layout_due) {
-		/* Refused, or a store error: checked again at every poll,
-		 * the batch held back meanwhile, so that a caller that goes
-		 * on polling handles nothing beside the batch rows. */
-		err = tbx__layout_check(worker, "at an assignment",
-					worker->errstr, sizeof(worker->errstr));
-		worker->layout_due = err != TBX_OK;
-		if (err == TBX_ESTATE && !worker->layout_refused) {
-			/* logged at ERROR once, as fail() */
-			const char *scope = tbx__log_scope(worker->log_tag);
-
-			tbx__log(TBX_LOG_ERR, "%s", worker->errstr);
-			tbx__log_scope(scope);
-		}
-		worker->layout_refused = err == TBX_ESTATE;
-		if (err) {
-			batch_abandon(worker);
-			return tbx_err_is_retriable(err) ? TBX_OK : err;
-		}
-	}
-	cnt = worker->batch.cnt;
-	int64_t began = tbx__mono_ms();
-	err = process_batch(worker);
-	/* The rest of a suspect range stays for the next batch. */
-	tbx__batch_keep(&worker->batch);
-	tbx__proto_reconnect_check(&worker->proto);
-	tbx__proto_stray_check(&worker->proto);
-	if (cnt) {
-		worker->lat[worker->lat_next] = (float)(tbx__mono_ms() - began);
-		worker->lat_next = (worker->lat_next + 1) % 1024;
-		if (worker->lat_cnt < 1024)
-			worker->lat_cnt++;
-		tbx__worker_metrics_batch(worker, tbx__mono_ms() - began);
-	}
-	maybe_stats(worker);
-	tbx__worker_metrics_refresh(worker, 0);
-	if (err && !tbx_err_is_retriable(err))
-		return err;
-	if (consumed)
-		*consumed = cnt;
-	return TBX_OK;
-}
-
-int tbx_worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
-{
-	const char *scope;
-	int err;
-
-	if (!worker)
-		return worker_poll(worker, timeout_ms, consumed);
-	scope = tbx__log_scope(worker->log_tag);
-	err = worker_poll(worker, timeout_ms, consumed);
-	tbx__log_scope(scope);
-	return err;
 }
 
 int tbx_worker_run(tbx_worker_t *worker)
@@ -1333,9 +580,10 @@ static void leave_group(tbx_worker_t *worker)
 		/* No group to leave: revoked as the group would. */
 		if (!rd_kafka_assignment(worker->consumer, &assigned) &&
 		    assigned && assigned->cnt)
-			on_rebalance(worker->consumer,
-				     RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS,
-				     assigned, worker);
+			tbx__worker_on_rebalance(
+			    worker->consumer,
+			    RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, assigned,
+			    worker);
 		if (assigned)
 			rd_kafka_topic_partition_list_destroy(assigned);
 		return;
@@ -1423,7 +671,7 @@ static int worker_close(tbx_worker_t *worker)
 		worker->consumer = NULL;
 	}
 	/* The rows whose D+E wait, and their offsets (finish.defer). */
-	finish_waiting(worker, "close", 1);
+	tbx__worker_finish_waiting(worker, "close", 1);
 	if (worker->consumer) {
 		/* Offsets of finished batches were stored; an async commit
 		 * may still be in flight: commit them synchronously. */

@@ -1,5 +1,6 @@
 /*
- * The worker (worker.c): lifecycle, subscription, rebalances, the poll
+ * The worker (worker.c: lifecycle, subscription; worker_rebalance.c:
+ * rebalances, commits; worker_poll.c: the poll loop), the poll
  * loop that builds batches and drives each through the protocol
  * (protocol.h: G, A–E, F), and the partitions that wait for a retry; its
  * metrics (metrics_render.c).
@@ -110,7 +111,7 @@ struct tbx_worker {
 int tbx__layout_check(tbx_worker_t *worker, const char *when, char *errstr,
 		      size_t errstr_size);
 
-/* worker.c */
+/* worker_rebalance.c */
 tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
 			   int32_t partition, int create);
 
@@ -195,4 +196,47 @@ void tbx__commit_watch_result(tbx_worker_t *worker, rd_kafka_resp_err_t err,
  *  commit.behind.alarm.ms: a WARN line, commit_alarms, a commit_behind
  *  alarm in the service store; again every interval while it lasts. */
 void tbx__commit_watch_check(tbx_worker_t *worker);
+/* worker.c */
+/** Formats the error into worker->errstr, logs it under the worker's
+ *  tag and @returns @p err. */
+__attribute__((format(printf, 3, 4))) int
+tbx__worker_fail(tbx_worker_t *worker, int err, const char *fmt, ...);
+/** Creates the consumer and producer and subscribes (or assigns), once,
+ *  at the first poll. */
+int tbx__worker_start(tbx_worker_t *worker);
+
+/* worker_poll.c */
+/** Adds one polled record to the batch being collected (or holds its
+ *  partition).  @returns TBX_OK or an error. */
+int tbx__worker_batch_push(tbx_worker_t *worker, rd_kafka_message_t *rkm);
+
+/* worker_rebalance.c */
+/** Pauses @p part and seeks it back to @p offset for a retry. */
+void tbx__part_hold(tbx_worker_t *worker, tbx__part_t *part, int64_t offset,
+		    int64_t delay_ms);
+/** Resumes the held partitions whose retry is due. */
+void tbx__worker_resume_due(tbx_worker_t *worker);
+/** Gives up the batch being collected or processed. */
+void tbx__worker_batch_abandon(tbx_worker_t *worker);
+/** Drops the batch's records of the partitions in @p parts (revoked). */
+void tbx__worker_batch_drop(tbx_worker_t *worker,
+			    const rd_kafka_topic_partition_list_t *parts);
+/** Stores @p offsets and, when @p async, commits them asynchronously. */
+void tbx__worker_offsets_commit(tbx_worker_t *worker,
+				rd_kafka_topic_partition_list_t *offsets,
+				int async);
+/** Finishes the batches waiting for delivery (@p when names the moment
+ *  in the log), with @p sync waiting for them. */
+int tbx__worker_finish_waiting(tbx_worker_t *worker, const char *when,
+			       int sync);
+/** The consumer's rebalance and offset commit callbacks. */
+void tbx__worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+			      rd_kafka_topic_partition_list_t *parts,
+			      void *opaque);
+void tbx__worker_on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+			   rd_kafka_topic_partition_list_t *offsets,
+			   void *opaque);
+/** Sends the commit a refused one asked for, once it is due. */
+void tbx__worker_recommit_due(tbx_worker_t *worker);
+
 #endif
