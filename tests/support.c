@@ -907,6 +907,14 @@ int tt_wait(pid_t pid, int timeout_s)
 	return -1;
 }
 
+int tt_assigned(tbx_worker_t **workers, int cnt)
+{
+	for (int i = 0; i < cnt; i++)
+		if (workers[i]->part_cnt == 0)
+			return 0;
+	return 1;
+}
+
 int tt_caught_up(tbx_worker_t **workers, int cnt)
 {
 	for (int i = 0; i < cnt; i++) {

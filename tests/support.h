@@ -155,6 +155,10 @@ int tt_integrity_ok(const char *db);
 int tt_drive(tbx_worker_t **workers, int cnt, int (*done)(void *), void *opaque,
 	     int idle_polls, int timeout_s);
 
+/** 1 once every worker of @p workers holds at least one partition: a
+ *  group's members all assigned before anything is sent. */
+int tt_assigned(tbx_worker_t **workers, int cnt);
+
 /** 1 once every worker holds its partitions, none held back for a retry,
  *  and has polled every record of them (its position at the high
  *  watermark): an outcome to wait for instead of a quiet time. */

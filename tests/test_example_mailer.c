@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer/worker.h"
 #include "support.h"
 #include "tokenbox/testkit.h"
 
@@ -31,10 +30,7 @@ static int all_assigned(void *opaque)
 {
 	env_t *e = opaque;
 
-	for (int i = 0; i < WORKERS; i++)
-		if (e->w[i]->part_cnt == 0)
-			return 0;
-	return 1;
+	return tt_assigned(e->w, WORKERS);
 }
 
 static void env_init(env_t *e)
