@@ -16,7 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "consumer/worker.h"
 #include "support.h"
 
 #define WORKERS	  3
@@ -34,10 +33,7 @@ static int all_assigned(void *opaque)
 {
 	env_t *e = opaque;
 
-	for (int i = 0; i < WORKERS; i++)
-		if (e->w[i]->part_cnt == 0)
-			return 0;
-	return 1;
+	return tt_assigned(e->w, WORKERS);
 }
 
 static void env_init(env_t *e, const char *args)
@@ -63,15 +59,9 @@ static void env_init(env_t *e, const char *args)
 		cr_assert(e->w[i], "%s", err);
 		cr_assert_eq(e->plugin.init(e->w[i], args), TBX_OK);
 	}
-	/* The first polls subscribe the group and join it.  Every member
-	 * holds partitions before any request is sent, so that the requests
-	 * are spread however slowly the others join: on a real broker the
-	 * first member can otherwise take all six partitions and handle
-	 * every request before the group rebalances. */
+	/* The first polls subscribe the group and join it. */
 	for (int i = 0; i < WORKERS; i++)
 		cr_assert_eq(tbx_worker_poll(e->w[i], 0, NULL), TBX_OK);
-	cr_assert(tt_drive(e->w, WORKERS, all_assigned, e, 1, 120),
-		  "the workers were not all assigned partitions");
 }
 
 static void env_fini(env_t *e)
@@ -303,6 +293,12 @@ Test(example_vouchers,
 	tbx_stats_t st;
 
 	env_init(&e, "codes=25");
+	/* Every member holds partitions before any request is sent, so that
+	 * the requests are spread however slowly the others join: on a real
+	 * broker the first member can otherwise take all six partitions and
+	 * handle every request before the group rebalances. */
+	cr_assert(tt_drive(e.w, WORKERS, all_assigned, &e, 1, 120),
+		  "the workers were not all assigned partitions");
 	run(&e);
 	check_twenty_codes(&e);
 	/* The group shared the partitions. */
