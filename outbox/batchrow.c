@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/runsort.h"
 #include "base/str.h"
 #include "outbox/outbox.h"
 #include "store/msgs.h"
@@ -380,60 +381,15 @@ static int okey_cmp(const struct tbx__cover_okey *x,
 	return (x->ent > y->ent) - (x->ent < y->ent);
 }
 
-/*
- * A natural merge sort of @p n keys: each pass merges neighbouring
- * ascending runs of @p a into @p tmp (room for @p n) and the two swap,
- * so keys already in order cost one pass of n - 1 comparisons and no
- * copy.  A cover's entries come in the order their records were polled:
- * a run per partition, and per incoming set, so a batch takes a few
- * passes where qsort() takes log2(n).  Every key differs (the entry's
- * index is the last field): the order is the one qsort() gave.
- */
-#define RUN_SORT(name, T, cmp)                                                 \
-	static void name(T *a, T *tmp, size_t n)                               \
-	{                                                                      \
-		T *src = a, *dst = tmp;                                        \
-		for (int sorted = n < 2; !sorted;) {                           \
-			for (size_t i = 0; i < n;) {                           \
-				size_t j = i + 1, k;                           \
-				while (j < n && cmp(&src[j - 1], &src[j]) < 0) \
-					j++;                                   \
-				if (j == n) {                                  \
-					/* one run: sorted, in src */          \
-					if (i == 0) {                          \
-						sorted = 1;                    \
-						break;                         \
-					}                                      \
-					memcpy(dst + i, src + i,               \
-					       (n - i) * sizeof(T));           \
-					break;                                 \
-				}                                              \
-				k = j + 1;                                     \
-				while (k < n && cmp(&src[k - 1], &src[k]) < 0) \
-					k++;                                   \
-				for (size_t x = i, y = j, o = i; o < k; o++)   \
-					dst[o] = y == k || (x < j &&           \
-							    cmp(&src[x],       \
-								&src[y]) < 0)  \
-						     ? src[x++]                \
-						     : src[y++];               \
-				i = k;                                         \
-			}                                                      \
-			if (!sorted) {                                         \
-				T *t = src;                                    \
-				src = dst;                                     \
-				dst = t;                                       \
-			}                                                      \
-		}                                                              \
-		if (src != a)                                                  \
-			memcpy(a, src, n * sizeof(T));                         \
-	}
-
+/* A cover's entries come in the order their records were polled: a run
+ * per partition, and per incoming set, so a batch takes a few passes of
+ * TBX__RUN_SORT where qsort() takes log2(n).  Every key differs (the
+ * entry's index is the last field): the order is the one qsort() gave. */
 _Static_assert(sizeof(struct tbx__cover_bkey) <= sizeof(struct tbx__cover_okey),
 	       "cover_index() sorts either key in one buffer");
 
-RUN_SORT(sort_okeys, struct tbx__cover_okey, okey_cmp)
-RUN_SORT(sort_bkeys, struct tbx__cover_bkey, bkey_cmp)
+TBX__RUN_SORT(sort_okeys, struct tbx__cover_okey, okey_cmp)
+TBX__RUN_SORT(sort_bkeys, struct tbx__cover_bkey, bkey_cmp)
 
 static int cover_index(tbx__cover_t *c)
 {

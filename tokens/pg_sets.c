@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/runsort.h"
 #include "base/str.h"
 #include "store/pg.h"
 #include "tokens/pg_int.h"
@@ -515,16 +516,20 @@ static void masks_free(masks_t *m)
 	free(m->mask);
 }
 
-static int ref_cmp(const void *a, const void *b)
+typedef const tbx__bit_ref_t *ref_ptr_t;
+
+static int ref_cmp(const ref_ptr_t *a, const ref_ptr_t *b)
 {
-	const tbx__bit_ref_t *x = *(const tbx__bit_ref_t *const *)a;
-	const tbx__bit_ref_t *y = *(const tbx__bit_ref_t *const *)b;
-	int c = strcmp(x->set_id, y->set_id);
+	const tbx__bit_ref_t *x = *a, *y = *b;
+	int c = x->set_id == y->set_id ? 0 : strcmp(x->set_id, y->set_id);
 
 	if (c)
 		return c;
 	return x->index < y->index ? -1 : x->index > y->index;
 }
+
+/* A batch's refs come in runs, one per incoming set and partition. */
+TBX__RUN_SORT(refs_sort, ref_ptr_t, ref_cmp)
 
 /* One mask per set named; refs at or past TBX_SET_BITS_MAX are beyond
  * every set's nbits and clear nothing.  The masks span only the indexes
@@ -535,7 +540,8 @@ static int masks_make(masks_t *m, const tbx__bit_ref_t *refs, size_t n)
 	int err = TBX_ENOMEM;
 
 	memset(m, 0, sizeof(*m));
-	order = calloc(n + 1, sizeof(*order));
+	/* The second half is the sort's room. */
+	order = calloc(2 * n + 1, sizeof(*order));
 	m->id = calloc(n + 1, sizeof(*m->id));
 	m->lo = calloc(n + 1, sizeof(*m->lo));
 	m->mask = calloc(n + 1, sizeof(*m->mask));
@@ -543,7 +549,7 @@ static int masks_make(masks_t *m, const tbx__bit_ref_t *refs, size_t n)
 		goto out;
 	for (size_t i = 0; i < n; i++)
 		order[i] = &refs[i];
-	qsort(order, n, sizeof(*order), ref_cmp);
+	refs_sort(order, order + n, n);
 	for (size_t i = 0; i < n;) {
 		size_t j = i, digits;
 		uint32_t lo = order[i]->index, hi = lo;

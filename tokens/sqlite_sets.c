@@ -37,6 +37,7 @@
 #include "base/clock.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/runsort.h"
 #include "base/str.h"
 #include "store/bits.h"
 #include "store/db_read.h"
@@ -311,13 +312,17 @@ typedef struct by_set {
 	size_t i;
 } by_set_t;
 
-static int by_set_cmp(const void *a, const void *b)
+static int by_set_cmp(const by_set_t *x, const by_set_t *y)
 {
-	const by_set_t *x = a, *y = b;
-	int c = strcmp(x->set_id, y->set_id);
+	/* A batch's refs of one set point at one copy of its id, or at
+	 * equal ones. */
+	int c = x->set_id == y->set_id ? 0 : strcmp(x->set_id, y->set_id);
 
 	return c ? c : (x->i > y->i) - (x->i < y->i);
 }
+
+/* A batch's refs come in runs, one per incoming set and partition. */
+TBX__RUN_SORT(by_set_sort, by_set_t, by_set_cmp)
 
 static int refs_check(const char *grp, const tbx__bit_ref_t *refs, size_t n)
 {
@@ -332,7 +337,7 @@ static int refs_check(const char *grp, const tbx__bit_ref_t *refs, size_t n)
 /* A malloc'ed by_set_t[n] of @p refs, sorted; NULL when out of memory. */
 static by_set_t *refs_sorted(const tbx__bit_ref_t *refs, size_t n)
 {
-	by_set_t *o = malloc(n * sizeof(*o));
+	by_set_t *o = malloc(2 * n * sizeof(*o));
 
 	if (!o)
 		return NULL;
@@ -340,7 +345,8 @@ static by_set_t *refs_sorted(const tbx__bit_ref_t *refs, size_t n)
 		o[i].set_id = refs[i].set_id;
 		o[i].i = i;
 	}
-	qsort(o, n, sizeof(*o), by_set_cmp);
+	/* The second half is the sort's room. */
+	by_set_sort(o, o + n, n);
 	return o;
 }
 
