@@ -5,6 +5,8 @@
  * tbx__proto_start() and tbx__proto_guard().
  */
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/crash.h"
 #include "base/log.h"
@@ -122,30 +124,80 @@ void tbx__isolation_count(const tbx__batch_t *batch)
  * synchronous_commit=off): a process crash does not lose it, and a power
  * cut only loses a count.
  */
+/* The batch's partitions, in the order of their first records, and
+ * their markers as tbx_outbox_inflight_get_many() read them. */
+typedef struct guard_read {
+	size_t n;
+	const char **topics;
+	int32_t *parts;
+	tbx__inflight_t *f;
+	int *found;
+} guard_read_t;
+
+static void guard_read_free(guard_read_t *r)
+{
+	free(r->topics);
+	free(r->parts);
+	free(r->f);
+	free(r->found);
+}
+
+/* Every partition's marker in one call: on PostgreSQL one round trip
+ * instead of one per partition. */
+static int guard_read(tbx__proto_t *proto, const tbx__batch_t *batch,
+		      guard_read_t *r)
+{
+	size_t n = 0;
+
+	memset(r, 0, sizeof(*r));
+	for (size_t i = 0; i < batch->cnt; i++)
+		n += tbx__first_of_part(batch, i) != 0;
+	r->topics = malloc((n + 1) * sizeof(*r->topics));
+	r->parts = malloc((n + 1) * sizeof(*r->parts));
+	r->f = malloc((n + 1) * sizeof(*r->f));
+	r->found = malloc((n + 1) * sizeof(*r->found));
+	if (!r->topics || !r->parts || !r->f || !r->found)
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < batch->cnt; i++) {
+		if (!tbx__first_of_part(batch, i))
+			continue;
+		r->topics[r->n] = batch->msgs[i].part->topic;
+		r->parts[r->n] = batch->msgs[i].part->partition;
+		r->f[r->n] = (tbx__inflight_t){-1, -1, 0, -1, 0, -1, 0};
+		r->n++;
+	}
+	return tbx_outbox_inflight_get_many(proto->store, proto->group,
+					    r->topics, r->parts, r->n, r->f,
+					    r->found);
+}
+
 static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int limit = proto->retry_max > 0 ? proto->retry_max : 1;
-	size_t chosen = SIZE_MAX;
+	size_t chosen = SIZE_MAX, k = 0;
+	guard_read_t rd;
 	int err;
 
 	if ((err = tbx_outbox_relaxed(proto->store, 1)))
 		return err;
 	if ((err = tbx_outbox_begin(proto->store)))
 		goto out;
+	if ((err = guard_read(proto, batch, &rd))) {
+		guard_read_free(&rd);
+		goto fail;
+	}
 	/* What the partitions left: deaths, suspicion and counts. */
 	for (size_t i = 0; i < batch->cnt; i++) {
 		struct tbx_msg *msg = &batch->msgs[i];
 		tbx__part_t *part = msg->part;
-		tbx__inflight_t f = {-1, -1, 0, -1, 0, -1, 0};
+		tbx__inflight_t f;
 		int64_t a = msg->rkm->offset, suspect;
 		int found;
 
 		if (!tbx__first_of_part(batch, i))
 			continue;
-		if ((err = tbx_outbox_inflight_get(proto->store, proto->group,
-						   part->topic, part->partition,
-						   &f, &found)))
-			goto fail;
+		f = rd.f[k];
+		found = rd.found[k++];
 		part->guard_found = found;
 		part->guard_dirty = 0;
 		/* A marker this process failed to release (its A failed,
@@ -186,6 +238,7 @@ static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 		if (suspect >= 0 && chosen == SIZE_MAX)
 			chosen = i;
 	}
+	guard_read_free(&rd);
 	batch->isolating = chosen != SIZE_MAX;
 	batch->isolated = chosen;
 	for (size_t i = 0; i < batch->cnt; i++) {

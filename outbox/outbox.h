@@ -426,6 +426,14 @@ typedef struct tbx_outbox_ops {
 	int (*inflight_get)(tbx_outbox_t *store, const char *grp,
 			    const char *topic, int32_t partition,
 			    tbx__inflight_t *f, int *found);
+	/** inflight_get for @p n partitions at once (PostgreSQL: one
+	 *  statement), (topics[i], parts[i]) into f[i] and found[i]; f[i]
+	 *  is left as it was where found[i] is 0.  NULL: inflight_get for
+	 *  each (tbx_outbox_inflight_get_many()). */
+	int (*inflight_get_many)(tbx_outbox_t *store, const char *grp,
+				 const char *const *topics,
+				 const int32_t *parts, size_t n,
+				 tbx__inflight_t *f, int *found);
 	int (*inflight_put)(tbx_outbox_t *store, const char *grp,
 			    const char *topic, int32_t partition,
 			    const tbx__inflight_t *f);
@@ -890,6 +898,23 @@ static inline int tbx_outbox_inflight_get(tbx_outbox_t *store, const char *grp,
 					  tbx__inflight_t *f, int *found)
 {
 	return store->ops->inflight_get(store, grp, topic, partition, f, found);
+}
+
+static inline int tbx_outbox_inflight_get_many(tbx_outbox_t *store,
+					       const char *grp,
+					       const char *const *topics,
+					       const int32_t *parts, size_t n,
+					       tbx__inflight_t *f, int *found)
+{
+	int err = TBX_OK;
+
+	if (store->ops->inflight_get_many)
+		return store->ops->inflight_get_many(store, grp, topics, parts,
+						     n, f, found);
+	for (size_t i = 0; i < n && !err; i++)
+		err = store->ops->inflight_get(store, grp, topics[i], parts[i],
+					       &f[i], &found[i]);
+	return err;
 }
 
 static inline int tbx_outbox_inflight_put(tbx_outbox_t *store, const char *grp,

@@ -205,6 +205,7 @@ enum {
 	Q_COUNT_GRP,
 	Q_ROWS_OLDER,
 	Q_INFLIGHT_GET,
+	Q_INFLIGHT_GET_MANY,
 	Q_INFLIGHT_PUT,
 	Q_INFLIGHT_DEL,
 	Q_INFLIGHT_RELEASE,
@@ -287,6 +288,13 @@ static const char *const sql[Q__COUNT] = {
 		       "suspect_until, lone, count_offset, retries FROM "
 		       "@S.tbx_inflight WHERE grp = $1 AND topic = $2 AND "
 		       "\"partition\" = $3",
+    /* The position of each partition asked for (from 1) with its row. */
+    [Q_INFLIGHT_GET_MANY] = "SELECT u.i, f.first_offset, f.last_offset, "
+			    "f.crashes, f.suspect_until, f.lone, "
+			    "f.count_offset, f.retries FROM unnest($2::text[], "
+			    "$3::int8[]) WITH ORDINALITY AS u(t, p, i) JOIN "
+			    "@S.tbx_inflight f ON f.grp = $1 AND f.topic = u.t "
+			    "AND f.\"partition\" = u.p",
     [Q_INFLIGHT_PUT] = "INSERT INTO @S.tbx_inflight (grp, topic, "
 		       "\"partition\", first_offset, last_offset, crashes, "
 		       "suspect_until, lone, count_offset, retries) VALUES "
@@ -1412,6 +1420,18 @@ static int pg_row_mark_stuck(tbx_outbox_t *base, const char *grp,
  * Crash markers.
  */
 
+/* The columns of Q_INFLIGHT_GET (from @p col) of @p row of @p res. */
+static void inflight_read(PGresult *res, int row, int col, tbx__inflight_t *f)
+{
+	f->first = tbx__pg_i64(res, row, col);
+	f->last = tbx__pg_i64(res, row, col + 1);
+	f->crashes = (int)tbx__pg_i64(res, row, col + 2);
+	f->suspect_until = tbx__pg_i64(res, row, col + 3);
+	f->lone = (int)tbx__pg_i64(res, row, col + 4);
+	f->count_offset = tbx__pg_i64(res, row, col + 5);
+	f->retries = (int)tbx__pg_i64(res, row, col + 6);
+}
+
 static int pg_inflight_get(tbx_outbox_t *base, const char *grp,
 			   const char *topic, int32_t partition,
 			   tbx__inflight_t *f, int *found)
@@ -1425,14 +1445,48 @@ static int pg_inflight_get(tbx_outbox_t *base, const char *grp,
 	if ((err = run(ps(base), Q_INFLIGHT_GET, &p, &res)))
 		return err;
 	if (PQntuples(res) > 0) {
-		f->first = tbx__pg_i64(res, 0, 0);
-		f->last = tbx__pg_i64(res, 0, 1);
-		f->crashes = (int)tbx__pg_i64(res, 0, 2);
-		f->suspect_until = tbx__pg_i64(res, 0, 3);
-		f->lone = (int)tbx__pg_i64(res, 0, 4);
-		f->count_offset = tbx__pg_i64(res, 0, 5);
-		f->retries = (int)tbx__pg_i64(res, 0, 6);
+		inflight_read(res, 0, 0, f);
 		*found = 1;
+	}
+	PQclear(res);
+	return TBX_OK;
+}
+
+/* G's read of a batch's partitions: one round trip instead of one per
+ * partition. */
+static int pg_inflight_get_many(tbx_outbox_t *base, const char *grp,
+				const char *const *topics, const int32_t *parts,
+				size_t n, tbx__inflight_t *f, int *found)
+{
+	tbx__pg_params_t p;
+	PGresult *res;
+	int64_t *v;
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		found[i] = 0;
+	if (n == 0)
+		return TBX_OK;
+	if (!(v = malloc(n * sizeof(*v))))
+		return TBX_ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		v[i] = parts[i];
+	tbx__pgp_init(&p);
+	tbx__pgp_text(&p, grp);
+	tbx__pgp_text_array(&p, topics, n);
+	tbx__pgp_i64_array(&p, v, n);
+	free(v);
+	if ((err = run(ps(base), Q_INFLIGHT_GET_MANY, &p, &res)))
+		return err;
+	for (int r = 0; r < PQntuples(res); r++) {
+		/* WITH ORDINALITY: 1..n; a key asked for twice has two
+		 * positions, each its row. */
+		int64_t i = tbx__pg_i64(res, r, 0);
+
+		if (i < 1 || (uint64_t)i > n)
+			continue;
+		inflight_read(res, r, 1, &f[i - 1]);
+		found[i - 1] = 1;
 	}
 	PQclear(res);
 	return TBX_OK;
@@ -1717,6 +1771,7 @@ static const tbx_outbox_ops_t pg_ops = {
     .rows_below = pg_rows_below,
     .row_mark_stuck = pg_row_mark_stuck,
     .inflight_get = pg_inflight_get,
+    .inflight_get_many = pg_inflight_get_many,
     .inflight_put = pg_inflight_put,
     .inflight_delete = pg_inflight_delete,
     .inflight_release = pg_inflight_release,

@@ -587,6 +587,71 @@ Test(obatch, a_bumped_partition_has_no_marker)
 	fx_close(&fx);
 }
 
+/* G reads a batch's markers in one call (PostgreSQL: one statement):
+ * the same as one read per partition, a partition without a marker left
+ * as the caller set it, a partition asked for twice answered twice. */
+Test(obatch, markers_read_together_are_the_markers_read_one_by_one)
+{
+	fx_t fx;
+	const char *topics[] = {"t", "u", "t", "t", "u"};
+	int32_t parts[] = {3, 3, 9, 4, 3};
+	tbx__inflight_t put[] = {{10, 20, 1, 30, 1, 10, 2},
+				 {-1, -1, 2, 40, 0, 7, 1},
+				 {5, 5, 0, -1, 1, 5, 0}};
+	tbx__inflight_t none = {-1, -1, 0, -1, 0, -1, 0}, many[5], one;
+	int found_many[5], found_one;
+
+	fx_open(&fx);
+	cr_assert_eq(tbx_outbox_begin(fx.store), TBX_OK);
+	/* t [3], u [3] and t [4]; t [9] has none. */
+	cr_assert_eq(tbx_outbox_inflight_put(fx.store, GRP, "t", 3, &put[0]),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_put(fx.store, GRP, "u", 3, &put[1]),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_inflight_put(fx.store, GRP, "t", 4, &put[2]),
+		     TBX_OK);
+	cr_assert_eq(tbx_outbox_commit(fx.store), TBX_OK);
+	for (size_t i = 0; i < 5; i++)
+		many[i] = none;
+	cr_assert_eq(tbx_outbox_inflight_get_many(fx.store, GRP, topics, parts,
+						  5, many, found_many),
+		     TBX_OK);
+	for (size_t i = 0; i < 5; i++) {
+		one = none;
+		cr_assert_eq(tbx_outbox_inflight_get(fx.store, GRP, topics[i],
+						     parts[i], &one,
+						     &found_one),
+			     TBX_OK);
+		cr_assert_eq(found_many[i], found_one, "%s [%d]", topics[i],
+			     (int)parts[i]);
+		cr_assert(many[i].first == one.first &&
+			      many[i].last == one.last &&
+			      many[i].crashes == one.crashes &&
+			      many[i].suspect_until == one.suspect_until &&
+			      many[i].lone == one.lone &&
+			      many[i].count_offset == one.count_offset &&
+			      many[i].retries == one.retries,
+			  "%s [%d]: %lld..%lld crashes %d suspect %lld lone "
+			  "%d count %lld retries %d",
+			  topics[i], (int)parts[i], (long long)many[i].first,
+			  (long long)many[i].last, many[i].crashes,
+			  (long long)many[i].suspect_until, many[i].lone,
+			  (long long)many[i].count_offset, many[i].retries);
+	}
+	cr_assert(found_many[0] && found_many[1] && !found_many[2] &&
+		  found_many[3] && found_many[4]);
+	cr_assert_eq(many[0].suspect_until, 30);
+	cr_assert_eq(many[1].count_offset, 7);
+	cr_assert_eq(many[3].first, 5);
+	cr_assert_eq(many[4].crashes, 2);
+	assert_no_marker(&many[2]);
+	/* No partition: nothing read, nothing refused. */
+	cr_assert_eq(tbx_outbox_inflight_get_many(fx.store, GRP, topics, parts,
+						  0, many, found_many),
+		     TBX_OK);
+	fx_close(&fx);
+}
+
 /* gen never goes back: the marker's delete (G, A's commit) keeps a
  * bumped partition's row, cleared, and a later bump counts on from its
  * gen; a partition never bumped loses its row as before. */
