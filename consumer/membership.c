@@ -13,6 +13,17 @@
  * status --check`), once per such stretch: a partition assigned ends it
  * (logged), and a new stretch warns again.  session.timeout.ms is the
  * consumer's own (librdkafka's default when not set).
+ *
+ * A partition assigned as long without one fetch response (its high
+ * watermark still unknown to the client) is warned of the same way, once
+ * per partition and assignment (fetch_stall_alarms, the fetch_stall
+ * alarm): its leader unreachable that long, or a client that dropped the
+ * partition's fetch start (librdkafka 2.0.2 did, when a resume raced the
+ * assignment: worker_rebalance.c).  A partition the worker holds paused
+ * is not fetched on purpose and not judged, nor is one whose high
+ * watermark the client knows (fetched once, in this assignment or an
+ * earlier one of the process: a fetch start lost at a reassignment goes
+ * unseen).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -138,21 +149,21 @@ static int64_t session_timeout_ms(tbx_worker_t *worker)
 	return v;
 }
 
-/* Records the alarm in a transaction of its own; a failure is logged
- * (the WARN line has been written already). */
-static void alarm_record(tbx_worker_t *worker, const char *detail)
+/* Records the alarm @p name in a transaction of its own; a failure is
+ * logged (the WARN line has been written already). */
+static void alarm_record(tbx_worker_t *worker, const char *name,
+			 const char *detail)
 {
 	int err = tbx_outbox_begin(worker->store);
 
 	if (!err && ((err = tbx_outbox_alarm_add(worker->store, worker->group,
-						 "no_assignment", detail)) ||
+						 name, detail)) ||
 		     (err = tbx_outbox_commit(worker->store))))
 		tbx_outbox_rollback(worker->store);
 	if (err)
 		tbx__log(TBX_LOG_WARNING,
-			 "cannot record the no_assignment alarm in the "
-			 "service store: %s",
-			 tbx_strerror(err));
+			 "cannot record the %s alarm in the service store: %s",
+			 name, tbx_strerror(err));
 }
 
 void tbx__membership_check(tbx_worker_t *worker)
@@ -180,5 +191,53 @@ void tbx__membership_check(tbx_worker_t *worker)
 		 now - worker->unassigned_since_ms, TBX__UNASSIGNED_SESSIONS,
 		 session);
 	tbx__log(TBX_LOG_WARNING, "%s; it consumes nothing meanwhile", detail);
-	alarm_record(worker, detail);
+	alarm_record(worker, "no_assignment", detail);
+}
+
+void tbx__fetch_check(tbx_worker_t *worker)
+{
+	char detail[TBX_GROUP_MAX * 2 + TBX_TOPIC_MAX + 512];
+	int64_t now, after;
+
+	if (!worker->consumer || worker->part_cnt == 0)
+		return;
+	if (!worker->session_ms)
+		worker->session_ms = session_timeout_ms(worker);
+	now = tbx__mono_ms();
+	after = TBX__UNASSIGNED_SESSIONS * worker->session_ms;
+	for (size_t i = 0; i < worker->part_cnt; i++) {
+		tbx__part_t *part = &worker->parts[i];
+		int64_t lo, hi;
+
+		if (part->fetch_seen || part->fetch_alarmed || part->paused)
+			continue;
+		/* Every fetch response sets the partition's high watermark,
+		 * of an empty partition too: the cached one, no request. */
+		if (!rd_kafka_get_watermark_offsets(
+			worker->consumer, part->topic, part->partition, &lo,
+			&hi) &&
+		    hi >= 0) {
+			part->fetch_seen = 1;
+			continue;
+		}
+		if (now - part->assigned_ms < after)
+			continue;
+		part->fetch_alarmed = 1;
+		worker->fetch_stall_alarms++;
+		snprintf(detail, sizeof(detail),
+			 "worker %s of group %s: %s [%" PRId32
+			 "] assigned %" PRId64 " ms ago (%d x "
+			 "session.timeout.ms %" PRId64
+			 ") and never fetched: no fetch response from its "
+			 "leader (unreachable), or the client lost the "
+			 "partition's fetch start",
+			 worker->log_tag, worker->group, part->topic,
+			 part->partition, now - part->assigned_ms,
+			 TBX__UNASSIGNED_SESSIONS, worker->session_ms);
+		tbx__log(TBX_LOG_WARNING,
+			 "%s; its records wait (a restart of the worker "
+			 "fetches it again)",
+			 detail);
+		alarm_record(worker, "fetch_stall", detail);
+	}
 }

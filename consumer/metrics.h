@@ -154,6 +154,8 @@ void tbx__metrics_set_stats(tbx__metrics_t *m, const char *json);
 	X(UNASSIGNED_ALARMS, "unassigned_alarms_total", "counter", "",         \
 	  "Warnings that the worker had no partition for 3 session timeouts "  \
 	  "on end.")                                                           \
+	X(FETCH_STALL_ALARMS, "fetch_stall_alarms_total", "counter", "",       \
+	  "Partitions assigned 3 session timeouts ago and not fetched once.")  \
 	X(TRACE_HEADERS_MALFORMED, "trace_headers_malformed_total", "counter", \
 	  "",                                                                  \
 	  "Records whose traceparent or tracestate header was malformed: "     \

@@ -165,6 +165,7 @@ static void render_counters(out_t *o, const tbx_worker_t *worker)
 	    {TBX_M_STORE_RECONNECTS, st->store_reconnects},
 	    {TBX_M_PARTITION_UNKNOWN, st->partition_unknown},
 	    {TBX_M_UNASSIGNED_ALARMS, worker->unassigned_alarms},
+	    {TBX_M_FETCH_STALL_ALARMS, worker->fetch_stall_alarms},
 	    {TBX_M_TRACE_HEADERS_MALFORMED, bad_trace},
 	    {TBX_M_SPANS_EXPORTED, ex.exported},
 	    {TBX_M_SPANS_DROPPED, ex.dropped},

@@ -21,7 +21,11 @@
 typedef struct tbx__part {
 	char topic[TBX_TOPIC_MAX + 1];
 	int32_t partition;
-	int paused; /**< waiting for resume_at_ms */
+	int paused;	     /**< waiting for resume_at_ms */
+	int64_t assigned_ms; /**< when it was assigned (monotonic) */
+	int fetch_seen;	     /**< the client fetched it once (a high
+				watermark known): tbx__fetch_check() */
+	int fetch_alarmed;   /**< the fetch_stall alarm was raised for it */
 	int64_t resume_at_ms;
 	int64_t seek_offset; /**< where to restart when resuming */
 	/* Counts for one record of the partition, loaded from the service

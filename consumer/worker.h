@@ -81,6 +81,8 @@ struct tbx_worker {
 	/* warnings of those (the stats line's and the metrics'
 	 * unassigned_alarms; not in tbx_stats_t, whose size is ABI) */
 	uint64_t unassigned_alarms;
+	/* partitions assigned and never fetched (tbx__fetch_check()) */
+	uint64_t fetch_stall_alarms;
 	/* durations of the last batches (ms), a ring for the percentiles */
 	float lat[1024];
 	size_t lat_cnt, lat_next;
@@ -186,6 +188,12 @@ void tbx__membership_changed(tbx_worker_t *worker, int assigned,
  *  the no_assignment alarm once the worker has had no partition for
  *  TBX__UNASSIGNED_SESSIONS × session.timeout.ms, once per stretch. */
 void tbx__membership_check(tbx_worker_t *worker);
+/** From the poll loop: warns, counts (fetch_stall_alarms) and records
+ *  the fetch_stall alarm for each partition assigned
+ *  TBX__UNASSIGNED_SESSIONS × session.timeout.ms ago that the client has
+ *  not fetched once (no high watermark known), once per partition and
+ *  assignment. */
+void tbx__fetch_check(tbx_worker_t *worker);
 
 /* commit_watch.c */
 /** Notes the result of an offset commit (the offset_commit_cb's

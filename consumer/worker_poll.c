@@ -187,6 +187,7 @@ static void maybe_stats(tbx_worker_t *worker)
 	    {"producer_restarts", st->producer_restarts},
 	    {"commit_alarms", st->commit_alarms},
 	    {"unassigned_alarms", worker->unassigned_alarms},
+	    {"fetch_stall_alarms", worker->fetch_stall_alarms},
 	    {"rows_conflicted", st->rows_conflicted},
 	    {"handler_ended_txn", st->handler_ended_txn},
 	    {"store_reconnects", st->store_reconnects},
@@ -408,6 +409,7 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	tbx__worker_recommit_due(worker);
 	tbx__commit_watch_check(worker);
 	tbx__membership_check(worker);
+	tbx__fetch_check(worker);
 	if (worker->batch.tracer)
 		tbx__trace_loss_check(worker->batch.tracer, tbx__mono_ms(),
 				      worker->cfg->trace_loss_window_ms,

@@ -65,6 +65,7 @@ tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,
 	tbx__strlcpy(part->topic, topic, sizeof(part->topic));
 	part->partition = partition;
 	part->count_offset = -1;
+	part->assigned_ms = tbx__mono_ms();
 	for (size_t i = 0; i < tbx_router_topic_count(worker->router); i++)
 		if (strcmp(tbx_router_topic(worker->router, i), topic) == 0)
 			part->since = worker->since[i];

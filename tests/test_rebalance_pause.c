@@ -14,6 +14,11 @@
  * rd_kafka_pause_partitions() and rd_kafka_resume_partitions() are
  * interposed (the library's own code, linked into this program, calls
  * these) to follow which partitions the application holds paused.
+ *
+ * A partition assigned and never fetched is what such a race leaves; the
+ * worker warns of it (the fetch_stall alarm).  The third test makes one:
+ * rd_kafka_assign() is interposed too, and keeps a partition from the
+ * client while the worker counts it as assigned.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -96,6 +101,33 @@ rd_kafka_resume_partitions(rd_kafka_t *rk,
 	return real(rk, partitions);
 }
 
+typedef rd_kafka_resp_err_t (*assign_fn)(
+    rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
+
+/* The partition rd_kafka_assign() keeps from the client; -1: none. */
+static int32_t withheld = -1;
+
+rd_kafka_resp_err_t
+rd_kafka_assign(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *parts)
+{
+	assign_fn real = (assign_fn)dlsym(RTLD_NEXT, "rd_kafka_assign");
+	rd_kafka_topic_partition_list_t *kept;
+	rd_kafka_resp_err_t err;
+
+	if (!parts || withheld < 0)
+		return real(rk, parts);
+	kept = rd_kafka_topic_partition_list_new(parts->cnt);
+	for (int i = 0; i < parts->cnt; i++)
+		if (parts->elems[i].partition != withheld)
+			rd_kafka_topic_partition_list_add(
+			    kept, parts->elems[i].topic,
+			    parts->elems[i].partition)
+			    ->offset = parts->elems[i].offset;
+	err = real(rk, kept);
+	rd_kafka_topic_partition_list_destroy(kept);
+	return err;
+}
+
 static void assert_no_stray_resume(void)
 {
 	pthread_mutex_lock(&lock);
@@ -125,7 +157,14 @@ typedef struct env {
 	tt_hop_t hop;
 } env_t;
 
+static void env_start_parts(env_t *e, const char *retry, int parts);
+
 static void env_start(env_t *e, const char *retry)
+{
+	env_start_parts(e, retry, 1);
+}
+
+static void env_start_parts(env_t *e, const char *retry, int parts)
 {
 	char err[256];
 
@@ -134,7 +173,7 @@ static void env_start(env_t *e, const char *retry)
 	e->store = tt_store_new(e->dir, "s1");
 	e->tokens = tt_tokens_new(e->dir, "tokens", 0);
 	e->c = tt_cluster_new(1);
-	tt_cluster_topic(e->c, "in", 1);
+	tt_cluster_topic(e->c, "in", parts);
 	tt_subscribe(e->tokens, "in", "g1");
 	tt_hop_table(e->store, "hop1");
 	e->hop.table = "hop1";
@@ -239,5 +278,40 @@ Test(rebalance_pause,
 	cr_assert(tt_drive(&e.w, 1, rows_reached, &want, 5, 60),
 		  "a-0 was not handled after the partition came back");
 	assert_no_stray_resume();
+	env_stop(&e);
+}
+
+static int stall_alarmed(void *opaque)
+{
+	tbx_worker_t *w = opaque;
+
+	return w->fetch_stall_alarms > 0;
+}
+
+Test(rebalance_pause, a_partition_assigned_and_never_fetched_is_warned_of,
+     .timeout = 300)
+{
+	env_t e;
+	rows_t want = {NULL, 1};
+	char sql[256];
+
+	/* "in" [1] is the worker's and never the client's. */
+	withheld = 1;
+	env_start_parts(&e, NULL, 2);
+	want.store = e.store;
+	publish(&e, "a");
+	cr_assert(tt_drive(&e.w, 1, rows_reached, &want, 1, 60),
+		  "a-0 was not handled");
+	/* 3 session timeouts of 4 s after the assignment. */
+	cr_assert(tt_drive(&e.w, 1, stall_alarmed, e.w, 1, 120),
+		  "no fetch_stall alarm");
+	/* Once for [1], and never for [0], which was fetched. */
+	cr_assert(tt_drive(&e.w, 1, NULL, NULL, 20, 60));
+	cr_assert_eq(e.w->fetch_stall_alarms, 1);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM tbx_alarms WHERE name = 'fetch_stall' "
+		 "AND detail LIKE '%%in [1] assigned%%never fetched%%'");
+	cr_assert_eq(tt_count(e.store, sql), 1);
+	cr_assert_eq(tt_count(e.store, "SELECT count(*) FROM tbx_alarms"), 1);
 	env_stop(&e);
 }
