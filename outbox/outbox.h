@@ -85,6 +85,10 @@ typedef struct tbx__outmsg {
 	 *  row. */
 	char tset[TBX_UUID_LEN + 1];
 	uint32_t tbit;
+	/** The one allocation that holds topic, type, key, payload and
+	 *  headers when tbx__row_add() made the message (freed alone); NULL
+	 *  when each field is an allocation of its own. */
+	void *block;
 } tbx__outmsg_t;
 
 /** An outbox row with its outgoing messages. */

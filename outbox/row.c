@@ -24,11 +24,15 @@ void tbx__row_init(tbx__row_t *row)
 
 static void outmsg_free(tbx__outmsg_t *m)
 {
-	free(m->topic);
-	free(m->type);
-	free(m->key);
-	free(m->payload);
-	free(m->headers);
+	if (m->block) {
+		free(m->block);
+	} else {
+		free(m->topic);
+		free(m->type);
+		free(m->key);
+		free(m->payload);
+		free(m->headers);
+	}
 	memset(m, 0, sizeof(*m));
 }
 
@@ -72,32 +76,54 @@ int tbx__row_add(tbx__row_t *row, const char *topic, const char *type,
 		 size_t payload_len, const void *headers, size_t headers_len)
 {
 	tbx__outmsg_t *m;
+	size_t topic_len, type_len, size;
+	char *p;
 
 	if (!row || !topic || !type)
 		return TBX_EINVAL;
+	if (!key)
+		key_len = 0;
+	if (!payload)
+		payload_len = 0;
+	if (!headers)
+		headers_len = 0;
+	topic_len = strlen(topic);
+	type_len = strlen(type);
+	/* One allocation for the five fields (two texts and their NULs):
+	 * a handler's every tbx_ctx_send() copies them. */
+	size = topic_len + type_len + 2;
+	if (key_len > SIZE_MAX - size ||
+	    payload_len > SIZE_MAX - size - key_len ||
+	    headers_len > SIZE_MAX - size - key_len - payload_len)
+		return TBX_ENOMEM;
+	size += key_len + payload_len + headers_len;
 	if (!(m = tbx__row_grow(row)))
 		return TBX_ENOMEM;
-	tbx__uuid(m->id);
-	m->topic = tbx__strdup(topic);
-	m->type = tbx__strdup(type);
-	if (key) {
-		m->key = tbx__memdup(key, key_len);
-		m->key_len = key_len;
-	}
-	if (payload) {
-		m->payload = tbx__memdup(payload, payload_len);
-		m->payload_len = payload_len;
-	}
-	if (headers && headers_len) {
-		m->headers = tbx__memdup(headers, headers_len);
-		m->headers_len = headers_len;
-	}
-	if (!m->topic || !m->type || (key && !m->key) ||
-	    (payload && !m->payload) ||
-	    (headers && headers_len && !m->headers)) {
-		outmsg_free(m);
+	if (!(m->block = malloc(size))) {
 		row->msg_cnt--;
 		return TBX_ENOMEM;
+	}
+	tbx__uuid(m->id);
+	p = m->block;
+	m->topic = memcpy(p, topic, topic_len + 1);
+	p += topic_len + 1;
+	m->type = memcpy(p, type, type_len + 1);
+	p += type_len + 1;
+	/* NULL stays NULL; an empty key or payload is a non-NULL pointer
+	 * (no key vs an empty key); empty headers are none. */
+	if (key) {
+		m->key = key_len ? memcpy(p, key, key_len) : p;
+		m->key_len = key_len;
+		p += key_len;
+	}
+	if (payload) {
+		m->payload = payload_len ? memcpy(p, payload, payload_len) : p;
+		m->payload_len = payload_len;
+		p += payload_len;
+	}
+	if (headers_len) {
+		m->headers = memcpy(p, headers, headers_len);
+		m->headers_len = headers_len;
 	}
 	return TBX_OK;
 }
