@@ -73,6 +73,12 @@ void tt_env_publish(const tt_env_t *e, const char *topic, const char *type,
 
 void tt_hop_env_start(tt_hop_env_t *f, int parts)
 {
+	tt_hop_env_start_with(f, parts, NULL);
+}
+
+void tt_hop_env_start_with(tt_hop_env_t *f, int parts, const char *const *kv)
+{
+	tbx_conf_t *conf;
 	char err[256];
 
 	memset(f, 0, sizeof(*f));
@@ -84,9 +90,12 @@ void tt_hop_env_start(tt_hop_env_t *f, int parts)
 	tt_subscribe(f->tokens, "in", "g1");
 	tt_hop_table(f->store, "hop1");
 	f->hop.table = "hop1";
-	f->w = tbx_worker_new(
-	    tt_conf(f->c->bootstraps, "g1", f->store, f->tokens, NULL), err,
-	    sizeof(err));
+	conf = tt_conf(f->c->bootstraps, "g1", f->store, f->tokens, NULL);
+	for (size_t i = 0; kv && kv[i]; i += 2)
+		cr_assert_eq(
+		    tbx_conf_set(conf, kv[i], kv[i + 1], err, sizeof(err)),
+		    TBX_OK, "%s", err);
+	f->w = tbx_worker_new(conf, err, sizeof(err));
 	cr_assert(f->w, "%s", err);
 	cr_assert_eq(
 	    tbx_worker_register(f->w, "in", "Ping", tt_hop_handle, &f->hop),

@@ -71,6 +71,9 @@ typedef struct tt_hop_env {
 } tt_hop_env_t;
 
 void tt_hop_env_start(tt_hop_env_t *f, int parts);
+/** tt_hop_env_start() with the worker's settings @p kv ("key", "value"
+ *  pairs, NULL-terminated) over tt_conf()'s. */
+void tt_hop_env_start_with(tt_hop_env_t *f, int parts, const char *const *kv);
 void tt_hop_env_stop(tt_hop_env_t *f);
 
 /** Polls the worker *@p w until it has consumed @p records records in

@@ -148,56 +148,27 @@ static int is_paused(const char *key)
 	return found;
 }
 
-/* One worker of g1 on "in" (one partition), assigned it directly, with a
- * retry backoff long enough that only a resume ends the wait. */
-typedef struct env {
-	char *dir, *store, *tokens;
-	tt_cluster_t *c;
-	tbx_worker_t *w;
-	tt_hop_t hop;
-} env_t;
+/* tt_hop_env_start() with a retry backoff long enough that only a
+ * resume ends the wait, the record @p retry asking for one retry. */
+typedef tt_hop_env_t env_t;
 
-static void env_start_parts(env_t *e, const char *retry, int parts);
+static const char *const long_backoff[] = {"retry.backoff.ms", "3600000", NULL};
+
+static void env_start_parts(env_t *e, const char *retry, int parts)
+{
+	tt_hop_env_start_with(e, parts, long_backoff);
+	e->hop.retry = retry;
+	e->hop.retry_times = 1;
+}
 
 static void env_start(env_t *e, const char *retry)
 {
 	env_start_parts(e, retry, 1);
 }
 
-static void env_start_parts(env_t *e, const char *retry, int parts)
-{
-	char err[256];
-
-	memset(e, 0, sizeof(*e));
-	e->dir = tt_tmpdir();
-	e->store = tt_store_new(e->dir, "s1");
-	e->tokens = tt_tokens_new(e->dir, "tokens", 0);
-	e->c = tt_cluster_new(1);
-	tt_cluster_topic(e->c, "in", parts);
-	tt_subscribe(e->tokens, "in", "g1");
-	tt_hop_table(e->store, "hop1");
-	e->hop.table = "hop1";
-	e->hop.retry = retry;
-	e->hop.retry_times = 1;
-	e->w =
-	    tbx_worker_new(tt_conf(e->c->bootstraps, "g1", e->store, e->tokens,
-				   "retry.backoff.ms", "3600000", NULL),
-			   err, sizeof(err));
-	cr_assert(e->w, "%s", err);
-	cr_assert_eq(
-	    tbx_worker_register(e->w, "in", "Ping", tt_hop_handle, &e->hop),
-	    TBX_OK);
-	tbx__worker_assign_directly(e->w);
-}
-
 static void env_stop(env_t *e)
 {
-	tbx_worker_destroy(e->w);
-	tt_cluster_destroy(e->c);
-	tt_rmrf(e->dir);
-	free(e->dir);
-	free(e->tokens);
-	free(e->store);
+	tt_hop_env_stop(e);
 }
 
 /* One record, payload "<prefix>-0". */
