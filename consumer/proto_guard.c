@@ -107,23 +107,6 @@ void tbx__isolation_count(const tbx__batch_t *batch)
 	}
 }
 
-/*
- * G: before any handler runs, commit per partition the offsets this A
- * covers.  A marker still there at the next batch means that A never
- * committed: the process died in it (or A failed).  Its partitions are
- * then suspect up to the end of their ranges, and while any partition of
- * a batch is suspect, A takes one record of the whole batch: the first
- * record of the first suspect partition.  A death counts against a
- * record only when its A covered that record and no other, of any
- * partition (lone), so whatever else was in a batch that died is never
- * blamed; a record whose lone As died retry.max times (at least once) is
- * dead-lettered without its handler.  The counts (deaths and RETRY
- * verdicts) live in the same row, for one record per partition, so they
- * outlast rebalances and restarts.  The marker commits relaxed
- * (tbx_outbox_relaxed(): SQLite's synchronous=NORMAL, PostgreSQL's
- * synchronous_commit=off): a process crash does not lose it, and a power
- * cut only loses a count.
- */
 /* The batch's partitions, in the order of their first records, and
  * their markers as tbx_outbox_inflight_get_many() read them. */
 typedef struct guard_read {
@@ -171,6 +154,23 @@ static int guard_read(tbx__proto_t *proto, const tbx__batch_t *batch,
 					    r->found);
 }
 
+/*
+ * G: before any handler runs, commit per partition the offsets this A
+ * covers.  A marker still there at the next batch means that A never
+ * committed: the process died in it (or A failed).  Its partitions are
+ * then suspect up to the end of their ranges, and while any partition of
+ * a batch is suspect, A takes one record of the whole batch: the first
+ * record of the first suspect partition.  A death counts against a
+ * record only when its A covered that record and no other, of any
+ * partition (lone), so whatever else was in a batch that died is never
+ * blamed; a record whose lone As died retry.max times (at least once) is
+ * dead-lettered without its handler.  The counts (deaths and RETRY
+ * verdicts) live in the same row, for one record per partition, so they
+ * outlast rebalances and restarts.  The marker commits relaxed
+ * (tbx_outbox_relaxed(): SQLite's synchronous=NORMAL, PostgreSQL's
+ * synchronous_commit=off): a process crash does not lose it, and a power
+ * cut only loses a count.
+ */
 static int phase_guard(tbx__proto_t *proto, tbx__batch_t *batch)
 {
 	int limit = proto->retry_max > 0 ? proto->retry_max : 1;
