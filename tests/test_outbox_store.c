@@ -1256,8 +1256,10 @@ Test(row, check_rejects_rows_that_break_the_lifecycle)
 	tbx__row_clear(&row);
 
 	fx_row(&row, "m1", 1);
-	free(row.msgs[0].headers);
-	row.msgs[0].headers = tbx__memdup("\0\5ab", 4);
+	/* tbx__row_add() made the message's fields one allocation, which
+	 * tbx__row_clear() frees; the malformed headers are not in it. */
+	static char bad_headers[] = "\0\5ab";
+	row.msgs[0].headers = bad_headers;
 	row.msgs[0].headers_len = 4;
 	cr_assert_not(tbx_outbox_row_check(&row), "malformed headers");
 	tbx__row_clear(&row);
