@@ -1460,23 +1460,14 @@ static int pg_inflight_get_many(tbx_outbox_t *base, const char *grp,
 {
 	tbx__pg_params_t p;
 	PGresult *res;
-	int64_t *v;
 	int err;
 
 	for (size_t i = 0; i < n; i++)
 		found[i] = 0;
 	if (n == 0)
 		return TBX_OK;
-	if (!(v = malloc(n * sizeof(*v))))
-		return TBX_ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		v[i] = parts[i];
-	tbx__pgp_init(&p);
-	tbx__pgp_text(&p, grp);
-	tbx__pgp_text_array(&p, topics, n);
-	tbx__pgp_i64_array(&p, v, n);
-	free(v);
-	if ((err = run(ps(base), Q_INFLIGHT_GET_MANY, &p, &res)))
+	if ((err = tbx__pgo_parts_params(&p, grp, topics, parts, n)) ||
+	    (err = run(ps(base), Q_INFLIGHT_GET_MANY, &p, &res)))
 		return err;
 	for (int r = 0; r < PQntuples(res); r++) {
 		/* WITH ORDINALITY: 1..n; a key asked for twice has two

@@ -439,11 +439,9 @@ static int gens_run(pg_store_t *store, int q, const char *grp,
 	return run(store, q, &p, res);
 }
 
-/* Q_GENS_ENSURE (deferred) and Q_GENS_LOCK for @p topics and @p parts:
- * the parameters both take. */
-static int lock_params(tbx__pg_params_t *p, const char *grp,
-		       const char *const *topics, const int32_t *parts,
-		       size_t n)
+int tbx__pgo_parts_params(tbx__pg_params_t *p, const char *grp,
+			  const char *const *topics, const int32_t *parts,
+			  size_t n)
 {
 	int err;
 
@@ -477,7 +475,7 @@ int tbx__pgo_gens_lock(tbx_outbox_t *base, const char *grp,
 	for (int round = 0; round < LOCK_ROUNDS && got < n; round++) {
 		int rows;
 
-		if ((err = lock_params(&p, grp, topics, parts, n)))
+		if ((err = tbx__pgo_parts_params(&p, grp, topics, parts, n)))
 			return err;
 		err = tbx__pg_defer(&store->batch, Q_GENS_ENSURE, &p, NULL, 0,
 				    "the partitions' tbx_inflight rows");

@@ -50,6 +50,13 @@ int tbx__pgo_obatch_mark_stuck(tbx_outbox_t *base, const char *grp,
 int tbx__pgo_cover_msg_find(tbx_outbox_t *base, const char *grp,
 			    const char *const *ids, size_t n,
 			    char (*row_ids)[TBX_UUID_LEN + 1]);
+/** The parameters of a statement on @p n partitions of @p grp: $1 the
+ *  group, $2 the text[] of @p topics, $3 the int8[] of @p parts (A's
+ *  Q_GENS_ENSURE and Q_GENS_LOCK, G's Q_INFLIGHT_GET_MANY).  On a
+ *  failure @p p is freed. */
+int tbx__pgo_parts_params(tbx__pg_params_t *p, const char *grp,
+			  const char *const *topics, const int32_t *parts,
+			  size_t n);
 int tbx__pgo_gens_lock(tbx_outbox_t *base, const char *grp,
 		       const char *const *topics, const int32_t *parts,
 		       size_t n, int64_t *gens);
