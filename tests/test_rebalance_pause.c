@@ -177,16 +177,10 @@ static void publish(env_t *e, const char *prefix)
 	tt_publish(e->c->bootstraps, e->tokens, "in", "Ping", 1, 1, prefix);
 }
 
-typedef struct rows {
-	const char *store;
-	int64_t n;
-} rows_t;
-
-static int rows_reached(void *opaque)
+/* A tt_reached() condition: @p n rows in hop1 of @p e's store. */
+static tt_want_t rows(const env_t *e, int64_t n)
 {
-	rows_t *r = opaque;
-
-	return tt_count(r->store, "SELECT count(*) FROM hop1") >= r->n;
+	return (tt_want_t){e->store, "SELECT count(*) FROM hop1", n};
 }
 
 static int in0_paused(void *opaque)
@@ -209,18 +203,19 @@ static void rebalance(tbx_worker_t *w, rd_kafka_resp_err_t what)
 Test(rebalance_pause, an_assignment_resumes_no_partition, .timeout = 300)
 {
 	env_t e;
-	rows_t want = {NULL, 2};
+	tt_want_t one, two;
 
 	env_start(&e, NULL);
-	want.store = e.store;
+	one = rows(&e, 1);
+	two = rows(&e, 2);
 	publish(&e, "a");
-	cr_assert(tt_drive(&e.w, 1, rows_reached, &(rows_t){e.store, 1}, 5, 60),
+	cr_assert(tt_drive(&e.w, 1, tt_reached, &one, 5, 60),
 		  "a-0 was not handled");
 	/* Revoked and assigned again, as a rebalance does. */
 	rebalance(e.w, RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS);
 	rebalance(e.w, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS);
 	publish(&e, "b");
-	cr_assert(tt_drive(&e.w, 1, rows_reached, &want, 5, 60),
+	cr_assert(tt_drive(&e.w, 1, tt_reached, &two, 5, 60),
 		  "b-0 was not handled after the partition came back");
 	assert_no_stray_resume();
 	env_stop(&e);
@@ -231,12 +226,12 @@ Test(rebalance_pause,
      .timeout = 300)
 {
 	env_t e;
-	rows_t want = {NULL, 1};
+	tt_want_t want;
 
 	/* a-0's first attempt asks for a retry: the partition is paused for
 	 * an hour. */
 	env_start(&e, "a-0");
-	want.store = e.store;
+	want = rows(&e, 1);
 	publish(&e, "a");
 	cr_assert(tt_drive(&e.w, 1, in0_paused, NULL, 1, 60),
 		  "the partition was not held for the retry");
@@ -246,7 +241,7 @@ Test(rebalance_pause,
 		  "the partition is revoked still paused");
 	rebalance(e.w, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS);
 	/* Fetched again from the committed offset, long before the hour. */
-	cr_assert(tt_drive(&e.w, 1, rows_reached, &want, 5, 60),
+	cr_assert(tt_drive(&e.w, 1, tt_reached, &want, 5, 60),
 		  "a-0 was not handled after the partition came back");
 	assert_no_stray_resume();
 	env_stop(&e);
@@ -263,15 +258,14 @@ Test(rebalance_pause, a_partition_assigned_and_never_fetched_is_warned_of,
      .timeout = 300)
 {
 	env_t e;
-	rows_t want = {NULL, 1};
-	char sql[256];
+	tt_want_t want;
 
 	/* "in" [1] is the worker's and never the client's. */
 	withheld = 1;
 	env_start_parts(&e, NULL, 2);
-	want.store = e.store;
+	want = rows(&e, 1);
 	publish(&e, "a");
-	cr_assert(tt_drive(&e.w, 1, rows_reached, &want, 1, 60),
+	cr_assert(tt_drive(&e.w, 1, tt_reached, &want, 1, 60),
 		  "a-0 was not handled");
 	/* 3 session timeouts of 4 s after the assignment. */
 	cr_assert(tt_drive(&e.w, 1, stall_alarmed, e.w, 1, 120),
@@ -279,10 +273,10 @@ Test(rebalance_pause, a_partition_assigned_and_never_fetched_is_warned_of,
 	/* Once for [1], and never for [0], which was fetched. */
 	cr_assert(tt_drive(&e.w, 1, NULL, NULL, 20, 60));
 	cr_assert_eq(e.w->fetch_stall_alarms, 1);
-	snprintf(sql, sizeof(sql),
-		 "SELECT count(*) FROM tbx_alarms WHERE name = 'fetch_stall' "
-		 "AND detail LIKE '%%in [1] assigned%%never fetched%%'");
-	cr_assert_eq(tt_count(e.store, sql), 1);
+	cr_assert_eq(tt_count(e.store, "SELECT count(*) FROM tbx_alarms WHERE "
+				       "name = 'fetch_stall' AND detail LIKE "
+				       "'%in [1] assigned%never fetched%'"),
+		     1);
 	cr_assert_eq(tt_count(e.store, "SELECT count(*) FROM tbx_alarms"), 1);
 	env_stop(&e);
 }
