@@ -14,12 +14,12 @@
  * the rules in docs/architecture.md; a record is tokened only with a
  * lower-case UUID token equal to its last tbx-token header and a positive
  * tbx-seq, and, unless it is malformed (dead-lettered), a UUID id; a derived id
- * names the record's place whole.  A record with tbx-tset or tbx-tbit is
- * never tokened and always malformed (docs/batched-tokens.md: the worker
- * dead-letters the batched format until it handles it), and read as
- * batched only with a UUID tbx-tset equal to the last one, a tbx-tbit
- * that is the canonical spelling of its partition and index, within
- * their bounds, a UUID id and a positive tbx-seq.
+ * names the record's place whole.  A record with tbx-tset or tbx-tbit
+ * never carries a tbx-token: it is read as batched (docs/batched-tokens.md,
+ * "Wire format"; its token is the set's bit) only with a UUID tbx-tset
+ * equal to the last one, a tbx-tbit that is the canonical spelling of its
+ * partition and index, within their bounds, a UUID id and a positive
+ * tbx-seq, and is otherwise untokened and malformed (dead-lettered).
  */
 #include <ctype.h>
 #include <librdkafka/rdkafka.h>
@@ -134,7 +134,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(msg.type[0] &&
 			   is_clean_text(msg.type, TBX_TYPE_MAX));
 	FUZZ_CHECK(msg.untokened == 0 || msg.untokened == 1);
-	if (msg.untokened) {
+	if (msg.untokened || msg.fmt == TBX_WF_SET) {
+		/* A set's token is its bit (checked below), never a
+		 * tbx-token. */
 		FUZZ_CHECK(msg.token[0] == '\0');
 	} else {
 		FUZZ_CHECK(is_lower_uuid(msg.token));
@@ -149,7 +151,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (has_tset || has_tbit) {
 		FUZZ_CHECK(msg.fmt == TBX_WF_SET ||
 			   msg.fmt == TBX_WF_MALFORMED);
-		FUZZ_CHECK(msg.untokened && msg.malformed);
+		if (msg.fmt == TBX_WF_SET)
+			FUZZ_CHECK(!msg.untokened);
+		else
+			FUZZ_CHECK(msg.untokened && msg.malformed);
 	}
 	if (msg.fmt == TBX_WF_SET) {
 		char bit[32];
