@@ -654,6 +654,33 @@ static int await_first_assignment(tbx_worker_t *worker)
 	return 0;
 }
 
+const char *tbx__worker_close_step(const tbx_worker_t *worker)
+{
+	switch (atomic_load(&worker->close_step)) {
+	case TBX__CLOSE_FINISH:
+		return "finishing the rows whose messages were delivered";
+	case TBX__CLOSE_COMMIT:
+		return "the final offset commit";
+	case TBX__CLOSE_FIRST_ASSIGNMENT:
+		return "the group's first assignment (librdkafka 2.0.2 aborts "
+		       "when a consumer is destroyed before it)";
+	case TBX__CLOSE_LEAVE:
+		return "the revocation that leaving the group brings";
+	case TBX__CLOSE_CONSUMER:
+		return "rd_kafka_consumer_close(): the group's answer to the "
+		       "leave, and the commits in flight";
+	case TBX__CLOSE_FLUSH:
+		return "the producer's messages still in flight";
+	default:
+		return NULL;
+	}
+}
+
+static void close_step(tbx_worker_t *worker, int step)
+{
+	atomic_store(&worker->close_step, step);
+}
+
 static int worker_close(tbx_worker_t *worker)
 {
 	if (worker->closed)
@@ -671,17 +698,22 @@ static int worker_close(tbx_worker_t *worker)
 		worker->consumer = NULL;
 	}
 	/* The rows whose D+E wait, and their offsets (finish.defer). */
+	close_step(worker, TBX__CLOSE_FINISH);
 	tbx__worker_finish_waiting(worker, "close", 1);
 	if (worker->consumer) {
 		/* Offsets of finished batches were stored; an async commit
 		 * may still be in flight: commit them synchronously. */
+		close_step(worker, TBX__CLOSE_COMMIT);
 		rd_kafka_resp_err_t err =
 		    rd_kafka_commit(worker->consumer, NULL, 0);
 		if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
 			tbx__log(TBX_LOG_INFO, "final commit: %s",
 				 rd_kafka_err2str(err));
+		close_step(worker, TBX__CLOSE_FIRST_ASSIGNMENT);
 		if (await_first_assignment(worker)) {
+			close_step(worker, TBX__CLOSE_LEAVE);
 			leave_group(worker);
+			close_step(worker, TBX__CLOSE_CONSUMER);
 			rd_kafka_consumer_close(worker->consumer);
 			rd_kafka_destroy(worker->consumer);
 		} else {
@@ -697,6 +729,7 @@ static int worker_close(tbx_worker_t *worker)
 		worker->consumer = NULL;
 	}
 	if (worker->producer) {
+		close_step(worker, TBX__CLOSE_FLUSH);
 		rd_kafka_flush(worker->producer,
 			       worker->cfg->shutdown_timeout_ms <
 				       worker->cfg->dispatch_timeout_ms
@@ -705,6 +738,7 @@ static int worker_close(tbx_worker_t *worker)
 		rd_kafka_destroy(worker->producer);
 		worker->producer = NULL;
 	}
+	close_step(worker, TBX__CLOSE_DONE);
 	return TBX_OK;
 }
 

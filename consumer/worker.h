@@ -44,6 +44,9 @@ struct tbx_worker {
 	rd_kafka_t *producer;
 	int started, closed;
 	atomic_int stop;
+	/* The step tbx_worker_close() is in (TBX__CLOSE_*), read by another
+	 * thread for the warnings of a slow stop. */
+	atomic_int close_step;
 	/* one file for both stores: tokens commit with A and with E */
 	int joined;
 	/* the token store's id (tbx-store of what this worker mints) */
@@ -150,6 +153,21 @@ int tbx__worker_trace_to(tbx_worker_t *worker, tbx__span_sink_fn *sink,
 			 void *opaque);
 /** The tag of @p worker's log lines, valid while it lives. */
 const char *tbx__worker_log_tag(const tbx_worker_t *worker);
+/** The steps of tbx_worker_close(), in order. */
+enum {
+	TBX__CLOSE_NONE,
+	TBX__CLOSE_FINISH,
+	TBX__CLOSE_COMMIT,
+	TBX__CLOSE_FIRST_ASSIGNMENT,
+	TBX__CLOSE_LEAVE,
+	TBX__CLOSE_CONSUMER,
+	TBX__CLOSE_FLUSH,
+	TBX__CLOSE_DONE
+};
+/** What tbx_worker_close() of @p worker is doing, for a warning (any
+ *  thread, while the worker lives); NULL before it started or once it
+ *  is done. */
+const char *tbx__worker_close_step(const tbx_worker_t *worker);
 /** Topics with a handler registered, and the i-th of them. */
 size_t tbx__worker_topic_count(const tbx_worker_t *worker);
 const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);

@@ -619,14 +619,24 @@ static void *signal_main(void *arg)
 			 * expected says what it waits for, and does so
 			 * before the bound ends the process. */
 			if (now >= next_warn || (now >= deadline && !warned)) {
+				const char *step = NULL;
+
+				/* The worker lives while it is running. */
+				pthread_mutex_lock(&running_lock);
+				if (running &&
+				    atomic_load(&stop_stage) == STAGE_CLOSE)
+					step = tbx__worker_close_step(running);
 				tbx__log(TBX_LOG_WARNING,
 					 "tokenbox " CMD ": still stopping "
-					 "after %lld ms (%s): waiting for %s; "
-					 "exits with status 1 at "
+					 "after %lld ms (%s): waiting for "
+					 "%s%s%s; exits with status 1 at "
 					 "shutdown.timeout.ms=%lld",
 					 now - started, sig_name(first),
 					 stage_name(atomic_load(&stop_stage)),
+					 step ? "; now: " : "",
+					 step ? step : "",
 					 (long long)atomic_load(&shutdown_ms));
+				pthread_mutex_unlock(&running_lock);
 				next_warn = now + SLOW_EVERY_MS;
 				warned = 1;
 			}
