@@ -328,6 +328,29 @@ static void last_line(const char *path, char *out, size_t size)
 	out[strcspn(out, "\n")] = '\0';
 }
 
+/* Prints the last @p want lines of a worker's log: a worker that did not
+ * stop cleanly says why there, and CI keeps only this program's output. */
+static void log_tail(const run_t *r, const proc_t *p, int want)
+{
+	char path[PATH_MAX + 64], ring[40][512];
+	int n = 0;
+	FILE *f;
+
+	if (want > 40)
+		want = 40;
+	worker_log(r, p, path, sizeof(path));
+	if (!(f = fopen(path, "r")))
+		return;
+	while (fgets(ring[n % want], sizeof(ring[0]), f)) {
+		/* A line longer than the slot goes on in the next one. */
+		ring[n % want][strcspn(ring[n % want], "\n")] = '\0';
+		n++;
+	}
+	fclose(f);
+	for (int i = n > want ? n - want : 0; i < n; i++)
+		fprintf(stderr, "chaos:   | %s\n", ring[i % want]);
+}
+
 static void worker_spawn(run_t *r, proc_t *p)
 {
 	char kv[15][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
@@ -469,6 +492,7 @@ static void reap(run_t *r, int restart)
 				say("worker %u (pid %d) ignored SIGTERM for "
 				    "60 s: SIGKILL",
 				    p->serial, (int)p->pid);
+				log_tail(r, p, 30);
 				r->fig.unclean_stops++;
 				kill(p->pid, SIGKILL);
 				p->sigkill = 1;
@@ -495,6 +519,7 @@ static void reap(run_t *r, int restart)
 			    "0x%x: see %s",
 			    p->serial, (int)p->pid, ch_group_names[p->group],
 			    status, r->logs);
+			log_tail(r, p, 30);
 			r->fig.unclean_stops++;
 		} else if (!p->sigkill &&
 			   (!p->sigterm || refused_full_disk(r, p, status))) {
