@@ -250,9 +250,11 @@ const tbx__prop_t tbx__props[] = {
 	{"shutdown.timeout.ms", INT(shutdown_timeout_ms), "30000", 100, 3600000,
 	 NULL, "worker", 0,
 	 "Bound on draining at shutdown. tbx_worker_close() waits at most "
-	 "this long for outgoing messages to be delivered (the final "
-	 "offset commit and leaving the group are bounded by librdkafka); "
-	 "`tokenbox worker` exits after this long whatever is pending "
+	 "this long for outgoing messages to be delivered; the final "
+	 "offset commit waits while the group's coordinator is "
+	 "unreachable, and leaving the group up to about "
+	 "session.timeout.ms (librdkafka's bounds, not this one). "
+	 "`tokenbox worker` exits 1 after this long whatever is pending "
 	 "(the protocol recovers on restart)."},
 	{"stats.interval.ms", INT(stats_interval_ms), "0", 0, 86400000,
 	 NULL, "worker", 0,
