@@ -9,6 +9,7 @@
 #ifndef TBX_CONSUMER_BATCH_H
 #define TBX_CONSUMER_BATCH_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -129,6 +130,9 @@ typedef struct tbx__batch {
 	/* Tracing on: when the batch began and each phase ended (Unix
 	 * nanoseconds; 0: it did not run), for the batch span. */
 	uint64_t began_ns, phase_ns[TBX_PHASE_CNT];
+	/* The last phase that ended (-1: none yet), read by another thread
+	 * for the warnings of a slow stop (tbx__worker_step()). */
+	atomic_int phase_done;
 } tbx__batch_t;
 
 /** Notes that @p phase of @p batch ended now, when tracing is on (a
@@ -139,6 +143,8 @@ static inline int tbx__batch_phase(tbx__batch_t *batch, tbx__phase_t phase,
 {
 	if (batch->tracer)
 		batch->phase_ns[phase] = tbx__now_ns();
+	atomic_store_explicit(&batch->phase_done, (int)phase,
+			      memory_order_relaxed);
 	return err;
 }
 

@@ -676,6 +676,50 @@ const char *tbx__worker_close_step(const tbx_worker_t *worker)
 	}
 }
 
+const char *tbx__worker_step(const tbx_worker_t *worker)
+{
+	/* Phase that runs after the one that ended last (a failed phase
+	 * goes to F). */
+	static const char *const batch[] = {
+	    "the batch in hand, G: its crash marker",
+	    "the batch in hand, A: its handlers, its outbox rows",
+	    "the batch in hand, B: minting its tokens",
+	    "the batch in hand, C: dispatching its messages",
+	    "the batch in hand, D: consuming its records' tokens",
+	    "the batch in hand, E: finishing its outbox rows",
+	    "the batch in hand, F: its offsets",
+	};
+	const char *close = tbx__worker_close_step(worker);
+	int phase;
+
+	if (close)
+		return close;
+	switch (atomic_load_explicit(&worker->doing, memory_order_relaxed)) {
+	case TBX__DOING_RESUME:
+		return "seeking the partitions whose retry wait is over";
+	case TBX__DOING_RECOVER:
+		return "the recovery pass: the group's committed offsets";
+	case TBX__DOING_CLEANUP:
+		return "the register-cleanup pass";
+	case TBX__DOING_COLLECT:
+		return "a poll of the Kafka consumer (rebalances are served "
+		       "in it)";
+	case TBX__DOING_LAYOUT:
+		return "the outbox layout check of an assignment";
+	case TBX__DOING_BATCH:
+		phase = atomic_load_explicit(&worker->batch.phase_done,
+					     memory_order_relaxed);
+		return batch[phase < 0		    ? 0
+			     : phase >= TBX_PHASE_F ? TBX_PHASE_F
+						    : phase + 1];
+	case TBX__DOING_REVOKE:
+		return "a revocation: finishing delivered rows and the "
+		       "synchronous commit of the revoked partitions' offsets";
+	default:
+		return NULL;
+	}
+}
+
 static void close_step(tbx_worker_t *worker, int step)
 {
 	atomic_store(&worker->close_step, step);

@@ -47,6 +47,8 @@ struct tbx_worker {
 	/* The step tbx_worker_close() is in (TBX__CLOSE_*), read by another
 	 * thread for the warnings of a slow stop. */
 	atomic_int close_step;
+	/* What the poll loop is doing (TBX__DOING_*), read likewise. */
+	atomic_int doing;
 	/* one file for both stores: tokens commit with A and with E */
 	int joined;
 	/* the token store's id (tbx-store of what this worker mints) */
@@ -168,6 +170,26 @@ enum {
  *  thread, while the worker lives); NULL before it started or once it
  *  is done. */
 const char *tbx__worker_close_step(const tbx_worker_t *worker);
+/** The steps of tbx_worker_poll() that can wait. */
+enum {
+	TBX__DOING_NONE,
+	TBX__DOING_RESUME,
+	TBX__DOING_RECOVER,
+	TBX__DOING_CLEANUP,
+	TBX__DOING_COLLECT,
+	TBX__DOING_LAYOUT,
+	TBX__DOING_BATCH,
+	TBX__DOING_REVOKE
+};
+/** What @p worker is doing, for a warning (any thread, while the worker
+ *  lives): the step of its close (tbx__worker_close_step()), else that of
+ *  its poll, with the phase of the batch in hand; NULL between polls. */
+const char *tbx__worker_step(const tbx_worker_t *worker);
+/** Notes the poll's step (TBX__DOING_*). */
+static inline void tbx__worker_doing(tbx_worker_t *worker, int doing)
+{
+	atomic_store_explicit(&worker->doing, doing, memory_order_relaxed);
+}
 /** Topics with a handler registered, and the i-th of them. */
 size_t tbx__worker_topic_count(const tbx_worker_t *worker);
 const char *tbx__worker_topic(const tbx_worker_t *worker, size_t i);

@@ -404,8 +404,11 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 		return TBX_ESTATE;
 	if (!worker->started && (err = tbx__worker_start(worker)))
 		return err;
+	tbx__worker_doing(worker, TBX__DOING_RESUME);
 	tbx__worker_resume_due(worker);
+	tbx__worker_doing(worker, TBX__DOING_RECOVER);
 	maybe_recover(worker);
+	tbx__worker_doing(worker, TBX__DOING_NONE);
 	tbx__worker_recommit_due(worker);
 	tbx__commit_watch_check(worker);
 	tbx__membership_check(worker);
@@ -414,8 +417,12 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 		tbx__trace_loss_check(worker->batch.tracer, tbx__mono_ms(),
 				      worker->cfg->trace_loss_window_ms,
 				      worker->store, worker->group);
+	tbx__worker_doing(worker, TBX__DOING_CLEANUP);
 	maybe_cleanup(worker);
-	if ((err = collect(worker, timeout_ms))) {
+	tbx__worker_doing(worker, TBX__DOING_COLLECT);
+	err = collect(worker, timeout_ms);
+	tbx__worker_doing(worker, TBX__DOING_NONE);
+	if (err) {
 		tbx__worker_batch_abandon(worker);
 		return err;
 	}
@@ -423,8 +430,10 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 		/* Refused, or a store error: checked again at every poll,
 		 * the batch held back meanwhile, so that a caller that goes
 		 * on polling handles nothing beside the batch rows. */
+		tbx__worker_doing(worker, TBX__DOING_LAYOUT);
 		err = tbx__layout_check(worker, "at an assignment",
 					worker->errstr, sizeof(worker->errstr));
+		tbx__worker_doing(worker, TBX__DOING_NONE);
 		worker->layout_due = err != TBX_OK;
 		if (err == TBX_ESTATE && !worker->layout_refused) {
 			/* logged at ERROR once, as tbx__worker_fail() */
@@ -441,7 +450,11 @@ static int worker_poll(tbx_worker_t *worker, int timeout_ms, size_t *consumed)
 	}
 	cnt = worker->batch.cnt;
 	int64_t began = tbx__mono_ms();
+	atomic_store_explicit(&worker->batch.phase_done, -1,
+			      memory_order_relaxed);
+	tbx__worker_doing(worker, TBX__DOING_BATCH);
 	err = process_batch(worker);
+	tbx__worker_doing(worker, TBX__DOING_NONE);
 	/* The rest of a suspect range stays for the next batch. */
 	tbx__batch_keep(&worker->batch);
 	tbx__proto_reconnect_check(&worker->proto);

@@ -318,10 +318,14 @@ void tbx__worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 		 * unprocessed: the next owner starts from the committed
 		 * offset. */
 		int lost = rd_kafka_assignment_lost(rk);
+		int doing = atomic_load(&worker->doing);
 
+		/* Served inside a poll or the close: back to that after. */
+		tbx__worker_doing(worker, TBX__DOING_REVOKE);
 		tbx__worker_finish_waiting(worker, "revocation", 1);
 		if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && !lost)
 			rd_kafka_commit(rk, NULL, 0);
+		tbx__worker_doing(worker, doing);
 		tbx__proto_forget(&worker->proto, parts);
 		tbx__worker_batch_drop(worker, parts);
 		resume_held(rk, worker, parts);

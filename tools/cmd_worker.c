@@ -624,8 +624,8 @@ static void *signal_main(void *arg)
 				/* The worker lives while it is running. */
 				pthread_mutex_lock(&running_lock);
 				if (running &&
-				    atomic_load(&stop_stage) == STAGE_CLOSE)
-					step = tbx__worker_close_step(running);
+				    atomic_load(&stop_stage) <= STAGE_CLOSE)
+					step = tbx__worker_step(running);
 				tbx__log(TBX_LOG_WARNING,
 					 "tokenbox " CMD ": still stopping "
 					 "after %lld ms (%s): waiting for "

@@ -1,18 +1,20 @@
 /*
- * What a worker's close is doing, for the warnings of a slow stop
- * (`tokenbox worker: still stopping after N ms …; now: …`, docs/
- * operations.md): a stop that overruns shutdown.timeout.ms must have said
- * which step it waited in, or its exit 1 tells an operator nothing.
+ * What a worker is doing, for the warnings of a slow stop (`tokenbox
+ * worker: still stopping after N ms …; now: …`, docs/operations.md): a stop
+ * that overruns shutdown.timeout.ms must have said which step it waited
+ * in, or its exit 1 tells an operator nothing.
  *
- * rd_kafka_consumer_close() is interposed (the library's code, linked into
- * this program, calls it) and held while the test reads the step: a group
- * that does not answer the leave, made on demand.
+ * In the close: rd_kafka_consumer_close() is interposed (the library's
+ * code, linked into this program, calls it) and held while the test reads
+ * the step, a group that does not answer the leave, made on demand.  In a
+ * batch: a handler reads the step while it runs.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "consumer/worker.h"
@@ -45,7 +47,7 @@ static void *closer(void *opaque)
 	return NULL;
 }
 
-Test(close_step, a_close_held_by_the_group_names_its_step, .timeout = 300)
+Test(worker_step, a_close_held_by_the_group_names_its_step, .timeout = 300)
 {
 	tt_hop_env_t e;
 	tt_want_t one;
@@ -78,5 +80,41 @@ Test(close_step, a_close_held_by_the_group_names_its_step, .timeout = 300)
 	pthread_join(thread, NULL);
 	cr_expect_null(tbx__worker_close_step(e.w),
 		       "a closed worker is in no step of its close");
+	tt_hop_env_stop(&e);
+}
+
+/* A handler of type "Peek": notes the step of the worker it runs in. */
+static char peeked[256];
+
+static tbx_verdict_t peek(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
+{
+	const char *step = tbx__worker_step(opaque);
+
+	(void)ctx;
+	(void)msg;
+	snprintf(peeked, sizeof(peeked), "%s", step ? step : "(none)");
+	return TBX_VERDICT_OK;
+}
+
+static int peeked_once(void *opaque)
+{
+	(void)opaque;
+	return peeked[0] != '\0';
+}
+
+Test(worker_step, a_handler_runs_in_phase_a_of_the_batch_in_hand,
+     .timeout = 300)
+{
+	tt_hop_env_t e;
+
+	tt_hop_env_start(&e, 1);
+	cr_assert_eq(tbx_worker_register(e.w, "in", "Peek", peek, e.w), TBX_OK);
+	cr_expect_null(tbx__worker_step(e.w), "no step before a poll");
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Peek", 1, 1, "p");
+	cr_assert(tt_drive(&e.w, 1, peeked_once, NULL, 5, 60),
+		  "the Peek record was not handled");
+	cr_expect(strstr(peeked, "the batch in hand, A: its handlers"),
+		  "step: %s", peeked);
+	cr_expect_null(tbx__worker_step(e.w), "no step between polls");
 	tt_hop_env_stop(&e);
 }
