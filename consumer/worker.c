@@ -654,28 +654,6 @@ static int await_first_assignment(tbx_worker_t *worker)
 	return 0;
 }
 
-const char *tbx__worker_close_step(const tbx_worker_t *worker)
-{
-	switch (atomic_load(&worker->close_step)) {
-	case TBX__CLOSE_FINISH:
-		return "finishing the rows whose messages were delivered";
-	case TBX__CLOSE_COMMIT:
-		return "the final offset commit";
-	case TBX__CLOSE_FIRST_ASSIGNMENT:
-		return "the group's first assignment (librdkafka 2.0.2 aborts "
-		       "when a consumer is destroyed before it)";
-	case TBX__CLOSE_LEAVE:
-		return "the revocation that leaving the group brings";
-	case TBX__CLOSE_CONSUMER:
-		return "rd_kafka_consumer_close(): the group's answer to the "
-		       "leave, and the commits in flight";
-	case TBX__CLOSE_FLUSH:
-		return "the producer's messages still in flight";
-	default:
-		return NULL;
-	}
-}
-
 const char *tbx__worker_step(const tbx_worker_t *worker)
 {
 	/* Phase that runs after the one that ended last (a failed phase
@@ -689,11 +667,8 @@ const char *tbx__worker_step(const tbx_worker_t *worker)
 	    "the batch in hand, E: finishing its outbox rows",
 	    "the batch in hand, F: its offsets",
 	};
-	const char *close = tbx__worker_close_step(worker);
 	int phase;
 
-	if (close)
-		return close;
 	switch (atomic_load_explicit(&worker->doing, memory_order_relaxed)) {
 	case TBX__DOING_RESUME:
 		return "seeking the partitions whose retry wait is over";
@@ -715,14 +690,23 @@ const char *tbx__worker_step(const tbx_worker_t *worker)
 	case TBX__DOING_REVOKE:
 		return "a revocation: finishing delivered rows and the "
 		       "synchronous commit of the revoked partitions' offsets";
+	case TBX__DOING_CLOSE_FINISH:
+		return "finishing the rows whose messages were delivered";
+	case TBX__DOING_CLOSE_COMMIT:
+		return "the final offset commit";
+	case TBX__DOING_CLOSE_FIRST_ASSIGNMENT:
+		return "the group's first assignment (librdkafka 2.0.2 aborts "
+		       "when a consumer is destroyed before it)";
+	case TBX__DOING_CLOSE_LEAVE:
+		return "the revocation that leaving the group brings";
+	case TBX__DOING_CLOSE_CONSUMER:
+		return "rd_kafka_consumer_close(): the group's answer to the "
+		       "leave, and the commits in flight";
+	case TBX__DOING_CLOSE_FLUSH:
+		return "the producer's messages still in flight";
 	default:
 		return NULL;
 	}
-}
-
-static void close_step(tbx_worker_t *worker, int step)
-{
-	atomic_store(&worker->close_step, step);
 }
 
 static int worker_close(tbx_worker_t *worker)
@@ -742,22 +726,22 @@ static int worker_close(tbx_worker_t *worker)
 		worker->consumer = NULL;
 	}
 	/* The rows whose D+E wait, and their offsets (finish.defer). */
-	close_step(worker, TBX__CLOSE_FINISH);
+	tbx__worker_doing(worker, TBX__DOING_CLOSE_FINISH);
 	tbx__worker_finish_waiting(worker, "close", 1);
 	if (worker->consumer) {
 		/* Offsets of finished batches were stored; an async commit
 		 * may still be in flight: commit them synchronously. */
-		close_step(worker, TBX__CLOSE_COMMIT);
+		tbx__worker_doing(worker, TBX__DOING_CLOSE_COMMIT);
 		rd_kafka_resp_err_t err =
 		    rd_kafka_commit(worker->consumer, NULL, 0);
 		if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
 			tbx__log(TBX_LOG_INFO, "final commit: %s",
 				 rd_kafka_err2str(err));
-		close_step(worker, TBX__CLOSE_FIRST_ASSIGNMENT);
+		tbx__worker_doing(worker, TBX__DOING_CLOSE_FIRST_ASSIGNMENT);
 		if (await_first_assignment(worker)) {
-			close_step(worker, TBX__CLOSE_LEAVE);
+			tbx__worker_doing(worker, TBX__DOING_CLOSE_LEAVE);
 			leave_group(worker);
-			close_step(worker, TBX__CLOSE_CONSUMER);
+			tbx__worker_doing(worker, TBX__DOING_CLOSE_CONSUMER);
 			rd_kafka_consumer_close(worker->consumer);
 			rd_kafka_destroy(worker->consumer);
 		} else {
@@ -773,7 +757,7 @@ static int worker_close(tbx_worker_t *worker)
 		worker->consumer = NULL;
 	}
 	if (worker->producer) {
-		close_step(worker, TBX__CLOSE_FLUSH);
+		tbx__worker_doing(worker, TBX__DOING_CLOSE_FLUSH);
 		rd_kafka_flush(worker->producer,
 			       worker->cfg->shutdown_timeout_ms <
 				       worker->cfg->dispatch_timeout_ms
@@ -782,7 +766,7 @@ static int worker_close(tbx_worker_t *worker)
 		rd_kafka_destroy(worker->producer);
 		worker->producer = NULL;
 	}
-	close_step(worker, TBX__CLOSE_DONE);
+	tbx__worker_doing(worker, TBX__DOING_NONE);
 	return TBX_OK;
 }
 

@@ -44,10 +44,8 @@ struct tbx_worker {
 	rd_kafka_t *producer;
 	int started, closed;
 	atomic_int stop;
-	/* The step tbx_worker_close() is in (TBX__CLOSE_*), read by another
-	 * thread for the warnings of a slow stop. */
-	atomic_int close_step;
-	/* What the poll loop is doing (TBX__DOING_*), read likewise. */
+	/* The step of its poll or of its close it is in (TBX__DOING_*), read
+	 * by another thread for the warnings of a slow stop. */
 	atomic_int doing;
 	/* one file for both stores: tokens commit with A and with E */
 	int joined;
@@ -155,22 +153,8 @@ int tbx__worker_trace_to(tbx_worker_t *worker, tbx__span_sink_fn *sink,
 			 void *opaque);
 /** The tag of @p worker's log lines, valid while it lives. */
 const char *tbx__worker_log_tag(const tbx_worker_t *worker);
-/** The steps of tbx_worker_close(), in order. */
-enum {
-	TBX__CLOSE_NONE,
-	TBX__CLOSE_FINISH,
-	TBX__CLOSE_COMMIT,
-	TBX__CLOSE_FIRST_ASSIGNMENT,
-	TBX__CLOSE_LEAVE,
-	TBX__CLOSE_CONSUMER,
-	TBX__CLOSE_FLUSH,
-	TBX__CLOSE_DONE
-};
-/** What tbx_worker_close() of @p worker is doing, for a warning (any
- *  thread, while the worker lives); NULL before it started or once it
- *  is done. */
-const char *tbx__worker_close_step(const tbx_worker_t *worker);
-/** The steps of tbx_worker_poll() that can wait. */
+/** The steps of tbx_worker_poll() and of tbx_worker_close() that can
+ *  wait. */
 enum {
 	TBX__DOING_NONE,
 	TBX__DOING_RESUME,
@@ -179,11 +163,17 @@ enum {
 	TBX__DOING_COLLECT,
 	TBX__DOING_LAYOUT,
 	TBX__DOING_BATCH,
-	TBX__DOING_REVOKE
+	TBX__DOING_REVOKE,
+	TBX__DOING_CLOSE_FINISH,
+	TBX__DOING_CLOSE_COMMIT,
+	TBX__DOING_CLOSE_FIRST_ASSIGNMENT,
+	TBX__DOING_CLOSE_LEAVE,
+	TBX__DOING_CLOSE_CONSUMER,
+	TBX__DOING_CLOSE_FLUSH
 };
 /** What @p worker is doing, for a warning (any thread, while the worker
- *  lives): the step of its close (tbx__worker_close_step()), else that of
- *  its poll, with the phase of the batch in hand; NULL between polls. */
+ *  lives): the step of its poll, with the phase of the batch in hand, or
+ *  of its close; NULL between polls and once it is closed. */
 const char *tbx__worker_step(const tbx_worker_t *worker);
 /** Notes the poll's step (TBX__DOING_*). */
 static inline void tbx__worker_doing(tbx_worker_t *worker, int doing)
