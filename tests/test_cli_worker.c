@@ -334,6 +334,14 @@ Test(cli_worker, shutdown_timeout_bounds_a_slow_drain, .timeout = 240)
 		strstr(slow, "(SIGTERM): waiting for the batch in hand") &&
 		slow < strstr(log, "did not stop within"),
 	    "no WARN line saying what the stop waited for:\n%s", log);
+	/* And the main thread's stack at the bound, down to the handler's
+	 * sleep: what a stop that overran it waits in. */
+	const char *stack = strstr(log, "the main thread's stack at the end "
+					"of shutdown.timeout.ms:\n");
+	cr_expect(
+	    stack && strstr(stack, "nanosleep"),
+	    "no stack of the main thread down to the handler's sleep:\n%s",
+	    log);
 	free(log);
 	cr_expect(tt_integrity_ok(s.store));
 	setup_free(&s);

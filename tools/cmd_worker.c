@@ -38,6 +38,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -58,6 +59,10 @@
 #include "consumer/worker.h"
 #include "store/pg.h"
 #include "tokenbox/tokenbox.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
 
@@ -588,8 +593,63 @@ static const char *stage_name(int stage)
 	}
 }
 static sigset_t sig_set;
-static pthread_t sig_thread;
+static pthread_t sig_thread, main_thread;
 static int have_sig_thread;
+
+/*
+ * The main thread's stack, written to standard error when the bound ends
+ * the process: what a stop that overran it waits in, down to the call.
+ * SIGUSR2 is sent to the main thread alone and handled there; the signal
+ * thread waits up to STACK_WAIT_MS for it (a thread in uninterruptible
+ * sleep never runs the handler) and exits either way.  Not with
+ * log.format=json.  Frames are
+ * "file(function+offset)" or "file(+offset)": `addr2line -f -e FILE
+ * OFFSET` names a static function (docs/operations.md).
+ */
+#define STACK_WAIT_MS 2000
+static atomic_int stack_written;
+
+static void stack_write(int sig)
+{
+	static const char head[] = "tokenbox " CMD ": the main thread's stack "
+				   "at the end of shutdown.timeout.ms:\n";
+	void *frames[64];
+	int n, saved = errno;
+
+	(void)sig;
+	if (write(STDERR_FILENO, head, sizeof(head) - 1) < 0)
+		(void)0; /* nothing better to do with a failed write */
+#if defined(__SANITIZE_ADDRESS__)
+	/* symbolized, with files and lines */
+	__sanitizer_print_stack_trace();
+	(void)frames;
+	(void)n;
+#else
+	n = backtrace(frames, (int)(sizeof(frames) / sizeof(frames[0])));
+	backtrace_symbols_fd(frames, n, STDERR_FILENO);
+#endif
+	atomic_store(&stack_written, 1);
+	errno = saved;
+}
+
+static void stack_dump(void)
+{
+	long long until = tbx__mono_ms() + STACK_WAIT_MS;
+
+	/* Lines of plain text would break a stream of JSON objects. */
+	if (tbx__log_get_format() == TBX_LOGF_JSON ||
+	    pthread_kill(main_thread, SIGUSR2) != 0)
+		return;
+	while (!atomic_load(&stack_written) && tbx__mono_ms() < until) {
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (!atomic_load(&stack_written))
+		tbx__log(TBX_LOG_ERR,
+			 "tokenbox " CMD ": the main thread did "
+			 "not answer for its stack within %d ms",
+			 STACK_WAIT_MS);
+}
 
 static const char *sig_name(int sig)
 {
@@ -647,6 +707,7 @@ static void *signal_main(void *arg)
 					 "(%lld ms): exiting with status 1; "
 					 "unfinished work resumes on restart",
 					 (long long)atomic_load(&shutdown_ms));
+				stack_dump();
 				_exit(TBX_EXIT_FAIL);
 			}
 			wait_ms =
@@ -702,6 +763,17 @@ static void set_running(tbx_worker_t *worker)
 	pthread_mutex_unlock(&running_lock);
 }
 
+static int install_stack_handler(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = stack_write;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGUSR2, &sa, NULL);
+}
+
 static int install_signals(void)
 {
 	struct sigaction sa;
@@ -715,8 +787,16 @@ static int install_signals(void)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_IGN;
 	sigemptyset(&sa.sa_mask);
+	main_thread = pthread_self();
+	/* backtrace() loads libgcc_s at its first call, which allocates:
+	 * done here, not in the signal handler. */
+	{
+		void *frame;
+		(void)backtrace(&frame, 1);
+	}
 	/* A closed socket or pipe is an error return, not death. */
 	if (sigaction(SIGPIPE, &sa, NULL) != 0 ||
+	    install_stack_handler() != 0 ||
 	    (err = pthread_sigmask(SIG_BLOCK, &sig_set, NULL)) != 0 ||
 	    (err = pthread_create(&sig_thread, NULL, signal_main, NULL)) != 0)
 		return wfail("cannot set up signal handling: %s",

@@ -332,12 +332,12 @@ static void last_line(const char *path, char *out, size_t size)
  * stop cleanly says why there, and CI keeps only this program's output. */
 static void log_tail(const run_t *r, const proc_t *p, int want)
 {
-	char path[PATH_MAX + 64], ring[40][512];
+	char path[PATH_MAX + 64], ring[80][512];
 	int n = 0;
 	FILE *f;
 
-	if (want > 40)
-		want = 40;
+	if (want > 80)
+		want = 80;
 	worker_log(r, p, path, sizeof(path));
 	if (!(f = fopen(path, "r")))
 		return;
@@ -492,7 +492,7 @@ static void reap(run_t *r, int restart)
 				say("worker %u (pid %d) ignored SIGTERM for "
 				    "60 s: SIGKILL",
 				    p->serial, (int)p->pid);
-				log_tail(r, p, 30);
+				log_tail(r, p, 70);
 				r->fig.unclean_stops++;
 				kill(p->pid, SIGKILL);
 				p->sigkill = 1;
@@ -519,7 +519,7 @@ static void reap(run_t *r, int restart)
 			    "0x%x: see %s",
 			    p->serial, (int)p->pid, ch_group_names[p->group],
 			    status, r->logs);
-			log_tail(r, p, 30);
+			log_tail(r, p, 70);
 			r->fig.unclean_stops++;
 		} else if (!p->sigkill &&
 			   (!p->sigterm || refused_full_disk(r, p, status))) {
