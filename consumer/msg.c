@@ -108,6 +108,37 @@ static int header_text(const hval_t *h, char *dst, size_t dst_size,
 	return 1;
 }
 
+/*
+ * The last UUID text a header of one kind carried, raw and lower-cased:
+ * the records of a batch repeat their token store's id and, run after
+ * run, their token set's, so that most of them cost a comparison, not a
+ * check and a copy.  Per thread: the worker parses on one.
+ */
+typedef struct uuid_memo {
+	char raw[TBX_UUID_LEN];
+	char low[TBX_UUID_LEN + 1]; /* "" until a valid text was seen */
+} uuid_memo_t;
+
+static _Thread_local uuid_memo_t memo_tset, memo_store;
+
+/* header_text() for a UUID header whose value often repeats. */
+static int header_uuid(const hval_t *h, char dst[TBX_UUID_LEN + 1],
+		       uuid_memo_t *memo)
+{
+	if (h->present && h->val && h->len == TBX_UUID_LEN && memo->low[0] &&
+	    memcmp(h->val, memo->raw, TBX_UUID_LEN) == 0) {
+		memcpy(dst, memo->low, TBX_UUID_LEN + 1);
+		return 1;
+	}
+	int r = header_text(h, dst, TBX_UUID_LEN + 1, 1);
+
+	if (r == 1) {
+		memcpy(memo->raw, h->val, TBX_UUID_LEN);
+		memcpy(memo->low, dst, TBX_UUID_LEN + 1);
+	}
+	return r;
+}
+
 void tbx__msg_parse(struct tbx_msg *msg)
 {
 	rd_kafka_message_t *rkm = msg->rkm;
@@ -198,7 +229,7 @@ static void parse_tset(struct tbx_msg *msg, const hval_t *v, int has_id,
 	const char *why = NULL;
 	int32_t part = -1;
 	uint32_t index = 0;
-	int set = header_text(&v[H_TSET], msg->tset, sizeof(msg->tset), 1);
+	int set = header_uuid(&v[H_TSET], msg->tset, &memo_tset);
 	int bit = header_tbit(&v[H_TBIT], &part, &index);
 	int r;
 
@@ -218,7 +249,7 @@ static void parse_tset(struct tbx_msg *msg, const hval_t *v, int has_id,
 		/* As for tbx-token: copies need the id to be matched. */
 		why = "tbx-tset without a valid tbx-id";
 	if (!why) {
-		r = header_text(&v[H_STORE], msg->store, sizeof(msg->store), 1);
+		r = header_uuid(&v[H_STORE], msg->store, &memo_store);
 		if (r < 0) {
 			msg->store[0] = '\0';
 			why = "tbx-store is not a UUID";
@@ -304,7 +335,7 @@ void tbx__msg_parse_headers(struct tbx_msg *msg, rd_kafka_headers_t *hdrs,
 		msg->fmt = TBX_WF_MALFORMED;
 	/* The token store that minted the token; absent from older
 	 * senders (then the token is looked up in ours, as always). */
-	r = header_text(&v[H_STORE], msg->store, sizeof(msg->store), 1);
+	r = header_uuid(&v[H_STORE], msg->store, &memo_store);
 	if (r < 0) {
 		msg->store[0] = '\0';
 		msg->fmt = TBX_WF_MALFORMED;

@@ -140,13 +140,23 @@ static int msg_id_ok(const char *s, size_t len)
 	return 1;
 }
 
+/* 1 when @p e refers to the token or set of @p prev, an entry that
+ * passed ent_check(): a set's records follow each other, and its id is
+ * then checked once. */
+static int ref_same(const tbx__cover_ent_t *e, const tbx__cover_ent_t *prev)
+{
+	return e->ref != TBX__REF_NONE && prev->ref != TBX__REF_NONE &&
+	       strcmp(e->ref_id, prev->ref_id) == 0;
+}
+
 /*
  * The rules of one entry, for the encoder (TBX_EINVAL) and the decoder
  * (TBX_ECORRUPT).  The strings are NUL-terminated here.  @p topic_ok: the
- * topic is the previous entry's, checked already.
+ * topic is the previous entry's, checked already; @p ref_ok: so is the
+ * token or set id (ref_same()).
  */
 static int ent_check(const tbx__cover_ent_t *e, uint32_t i, int code,
-		     int topic_ok, char *err, size_t err_size)
+		     int topic_ok, int ref_ok, char *err, size_t err_size)
 {
 	if (e->kind < TBX__COVER_HANDLED || e->kind > TBX__COVER_UNTOKENED)
 		return tbx__seterr(err, err_size, code,
@@ -183,7 +193,7 @@ static int ent_check(const tbx__cover_ent_t *e, uint32_t i, int code,
 		break;
 	case TBX__REF_TOKEN:
 	case TBX__REF_BIT:
-		if (!uuid_text(e->ref_id, strlen(e->ref_id)))
+		if (!ref_ok && !uuid_text(e->ref_id, strlen(e->ref_id)))
 			return tbx__seterr(err, err_size, code,
 					   "cover entry %u: token id is not "
 					   "UUID text",
@@ -310,7 +320,8 @@ int tbx__cover_encode(tbx__buf_t *b, const tbx__cover_ent_t *e, size_t n,
 				strcmp(e[i].topic, e[i - 1].topic) == 0);
 
 		if ((rc = ent_check(e + i, (uint32_t)i, TBX_EINVAL, topic_ok,
-				    err, err_size)))
+				    i && ref_same(e + i, e + i - 1), err,
+				    err_size)))
 			return rc;
 		stray =
 		    e[i].ref == TBX__REF_BIT && e[i].set_part != e[i].partition;
@@ -487,7 +498,7 @@ static int cover_entry(cur_t *cur, uint32_t i, tbx__cover_ent_t *e,
 					   i);
 	}
 	return ent_check(e, i, TBX_ECORRUPT, prev && e->topic == prev->topic,
-			 err, err_size);
+			 prev && ref_same(e, prev), err, err_size);
 short_:
 	return tbx__seterr(err, err_size, TBX_ECORRUPT,
 			   "cover entry %u: runs past the end of the column",

@@ -259,6 +259,46 @@ Test(batchrow, the_encoder_refuses_what_the_decoder_would)
 	tbx__buf_free(&b);
 }
 
+/* A token or set id equal to the entry before's is checked once; one
+ * that differs is checked whole, in the encoder and in the decoder. */
+Test(batchrow, an_id_after_the_same_one_is_read_and_another_checked)
+{
+	tbx__cover_ent_t e[3] = {ent(TBX__COVER_HANDLED, "tt", 1, 2, "m1",
+				     TBX__REF_BIT, SET_A, 9, 1),
+				 ent(TBX__COVER_HANDLED, "tt", 1, 3, "m2",
+				     TBX__REF_BIT, SET_A, 9, 2),
+				 ent(TBX__COVER_HANDLED, "tt", 1, 4, "m3",
+				     TBX__REF_BIT, SET_A, 9, 3)};
+	tbx__buf_t b = {0};
+	tbx__cover_t c;
+	char err[200];
+	size_t at;
+
+	encode(e, 3, &b);
+	cr_assert_eq(tbx__cover_decode(b.p, b.len, &c, err, sizeof(err)),
+		     TBX_OK, "%s", err);
+	cr_assert_eq(c.n, 3);
+	tbx__cover_free(&c);
+	/* The third entry's set id, one digit made a 'g' in the blob: the
+	 * second's is SET_A, so the third is checked. */
+	at = b.len - 1 - 2 - 4; /* its id's last byte, before index, part */
+	cr_assert_eq(b.p[at], (unsigned char)SET_A[TBX_UUID_LEN - 1]);
+	b.p[at] = 'g';
+	cr_assert_eq(tbx__cover_decode(b.p, b.len, &c, err, sizeof(err)),
+		     TBX_ECORRUPT);
+	cr_assert(strstr(err, "cover entry 2: token id is not UUID text"), "%s",
+		  err);
+	tbx__cover_free(&c);
+	tbx__buf_free(&b);
+	/* And the encoder, past an entry of the same id. */
+	snprintf(e[2].ref_id, sizeof(e[2].ref_id), "%.*sG", TBX_UUID_LEN - 1,
+		 SET_A);
+	cr_assert_eq(tbx__cover_encode(&b, e, 3, err, sizeof(err)), TBX_EINVAL);
+	cr_assert(strstr(err, "cover entry 2: token id is not UUID text"), "%s",
+		  err);
+	tbx__buf_free(&b);
+}
+
 Test(batchrow, a_wire_column_reads_back_and_is_checked)
 {
 	tbx__wire_ent_t w[3] = {{-1, 0, 0}, {0, 65535, 1}, {2147483647, 7, 1}};

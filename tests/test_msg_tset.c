@@ -160,6 +160,39 @@ static void assert_malformed(const struct tbx_msg *msg, const char *why)
 	cr_assert_str_eq(msg->tset, "");
 }
 
+/* A set or store id equal to the record before's is read from memory;
+ * one that differs in a byte is checked whole, however alike. */
+Test(tset_format, a_repeated_id_reads_the_same_and_another_is_checked)
+{
+	static const char upper[] = "0190A1B2-C3D4-7E5F-8A6B-000000000001";
+	static const char bad[] = "0190a1b2-c3d4-7e5f-8a6b-00000000000g";
+	struct tbx_msg msg;
+
+	for (int k = 0; k < 2; k++) {
+		parse_record(&msg, "tbx-id", ID, "tbx-tset", upper, "tbx-tbit",
+			     "5:300", "tbx-seq", "9", "tbx-store", STORE, NULL);
+		cr_assert_eq(msg.fmt, TBX_WF_SET, "parse %d", k);
+		cr_assert_str_eq(msg.tset, TSET, "lower-cased, parse %d", k);
+		cr_assert_str_eq(msg.store, STORE);
+	}
+	parse_record(&msg, "tbx-id", ID, "tbx-tset", bad, "tbx-tbit", "5:300",
+		     "tbx-seq", "9", "tbx-store", STORE, NULL);
+	assert_malformed(&msg, "tbx-tset is not a UUID");
+	parse_record(&msg, "tbx-id", ID, "tbx-tset", TSET, "tbx-tbit", "5:300",
+		     "tbx-seq", "9", "tbx-store", bad, NULL);
+	assert_malformed(&msg, "tbx-store is not a UUID");
+	/* per message, after a set's record of the same store */
+	parse_record(&msg, "tbx-id", ID, "tbx-token", TOKEN, "tbx-seq", "4",
+		     "tbx-store", bad, NULL);
+	cr_assert_eq(msg.fmt, TBX_WF_MALFORMED);
+	cr_assert_str_eq(msg.malformed, "tbx-store is not a UUID");
+	parse_record(&msg, "tbx-id", ID, "tbx-tset", TSET, "tbx-tbit", "5:300",
+		     "tbx-seq", "9", "tbx-store", STORE, NULL);
+	cr_assert_eq(msg.fmt, TBX_WF_SET);
+	cr_assert_str_eq(msg.tset, TSET);
+	cr_assert_str_eq(msg.store, STORE);
+}
+
 /* The table's rows that are not malformed. */
 Test(tset_format, batched_per_message_and_untokened)
 {
