@@ -249,7 +249,11 @@ const tbx__prop_t tbx__props[] = {
 	 "errors are retried without limit."},
 	{"shutdown.timeout.ms", INT(shutdown_timeout_ms), "30000", 100, 3600000,
 	 NULL, "worker", 0,
-	 "Bound on draining at shutdown. tbx_worker_close() waits at most "
+	 "Bound on draining at shutdown. The batch in hand waits for its "
+	 "messages' delivery reports at most half of this after the stop "
+	 "(tbx_worker_stop(), the signal), then gives the rest up "
+	 "undelivered, logged at WARN, their outbox rows left for the next "
+	 "owner as after a crash; tbx_worker_close() waits at most "
 	 "this long for outgoing messages to be delivered; the final "
 	 "offset commit waits while the group's coordinator is "
 	 "unreachable, and leaving the group up to about "

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/crash.h"
 #include "base/ids.h"
 #include "base/log.h"
@@ -277,14 +278,27 @@ static int produce_one(rd_kafka_t *rk, const char *store_id,
 	return TBX_OK;
 }
 
+/* 1 when @p stop says to give up the reports still to come. */
+static int stop_due(const tbx__dispatch_stop_t *stop, int64_t *waited)
+{
+	long long since;
+
+	if (!stop || !stop->since ||
+	    !(since = atomic_load_explicit(stop->since, memory_order_relaxed)))
+		return 0;
+	*waited = tbx__mono_ms() - since;
+	return *waited >= stop->wait_ms;
+}
+
 int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 		  tbx__row_t *const *rows, size_t cnt, int *delivered,
 		  size_t *undelivered, rd_kafka_resp_err_t *errs, char *errstr,
-		  size_t errstr_size)
+		  size_t errstr_size, const tbx__dispatch_stop_t *stop)
 {
 	size_t total = 0, k = 0, pending;
 	dr_slot_t *slots;
-	int err = TBX_OK;
+	int err = TBX_OK, purged = 0;
+	int64_t waited = 0;
 
 	if (!producer) { /* a fatal error destroyed it; none yet */
 		for (size_t i = 0; i < cnt; i++) {
@@ -313,13 +327,34 @@ int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 				    &rows[i]->msgs[j], &slots[k]);
 	}
 	tbx__crashpoint("C.produced");
-	/* Wait for every report: bounded by message.timeout.ms. */
-	do {
+	/* Wait for every report: bounded by message.timeout.ms, and once
+	 * the worker stops by half its shutdown.timeout.ms (worker.c): an
+	 * unreachable leader must not hold the stop past its bound.  What
+	 * is purged is undelivered, its row left for redelivery, as after a
+	 * crash in C; a copy the broker did take is dropped downstream by
+	 * its token. */
+	for (;;) {
 		rd_kafka_flush(producer, 100);
 		pending = 0;
 		for (k = 0; k < total; k++)
 			pending += slots[k].status == DR_PENDING;
-	} while (pending);
+		if (!pending)
+			break;
+		if (!purged && stop_due(stop, &waited)) {
+			tbx__log(TBX_LOG_WARNING,
+				 "stopping: %zu message(s) still without a "
+				 "delivery report %lld ms after the stop "
+				 "(half of shutdown.timeout.ms): given up "
+				 "undelivered, their rows left to the "
+				 "partitions' next owner, which sends them "
+				 "again (a copy the broker did take is "
+				 "dropped by its token)",
+				 pending, (long long)waited);
+			rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE |
+						     RD_KAFKA_PURGE_F_INFLIGHT);
+			purged = 1;
+		}
+	}
 
 	for (k = 0; k < total; k++)
 		if (slots[k].span)

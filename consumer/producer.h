@@ -8,6 +8,8 @@
 #define TBX_CONSUMER_PRODUCER_H
 
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 #include "consumer/conf.h"
 #include "outbox/outbox.h"
@@ -34,18 +36,28 @@ int tbx__producer_check(rd_kafka_t **producer, const tbx_conf_t *conf,
 int tbx__kafka_err_permanent(rd_kafka_resp_err_t err);
 /** The producer's message.max.bytes (librdkafka's default without one). */
 int64_t tbx__producer_max_bytes(rd_kafka_t *producer);
+/** What ends a dispatch's wait for its reports early: a stop.  Once the
+ *  worker's stop (*@p since, a tbx__mono_ms(); 0: none yet) is
+ *  @p wait_ms old, the messages still without a report are purged from
+ *  the producer and reported undelivered, as a crash would leave them. */
+typedef struct tbx__dispatch_stop {
+	const atomic_llong *since;
+	int64_t wait_ms;
+} tbx__dispatch_stop_t;
+
 /**
  * Produces every outgoing message of @p rows (NULL entries skipped) with
  * the tbx-* headers (tbx-store = @p store_id with every token) and waits for
  * every delivery report.  delivered[i] = 1 when all messages of rows[i] were
  * acknowledged.  @p errs (may be NULL) receives each message's result, rows
  * in order, messages in order.  A NULL @p producer delivers nothing
- * (RD_KAFKA_RESP_ERR__FATAL).
+ * (RD_KAFKA_RESP_ERR__FATAL).  @p stop (may be NULL, as its since): see
+ * tbx__dispatch_stop_t.
  * @returns TBX_OK when all were, else TBX_EDELIVERY (or TBX_EKAFKA).
  */
 int tbx__dispatch(rd_kafka_t *producer, const char *store_id,
 		  tbx__row_t *const *rows, size_t cnt, int *delivered,
 		  size_t *undelivered, rd_kafka_resp_err_t *errs, char *errstr,
-		  size_t errstr_size);
+		  size_t errstr_size, const tbx__dispatch_stop_t *stop);
 
 #endif

@@ -105,7 +105,7 @@ static int give_up(tbx__proto_t *proto, const tbx__row_t *row,
 		else
 			tbx__dispatch(*proto->producer, proto->store_id, &dlp,
 				      1, &delivered, NULL, dlq_errs, errstr,
-				      sizeof(errstr));
+				      sizeof(errstr), &proto->c_stop);
 	}
 	if (err)
 		goto out;
@@ -328,7 +328,8 @@ int tbx__phase_dispatch(tbx__proto_t *proto, tbx__batch_t *batch)
 	 * messages given up included: each is a send span of its own. */
 	tbx__tracer_t *prev = tbx__tracer_dispatch_swap(batch->tracer);
 	err = tbx__dispatch(*proto->producer, proto->store_id, rows, cnt,
-			    delivered, NULL, errs, errstr, sizeof(errstr));
+			    delivered, NULL, errs, errstr, sizeof(errstr),
+			    &proto->c_stop);
 	if (err)
 		tbx__log(TBX_LOG_WARNING, "dispatch: %s", errstr);
 	if (err && proto->parts) {

@@ -28,6 +28,7 @@
 #include "consumer/conf.h"
 #include "consumer/guard.h"
 #include "consumer/part.h"
+#include "consumer/producer.h"
 #include "handlers/router.h"
 #include "outbox/outbox.h"
 #include "tokens/tokens.h"
@@ -53,14 +54,15 @@ typedef struct tbx__e_offset {
 /** What the protocol works with, and its own state across batches. */
 typedef struct tbx__proto {
 	/* Handed over by the worker, which owns them. */
-	tbx_outbox_t *store;	/**< S, the service store */
-	tbx_tokens_t *tokens;	/**< T, the token store */
-	rd_kafka_t **producer;	/**< C dispatches through *producer and
-				     replaces it after a fatal error */
-	const tbx_conf_t *conf; /**< for a new producer */
-	tbx_router_t *router;	/**< the handlers */
-	tbx_stats_t *stats;	/**< counted into */
-	char *errstr;		/**< why a batch stopped the worker */
+	tbx_outbox_t *store;	     /**< S, the service store */
+	tbx_tokens_t *tokens;	     /**< T, the token store */
+	rd_kafka_t **producer;	     /**< C dispatches through *producer and
+					  replaces it after a fatal error */
+	const tbx_conf_t *conf;	     /**< for a new producer */
+	tbx__dispatch_stop_t c_stop; /**< C's reports given up at a stop */
+	tbx_router_t *router;	     /**< the handlers */
+	tbx_stats_t *stats;	     /**< counted into */
+	char *errstr;		     /**< why a batch stopped the worker */
 	size_t errstr_size;
 	/* Settings, read once by the worker. */
 	const char *group;

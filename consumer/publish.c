@@ -578,10 +578,11 @@ int tbx_publisher_flush(tbx_publisher_t *pub, size_t *failed)
 			which[cnt++] = i;
 		}
 		tbx__tracer_t *prev = tbx__tracer_dispatch_swap(pub->tracer);
-		err = cnt ? tbx__dispatch(pub->producer, pub->store_id, rows,
-					  cnt, delivered, &undelivered, errs,
-					  pub->errstr, sizeof(pub->errstr))
-			  : TBX_OK;
+		err =
+		    cnt ? tbx__dispatch(pub->producer, pub->store_id, rows, cnt,
+					delivered, &undelivered, errs,
+					pub->errstr, sizeof(pub->errstr), NULL)
+			: TBX_OK;
 		tbx__tracer_dispatch_swap(prev);
 		for (size_t k = 0; k < cnt; k++) {
 			pub_msg_t *ext = &pub->ext[which[k]];

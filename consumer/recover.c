@@ -136,7 +136,7 @@ int tbx__recover_send(const tbx_conf_t *conf, const char *store_id,
 	}
 	prev = tbx__tracer_dispatch_swap(tracer);
 	err = tbx__dispatch(producer, store_id, &row, 1, delivered, NULL, errs,
-			    errstr, errstr_size);
+			    errstr, errstr_size, NULL);
 	tbx__tracer_dispatch_swap(prev);
 	rd_kafka_destroy(producer);
 	/* The send span is held by the exporter: sent before the exit. */

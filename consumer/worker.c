@@ -58,6 +58,8 @@ static void worker_proto_init(tbx_worker_t *worker)
 	proto->tokens = worker->tokens;
 	proto->producer = &worker->producer;
 	proto->conf = worker->conf;
+	proto->c_stop.since = &worker->stop_ms;
+	proto->c_stop.wait_ms = worker->cfg->shutdown_timeout_ms / 2;
 	proto->router = worker->router;
 	proto->stats = &worker->stats;
 	proto->errstr = worker->errstr;
@@ -249,6 +251,7 @@ tbx_worker_t *tbx__worker_new_err(tbx_conf_t *conf, int *errp, char *errstr,
 	/* The recovery pass's dispatches record send spans too. */
 	worker->recovery.tracer = worker->batch.tracer;
 	atomic_init(&worker->stop, 0);
+	atomic_init(&worker->stop_ms, 0);
 	worker->conf = conf;
 	worker->cfg = cfg;
 	/* G relaxes the service store's durability for its own commit and
@@ -557,8 +560,12 @@ int tbx_worker_run(tbx_worker_t *worker)
 
 void tbx_worker_stop(tbx_worker_t *worker)
 {
-	if (worker)
-		atomic_store(&worker->stop, 1);
+	long long none = 0;
+
+	if (!worker)
+		return;
+	atomic_compare_exchange_strong(&worker->stop_ms, &none, tbx__mono_ms());
+	atomic_store(&worker->stop, 1);
 }
 
 /*

@@ -44,6 +44,7 @@ struct tbx_worker {
 	rd_kafka_t *producer;
 	int started, closed;
 	atomic_int stop;
+	atomic_llong stop_ms; /* tbx__mono_ms() of the first stop; 0: none */
 	/* The step of its poll or of its close it is in (TBX__DOING_*), read
 	 * by another thread for the warnings of a slow stop. */
 	atomic_int doing;

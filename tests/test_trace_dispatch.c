@@ -92,7 +92,7 @@ Test(trace_dispatch, a_message_dispatched_twice_is_two_send_spans,
 	prev = tbx__tracer_dispatch_swap(t);
 	for (int i = 0; i < 2; i++) {
 		cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, &delivered,
-					   NULL, NULL, err, sizeof(err)),
+					   NULL, NULL, err, sizeof(err), NULL),
 			     TBX_OK, "%s", err);
 		cr_assert(delivered);
 	}
@@ -179,7 +179,7 @@ Test(trace_dispatch, an_unsampled_message_leaves_as_it_was_stored,
 	free(blob);
 	prev = tbx__tracer_dispatch_swap(t);
 	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, &delivered, NULL,
-				   NULL, err, sizeof(err)),
+				   NULL, err, sizeof(err), NULL),
 		     TBX_OK, "%s", err);
 	tbx__tracer_dispatch_swap(prev);
 	cr_expect_eq(sink.cnt, 0, "an unsampled parent: no span");
@@ -615,7 +615,7 @@ Test(trace_dispatch, stored_contexts_leave_as_their_w3c_traceparent,
 	}
 	prev = tbx__tracer_dispatch_swap(t);
 	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 2, delivered, NULL,
-				   NULL, err, sizeof(err)),
+				   NULL, err, sizeof(err), NULL),
 		     TBX_OK, "%s", err);
 	tbx__tracer_dispatch_swap(prev);
 	cr_assert_eq(sink.cnt, 1, "the old row's sampled message only");
@@ -638,7 +638,7 @@ Test(trace_dispatch, stored_contexts_leave_as_their_w3c_traceparent,
 	/* Tracing off in the dispatcher: the same traceparent. */
 	rows[1] = NULL;
 	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, delivered, NULL,
-				   NULL, err, sizeof(err)),
+				   NULL, err, sizeof(err), NULL),
 		     TBX_OK, "%s", err);
 	n = tt_read_topic(c->bootstraps, "out", &recs);
 	cr_assert_eq(n, 3);
@@ -688,7 +688,7 @@ Test(trace_dispatch, a_malformed_stored_context_leaves_without_traceparent,
 	row_with(&row, h, 4);
 	prev = tbx__tracer_dispatch_swap(t);
 	cr_assert_eq(tbx__dispatch(producer, NULL, rows, 1, delivered, NULL,
-				   NULL, err, sizeof(err)),
+				   NULL, err, sizeof(err), NULL),
 		     TBX_OK, "%s", err);
 	tbx__tracer_dispatch_swap(prev);
 	cr_expect_eq(delivered[0], 1);

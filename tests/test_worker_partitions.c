@@ -20,6 +20,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,30 @@ typedef struct env {
 	int saved_err;
 } env_t;
 
+/* e->w: a worker of group g1 on e's stores, with settings k1=v1, k2=v2
+ * (NULL: none) over the environment's. */
+static void env_worker(env_t *e, const char *k1, const char *v1, const char *k2,
+		       const char *v2)
+{
+	char err[512], timeout[32];
+
+	/* How long A waits for a count, and a delivery for its report. */
+	snprintf(timeout, sizeof(timeout), "%d", 3000 * tt_time_factor());
+	e->w = tbx_worker_new(
+	    tt_conf(e->c->bootstraps, "g1", e->store, e->tokens,
+		    "outbox.layout", "batch", "tokens.format", "set",
+		    "dispatch.timeout.ms", timeout, k1, v1, k2, v2, NULL),
+	    err, sizeof(err));
+	cr_assert(e->w, "%s", err);
+	cr_assert_eq(
+	    tbx_worker_register(e->w, "in", "Ping", tt_hop_handle, &e->hop),
+	    TBX_OK);
+	tbx__worker_assign_directly(e->w);
+}
+
 static void env_init(env_t *e, const char *next_topic, const char *k1,
 		     const char *v1, const char *k2, const char *v2)
 {
-	char err[512], timeout[32];
 	int fd;
 
 	e->dir = tt_tmpdir();
@@ -62,18 +83,7 @@ static void env_init(env_t *e, const char *next_topic, const char *k1,
 	cr_assert(fd >= 0 && e->saved_err >= 0);
 	cr_assert(dup2(fd, STDERR_FILENO) >= 0);
 	close(fd);
-	/* How long A waits for a count, and a delivery for its report. */
-	snprintf(timeout, sizeof(timeout), "%d", 3000 * tt_time_factor());
-	e->w = tbx_worker_new(
-	    tt_conf(e->c->bootstraps, "g1", e->store, e->tokens,
-		    "outbox.layout", "batch", "tokens.format", "set",
-		    "dispatch.timeout.ms", timeout, k1, v1, k2, v2, NULL),
-	    err, sizeof(err));
-	cr_assert(e->w, "%s", err);
-	cr_assert_eq(
-	    tbx_worker_register(e->w, "in", "Ping", tt_hop_handle, &e->hop),
-	    TBX_OK);
-	tbx__worker_assign_directly(e->w);
+	env_worker(e, k1, v1, k2, v2);
 }
 
 static char *env_log(env_t *e)
@@ -303,5 +313,76 @@ Test(partitions, an_unknown_partition_makes_the_count_be_learnt_again,
 	cnt = tt_read_topic(e.c->bootstraps, "out", &recs);
 	cr_assert_eq(cnt, 2, "the replies of a and c");
 	tt_records_free(recs, cnt);
+	env_fini(&e);
+}
+
+static void *runner(void *opaque)
+{
+	tbx_worker_run(opaque);
+	return NULL;
+}
+
+/*
+ * A stop while C waits for a leader that does not come: dispatch.timeout.ms
+ * (an hour here) would hold the stop far past shutdown.timeout.ms, so C
+ * gives the reports up at half of it, loudly; the record's batch row is
+ * left undelivered, as a crash in C leaves it.  Once the partition has a
+ * leader again, the next worker delivers it, and the record took effect
+ * once.  Without the give-up the stop lasts the hour, past this test's
+ * timeout.
+ */
+Test(partitions, a_stop_gives_up_reports_a_leaderless_partition_holds,
+     .timeout = 300)
+{
+	env_t e;
+	pthread_t thread;
+	const char *step = NULL;
+	char *log, *line;
+	tt_record_t *recs;
+	size_t cnt;
+
+	env_init(&e, "out", "dispatch.timeout.ms", "3600000",
+		 "shutdown.timeout.ms", "2000");
+	tt_cluster_topic(e.c, "out", 1);
+	cr_assert_eq(
+	    rd_kafka_mock_partition_set_leader(e.c->mock, "out", 0, -1),
+	    RD_KAFKA_RESP_ERR_NO_ERROR);
+	tt_publish(e.c->bootstraps, e.tokens, "in", "Ping", 1, 1, "m");
+	cr_assert_eq(pthread_create(&thread, NULL, runner, e.w), 0);
+	for (int i = 0; i < 2400; i++) {
+		if ((step = tbx__worker_step(e.w)) &&
+		    strstr(step, "C: dispatching"))
+			break;
+		usleep(50 * 1000);
+	}
+	cr_assert(step && strstr(step, "C: dispatching"),
+		  "C never began (step: %s)", step ? step : "(none)");
+	tbx_worker_stop(e.w);
+	pthread_join(thread, NULL);
+
+	log = env_log(&e);
+	line = line_of(log, "without a delivery report");
+	cr_assert(line && strstr(line, " WARN ") &&
+		      strstr(line, "1 message(s)") &&
+		      strstr(line, "given up undelivered"),
+		  "no WARN of the reports given up in:\n%s", log);
+	free(log);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_obatch"), 1,
+		     "the batch row was finished undelivered");
+
+	/* The leader is back; the next worker delivers it, once. */
+	cr_assert_eq(rd_kafka_mock_partition_set_leader(e.c->mock, "out", 0, 1),
+		     RD_KAFKA_RESP_ERR_NO_ERROR);
+	tbx_worker_destroy(e.w);
+	env_worker(&e, NULL, NULL, NULL, NULL);
+	drive_to(&e, 1);
+	for (int i = 0; i < 100 && tt_count(e.store, "SELECT COUNT(*) FROM "
+						     "tbx_obatch") != 0;
+	     i++)
+		tbx_worker_poll(e.w, 100, NULL);
+	cr_assert_eq(tt_count(e.store, "SELECT COUNT(*) FROM tbx_obatch"), 0);
+	cnt = tt_read_topic(e.c->bootstraps, "out", &recs);
+	tt_records_free(recs, cnt);
+	cr_assert_eq(cnt, 1, "the reply was sent %zu times", cnt);
 	env_fini(&e);
 }
