@@ -22,7 +22,8 @@
  * the group and returns; the command then destroys the worker (closing the
  * stores), unloads the plugins and exits 0.  The same signal starts a bound
  * of shutdown.timeout.ms that ends the process with status 1 if that takes
- * too long, and a second signal ends it at once with 128 + signal.  Both
+ * too long (after writing the main thread's stack: SIGUSR2 to it), and a
+ * second signal ends it at once with 128 + signal.  Both
  * exits are safe: the protocol resumes unfinished work on restart.  The
  * signals are blocked in every thread and taken by one thread of the
  * command with sigwaitinfo(), so that what it does (log through the
@@ -159,14 +160,20 @@ static void usage(void)
 	    "configuration).  A stop still going after 5 s (or half of\n"
 	    "shutdown.timeout.ms, if shorter) logs a WARN naming what it waits "
 	    "for,\n"
-	    "again every 10 s.  If it takes longer than shutdown.timeout.ms "
-	    "(default\n"
-	    "30000), the command exits 1.  A second signal exits at once with "
-	    "status\n"
-	    "128 + signal (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP).  "
-	    "Both are\n"
-	    "safe: the protocol resumes unfinished work on restart, though "
-	    "the\n"
+	    "again every 10 s.  The batch's messages still without a delivery "
+	    "report\n"
+	    "half of shutdown.timeout.ms after the signal are given up "
+	    "undelivered,\n"
+	    "their outbox rows left for the next owner.  If the stop takes "
+	    "longer than\n"
+	    "shutdown.timeout.ms (default 30000), the command writes its main "
+	    "thread's\n"
+	    "stack to standard error and exits 1.  A second signal exits at "
+	    "once with\n"
+	    "status 128 + signal (143 for SIGTERM, 130 for SIGINT, 129 for "
+	    "SIGHUP).\n"
+	    "Both are safe: the protocol resumes unfinished work on restart, "
+	    "though the\n"
 	    "partitions wait for the group's session timeout before another "
 	    "member\n"
 	    "gets them.\n"

@@ -394,7 +394,10 @@ int tbx_worker_run(tbx_worker_t *worker);
 
 /**
  * Asks the worker to stop after the batch in hand.  Async-signal-safe and
- * callable from any thread: it only sets a flag.
+ * callable from any thread: it only sets a flag and the time of the first
+ * stop.  The batch's dispatch then waits for delivery reports at most half
+ * of shutdown.timeout.ms; what is still without one is left undelivered,
+ * its outbox row for the partition's next owner.
  */
 void tbx_worker_stop(tbx_worker_t *worker);
 
