@@ -15,8 +15,15 @@
  * _b or _c; chaos_ticks) in the handler's transaction.  The table has no unique
  * constraint on purpose: a handler that took effect twice leaves two rows,
  * which the validator counts.
+ *
+ * Every statement goes through tbx_ctx_exec() with $1 … $n text
+ * parameters, in SQL both databases take (TEXT and BIGINT columns), so
+ * the same plugin runs on an SQLite service store (store.path) and on a
+ * PostgreSQL one (store.url: the tables in the service schema, found by
+ * the search_path tokenbox sets).
  */
-#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,51 +32,69 @@
 
 #define JOB_MAX 64
 
-/* One table per role, so that the three services can share one file. */
-static const char *const table_sql[] = {
+/* One table per role, so that the three services can share one file;
+ * chaos_ticks last (role f).  tbx_chaos makes the effects tables before
+ * the workers start when the stores are on PostgreSQL, where CREATE TABLE
+ * IF NOT EXISTS is not safe against itself (docs/handlers.md). */
+enum { ROLE_A, ROLE_B, ROLE_C, ROLE_F, ROLES };
+static const char *const table_sql[ROLES] = {
     "CREATE TABLE IF NOT EXISTS chaos_effects_a(job TEXT NOT NULL, "
     "msg_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS chaos_effects_b(job TEXT NOT NULL, "
     "msg_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS chaos_effects_c(job TEXT NOT NULL, "
     "msg_id TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS chaos_ticks(tick TEXT NOT NULL, "
+    "part BIGINT NOT NULL, off BIGINT NOT NULL, pid BIGINT NOT NULL, "
+    "ms BIGINT NOT NULL)",
 };
-static const char *const insert_sql[] = {
-    "INSERT INTO chaos_effects_a(job, msg_id) VALUES (?, ?)",
-    "INSERT INTO chaos_effects_b(job, msg_id) VALUES (?, ?)",
-    "INSERT INTO chaos_effects_c(job, msg_id) VALUES (?, ?)",
+static const char *const insert_sql[ROLES] = {
+    "INSERT INTO chaos_effects_a(job, msg_id) VALUES ($1, $2)",
+    "INSERT INTO chaos_effects_b(job, msg_id) VALUES ($1, $2)",
+    "INSERT INTO chaos_effects_c(job, msg_id) VALUES ($1, $2)",
+    "INSERT INTO chaos_ticks(tick, part, off, pid, ms) VALUES ($1, $2, $3, "
+    "$4, $5)",
 };
-static const int roles[] = {0, 1, 2}; /* the handlers' opaque */
+static const int roles[] = {ROLE_A, ROLE_B, ROLE_C}; /* handlers' opaque */
+
+/* Per role: a statement of this process made (or found) the table and
+ * no insert failed since.  A failed insert clears it, so that the retry
+ * makes the table again (the first record's transaction rolled back, or
+ * another store).  Set once per process, it spares every later record
+ * the DDL. */
+static int table_ready[ROLES];
+
+/* Inserts @p params into @p role's table, making the table first unless
+ * this process did.  On PostgreSQL the insert is queued and sent with the
+ * next statement that waits (docs/handlers.md): its failure comes back
+ * from this call when the batch is handled again.
+ * @returns 0, or -1 with the reason set by tbx_ctx_exec() (a full disk,
+ * a lost connection, say: retried). */
+static int insert_row(tbx_ctx_t *ctx, int role, const char *const *params,
+		      int n)
+{
+	if (!table_ready[role]) {
+		if (tbx_ctx_exec(ctx, table_sql[role], NULL, 0, NULL) != TBX_OK)
+			return -1;
+		table_ready[role] = 1;
+	}
+	if (tbx_ctx_exec(ctx, insert_sql[role], params, n, NULL) != TBX_OK) {
+		table_ready[role] = 0;
+		return -1;
+	}
+	return 0;
+}
 
 /* @returns 0, or -1 with the reason set (a full disk, say: retried). */
 static int record(tbx_ctx_t *ctx, const tbx_msg_t *msg, int role,
 		  const char *job, size_t len)
 {
-	sqlite3 *db = tbx_ctx_db(ctx);
-	sqlite3_stmt *stmt = NULL;
-	int rc;
+	char text[JOB_MAX + 1];
+	const char *params[2] = {text, tbx_msg_id(msg)};
 
-	if (sqlite3_prepare_v2(db, insert_sql[role], -1, &stmt, NULL) !=
-	    SQLITE_OK) {
-		/* First use in this store: the table does not exist yet. */
-		sqlite3_finalize(stmt);
-		stmt = NULL;
-		if (sqlite3_exec(db, table_sql[role], NULL, NULL, NULL) !=
-			SQLITE_OK ||
-		    sqlite3_prepare_v2(db, insert_sql[role], -1, &stmt, NULL) !=
-			SQLITE_OK) {
-			tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-			sqlite3_finalize(stmt);
-			return -1;
-		}
-	}
-	sqlite3_bind_text(stmt, 1, job, (int)len, SQLITE_TRANSIENT);
-	sqlite3_bind_text(stmt, 2, tbx_msg_id(msg), -1, SQLITE_TRANSIENT);
-	rc = sqlite3_step(stmt);
-	if (rc != SQLITE_DONE)
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? 0 : -1;
+	memcpy(text, job, len); /* len <= JOB_MAX (job_of()) */
+	text[len] = '\0';
+	return insert_row(ctx, role, params, 2);
 }
 
 /* @returns the job id (the payload) or NULL after setting a REJECT. */
@@ -121,40 +146,25 @@ static tbx_verdict_t on_done(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
  * (wall clock, ms), for the fail-over measurement. */
 static tbx_verdict_t on_tick(tbx_ctx_t *ctx, const tbx_msg_t *msg, void *opaque)
 {
-	static const char create[] =
-	    "CREATE TABLE IF NOT EXISTS chaos_ticks(tick TEXT NOT NULL, "
-	    "part INTEGER NOT NULL, off INTEGER NOT NULL, pid INTEGER NOT "
-	    "NULL, ms INTEGER NOT NULL)";
-	static const char insert[] = "INSERT INTO chaos_ticks(tick, part, off, "
-				     "pid, ms) VALUES (?, ?, ?, ?, ?)";
-	sqlite3 *db = tbx_ctx_db(ctx);
-	sqlite3_stmt *stmt = NULL;
+	char tick[JOB_MAX + 1], part[24], off[24], pid[24], ms[24];
+	const char *params[5] = {tick, part, off, pid, ms};
 	struct timespec ts;
-	const char *tick;
+	const char *payload;
 	size_t len;
-	int rc;
 
 	(void)opaque;
-	if (!(tick = job_of(ctx, msg, &len)))
+	if (!(payload = job_of(ctx, msg, &len)))
 		return TBX_VERDICT_REJECT;
-	if (sqlite3_exec(db, create, NULL, NULL, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(db, insert, -1, &stmt, NULL) != SQLITE_OK) {
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-		sqlite3_finalize(stmt);
-		return TBX_VERDICT_RETRY;
-	}
+	memcpy(tick, payload, len); /* len <= JOB_MAX (job_of()) */
+	tick[len] = '\0';
 	clock_gettime(CLOCK_REALTIME, &ts);
-	sqlite3_bind_text(stmt, 1, tick, (int)len, SQLITE_TRANSIENT);
-	sqlite3_bind_int(stmt, 2, tbx_msg_partition(msg));
-	sqlite3_bind_int64(stmt, 3, tbx_msg_offset(msg));
-	sqlite3_bind_int64(stmt, 4, (sqlite3_int64)getpid());
-	sqlite3_bind_int64(
-	    stmt, 5, (sqlite3_int64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-	rc = sqlite3_step(stmt);
-	if (rc != SQLITE_DONE)
-		tbx_ctx_set_error(ctx, sqlite3_errmsg(db));
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? TBX_VERDICT_OK : TBX_VERDICT_RETRY;
+	snprintf(part, sizeof(part), "%d", (int)tbx_msg_partition(msg));
+	snprintf(off, sizeof(off), "%lld", (long long)tbx_msg_offset(msg));
+	snprintf(pid, sizeof(pid), "%lld", (long long)getpid());
+	snprintf(ms, sizeof(ms), "%lld",
+		 (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return insert_row(ctx, ROLE_F, params, 5) ? TBX_VERDICT_RETRY
+						  : TBX_VERDICT_OK;
 }
 
 static int chaos_init(tbx_worker_t *worker, const char *args)
