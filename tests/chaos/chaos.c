@@ -59,7 +59,19 @@ static const char usage_text[] =
     "      --layout one|files  one: every service's store and the token\n"
     "                          store in one file, tokenbox's default\n"
     "                          (default); files: a file per service and\n"
-    "                          one for the tokens\n"
+    "                          one for the tokens.  With --store-url, one:\n"
+    "                          the workers reach the token store through\n"
+    "                          their service store's connection (the\n"
+    "                          joined path); files: through a connection\n"
+    "                          of its own\n"
+    "      --store-url URL     the stores on this PostgreSQL server (a libpq\n"
+    "                          URL or key=value string) instead of SQLite\n"
+    "                          files: each service's store in a schema of\n"
+    "                          its own, chaos_PID_svc_a .. _c, the token\n"
+    "                          store in chaos_PID_tokens (an earlier run's\n"
+    "                          schemas of these names are dropped first;\n"
+    "                          a run that passes drops its own unless\n"
+    "                          --keep); disk faults are off\n"
     "      --outbox-layout record|batch\n"
     "                          the workers' outbox.layout: record, a row\n"
     "                          per record (default, tokenbox's); batch, a\n"
@@ -97,8 +109,8 @@ static const char usage_text[] =
     "  -h, --help              show this help\n"
     "\n"
     "Disk faults mount a small tmpfs for the stores, which needs root (or\n"
-    "CAP_SYS_ADMIN); without it they are skipped and the summary says\n"
-    "disk_faults=off.\n"
+    "CAP_SYS_ADMIN); without it, and with --store-url, they are skipped\n"
+    "and the summary says disk_faults=off.\n"
     "\n"
     "Exit status: 0 if every job took effect exactly once in each group,\n"
     "no token, registration or outbox row was left (token sets and batch\n"
@@ -125,7 +137,12 @@ typedef struct run {
 	ch_opts_t o;
 	uint64_t rng;
 	char dir[PATH_MAX - 64], store_dir[PATH_MAX], logs[PATH_MAX];
+	/* the stores (files under store_dir, or schemas), the token
+	 * store's name among them, and on PostgreSQL the tokens.url of the
+	 * workers of --layout files and of the publisher */
+	ch_stores_t stores;
 	char tokens[PATH_MAX + 16];
+	char tokens_url[4200];
 	char bootstraps[1024];
 	int mounted;
 	/* the mock cluster and its control channel */
@@ -353,19 +370,29 @@ static void log_tail(const run_t *r, const proc_t *p, int want)
 
 static void worker_spawn(run_t *r, proc_t *p)
 {
-	char kv[15][PATH_MAX + 64], log[PATH_MAX + 64], crash[64], seed[64];
+	char kv[17][4300], log[PATH_MAX + 64], crash[64], seed[64];
+	char store[PATH_MAX];
 	const char *group = ch_group_names[p->group];
-	char *argv[2 + 2 * 15 + 1];
+	char *argv[2 + 2 * 17 + 1];
 	int k = 0, n = 0;
 
 	p->serial = ++r->serial;
 	p->armed = r->o.crash_prob > 0 && ch_between(&r->rng, 0, 1) == 1;
 	snprintf(kv[n++], sizeof(kv[0]), "group.id=%s", group);
-	snprintf(kv[n++], sizeof(kv[0]), "store.path=");
-	ch_store_path(kv[n - 1] + strlen("store.path="),
-		      sizeof(kv[0]) - strlen("store.path="), r->store_dir,
-		      r->o.one_file, p->group);
-	snprintf(kv[n++], sizeof(kv[0]), "tokens.path=%s", r->tokens);
+	ch_store_name(store, sizeof(store), &r->stores, p->group);
+	if (r->stores.url) {
+		/* A schema per service; the token store's beside them, on
+		 * the service connection (one) or on one of its own. */
+		snprintf(kv[n++], sizeof(kv[0]), "store.url=%s", r->stores.url);
+		snprintf(kv[n++], sizeof(kv[0]), "store.schema=%s", store);
+		if (!r->o.one_file)
+			snprintf(kv[n++], sizeof(kv[0]), "tokens.url=%s",
+				 r->tokens_url);
+		snprintf(kv[n++], sizeof(kv[0]), "tokens.schema=%s", r->tokens);
+	} else {
+		snprintf(kv[n++], sizeof(kv[0]), "store.path=%s", store);
+		snprintf(kv[n++], sizeof(kv[0]), "tokens.path=%s", r->tokens);
+	}
 	snprintf(kv[n++], sizeof(kv[0]), "tokens.create=true");
 	snprintf(kv[n++], sizeof(kv[0]), "kafka.bootstrap.servers=%s",
 		 r->bootstraps);
@@ -869,7 +896,12 @@ static void *publisher_main(void *arg)
 	long next = 0;
 
 	tbx_conf_set(conf, "kafka.bootstrap.servers", r->bootstraps, NULL, 0);
-	tbx_conf_set(conf, "tokens.path", r->tokens, NULL, 0);
+	if (r->stores.url) {
+		tbx_conf_set(conf, "tokens.url", r->tokens_url, NULL, 0);
+		tbx_conf_set(conf, "tokens.schema", r->tokens, NULL, 0);
+	} else {
+		tbx_conf_set(conf, "tokens.path", r->tokens, NULL, 0);
+	}
 	tbx_conf_set(conf, "tokens.format", r->o.token_sets ? "set" : "message",
 		     NULL, 0);
 	tbx_conf_set(conf, "log.level", "error", NULL, 0);
@@ -944,15 +976,15 @@ static int settled(run_t *r)
 	char sql[128];
 
 	for (int g = 0; g < CH_GROUPS; g++) {
-		ch_store_path(db, sizeof(db), r->store_dir, r->o.one_file, g);
+		ch_store_name(db, sizeof(db), &r->stores, g);
 		snprintf(sql, sizeof(sql), "SELECT COUNT(DISTINCT job) FROM %s",
 			 ch_effects_tables[g]);
-		if (ch_count(db, sql) < r->o.messages ||
-		    ch_outbox_left(db, ch_group_names[g]) != 0)
+		if (ch_count(&r->stores, db, sql) < r->o.messages ||
+		    ch_outbox_left(&r->stores, db, ch_group_names[g]) != 0)
 			return 0;
 	}
-	return ch_tokens_left(r->tokens) == 0 &&
-	       ch_registrations_left(r->tokens) == 0;
+	return ch_tokens_left(&r->stores, r->tokens) == 0 &&
+	       ch_registrations_left(&r->stores, r->tokens) == 0;
 }
 
 static void progress(run_t *r, const char *phase)
@@ -963,10 +995,10 @@ static void progress(run_t *r, const char *phase)
 	for (int g = 0; g < CH_GROUPS; g++) {
 		char sql[128];
 
-		ch_store_path(db, sizeof(db), r->store_dir, r->o.one_file, g);
+		ch_store_name(db, sizeof(db), &r->stores, g);
 		snprintf(sql, sizeof(sql), "SELECT COUNT(DISTINCT job) FROM %s",
 			 ch_effects_tables[g]);
-		done[g] = ch_count(db, sql);
+		done[g] = ch_count(&r->stores, db, sql);
 	}
 	say("%s: published %ld/%d, handled a=%ld b=%ld c=%ld, kills %ld, "
 	    "crashes %ld, broker faults %ld, disk faults %ld",
@@ -1052,8 +1084,11 @@ static int subscribe_groups(run_t *r)
 	int rc = 0;
 
 	tbx__db_opts_init(&opts);
-	if (tbx_tokens_sqlite_open(r->tokens, &opts, NULL, &t, err,
-				   sizeof(err)) != TBX_OK) {
+	if ((r->stores.url
+		 ? tbx_tokens_pg_open(r->tokens_url, r->tokens, NULL, &opts, &t,
+				      err, sizeof(err))
+		 : tbx_tokens_sqlite_open(r->tokens, &opts, NULL, &t, err,
+					  sizeof(err))) != TBX_OK) {
 		say("token store: %s", err);
 		return -1;
 	}
@@ -1107,11 +1142,35 @@ static int run(run_t *r)
 	t0 = mono_ms();
 	snprintf(r->store_dir, sizeof(r->store_dir), "%s/stores", r->dir);
 	snprintf(r->logs, sizeof(r->logs), "%s/logs", r->dir);
-	ch_tokens_path(r->tokens, sizeof(r->tokens), r->store_dir,
-		       r->o.one_file);
+	r->stores.url = r->o.store_url;
+	r->stores.dir = r->store_dir;
+	r->stores.one_file = r->o.one_file;
+	snprintf(r->stores.prefix, sizeof(r->stores.prefix), "chaos_%d",
+		 (int)getpid());
+	ch_tokens_name(r->tokens, sizeof(r->tokens), &r->stores);
 	if (mkdir(r->logs, 0755) != 0 || disk_mount(r) != 0) {
 		say("cannot set up %s: %s", r->dir, strerror(errno));
 		return 2;
+	}
+	if (r->stores.url) {
+		char err[512];
+		const char *url = r->stores.url;
+		/* --layout files: another text, so that the workers reach
+		 * the token store through a connection of its own. */
+		if (r->o.one_file)
+			snprintf(r->tokens_url, sizeof(r->tokens_url), "%s",
+				 url);
+		else if (strncmp(url, "postgres", 8) == 0) /* a URL */
+			snprintf(r->tokens_url, sizeof(r->tokens_url),
+				 "%s%capplication_name=tbx-chaos-tokens", url,
+				 strchr(url, '?') ? '&' : '?');
+		else /* key=value … */
+			snprintf(r->tokens_url, sizeof(r->tokens_url),
+				 "%s application_name=tbx-chaos-tokens", url);
+		if (ch_pg_setup(&r->stores, err, sizeof(err)) != 0) {
+			say("--store-url: %s", err);
+			return 2;
+		}
 	}
 	if (r->o.bootstrap) {
 		if (real_setup(r) != 0)
@@ -1134,13 +1193,23 @@ static int run(run_t *r)
 			return 2;
 	if (subscribe_groups(r) != 0)
 		return 2;
+	char where[sizeof(r->tokens) + 160];
+	if (r->stores.url)
+		snprintf(where, sizeof(where),
+			 "PostgreSQL schemas %s_svc_a.._c and %s (%s)",
+			 r->stores.prefix, r->tokens,
+			 r->o.one_file ? "the joined path"
+				       : "the tokens on a connection of "
+					 "their own");
+	else
+		snprintf(where, sizeof(where), "%s",
+			 r->o.one_file ? "one file" : "a file per service");
 	say("seed %llu, %d jobs, %d workers, %ds of attacks, crash "
 	    "probability %g, broker faults %s, disk faults %s, stores in %s, "
 	    "outbox.layout=%s, tokens.format=%s; run directory %s",
 	    (unsigned long long)r->o.seed, r->o.messages, r->o.workers,
 	    r->o.duration_s, r->o.crash_prob, r->o.broker_faults ? "on" : "off",
-	    r->o.disk_faults > 0 ? "on" : "off",
-	    r->o.one_file ? "one file" : "a file per service",
+	    r->o.disk_faults > 0 ? "on" : "off", where,
 	    r->o.batch_rows ? "batch" : "record",
 	    r->o.token_sets ? "set" : "message", r->dir);
 	for (int i = 0; i < r->o.workers; i++)
@@ -1237,8 +1306,8 @@ static int run(run_t *r)
 		usleep(100000);
 	}
 	r->fig.disk_reports = disk_reports(r);
-	rc = ch_validate(r->store_dir, r->o.one_file, r->bootstraps,
-			 r->o.messages, r->o.token_sets, &r->fig);
+	rc = ch_validate(&r->stores, r->bootstraps, r->o.messages,
+			 r->o.token_sets, &r->fig);
 	if (rc < 0)
 		rc = 2;
 	if (!ok || r->fig.unclean_stops || interrupted)
@@ -1264,6 +1333,8 @@ static void teardown(run_t *r)
 	}
 	if (r->mounted && umount2(r->store_dir, MNT_DETACH) != 0)
 		say("umount %s: %s", r->store_dir, strerror(errno));
+	if (r->stores.url)
+		ch_pg_close();
 }
 
 static int parse_long(const char *opt, const char *arg, long lo, long hi,
@@ -1293,6 +1364,7 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 	    {"no-broker-faults", no_argument, NULL, 'B'},
 	    {"no-disk-faults", no_argument, NULL, 'K'},
 	    {"layout", required_argument, NULL, 'L'},
+	    {"store-url", required_argument, NULL, 'U'},
 	    {"outbox-layout", required_argument, NULL, 'O'},
 	    {"tokens-format", required_argument, NULL, 'F'},
 	    {"dir", required_argument, NULL, 'R'},
@@ -1396,6 +1468,14 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 				"nor 'files'\n",
 				optarg);
 			return 2;
+		case 'U':
+			if (!*optarg) {
+				fprintf(stderr, "tbx_chaos: --store-url: "
+						"empty\n");
+				return 2;
+			}
+			o->store_url = optarg;
+			break;
 		case 'O':
 			if (strcmp(optarg, "record") == 0 ||
 			    strcmp(optarg, "batch") == 0) {
@@ -1474,6 +1554,10 @@ static int parse_args(int argc, char **argv, ch_opts_t *o)
 				"tokens.format=set)\n");
 		return 2;
 	}
+	/* The disk under a PostgreSQL server is not the harness's to fill:
+	 * the summary says disk_faults=off. */
+	if (o->store_url)
+		o->disk_faults = 0;
 	if (o->kafka_dir && !o->bootstrap) {
 		fprintf(stderr, "tbx_chaos: --kafka-dir needs "
 				"--bootstrap-servers\n");
@@ -1546,13 +1630,15 @@ int main(int argc, char **argv)
 		       (unsigned long long)r.o.seed, r.o.duration_s);
 	else
 		printf(
-		    "chaos: seed=%llu duration=%ds layout=%s outbox_layout=%s "
+		    "chaos: seed=%llu duration=%ds store=%s layout=%s "
+		    "outbox_layout=%s "
 		    "tokens_format=%s messages=%ld resent=%ld "
 		    "kills=%ld crashes=%ld stops=%ld rebalances=%ld "
 		    "broker_faults=%ld disk_faults=%s handled_once=%ld "
 		    "duplicated=%ld lost=%ld dead_lettered=%ld tokens_left=%ld "
 		    "registrations_left=%ld outbox_left=%ld drain=%s\n",
 		    (unsigned long long)r.o.seed, r.o.duration_s,
+		    r.o.store_url ? "postgresql" : "sqlite",
 		    r.o.one_file ? "one" : "files",
 		    r.o.batch_rows ? "batch" : "record",
 		    r.o.token_sets ? "set" : "message", f->published, f->resent,
@@ -1570,13 +1656,24 @@ int main(int argc, char **argv)
 			"not stop cleanly (logs in %s)\n",
 			f->exits, f->unclean_stops, r.logs);
 	if (rc == 0 && !r.o.keep && !f->exits) {
-		char cmd[PATH_MAX + 16];
+		char cmd[PATH_MAX + 16], err[512];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r.dir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "tbx_chaos: could not remove %s\n",
 				r.dir);
+		if (r.stores.url && ch_pg_drop(&r.stores, err, sizeof(err)))
+			fprintf(stderr,
+				"tbx_chaos: could not drop the schemas "
+				"%s_*: %s\n",
+				r.stores.prefix, err);
 	} else {
 		fprintf(stderr, "chaos: run directory kept: %s\n", r.dir);
+		if (r.stores.url)
+			fprintf(stderr,
+				"chaos: schemas kept: %s_svc_a, %s_svc_b, "
+				"%s_svc_c, %s\n",
+				r.stores.prefix, r.stores.prefix,
+				r.stores.prefix, r.tokens);
 	}
 	return rc;
 }

@@ -25,6 +25,10 @@ extern const char *const ch_group_names[CH_GROUPS]; /* svc-a, svc-b, svc-c */
 /* Each group's effects table (chaos_effects_a, _b, _c): distinct, so that
  * the groups can share one file. */
 extern const char *const ch_effects_tables[CH_GROUPS];
+/* Their columns, in SQL both SQLite and PostgreSQL take: the plugin makes
+ * the table with them, and tbx_chaos before the workers start when the
+ * stores are on PostgreSQL. */
+#define CH_EFFECTS_COLUMNS "(job TEXT NOT NULL, msg_id TEXT NOT NULL)"
 
 typedef struct ch_opts {
 	uint64_t seed;
@@ -42,7 +46,10 @@ typedef struct ch_opts {
 	int token_sets;	   /* 1: tokens.format=set for the publisher and
 			      the workers' own messages (needs
 			      batch_rows) */
-	int keep;	   /* keep the run directory */
+	/* The stores on this PostgreSQL server (a libpq URL or key=value
+	 * string) instead of SQLite files; NULL: files. */
+	const char *store_url;
+	int keep; /* keep the run directory */
 	int verbose;
 	const char *dir; /* run directory (created), or NULL: a temporary */
 	char tokenbox[512], plugin[512];
@@ -75,10 +82,39 @@ uint64_t ch_rand(uint64_t *state);
 /* A uniform integer in [lo, hi]. */
 long ch_between(uint64_t *state, long lo, long hi);
 
-/* Store readers (read-only connections; a missing file counts 0). */
-long ch_count(const char *db, const char *sql);
-/* The same, with @p arg bound to ?1. */
-long ch_count_of(const char *db, const char *sql, const char *arg);
+/* Where a run's stores are: SQLite files in @p dir, or schemas of the
+ * PostgreSQL server @p url, a service store's schema <prefix>_svc_a … _c
+ * and the token store's <prefix>_tokens.  @p one_file: one file for
+ * every store (--layout one), or on PostgreSQL the workers' token store
+ * on their service store's connection (the joined path). */
+typedef struct ch_stores {
+	const char *url; /* NULL: SQLite files */
+	const char *dir;
+	char prefix[32];
+	int one_file;
+} ch_stores_t;
+
+/* Store readers (read-only connections; a missing file, schema or table
+ * counts 0).  @p store is a name ch_store_name() or ch_tokens_name()
+ * gave; @p sql's one parameter, if any, is $1, bound to @p arg. */
+long ch_count(const ch_stores_t *s, const char *store, const char *sql);
+long ch_count_of(const ch_stores_t *s, const char *store, const char *sql,
+		 const char *arg);
+
+/* PostgreSQL (pg.c).  A count on the schema @p schema of @p url, as
+ * ch_count_of(), on a read-only connection kept for the process. */
+long ch_pg_count(const char *url, const char *schema, const char *sql,
+		 const char *arg);
+/* Closes that connection. */
+void ch_pg_close(void);
+/* Drops what an earlier run of that prefix left (pids come round again),
+ * then makes each service schema with its effects table: on PostgreSQL
+ * CREATE TABLE IF NOT EXISTS is not safe against itself, so the workers
+ * must find the tables (docs/handlers.md).  @returns 0, or -1 with
+ * @p err set. */
+int ch_pg_setup(const ch_stores_t *s, char *err, size_t err_size);
+/* Drops the run's schemas.  @returns 0, or -1 with @p err set. */
+int ch_pg_drop(const ch_stores_t *s, char *err, size_t err_size);
 
 /* Kafka: reads @p topic (partitions 0..@p parts-1) from the beginning to
  * its current end, calling @p fn for every record.  @returns the record
@@ -98,16 +134,14 @@ long ch_resend(const char *bootstraps, const char *topic, int parts,
  * store's tokens (tbx_tokens; token set rows, tbx_tset) and
  * registrations (tbx_registrations; a batch row's, tbx_breg).  -1 if a
  * store could not be read. */
-long ch_outbox_left(const char *db, const char *group);
-long ch_tokens_left(const char *tokens);
-long ch_registrations_left(const char *tokens);
+long ch_outbox_left(const ch_stores_t *s, const char *db, const char *group);
+long ch_tokens_left(const ch_stores_t *s, const char *tokens);
+long ch_registrations_left(const ch_stores_t *s, const char *tokens);
 
-/* Where group @p g keeps its service store, and where the token store is,
- * under @p store_dir in either layout. */
-void ch_store_path(char *buf, size_t size, const char *store_dir, int one_file,
-		   int g);
-void ch_tokens_path(char *buf, size_t size, const char *store_dir,
-		    int one_file);
+/* Where group @p g keeps its service store (a file's path, or a schema's
+ * name), and where the token store is, in either layout. */
+void ch_store_name(char *buf, size_t size, const ch_stores_t *s, int g);
+void ch_tokens_name(char *buf, size_t size, const ch_stores_t *s);
 
 /* Starts @p argv (argv[0] a path) with standard input from /dev/null and
  * standard output and error appended to @p log; the child puts the
@@ -120,11 +154,11 @@ void ch_tokens_path(char *buf, size_t size, const char *store_dir,
 pid_t ch_spawn(char *const argv[], const char *log, char *const env_put[],
 	       const char *env_unset, int gate_fd);
 
-/* The validator: reads the stores under @p store_dir and the topics, fills
+/* The validator: reads the stores @p s and the topics, fills
  * the "found" half of @p fig.  @p token_sets: the events must carry
  * tbx-tset and tbx-tbit (tokens.format=set) instead of tbx-token.
  * @returns 0 if the run was exactly once. */
-int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
-		int messages, int token_sets, ch_figures_t *fig);
+int ch_validate(const ch_stores_t *s, const char *bootstraps, int messages,
+		int token_sets, ch_figures_t *fig);
 
 #endif

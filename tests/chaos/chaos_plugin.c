@@ -30,6 +30,8 @@
 
 #include <tokenbox/plugin.h>
 
+#include "chaos.h" /* CH_EFFECTS_COLUMNS */
+
 #define JOB_MAX 64
 
 /* One table per role, so that the three services can share one file;
@@ -38,12 +40,9 @@
  * IF NOT EXISTS is not safe against itself (docs/handlers.md). */
 enum { ROLE_A, ROLE_B, ROLE_C, ROLE_F, ROLES };
 static const char *const table_sql[ROLES] = {
-    "CREATE TABLE IF NOT EXISTS chaos_effects_a(job TEXT NOT NULL, "
-    "msg_id TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS chaos_effects_b(job TEXT NOT NULL, "
-    "msg_id TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS chaos_effects_c(job TEXT NOT NULL, "
-    "msg_id TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS chaos_effects_a" CH_EFFECTS_COLUMNS,
+    "CREATE TABLE IF NOT EXISTS chaos_effects_b" CH_EFFECTS_COLUMNS,
+    "CREATE TABLE IF NOT EXISTS chaos_effects_c" CH_EFFECTS_COLUMNS,
     "CREATE TABLE IF NOT EXISTS chaos_ticks(tick TEXT NOT NULL, "
     "part BIGINT NOT NULL, off BIGINT NOT NULL, pid BIGINT NOT NULL, "
     "ms BIGINT NOT NULL)",

@@ -6,7 +6,9 @@
  * nothing may be dead-lettered (no job is poison), and the stores must end
  * empty in both layouts of the outbox and both token formats: no outbox
  * row (tbx_outbox; tbx_obatch and tbx_cover_msg), no token (tbx_tokens;
- * tbx_tset), no registration (tbx_registrations; tbx_breg).
+ * tbx_tset), no registration (tbx_registrations; tbx_breg).  The stores
+ * are SQLite files, or PostgreSQL schemas read over libpq (pg.c): the
+ * same statements, their one parameter $1 bound.
  */
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -22,16 +24,22 @@ const char *const ch_group_names[CH_GROUPS] = {"svc-a", "svc-b", "svc-c"};
 const char *const ch_effects_tables[CH_GROUPS] = {
     "chaos_effects_a", "chaos_effects_b", "chaos_effects_c"};
 
-void ch_store_path(char *buf, size_t size, const char *store_dir, int one_file,
-		   int g)
+void ch_store_name(char *buf, size_t size, const ch_stores_t *s, int g)
 {
-	snprintf(buf, size, "%s/%s.db", store_dir,
-		 one_file ? "all" : ch_group_names[g]);
+	if (s->url) /* svc-a: <prefix>_svc_a */
+		snprintf(buf, size, "%s_svc_%c", s->prefix, 'a' + g);
+	else
+		snprintf(buf, size, "%s/%s.db", s->dir,
+			 s->one_file ? "all" : ch_group_names[g]);
 }
 
-void ch_tokens_path(char *buf, size_t size, const char *store_dir, int one_file)
+void ch_tokens_name(char *buf, size_t size, const ch_stores_t *s)
 {
-	snprintf(buf, size, "%s/%s.db", store_dir, one_file ? "all" : "tokens");
+	if (s->url)
+		snprintf(buf, size, "%s_tokens", s->prefix);
+	else
+		snprintf(buf, size, "%s/%s.db", s->dir,
+			 s->one_file ? "all" : "tokens");
 }
 
 uint64_t ch_rand(uint64_t *state)
@@ -52,17 +60,20 @@ long ch_between(uint64_t *state, long lo, long hi)
 	return lo + (long)(ch_rand(state) % (uint64_t)(hi - lo + 1));
 }
 
-long ch_count(const char *db, const char *sql)
+long ch_count(const ch_stores_t *s, const char *db, const char *sql)
 {
-	return ch_count_of(db, sql, NULL);
+	return ch_count_of(s, db, sql, NULL);
 }
 
-long ch_count_of(const char *db, const char *sql, const char *arg)
+long ch_count_of(const ch_stores_t *s, const char *db, const char *sql,
+		 const char *arg)
 {
 	sqlite3 *conn = NULL;
 	sqlite3_stmt *stmt = NULL;
 	long n = 0;
 
+	if (s->url)
+		return ch_pg_count(s->url, db, sql, arg);
 	if (access(db, F_OK) != 0)
 		return 0;
 	if (sqlite3_open_v2(db, &conn, SQLITE_OPEN_READONLY, NULL) !=
@@ -89,13 +100,13 @@ long ch_count_of(const char *db, const char *sql, const char *arg)
 
 /* Sums @p n counts of @p sqls on @p db (?1 bound to @p arg, or NULL);
  * -1 if one could not be read. */
-static long count_sum(const char *db, const char *const *sqls, int n,
-		      const char *arg)
+static long count_sum(const ch_stores_t *s, const char *db,
+		      const char *const *sqls, int n, const char *arg)
 {
 	long sum = 0;
 
 	for (int i = 0; i < n; i++) {
-		long v = ch_count_of(db, sqls[i], arg);
+		long v = ch_count_of(s, db, sqls[i], arg);
 		if (v < 0)
 			return -1;
 		sum += v;
@@ -103,32 +114,32 @@ static long count_sum(const char *db, const char *const *sqls, int n,
 	return sum;
 }
 
-long ch_outbox_left(const char *db, const char *group)
+long ch_outbox_left(const ch_stores_t *s, const char *db, const char *group)
 {
 	static const char *const sqls[] = {
-	    "SELECT COUNT(*) FROM tbx_outbox WHERE grp = ?1",
-	    "SELECT COUNT(*) FROM tbx_obatch WHERE grp = ?1",
-	    "SELECT COUNT(*) FROM tbx_cover_msg WHERE grp = ?1",
+	    "SELECT COUNT(*) FROM tbx_outbox WHERE grp = $1",
+	    "SELECT COUNT(*) FROM tbx_obatch WHERE grp = $1",
+	    "SELECT COUNT(*) FROM tbx_cover_msg WHERE grp = $1",
 	};
 
-	return count_sum(db, sqls, 3, group);
+	return count_sum(s, db, sqls, 3, group);
 }
 
-long ch_tokens_left(const char *tokens)
+long ch_tokens_left(const ch_stores_t *s, const char *tokens)
 {
 	static const char *const sqls[] = {"SELECT COUNT(*) FROM tbx_tokens",
 					   "SELECT COUNT(*) FROM tbx_tset"};
 
-	return count_sum(tokens, sqls, 2, NULL);
+	return count_sum(s, tokens, sqls, 2, NULL);
 }
 
-long ch_registrations_left(const char *tokens)
+long ch_registrations_left(const ch_stores_t *s, const char *tokens)
 {
 	static const char *const sqls[] = {
 	    "SELECT COUNT(*) FROM tbx_registrations",
 	    "SELECT COUNT(*) FROM tbx_breg"};
 
-	return count_sum(tokens, sqls, 2, NULL);
+	return count_sum(s, tokens, sqls, 2, NULL);
 }
 
 /* Distinct tbx-id values of a topic, and records without one or without
@@ -215,8 +226,8 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
-		int messages, int token_sets, ch_figures_t *fig)
+int ch_validate(const ch_stores_t *s, const char *bootstraps, int messages,
+		int token_sets, ch_figures_t *fig)
 {
 	char db[1024], tokens[1024], dlq[64], sql[3][160];
 	ids_t ids = {.token_sets = token_sets};
@@ -228,22 +239,23 @@ int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 		const char *t = ch_effects_tables[g];
 		long once, dup, distinct, out;
 
-		ch_store_path(db, sizeof(db), store_dir, one_file, g);
+		ch_store_name(db, sizeof(db), s, g);
+		/* PostgreSQL before 16 wants the subquery named. */
 		snprintf(sql[0], sizeof(sql[0]),
 			 "SELECT COUNT(*) FROM (SELECT job FROM %s GROUP BY "
-			 "job HAVING COUNT(*) = 1)",
+			 "job HAVING COUNT(*) = 1) AS j",
 			 t);
 		snprintf(sql[1], sizeof(sql[1]),
 			 "SELECT COUNT(*) FROM (SELECT job FROM %s GROUP BY "
-			 "job HAVING COUNT(*) > 1)",
+			 "job HAVING COUNT(*) > 1) AS j",
 			 t);
 		snprintf(sql[2], sizeof(sql[2]),
 			 "SELECT COUNT(DISTINCT job) FROM %s", t);
 
-		once = ch_count(db, sql[0]);
-		dup = ch_count(db, sql[1]);
-		distinct = ch_count(db, sql[2]);
-		out = ch_outbox_left(db, ch_group_names[g]);
+		once = ch_count(s, db, sql[0]);
+		dup = ch_count(s, db, sql[1]);
+		distinct = ch_count(s, db, sql[2]);
+		out = ch_outbox_left(s, db, ch_group_names[g]);
 		if (once < 0 || dup < 0 || distinct < 0 || out < 0) {
 			fprintf(stderr, "chaos: cannot read %s\n", db);
 			return -1;
@@ -253,9 +265,9 @@ int ch_validate(const char *store_dir, int one_file, const char *bootstraps,
 		fig->lost += messages > distinct ? messages - distinct : 0;
 		fig->outbox_left += out;
 	}
-	ch_tokens_path(tokens, sizeof(tokens), store_dir, one_file);
-	fig->tokens_left = ch_tokens_left(tokens);
-	fig->registrations_left = ch_registrations_left(tokens);
+	ch_tokens_name(tokens, sizeof(tokens), s);
+	fig->tokens_left = ch_tokens_left(s, tokens);
+	fig->registrations_left = ch_registrations_left(s, tokens);
 
 	/* Dead letters: nothing in this workload is poison. */
 	fig->dead_lettered = 0;
