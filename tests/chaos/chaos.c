@@ -117,7 +117,8 @@ static const char usage_text[] =
     "rows included) and every JobDone carries a token of the run's format;\n"
     "1 otherwise; 2 for a\n"
     "bad command line, or when the run could not be carried out (the\n"
-    "mock cluster did not start or ended).\n";
+    "mock cluster did not start or ended, the --store-url server could\n"
+    "not be reached or its stores not read).\n";
 
 enum { ST_FREE, ST_RUNNING, ST_STOPPING, ST_RESTART };
 
