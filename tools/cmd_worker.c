@@ -61,9 +61,6 @@
 #include "store/pg.h"
 #include "tokenbox/tokenbox.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#endif
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
 
@@ -611,14 +608,13 @@ static int have_sig_thread;
  * uninterruptible sleep never runs the handler) and exits either way.
  * Not with log.format=json.  Frames are "file(function+offset)" or
  * "file(+offset)": `addr2line -f -e FILE OFFSET` names a static function
- * (docs/operations.md).  In a build with AddressSanitizer the same stack
- * follows symbolized, with files and lines: the symbolizer reads the
- * debug information first, seconds on a loaded machine, so it gets up to
- * STACK_SYMBOLS_MS more, and the frames come first in case it is cut.
+ * (docs/operations.md).  Not the sanitizers' symbolized stack: their
+ * symbolizer reads the debug information first (seconds on a loaded
+ * machine), and it writes to ASAN_OPTIONS's log_path, where a test run
+ * takes it for a sanitizer's report.
  */
-#define STACK_WAIT_MS	 2000
-#define STACK_SYMBOLS_MS 8000
-static atomic_int stack_written; /* 1: the frames; 2: everything */
+#define STACK_WAIT_MS 2000
+static atomic_int stack_written;
 
 static void stack_write(int sig)
 {
@@ -633,45 +629,26 @@ static void stack_write(int sig)
 	n = backtrace(frames, (int)(sizeof(frames) / sizeof(frames[0])));
 	backtrace_symbols_fd(frames, n, STDERR_FILENO);
 	atomic_store(&stack_written, 1);
-#if defined(__SANITIZE_ADDRESS__)
-	{
-		static const char sym[] = "tokenbox " CMD ": the same stack, "
-					  "symbolized:\n";
-
-		if (write(STDERR_FILENO, sym, sizeof(sym) - 1) < 0)
-			(void)0;
-		__sanitizer_print_stack_trace();
-	}
-#endif
-	atomic_store(&stack_written, 2);
 	errno = saved;
-}
-
-/* Waits until stack_written reaches @p state or @p ms pass. */
-static int stack_wait(int state, long long ms)
-{
-	long long until = tbx__mono_ms() + ms;
-
-	while (atomic_load(&stack_written) < state && tbx__mono_ms() < until) {
-		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	return atomic_load(&stack_written) >= state;
 }
 
 static void stack_dump(void)
 {
+	long long until = tbx__mono_ms() + STACK_WAIT_MS;
+
 	/* Lines of plain text would break a stream of JSON objects. */
 	if (tbx__log_get_format() == TBX_LOGF_JSON ||
 	    pthread_kill(main_thread, SIGUSR2) != 0)
 		return;
-	if (!stack_wait(1, STACK_WAIT_MS))
+	while (!atomic_load(&stack_written) && tbx__mono_ms() < until) {
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (!atomic_load(&stack_written))
 		tbx__log(TBX_LOG_ERR,
 			 "tokenbox " CMD ": the main thread did "
 			 "not answer for its stack within %d ms",
 			 STACK_WAIT_MS);
-	else
-		stack_wait(2, STACK_SYMBOLS_MS);
 }
 
 static const char *sig_name(int sig)
