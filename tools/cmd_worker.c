@@ -60,7 +60,6 @@
 #include "consumer/worker.h"
 #include "store/pg.h"
 #include "tokenbox/tokenbox.h"
-
 #include "tools/cli.h"
 #include "tools/cli_conf.h"
 
