@@ -514,6 +514,37 @@ int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size)
 			   errstr_size);
 }
 
+int tbx__stores_open_service_ro(const tbx__cfg_t *cfg, tbx_outbox_t **store,
+				char *errstr, size_t errstr_size)
+{
+	tbx__db_opts_t opts;
+	char why[512], red[512];
+	struct stat st;
+	int err;
+
+	*store = NULL;
+	opts_of(cfg, &opts);
+	opts.readonly = 1;
+	opts.create = 0;
+	if (!pg_store(cfg)) {
+		if (stat(cfg->store_path, &st) != 0 && errno == ENOENT)
+			return TBX_OK;
+		return tbx_outbox_sqlite_open(cfg->store_path, &opts, store,
+					      errstr, errstr_size);
+	}
+	err = tbx_outbox_pg_open(cfg->store_url, store_schema(cfg), &opts,
+				 store, why, sizeof(why));
+	if (err == TBX_ENOENT) {
+		*store = NULL;
+		return TBX_OK;
+	}
+	if (err)
+		tbx__seterr(errstr, errstr_size, err, "store.url: %s: %s",
+			    tbx__pg_redact(cfg->store_url, red, sizeof(red)),
+			    why);
+	return err;
+}
+
 int tbx__stores_batch_ready(const tbx__cfg_t *cfg, tbx_outbox_t *store,
 			    char *errstr, size_t errstr_size)
 {

@@ -86,5 +86,13 @@ int tbx__stores_batch_ready(const tbx__cfg_t *cfg, tbx_outbox_t *store,
  * @returns TBX_OK, or the error with @p errstr naming the key and file.
  */
 int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size);
+/**
+ * Opens the service store read-only, for --check-config: nothing is
+ * created or migrated.  *@p store is NULL with TBX_OK when it is not there
+ * yet (a file that does not exist, a service schema not created): what a
+ * first start creates.  @returns TBX_OK, or the error with @p errstr.
+ */
+int tbx__stores_open_service_ro(const tbx__cfg_t *cfg, tbx_outbox_t **store,
+				char *errstr, size_t errstr_size);
 
 #endif

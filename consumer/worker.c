@@ -284,7 +284,8 @@ tbx_worker_t *tbx__worker_new_check(tbx_conf_t *conf, char *errstr,
 	tbx_worker_t *worker;
 
 	if (tbx__conf_check_required(conf, "worker", errstr, errstr_size) ||
-	    tbx__stores_check(cfg, errstr, errstr_size))
+	    tbx__stores_check(cfg, errstr, errstr_size) ||
+	    tbx__layout_check_ro(cfg, errstr, errstr_size))
 		return NULL;
 	if (!(worker = calloc(1, sizeof(*worker))) ||
 	    !(worker->router = tbx_router_new())) {

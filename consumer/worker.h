@@ -116,6 +116,14 @@ struct tbx_worker {
  */
 int tbx__layout_check(tbx_worker_t *worker, const char *when, char *errstr,
 		      size_t errstr_size);
+/**
+ * The same check for --check-config, on the service store opened
+ * read-only (nothing recorded, nothing created): TBX_ESTATE with the
+ * refusal a start would give in @p errstr, TBX_OK when a start would
+ * pass it (or the store is not there yet), else the store's error.
+ */
+int tbx__layout_check_ro(const tbx__cfg_t *cfg, char *errstr,
+			 size_t errstr_size);
 
 /* worker_rebalance.c */
 tbx__part_t *tbx__part_get(tbx_worker_t *worker, const char *topic,

@@ -1164,7 +1164,8 @@ Test(cli_worker, the_shipped_example_configurations_work_from_anywhere,
 
 /* One layout per group: `tokenbox worker` on outbox.layout=record for a
  * group with a batch row left refuses to start with exit status 2 (a
- * restart would fail the same way), naming the group and the count. */
+ * restart would fail the same way), naming the group and the count.
+ * --check-config says so first, read-only: it records no alarm. */
 Test(cli_worker, a_record_worker_beside_batch_rows_exits_2, .timeout = 60)
 {
 	char *dir = tt_tmpdir();
@@ -1173,6 +1174,8 @@ Test(cli_worker, a_record_worker_beside_batch_rows_exits_2, .timeout = 60)
 	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
 			    tt_plugin_path("tbx_hello"));
 	const char *start[] = {"worker", "--config", conf, NULL};
+	const char *check[] = {"worker", "--config", conf, "--check-config",
+			       NULL};
 	cc_result_t res;
 
 	tbx_outbox_close(tt_outbox_open(store));
@@ -1185,6 +1188,17 @@ Test(cli_worker, a_record_worker_beside_batch_rows_exits_2, .timeout = 60)
 				      NULL),
 		     0);
 	write_file(conf, text);
+	res = cc_run(check);
+	cr_expect(cc_exited(res.status, 2), "--check-config: status %d: %s",
+		  res.status, res.err);
+	cr_expect(strstr(res.err, "group g has 1 batch row(s)") &&
+		      strstr(res.err, "a start would be refused") &&
+		      strstr(res.err, "layout_mixed") &&
+		      !strstr(res.out, "configuration OK"),
+		  "--check-config: %s%s", res.out, res.err);
+	cc_result_free(&res);
+	cr_expect_eq(tt_query(store, "SELECT COUNT(*) FROM tbx_alarms"), 0,
+		     "--check-config recorded an alarm");
 	res = cc_run(start);
 	cr_expect(cc_exited(res.status, 2), "status %d: %s", res.status,
 		  res.err);
@@ -1193,6 +1207,9 @@ Test(cli_worker, a_record_worker_beside_batch_rows_exits_2, .timeout = 60)
 		      strstr(res.err, "layout_mixed"),
 		  "%s", res.err);
 	cc_result_free(&res);
+	cr_expect_eq(tt_query(store, "SELECT COUNT(*) FROM tbx_alarms WHERE "
+				     "name = 'layout_mixed'"),
+		     1, "the start's refusal recorded no layout_mixed alarm");
 	free(text);
 	free(store);
 	free(conf);
