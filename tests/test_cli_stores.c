@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli_child.h"
 #include "fixture.h"
@@ -685,6 +686,36 @@ Test(cli_stores, init_help_and_errors, .timeout = 60)
 	cr_assert(cc_exited(res.status, 2));
 	cr_expect_eq(cc_lines(res.err), 1, "%s", res.err);
 	cc_result_free(&res);
+}
+
+/* The short options mean what they mean in every command (README): -S
+ * the token store, -s the service store; -t, a topic elsewhere, is not
+ * init's. */
+Test(cli_stores, init_short_options_are_the_commands_own, .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *tokens = tt_path(dir, "t.db"), *store = tt_path(dir, "s.db");
+	const char *by_s[] = {"init", "-S", tokens, "-s", store, NULL};
+	const char *old_t[] = {"init", "-t", tokens, NULL};
+	cc_result_t res = cc_run(by_s);
+
+	cr_expect(cc_exited(res.status, 0), "%d: %s%s", res.status, res.out,
+		  res.err);
+	cr_expect(strstr(res.out, tokens) && strstr(res.out, store), "%s",
+		  res.out);
+	cc_result_free(&res);
+	/* On SQLite both are the same kind of file. */
+	cr_expect_eq(access(tokens, F_OK), 0, "-S made no token store");
+	cr_expect_eq(access(store, F_OK), 0, "-s made no service store");
+	res = cc_run(old_t);
+	cr_expect(cc_exited(res.status, 2), "-t: %d", res.status);
+	cr_expect(strstr(res.err, "-t") && cc_lines(res.err) == 1, "%s",
+		  res.err);
+	cc_result_free(&res);
+	free(tokens);
+	free(store);
+	tt_rmrf(dir);
+	free(dir);
 }
 
 /* ---- alarms ------------------------------------------------------- */

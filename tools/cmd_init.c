@@ -69,7 +69,7 @@ static void usage(void)
 	    "tokens.create=true; 'tokenbox send' never creates one.\n"
 	    "\n"
 	    "Options:\n"
-	    "  -t, --tokens PATH|URL  the token store to create\n"
+	    "  -S, --tokens PATH|URL  the token store to create\n"
 	    "  -s, --store PATH|URL   the service store to create\n"
 	    "      --schema NAME      a PostgreSQL --store: its schema\n"
 	    "      --tokens-schema NAME  a PostgreSQL --tokens: its schema "
@@ -168,7 +168,7 @@ static int init_store(const tbx_cli_store_t *st)
 int tbx_cmd_init(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"tokens", required_argument, NULL, 't'},
+	    {"tokens", required_argument, NULL, 'S'},
 	    {"store", required_argument, NULL, 's'},
 	    {"schema", required_argument, NULL, OPT_SCHEMA},
 	    {"tokens-schema", required_argument, NULL, OPT_TSCHEMA},
@@ -181,15 +181,15 @@ int tbx_cmd_init(int argc, char **argv)
 	int c, rc;
 
 	tbx__log_setup(TBX_LOG_ERR - 1, CMD);
-	while ((c = tbx_cli_getopt(CMD, argc, argv, "t:s:h", longopts)) != -1) {
+	while ((c = tbx_cli_getopt(CMD, argc, argv, "S:s:h", longopts)) != -1) {
 		switch (c) {
-		case 't':
+		case 'S':
 		case 's':
 			if (!*optarg)
 				return tbx_cli_usage(CMD, "--%s: empty path",
-						     c == 't' ? "tokens"
+						     c == 'S' ? "tokens"
 							      : "store");
-			*(c == 't' ? &tokens : &store) = optarg;
+			*(c == 'S' ? &tokens : &store) = optarg;
 			break;
 		case OPT_SCHEMA:
 			schema = optarg;
