@@ -44,7 +44,11 @@ const tbx__prop_t tbx__props[] = {
 	 NULL, "worker", 0,
 	 "Service store: the SQLite file that holds the outbox and the "
 	 "handlers' business tables. Created if missing. A worker needs "
-	 "either store.path or store.url, not both."},
+	 "either store.path or store.url, not both. A relative path is "
+	 "taken from the process's working directory, not from the "
+	 "configuration file's as plugin= is: give configuration files "
+	 "absolute paths (--check-config prints the file it resolves "
+	 "to)."},
 	{"store.url", STR(store_url), "", 0, 4096,
 	 NULL, "worker", 0,
 	 "Service store on PostgreSQL: a libpq connection URL "
@@ -71,7 +75,8 @@ const tbx__prop_t tbx__props[] = {
 	 "(`tokenbox init --tokens PATH` creates one) unless tokens.create "
 	 "is true: a worker pointed at a misspelt path would otherwise "
 	 "make an empty store and take every record for a duplicate. "
-	 "Publishers never create it. Not with tokens.url."},
+	 "Publishers never create it. Not with tokens.url. A relative "
+	 "path is taken from the working directory, as store.path's is."},
 	{"tokens.create", ENUM(tokens_create), "false", 0, 0,
 	 S2I({"false", 0}, {"true", 1}), "worker", 0,
 	 "'true' lets the worker create a token store (tokens.path, or "

@@ -982,6 +982,52 @@ Test(cli_worker, check_config_passes_a_good_one_and_creates_nothing,
 	free(dir);
 }
 
+/* store.path and tokens.path are taken from the working directory, not
+ * from the configuration file's (as plugin= is): --check-config names
+ * the file a relative one resolves to, and creates neither. */
+Test(cli_worker, check_config_names_the_file_a_relative_path_resolves_to,
+     .timeout = 60)
+{
+	char *dir = tt_tmpdir();
+	char *conf = tt_path(dir, "w.conf");
+	char *text = expand(GOOD_CONF "plugin=@PLUGIN@\n", dir,
+			    tt_plugin_path("tbx_hello"));
+	const char *args[] = {"worker",
+			      "--config",
+			      conf,
+			      "-X",
+			      "store.path=tbx-rel-check-s.db",
+			      "-X",
+			      "tokens.path=tbx-rel-check-t.db",
+			      "-X",
+			      "tokens.create=true",
+			      "--check-config",
+			      NULL};
+	char cwd[4096], want[8400];
+	cc_result_t res;
+	struct stat st;
+
+	cr_assert(getcwd(cwd, sizeof(cwd)));
+	write_file(conf, text);
+	res = cc_run(args);
+	cr_assert(cc_exited(res.status, 0), "status %d: %s", res.status,
+		  res.err);
+	snprintf(want, sizeof(want),
+		 "store tbx-rel-check-s.db (%s/tbx-rel-check-s.db), token "
+		 "store tbx-rel-check-t.db (%s/tbx-rel-check-t.db)",
+		 cwd, cwd);
+	cr_expect(strstr(res.out, want), "%s\nwanted: %s", res.out, want);
+	cr_expect(stat("tbx-rel-check-s.db", &st) != 0,
+		  "the store was created");
+	cr_expect(stat("tbx-rel-check-t.db", &st) != 0,
+		  "the token store was created");
+	cc_result_free(&res);
+	free(text);
+	free(conf);
+	tt_rmrf(dir);
+	free(dir);
+}
+
 Test(cli_worker, check_config_refuses_with_exit_2_and_the_reason,
      .timeout = 120)
 {

@@ -999,11 +999,24 @@ static int plugins_init(worker_cmd_t *w, tbx_worker_t *worker)
 	return 0;
 }
 
+/* @p path into @p out, followed by the file it names from the working
+ * directory when it is relative: store.path and tokens.path are taken
+ * from there, not from the configuration file's directory. */
+static void path_resolved(const char *path, char *out, size_t size)
+{
+	char cwd[4096];
+
+	if (*path && *path != '/' && getcwd(cwd, sizeof(cwd)))
+		snprintf(out, size, "%s (%s/%s)", path, cwd, path);
+	else
+		snprintf(out, size, "%s", path);
+}
+
 /* --check-config: the checks of a start, read-only, and a summary on
  * standard output.  @returns an exit status. */
 static int check_config(worker_cmd_t *w)
 {
-	char errstr[512], store[600], tokens[600];
+	char errstr[512], store[8400], tokens[8400];
 	tbx_worker_t *worker;
 	const tbx__cfg_t *cfg;
 	int rc;
@@ -1018,12 +1031,14 @@ static int check_config(worker_cmd_t *w)
 			     ? cfg->store_schema
 			     : cfg->group_id);
 	} else {
-		snprintf(store, sizeof(store), "%s",
-			 cfg->store_path ? cfg->store_path : "");
+		path_resolved(cfg->store_path ? cfg->store_path : "", store,
+			      sizeof(store));
 	}
 	if (!*cfg->tokens_path && !*cfg->tokens_url &&
 	    !(cfg->store_url && *cfg->store_url))
 		snprintf(tokens, sizeof(tokens), "(the same file)");
+	else if (*cfg->tokens_path && !*cfg->tokens_url)
+		path_resolved(cfg->tokens_path, tokens, sizeof(tokens));
 	else
 		tbx__stores_tokens_where(cfg, tokens, sizeof(tokens));
 	if (!(worker = tbx__worker_new_check(w->conf, errstr, sizeof(errstr))))
