@@ -24,6 +24,13 @@ int main(void)
 	       "itself; setting them is an error. "
 	       "Unless set, it also uses `auto.offset.reset=earliest` for "
 	       "the consumer and `linger.ms=1` for the producer.\n\n"
+	       "`plugin=PATH` and `plugin.args=TEXT` are not keys of this "
+	       "table: they are lines of `tokenbox worker`'s configuration "
+	       "(or `-X`), read by the command, which loads each plugin and "
+	       "hands it the arguments; a relative `plugin=` path is taken "
+	       "from the configuration file's directory "
+	       "([operations.md](operations.md), `--check-config`; "
+	       "[handlers.md](handlers.md)).\n\n"
 	       "| key | type | default | range | used by | description |\n"
 	       "| --- | --- | --- | --- | --- | --- |\n");
 	for (size_t i = 0; tbx__props[i].name; i++) {
