@@ -150,4 +150,10 @@ int tbx__conf_check_required(const tbx_conf_t *conf, const char *used_by,
  *  log.format, and @p tag (NULL keeps the process-wide tag). */
 void tbx__conf_log_configure(const tbx_conf_t *conf, const char *tag);
 
+/* conf_keys.c */
+/** The error (TBX_ECONF, @p errstr) for @p name, a key tokenbox does not
+ *  know: a near miss of a known key or its last part alone named, a
+ *  librdkafka property without 'kafka.' said so. */
+int tbx__conf_unknown_key(const char *name, char *errstr, size_t errstr_size);
+
 #endif

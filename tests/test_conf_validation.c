@@ -73,6 +73,30 @@ Test(conf, an_unknown_key_suggests_the_nearest_known_one)
 	tbx_conf_destroy(conf);
 }
 
+/* A known key's last part alone is named as the key meant; a librdkafka
+ * property without its prefix is said to be one; a name neither knows is
+ * not called a librdkafka property. */
+Test(conf, an_unknown_key_names_its_suffix_key_or_librdkafka)
+{
+	tbx_conf_t *conf = tbx_conf_new();
+	char err[512];
+
+	cr_assert_eq(set(conf, "layout", "batch", err, sizeof(err)), TBX_ECONF);
+	cr_expect(strstr(err, "did you mean 'outbox.layout'?"), "%s", err);
+	/* tokens.format and log.format: no guess between them */
+	cr_assert_eq(set(conf, "format", "set", err, sizeof(err)), TBX_ECONF);
+	cr_expect(!strstr(err, "did you mean"), "%s", err);
+	cr_assert_eq(set(conf, "bootstrap.servers", "h:9092", err, sizeof(err)),
+		     TBX_ECONF);
+	cr_expect(strstr(err, "'kafka.bootstrap.servers'"), "%s", err);
+	cr_assert_eq(set(conf, "frobnicate", "1", err, sizeof(err)), TBX_ECONF);
+	cr_expect(strstr(err, "unknown configuration key") &&
+		      strstr(err, "no librdkafka property") &&
+		      !strstr(err, "kafka.frobnicate"),
+		  "%s", err);
+	tbx_conf_destroy(conf);
+}
+
 Test(conf, integer_out_of_range_names_key_value_and_range)
 {
 	tbx_conf_t *conf = tbx_conf_new();
