@@ -430,27 +430,20 @@ static int check_store(const char *key, const char *path,
 /* Checks the service store on PostgreSQL for --check-config: connects
  * and reads, read-only; schema not there yet is what a first start
  * creates. */
-static int check_pg_store(const tbx__cfg_t *cfg, const tbx__db_opts_t *opts,
-			  char *errstr, size_t errstr_size)
+static int check_pg_store(const tbx__cfg_t *cfg, char *errstr,
+			  size_t errstr_size)
 {
 	tbx_outbox_t *store = NULL;
-	char why[512], red[512];
 	int err;
 
 	if ((err = store_schema_check(cfg, errstr, errstr_size)))
 		return err;
-	err = tbx_outbox_pg_open(cfg->store_url, store_schema(cfg), opts,
-				 &store, why, sizeof(why));
-	if (err == TBX_ENOENT)
-		return TBX_OK; /* the worker creates it */
-	if (err)
-		tbx__seterr(errstr, errstr_size, err, "store.url: %s: %s",
-			    tbx__pg_redact(cfg->store_url, red, sizeof(red)),
-			    why);
-	else
-		err =
-		    pg_access(tbx_outbox_pg(store), "store.url", cfg->store_url,
-			      store_schema(cfg), errstr, errstr_size);
+	if ((err = tbx__stores_open_service_ro(cfg, &store, errstr,
+					       errstr_size)) ||
+	    !store)
+		return err;
+	err = pg_access(tbx_outbox_pg(store), "store.url", cfg->store_url,
+			store_schema(cfg), errstr, errstr_size);
 	tbx_outbox_close(store);
 	return err;
 }
@@ -491,7 +484,7 @@ int tbx__stores_check(const tbx__cfg_t *cfg, char *errstr, size_t errstr_size)
 	opts.readonly = 1;
 	opts.create = 0;
 	if (pg_store(cfg)) {
-		if ((err = check_pg_store(cfg, &opts, errstr, errstr_size)))
+		if ((err = check_pg_store(cfg, errstr, errstr_size)))
 			return err;
 		if (pg_joined(cfg))
 			return check_pg_tokens(cfg, cfg->store_url, &opts,
@@ -534,10 +527,8 @@ int tbx__stores_open_service_ro(const tbx__cfg_t *cfg, tbx_outbox_t **store,
 	}
 	err = tbx_outbox_pg_open(cfg->store_url, store_schema(cfg), &opts,
 				 store, why, sizeof(why));
-	if (err == TBX_ENOENT) {
-		*store = NULL;
+	if (err == TBX_ENOENT) /* the worker creates it */
 		return TBX_OK;
-	}
 	if (err)
 		tbx__seterr(errstr, errstr_size, err, "store.url: %s: %s",
 			    tbx__pg_redact(cfg->store_url, red, sizeof(red)),
